@@ -1,0 +1,127 @@
+/* backend.h — the kernel method table.
+ *
+ * The model never calls oneDNN, OpenMP or (later) cuBLAS directly: it calls `be->op(be, ...)` on a table of
+ * function pointers with an opaque context (ggml style). Two CPU tables exist: `cpu` (oneDNN matmul + OpenMP
+ * kernels, the fast path) and `ref` (plain loops, written for obviousness, kept as the oracle every fast kernel
+ * is tested against). A CUDA table will implement the same operations on device memory.
+ *
+ * Conventions (llm.c's): outputs first, then inputs, then sizes. Forward functions overwrite their outputs.
+ * Backward functions ACCUMULATE (+=) into every gradient they write, activations' gradients included, so a
+ * tensor used twice (the residual stream, the tied embedding) simply receives two contributions; the caller
+ * zeroes gradient buffers when a new accumulation starts. Shapes are row-major; a weight of a linear layer is
+ * [OC, C] (out features, in features) and y = x W^T + b.
+ *
+ * Randomness (dropout) is a pure function of (seed, stream, global position) (core/rng.h). Kernels receive, per
+ * batch row, the global index of its sample (`sample_ids`), so a mask does not depend on which rank or thread
+ * computes it, and backward recomputes the mask instead of storing it. */
+#ifndef LLM4D_BACKEND_BACKEND_H
+#define LLM4D_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/mem.h"
+
+/* Where a dropout's random numbers come from. p == 0 disables the dropout (no random numbers are drawn). */
+typedef struct {
+    float p;                    /* drop probability; kept values are scaled by 1/(1-p) ("upscale_in_train") */
+    uint64_t seed;
+    uint64_t stream;            /* llm4d_rng_stream(LLM4D_RNG_DROPOUT, layer, site, step) */
+    const int64_t *sample_ids;  /* [B] global sample index of each batch row */
+} llm4d_dropout;
+
+/* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads). */
+typedef struct {
+    int B, T;       /* batch rows, sequence length */
+    int NH;         /* local heads */
+    int HS;         /* head size */
+    int head0;      /* global index of the first local head */
+    int NH_total;   /* heads of the whole model */
+} llm4d_attn_shape;
+
+typedef struct llm4d_backend llm4d_backend;
+
+struct llm4d_backend {
+    const char *name;   /* "cpu", "ref", "cuda" */
+    void *ctx;
+    int nthreads;
+
+    /* Memory (host memory for CPU backends). alloc returns zeroed memory or NULL. */
+    void *(*alloc)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
+    void (*free)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
+    void (*zero)(llm4d_backend *be, void *p, size_t bytes);
+    void (*copy)(llm4d_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
+    void (*linear_forward)(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
+                           int C, int OC);
+    /* dinp[N,C] += dout W;  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. dinp, db may be NULL. */
+    void (*linear_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] */
+    void (*encoder_forward)(llm4d_backend *be, float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(llm4d_backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C);
+
+    /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. */
+    void (*layernorm_forward)(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    void (*layernorm_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                               int C);
+
+    /* GELU, tanh approximation (GPT-2). */
+    void (*gelu_forward)(llm4d_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* Causal self-attention. qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V (GPT-2's layout);
+     * out [B,T,NH*HS]; att [B,NH,T,T] keeps the softmax probabilities (before dropout) for backward.
+     * Probabilities are dropped with `drop`, the position of (b,h,t1,t2) being
+     * ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */
+    void (*attention_forward)(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
+                              const llm4d_dropout *drop);
+    /* dqkv += d(out)/d(qkv) . dout; scratch holds B*NH*T*T floats. */
+    void (*attention_backward)(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop);
+
+    /* out[B,row] = dropout(inp) in place or not; position of (b,i) = sample_ids[b]*row + i. */
+    void (*dropout_forward)(llm4d_backend *be, float *out, const float *inp, int B, size_t row,
+                            const llm4d_dropout *drop);
+    /* dinp += mask * dout / (1-p) */
+    void (*dropout_backward)(llm4d_backend *be, float *dinp, const float *dout, int B, size_t row,
+                             const llm4d_dropout *drop);
+    /* out = res + dropout(x): the residual connection after a sublayer. */
+    void (*dropout_add_forward)(llm4d_backend *be, float *out, const float *res, const float *x, int B, size_t row,
+                                const llm4d_dropout *drop);
+    /* dres += dout; dx += mask * dout / (1-p) */
+    void (*dropout_add_backward)(llm4d_backend *be, float *dres, float *dx, const float *dout, int B, size_t row,
+                                 const llm4d_dropout *drop);
+
+    /* Softmax cross-entropy over the first V of Vp logits (the padded logits are masked out: they take no
+     * probability and get zero gradient). losses[i] = -log softmax(logits[i])[targets[i]];
+     * dlogits[i] = (softmax - onehot) * dloss[i] (written, not accumulated; may alias logits; NULL = no grad). */
+    void (*crossentropy_forward_backward)(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, const float *dloss, int N, int V, int Vp);
+
+    /* Paddle's AdamW on n elements, step t >= 1:
+     *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t)) */
+    void (*adamw)(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t, float grad_scale);
+    /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count) */
+    double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
+    /* x *= s */
+    void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
+
+    void (*destroy)(llm4d_backend *be);
+};
+
+/* nthreads <= 0: all cores (OMP default). The fast CPU backend; fills err on failure (no oneDNN engine, ...). */
+llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err *err);
+/* The naive reference backend: plain loops, the oracle for tests. */
+llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err);
+
+#endif

@@ -1,0 +1,117 @@
+/* config.h — one validated configuration for a run.
+ *
+ * Sources, later ones winning: built-in defaults (PaddleFleetX's pretrain_gpt_base.yaml), the model preset named by
+ * `model_name_or_path`, the YAML file given with `-c` (PaddleFleetX layout: sections Global, Engine, Model, Data,
+ * Optimizer, Profiler, Distributed, `_base_` inheritance), the seeds' command-line flags (`--max_lr 1e-4`), and
+ * `-o Section.key=value` overrides. Every key a PaddleFleetX GPT config defines is recognised; the ones llm4d
+ * does not act on are accepted and listed at start-up as having no effect. Unknown keys and flags are errors
+ * naming the nearest valid one. After parsing, llm4d_config_finalize derives the dependent values (batch sizes,
+ * accumulation steps, decay steps, padded vocabulary) and validates everything once. */
+#ifndef LLM4D_CONFIG_CONFIG_H
+#define LLM4D_CONFIG_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+#define LLM4D_PATH_MAX 1024
+#define LLM4D_NAME_MAX 64
+#define LLM4D_MAX_NOEFFECT 128
+
+typedef struct {
+    /* Model geometry (a preset fills these; explicit keys override the preset). */
+    char name_or_path[LLM4D_PATH_MAX]; /* preset name (gpt2-tiny, gpt2-en, gpt3-1.3b, ...) or checkpoint directory */
+    char model_type[LLM4D_NAME_MAX];   /* Model.name / --model_type: "GPT" (aliases gpt, gpt2) */
+    int vocab_size;                    /* real vocabulary (50257 for GPT-2 BPE) */
+    int vocab_size_divisible_unit;     /* pad the vocabulary to a multiple of this (x mp_degree): 128 */
+    int padded_vocab_size;             /* derived */
+    int hidden_size;
+    int num_layers;
+    int num_attention_heads;
+    int ffn_hidden_size;               /* 0 in the input means 4 * hidden_size */
+    int max_position_embeddings;
+    float hidden_dropout_prob;
+    float attention_probs_dropout_prob;
+    float initializer_range;
+    int use_recompute;
+    char recompute_granularity[LLM4D_NAME_MAX]; /* "full" (the only one implemented on CPU) */
+    int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
+} llm4d_model_config;
+
+typedef struct {
+    char input_dir[LLM4D_PATH_MAX];  /* file or directory of token files */
+    int max_seq_len;
+    char split[LLM4D_NAME_MAX];      /* "949,50,1" */
+} llm4d_data_config;
+
+typedef struct {
+    float weight_decay;
+    float beta1, beta2, epsilon;
+    float max_lr, min_lr;
+    float warmup_rate;
+    int64_t decay_steps;             /* 0 in the input means max_steps */
+    float grad_clip;                 /* clip_norm; 0 disables clipping */
+} llm4d_optim_config;
+
+typedef struct {
+    int dp_degree, mp_degree, pp_degree, sharding_degree;  /* dp_degree 0 in the input means world/(mp*pp*sharding) */
+    int sharding_stage;
+    int sharding_offload;
+    int use_sharding;
+    int64_t bucket_size_bytes;       /* gradient all-reduce bucket size */
+} llm4d_dist_config;
+
+typedef struct {
+    char device[LLM4D_NAME_MAX];     /* "cpu" ("gpu" is refused until the CUDA backend exists) */
+    uint64_t seed;
+    int64_t global_batch_size;       /* 0 in the input: derived from local x dp x sharding */
+    int64_t local_batch_size;        /* per data-parallel rank; 0 in the input: derived */
+    int64_t micro_batch_size;
+    int64_t accumulate_steps;        /* derived: local / micro */
+    int64_t max_steps;
+    int logging_freq;
+    int eval_freq;                   /* <= 0 disables evaluation */
+    int eval_iters;
+    int64_t save_steps;              /* <= 0 disables periodic saves */
+    char output_dir[LLM4D_PATH_MAX];
+    char ckpt_dir[LLM4D_PATH_MAX];   /* resume from here when set */
+    int keep_last;                   /* checkpoints to keep; 0 keeps all */
+    int use_amp;                     /* Engine.mix_precision.enable / --use_amp */
+    char amp_dtype[LLM4D_NAME_MAX];  /* "bfloat16" or "float16" */
+    float scale_loss;
+    int threads;                     /* 0: all cores */
+    int backend_ref;                 /* --backend ref: run the naive reference kernels (testing) */
+
+    llm4d_model_config model;
+    llm4d_data_config data;
+    llm4d_optim_config optim;
+    llm4d_dist_config dist;
+
+    /* Keys that were set but have no effect in llm4d, to list at start-up ("Model.fused_linear", ...). */
+    int n_noeffect;
+    char noeffect[LLM4D_MAX_NOEFFECT][LLM4D_NAME_MAX * 2];
+
+    /* Keys given explicitly (by YAML, flag or override) as "Section.key" strings, for "explicit beats preset". */
+    int n_explicit;
+    char explicit_keys[256][LLM4D_NAME_MAX * 2];
+} llm4d_config;
+
+/* Defaults of PaddleFleetX's pretrain_gpt_base.yaml, adapted where llm4d documents otherwise (README). */
+void llm4d_config_defaults(llm4d_config *cfg);
+
+/* Parse `train`'s arguments (everything after the verb): -c FILE, -o Key=Val (repeatable), the seeds' flags.
+ * Does not derive or validate across keys; call llm4d_config_finalize next. */
+llm4d_code llm4d_config_parse_args(llm4d_config *cfg, int argc, char **argv, llm4d_err *err);
+
+/* Apply the model preset, derive dependent values for a world of `world_size` processes, validate everything.
+ * Every failure is a user error with one line naming the problem and the fix. */
+llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *err);
+
+/* `llm4d train --help`: every option with its default. */
+void llm4d_config_print_help(FILE *f);
+
+/* Set a model preset's geometry into cfg->model; returns LLM4D_EUSER with the list of presets if unknown. */
+llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err);
+
+#endif

@@ -1,0 +1,41 @@
+/* error.c — filling llm4d_err messages and failing internal assertions (see error.h). */
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+llm4d_code llm4d_fail(llm4d_err *err, llm4d_code code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+llm4d_code llm4d_wrap(llm4d_err *err, const char *fmt, ...) {
+    if (!err) return LLM4D_EINTERNAL;
+    char prefix[512], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    return err->code;
+}
+
+void llm4d_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+    fprintf(stderr, "llm4d internal error at %s:%d: assertion `%s` failed: ", file, line, cond);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}

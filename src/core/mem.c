@@ -1,0 +1,52 @@
+/* mem.c — category-tagged allocation accounting (see mem.h). */
+#include "core/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const category_names[LLM4D_MEM_NCATEGORIES] = {
+    "params", "grads", "optimizer", "activations", "comm", "workspace",
+};
+
+const char *llm4d_mem_category_name(llm4d_mem_category c) {
+    return (c >= 0 && c < LLM4D_MEM_NCATEGORIES) ? category_names[c] : "?";
+}
+
+size_t llm4d_mem_total(const llm4d_mem *mem) {
+    size_t t = 0;
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) t += mem->bytes[c];
+    return t;
+}
+
+void llm4d_mem_account(llm4d_mem *mem, llm4d_mem_category c, long long delta) {
+    if (!mem) return;
+    mem->bytes[c] = (size_t)((long long)mem->bytes[c] + delta);
+    if (mem->bytes[c] > mem->peak[c]) mem->peak[c] = mem->bytes[c];
+    size_t t = llm4d_mem_total(mem);
+    if (t > mem->total_peak) mem->total_peak = t;
+}
+
+void *llm4d_mem_alloc(llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (!p) return NULL;
+    memset(p, 0, rounded);
+    llm4d_mem_account(mem, c, (long long)bytes);
+    return p;
+}
+
+void llm4d_mem_free(llm4d_mem *mem, llm4d_mem_category c, void *ptr, size_t bytes) {
+    if (!ptr) return;
+    free(ptr);
+    llm4d_mem_account(mem, c, -(long long)bytes);
+}
+
+void llm4d_mem_print(const llm4d_mem *mem, FILE *f, const char *prefix) {
+    const double mib = 1024.0 * 1024.0;
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)
+        fprintf(f, "%s%-12s %10.2f MiB (peak %10.2f MiB)\n", prefix, category_names[c], mem->bytes[c] / mib,
+                mem->peak[c] / mib);
+    fprintf(f, "%s%-12s %10.2f MiB (peak %10.2f MiB)\n", prefix, "total", llm4d_mem_total(mem) / mib,
+            mem->total_peak / mib);
+}

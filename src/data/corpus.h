@@ -1,0 +1,41 @@
+/* corpus.h — a tokenized corpus: all documents' token ids concatenated, and the length of each document.
+ *
+ * This is the common view of every token file format llm4d reads (Paddle's `*_ids.npz` with arrays `ids` and
+ * `lens`; later Paddle's `*_ids.npy` + `*_idx.npz` pair and Megatron's `.bin` + `.idx`). Ids keep the width they
+ * have on disk (uint16 for GPT-2's vocabulary, or int32/int64) and may be memory-mapped; readers copy windows
+ * out as int32. Every structural problem in a file is a user error naming the file and what is wrong. */
+#ifndef LLM4D_DATA_CORPUS_H
+#define LLM4D_DATA_CORPUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef enum { LLM4D_DT_U16 = 0, LLM4D_DT_I32, LLM4D_DT_I64, LLM4D_DT_U32 } llm4d_dtype;
+
+typedef struct {
+    char path[1024];     /* the file it came from (for messages) */
+    llm4d_dtype dtype;   /* width of ids */
+    const void *ids;     /* n_tokens ids */
+    int64_t n_tokens;
+    int32_t *lens;       /* n_docs document lengths; sum == n_tokens */
+    int64_t n_docs;
+    int64_t *doc_start;  /* n_docs + 1 prefix sums of lens */
+    int64_t max_id;      /* largest id in the corpus (checked against the vocabulary once) */
+    /* ownership, for close */
+    void *owned_ids;
+    void *map;
+    size_t map_len;
+} llm4d_corpus;
+
+/* Open a Paddle `*_ids.npz` (arrays ids and lens, stored or deflated; ids uint16/int32/int64). */
+llm4d_code llm4d_corpus_open_npz(llm4d_corpus *c, const char *path, llm4d_err *err);
+/* Open whatever `input_dir` names: a token file, or a directory holding exactly the files to read. */
+llm4d_code llm4d_corpus_open(llm4d_corpus *c, const char *input_dir, llm4d_err *err);
+void llm4d_corpus_close(llm4d_corpus *c);
+
+/* Copy ids [start, start+n) as int32 into out (start + n <= n_tokens). */
+void llm4d_corpus_read(const llm4d_corpus *c, int64_t start, int64_t n, int32_t *out);
+
+#endif
