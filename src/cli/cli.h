@@ -1,0 +1,14 @@
+/* cli.h — the verbs of the llm4d command. Each verb lives in its own file (verb_<name>.c) and returns the
+ * process exit code: 0 success, 2 user error (one line on stderr naming the problem and the fix), 1 other. */
+#ifndef LLM4D_CLI_CLI_H
+#define LLM4D_CLI_CLI_H
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the verb */
+} llm4d_verb;
+
+int llm4d_cmd_train(int argc, char **argv);
+
+#endif

@@ -1,0 +1,26 @@
+/* main.c — `llm4d VERB [options]`: dispatches to the verb's file; `llm4d --help` lists the verbs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const llm4d_verb verbs[] = {
+    {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
+};
+static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: llm4d VERB [options]    (llm4d VERB --help for a verb's options)\n\nverbs:\n");
+    for (int i = 0; i < n_verbs; i++) fprintf(f, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 0; i < n_verbs; i++)
+        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "llm4d: unknown verb '%s'; run `llm4d --help` for the list of verbs\n", argv[1]);
+    return 2;
+}
