@@ -25,7 +25,13 @@ llm4d_code llm4d_wrap(llm4d_err *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* prefix, ": ", then as much of the old message as fits */
+    size_t np = strnlen(prefix, sizeof prefix), no = strnlen(old, sizeof old - 1);
+    size_t cap = sizeof err->msg - 1, k = 0;
+    for (size_t i = 0; i < np && k < cap; i++) err->msg[k++] = prefix[i];
+    for (const char *s = ": "; *s && k < cap; s++) err->msg[k++] = *s;
+    for (size_t i = 0; i < no && k < cap; i++) err->msg[k++] = old[i];
+    err->msg[k] = 0;
     return err->code;
 }
 

@@ -1,0 +1,311 @@
+/* gpt.c — GPT forward and backward composed from the backend's kernels (see gpt.h for the architecture).
+ *
+ * Memory is laid out once in gpt_create. Without recompute every block keeps its activations; with recompute only
+ * the residual stream entering each block is kept (res[l]) and one shared set of block activations is refilled
+ * by re-running the block's forward right before its backward. Backward kernels accumulate, so every activation
+ * gradient buffer is zeroed before the kernels that write it. */
+#include "model/gpt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+static float *param(const llm4d_gpt *g, float *base, int layer, llm4d_param_kind kind) {
+    if (layer < 0) {
+        for (int i = 0; i < g->table.n; i++)
+            if (g->table.p[i].kind == kind) return base + g->table.p[i].offset;
+        LLM4D_ASSERT(0, "no parameter of kind %d", (int)kind);
+    }
+    int first = g->table.layer_first[layer];
+    for (int i = first; i < g->table.n && g->table.p[i].layer == layer; i++)
+        if (g->table.p[i].kind == kind) return base + g->table.p[i].offset;
+    LLM4D_ASSERT(0, "no parameter of kind %d in layer %d", (int)kind, layer);
+    return NULL;
+}
+
+typedef struct {
+    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} block_weights;
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} block_grads;
+
+static block_weights block_w(const llm4d_gpt *g, int l) {
+    float *b = g->params;
+    return (block_weights){param(g, b, l, LLM4D_P_LN1W), param(g, b, l, LLM4D_P_LN1B), param(g, b, l, LLM4D_P_QKVW),
+                           param(g, b, l, LLM4D_P_QKVB), param(g, b, l, LLM4D_P_ATTPROJW),
+                           param(g, b, l, LLM4D_P_ATTPROJB), param(g, b, l, LLM4D_P_LN2W), param(g, b, l, LLM4D_P_LN2B),
+                           param(g, b, l, LLM4D_P_FCW), param(g, b, l, LLM4D_P_FCB), param(g, b, l, LLM4D_P_FCPROJW),
+                           param(g, b, l, LLM4D_P_FCPROJB)};
+}
+static block_grads block_g(const llm4d_gpt *g, int l) {
+    float *b = g->grads;
+    return (block_grads){param(g, b, l, LLM4D_P_LN1W), param(g, b, l, LLM4D_P_LN1B), param(g, b, l, LLM4D_P_QKVW),
+                         param(g, b, l, LLM4D_P_QKVB), param(g, b, l, LLM4D_P_ATTPROJW),
+                         param(g, b, l, LLM4D_P_ATTPROJB), param(g, b, l, LLM4D_P_LN2W), param(g, b, l, LLM4D_P_LN2B),
+                         param(g, b, l, LLM4D_P_FCW), param(g, b, l, LLM4D_P_FCB), param(g, b, l, LLM4D_P_FCPROJW),
+                         param(g, b, l, LLM4D_P_FCPROJB)};
+}
+
+static llm4d_attn_shape attn_shape(const llm4d_gpt *g, int B, int T) {
+    const int NH = g->cfg.num_attention_heads;
+    return (llm4d_attn_shape){.B = B, .T = T, .NH = NH, .HS = g->cfg.hidden_size / NH, .head0 = 0, .NH_total = NH};
+}
+
+static llm4d_dropout dropout(const llm4d_gpt *g, float p, int layer, int site, uint32_t step,
+                             const int64_t *sample_ids, int train) {
+    return (llm4d_dropout){.p = train ? p : 0.0f,
+                           .seed = g->seed,
+                           .stream = llm4d_rng_stream(LLM4D_RNG_DROPOUT, (unsigned)(layer + 1), (unsigned)site, step),
+                           .sample_ids = sample_ids};
+}
+
+/* ---- allocation ---- */
+
+static float *alloc_f(llm4d_gpt *g, llm4d_mem_category c, size_t n, int *ok) {
+    float *p = g->be->alloc(g->be, g->mem, c, n * sizeof(float));
+    if (!p) *ok = 0;
+    if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += n * sizeof(float);
+    return p;
+}
+
+static void alloc_block(llm4d_gpt *g, llm4d_block_acts *a, int *ok) {
+    const size_t BT = (size_t)g->B * g->T, C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size;
+    const size_t NH = g->cfg.num_attention_heads;
+    const llm4d_mem_category A = LLM4D_MEM_ACTIVATIONS;
+    a->ln1 = alloc_f(g, A, BT * C, ok);
+    a->ln1_mean = alloc_f(g, A, BT, ok);
+    a->ln1_rstd = alloc_f(g, A, BT, ok);
+    a->qkv = alloc_f(g, A, BT * 3 * C, ok);
+    a->atty = alloc_f(g, A, BT * C, ok);
+    a->att = alloc_f(g, A, (size_t)g->B * NH * g->T * g->T, ok);
+    a->res2 = alloc_f(g, A, BT * C, ok);
+    a->ln2 = alloc_f(g, A, BT * C, ok);
+    a->ln2_mean = alloc_f(g, A, BT, ok);
+    a->ln2_rstd = alloc_f(g, A, BT, ok);
+    a->fch = alloc_f(g, A, BT * F, ok);
+    a->fch_gelu = alloc_f(g, A, BT * F, ok);
+}
+
+static void free_f(llm4d_gpt *g, llm4d_mem_category c, float *p, size_t n) {
+    if (p) g->be->free(g->be, g->mem, c, p, n * sizeof(float));
+}
+
+static void free_block(llm4d_gpt *g, llm4d_block_acts *a) {
+    const size_t BT = (size_t)g->B * g->T, C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size;
+    const size_t NH = g->cfg.num_attention_heads;
+    const llm4d_mem_category A = LLM4D_MEM_ACTIVATIONS;
+    free_f(g, A, a->ln1, BT * C);
+    free_f(g, A, a->ln1_mean, BT);
+    free_f(g, A, a->ln1_rstd, BT);
+    free_f(g, A, a->qkv, BT * 3 * C);
+    free_f(g, A, a->atty, BT * C);
+    free_f(g, A, a->att, (size_t)g->B * NH * g->T * g->T);
+    free_f(g, A, a->res2, BT * C);
+    free_f(g, A, a->ln2, BT * C);
+    free_f(g, A, a->ln2_mean, BT);
+    free_f(g, A, a->ln2_rstd, BT);
+    free_f(g, A, a->fch, BT * F);
+    free_f(g, A, a->fch_gelu, BT * F);
+}
+
+static int n_block_acts(const llm4d_gpt *g) { return g->recompute ? 1 : g->cfg.num_layers; }
+
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem, int B,
+                            int T, int recompute, uint64_t seed, llm4d_err *err) {
+    memset(g, 0, sizeof *g);
+    g->cfg = *cfg;
+    g->be = be;
+    g->mem = mem;
+    g->B = B;
+    g->T = T;
+    g->recompute = recompute;
+    g->seed = seed;
+    LLM4D_TRY(llm4d_param_table_build(&g->table, cfg, err));
+    const size_t BT = (size_t)B * T, C = cfg->hidden_size, F = cfg->ffn_hidden_size, L = cfg->num_layers;
+    const size_t Vp = cfg->padded_vocab_size, NH = cfg->num_attention_heads;
+    int ok = 1;
+    g->params = alloc_f(g, LLM4D_MEM_PARAMS, g->table.total, &ok);
+    g->grads = alloc_f(g, LLM4D_MEM_GRADS, g->table.total, &ok);
+    g->res = calloc(L + 1, sizeof *g->res);
+    g->acts = calloc((size_t)n_block_acts(g), sizeof *g->acts);
+    if (!g->res || !g->acts) ok = 0;
+    if (ok) {
+        for (size_t l = 0; l <= L; l++) g->res[l] = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
+        for (int l = 0; l < n_block_acts(g); l++) alloc_block(g, &g->acts[l], &ok);
+        g->lnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
+        g->lnf_mean = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
+        g->lnf_rstd = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
+        g->logits = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * Vp, &ok);
+        g->losses = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
+        const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
+        g->dres = alloc_f(g, W, BT * C, &ok);
+        g->dres2 = alloc_f(g, W, BT * C, &ok);
+        g->dln = alloc_f(g, W, BT * C, &ok);
+        g->dqkv = alloc_f(g, W, BT * 3 * C, &ok);
+        g->datty = alloc_f(g, W, BT * C, &ok);
+        g->dproj = alloc_f(g, W, BT * C, &ok);
+        g->dfch = alloc_f(g, W, BT * F, &ok);
+        g->dfch_gelu = alloc_f(g, W, BT * F, &ok);
+        g->datt = alloc_f(g, W, (size_t)B * NH * T * T, &ok);
+    }
+    if (!ok) {
+        llm4d_gpt_destroy(g);
+        return llm4d_fail(err, LLM4D_ENOMEM,
+                          "out of memory allocating the model for micro batches of %d x %d; lower micro_batch_size "
+                          "or max_seq_len, or set use_recompute",
+                          B, T);
+    }
+    llm4d_param_init(&g->table, g->params, seed);
+    return LLM4D_OK;
+}
+
+void llm4d_gpt_destroy(llm4d_gpt *g) {
+    if (!g->be) return;
+    const size_t BT = (size_t)g->B * g->T, C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size;
+    const size_t L = g->cfg.num_layers, Vp = g->cfg.padded_vocab_size, NH = g->cfg.num_attention_heads;
+    free_f(g, LLM4D_MEM_PARAMS, g->params, g->table.total);
+    free_f(g, LLM4D_MEM_GRADS, g->grads, g->table.total);
+    if (g->res)
+        for (size_t l = 0; l <= L; l++) free_f(g, LLM4D_MEM_ACTIVATIONS, g->res[l], BT * C);
+    if (g->acts)
+        for (int l = 0; l < n_block_acts(g); l++) free_block(g, &g->acts[l]);
+    free(g->res);
+    free(g->acts);
+    const llm4d_mem_category A = LLM4D_MEM_ACTIVATIONS, W = LLM4D_MEM_WORKSPACE;
+    free_f(g, A, g->lnf, BT * C);
+    free_f(g, A, g->lnf_mean, BT);
+    free_f(g, A, g->lnf_rstd, BT);
+    free_f(g, A, g->logits, BT * Vp);
+    free_f(g, A, g->losses, BT);
+    free_f(g, W, g->dres, BT * C);
+    free_f(g, W, g->dres2, BT * C);
+    free_f(g, W, g->dln, BT * C);
+    free_f(g, W, g->dqkv, BT * 3 * C);
+    free_f(g, W, g->datty, BT * C);
+    free_f(g, W, g->dproj, BT * C);
+    free_f(g, W, g->dfch, BT * F);
+    free_f(g, W, g->dfch_gelu, BT * F);
+    free_f(g, W, g->datt, (size_t)g->B * NH * g->T * g->T);
+    llm4d_param_table_free(&g->table);
+    memset(g, 0, sizeof *g);
+}
+
+/* ---- forward ---- */
+
+static llm4d_block_acts *acts_of(llm4d_gpt *g, int l) { return &g->acts[g->recompute ? 0 : l]; }
+
+static void block_forward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, N = B * T;
+    const block_weights w = block_w(g, l);
+    llm4d_block_acts *a = acts_of(g, l);
+    const float *x = g->res[l];
+    const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
+                                        sample_ids, train);
+    const llm4d_dropout dout1 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train);
+    const llm4d_dropout dout2 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train);
+
+    be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+    be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+    be->attention_forward(be, a->atty, a->att, a->qkv, attn_shape(g, B, T), &dattn);
+    float *proj = g->dproj; /* scratch: the c_proj output is only needed to form the residual */
+    be->linear_forward(be, proj, a->atty, w.attprojw, w.attprojb, N, C, C);
+    be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, &dout1);
+    be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+    be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, F);
+    be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * F);
+    be->linear_forward(be, proj, a->fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
+    be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, &dout2);
+}
+
+double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *dloss,
+                         const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
+    LLM4D_ASSERT(B <= g->B && T <= g->T, "micro batch %dx%d exceeds the allocated %dx%d", B, T, g->B, g->T);
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T;
+    const int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab_size;
+    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
+    be->encoder_forward(be, g->res[0], tokens, param(g, g->params, -1, LLM4D_P_WTE),
+                        param(g, g->params, -1, LLM4D_P_WPE), B, T, C);
+    be->dropout_forward(be, g->res[0], g->res[0], B, (size_t)T * C, &demb);
+    for (int l = 0; l < L; l++) block_forward(g, l, sample_ids, step, train, B, T);
+    be->layernorm_forward(be, g->lnf, g->lnf_mean, g->lnf_rstd, g->res[L], param(g, g->params, -1, LLM4D_P_LNFW),
+                          param(g, g->params, -1, LLM4D_P_LNFB), N, C);
+    be->linear_forward(be, g->logits, g->lnf, param(g, g->params, -1, LLM4D_P_WTE), NULL, N, C, Vp);
+    if (!targets) return 0.0;
+    be->crossentropy_forward_backward(be, g->losses, dloss ? g->logits : NULL, g->logits, targets, dloss, N, V, Vp);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += (double)g->losses[i] * (dloss ? dloss[i] : 1.0f);
+    return sum;
+}
+
+/* ---- backward ---- */
+
+static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, N = B * T;
+    const size_t NC = (size_t)N * C, NF = (size_t)N * F, NH = g->cfg.num_attention_heads;
+    if (g->recompute) block_forward(g, l, sample_ids, step, train, B, T);
+    const block_weights w = block_w(g, l);
+    const block_grads dw = block_g(g, l);
+    llm4d_block_acts *a = acts_of(g, l);
+    const float *x = g->res[l];
+    const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
+                                        sample_ids, train);
+    const llm4d_dropout dout1 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train);
+    const llm4d_dropout dout2 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train);
+
+    /* g->dres holds d(res[l+1]). MLP sublayer: res[l+1] = res2 + drop(fcproj(gelu(fc(ln2(res2))))) */
+    be->zero(be, g->dres2, NC * sizeof(float));
+    be->zero(be, g->dproj, NC * sizeof(float));
+    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, B, (size_t)T * C, &dout2);
+    be->zero(be, g->dfch_gelu, NF * sizeof(float));
+    be->linear_backward(be, g->dfch_gelu, dw.fcprojw, dw.fcprojb, g->dproj, a->fch_gelu, w.fcprojw, N, F, C);
+    be->zero(be, g->dfch, NF * sizeof(float));
+    be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
+    be->zero(be, g->dln, NC * sizeof(float));
+    be->linear_backward(be, g->dln, dw.fcw, dw.fcb, g->dfch, a->ln2, w.fcw, N, C, F);
+    be->layernorm_backward(be, g->dres2, dw.ln2w, dw.ln2b, g->dln, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
+
+    /* attention sublayer: res2 = x + drop(attproj(attn(qkv(ln1(x))))); d(x) goes to g->dres */
+    be->zero(be, g->dres, NC * sizeof(float));
+    be->zero(be, g->dproj, NC * sizeof(float));
+    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, B, (size_t)T * C, &dout1);
+    be->zero(be, g->datty, NC * sizeof(float));
+    be->linear_backward(be, g->datty, dw.attprojw, dw.attprojb, g->dproj, a->atty, w.attprojw, N, C, C);
+    be->zero(be, g->dqkv, NC * 3 * sizeof(float));
+    be->attention_backward(be, g->dqkv, g->datt, g->datty, a->qkv, a->att, attn_shape(g, B, T), &dattn);
+    (void)NH;
+    be->zero(be, g->dln, NC * sizeof(float));
+    be->linear_backward(be, g->dln, dw.qkvw, dw.qkvb, g->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
+    be->layernorm_backward(be, g->dres, dw.ln1w, dw.ln1b, g->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
+                        int B, int T) {
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T, Vp = g->cfg.padded_vocab_size;
+    const size_t NC = (size_t)N * C;
+    float *dwte = param(g, g->grads, -1, LLM4D_P_WTE);
+    /* LM head (tied): logits = lnf wte^T; g->logits holds dlogits now. */
+    be->zero(be, g->dln, NC * sizeof(float));
+    be->linear_backward(be, g->dln, dwte, NULL, g->logits, g->lnf, param(g, g->params, -1, LLM4D_P_WTE), N, C, Vp);
+    be->zero(be, g->dres, NC * sizeof(float));
+    be->layernorm_backward(be, g->dres, param(g, g->grads, -1, LLM4D_P_LNFW), param(g, g->grads, -1, LLM4D_P_LNFB),
+                           g->dln, g->res[L], param(g, g->params, -1, LLM4D_P_LNFW), g->lnf_mean, g->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) block_backward(g, l, sample_ids, step, train, B, T);
+    /* embeddings: res[0] = drop(wte[tokens] + wpe) */
+    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
+    be->zero(be, g->dres2, NC * sizeof(float));
+    be->dropout_backward(be, g->dres2, g->dres, B, (size_t)T * C, &demb);
+    be->encoder_backward(be, dwte, param(g, g->grads, -1, LLM4D_P_WPE), g->dres2, tokens, B, T, C);
+}
+
+double llm4d_gpt_flops_per_token(const llm4d_model_config *c, int T) {
+    const double C = c->hidden_size, F = c->ffn_hidden_size, L = c->num_layers, V = c->vocab_size;
+    const double matmul_params = L * (3 * C * C + C * C + 2 * C * F) + V * C;
+    return 6.0 * matmul_params + 12.0 * L * T * C;
+}

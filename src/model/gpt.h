@@ -1,0 +1,74 @@
+/* gpt.h — the GPT-2/GPT-3 decoder: forward and backward over one micro-batch.
+ *
+ * token + learned position embeddings -> dropout -> L pre-LayerNorm blocks
+ *   x = x + dropout(c_proj(attn(ln_1(x))));  x = x + dropout(c_proj(gelu(c_fc(ln_2(x)))))
+ * -> ln_f -> logits = x wte^T (the LM head is tied to the token embedding) -> softmax cross-entropy over the real
+ * vocabulary (padded logits masked out).
+ *
+ * The model owns its parameters, gradients and activations (allocated once, accounted by category), and calls
+ * only the backend's method table. With recompute, forward keeps only each block's input, and backward runs the
+ * block's forward again just before its backward (PaddleFleetX's recompute_granularity "full"). */
+#ifndef LLM4D_MODEL_GPT_H
+#define LLM4D_MODEL_GPT_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/mem.h"
+#include "model/params.h"
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd;  /* [BT,C], [BT], [BT] */
+    float *qkv;                        /* [BT,3C] */
+    float *atty;                       /* [BT,C] attention output before c_proj */
+    float *att;                        /* [B,NH,T,T] softmax probabilities */
+    float *res2;                       /* [BT,C] residual stream after the attention sublayer */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch;                        /* [BT,F] c_fc output */
+    float *fch_gelu;                   /* [BT,F] */
+} llm4d_block_acts;
+
+typedef struct {
+    llm4d_model_config cfg;
+    llm4d_param_table table;
+    llm4d_backend *be;
+    llm4d_mem *mem;
+    float *params;   /* flat, table.total elements */
+    float *grads;    /* same layout */
+
+    int B, T;        /* micro-batch shape the activations are sized for */
+    int recompute;
+    uint64_t seed;   /* dropout seed */
+
+    float **res;             /* res[l], l = 0..L: input of block l; res[L] is the last block's output */
+    llm4d_block_acts *acts;  /* L blocks, or 1 shared block when recomputing */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;           /* [BT,Vp]; holds dlogits after a training forward */
+    float *losses;           /* [BT] per-token loss */
+    /* backward scratch, shared by all blocks */
+    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *datt;
+    size_t act_bytes;        /* bytes of activations held (for the report) */
+} llm4d_gpt;
+
+/* Build the model: parameter table, flat params/grads buffers (params initialised from cfg seed), activations for
+ * micro-batches of B x T. */
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem, int B,
+                            int T, int recompute, uint64_t seed, llm4d_err *err);
+void llm4d_gpt_destroy(llm4d_gpt *g);
+
+/* Forward a micro-batch. tokens/targets [B*T]; sample_ids [B] global sample index of each row (dropout positions);
+ * step is the global step (dropout stream); train enables dropout. When dloss is not NULL, the loss gradient is
+ * prepared (dloss[i] is d(loss)/d(token loss i), i.e. mask/count) and llm4d_gpt_backward may follow. Returns the
+ * sum of losses[i] * weight[i] (weight = dloss, or 1 when dloss is NULL). */
+double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *dloss,
+                         const int64_t *sample_ids, uint32_t step, int train, int B, int T);
+/* Backward of the last forward (same arguments), accumulating into g->grads. */
+void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
+                        int B, int T);
+
+/* FLOPs per token of one training step (forward + backward): 6 x (parameters in matmuls) + attention's
+ * 12 x L x T x C (QK^T and AV, forward and backward, full T x T), the convention of llm.c and Megatron. */
+double llm4d_gpt_flops_per_token(const llm4d_model_config *cfg, int T);
+
+#endif

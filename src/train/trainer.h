@@ -1,0 +1,44 @@
+/* trainer.h — one training run: build everything from a validated config, then run the step loop.
+ *
+ * A step: read this rank's rows of the global batch; zero gradients; for each micro-batch, forward with the loss
+ * gradient weights mask/count (count = unmasked tokens in the WHOLE global batch, so accumulation and data
+ * parallelism never change the value) and backward; global-norm clip; AdamW at lr(step); log. */
+#ifndef LLM4D_TRAIN_TRAINER_H
+#define LLM4D_TRAIN_TRAINER_H
+
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "data/corpus.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "optim/lr.h"
+
+typedef struct {
+    const llm4d_config *cfg;
+    llm4d_backend *be;
+    llm4d_mem mem;
+    llm4d_gpt model;
+    llm4d_adamw opt;
+    llm4d_corpus corpus;
+    llm4d_loader loader;
+    llm4d_batch batch;
+    llm4d_lr_schedule lr;
+    llm4d_log log;
+    FILE *metrics;
+    float *dloss;           /* [micro_batch * T] loss-gradient weights of one micro-batch */
+    int world_size;
+    double flops_per_token;
+    const char *debug_dump; /* test facility: directory to dump initial weights, first logits/grads, batches */
+    int have_corpus, have_model, have_opt, have_batch;
+} llm4d_trainer;
+
+llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const char *debug_dump, llm4d_err *err);
+llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err);
+void llm4d_trainer_free(llm4d_trainer *tr);
+
+#endif
