@@ -45,7 +45,19 @@ static llm4d_code dump_param_table(const llm4d_trainer *tr, llm4d_err *err) {
     FILE *f = fopen(path, "w");
     if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
     const llm4d_param_table *t = &tr->model.table;
-    fprintf(f, "{\"total\": %zu, \"params\": [\n", t->total);
+    const llm4d_model_config *m = &tr->cfg->model;
+    const llm4d_optim_config *o = &tr->cfg->optim;
+    fprintf(f,
+            "{\"vocab_size\": %d, \"padded_vocab_size\": %d, \"hidden_size\": %d, \"num_layers\": %d, "
+            "\"num_attention_heads\": %d, \"ffn_hidden_size\": %d, \"max_seq_len\": %d, \"micro_batch_size\": %lld, "
+            "\"global_batch_size\": %lld, \"max_steps\": %lld, \"max_lr\": %.9g, \"min_lr\": %.9g, "
+            "\"warmup_rate\": %.9g, \"decay_steps\": %lld, \"weight_decay\": %.9g, \"beta1\": %.9g, "
+            "\"beta2\": %.9g, \"epsilon\": %.9g, \"grad_clip\": %.9g,\n",
+            m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
+            m->ffn_hidden_size, tr->cfg->data.max_seq_len, (long long)tr->cfg->micro_batch_size,
+            (long long)tr->cfg->global_batch_size, (long long)tr->cfg->max_steps, o->max_lr, o->min_lr, o->warmup_rate,
+            (long long)o->decay_steps, o->weight_decay, o->beta1, o->beta2, o->epsilon, o->grad_clip);
+    fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
         fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%lld%s%lld], \"decay\": %d}%s\n",
