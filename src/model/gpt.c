@@ -12,17 +12,32 @@
 
 #include "core/rng.h"
 
-static float *param(const llm4d_gpt *g, float *base, int layer, llm4d_param_kind kind) {
-    if (layer < 0) {
-        for (int i = 0; i < g->table.n; i++)
-            if (g->table.p[i].kind == kind) return base + g->table.p[i].offset;
-        LLM4D_ASSERT(0, "no parameter of kind %d", (int)kind);
+/* Pointer to parameter `kind` of `layer` (-1: embeddings / final LayerNorm) inside its group's buffer `base`. */
+static float *at(const llm4d_gpt *g, float *base, int layer, llm4d_param_kind kind) {
+    const llm4d_param_table *t = &g->table;
+    int first = layer < 0 ? 0 : t->layer_first[layer];
+    for (int i = first; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        if (p->layer != layer || p->kind != kind) continue;
+        return base + (p->offset - t->group_lo[llm4d_param_group(p, g->cfg.num_layers)]);
     }
-    int first = g->table.layer_first[layer];
-    for (int i = first; i < g->table.n && g->table.p[i].layer == layer; i++)
-        if (g->table.p[i].kind == kind) return base + g->table.p[i].offset;
     LLM4D_ASSERT(0, "no parameter of kind %d in layer %d", (int)kind, layer);
     return NULL;
+}
+
+static float *params_of(llm4d_gpt *g, int group, int pass) {
+    if (g->hooks.params_for) return g->hooks.params_for(g->hooks.ctx, group, pass);
+    return g->params + g->table.group_lo[group];
+}
+static void release(llm4d_gpt *g, int group, int pass) {
+    if (g->hooks.release) g->hooks.release(g->hooks.ctx, group, pass);
+}
+static float *grads_of(llm4d_gpt *g, int group) {
+    if (g->hooks.grads_for) return g->hooks.grads_for(g->hooks.ctx, group);
+    return g->grads + g->table.group_lo[group];
+}
+static void grads_done(llm4d_gpt *g, int group) {
+    if (g->hooks.grads_done) g->hooks.grads_done(g->hooks.ctx, group);
 }
 
 typedef struct {
@@ -32,21 +47,16 @@ typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } block_grads;
 
-static block_weights block_w(const llm4d_gpt *g, int l) {
-    float *b = g->params;
-    return (block_weights){param(g, b, l, LLM4D_P_LN1W), param(g, b, l, LLM4D_P_LN1B), param(g, b, l, LLM4D_P_QKVW),
-                           param(g, b, l, LLM4D_P_QKVB), param(g, b, l, LLM4D_P_ATTPROJW),
-                           param(g, b, l, LLM4D_P_ATTPROJB), param(g, b, l, LLM4D_P_LN2W), param(g, b, l, LLM4D_P_LN2B),
-                           param(g, b, l, LLM4D_P_FCW), param(g, b, l, LLM4D_P_FCB), param(g, b, l, LLM4D_P_FCPROJW),
-                           param(g, b, l, LLM4D_P_FCPROJB)};
+static block_grads block_ptrs(const llm4d_gpt *g, float *b, int l) {
+    return (block_grads){at(g, b, l, LLM4D_P_LN1W), at(g, b, l, LLM4D_P_LN1B), at(g, b, l, LLM4D_P_QKVW),
+                         at(g, b, l, LLM4D_P_QKVB), at(g, b, l, LLM4D_P_ATTPROJW), at(g, b, l, LLM4D_P_ATTPROJB),
+                         at(g, b, l, LLM4D_P_LN2W), at(g, b, l, LLM4D_P_LN2B), at(g, b, l, LLM4D_P_FCW),
+                         at(g, b, l, LLM4D_P_FCB), at(g, b, l, LLM4D_P_FCPROJW), at(g, b, l, LLM4D_P_FCPROJB)};
 }
-static block_grads block_g(const llm4d_gpt *g, int l) {
-    float *b = g->grads;
-    return (block_grads){param(g, b, l, LLM4D_P_LN1W), param(g, b, l, LLM4D_P_LN1B), param(g, b, l, LLM4D_P_QKVW),
-                         param(g, b, l, LLM4D_P_QKVB), param(g, b, l, LLM4D_P_ATTPROJW),
-                         param(g, b, l, LLM4D_P_ATTPROJB), param(g, b, l, LLM4D_P_LN2W), param(g, b, l, LLM4D_P_LN2B),
-                         param(g, b, l, LLM4D_P_FCW), param(g, b, l, LLM4D_P_FCB), param(g, b, l, LLM4D_P_FCPROJW),
-                         param(g, b, l, LLM4D_P_FCPROJB)};
+static block_weights block_w(const llm4d_gpt *g, float *base, int l) {
+    block_grads p = block_ptrs(g, base, l);
+    return (block_weights){p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.attprojw, p.attprojb,
+                           p.ln2w, p.ln2b, p.fcw, p.fcb, p.fcprojw, p.fcprojb};
 }
 
 static llm4d_attn_shape attn_shape(const llm4d_gpt *g, int B, int T) {
@@ -197,10 +207,11 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
 
 static llm4d_block_acts *acts_of(llm4d_gpt *g, int l) { return &g->acts[g->recompute ? 0 : l]; }
 
-static void block_forward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
+static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *sample_ids, uint32_t step, int train,
+                          int B, int T) {
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, N = B * T;
-    const block_weights w = block_w(g, l);
+    const block_weights w = block_w(g, pbase, l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
     const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
@@ -228,13 +239,21 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
     const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T;
     const int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab_size;
     const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
-    be->encoder_forward(be, g->res[0], tokens, param(g, g->params, -1, LLM4D_P_WTE),
-                        param(g, g->params, -1, LLM4D_P_WPE), B, T, C);
+    float *emb = params_of(g, 0, 0);
+    be->encoder_forward(be, g->res[0], tokens, at(g, emb, -1, LLM4D_P_WTE), at(g, emb, -1, LLM4D_P_WPE), B, T, C);
+    release(g, 0, 0);
     be->dropout_forward(be, g->res[0], g->res[0], B, (size_t)T * C, &demb);
-    for (int l = 0; l < L; l++) block_forward(g, l, sample_ids, step, train, B, T);
-    be->layernorm_forward(be, g->lnf, g->lnf_mean, g->lnf_rstd, g->res[L], param(g, g->params, -1, LLM4D_P_LNFW),
-                          param(g, g->params, -1, LLM4D_P_LNFB), N, C);
-    be->linear_forward(be, g->logits, g->lnf, param(g, g->params, -1, LLM4D_P_WTE), NULL, N, C, Vp);
+    for (int l = 0; l < L; l++) {
+        block_forward(g, params_of(g, 1 + l, 0), l, sample_ids, step, train, B, T);
+        release(g, 1 + l, 0);
+    }
+    float *fin = params_of(g, L + 1, 0);
+    be->layernorm_forward(be, g->lnf, g->lnf_mean, g->lnf_rstd, g->res[L], at(g, fin, -1, LLM4D_P_LNFW),
+                          at(g, fin, -1, LLM4D_P_LNFB), N, C);
+    release(g, L + 1, 0);
+    emb = params_of(g, 0, 0);
+    be->linear_forward(be, g->logits, g->lnf, at(g, emb, -1, LLM4D_P_WTE), NULL, N, C, Vp);
+    release(g, 0, 0);
     if (!targets) return 0.0;
     be->crossentropy_forward_backward(be, g->losses, dloss ? g->logits : NULL, g->logits, targets, dloss, N, V, Vp);
     double sum = 0.0;
@@ -247,10 +266,11 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
 static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, N = B * T;
-    const size_t NC = (size_t)N * C, NF = (size_t)N * F, NH = g->cfg.num_attention_heads;
-    if (g->recompute) block_forward(g, l, sample_ids, step, train, B, T);
-    const block_weights w = block_w(g, l);
-    const block_grads dw = block_g(g, l);
+    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    float *pbase = params_of(g, 1 + l, 1);
+    if (g->recompute) block_forward(g, pbase, l, sample_ids, step, train, B, T);
+    const block_weights w = block_w(g, pbase, l);
+    const block_grads dw = block_ptrs(g, grads_of(g, 1 + l), l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
     const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
@@ -278,10 +298,11 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     be->linear_backward(be, g->datty, dw.attprojw, dw.attprojb, g->dproj, a->atty, w.attprojw, N, C, C);
     be->zero(be, g->dqkv, NC * 3 * sizeof(float));
     be->attention_backward(be, g->dqkv, g->datt, g->datty, a->qkv, a->att, attn_shape(g, B, T), &dattn);
-    (void)NH;
     be->zero(be, g->dln, NC * sizeof(float));
     be->linear_backward(be, g->dln, dw.qkvw, dw.qkvb, g->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
     be->layernorm_backward(be, g->dres, dw.ln1w, dw.ln1b, g->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);
+    grads_done(g, 1 + l);
+    release(g, 1 + l, 1);
 }
 
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
@@ -289,19 +310,27 @@ void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *samp
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T, Vp = g->cfg.padded_vocab_size;
     const size_t NC = (size_t)N * C;
-    float *dwte = param(g, g->grads, -1, LLM4D_P_WTE);
     /* LM head (tied): logits = lnf wte^T; g->logits holds dlogits now. */
+    float *emb = params_of(g, 0, 1), *demb_g = grads_of(g, 0);
     be->zero(be, g->dln, NC * sizeof(float));
-    be->linear_backward(be, g->dln, dwte, NULL, g->logits, g->lnf, param(g, g->params, -1, LLM4D_P_WTE), N, C, Vp);
+    be->linear_backward(be, g->dln, at(g, demb_g, -1, LLM4D_P_WTE), NULL, g->logits, g->lnf,
+                        at(g, emb, -1, LLM4D_P_WTE), N, C, Vp);
+    release(g, 0, 1);
+    float *fin = params_of(g, L + 1, 1), *dfin = grads_of(g, L + 1);
     be->zero(be, g->dres, NC * sizeof(float));
-    be->layernorm_backward(be, g->dres, param(g, g->grads, -1, LLM4D_P_LNFW), param(g, g->grads, -1, LLM4D_P_LNFB),
-                           g->dln, g->res[L], param(g, g->params, -1, LLM4D_P_LNFW), g->lnf_mean, g->lnf_rstd, N, C);
+    be->layernorm_backward(be, g->dres, at(g, dfin, -1, LLM4D_P_LNFW), at(g, dfin, -1, LLM4D_P_LNFB), g->dln,
+                           g->res[L], at(g, fin, -1, LLM4D_P_LNFW), g->lnf_mean, g->lnf_rstd, N, C);
+    grads_done(g, L + 1);
+    release(g, L + 1, 1);
     for (int l = L - 1; l >= 0; l--) block_backward(g, l, sample_ids, step, train, B, T);
     /* embeddings: res[0] = drop(wte[tokens] + wpe) */
     const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
     be->zero(be, g->dres2, NC * sizeof(float));
     be->dropout_backward(be, g->dres2, g->dres, B, (size_t)T * C, &demb);
-    be->encoder_backward(be, dwte, param(g, g->grads, -1, LLM4D_P_WPE), g->dres2, tokens, B, T, C);
+    demb_g = grads_of(g, 0);
+    be->encoder_backward(be, at(g, demb_g, -1, LLM4D_P_WTE), at(g, demb_g, -1, LLM4D_P_WPE), g->dres2, tokens, B, T,
+                         C);
+    grads_done(g, 0);
 }
 
 double llm4d_gpt_flops_per_token(const llm4d_model_config *c, int T) {

@@ -29,8 +29,21 @@ typedef struct {
     float *fch_gelu;                   /* [BT,F] */
 } llm4d_block_acts;
 
+/* Where the model finds a parameter group's weights and gradients (groups: params.h). Data parallel leaves these
+ * unset (everything lives in the flat buffers); ZeRO-3 gathers a group's weights in params_for and frees them in
+ * release; ZeRO-2 hands out a bucket in grads_for and reduce-scatters it in grads_done; data parallel starts a
+ * bucket's all-reduce in grads_done. pass is 0 in forward, 1 in backward (recompute re-reads in backward). */
+typedef struct {
+    void *ctx;
+    float *(*params_for)(void *ctx, int group, int pass);
+    void (*release)(void *ctx, int group, int pass);
+    float *(*grads_for)(void *ctx, int group);
+    void (*grads_done)(void *ctx, int group); /* called once per backward for each group, last writer first */
+} llm4d_gpt_hooks;
+
 typedef struct {
     llm4d_model_config cfg;
+    llm4d_gpt_hooks hooks;   /* zero: parameters and gradients in the flat buffers */
     llm4d_param_table table;
     llm4d_backend *be;
     llm4d_mem *mem;

@@ -87,6 +87,14 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     }
     add_param(t, LLM4D_P_LNFW, -1, "transformer.ln_f.weight", 0, 0, 1.0f, m);
     add_param(t, LLM4D_P_LNFB, -1, "transformer.ln_f.bias", 0, 0, 0.0f, m);
+    t->n_groups = m->num_layers + 2;
+    for (int g = 0; g < t->n_groups; g++) t->group_lo[g] = (size_t)-1, t->group_hi[g] = 0;
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        int g = llm4d_param_group(p, m->num_layers);
+        if (p->offset < t->group_lo[g]) t->group_lo[g] = p->offset;
+        if (p->offset + p->numel > t->group_hi[g]) t->group_hi[g] = p->offset + p->numel;
+    }
     return LLM4D_OK;
 }
 

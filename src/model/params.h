@@ -46,7 +46,17 @@ typedef struct {
     size_t total;        /* elements in the flat buffer */
     size_t total_real;   /* parameters of the model (padding rows not counted) */
     int layer_first[1024]; /* index into p of each layer's first parameter (layer-major order) */
+    /* Parameter groups, the unit of gathering, bucketing and pipeline ownership: group 0 = embeddings (wte, wpe),
+     * group 1 + l = block l, group L + 1 = the final LayerNorm. Group g is the range [group_lo[g], group_hi[g]). */
+    int n_groups;
+    size_t group_lo[1026], group_hi[1026];
 } llm4d_param_table;
+
+/* The group of a parameter's layer index (-1 = embeddings or final LayerNorm, told apart by kind). */
+static inline int llm4d_param_group(const llm4d_param *p, int num_layers) {
+    if (p->layer >= 0) return 1 + p->layer;
+    return (p->kind == LLM4D_P_LNFW || p->kind == LLM4D_P_LNFB) ? num_layers + 1 : 0;
+}
 
 /* Build the table for a model; returns LLM4D_ENOMEM on allocation failure. */
 llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, llm4d_err *err);
