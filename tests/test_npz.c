@@ -637,7 +637,7 @@ static void test_shipped(tally *t) {
     check(t, rc == LLM4D_OK, "shipped corpus opens (%s)", rc ? err.msg : path);
     if (rc != LLM4D_OK) return;
     check(t, c.dtype == LLM4D_DT_U16 && c.max_id == 50256, "shipped corpus: uint16 ids, max id 50256 (EOS)");
-    check(t, c.n_tokens == 1127862 && c.n_docs == 15174, "shipped corpus: 1127862 tokens in 15174 documents (got %lld, %lld)",
+    check(t, c.n_tokens == 696822 && c.n_docs == 15207, "shipped corpus: 696822 tokens in 15207 documents (got %lld, %lld)",
           (long long)c.n_tokens, (long long)c.n_docs);
     int eos_ok = 1;
     for (int64_t d = 0; d < c.n_docs && eos_ok; d++) {
