@@ -1,11 +1,11 @@
-/* test_safetensors.c — checks of the safetensors writer and validating reader (src/ckpt/safetensors.c).
+/* test_safetensors_unit.c — checks of the safetensors writer and validating reader (src/ckpt/safetensors.c).
  *
  * Run with no arguments it is the ctest test: round trips through files, float conversions at their edge cases,
  * and one malformed file per validation rule, each of which must become a user error naming the file (and the
  * tensor where there is one). It is also the llm4d side of tests/test_safetensors.sh, which compares against an
  * independent reader and writer in Debian's python3 + numpy + torch:
- *   test_safetensors write PATH   write the reference set of tensors (the formulas are repeated in the script)
- *   test_safetensors dump PATH    print every tensor and metadata entry as text; exit 2 with one line on stderr
+ *   test_safetensors_unit write PATH   write the reference set of tensors (the formulas are repeated in the script)
+ *   test_safetensors_unit dump PATH    print every tensor and metadata entry as text; exit 2 with one line on stderr
  *                                 when the file is rejected */
 #define _GNU_SOURCE
 #include <errno.h>
