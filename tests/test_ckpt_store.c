@@ -273,8 +273,9 @@ static void test_roundtrip(tally *t) {
     snprintf(p, sizeof p, "%s/step_1/model-0.safetensors", out);
     rc = llm4d_st_open(&sf, p, &err);
     ok = rc == LLM4D_OK && llm4d_st_find(&sf, "B") && llm4d_st_find(&sf, "A@0,0") && !llm4d_st_find(&sf, "A") &&
-         llm4d_st_meta(&sf, "llm4d.slices") && strstr(llm4d_st_meta(&sf, "llm4d.slices"), "\"A@0,0\"");
-    check(t, ok, "whole tensors under their global name, slices as name@offsets + llm4d.slices record",
+         llm4d_st_meta(&sf, "llm4d.slices") && strstr(llm4d_st_meta(&sf, "llm4d.slices"), "\"A@0,0\"") &&
+         llm4d_st_meta(&sf, "format") && strcmp(llm4d_st_meta(&sf, "format"), "pt") == 0;
+    check(t, ok, "whole tensors under their global name, slices as name@offsets + llm4d.slices record, format pt",
           rc ? err.msg : "");
     if (!rc) llm4d_st_close(&sf);
 
@@ -551,12 +552,92 @@ static void test_stale(tally *t) {
     FILE *fp = fopen(p, "w");
     fputs("partial", fp);
     fclose(fp);
+    snprintf(p, sizeof p, "%s/.tmp_users_own", out);
+    mkdir(p, 0755);
     fixture f;
     fixture_fill(&f, 2);
     llm4d_err err = {0};
     llm4d_code rc = fixture_save(&f, out, 2, 0, &err);
-    check(t, rc == LLM4D_OK && count_prefix(out, ".tmp") == 0 && latest_is(out, "step_2"),
-          "a stale .tmp_ directory is removed by the next save", rc ? err.msg : "");
+    check(t, rc == LLM4D_OK && count_prefix(out, ".tmp_step_") == 0 && latest_is(out, "step_2") && exists(p),
+          "a stale .tmp_step_ directory is removed by the next save (other .tmp_ names left alone)",
+          rc ? err.msg : "");
+    rmdir(p);
+}
+
+/* Flat ranges cut at pseudo-random points (ZeRO-like partitions that ignore rows), over tensors of 1 to 4 dims,
+ * read back whole and as other pseudo-random ranges. */
+static void test_ranges(tally *t) {
+    static const int64_t shapes[][4] = {{3, 4, 5, 0}, {7, 0, 0, 0}, {2, 1, 3, 2}, {4, 6, 0, 0}, {1, 1, 1, 9}};
+    static const int ndims[] = {3, 1, 4, 2, 4};
+    enum { NT = 5, NCASE = 6 };
+    float *data[NT * NCASE];
+    char names[NT * NCASE][16], out[512];
+    uint64_t rng = 42;
+    snprintf(out, sizeof out, "%s/ranges", root);
+    llm4d_ckpt_saver *s;
+    llm4d_err err = {0};
+    llm4d_code rc = llm4d_ckpt_save_begin(&s, out, 1, &err);
+    int boxes_ok = 1;
+    for (int k = 0; k < NT * NCASE && rc == LLM4D_OK; k++) {
+        int ti = k % NT;
+        int64_t n = llm4d_st_numel(ndims[ti], shapes[ti]);
+        data[k] = malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) data[k][i] = (float)(k * 1000 + i);
+        snprintf(names[k], sizeof names[k], "R%d", k);
+        int64_t cut[5] = {0, 0, 0, 0, n};
+        for (int j = 1; j < 4; j++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            cut[j] = (int64_t)((rng >> 33) % (uint64_t)(n + 1));
+        }
+        for (int a = 1; a < 4; a++) /* sort the three cuts */
+            for (int b = a; b > 1 && cut[b - 1] > cut[b]; b--) {
+                int64_t x = cut[b];
+                cut[b] = cut[b - 1];
+                cut[b - 1] = x;
+            }
+        for (int j = 0; j < 4 && rc == LLM4D_OK; j++) {
+            char file[32];
+            snprintf(file, sizeof file, "r%d.safetensors", j);
+            rc = llm4d_ckpt_save_range(s, file, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], cut[j], cut[j + 1],
+                                       data[k] + cut[j], &err);
+        }
+    }
+    if (rc == LLM4D_OK) rc = llm4d_ckpt_save_commit(s, NULL, 0, &err);
+    else llm4d_ckpt_save_abort(s);
+    check(t, rc == LLM4D_OK, "save 30 tensors (1-4 dims) as 4 flat ranges each, cut anywhere", rc ? err.msg : "");
+    llm4d_ckpt *c = NULL;
+    if (rc == LLM4D_OK) rc = llm4d_ckpt_open(&c, out, &err);
+    int whole_ok = rc == LLM4D_OK, range_ok = rc == LLM4D_OK;
+    char detail[1100] = "";
+    float buf[64];
+    for (int k = 0; k < NT * NCASE && c; k++) {
+        int ti = k % NT;
+        int64_t n = llm4d_st_numel(ndims[ti], shapes[ti]);
+        llm4d_ckpt_info info;
+        /* each range is at most 2*(ndim-1)+1 boxes */
+        if (!llm4d_ckpt_find(c, NULL, names[k], &info) || info.nslices > 4 * (2 * (ndims[ti] - 1) + 1)) boxes_ok = 0;
+        if (llm4d_ckpt_read(c, NULL, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], NULL, NULL, buf, &err) ||
+            memcmp(buf, data[k], (size_t)n * sizeof(float))) {
+            whole_ok = 0;
+            snprintf(detail, sizeof detail, "%s: %s", names[k], err.msg);
+        }
+        for (int r = 0; r < 10; r++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t b = (int64_t)((rng >> 33) % (uint64_t)(n + 1));
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t e = b + (int64_t)((rng >> 33) % (uint64_t)(n - b + 1));
+            if (llm4d_ckpt_read_range(c, NULL, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], b, e, buf, &err) ||
+                memcmp(buf, data[k] + b, (size_t)(e - b) * sizeof(float))) {
+                range_ok = 0;
+                snprintf(detail, sizeof detail, "%s [%lld, %lld): %s", names[k], (long long)b, (long long)e, err.msg);
+            }
+        }
+    }
+    check(t, whole_ok, "each read back whole", detail);
+    check(t, range_ok, "300 other flat ranges read back", detail);
+    check(t, boxes_ok, "a flat range is stored as at most 2*(ndim-1)+1 boxes", "");
+    if (c) llm4d_ckpt_close(c);
+    for (int k = 0; k < NT * NCASE; k++) free(data[k]);
 }
 
 static const char *kill_points[] = {"mid_file", "after_first_file", "before_dir_fsync", "before_rename",
@@ -646,6 +727,7 @@ int main(void) {
     test_keep_last(&t);
     test_unwritable(&t);
     test_stale(&t);
+    test_ranges(&t);
     test_sigkill(&t);
     if (t.fail == 0) {
         char cmd[400];

@@ -155,7 +155,7 @@ void llm4d_ckpt_save_abort(llm4d_ckpt_saver *s) {
     saver_free(s);
 }
 
-/* Remove .tmp_* directories left by killed saves (ours excepted). */
+/* Remove .tmp_step_* / .tmp_del_step_* directories left by killed saves or prunes (ours excepted). */
 static void remove_stale(const llm4d_ckpt_saver *s) {
     DIR *d = opendir(s->out_dir);
     if (!d) return;
@@ -163,7 +163,9 @@ static void remove_stale(const llm4d_ckpt_saver *s) {
     char path[PBUF];
     const char *own = strrchr(s->tmp_dir, '/') + 1;
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, ".tmp_", 5) != 0 || strcmp(e->d_name, own) == 0) continue;
+        if ((strncmp(e->d_name, ".tmp_step_", 10) != 0 && strncmp(e->d_name, ".tmp_del_step_", 14) != 0) ||
+            strcmp(e->d_name, own) == 0)
+            continue;
         snprintf(path, sizeof path, "%s/%s", s->out_dir, e->d_name);
         rm_tree(path);
     }
@@ -329,6 +331,8 @@ static llm4d_code flush_one(llm4d_ckpt_saver *s, ck_pending *p, llm4d_err *err) 
         LLM4D_TRY(write_blob(path, p->blob, p->blob_len, &p->crc, err));
         p->bytes = p->blob_len;
     } else {
+        /* transformers refuses a safetensors file whose metadata lacks format "pt" (when it has metadata at all) */
+        LLM4D_TRY(llm4d_st_writer_meta(&p->w, "format", "pt", err));
         if (p->slices) {
             char *text = cJSON_PrintUnformatted(p->slices);
             if (!text) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory writing %s", path);

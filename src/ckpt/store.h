@@ -15,8 +15,11 @@
  *   - a partial slice is stored under "<global name>@<off0>,<off1>,..." (its local shape) and recorded in the
  *     file's `__metadata__` under the key "llm4d.slices", whose value is JSON text:
  *       {"<local name>": {"name": "<global name>", "shape": [global shape], "offset": [offset per dim]}, ...}
+ *     Every tensor file also gets `"format": "pt"` in its metadata, which transformers requires.
  *     Keeping the record inside each file (not in meta.json) makes every file self-describing: a file moved or
  *     read alone still says what it holds.
+ * A flat C-order element range of a tensor (a ZeRO partition boundary need not fall on a row) is saved as the
+ * at most 2*(ndim-1)+1 boxes that make it up (llm4d_ckpt_save_range) and can be read back the same way.
  * The reader assembles any requested box of a global tensor from whatever slices the checkpoint holds (written as
  * 2 row-slices, read whole or as 4 other row-slices, ...), converting between float dtypes if asked. Slices of one
  * name must not overlap (ambiguous data is refused) and must cover the requested box.
@@ -31,9 +34,11 @@
  * If step_<N> exists already (a run resumed from an older checkpoint reaching step N again), the new directory is
  * swapped in with renameat2(RENAME_EXCHANGE), so step_<N> is at every instant either the old or the new complete
  * checkpoint; the old one is then removed. On a file system without RENAME_EXCHANGE the save is refused as a user
- * error and nothing is touched. Stale .tmp_* directories (from a killed save) are removed at the next save.
- * keep_last K > 0 then removes the lowest-numbered step_* directories until K remain, never the one `latest`
- * names; each is first renamed to a .tmp_ name, so a crash during removal never leaves a half-deleted step_*.
+ * error and nothing is touched. Stale .tmp_step_* / .tmp_del_step_* directories (a killed save or prune) are
+ * removed at the next save.
+ * keep_last K > 0 then keeps the step just saved (the one `latest` names) and the K-1 highest-numbered other
+ * step_* directories, removing the rest; each is first renamed to a .tmp_del_ name, so a crash during removal
+ * never leaves a half-deleted step_*.
  *
  * Load. The path is a step directory (it holds meta.json) or an output directory (its `latest`; without one, the
  * highest-numbered step_* that has a meta.json). Every file in the manifest is mapped and its size and crc32
@@ -128,7 +133,7 @@ int llm4d_ckpt_find(const llm4d_ckpt *c, const char *file_prefix, const char *na
 /* Read the box [offset, offset + shape) of global tensor `name` into out (C order, dtype dt, ndim dims).
  * expect_shape: the global shape the caller requires (NULL: any); a different one is a user error saying the
  * checkpoint was written for another model. offset NULL means zeros; shape NULL means the whole global shape.
- * Stored float dtypes convert to dt; other dtypes must match. */
+ * Stored float dtypes convert to dt; other dtypes must match. On error the contents of out are unspecified. */
 llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
                            int ndim, const int64_t *expect_shape, const int64_t *offset, const int64_t *shape,
                            void *out, llm4d_err *err);
