@@ -910,7 +910,14 @@ static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off
         llm4d_st_convert(out, dt, src, e->t->dtype, 1);
         return 1;
     }
-    int64_t run = hi[ndim - 1] - lo[ndim - 1], copied = 0;
+    /* Inner dims the intersection spans completely in both the slice and the box are contiguous in both, so they
+     * merge into one run (whole-row slices copy in one call, not one per row). */
+    int inner = ndim - 1;
+    int64_t run = hi[inner] - lo[inner], copied = 0;
+    while (inner > 0 && hi[inner] - lo[inner] == e->t->shape[inner] && hi[inner] - lo[inner] == shp[inner]) {
+        inner--;
+        run *= hi[inner] - lo[inner];
+    }
     for (int d = 0; d < ndim; d++) idx[d] = lo[d];
     for (;;) {
         /* offsets of idx in the slice and in the output box, C order */
@@ -921,7 +928,7 @@ static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off
         }
         llm4d_st_convert(out + (size_t)doff * dsz, dt, src + (size_t)so * ssz, e->t->dtype, (size_t)run);
         copied += run;
-        int d = ndim - 2;
+        int d = inner - 1;
         while (d >= 0 && ++idx[d] == hi[d]) {
             idx[d] = lo[d];
             d--;
