@@ -286,6 +286,10 @@ static void test_flags_and_overrides(T *t) {
     rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", "-o", "Model.ffn_hidden_size=None",
              NULL);
     expect_ok(t, "-o key=None resets to unset", rc, c->model.ffn_hidden_size == 256, "ffn wrong");
+    y = file(t, "noclip.yaml", "Optimizer:\n  grad_clip:\n");
+    rc = run(t, 0, "-c", y, NULL);
+    expect_ok(t, "an empty Optimizer.grad_clip means no clipping, as in PaddleFleetX", rc, c->optim.grad_clip == 0,
+              "clip not 0");
     rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", "--decay_steps", "0",
              "--max_steps", "123", NULL);
     expect_ok(t, "decay_steps 0 -> max_steps; ffn 0 -> 4h", rc,
