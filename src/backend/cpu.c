@@ -654,6 +654,8 @@ static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* softmax cross-entropy */
 
+#define CE_BLOCK 2048 /* logits per float partial sum */
+
 static void cpu_crossentropy_forward_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
                                               const int32_t *targets, const float *dloss, int N, int V, int Vp) {
     (void)be;
@@ -666,24 +668,33 @@ static void cpu_crossentropy_forward_backward(llm4d_backend *be, float *losses, 
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
         const float ly = l[y]; /* read before dlogits (which may be logits) is written */
+        /* float partial sums over blocks, added in double: a float-to-double reduction inside the exp loop
+         * vectorises ten times worse, and a single float sum over 50k terms would lose digits */
         double sum = 0.0;
-        if (dlogits) {
-            /* keep the exponentials in dlogits so the gradient pass does not recompute them */
-            float *d = dlogits + (size_t)n * Vp;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < V; j++) {
-                float e = vexp(l[j] - mx);
-                d[j] = e;
-                sum += e;
+        float *d = dlogits ? dlogits + (size_t)n * Vp : NULL;
+        for (int j0 = 0; j0 < V; j0 += CE_BLOCK) {
+            const int j1 = j0 + CE_BLOCK < V ? j0 + CE_BLOCK : V;
+            float s = 0.0f;
+            if (d) {
+                /* keep the exponentials in dlogits so the gradient pass does not recompute them */
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) {
+                    float e = vexp(l[j] - mx);
+                    d[j] = e;
+                    s += e;
+                }
+            } else {
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) s += vexp(l[j] - mx);
             }
+            sum += s;
+        }
+        if (d) {
             const float w = dloss ? dloss[n] : 1.0f, f = (float)(w / sum);
 #pragma omp simd
             for (int j = 0; j < V; j++) d[j] *= f;
             d[y] -= w;
             for (int j = V; j < Vp; j++) d[j] = 0.0f;
-        } else {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < V; j++) sum += vexp(l[j] - mx);
         }
         if (losses) losses[n] = (float)(log(sum) + (double)mx - (double)ly);
     }
