@@ -27,7 +27,12 @@ cd "$work" || exit 1
 yes_if() { "$@" && echo 1 || echo 0; }
 has() { yes_if grep -q -- "$2" "$1"; }
 hasnt() { yes_if test "$(has "$1" "$2")" = 0; }
-alive() { kill -0 "$1" 2>/dev/null; }
+# running (a zombie waiting for its parent to collect its status has already ended)
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
 # wait (at most $2 s) until file $1 has a line matching $3
 wait_for() {
     local i
@@ -41,7 +46,9 @@ rank_pid() { sed -n 's/^llm4d commtest: rank [0-9]* of [0-9]*, pid \([0-9]*\),.*
 parent_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null; }
 
 # 1. a normal job: 4 ranks, mp 2 x dp 2 (dp derived)
-timeout 60 "$LLM4D" launch --nproc 4 --log_dir logs -- __commtest --steps 5 --mp 2 >out1 2>err1
+cores=$(getconf _NPROCESSORS_ONLN)
+threads=$((cores / 4 > 1 ? cores / 4 : 1))
+env -u OMP_NUM_THREADS timeout 60 "$LLM4D" launch --nproc 4 --log_dir logs -- __commtest --steps 5 --mp 2 >out1 2>err1
 rc=$?
 check $(yes_if test $rc = 0) "4-rank job exits 0 (got $rc)"
 ok=1
@@ -50,6 +57,8 @@ for r in 0 1 2 3; do
 done
 check $ok "logs/workerlog.0..3 exist, each with its own rank's output through the end"
 check $(has out1 "rank 0 of 4") "rank 0 echoed to the terminal"
+check $(has logs/workerlog.2 "rank 2 of 4, pid [0-9]*, mpi backend, $threads OpenMP threads") \
+    "each of 4 ranks on $cores cores gets $threads OpenMP thread(s) when OMP_NUM_THREADS is unset"
 check $(hasnt out1 "rank [123] of 4") "the other ranks are not echoed"
 check $(yes_if test "$(has logs/workerlog.1 'mp group ranks: \[0, 1\]')$(has logs/workerlog.1 'dp group ranks: \[1, 3\]')" = 11) \
     "rank 1 prints its groups: mp [0, 1], dp [1, 3]"

@@ -18,6 +18,8 @@
  *     mpirun forwards to the terminal: rank 0 is echoed, the other ranks only write their files;
  *   - the rank runs with PR_SET_PDEATHSIG = SIGKILL, so when mpirun kills a worker its rank dies too; a
  *     termination signal the worker receives is passed on to the rank;
+ *   - OMP_NUM_THREADS, unless set, becomes cores / ranks on this host, so N ranks do not each start one
+ *     OpenMP thread per core;
  *   - when the rank ends the worker records how (DIR/.workerexit.<rank>: pid, exit code or signal, whether the
  *     worker had passed a signal on, wall time) and exits with the same status (128 + signal for a signal).
  * mpirun treats a non-zero exit (or MPI_Abort) of any rank as the end of the job and kills the others, so a rank
@@ -40,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <omp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -499,6 +502,18 @@ int llm4d_cmd_worker(int argc, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher) raise(SIGTERM); /* blocked: read from sfd below */
 
+    /* N ranks on one host each starting one OpenMP thread per core would run N x cores threads on the cores;
+     * unless the user chose, give each local rank its share */
+    if (!getenv("OMP_NUM_THREADS")) {
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local = 1;
+        if (!ls || !parse_int(ls, 1, INT_MAX, &local)) local = 1;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        char threads[24];
+        snprintf(threads, sizeof threads, "%ld", cores / local > 1 ? cores / local : 1);
+        setenv("OMP_NUM_THREADS", threads, 1);
+    }
+
     pid_t parent = getpid();
     pid_t child = fork();
     if (child < 0) {
@@ -615,8 +630,8 @@ int llm4d_cmd_commtest(int argc, char **argv) {
     llm4d_runtime rt;
     llm4d_err err = {0};
     if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
-    printf("llm4d commtest: rank %d of %d, pid %ld, %s backend\n", rt.rank, rt.world_size, (long)getpid(),
-           rt.world->ops->backend);
+    printf("llm4d commtest: rank %d of %d, pid %ld, %s backend, %d OpenMP threads\n", rt.rank, rt.world_size,
+           (long)getpid(), rt.world->ops->backend, omp_get_max_threads());
     fflush(stdout);
     llm4d_log log = {stdout, 1};
     llm4d_topology topo;
