@@ -145,7 +145,8 @@ wait $launcher 2>/dev/null
 rc=$?
 left=""
 for p in $pids; do alive "$p" && left="$left $p"; done
-check $(yes_if test $gone = 1 -a $rc != 0 -a -z "$left") "SIGTERM to the launcher ends the job (exit $rc, left:${left:- none})"
+check $(yes_if test $gone = 1 -a $rc = 143 -a -z "$left") "SIGTERM to the launcher ends the job (exit $rc = 128 + 15, left:${left:- none})"
+check $(has err5 "llm4d launch: the job was stopped by signal 15 (Terminated) sent to the launcher") "and says so"
 if [ $gone = 0 ]; then kill -9 $launcher $pids 2>/dev/null; fi
 
 # 6. usage errors

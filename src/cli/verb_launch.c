@@ -30,8 +30,8 @@
  * shutdown are not the cause). It prints e.g. `llm4d launch: rank 1 (pid 4242) was killed by signal 9 (Killed);
  * see log/workerlog.1` plus the last lines of that rank's log, and exits with that rank's code (a user error on
  * any rank: 2), or 128 + signal. With no such record (a remote rank, mpirun itself failing) it reports mpirun's
- * exit code. The launcher forwards SIGTERM/SIGHUP/SIGINT sent to it alone to mpirun; a terminal's Ctrl-C already
- * reaches mpirun, which is in the same process group.
+ * exit code. The launcher passes SIGTERM/SIGHUP/SIGINT sent to it alone on to mpirun (which stops the job) and
+ * then exits 128 + signal; a terminal's Ctrl-C already reaches mpirun, which is in the same process group.
  *
  * `__commtest` is a small job for the tests: it builds the topology and its groups, prints them, and all-reduces
  * a vector every step, checking the sums; --fail_rank/--fail_step make one rank fail a "user check" mid-job.
@@ -382,7 +382,7 @@ int llm4d_cmd_launch(int argc, char **argv) {
         return 2;
     }
 
-    int status = 0;
+    int status = 0, passed_on = 0;
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
@@ -395,7 +395,10 @@ int llm4d_cmd_launch(int argc, char **argv) {
         struct timespec tick = {1, 0};
         int sig = sigtimedwait(&set, &info, &tick);
         /* a signal sent to us alone (kill, a scheduler) is passed on; a terminal's Ctrl-C reached mpirun too */
-        if (sig > 0 && sig != SIGCHLD && (info.si_code == SI_USER || info.si_code == SI_QUEUE)) kill(pid, sig);
+        if (sig > 0 && sig != SIGCHLD && (info.si_code == SI_USER || info.si_code == SI_QUEUE)) {
+            kill(pid, sig);
+            passed_on = sig;
+        }
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
 
@@ -419,6 +422,11 @@ int llm4d_cmd_launch(int argc, char **argv) {
         if (n_valid == nproc) break;
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
+    }
+    if (!cause.valid && passed_on) {
+        fprintf(stderr, "llm4d launch: the job was stopped by signal %d (%s) sent to the launcher\n", passed_on,
+                strsignal(passed_on));
+        return 128 + passed_on;
     }
     if (!cause.valid) {
         fprintf(stderr, "llm4d launch: mpirun exited with code %d; see %s/workerlog.* and mpirun's messages above\n",
