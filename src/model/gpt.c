@@ -125,6 +125,13 @@ static int n_block_acts(const llm4d_gpt *g) { return g->recompute ? 1 : g->cfg.n
 
 llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem, int B,
                             int T, int recompute, uint64_t seed, llm4d_err *err) {
+    const llm4d_gpt_layout plain = {.group_align = 1};
+    return llm4d_gpt_create_ex(g, cfg, be, mem, B, T, recompute, seed, &plain, err);
+}
+
+llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
+                               int B, int T, int recompute, uint64_t seed, const llm4d_gpt_layout *layout,
+                               llm4d_err *err) {
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->be = be;
@@ -133,12 +140,12 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_b
     g->T = T;
     g->recompute = recompute;
     g->seed = seed;
-    LLM4D_TRY(llm4d_param_table_build(&g->table, cfg, err));
+    LLM4D_TRY(llm4d_param_table_build_aligned(&g->table, cfg, layout->group_align, err));
     const size_t BT = (size_t)B * T, C = cfg->hidden_size, F = cfg->ffn_hidden_size, L = cfg->num_layers;
     const size_t Vp = cfg->padded_vocab_size, NH = cfg->num_attention_heads;
     int ok = 1;
-    g->params = alloc_f(g, LLM4D_MEM_PARAMS, g->table.total, &ok);
-    g->grads = alloc_f(g, LLM4D_MEM_GRADS, g->table.total, &ok);
+    if (!layout->no_params) g->params = alloc_f(g, LLM4D_MEM_PARAMS, g->table.total, &ok);
+    if (!layout->no_grads) g->grads = alloc_f(g, LLM4D_MEM_GRADS, g->table.total, &ok);
     g->res = calloc(L + 1, sizeof *g->res);
     g->acts = calloc((size_t)n_block_acts(g), sizeof *g->acts);
     if (!g->res || !g->acts) ok = 0;
@@ -168,7 +175,7 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_b
                           "or max_seq_len, or set use_recompute",
                           B, T);
     }
-    llm4d_param_init(&g->table, g->params, seed);
+    if (g->params) llm4d_param_init(&g->table, g->params, seed);
     return LLM4D_OK;
 }
 

@@ -68,6 +68,17 @@ typedef struct {
  * micro-batches of B x T. */
 llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem, int B,
                             int T, int recompute, uint64_t seed, llm4d_err *err);
+
+/* How a parallel engine wants the model's state laid out. */
+typedef struct {
+    int group_align;  /* pad every parameter group to a multiple of this many elements (ZeRO shards) */
+    int no_params;    /* do not allocate the flat parameter buffer (ZeRO-3 gathers groups through the hooks) */
+    int no_grads;     /* do not allocate the flat gradient buffer (ZeRO-2/3 hand out buckets through the hooks) */
+} llm4d_gpt_layout;
+
+llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
+                               int B, int T, int recompute, uint64_t seed, const llm4d_gpt_layout *layout,
+                               llm4d_err *err);
 void llm4d_gpt_destroy(llm4d_gpt *g);
 
 /* Forward a micro-batch. tokens/targets [B*T]; sample_ids [B] global sample index of each row (dropout positions);

@@ -63,7 +63,17 @@ static void add_param(llm4d_param_table *t, llm4d_param_kind kind, int layer, co
 }
 
 llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, llm4d_err *err) {
+    return llm4d_param_table_build_aligned(t, m, 1, err);
+}
+
+static void align_total(llm4d_param_table *t, int align) {
+    t->total = (t->total + (size_t)align - 1) / (size_t)align * (size_t)align;
+}
+
+llm4d_code llm4d_param_table_build_aligned(llm4d_param_table *t, const llm4d_model_config *m, int align,
+                                           llm4d_err *err) {
     memset(t, 0, sizeof *t);
+    if (align < 1) align = 1;
     if (m->num_layers > (int)(sizeof t->layer_first / sizeof t->layer_first[0]))
         return llm4d_fail(err, LLM4D_EUSER, "num_layers %d is more than llm4d supports (%d)", m->num_layers,
                           (int)(sizeof t->layer_first / sizeof t->layer_first[0]));
@@ -74,6 +84,7 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     const float out_std = std / sqrtf(2.0f * (float)m->num_layers);
     add_param(t, LLM4D_P_WTE, -1, "transformer.wte.weight", 1, std, 0, m);
     add_param(t, LLM4D_P_WPE, -1, "transformer.wpe.weight", 1, std, 0, m);
+    align_total(t, align);
     for (int l = 0; l < m->num_layers; l++) {
         t->layer_first[l] = t->n;
         for (int s = 0; s < N_LAYER_SPECS; s++) {
@@ -84,9 +95,11 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
             float s_std = sp->decay ? (sp->is_out_proj ? out_std : std) : 0.0f;
             add_param(t, sp->kind, l, name, sp->decay, s_std, is_ln_weight ? 1.0f : 0.0f, m);
         }
+        align_total(t, align);
     }
     add_param(t, LLM4D_P_LNFW, -1, "transformer.ln_f.weight", 0, 0, 1.0f, m);
     add_param(t, LLM4D_P_LNFB, -1, "transformer.ln_f.bias", 0, 0, 0.0f, m);
+    align_total(t, align);
     t->n_groups = m->num_layers + 2;
     for (int g = 0; g < t->n_groups; g++) t->group_lo[g] = (size_t)-1, t->group_hi[g] = 0;
     for (int i = 0; i < t->n; i++) {
@@ -95,6 +108,9 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
         if (p->offset < t->group_lo[g]) t->group_lo[g] = p->offset;
         if (p->offset + p->numel > t->group_hi[g]) t->group_hi[g] = p->offset + p->numel;
     }
+    /* a group's range includes its alignment padding: it ends where the next group starts */
+    for (int g = 0; g + 1 < t->n_groups; g++) t->group_hi[g] = t->group_lo[g + 1];
+    t->group_hi[t->n_groups - 1] = t->total;
     return LLM4D_OK;
 }
 
@@ -117,19 +133,27 @@ static uint32_t name_hash(const char *s) {
     return h;
 }
 
-void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed) {
+void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, size_t hi, uint64_t seed) {
+    for (size_t j = 0; j < hi - lo; j++) dst[j] = 0.0f; /* alignment padding between groups */
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
-        float *w = params + p->offset;
+        const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= b) continue;
         const int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
         const int64_t real = p->rows_real * cols;
+        float *w = dst + (a - lo);
+        const int64_t j0 = (int64_t)(a - p->offset), j1 = (int64_t)(b - p->offset);
         if (p->init_std == 0.0f) {
-            for (size_t j = 0; j < p->numel; j++) w[j] = p->init_const;
+            for (int64_t j = j0; j < j1; j++) w[j - j0] = p->init_const;
             continue;
         }
         const uint64_t stream = llm4d_rng_stream(LLM4D_RNG_INIT, 0, 0, name_hash(p->name));
 #pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < (int64_t)p->numel; j++)
-            w[j] = j < real ? p->init_std * llm4d_rng_normal(seed, stream, (uint64_t)j) : 0.0f;
+        for (int64_t j = j0; j < j1; j++)
+            w[j - j0] = j < real ? p->init_std * llm4d_rng_normal(seed, stream, (uint64_t)j) : 0.0f;
     }
+}
+
+void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed) {
+    llm4d_param_init_range(t, params, 0, t->total, seed);
 }

@@ -60,6 +60,10 @@ static inline int llm4d_param_group(const llm4d_param *p, int num_layers) {
 
 /* Build the table for a model; returns LLM4D_ENOMEM on allocation failure. */
 llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, llm4d_err *err);
+/* The same with every group's range padded to a multiple of `align` elements (unused zero elements at the end of
+ * each group), so that ZeRO can split every group into `align` equal shards. align 1 is the plain table. */
+llm4d_code llm4d_param_table_build_aligned(llm4d_param_table *t, const llm4d_model_config *m, int align,
+                                           llm4d_err *err);
 void llm4d_param_table_free(llm4d_param_table *t);
 /* Find a parameter by name; NULL when absent. */
 const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name);
@@ -69,5 +73,7 @@ const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name
  * counter-based generator keyed by (seed, parameter, element index), so the weights do not depend on padding,
  * threads or the parallel layout. */
 void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed);
+/* The same numbers for the flat positions [lo, hi) only, written to dst[0 .. hi-lo) (a ZeRO-3 shard). */
+void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, size_t hi, uint64_t seed);
 
 #endif

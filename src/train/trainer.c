@@ -95,6 +95,27 @@ static void print_startup(llm4d_trainer *tr) {
                    tr->model.act_bytes / 1048576.0);
     for (int i = 0; i < c->n_noeffect; i++)
         llm4d_log_info(log, "config key %s is accepted but has no effect in llm4d", c->noeffect[i]);
+    if (tr->have_sh) {
+        char desc[512];
+        llm4d_sharding_describe(&tr->sh, desc, sizeof desc);
+        llm4d_log_info(log, "%s", desc);
+    }
+    {
+        /* model states (params + grads + optimizer) against the ZeRO formulas for fp32 Adam */
+        const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
+        const int stage = c->dist.sharding_degree > 1 ? c->dist.sharding_stage : 0;
+        const double formula = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * psi / N
+                               : stage == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
+        const double held = (double)(tr->mem.bytes[LLM4D_MEM_PARAMS] + tr->mem.bytes[LLM4D_MEM_GRADS] +
+                                     tr->mem.bytes[LLM4D_MEM_OPTIM]);
+        llm4d_log_info(log,
+                       "model states per rank: %.2f MiB held; ZeRO formula (%s, Psi = %.0f): %.2f MiB; "
+                       "communication buffers: %.2f MiB",
+                       held / 1048576.0,
+                       stage == 0 ? "data parallel 16 Psi" : stage == 1 ? "stage 1: 8 Psi + 8 Psi / N"
+                       : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N" : "stage 3: 16 Psi / N",
+                       psi, formula / 1048576.0, tr->mem.bytes[LLM4D_MEM_COMM] / 1048576.0);
+    }
     llm4d_log_info(log, "memory held by this process, by category:");
     if (log->enabled) {
         llm4d_mem_print(&tr->mem, log->out, "    ");
@@ -128,16 +149,11 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                           "mp_degree %d, pp_degree %d: tensor and pipeline parallelism are not implemented in llm4d "
                           "yet; use dp_degree (and sharding_degree) for more processes",
                           d->mp_degree, d->pp_degree);
-    if (d->sharding_degree != 1)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "sharding_degree %d: group-sharded (ZeRO) training is not implemented in llm4d yet; use "
-                          "dp_degree for more processes",
-                          d->sharding_degree);
 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
                                      : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
     if (rc) return rc;
-    if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
+    LLM4D_TRY(mkdir_p(cfg->output_dir, err)); /* every rank: the offload pool lives there too */
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 
     LLM4D_TRY(llm4d_corpus_open(&tr->corpus, cfg->data.input_dir, err));
@@ -149,14 +165,25 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                           tr->corpus.path, (long long)tr->corpus.max_id, m->vocab_size);
 
     const int T = cfg->data.max_seq_len, mb = (int)cfg->micro_batch_size;
-    LLM4D_TRY(llm4d_gpt_create(&tr->model, m, tr->be, &tr->mem, mb, T, m->use_recompute, cfg->seed, err));
+    const int sharded = d->sharding_degree > 1;
+    const llm4d_gpt_layout layout = sharded ? llm4d_sharding_layout(d->sharding_stage, d->sharding_degree)
+                                            : (llm4d_gpt_layout){.group_align = 1};
+    LLM4D_TRY(llm4d_gpt_create_ex(&tr->model, m, tr->be, &tr->mem, mb, T, m->use_recompute, cfg->seed, &layout, err));
     tr->have_model = 1;
-    LLM4D_TRY(llm4d_adamw_create(&tr->opt, tr->be, &tr->mem, 0, tr->model.table.total, cfg->optim.beta1,
-                                 cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay, err));
-    tr->have_opt = 1;
+    if (sharded) {
+        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d->sharding_stage, d->sharding_offload, cfg->output_dir,
+                                      groups->axis[LLM4D_AXIS_SHARDING], groups->axis[LLM4D_AXIS_DATA],
+                                      cfg->optim.beta1, cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay,
+                                      cfg->seed, err));
+        tr->have_sh = 1;
+    } else {
+        LLM4D_TRY(llm4d_adamw_create(&tr->opt, tr->be, &tr->mem, 0, tr->model.table.total, cfg->optim.beta1,
+                                     cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay, err));
+        tr->have_opt = 1;
+    }
     LLM4D_TRY(llm4d_loader_init(&tr->loader, &tr->corpus, T, cfg->global_batch_size, (int)cfg->local_batch_size,
                                 topo->data_rank, topo->data_world, m->eos_token_id, err));
-    if (topo->data_world > 1) {
+    if (topo->data_world > 1 && !sharded) {
         LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, groups->data, (size_t)cfg->dist.bucket_size_bytes, err));
         tr->have_dp = 1;
     }
@@ -191,6 +218,7 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
         llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
                        (size_t)tr->cfg->micro_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
     if (tr->have_dp) llm4d_dp_free(&tr->dp);
+    if (tr->have_sh) llm4d_sharding_free(&tr->sh);
     if (tr->have_batch) llm4d_batch_free(&tr->batch, &tr->mem);
     llm4d_loader_free(&tr->loader);
     if (tr->have_opt) llm4d_adamw_destroy(&tr->opt, tr->be, &tr->mem);
@@ -222,7 +250,7 @@ static llm4d_code dump_step(llm4d_trainer *tr, int64_t step, int phase, llm4d_er
             LLM4D_TRY(dump_file(tr->debug_dump, "logits_step1.bin", tr->model.logits,
                                 (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err));
         }
-    } else if (step == 1) {
+    } else if (step == 1 && tr->model.grads) {
         LLM4D_TRY(dump_file(tr->debug_dump, "grads_step1.bin", tr->model.grads,
                             tr->model.table.total * sizeof(float), err));
     }
@@ -248,7 +276,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         double count = 0;
         for (size_t i = 0; i < (size_t)tr->batch.rows * T; i++) count += tr->batch.mask[i];
         LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
-        be->zero(be, g->grads, g->table.total * sizeof(float));
+        if (tr->have_sh)
+            llm4d_sharding_begin_step(&tr->sh);
+        else
+            be->zero(be, g->grads, g->table.total * sizeof(float));
         double loss = 0;
         for (int64_t k = 0; k < acc; k++) {
             const size_t off = (size_t)k * mb * T;
@@ -257,9 +288,11 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             loss += llm4d_gpt_forward(g, tr->batch.tokens + off, tr->batch.targets + off, tr->dloss,
                                       tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
             if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
+            if (tr->have_sh) llm4d_sharding_micro(&tr->sh, k == acc - 1);
             llm4d_gpt_backward(g, tr->batch.tokens + off, tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
         }
         if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
+        if (tr->have_sh) LLM4D_TRY(llm4d_sharding_finish_backward(&tr->sh, err));
         /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
         LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
         if (tr->debug_dump) LLM4D_TRY(dump_step(tr, step, 1, err));
@@ -267,10 +300,18 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             return llm4d_fail(err, LLM4D_EUSER,
                               "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
                               (long long)step);
-        const double norm = sqrt(be->sumsq(be, g->grads, g->table.total));
+        double sumsq;
+        if (tr->have_sh)
+            LLM4D_TRY(llm4d_sharding_grad_sumsq(&tr->sh, &sumsq, err));
+        else
+            sumsq = be->sumsq(be, g->grads, g->table.total);
+        const double norm = sqrt(sumsq);
         const float clip = llm4d_clip_factor(norm, c->optim.grad_clip);
         const double lr = llm4d_lr_at(&tr->lr, step);
-        llm4d_adamw_step(&tr->opt, be, &g->table, g->params, g->grads, (float)lr, clip);
+        if (tr->have_sh)
+            LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, clip, err));
+        else
+            llm4d_adamw_step(&tr->opt, be, &g->table, g->params, g->grads, (float)lr, clip);
         const double t2 = llm4d_now();
 
         reader_cost += t1 - t0;
@@ -281,8 +322,12 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         if (tr->check_replicas) {
             /* test facility: a hash of this rank's parameters, compared across ranks by tests/test_dp.sh */
             uint64_t h = 1469598103934665603ull;
-            const uint32_t *w = (const uint32_t *)g->params;
-            for (size_t i = 0; i < g->table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
+            if (tr->have_sh) {
+                h = llm4d_sharding_param_hash(&tr->sh);
+            } else {
+                const uint32_t *w = (const uint32_t *)g->params;
+                for (size_t i = 0; i < g->table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
+            }
             llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
                            (long long)step, (unsigned long long)h);
         }

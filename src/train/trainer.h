@@ -20,6 +20,7 @@
 #include "optim/adamw.h"
 #include "optim/lr.h"
 #include "parallel/data_parallel.h"
+#include "parallel/sharding.h"
 
 typedef struct {
     const llm4d_config *cfg;
@@ -39,6 +40,8 @@ typedef struct {
     llm4d_comm_groups *groups; /* borrowed */
     llm4d_dp dp;
     int have_dp;
+    llm4d_sharding sh;
+    int have_sh;
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     int is_writer;             /* world rank 0 writes metrics.jsonl and dumps */
     double flops_per_token;
