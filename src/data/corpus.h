@@ -15,7 +15,7 @@
 typedef enum { LLM4D_DT_U16 = 0, LLM4D_DT_I32, LLM4D_DT_I64, LLM4D_DT_U32 } llm4d_dtype;
 
 typedef struct {
-    char path[1024];     /* the file it came from (for messages) */
+    char path[1024];     /* the ids file it came from: P_ids.npz or P_ids.npy (P is the prefix for caches) */
     llm4d_dtype dtype;   /* width of ids */
     const void *ids;     /* n_tokens ids */
     int64_t n_tokens;
@@ -23,6 +23,7 @@ typedef struct {
     int64_t n_docs;
     int64_t *doc_start;  /* n_docs + 1 prefix sums of lens */
     int64_t max_id;      /* largest id in the corpus (checked against the vocabulary once) */
+    int n_found;         /* corpora found in input_dir; only the first (sorted) is read, as PaddleNLP does */
     /* ownership, for close */
     void *owned_ids;
     void *map;
@@ -31,7 +32,10 @@ typedef struct {
 
 /* Open a Paddle `*_ids.npz` (arrays ids and lens, stored or deflated; ids uint16/int32/int64). */
 llm4d_code llm4d_corpus_open_npz(llm4d_corpus *c, const char *path, llm4d_err *err);
-/* Open whatever `input_dir` names: a token file, or a directory holding exactly the files to read. */
+/* Open whatever `input_dir` names: a token file (by suffix: P_ids.npz, P_ids.npy or P_idx.npz), or a directory
+ * searched as PaddleNLP does: files ending `_idx.npz` (new format: ids in P_ids.npy, memory-mapped, lens in
+ * P_idx.npz); only if there are none, files ending `_ids.npz` (old format). The first in sorted order is opened
+ * and n_found says how many there were, so the caller can warn that the others are ignored. */
 llm4d_code llm4d_corpus_open(llm4d_corpus *c, const char *input_dir, llm4d_err *err);
 void llm4d_corpus_close(llm4d_corpus *c);
 
