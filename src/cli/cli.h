@@ -10,5 +10,8 @@ typedef struct {
 } llm4d_verb;
 
 int llm4d_cmd_train(int argc, char **argv);
+int llm4d_cmd_tokenize(int argc, char **argv);
+int llm4d_cmd_detokenize(int argc, char **argv);
+int llm4d_cmd_prepare_data(int argc, char **argv);
 
 #endif

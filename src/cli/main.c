@@ -6,6 +6,9 @@
 
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
+    {"prepare-data", "tokenize a text/JSON-lines corpus into Paddle npz or Megatron bin/idx files", llm4d_cmd_prepare_data},
+    {"tokenize", "print the GPT-2 token ids of a text", llm4d_cmd_tokenize},
+    {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
 
