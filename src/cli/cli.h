@@ -13,5 +13,7 @@ int llm4d_cmd_train(int argc, char **argv);
 int llm4d_cmd_tokenize(int argc, char **argv);
 int llm4d_cmd_detokenize(int argc, char **argv);
 int llm4d_cmd_prepare_data(int argc, char **argv);
+int llm4d_cmd_generate(int argc, char **argv);
+int llm4d_cmd_convert(int argc, char **argv);
 
 #endif

@@ -9,6 +9,8 @@ static const llm4d_verb verbs[] = {
     {"prepare-data", "tokenize a text/JSON-lines corpus into Paddle npz or Megatron bin/idx files", llm4d_cmd_prepare_data},
     {"tokenize", "print the GPT-2 token ids of a text", llm4d_cmd_tokenize},
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
+    {"generate", "continue a prompt with a checkpoint (KV cache; temperature, top-k, top-p)", llm4d_cmd_generate},
+    {"convert", "export a checkpoint as a Hugging Face GPT-2 directory, or import one", llm4d_cmd_convert},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
 
