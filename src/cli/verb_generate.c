@@ -104,10 +104,10 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             if (parse_num(f, val, 0, 4096, 1, &x)) return 2;
             a->threads = (int)x;
         } else if (!strcmp(f, "--temperature")) {
-            if (parse_num(f, val, 0, 1e30, 0, &x)) return 2;
+            if (parse_num(f, val, -1e30, 1e30, 0, &x)) return 2;
             a->temperature = (float)x;
         } else if (!strcmp(f, "--top_p")) {
-            if (parse_num(f, val, 1e-30, 1, 0, &x)) return 2;
+            if (parse_num(f, val, -1e30, 1e30, 0, &x)) return 2;
             a->top_p = (float)x;
         } else if (!strcmp(f, "--seed")) {
             if (parse_num(f, val, 0, 9007199254740992.0, 1, &x)) return 2;
@@ -122,6 +122,12 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->prompt == !a->prompt_ids) return usage_error("give exactly one of --prompt TEXT and --prompt_ids IDS");
     if (strcmp(a->backend, "cpu") && strcmp(a->backend, "ref")) return usage_error("--backend must be cpu or ref");
     if (a->prompt_ids) a->print_ids = 1;
+    /* the sampler's own checks, before anything is loaded */
+    llm4d_sampler smp;
+    llm4d_err err = {0};
+    const llm4d_sampling s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
+    if (llm4d_sampler_init(&smp, &s, 1, &err)) return usage_error(err.msg);
+    llm4d_sampler_free(&smp);
     return 0;
 }
 
