@@ -5,7 +5,7 @@
 
 typedef struct {
     const char *name;
-    const char *summary;
+    const char *summary;             /* NULL: a hidden verb, not listed by --help */
     int (*run)(int argc, char **argv); /* argv[0] is the verb */
 } llm4d_verb;
 
@@ -15,5 +15,9 @@ int llm4d_cmd_detokenize(int argc, char **argv);
 int llm4d_cmd_prepare_data(int argc, char **argv);
 int llm4d_cmd_generate(int argc, char **argv);
 int llm4d_cmd_convert(int argc, char **argv);
+int llm4d_cmd_launch(int argc, char **argv);
+/* hidden (no summary): started by `launch` under mpirun, and a collective job for the launcher's tests */
+int llm4d_cmd_worker(int argc, char **argv);
+int llm4d_cmd_commtest(int argc, char **argv);
 
 #endif

@@ -11,12 +11,17 @@ static const llm4d_verb verbs[] = {
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
     {"generate", "continue a prompt with a checkpoint (KV cache; temperature, top-k, top-p)", llm4d_cmd_generate},
     {"convert", "export a checkpoint as a Hugging Face GPT-2 directory, or import one", llm4d_cmd_convert},
+    {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
+     llm4d_cmd_launch},
+    {"__worker", NULL, llm4d_cmd_worker},
+    {"__commtest", NULL, llm4d_cmd_commtest},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llm4d VERB [options]    (llm4d VERB --help for a verb's options)\n\nverbs:\n");
-    for (int i = 0; i < n_verbs; i++) fprintf(f, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+    for (int i = 0; i < n_verbs; i++)
+        if (verbs[i].summary) fprintf(f, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
 }
 
 int main(int argc, char **argv) {

@@ -1,17 +1,15 @@
-/* verb_train.c — `llm4d train`: parse and validate the configuration, build the trainer, run it. User errors are
- * printed here, once, as one line, and give exit code 2. */
+/* verb_train.c — `llm4d train`: start the distributed runtime (MPI only when an MPI launcher started us), parse and
+ * validate the configuration for the job's world size, build the 4D topology and its communicators, then train.
+ * A user error on any rank is printed once, as one line, and ends the whole job with exit code 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "config/config.h"
+#include "dist/runtime.h"
+#include "dist/topology.h"
 #include "train/trainer.h"
-
-static int report(const llm4d_err *err) {
-    fprintf(stderr, "llm4d train: error: %s\n", err->msg);
-    return err->code == LLM4D_EUSER || err->code == LLM4D_EIO ? 2 : 1;
-}
 
 int llm4d_cmd_train(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -19,32 +17,48 @@ int llm4d_cmd_train(int argc, char **argv) {
             llm4d_config_print_help(stdout);
             return 0;
         }
-    /* --debug_dump DIR is a test facility (tests/test_torch_parity.sh), taken out before config parsing. */
+    /* --debug_dump DIR and --debug_check_replicas are test facilities, taken out before config parsing. */
     const char *debug_dump = NULL;
-    char *args[argc + 1];
+    int check_replicas = 0; /* --debug_check_replicas: tests/test_dp.sh */
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    llm4d_config *cfg = calloc(1, sizeof *cfg);
+    if (!args || !cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {
             debug_dump = argv[++i];
             continue;
         }
+        if (!strcmp(argv[i], "--debug_check_replicas")) {
+            check_replicas = 1;
+            continue;
+        }
         args[n++] = argv[i];
     }
-    args[n] = NULL;
-    llm4d_config *cfg = calloc(1, sizeof *cfg);
+
     llm4d_err err = {0};
-    if (!cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
+    llm4d_runtime rt;
+    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
     llm4d_config_defaults(cfg);
-    int rc = 0;
+    llm4d_topology topo;
+    llm4d_comm_groups groups = {0};
+    const llm4d_log log = {.out = stdout, .enabled = 1};
     if (llm4d_config_parse_args(cfg, n - 1, args + 1, &err) != LLM4D_OK ||
-        llm4d_config_finalize(cfg, 1, &err) != LLM4D_OK) {
-        rc = report(&err);
-    } else {
-        llm4d_trainer tr;
-        if (llm4d_trainer_init(&tr, cfg, debug_dump, &err) != LLM4D_OK || llm4d_trainer_run(&tr, &err) != LLM4D_OK)
-            rc = report(&err);
-        llm4d_trainer_free(&tr);
-    }
+        llm4d_config_finalize(cfg, rt.world_size, &err) != LLM4D_OK ||
+        llm4d_topology_init(&topo, rt.world_size, rt.rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
+                            cfg->dist.sharding_degree, cfg->dist.mp_degree, &err) != LLM4D_OK)
+        return llm4d_runtime_fail(&rt, &err);
+    if (rt.world_size > 1) llm4d_topology_print(&topo, &log);
+    if (llm4d_comm_groups_create(&groups, rt.world, &topo, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    llm4d_trainer tr;
+    int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, debug_dump, &err) == LLM4D_OK;
+    tr.check_replicas = check_replicas;
+    ok = ok && llm4d_trainer_run(&tr, &err) == LLM4D_OK;
+    llm4d_trainer_free(&tr);
+    llm4d_comm_groups_destroy(&groups);
     free(cfg);
-    return rc;
+    free(args);
+    if (!ok) return llm4d_runtime_fail(&rt, &err); /* aborts the job when there are several processes */
+    llm4d_runtime_finalize(&rt);
+    return 0;
 }

@@ -60,9 +60,13 @@ static llm4d_code dump_param_table(const llm4d_trainer *tr, llm4d_err *err) {
     fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
-        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%lld%s%lld], \"decay\": %d}%s\n",
-                p->name, p->offset, p->numel, (long long)p->shape[0], p->ndim == 2 ? ", " : "",
-                p->ndim == 2 ? (long long)p->shape[1] : 0LL, p->decay, i + 1 < t->n ? "," : "");
+        char shape[64];
+        if (p->ndim == 2)
+            snprintf(shape, sizeof shape, "%lld, %lld", (long long)p->shape[0], (long long)p->shape[1]);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)p->shape[0]);
+        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%s], \"decay\": %d}%s\n",
+                p->name, p->offset, p->numel, shape, p->decay, i + 1 < t->n ? "," : "");
     }
     fprintf(f, "]}\n");
     fclose(f);
@@ -98,11 +102,15 @@ static void print_startup(llm4d_trainer *tr) {
     }
 }
 
-llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const char *debug_dump, llm4d_err *err) {
+llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const llm4d_topology *topo,
+                              llm4d_comm_groups *groups, const char *debug_dump, llm4d_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
-    tr->debug_dump = debug_dump;
-    tr->world_size = 1;
+    tr->topo = *topo;
+    tr->groups = groups;
+    tr->world_size = topo->world_size;
+    tr->is_writer = topo->rank == 0;
+    tr->debug_dump = tr->is_writer ? debug_dump : NULL;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
     if (strcmp(cfg->device, "cpu") != 0)
@@ -115,17 +123,22 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                           "use_amp: mixed precision is not implemented in llm4d yet; train in fp32 with --use_amp "
                           "false (Engine.mix_precision.enable: False)");
     const llm4d_dist_config *d = &cfg->dist;
-    if (d->dp_degree * d->mp_degree * d->pp_degree * d->sharding_degree != 1)
+    if (d->mp_degree != 1 || d->pp_degree != 1)
         return llm4d_fail(err, LLM4D_EUSER,
-                          "dp_degree %d x mp_degree %d x pp_degree %d x sharding_degree %d: this build of llm4d "
-                          "trains in one process only; set every degree to 1",
-                          d->dp_degree, d->mp_degree, d->pp_degree, d->sharding_degree);
+                          "mp_degree %d, pp_degree %d: tensor and pipeline parallelism are not implemented in llm4d "
+                          "yet; use dp_degree (and sharding_degree) for more processes",
+                          d->mp_degree, d->pp_degree);
+    if (d->sharding_degree != 1)
+        return llm4d_fail(err, LLM4D_EUSER,
+                          "sharding_degree %d: group-sharded (ZeRO) training is not implemented in llm4d yet; use "
+                          "dp_degree for more processes",
+                          d->sharding_degree);
 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
                                      : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
     if (rc) return rc;
-    LLM4D_TRY(mkdir_p(cfg->output_dir, err));
-    if (debug_dump) LLM4D_TRY(mkdir_p(debug_dump, err));
+    if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
+    if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 
     LLM4D_TRY(llm4d_corpus_open(&tr->corpus, cfg->data.input_dir, err));
     tr->have_corpus = 1;
@@ -141,9 +154,12 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(llm4d_adamw_create(&tr->opt, tr->be, &tr->mem, 0, tr->model.table.total, cfg->optim.beta1,
                                  cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay, err));
     tr->have_opt = 1;
-    const int data_world = cfg->dist.dp_degree * cfg->dist.sharding_degree;
-    LLM4D_TRY(llm4d_loader_init(&tr->loader, &tr->corpus, T, cfg->global_batch_size, (int)cfg->local_batch_size, 0,
-                                data_world, m->eos_token_id, err));
+    LLM4D_TRY(llm4d_loader_init(&tr->loader, &tr->corpus, T, cfg->global_batch_size, (int)cfg->local_batch_size,
+                                topo->data_rank, topo->data_world, m->eos_token_id, err));
+    if (topo->data_world > 1) {
+        LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, groups->data, (size_t)cfg->dist.bucket_size_bytes, err));
+        tr->have_dp = 1;
+    }
     LLM4D_TRY(llm4d_batch_alloc(&tr->batch, &tr->mem, (int)cfg->local_batch_size, T, err));
     tr->have_batch = 1;
     tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)mb * T * sizeof(float));
@@ -152,15 +168,17 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
 
-    char path[LLM4D_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->output_dir);
-    tr->metrics = fopen(path, "w");
-    if (!tr->metrics)
-        return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
-                          strerror(errno));
-    if (debug_dump) {
+    if (tr->is_writer) {
+        char path[LLM4D_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->output_dir);
+        tr->metrics = fopen(path, "w");
+        if (!tr->metrics)
+            return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
+                              strerror(errno));
+    }
+    if (tr->debug_dump) {
         LLM4D_TRY(dump_param_table(tr, err));
-        LLM4D_TRY(dump_file(debug_dump, "params_init.bin", tr->model.params, tr->model.table.total * sizeof(float),
+        LLM4D_TRY(dump_file(tr->debug_dump, "params_init.bin", tr->model.params, tr->model.table.total * sizeof(float),
                             err));
     }
     print_startup(tr);
@@ -172,6 +190,7 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
     if (tr->dloss)
         llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
                        (size_t)tr->cfg->micro_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+    if (tr->have_dp) llm4d_dp_free(&tr->dp);
     if (tr->have_batch) llm4d_batch_free(&tr->batch, &tr->mem);
     llm4d_loader_free(&tr->loader);
     if (tr->have_opt) llm4d_adamw_destroy(&tr->opt, tr->be, &tr->mem);
@@ -220,24 +239,30 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     int logged = 0;
     for (int64_t step = 1; step <= c->max_steps; step++) {
         const double t0 = llm4d_now();
+        llm4d_comm_groups_stats_reset(tr->groups);
         llm4d_loader_get(&tr->loader, step - 1, &tr->batch);
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(dump_step(tr, step, 0, err));
 
+        /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
         double count = 0;
         for (size_t i = 0; i < (size_t)tr->batch.rows * T; i++) count += tr->batch.mask[i];
+        LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
         be->zero(be, g->grads, g->table.total * sizeof(float));
-        double loss_sum = 0;
+        double loss = 0;
         for (int64_t k = 0; k < acc; k++) {
             const size_t off = (size_t)k * mb * T;
             for (size_t i = 0; i < (size_t)mb * T; i++)
                 tr->dloss[i] = count > 0 ? (float)(tr->batch.mask[off + i] / count) : 0.0f;
-            loss_sum += llm4d_gpt_forward(g, tr->batch.tokens + off, tr->batch.targets + off, tr->dloss,
-                                          tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
+            loss += llm4d_gpt_forward(g, tr->batch.tokens + off, tr->batch.targets + off, tr->dloss,
+                                      tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
+            if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
             llm4d_gpt_backward(g, tr->batch.tokens + off, tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
         }
+        if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
+        /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
+        LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
         if (tr->debug_dump) LLM4D_TRY(dump_step(tr, step, 1, err));
-        const double loss = loss_sum; /* already divided by the global count through dloss */
         if (!isfinite(loss))
             return llm4d_fail(err, LLM4D_EUSER,
                               "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
@@ -252,16 +277,27 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         batch_cost += t2 - t0;
         logged++;
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
+        const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
+        if (tr->check_replicas) {
+            /* test facility: a hash of this rank's parameters, compared across ranks by tests/test_dp.sh */
+            uint64_t h = 1469598103934665603ull;
+            const uint32_t *w = (const uint32_t *)g->params;
+            for (size_t i = 0; i < g->table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
+            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
+                           (long long)step, (unsigned long long)h);
+        }
         const double step_cost = t2 - t0;
         const double tokens = (double)c->global_batch_size * T;
-        fprintf(tr->metrics,
+        if (tr->metrics) fprintf(tr->metrics,
                 "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
                 "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, \"learning_rate\": %.6e, "
-                "\"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, \"flops_per_token\": %.6g}\n",
+                "\"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, \"flops_per_token\": %.6g, "
+                "\"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
                 (long long)step, (long long)tr->batch.epoch, (long long)tr->batch.batch, loss, t1 - t0, step_cost,
                 1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm,
-                tokens, tr->flops_per_token);
-        fflush(tr->metrics);
+                tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
+                tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0);
+        if (tr->metrics) fflush(tr->metrics);
         if (step % c->logging_freq == 0 || step == c->max_steps) {
             const double avg_batch = batch_cost / logged, speed = 1.0 / avg_batch;
             llm4d_log_info(&tr->log,
