@@ -134,7 +134,8 @@ def cmd_check(hf_dir, ids_path, logits_path):
     for l in range(L):
         pre = "transformer.h.%d." % l
         shapes.update({pre + "ln_1.weight": [C], pre + "ln_1.bias": [C], pre + "ln_2.weight": [C],
-                       pre + "ln_2.bias": [C], pre + "attn.c_attn.weight": [C, 3 * C], pre + "attn.c_attn.bias": [3 * C],
+                       pre + "ln_2.bias": [C], pre + "attn.c_attn.weight": [C, 3 * C],
+                       pre + "attn.c_attn.bias": [3 * C],
                        pre + "attn.c_proj.weight": [C, C], pre + "attn.c_proj.bias": [C],
                        pre + "mlp.c_fc.weight": [C, F], pre + "mlp.c_fc.bias": [F],
                        pre + "mlp.c_proj.weight": [F, C], pre + "mlp.c_proj.bias": [C]})

@@ -81,7 +81,8 @@ check "the imported checkpoint is weights only (no optim files) with the geometr
     "$PY" -c "
 import json, os, sys
 m = json.load(open('back/step_0/meta.json'))
-sys.exit(0 if m['model']['ffn_hidden_size'] == 200 and m['model']['num_layers'] == 3 and m['format']['optimizer'] is None
+sys.exit(0 if m['model']['ffn_hidden_size'] == 200 and m['model']['num_layers'] == 3
+         and m['format']['optimizer'] is None
          and sorted(os.listdir('back/step_0')) == ['meta.json', 'model.safetensors'] else 1)"
 
 for mode in hub sharded; do

@@ -170,8 +170,8 @@ static void model_checks(tally *T, llm4d_backend *be) {
             check(T, rc == LLM4D_OK && n_out == TMAX - 30 + 1 && stats.stopped_at_limit,
                   "generation stops when the cache is full (prompt 30 + 19 new for 48 positions)", detail);
             rc = llm4d_generate(&gen, &smp, longp, TMAX + 1, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
-            check(T, rc == LLM4D_EUSER && strstr(err.msg, "prompt is 49 tokens"), "a prompt longer than T_max is refused",
-                  err.msg);
+            check(T, rc == LLM4D_EUSER && strstr(err.msg, "prompt is 49 tokens"),
+                  "a prompt longer than T_max is refused", err.msg);
             rc = llm4d_generate(&gen, &smp, longp, 0, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
             check(T, rc == LLM4D_EUSER, "an empty prompt is refused", err.msg);
             const int32_t badp[2] = {1, 500};
@@ -230,6 +230,36 @@ static void sampler_checks(tally *T) {
         snprintf(detail, sizeof detail, "counts %d %d %d %d %d, max deviation %.4f", count[0], count[1], count[2],
                  count[3], count[4], worst);
         check(T, worst < 0.01, cases[c].what, detail);
+        llm4d_sampler_free(&smp);
+    }
+    {
+        /* top_k over a large vocabulary with many ties: every draw is among the k best (ties go to the lower id),
+         * and each of them is drawn */
+        enum { BIGV = 5000, K = 37 };
+        static float big[BIGV];
+        static int rank_of[BIGV];
+        uint32_t st = 5;
+        for (int i = 0; i < BIGV; i++) {
+            st = st * 1664525u + 1013904223u;
+            big[i] = (float)((st >> 8) % 20) * 0.05f;
+        }
+        for (int i = 0; i < BIGV; i++) { /* rank in the total order: greater logit first, then lower id */
+            int r = 0;
+            for (int j = 0; j < BIGV; j++) r += big[j] > big[i] || (big[j] == big[i] && j < i);
+            rank_of[i] = r;
+        }
+        llm4d_sampler smp;
+        llm4d_sampling s = {1.0f, K, 1.0f, 11};
+        llm4d_sampler_init(&smp, &s, BIGV, &err);
+        int outside = 0, seen[K] = {0}, distinct = 0;
+        for (int j = 0; j < 20000; j++) {
+            const int32_t id = llm4d_sampler_pick(&smp, big, (uint64_t)j);
+            if (rank_of[id] >= K) outside++;
+            else if (!seen[rank_of[id]]++) distinct++;
+        }
+        char detail[160];
+        snprintf(detail, sizeof detail, "%d draws outside the top %d, %d of them drawn", outside, K, distinct);
+        check(T, outside == 0 && distinct == K, "top_k 37 of 5000 tied logits selects exactly the 37 best", detail);
         llm4d_sampler_free(&smp);
     }
     llm4d_sampler smp;

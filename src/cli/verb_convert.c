@@ -109,7 +109,8 @@ static llm4d_code write_file_atomic(const char *path, const char *data, size_t l
     if (snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= (int)sizeof tmp)
         return llm4d_fail(err, LLM4D_EUSER, "path %.100s... is too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --out", tmp, strerror(errno));
+    if (fd < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --out", tmp, strerror(errno));
     size_t done = 0;
     while (done < len) {
         ssize_t w = write(fd, data + done, len - done);
@@ -321,7 +322,8 @@ static llm4d_code hf_model_config(const cJSON *j, const char *path, llm4d_model_
     m->attention_probs_dropout_prob = 0.1f;
     m->initializer_range = 0.02f;
     m->eos_token_id = 50256;
-    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(j, "resid_pdrop"))) m->hidden_dropout_prob = (float)x->valuedouble;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(j, "resid_pdrop")))
+        m->hidden_dropout_prob = (float)x->valuedouble;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(j, "attn_pdrop")))
         m->attention_probs_dropout_prob = (float)x->valuedouble;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(j, "initializer_range")))

@@ -239,6 +239,35 @@ static int by_logit_desc(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+static int better(const llm4d_sample_cand *x, const llm4d_sample_cand *y) { return by_logit_desc(x, y) < 0; }
+
+static void swap_cand(llm4d_sample_cand *a, llm4d_sample_cand *b) {
+    const llm4d_sample_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Quickselect: afterwards c[0..k) are the k best candidates (in some order). The order is total (ties broken by
+ * id), so which candidates are selected does not depend on the pivots. */
+static void select_best(llm4d_sample_cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        /* median of three as the pivot, moved to hi */
+        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (better(&c[mid], &c[hi])) swap_cand(&c[mid], &c[hi]);
+        const llm4d_sample_cand pivot = c[hi];
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (better(&c[i], &pivot)) swap_cand(&c[i], &c[store++]);
+        swap_cand(&c[store], &c[hi]);
+        if (store == k - 1 || store == k) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
 int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j) {
     const llm4d_sampling *s = &smp->s;
     const int V = smp->V;
@@ -247,10 +276,13 @@ int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j) 
     for (int i = 0; i < V; i++) c[i] = (llm4d_sample_cand){logits[i], i};
     int n = V;
     const int cut_k = s->top_k > 0 && s->top_k < V;
-    if (cut_k || s->top_p < 1.0f) {
-        qsort(c, (size_t)V, sizeof *c, by_logit_desc);
-        if (cut_k) n = s->top_k;
+    if (cut_k) {
+        /* the k best to the front in O(V), then only those sorted: a full sort of GPT-2's 50257 logits per token
+         * would cost more than the small models' forward */
+        select_best(c, V, s->top_k);
+        n = s->top_k;
     }
+    if (cut_k || s->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
     const double mx = logits[argmax(logits, V)];
     double total = 0.0;
     for (int i = 0; i < n; i++) {
