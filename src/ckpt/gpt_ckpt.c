@@ -1,0 +1,307 @@
+/* gpt_ckpt.c — saving and loading a GPT training state through the checkpoint store (see gpt_ckpt.h).
+ *
+ * A flat range [lo, hi) meets a parameter p in the elements [max(lo, off), min(hi, off + numel)) of the buffer;
+ * inside p those are the C-order elements [a - off, b - off). Because the padding rows of wte are its LAST rows,
+ * the flat index of a real wte element is the same in the padded (held) and the unpadded (stored) tensor: the
+ * range to store is simply cut at vocab_size x C, and whatever lies beyond is padding (zero on load). */
+#include "ckpt/gpt_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FORMAT_NAME "llm4d-gpt"
+#define FORMAT_VERSION 1
+
+int llm4d_gpt_ckpt_shape(const llm4d_param *p, int64_t shape[2]) {
+    shape[0] = p->rows_real;
+    shape[1] = p->ndim == 2 ? p->shape[1] : 0;
+    return p->ndim;
+}
+
+/* The part of parameter p inside [lo, hi) that is stored: p's elements [*b, *e), found at buffer index *at - lo.
+ * Returns 0 when nothing of p is stored there. *pad_b, *pad_e: p's padding elements inside the range. */
+static int intersect(const llm4d_param *p, size_t lo, size_t hi, int64_t *b, int64_t *e, int64_t *pad_b,
+                     int64_t *pad_e) {
+    const size_t a = lo > p->offset ? lo : p->offset;
+    const size_t z = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+    *pad_b = *pad_e = 0;
+    if (a >= z) return 0;
+    const int64_t real = p->rows_real * (p->ndim == 2 ? p->shape[1] : 1);
+    *b = (int64_t)(a - p->offset);
+    *e = (int64_t)(z - p->offset);
+    if (*e > real) {
+        *pad_b = *b > real ? *b : real;
+        *pad_e = *e;
+        *e = real;
+    }
+    return *b < *e || *pad_b < *pad_e;
+}
+
+static void file_name(char *buf, size_t n, const char *stem, const char *tag) {
+    snprintf(buf, n, "%s%s.safetensors", stem, tag ? tag : "");
+}
+
+llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
+                              const float *v, size_t lo, size_t hi, const char *tag, llm4d_err *err) {
+    LLM4D_ASSERT((m == NULL) == (v == NULL), "m %p and v %p must be both given or both NULL", (const void *)m,
+                 (const void *)v);
+    LLM4D_ASSERT(lo <= hi && hi <= t->total, "range [%zu, %zu) outside the %zu parameters", lo, hi, t->total);
+    const char *stems[3] = {LLM4D_GPT_CKPT_MODEL, LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
+    const float *bufs[3] = {params, m, v};
+    for (int k = 0; k < 3; k++) {
+        if (!bufs[k]) continue;
+        char file[LLM4D_CKPT_FILE_MAX];
+        file_name(file, sizeof file, stems[k], tag);
+        for (int i = 0; i < t->n; i++) {
+            const llm4d_param *p = &t->p[i];
+            int64_t b, e, pb, pe, shape[2];
+            if (!intersect(p, lo, hi, &b, &e, &pb, &pe) || b >= e) continue;
+            const int nd = llm4d_gpt_ckpt_shape(p, shape);
+            LLM4D_TRY(llm4d_ckpt_save_range(s, file, p->name, LLM4D_ST_F32, nd, shape, b, e,
+                                            bufs[k] + (p->offset + (size_t)b - lo), err));
+        }
+    }
+    return LLM4D_OK;
+}
+
+/* A float as the shortest decimal that reads back as the same float (0.1, not 0.10000000149011612). */
+static double json_float(float f) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+static cJSON *model_json(const llm4d_model_config *m) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddNumberToObject(j, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(j, "hidden_size", m->hidden_size);
+    cJSON_AddNumberToObject(j, "num_layers", m->num_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", m->num_attention_heads);
+    cJSON_AddNumberToObject(j, "ffn_hidden_size", m->ffn_hidden_size);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings);
+    cJSON_AddNumberToObject(j, "hidden_dropout_prob", json_float(m->hidden_dropout_prob));
+    cJSON_AddNumberToObject(j, "attention_probs_dropout_prob", json_float(m->attention_probs_dropout_prob));
+    cJSON_AddNumberToObject(j, "initializer_range", json_float(m->initializer_range));
+    cJSON_AddNumberToObject(j, "eos_token_id", m->eos_token_id);
+    /* informational: the padding of the run that wrote it (the stored wte is unpadded) */
+    cJSON_AddNumberToObject(j, "padded_vocab_size", m->padded_vocab_size);
+    cJSON_AddStringToObject(j, "type", "GPT");
+    return j;
+}
+
+llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int has_optim, llm4d_err *err) {
+    cJSON *mj = model_json(model), *fj = cJSON_CreateObject();
+    if (!mj || !fj) {
+        cJSON_Delete(mj);
+        cJSON_Delete(fj);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory building meta.json");
+    }
+    cJSON_AddStringToObject(fj, "name", FORMAT_NAME);
+    cJSON_AddNumberToObject(fj, "version", FORMAT_VERSION);
+    cJSON_AddStringToObject(fj, "weights", "model*.safetensors, float32, HF GPT-2 names, linear weights [out, in], "
+                                           "wte unpadded");
+    if (has_optim) cJSON_AddStringToObject(fj, "optimizer", "adamw: optim_m*.safetensors, optim_v*.safetensors");
+    else cJSON_AddNullToObject(fj, "optimizer");
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "model");
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "format");
+    cJSON_AddItemToObject(meta, "model", mj);
+    cJSON_AddItemToObject(meta, "format", fj);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_save(const char *output_dir, int64_t step, const llm4d_model_config *model,
+                               const llm4d_param_table *t, const float *params, const float *m, const float *v,
+                               size_t lo, size_t hi, const cJSON *meta, int keep_last, llm4d_err *err) {
+    cJSON *mj = meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject();
+    if (!mj) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory building meta.json");
+    if (!cJSON_IsObject(mj)) {
+        cJSON_Delete(mj);
+        return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint meta must be a JSON object");
+    }
+    llm4d_code rc = llm4d_gpt_ckpt_meta(mj, model, m != NULL, err);
+    llm4d_ckpt_saver *s = NULL;
+    if (!rc) rc = llm4d_ckpt_save_begin(&s, output_dir, step, err);
+    if (!rc) {
+        rc = llm4d_gpt_ckpt_add(s, t, params, m, v, lo, hi, "", err);
+        if (!rc) rc = llm4d_ckpt_save_commit(s, mj, keep_last, err); /* consumes s */
+        else llm4d_ckpt_save_abort(s);
+    }
+    cJSON_Delete(mj);
+    return rc;
+}
+
+/* ---- meta.json's model ---- */
+
+static const struct {
+    const char *key;
+    size_t off;
+} geometry[] = {
+    {"vocab_size", offsetof(llm4d_model_config, vocab_size)},
+    {"hidden_size", offsetof(llm4d_model_config, hidden_size)},
+    {"num_layers", offsetof(llm4d_model_config, num_layers)},
+    {"num_attention_heads", offsetof(llm4d_model_config, num_attention_heads)},
+    {"ffn_hidden_size", offsetof(llm4d_model_config, ffn_hidden_size)},
+    {"max_position_embeddings", offsetof(llm4d_model_config, max_position_embeddings)},
+};
+#define N_GEOMETRY ((int)(sizeof geometry / sizeof geometry[0]))
+
+static llm4d_code meta_model(const cJSON *meta, const char *what, const cJSON **out, llm4d_err *err) {
+    const cJSON *mj = cJSON_GetObjectItemCaseSensitive(meta, "model");
+    if (!cJSON_IsObject(mj))
+        return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json has no \"model\" object, so it is not an llm4d GPT "
+                          "checkpoint; pass a directory written by llm4d train or llm4d convert", what);
+    *out = mj;
+    return LLM4D_OK;
+}
+
+static llm4d_code meta_int(const cJSON *mj, const char *what, const char *key, int *out, llm4d_err *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valuedouble < 1)
+        return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json's model.%s is missing or not a positive integer; the "
+                          "checkpoint's meta.json is damaged", what, key);
+    *out = (int)x->valuedouble;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_model_from_meta(const cJSON *meta, const char *what, llm4d_model_config *m, int vocab_unit,
+                                          llm4d_err *err) {
+    const cJSON *mj = NULL;
+    LLM4D_TRY(meta_model(meta, what, &mj, err));
+    llm4d_model_config r = *m;
+    for (int i = 0; i < N_GEOMETRY; i++)
+        LLM4D_TRY(meta_int(mj, what, geometry[i].key, (int *)((char *)&r + geometry[i].off), err));
+    if (r.hidden_size % r.num_attention_heads)
+        return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json's model has %d heads, which do not divide hidden_size %d; "
+                          "the checkpoint's meta.json is damaged", what, r.num_attention_heads, r.hidden_size);
+    const cJSON *x;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "hidden_dropout_prob")))
+        r.hidden_dropout_prob = (float)x->valuedouble;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "attention_probs_dropout_prob")))
+        r.attention_probs_dropout_prob = (float)x->valuedouble;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "initializer_range")))
+        r.initializer_range = (float)x->valuedouble;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "eos_token_id"))) r.eos_token_id = x->valueint;
+    const long long unit = vocab_unit > 0 ? vocab_unit : 128;
+    r.padded_vocab_size = (int)((r.vocab_size + unit - 1) / unit * unit);
+    *m = r;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_read_model(const char *path, llm4d_model_config *m, int vocab_unit, llm4d_err *err) {
+    llm4d_ckpt *c;
+    LLM4D_TRY(llm4d_ckpt_open(&c, path, err));
+    llm4d_code rc = llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(c), llm4d_ckpt_dir(c), m, vocab_unit, err);
+    llm4d_ckpt_close(c);
+    return rc;
+}
+
+llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const llm4d_model_config *m,
+                                      llm4d_err *err) {
+    const cJSON *mj = NULL;
+    LLM4D_TRY(meta_model(meta, what, &mj, err));
+    for (int i = 0; i < N_GEOMETRY; i++) {
+        int have = 0;
+        LLM4D_TRY(meta_int(mj, what, geometry[i].key, &have, err));
+        const int want = *(const int *)((const char *)m + geometry[i].off);
+        if (have != want)
+            return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s holds a model with %s %d, but this model has %s %d; "
+                              "load a checkpoint of this model or set the model to the checkpoint's geometry", what,
+                              geometry[i].key, have, geometry[i].key, want);
+    }
+    return LLM4D_OK;
+}
+
+/* ---- loading ---- */
+
+static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Every tensor the range needs is there with the expected global shape (checked before anything is written). */
+static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm4d_param_table *t, size_t lo,
+                                size_t hi, llm4d_err *err) {
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        int64_t b, e, pb, pe, shape[2];
+        if (!intersect(p, lo, hi, &b, &e, &pb, &pe) || b >= e) continue;
+        const int nd = llm4d_gpt_ckpt_shape(p, shape);
+        llm4d_ckpt_info info;
+        if (!llm4d_ckpt_find(c, stem, p->name, &info))
+            return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s has no tensor '%s' in its %s*.safetensors files; it "
+                              "was written for a different model or is incomplete", llm4d_ckpt_dir(c), p->name, stem);
+        if (info.ndim != nd || memcmp(info.shape, shape, (size_t)nd * sizeof(int64_t)) != 0) {
+            char a[96], w[96];
+            fmt_shape(a, sizeof a, info.ndim, info.shape);
+            fmt_shape(w, sizeof w, nd, shape);
+            return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: tensor '%s' has shape %s but the model expects %s; the "
+                              "checkpoint was written for a different model configuration", llm4d_ckpt_dir(c),
+                              p->name, a, w);
+        }
+    }
+    return LLM4D_OK;
+}
+
+static llm4d_code read_kind(const llm4d_ckpt *c, const char *stem, const llm4d_param_table *t, float *buf, size_t lo,
+                            size_t hi, llm4d_err *err) {
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        int64_t b, e, pb, pe, shape[2];
+        if (!intersect(p, lo, hi, &b, &e, &pb, &pe)) continue;
+        if (pb < pe) memset(buf + (p->offset + (size_t)pb - lo), 0, (size_t)(pe - pb) * sizeof(float));
+        if (b >= e) continue;
+        const int nd = llm4d_gpt_ckpt_shape(p, shape);
+        LLM4D_TRY(llm4d_ckpt_read_range(c, stem, p->name, LLM4D_ST_F32, nd, shape, b, e,
+                                        buf + (p->offset + (size_t)b - lo), err));
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
+                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
+                               llm4d_err *err) {
+    LLM4D_ASSERT(lo <= hi && hi <= t->total, "range [%zu, %zu) outside the %zu parameters", lo, hi, t->total);
+    const char *dir = llm4d_ckpt_dir(c);
+    const cJSON *mj = NULL;
+    LLM4D_TRY(meta_model(llm4d_ckpt_meta(c), dir, &mj, err));
+    const int optim = llm4d_ckpt_names(c, LLM4D_GPT_CKPT_OPTIM_M, NULL, 0) > 0;
+    if (params) LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_MODEL, t, lo, hi, err));
+    if (optim && (m || v)) {
+        LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_M, t, lo, hi, err));
+        LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_V, t, lo, hi, err));
+    }
+    if (model) LLM4D_TRY(llm4d_gpt_ckpt_check_model(llm4d_ckpt_meta(c), dir, model, err));
+    if (params) LLM4D_TRY(read_kind(c, LLM4D_GPT_CKPT_MODEL, t, params, lo, hi, err));
+    float *mv[2] = {m, v};
+    const char *stems[2] = {LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
+    for (int k = 0; k < 2; k++) {
+        if (!mv[k]) continue;
+        if (optim) LLM4D_TRY(read_kind(c, stems[k], t, mv[k], lo, hi, err));
+        else memset(mv[k], 0, (hi - lo) * sizeof(float));
+    }
+    if (has_optim) *has_optim = optim;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
+                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
+                               cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
+    llm4d_ckpt *c;
+    if (meta_out) *meta_out = NULL;
+    LLM4D_TRY(llm4d_ckpt_open(&c, path, err));
+    llm4d_code rc = llm4d_gpt_ckpt_read(c, model, t, params, m, v, lo, hi, has_optim, err);
+    if (!rc && meta_out) {
+        *meta_out = cJSON_Duplicate(llm4d_ckpt_meta(c), 1);
+        if (!*meta_out) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory copying meta.json");
+    }
+    if (!rc && step_out) *step_out = llm4d_ckpt_step(c);
+    llm4d_ckpt_close(c);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* gpt_ckpt.h — a GPT training state saved to and loaded from a checkpoint directory (ckpt/store.h).
+ *
+ * What is written (one step directory, output_dir/step_<N>/):
+ *   model<tag>.safetensors    the weights, fp32, under HF GPT-2's global names (transformer.h.0.attn.c_attn.weight,
+ *                              ...) with llm4d's layout (a linear weight is [out, in]; `convert` makes HF's Conv1D
+ *                              layout) and GLOBAL shapes. The token embedding is stored UNPADDED, [vocab_size, C]:
+ *                              padding rows are zero by construction and depend on the vocabulary unit and the
+ *                              tensor-parallel degree, so leaving them out makes a checkpoint load under any padding.
+ *   optim_m<tag>.safetensors  Adam's first moment, same names and shapes (absent in a weights-only checkpoint)
+ *   optim_v<tag>.safetensors  Adam's second moment
+ *   meta.json                  the caller's object plus "model" (the geometry, so a checkpoint says which model it
+ *                              holds and `generate`/`convert` need no config) and "format" (what kind of checkpoint).
+ * In fp32 training the fp32 master weights are the parameters themselves, so nothing else is needed.
+ *
+ * Ranges. Everything is written from, and read into, a flat range [lo, hi) of the parameter buffer's layout
+ * (params.h): the buffers passed hold hi - lo elements, element 0 standing for flat index lo. A ZeRO rank saves just
+ * the range it owns (tensors cut by the range become slices, store.h's save_range) and any range can be read back
+ * from any set of saved ranges, so a checkpoint does not depend on the number of ranks that wrote it. The tag keeps
+ * the files of several writers apart ("" for a single process).
+ *
+ * Load checks, before anything is overwritten: every tensor of the range is present with the global shape the
+ * table expects (a different model is a user error naming the tensor and both shapes), and, when the caller gives
+ * its model configuration, meta.json's "model" agrees with it (the head count, which no shape shows, included). */
+#ifndef LLM4D_CKPT_GPT_CKPT_H
+#define LLM4D_CKPT_GPT_CKPT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/store.h"
+#include "config/config.h"
+#include "model/params.h"
+
+/* File-name stems (store.h file prefixes) of the three kinds of tensors. */
+#define LLM4D_GPT_CKPT_MODEL "model"
+#define LLM4D_GPT_CKPT_OPTIM_M "optim_m"
+#define LLM4D_GPT_CKPT_OPTIM_V "optim_v"
+
+/* The global shape a parameter is stored with: its held shape, with wte's rows unpadded. */
+int llm4d_gpt_ckpt_shape(const llm4d_param *p, int64_t shape[2]);
+
+/* Add the range [lo, hi) of params (and of m and v, both NULL for weights only) to an open saver, into the files
+ * model<tag>.safetensors, optim_m<tag>.safetensors, optim_v<tag>.safetensors. The buffers are not copied: they must
+ * stay valid until the saver is committed. */
+llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
+                              const float *v, size_t lo, size_t hi, const char *tag, llm4d_err *err);
+
+/* Set meta["model"] (from model) and meta["format"] in a caller's meta object (replacing keys of those names). */
+llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int has_optim, llm4d_err *err);
+
+/* Save a whole checkpoint from one writer: output_dir/step_<step>/ with the range [lo, hi) (params, m, v as in
+ * llm4d_gpt_ckpt_add; m = v = NULL saves weights only), meta.json = a copy of meta (may be NULL) plus "model" and
+ * "format", then `latest` and keep_last pruning (store.h). Nothing existing is touched on failure. */
+llm4d_code llm4d_gpt_ckpt_save(const char *output_dir, int64_t step, const llm4d_model_config *model,
+                               const llm4d_param_table *t, const float *params, const float *m, const float *v,
+                               size_t lo, size_t hi, const cJSON *meta, int keep_last, llm4d_err *err);
+
+/* Load the range [lo, hi) from the checkpoint at path (an output_dir or a step_<N> directory, store.h). params, m, v
+ * hold hi - lo elements each and may be NULL (not read). wte's padding rows inside the range are set to zero.
+ * *has_optim (may be NULL) is set to 1 when the checkpoint holds optimizer state; when it holds none, m and v are
+ * zero-filled (a new run from those weights) and *has_optim is 0. model may be NULL (no meta.json geometry check).
+ * *meta_out (may be NULL) receives a copy of meta.json (free with cJSON_Delete); *step_out (may be NULL) the
+ * checkpoint's step (-1 when its directory is not named step_<N>). */
+llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
+                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
+                               cJSON **meta_out, int64_t *step_out, llm4d_err *err);
+
+/* The same from a checkpoint already open (convert, tests). */
+llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
+                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
+                               llm4d_err *err);
+
+/* Fill the model geometry (vocab_size, hidden_size, num_layers, num_attention_heads, ffn_hidden_size,
+ * max_position_embeddings) and the recorded dropouts, initializer_range and eos_token_id of *m from meta.json's
+ * "model"; padded_vocab_size is set to vocab_size rounded up to a multiple of `vocab_unit` (the caller's padding;
+ * <= 0 means 128). Other fields of *m are left as they are. */
+llm4d_code llm4d_gpt_ckpt_model_from_meta(const cJSON *meta, const char *what, llm4d_model_config *m, int vocab_unit,
+                                          llm4d_err *err);
+/* The same, opening the checkpoint at path (verified, store.h) to read its meta.json. */
+llm4d_code llm4d_gpt_ckpt_read_model(const char *path, llm4d_model_config *m, int vocab_unit, llm4d_err *err);
+
+/* Compare meta.json's "model" with *m: a different geometry is a user error naming the key and both values. */
+llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const llm4d_model_config *m,
+                                      llm4d_err *err);
+
+#endif

@@ -1,0 +1,355 @@
+/* generate.c — KV-cached forward, sampling and the generation loop (see generate.h).
+ *
+ * Feeding n positions [p0, p0 + n) through one block, with x [n, C] the residual stream of those positions:
+ *   ln = LN1(x); qkv = ln Wqkv^T + b; the K and V columns of qkv go to the cache rows p0 .. p0+n-1;
+ *   for position i and head h: a = softmax_j<=p0+i (q_ih . K[j,h] / sqrt(HS)); atty[i,h] = sum_j a_j V[j,h];
+ *   x += atty Wo^T + bo; x += fcproj(gelu(fc(LN2(x))))
+ * which is gpt.c's block forward with dropout off, restricted to the new rows: the rows before p0 only enter
+ * through their cached keys and values, which is what makes the cache exact. */
+#include "model/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/timer.h"
+
+static const float *param_ptr(const llm4d_param_table *t, const float *params, int layer, llm4d_param_kind kind) {
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].layer == layer && t->p[i].kind == kind) return params + t->p[i].offset;
+    LLM4D_ASSERT(0, "no parameter of kind %d in layer %d", (int)kind, layer);
+    return NULL;
+}
+
+typedef struct {
+    float **p;
+    size_t n;
+    llm4d_mem_category c;
+} gen_buf;
+
+/* The buffers of g, with their sizes, so create and destroy cannot disagree. */
+static int gen_bufs(llm4d_gen *g, gen_buf *b) {
+    const size_t C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, L = g->cfg.num_layers;
+    const size_t R = g->chunk, NH = g->cfg.num_attention_heads, Vp = g->cfg.padded_vocab_size, T = g->T_max;
+    const llm4d_mem_category A = LLM4D_MEM_ACTIVATIONS, W = LLM4D_MEM_WORKSPACE;
+    int k = 0;
+    b[k++] = (gen_buf){&g->kc, L * T * C, A};
+    b[k++] = (gen_buf){&g->vc, L * T * C, A};
+    b[k++] = (gen_buf){&g->x, R * C, W};
+    b[k++] = (gen_buf){&g->ln, R * C, W};
+    b[k++] = (gen_buf){&g->mean, R, W};
+    b[k++] = (gen_buf){&g->rstd, R, W};
+    b[k++] = (gen_buf){&g->qkv, R * 3 * C, W};
+    b[k++] = (gen_buf){&g->atty, R * C, W};
+    b[k++] = (gen_buf){&g->proj, R * C, W};
+    b[k++] = (gen_buf){&g->fch, R * F, W};
+    b[k++] = (gen_buf){&g->fch_gelu, R * F, W};
+    b[k++] = (gen_buf){&g->scores, R * NH * T, W};
+    b[k++] = (gen_buf){&g->logits, R * Vp, W};
+    b[k++] = (gen_buf){&g->last_logits, Vp, W};
+    return k;
+}
+
+llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_model_config *cfg, const llm4d_param_table *t,
+                            const float *params, llm4d_backend *be, llm4d_mem *mem, int T_max, int chunk,
+                            llm4d_err *err) {
+    memset(g, 0, sizeof *g);
+    LLM4D_ASSERT(T_max >= 1 && T_max <= cfg->max_position_embeddings && chunk >= 1,
+                 "T_max %d (max_position_embeddings %d), chunk %d", T_max, cfg->max_position_embeddings, chunk);
+    g->cfg = *cfg;
+    g->be = be;
+    g->mem = mem;
+    g->T_max = T_max;
+    g->chunk = chunk < T_max ? chunk : T_max;
+    g->wte = param_ptr(t, params, -1, LLM4D_P_WTE);
+    g->wpe = param_ptr(t, params, -1, LLM4D_P_WPE);
+    g->lnfw = param_ptr(t, params, -1, LLM4D_P_LNFW);
+    g->lnfb = param_ptr(t, params, -1, LLM4D_P_LNFB);
+    g->layers = calloc((size_t)cfg->num_layers, sizeof *g->layers);
+    if (!g->layers) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory setting up generation");
+    for (int l = 0; l < cfg->num_layers; l++) {
+        llm4d_gen_layer *w = &g->layers[l];
+        w->ln1w = param_ptr(t, params, l, LLM4D_P_LN1W);
+        w->ln1b = param_ptr(t, params, l, LLM4D_P_LN1B);
+        w->qkvw = param_ptr(t, params, l, LLM4D_P_QKVW);
+        w->qkvb = param_ptr(t, params, l, LLM4D_P_QKVB);
+        w->attprojw = param_ptr(t, params, l, LLM4D_P_ATTPROJW);
+        w->attprojb = param_ptr(t, params, l, LLM4D_P_ATTPROJB);
+        w->ln2w = param_ptr(t, params, l, LLM4D_P_LN2W);
+        w->ln2b = param_ptr(t, params, l, LLM4D_P_LN2B);
+        w->fcw = param_ptr(t, params, l, LLM4D_P_FCW);
+        w->fcb = param_ptr(t, params, l, LLM4D_P_FCB);
+        w->fcprojw = param_ptr(t, params, l, LLM4D_P_FCPROJW);
+        w->fcprojb = param_ptr(t, params, l, LLM4D_P_FCPROJB);
+    }
+    gen_buf b[16];
+    const int nb = gen_bufs(g, b);
+    for (int i = 0; i < nb; i++) {
+        *b[i].p = be->alloc(be, mem, b[i].c, b[i].n * sizeof(float));
+        if (!*b[i].p) {
+            llm4d_gen_destroy(g);
+            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the KV cache for %d positions; generate "
+                              "fewer tokens (--max_new_tokens) or use a shorter prompt", T_max);
+        }
+    }
+    g->cache_bytes = b[0].n * sizeof(float) * 2;
+    return LLM4D_OK;
+}
+
+void llm4d_gen_destroy(llm4d_gen *g) {
+    if (!g->be) return;
+    gen_buf b[16];
+    const int nb = gen_bufs(g, b);
+    for (int i = 0; i < nb; i++)
+        if (*b[i].p) g->be->free(g->be, g->mem, b[i].c, *b[i].p, b[i].n * sizeof(float));
+    free(g->layers);
+    memset(g, 0, sizeof *g);
+}
+
+void llm4d_gen_reset(llm4d_gen *g) { g->pos = 0; }
+
+/* Single-query attention of rows [0, n) (positions p0 + i) over the layer's cache rows [0, p0 + i]. */
+static void cached_attention(llm4d_gen *g, int l, int p0, int n) {
+    const int C = g->cfg.hidden_size, NH = g->cfg.num_attention_heads, HS = C / NH, T = g->T_max;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float *K = g->kc + (size_t)l * T * C, *V = g->vc + (size_t)l * T * C;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < n * NH; r++) {
+        const int i = r / NH, h = r % NH, last = p0 + i;
+        const float *q = g->qkv + (size_t)i * 3 * C + h * HS;
+        float *s = g->scores + (size_t)r * T;
+        float mx = -INFINITY;
+        for (int j = 0; j <= last; j++) {
+            const float *k = K + (size_t)j * C + h * HS;
+            float dot = 0.0f;
+            for (int d = 0; d < HS; d++) dot += q[d] * k[d];
+            s[j] = dot * scale;
+            if (s[j] > mx) mx = s[j];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j <= last; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        const float inv = 1.0f / sum;
+        float *o = g->atty + (size_t)i * C + h * HS;
+        for (int d = 0; d < HS; d++) o[d] = 0.0f;
+        for (int j = 0; j <= last; j++) {
+            const float a = s[j] * inv, *v = V + (size_t)j * C + h * HS;
+            for (int d = 0; d < HS; d++) o[d] += a * v[d];
+        }
+    }
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Feed n <= chunk tokens; logits for all rows into g->logits when all, else the last row only. */
+static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, T = g->T_max, Vp = g->cfg.padded_vocab_size;
+    const int p0 = g->pos;
+    be->encoder_forward(be, g->x, tokens, g->wte, g->wpe + (size_t)p0 * C, 1, n, C);
+    for (int l = 0; l < g->cfg.num_layers; l++) {
+        const llm4d_gen_layer *w = &g->layers[l];
+        be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln1w, w->ln1b, n, C);
+        be->linear_forward(be, g->qkv, g->ln, w->qkvw, w->qkvb, n, C, 3 * C);
+        float *K = g->kc + ((size_t)l * T + p0) * C, *V = g->vc + ((size_t)l * T + p0) * C;
+        for (int i = 0; i < n; i++) {
+            memcpy(K + (size_t)i * C, g->qkv + (size_t)i * 3 * C + C, (size_t)C * sizeof(float));
+            memcpy(V + (size_t)i * C, g->qkv + (size_t)i * 3 * C + 2 * C, (size_t)C * sizeof(float));
+        }
+        cached_attention(g, l, p0, n);
+        be->linear_forward(be, g->proj, g->atty, w->attprojw, w->attprojb, n, C, C);
+        add_rows(g->x, g->proj, (size_t)n * C);
+        be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln2w, w->ln2b, n, C);
+        be->linear_forward(be, g->fch, g->ln, w->fcw, w->fcb, n, C, F);
+        be->gelu_forward(be, g->fch_gelu, g->fch, (size_t)n * F);
+        be->linear_forward(be, g->proj, g->fch_gelu, w->fcprojw, w->fcprojb, n, F, C);
+        add_rows(g->x, g->proj, (size_t)n * C);
+    }
+    g->pos += n;
+    /* The LM head is the costliest product of a decode step (Vp x C); for the prompt only its last row is needed
+     * unless the caller asked for every row. */
+    const int first = all ? 0 : n - 1, rows = n - first;
+    be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x + (size_t)first * C, g->lnfw, g->lnfb, rows, C);
+    be->linear_forward(be, g->logits, g->ln, g->wte, NULL, rows, C, Vp);
+    memcpy(g->last_logits, g->logits + (size_t)(rows - 1) * Vp, (size_t)Vp * sizeof(float));
+}
+
+llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *logits_all, llm4d_err *err) {
+    if (n < 1) return LLM4D_OK;
+    if (n > g->T_max - g->pos)
+        return llm4d_fail(err, LLM4D_EUSER, "the sequence would be %d tokens long, more than the %d positions "
+                          "allowed (max_position_embeddings %d); shorten the prompt or generate fewer tokens",
+                          g->pos + n, g->T_max, g->cfg.max_position_embeddings);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= g->cfg.vocab_size)
+            return llm4d_fail(err, LLM4D_EUSER, "token id %d is outside the model's vocabulary [0, %d); give ids the "
+                              "model knows", (int)tokens[i], g->cfg.vocab_size);
+    const size_t Vp = (size_t)g->cfg.padded_vocab_size;
+    for (int done = 0; done < n;) {
+        const int k = n - done < g->chunk ? n - done : g->chunk;
+        feed_chunk(g, tokens + done, k, logits_all != NULL);
+        if (logits_all) memcpy(logits_all + (size_t)done * Vp, g->logits, (size_t)k * Vp * sizeof(float));
+        done += k;
+    }
+    return LLM4D_OK;
+}
+
+/* ---- sampling ---- */
+
+llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V, llm4d_err *err) {
+    memset(smp, 0, sizeof *smp);
+    if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
+        return llm4d_fail(err, LLM4D_EUSER, "--temperature must be >= 0 (0: greedy), got %g", s->temperature);
+    if (s->top_k < 0) return llm4d_fail(err, LLM4D_EUSER, "--top_k must be >= 0 (0: no cut), got %d", s->top_k);
+    if (!(s->top_p > 0.0f && s->top_p <= 1.0f))
+        return llm4d_fail(err, LLM4D_EUSER, "--top_p must be in (0, 1] (1: no cut), got %g", s->top_p);
+    smp->s = *s;
+    smp->V = V;
+    smp->cand = malloc((size_t)V * sizeof *smp->cand);
+    smp->prob = malloc((size_t)V * sizeof *smp->prob);
+    if (!smp->cand || !smp->prob) {
+        llm4d_sampler_free(smp);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory setting up sampling");
+    }
+    return LLM4D_OK;
+}
+
+void llm4d_sampler_free(llm4d_sampler *smp) {
+    free(smp->cand);
+    free(smp->prob);
+    memset(smp, 0, sizeof *smp);
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Descending by logit, ties by ascending id, so the order (and so the draw) is fully determined. */
+static int by_logit_desc(const void *a, const void *b) {
+    const llm4d_sample_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int better(const llm4d_sample_cand *x, const llm4d_sample_cand *y) { return by_logit_desc(x, y) < 0; }
+
+static void swap_cand(llm4d_sample_cand *a, llm4d_sample_cand *b) {
+    const llm4d_sample_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Quickselect: afterwards c[0..k) are the k best candidates (in some order). The order is total (ties broken by
+ * id), so which candidates are selected does not depend on the pivots. */
+static void select_best(llm4d_sample_cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        /* median of three as the pivot, moved to hi */
+        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (better(&c[mid], &c[hi])) swap_cand(&c[mid], &c[hi]);
+        const llm4d_sample_cand pivot = c[hi];
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (better(&c[i], &pivot)) swap_cand(&c[i], &c[store++]);
+        swap_cand(&c[store], &c[hi]);
+        if (store == k - 1 || store == k) return;
+        if (store < k) lo = store + 1;
+        else hi = store - 1;
+    }
+}
+
+int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j) {
+    const llm4d_sampling *s = &smp->s;
+    const int V = smp->V;
+    if (s->temperature == 0.0f || s->top_k == 1) return argmax(logits, V);
+    llm4d_sample_cand *c = smp->cand;
+    for (int i = 0; i < V; i++) c[i] = (llm4d_sample_cand){logits[i], i};
+    int n = V;
+    const int cut_k = s->top_k > 0 && s->top_k < V;
+    if (cut_k) {
+        /* the k best to the front in O(V), then only those sorted: a full sort of GPT-2's 50257 logits per token
+         * would cost more than the small models' forward */
+        select_best(c, V, s->top_k);
+        n = s->top_k;
+    }
+    if (cut_k || s->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
+    const double mx = logits[argmax(logits, V)];
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        smp->prob[i] = exp(((double)c[i].logit - mx) / s->temperature);
+        total += smp->prob[i];
+    }
+    if (s->top_p < 1.0f) { /* the smallest most-probable prefix whose mass reaches top_p */
+        double cum = 0.0;
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            cum += smp->prob[i];
+            if (cum >= s->top_p * total) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+        total = 0.0;
+        for (int i = 0; i < n; i++) total += smp->prob[i];
+    }
+    uint32_t w[4];
+    llm4d_rng_block(s->seed, llm4d_rng_stream(LLM4D_RNG_SAMPLE, 0, 0, 0), j, w);
+    const uint64_t bits = ((uint64_t)w[1] << 32 | w[0]) >> 11; /* 53 random bits */
+    const double u = (double)bits * (1.0 / 9007199254740992.0) * total;
+    double cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += smp->prob[i];
+        if (u < cum) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+/* ---- the loop ---- */
+
+llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *prompt, int n_prompt, int max_new,
+                          int eos_id, float *prompt_logits, llm4d_gen_token_fn on_token, void *ctx, int32_t *out,
+                          int *n_out, llm4d_gen_stats *stats, llm4d_err *err) {
+    memset(stats, 0, sizeof *stats);
+    *n_out = 0;
+    if (n_prompt < 1) return llm4d_fail(err, LLM4D_EUSER, "the prompt is empty; give at least one token");
+    if (n_prompt > g->T_max)
+        return llm4d_fail(err, LLM4D_EUSER, "the prompt is %d tokens long, more than the model's %d positions "
+                          "(max_position_embeddings %d); shorten the prompt", n_prompt, g->T_max,
+                          g->cfg.max_position_embeddings);
+    llm4d_gen_reset(g);
+    double t0 = llm4d_now();
+    LLM4D_TRY(llm4d_gen_feed(g, prompt, n_prompt, prompt_logits, err));
+    stats->prompt_tokens = n_prompt;
+    stats->prompt_seconds = llm4d_now() - t0;
+    t0 = llm4d_now();
+    for (int k = 0; k < max_new; k++) {
+        const int32_t id = llm4d_sampler_pick(smp, g->last_logits, (uint64_t)k);
+        out[k] = id;
+        *n_out = k + 1;
+        if (on_token) on_token(ctx, id, g->last_logits);
+        if (id == eos_id) {
+            stats->stopped_at_eos = 1;
+            break;
+        }
+        if (k + 1 == max_new) break;
+        if (g->pos == g->T_max) {
+            stats->stopped_at_limit = 1;
+            break;
+        }
+        LLM4D_TRY(llm4d_gen_feed(g, &id, 1, NULL, err));
+    }
+    stats->new_tokens = *n_out;
+    stats->new_seconds = llm4d_now() - t0;
+    return LLM4D_OK;
+}

@@ -1,0 +1,102 @@
+/* generate.h — autoregressive generation with a key/value cache, and sampling.
+ *
+ * Training's forward (gpt.h) recomputes every position; generating n tokens that way costs O(n^2) positions. Here
+ * each layer keeps the keys and values of every position seen so far (K and V caches of [T_max, C] per layer,
+ * heads side by side as in c_attn's output), so feeding a new token costs one position: its query attends over
+ * the cache. The prompt is fed in chunks of several positions at once (matrix-matrix products), each position
+ * attending causally over the cache up to itself. LayerNorm, the linear layers and GELU are the backend's kernels;
+ * the attention over the cache is a plain loop (one query row per head, parallel over rows and heads). Eval mode:
+ * no dropout. The weights are borrowed from the caller's flat parameter buffer (params.h layout).
+ *
+ * Sampling draws token j of a generation from the counter-based generator (core/rng.h, purpose LLM4D_RNG_SAMPLE),
+ * keyed by (seed, j), so a run is reproducible and does not depend on threads. temperature 0 (or top_k 1) is greedy
+ * decoding (the lowest id among equal maxima); otherwise the logits are divided by the temperature, cut to the top_k
+ * largest (0: no cut), then to the smallest set of most probable tokens whose probability reaches top_p (1: no
+ * cut), and one token is drawn from the renormalised rest. Only the real vocabulary (not the padding) is sampled. */
+#ifndef LLM4D_MODEL_GENERATE_H
+#define LLM4D_MODEL_GENERATE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/mem.h"
+#include "model/params.h"
+
+typedef struct {
+    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} llm4d_gen_layer;
+
+typedef struct {
+    llm4d_model_config cfg;
+    llm4d_backend *be;
+    llm4d_mem *mem;
+    const float *wte, *wpe, *lnfw, *lnfb;
+    llm4d_gen_layer *layers;
+    int T_max;          /* positions the cache holds (<= max_position_embeddings) */
+    int chunk;          /* most positions computed at once */
+    int pos;            /* positions in the cache */
+    float *kc, *vc;     /* [L, T_max, C] */
+    /* scratch for `chunk` rows */
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *fch_gelu, *scores, *logits;
+    float *last_logits; /* [Vp]: the logits of the last position fed */
+    size_t cache_bytes;
+} llm4d_gen;
+
+/* Set up generation over params (flat, laid out by t, borrowed: must outlive g) for sequences of up to T_max
+ * positions, feeding at most `chunk` positions at a time. */
+llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_model_config *cfg, const llm4d_param_table *t,
+                            const float *params, llm4d_backend *be, llm4d_mem *mem, int T_max, int chunk,
+                            llm4d_err *err);
+void llm4d_gen_destroy(llm4d_gen *g);
+/* Forget the cached positions (start a new sequence). */
+void llm4d_gen_reset(llm4d_gen *g);
+
+/* Feed n tokens at positions pos .. pos+n-1 (any n; chunked internally). Afterwards g->last_logits holds the
+ * logits ([padded_vocab_size]) of the last position; logits_all, when not NULL, receives [n, padded_vocab_size]
+ * logits, one row per position fed. A token outside the vocabulary or a sequence longer than T_max is a user
+ * error. */
+llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *logits_all, llm4d_err *err);
+
+typedef struct {
+    float temperature;  /* 0: greedy */
+    int top_k;          /* 0: no cut */
+    float top_p;        /* 1: no cut */
+    uint64_t seed;
+} llm4d_sampling;
+
+typedef struct {
+    float logit;
+    int32_t id;
+} llm4d_sample_cand;
+
+typedef struct {
+    llm4d_sampling s;
+    int V;                   /* real vocabulary: ids 0 .. V-1 */
+    llm4d_sample_cand *cand; /* [V] scratch */
+    double *prob;            /* [V] scratch */
+} llm4d_sampler;
+
+/* Check the settings (temperature >= 0, top_k >= 0, 0 < top_p <= 1): a bad one is a user error naming it. */
+llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V, llm4d_err *err);
+void llm4d_sampler_free(llm4d_sampler *smp);
+/* The token drawn for generated token number j from logits (at least V of them). */
+int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j);
+
+typedef struct {
+    int prompt_tokens, new_tokens;
+    double prompt_seconds, new_seconds; /* feeding the prompt; generating the new tokens */
+    int stopped_at_eos, stopped_at_limit;
+} llm4d_gen_stats;
+
+/* Called for each generated token with the logits it was drawn from ([padded_vocab_size]). */
+typedef void (*llm4d_gen_token_fn)(void *ctx, int32_t id, const float *logits);
+
+/* Reset, feed the prompt (n_prompt >= 1; prompt_logits, when not NULL, receives its [n_prompt, padded_vocab_size]
+ * logits), then generate up to max_new tokens into out: stopping after eos_id (< 0: never) or when the cache is full
+ * (stats->stopped_at_limit). *n_out receives the number generated. A prompt longer than T_max is a user error. */
+llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *prompt, int n_prompt, int max_new,
+                          int eos_id, float *prompt_logits, llm4d_gen_token_fn on_token, void *ctx, int32_t *out,
+                          int *n_out, llm4d_gen_stats *stats, llm4d_err *err);
+
+#endif

@@ -1,0 +1,287 @@
+/* test_generate.c — checks of KV-cached generation and sampling (src/model/generate.c).
+ *
+ * The oracle for the cache is training's forward (llm4d_gpt_forward, eval mode, dropout off) recomputing the whole
+ * sequence at every step. On a random tiny model (every parameter perturbed, so biases and LayerNorm matter):
+ *   - greedy decoding of 20 tokens equals greedy decoding by full recomputation, token by token, and the logits
+ *     each token is drawn from equal the recomputed last row (<= 1e-4 relative to the largest logit);
+ *   - the prompt's logits, every row, fed in one chunk and in chunks of 3, equal the recomputed ones;
+ *   - for the cpu and the ref backends;
+ *   - the cache stops at T_max; a prompt longer than T_max, an empty prompt and an id outside the vocabulary are
+ *     user errors;
+ * and the sampler: frequencies of a known distribution under temperature, top_k and top_p within 0.01 of the
+ * expected ones over 40000 draws; greedy at temperature 0 and top_k 1; the same seed gives the same tokens and
+ * another seed other tokens. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/generate.h"
+#include "model/gpt.h"
+
+typedef struct {
+    int pass, fail;
+} tally;
+
+static void check(tally *t, int ok, const char *what, const char *detail) {
+    if (ok) t->pass++;
+    else t->fail++;
+    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "", detail ? detail : "");
+    fflush(stdout);
+}
+
+#define TMAX 48
+#define NEW 20
+
+typedef struct {
+    int n, Vp;
+    float logits[NEW + 8][512];
+} recorder;
+
+static void record(void *ctx, int32_t id, const float *logits) {
+    (void)id;
+    recorder *r = ctx;
+    memcpy(r->logits[r->n++], logits, (size_t)r->Vp * sizeof(float));
+}
+
+/* max |a - b| / max |b| over n */
+static double rel_err(const float *a, const float *b, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void model_checks(tally *T, llm4d_backend *be) {
+    llm4d_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.vocab_size = 500;
+    mc.padded_vocab_size = 512;
+    mc.hidden_size = 32;
+    mc.num_layers = 2;
+    mc.num_attention_heads = 4;
+    mc.ffn_hidden_size = 128;
+    mc.max_position_embeddings = 64;
+    mc.hidden_dropout_prob = 0.1f; /* must not act: eval mode */
+    mc.attention_probs_dropout_prob = 0.1f;
+    mc.initializer_range = 0.3f;   /* larger than GPT-2's so the logits are far from ties */
+    mc.eos_token_id = 499;
+    llm4d_mem mem = {0};
+    llm4d_err err = {0};
+    llm4d_gpt g;
+    char what[200], detail[1200];
+    if (llm4d_gpt_create(&g, &mc, be, &mem, 1, TMAX, 0, 11, &err)) {
+        check(T, 0, "create the model", err.msg);
+        return;
+    }
+    /* perturb every real parameter so biases and LayerNorm weights are not 0 and 1 */
+    uint32_t st = 99;
+    for (int i = 0; i < g.table.n; i++) {
+        const llm4d_param *p = &g.table.p[i];
+        const size_t real = (size_t)p->rows_real * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
+        for (size_t j = 0; j < real; j++) {
+            st = st * 1664525u + 1013904223u;
+            g.params[p->offset + j] += 0.1f * ((float)(st >> 8) / 16777216.0f - 0.5f);
+        }
+    }
+    const int Vp = mc.padded_vocab_size, V = mc.vocab_size;
+    int32_t seq[TMAX];
+    const int32_t prompt[5] = {17, 402, 3, 3, 250};
+    int64_t sample_id = 0;
+
+    llm4d_gen gen;
+    llm4d_sampler smp;
+    llm4d_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
+    llm4d_sampler_init(&smp, &greedy, V, &err);
+    for (int chunk = 64; chunk >= 3; chunk = chunk == 64 ? 3 : 0) {
+        if (llm4d_gen_create(&gen, &mc, &g.table, g.params, be, &mem, TMAX, chunk, &err)) {
+            check(T, 0, "create the generator", err.msg);
+            break;
+        }
+        static recorder rec;
+        rec.n = 0;
+        rec.Vp = Vp;
+        static float plog[5 * 512];
+        int32_t out[NEW];
+        int n_out = 0;
+        llm4d_gen_stats stats;
+        llm4d_code rc = llm4d_generate(&gen, &smp, prompt, 5, NEW, -1, plog, record, &rec, out, &n_out, &stats, &err);
+        snprintf(what, sizeof what, "[%s, chunk %d] greedy generation of %d tokens runs", be->name, chunk, NEW);
+        check(T, rc == LLM4D_OK && n_out == NEW && rec.n == NEW, what, rc ? err.msg : "");
+        /* the prompt's rows */
+        memcpy(seq, prompt, sizeof prompt);
+        llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 1, 5);
+        double worst = 0;
+        for (int r = 0; r < 5; r++) worst = fmax(worst, rel_err(plog + r * Vp, g.logits + (size_t)r * Vp, V));
+        snprintf(what, sizeof what, "[%s, chunk %d] prompt logits, all 5 rows, equal the full forward's", be->name,
+                 chunk);
+        snprintf(detail, sizeof detail, "max relative error %.2e", worst);
+        check(T, worst <= 1e-4, what, detail);
+        /* every step against full recomputation */
+        int same_tokens = 1, first_bad = -1;
+        worst = 0;
+        for (int k = 0; k < NEW; k++) {
+            const int t = 5 + k;
+            llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 1, t);
+            const float *full = g.logits + (size_t)(t - 1) * Vp;
+            const int32_t want = argmax(full, V);
+            worst = fmax(worst, rel_err(rec.logits[k], full, V));
+            if (want != out[k] && same_tokens) same_tokens = 0, first_bad = k;
+            seq[t] = want; /* the recompute path follows its own greedy choice */
+        }
+        snprintf(what, sizeof what, "[%s, chunk %d] %d greedy tokens equal full-recompute greedy decoding", be->name,
+                 chunk, NEW);
+        snprintf(detail, sizeof detail, "first difference at token %d; tokens %d %d %d %d ...", first_bad, out[0],
+                 out[1], out[2], out[3]);
+        check(T, same_tokens, what, detail);
+        snprintf(what, sizeof what, "[%s, chunk %d] cached logits equal recomputed logits at every step", be->name,
+                 chunk);
+        snprintf(detail, sizeof detail, "max relative error %.2e", worst);
+        check(T, worst <= 1e-4, what, detail);
+        int distinct = 0;
+        for (int k = 1; k < NEW; k++) distinct += out[k] != out[0];
+        snprintf(detail, sizeof detail, "%d of %d differ from the first", distinct, NEW - 1);
+        check(T, distinct > 0, "the greedy continuation is not one repeated token (the check has teeth)", detail);
+
+        if (chunk == 3) {
+            /* eos stops the generation after it is produced */
+            int32_t gtok[NEW];
+            memcpy(gtok, out, sizeof gtok);
+            int first = 0;
+            while (gtok[first] != gtok[2]) first++;
+            rc = llm4d_generate(&gen, &smp, prompt, 5, NEW, gtok[2], NULL, NULL, NULL, out, &n_out, &stats, &err);
+            snprintf(detail, sizeof detail, "eos %d, %d generated", gtok[2], n_out);
+            check(T, rc == LLM4D_OK && n_out == first + 1 && stats.stopped_at_eos && out[first] == gtok[2],
+                  "generation stops after the eos token", detail);
+            /* the cache limit */
+            int32_t longp[TMAX + 1];
+            for (int i = 0; i <= TMAX; i++) longp[i] = (i * 37) % V;
+            rc = llm4d_generate(&gen, &smp, longp, 30, 100, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            snprintf(detail, sizeof detail, "%d generated, limit flag %d", n_out, stats.stopped_at_limit);
+            check(T, rc == LLM4D_OK && n_out == TMAX - 30 + 1 && stats.stopped_at_limit,
+                  "generation stops when the cache is full (prompt 30 + 19 new for 48 positions)", detail);
+            rc = llm4d_generate(&gen, &smp, longp, TMAX + 1, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            check(T, rc == LLM4D_EUSER && strstr(err.msg, "prompt is 49 tokens"),
+                  "a prompt longer than T_max is refused", err.msg);
+            rc = llm4d_generate(&gen, &smp, longp, 0, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            check(T, rc == LLM4D_EUSER, "an empty prompt is refused", err.msg);
+            const int32_t badp[2] = {1, 500};
+            rc = llm4d_generate(&gen, &smp, badp, 2, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            check(T, rc == LLM4D_EUSER && strstr(err.msg, "500"), "a token id outside the vocabulary is refused",
+                  err.msg);
+            /* reproducible sampling */
+            llm4d_sampler s1, s2;
+            llm4d_sampling a = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 7};
+            llm4d_sampling b = a;
+            b.seed = 8;
+            llm4d_sampler_init(&s1, &a, V, &err);
+            llm4d_sampler_init(&s2, &b, V, &err);
+            int32_t o1[NEW], o2[NEW], o3[NEW];
+            int n1, n2, n3;
+            llm4d_generate(&gen, &s1, prompt, 5, NEW, -1, NULL, NULL, NULL, o1, &n1, &stats, &err);
+            llm4d_generate(&gen, &s1, prompt, 5, NEW, -1, NULL, NULL, NULL, o2, &n2, &stats, &err);
+            llm4d_generate(&gen, &s2, prompt, 5, NEW, -1, NULL, NULL, NULL, o3, &n3, &stats, &err);
+            check(T, n1 == NEW && n2 == NEW && !memcmp(o1, o2, sizeof o1), "sampling with the same seed repeats", "");
+            check(T, n3 == NEW && memcmp(o1, o3, sizeof o1) != 0, "sampling with another seed gives other tokens", "");
+            llm4d_sampler_free(&s1);
+            llm4d_sampler_free(&s2);
+        }
+        llm4d_gen_destroy(&gen);
+    }
+    llm4d_sampler_free(&smp);
+    llm4d_gpt_destroy(&g);
+}
+
+static void sampler_checks(tally *T) {
+    llm4d_err err = {0};
+    const float logits[5] = {logf(1), logf(2), logf(3), logf(4), -INFINITY};
+    struct {
+        llm4d_sampling s;
+        double want[5];
+        const char *what;
+    } cases[] = {
+        {{1.0f, 0, 1.0f, 3}, {0.1, 0.2, 0.3, 0.4, 0}, "temperature 1: probabilities 1:2:3:4"},
+        {{0.5f, 0, 1.0f, 3}, {1 / 30.0, 4 / 30.0, 9 / 30.0, 16 / 30.0, 0}, "temperature 0.5: squares 1:4:9:16"},
+        {{1.0f, 2, 1.0f, 3}, {0, 0, 3 / 7.0, 4 / 7.0, 0}, "top_k 2 keeps the two most probable"},
+        {{1.0f, 0, 0.5f, 3}, {0, 0, 3 / 7.0, 4 / 7.0, 0}, "top_p 0.5 keeps 0.4 + 0.3"},
+        {{1.0f, 0, 0.3f, 3}, {0, 0, 0, 1, 0}, "top_p 0.3 keeps the most probable only"},
+        {{1.0f, 3, 0.6f, 3}, {0, 0, 3 / 7.0, 4 / 7.0, 0}, "top_k 3 then top_p 0.6 (of 0.9 left)"},
+        {{0.0f, 0, 1.0f, 3}, {0, 0, 0, 1, 0}, "temperature 0 is greedy"},
+        {{2.0f, 1, 1.0f, 3}, {0, 0, 0, 1, 0}, "top_k 1 is greedy"},
+    };
+    const int draws = 40000;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        llm4d_sampler smp;
+        llm4d_sampler_init(&smp, &cases[c].s, 5, &err);
+        int count[5] = {0};
+        for (int j = 0; j < draws; j++) count[llm4d_sampler_pick(&smp, logits, (uint64_t)j)]++;
+        double worst = 0;
+        for (int i = 0; i < 5; i++) worst = fmax(worst, fabs((double)count[i] / draws - cases[c].want[i]));
+        char detail[200];
+        snprintf(detail, sizeof detail, "counts %d %d %d %d %d, max deviation %.4f", count[0], count[1], count[2],
+                 count[3], count[4], worst);
+        check(T, worst < 0.01, cases[c].what, detail);
+        llm4d_sampler_free(&smp);
+    }
+    {
+        /* top_k over a large vocabulary with many ties: every draw is among the k best (ties go to the lower id),
+         * and each of them is drawn */
+        enum { BIGV = 5000, K = 37 };
+        static float big[BIGV];
+        static int rank_of[BIGV];
+        uint32_t st = 5;
+        for (int i = 0; i < BIGV; i++) {
+            st = st * 1664525u + 1013904223u;
+            big[i] = (float)((st >> 8) % 20) * 0.05f;
+        }
+        for (int i = 0; i < BIGV; i++) { /* rank in the total order: greater logit first, then lower id */
+            int r = 0;
+            for (int j = 0; j < BIGV; j++) r += big[j] > big[i] || (big[j] == big[i] && j < i);
+            rank_of[i] = r;
+        }
+        llm4d_sampler smp;
+        llm4d_sampling s = {1.0f, K, 1.0f, 11};
+        llm4d_sampler_init(&smp, &s, BIGV, &err);
+        int outside = 0, seen[K] = {0}, distinct = 0;
+        for (int j = 0; j < 20000; j++) {
+            const int32_t id = llm4d_sampler_pick(&smp, big, (uint64_t)j);
+            if (rank_of[id] >= K) outside++;
+            else if (!seen[rank_of[id]]++) distinct++;
+        }
+        char detail[160];
+        snprintf(detail, sizeof detail, "%d draws outside the top %d, %d of them drawn", outside, K, distinct);
+        check(T, outside == 0 && distinct == K, "top_k 37 of 5000 tied logits selects exactly the 37 best", detail);
+        llm4d_sampler_free(&smp);
+    }
+    llm4d_sampler smp;
+    llm4d_sampling bad[] = {{-1.0f, 0, 1.0f, 0}, {1.0f, -2, 1.0f, 0}, {1.0f, 0, 0.0f, 0}, {1.0f, 0, 1.5f, 0}};
+    int refused = 0;
+    for (int i = 0; i < 4; i++) refused += llm4d_sampler_init(&smp, &bad[i], 5, &err) == LLM4D_EUSER;
+    check(T, refused == 4, "negative temperature, negative top_k, top_p 0 or above 1 are refused", err.msg);
+}
+
+int main(void) {
+    tally T = {0, 0};
+    llm4d_err err = {0};
+    llm4d_backend *cpu = NULL, *ref = NULL;
+    if (llm4d_backend_cpu_create(&cpu, 0, &err) || llm4d_backend_ref_create(&ref, &err)) {
+        printf("backend: %s\n0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    model_checks(&T, cpu);
+    model_checks(&T, ref);
+    sampler_checks(&T);
+    cpu->destroy(cpu);
+    ref->destroy(ref);
+    printf("%d passed, %d failed\n", T.pass, T.fail);
+    return T.fail != 0;
+}

