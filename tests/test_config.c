@@ -524,7 +524,7 @@ static void test_shipped_configs(T *t) {
     rc = run(t, 1, "-c", p, NULL);
     expect_ok(t, "configs/gpt2-tiny.yaml", rc,
               c->model.hidden_size == 64 && c->model.num_layers == 2 && c->data.max_seq_len == 64 &&
-                  c->micro_batch_size == 8 && c->global_batch_size == 8 && c->max_steps == 200 &&
+                  c->micro_batch_size == 4 && c->global_batch_size == 8 && c->accumulate_steps == 2 && c->max_steps == 200 &&
                   c->optim.max_lr == 1e-3f && c->optim.min_lr == 1e-4f && c->optim.warmup_rate == 0.05f &&
                   c->optim.decay_steps == 200 && !strcmp(c->data.input_dir, "./data"),
               "values wrong");
