@@ -344,7 +344,6 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
     for (int id = 0; id < n; id++) {
         size_t kl = strlen(keys[id]);
         long nb = token_to_bytes(keys[id], kl, cp_to_byte, (unsigned char *)t->tok_blob + off);
-        if (nb < 0 && !strcmp(keys[id], "<|endoftext|>")) nb = 0; /* unreachable: its characters are all printable */
         if (nb <= 0) {
             rc = llm4d_fail(err, LLM4D_EUSER, "%s: token \"%.40s\" is not in GPT-2's byte alphabet (corrupt file): "
                             FETCH_HINT, path, keys[id]);
