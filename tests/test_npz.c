@@ -601,13 +601,12 @@ static void test_bad_inputs(tally *t, const char *dir) {
         check_user_error(t, rc, &err, "be_ids.npy", "no such file", "new format: P_idx.npz without P_ids.npy");
         /* lens disagreeing with the mapped ids */
         write_bytes(path, ids_img, short_len);
-        l.data = one;
         ((int32_t *)l.data)[0] = 5;
-        l.owned = 0;
         pathf(path, sizeof path, "%s/be_idx.npz", sub);
         llm4d_npz_write(path, &l, 1, 1, &err);
         rc = llm4d_corpus_open(&c, sub, &err);
         check_user_error(t, rc, &err, "be_idx.npz", "do not match", "new format: lens sum 5 vs 4 ids");
+        llm4d_array_free(&l);
     }
 
     /* Directories without a corpus. */

@@ -408,9 +408,11 @@ llm4d_code llm4d_npz_read(const char *path, const char *name, llm4d_array *out, 
     char extra;
     zip_int64_t more = got == size ? zip_fread(zf, &extra, 1) : 0;
     if (got != size || more != 0) {
-        llm4d_code rc = llm4d_fail(err, LLM4D_EUSER,
-                                   "%s: member %s is truncated or corrupt: read %zu of %zu bytes (%s)", path, member,
-                                   got, size, zip_error_strerror(zip_file_get_error(zf)));
+        const char *why = zip_error_strerror(zip_file_get_error(zf));
+        llm4d_code rc = got == size ? llm4d_fail(err, LLM4D_EUSER, "%s: member %s is corrupt (%s)", path, member, why)
+                                    : llm4d_fail(err, LLM4D_EUSER,
+                                                 "%s: member %s is truncated or corrupt: read %zu of %zu bytes (%s)",
+                                                 path, member, got, size, why);
         zip_fclose(zf);
         free(img);
         zip_discard(za);
