@@ -6,15 +6,21 @@
 
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
-    {"prepare-data", "tokenize a text/JSON-lines corpus into Paddle npz or Megatron bin/idx files", llm4d_cmd_prepare_data},
+    {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
+     llm4d_cmd_launch},
+    {"prepare-data", "tokenize text or JSON lines into Paddle npz or Megatron bin/idx files",
+     llm4d_cmd_prepare_data},
     {"tokenize", "print the GPT-2 token ids of a text", llm4d_cmd_tokenize},
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
+    {"__worker", NULL, llm4d_cmd_worker},
+    {"__commtest", NULL, llm4d_cmd_commtest},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
 
 static void usage(FILE *f) {
     fprintf(f, "usage: llm4d VERB [options]    (llm4d VERB --help for a verb's options)\n\nverbs:\n");
-    for (int i = 0; i < n_verbs; i++) fprintf(f, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
+    for (int i = 0; i < n_verbs; i++)
+        if (verbs[i].summary) fprintf(f, "  %-14s %s\n", verbs[i].name, verbs[i].summary);
 }
 
 int main(int argc, char **argv) {

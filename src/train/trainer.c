@@ -60,9 +60,13 @@ static llm4d_code dump_param_table(const llm4d_trainer *tr, llm4d_err *err) {
     fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
-        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%lld%s%lld], \"decay\": %d}%s\n",
-                p->name, p->offset, p->numel, (long long)p->shape[0], p->ndim == 2 ? ", " : "",
-                p->ndim == 2 ? (long long)p->shape[1] : 0LL, p->decay, i + 1 < t->n ? "," : "");
+        char shape[64];
+        if (p->ndim == 2)
+            snprintf(shape, sizeof shape, "%lld, %lld", (long long)p->shape[0], (long long)p->shape[1]);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)p->shape[0]);
+        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%s], \"decay\": %d}%s\n",
+                p->name, p->offset, p->numel, shape, p->decay, i + 1 < t->n ? "," : "");
     }
     fprintf(f, "]}\n");
     fclose(f);

@@ -1,0 +1,222 @@
+/* matmul_peak.c — what the CPU can do: oneDNN matmul throughput, and how close the backend's kernels get.
+ *
+ * The training step's efficiency target is stated against this machine's matmul peak, so the peak is measured
+ * here the same way the backend runs its GEMMs (a cached oneDNN primitive, cpu_dnnl.h), on large shapes: a
+ * 2048^3 square and the GPT-2 124M MLP shape (8192 x 768 x 3072, both orientations). Best of several runs after
+ * a warm-up. fp32 always; bf16 inputs with fp32 accumulation and output when the CPU has avx512_bf16 (oneDNN's
+ * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
+ *
+ * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
+ *
+ * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192): linear forward and
+ * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
+ * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak. */
+#include <dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_dnnl.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+static void *xalloc(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!p) {
+        fprintf(stderr, "matmul_peak: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static void fill_f32(float *x, size_t n, uint64_t stream) {
+    for (size_t i = 0; i < n; i++) x[i] = 0.02f * (float)((i * 2654435761u + stream) % 1000) - 10.0f;
+}
+
+/* round-to-nearest-even fp32 -> bf16 bits */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* best GFLOP/s of reps runs of C[M,N] = A[M,K] B[K,N] */
+static double time_matmul(llm4d_dnnl *d, int64_t M, int64_t N, int64_t K, llm4d_dnnl_type t, int reps,
+                          const char **impl) {
+    size_t es = t == LLM4D_DNNL_BF16 ? 2 : 4;
+    void *a = xalloc((size_t)M * K * es), *b = xalloc((size_t)K * N * es);
+    float *c = xalloc((size_t)M * N * sizeof(float));
+    if (t == LLM4D_DNNL_BF16) {
+        for (size_t i = 0; i < (size_t)M * K; i++) ((uint16_t *)a)[i] = to_bf16(0.001f * (float)(i % 997));
+        for (size_t i = 0; i < (size_t)K * N; i++) ((uint16_t *)b)[i] = to_bf16(0.001f * (float)(i % 991));
+    } else {
+        fill_f32(a, (size_t)M * K, 1);
+        fill_f32(b, (size_t)K * N, 2);
+    }
+    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(M, N, K, 0, K, 0, N, N, 0);
+    mm.ab_type = t;
+    llm4d_err err = {0};
+    if (llm4d_dnnl_prepare(d, &mm, impl, &err) != LLM4D_OK) {
+        fprintf(stderr, "matmul_peak: %s\n", err.msg);
+        exit(1);
+    }
+    llm4d_dnnl_matmul(d, &mm, a, b, NULL, c); /* warm-up: page faults, caches, thread pool */
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = llm4d_now();
+        llm4d_dnnl_matmul(d, &mm, a, b, NULL, c);
+        double dt = llm4d_now() - t0;
+        if (dt < best) best = dt;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * (double)M * N * K / best / 1e9;
+}
+
+static double peak(llm4d_dnnl *d, llm4d_dnnl_type t, const char *name) {
+    static const int64_t shapes[][3] = {{2048, 2048, 2048}, {8192, 3072, 768}, {8192, 768, 3072}};
+    double best = 0.0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const char *impl = "?";
+        double g = time_matmul(d, shapes[i][0], shapes[i][1], shapes[i][2], t, 5, &impl);
+        printf("# %s M=%lld N=%lld K=%lld: %.1f GFLOP/s (%s)\n", name, (long long)shapes[i][0],
+               (long long)shapes[i][1], (long long)shapes[i][2], g, impl);
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+static double best_of(int reps, void (*fn)(void *), void *arg) {
+    fn(arg); /* warm-up (creates the primitives) */
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = llm4d_now();
+        fn(arg);
+        double dt = llm4d_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int N, C, OC;
+    float *inp, *w, *b, *out, *dout, *dinp, *dw, *db;
+} lin_args;
+
+static void lin_fwd(void *p) {
+    lin_args *a = p;
+    a->be->linear_forward(a->be, a->out, a->inp, a->w, a->b, a->N, a->C, a->OC);
+}
+
+static void lin_bwd(void *p) {
+    lin_args *a = p;
+    a->be->linear_backward(a->be, a->dinp, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+}
+
+static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, double fp32_peak, int reps) {
+    lin_args a = {be, N, C, OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    a.inp = xalloc((size_t)N * C * 4), a.w = xalloc((size_t)OC * C * 4), a.b = bias ? xalloc((size_t)OC * 4) : NULL;
+    a.out = xalloc((size_t)N * OC * 4), a.dout = xalloc((size_t)N * OC * 4), a.dinp = xalloc((size_t)N * C * 4);
+    a.dw = xalloc((size_t)OC * C * 4), a.db = bias ? xalloc((size_t)OC * 4) : NULL;
+    fill_f32(a.inp, (size_t)N * C, 3);
+    fill_f32(a.w, (size_t)OC * C, 4);
+    if (bias) fill_f32(a.b, OC, 5), memset(a.db, 0, (size_t)OC * 4);
+    fill_f32(a.dout, (size_t)N * OC, 6);
+    memset(a.dinp, 0, (size_t)N * C * 4);
+    memset(a.dw, 0, (size_t)OC * C * 4);
+    double flop = 2.0 * N * C * OC;
+    double tf = best_of(reps, lin_fwd, &a), tb = best_of(reps, lin_bwd, &a);
+    printf("linear N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
+           "GFLOP/s (%.0f%%)\n",
+           N, C, OC, bias, tf * 1e3, flop / tf / 1e9, 100 * flop / tf / 1e9 / fp32_peak, tb * 1e3,
+           2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / fp32_peak);
+    free(a.inp), free(a.w), free(a.b), free(a.out), free(a.dout), free(a.dinp), free(a.dw), free(a.db);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    llm4d_attn_shape s;
+    llm4d_dropout *drop;
+    float *qkv, *out, *att, *dout, *dqkv, *scratch;
+} att_args;
+
+static void att_fwd(void *p) {
+    att_args *a = p;
+    a->be->attention_forward(a->be, a->out, a->att, a->qkv, a->s, a->drop);
+}
+
+static void att_bwd(void *p) {
+    att_args *a = p;
+    a->be->attention_backward(a->be, a->dqkv, a->scratch, a->dout, a->qkv, a->att, a->s, a->drop);
+}
+
+static void bench_attention(llm4d_backend *be, float p, double fp32_peak) {
+    llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
+    int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids};
+    const size_t C = (size_t)s.NH * s.HS, nqkv = (size_t)s.B * s.T * 3 * C, nout = (size_t)s.B * s.T * C;
+    const size_t natt = (size_t)s.B * s.NH * s.T * s.T;
+    att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(natt * 4), xalloc(nout * 4),
+                  xalloc(nqkv * 4), xalloc(natt * 4)};
+    for (size_t i = 0; i < nqkv; i++) a.qkv[i] = llm4d_rng_normal(1, 2, i);
+    for (size_t i = 0; i < nout; i++) a.dout[i] = llm4d_rng_normal(1, 3, i);
+    memset(a.dqkv, 0, nqkv * 4);
+    double tf = best_of(3, att_fwd, &a), tb = best_of(3, att_bwd, &a);
+    /* useful (causal) FLOPs: QK^T and PV forward, 4 products backward, each 2*B*NH*HS*T(T+1)/2 */
+    double prod = 2.0 * s.B * s.NH * s.HS * (double)s.T * (s.T + 1) / 2.0;
+    printf("attention B=%d T=%d NH=%d HS=%d p=%.1f: forward %.1f ms, backward %.1f ms, total %.1f ms "
+           "(%.1f causal GFLOP/s, %.0f%% of peak)\n",
+           s.B, s.T, s.NH, s.HS, p, tf * 1e3, tb * 1e3, (tf + tb) * 1e3, 6 * prod / (tf + tb) / 1e9,
+           100 * 6 * prod / (tf + tb) / 1e9 / fp32_peak);
+    free(a.qkv), free(a.out), free(a.att), free(a.dout), free(a.dqkv), free(a.scratch);
+}
+
+int main(int argc, char **argv) {
+    int ops = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--ops") == 0)
+            ops = 1;
+        else {
+            fprintf(stderr, "usage: matmul_peak [--ops]\n");
+            return 2;
+        }
+    }
+    llm4d_dnnl *d;
+    llm4d_err err = {0};
+    if (llm4d_dnnl_create(&d, &err) != LLM4D_OK) {
+        fprintf(stderr, "matmul_peak: %s\n", err.msg);
+        return 1;
+    }
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    int has_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+    double f32 = peak(d, LLM4D_DNNL_F32, "fp32");
+    double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16") : 0.0;
+    if (!has_bf16) printf("# bf16: the CPU lacks avx512_bf16 (oneDNN ISA 0x%x)\n", (unsigned)isa);
+    printf("fp32_peak_gflops: %.1f\n", f32);
+    printf("bf16_peak_gflops: %.1f\n", bf16);
+    llm4d_dnnl_destroy(d);
+    fflush(stdout);
+    if (!ops) return 0;
+
+    llm4d_backend *be;
+    if (llm4d_backend_cpu_create(&be, 0, &err) != LLM4D_OK) {
+        fprintf(stderr, "matmul_peak: %s\n", err.msg);
+        return 1;
+    }
+    printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = 8192\n", be->nthreads);
+    bench_linear(be, 8192, 768, 2304, 1, f32, 3);  /* qkv */
+    bench_linear(be, 8192, 768, 768, 1, f32, 3);   /* attention projection */
+    bench_linear(be, 8192, 768, 3072, 1, f32, 3);  /* MLP up */
+    bench_linear(be, 8192, 3072, 768, 1, f32, 3);  /* MLP down */
+    fflush(stdout);
+    bench_attention(be, 0.0f, f32);
+    bench_attention(be, 0.1f, f32);
+    fflush(stdout);
+    bench_linear(be, 8192, 768, 50304, 0, f32, 1); /* LM head (tied embedding, no bias) */
+    be->destroy(be);
+    return 0;
+}

@@ -1,0 +1,819 @@
+/* cpu.c — the fast CPU backend: oneDNN matmul for every GEMM, OpenMP loops for everything else.
+ *
+ * Why it is shaped this way:
+ * - GEMMs dominate a GPT step, so every one (linear layers and the four attention products) goes through a
+ *   cached oneDNN primitive (cpu_dnnl.h). Transposes and the per-head views of qkv are strided memory
+ *   descriptors, so nothing is copied; accumulation into gradients (backend.h: backward +=) is oneDNN's "sum"
+ *   post-op, and the linear bias is the matmul's own bias.
+ * - Attention is causal, so the T x T products are cut into row (or column) blocks of ATT_TB and each block
+ *   only multiplies the part left of (or below) the diagonal: about half the FLOPs of the full square.
+ * - The element-wise kernels are written so that GCC vectorises them (`omp simd`): exp is a polynomial rather
+ *   than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The results are
+ *   bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
+ * - Reductions whose result feeds the global state (sumsq, parameter-gradient column sums, LayerNorm dw/db,
+ *   embedding gradients) are split over fixed columns or fixed-size chunks, never over "whatever rows this
+ *   thread got", so the bits do not depend on the number of threads.
+ * - oneDNN runs on the same OpenMP runtime, so both share one thread pool; nthreads > 0 sets it at creation. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_dnnl.h"
+#include "core/rng.h"
+
+/* Causal attention block (rows per QK^T / att.V product). 128 keeps the wasted upper-triangle work at 1/16 for
+ * T = 1024 while each GEMM is still large enough to run near peak. */
+#define ATT_TB 128
+
+typedef struct {
+    llm4d_dnnl *dnnl;
+    float *work; /* attention forward with dropout: dropped probabilities of one batch row, NH*T*T floats */
+    size_t work_cap;
+} cpu_ctx;
+
+static cpu_ctx *ctx_of(llm4d_backend *be) { return (cpu_ctx *)be->ctx; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* vectorisable math */
+
+/* exp(x) for x in [-87, 88] (clamped outside): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6
+ * Taylor polynomial (truncation < 1.3e-7 relative) and 2^n built in the exponent bits. */
+static inline float vexp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* n = round(x / ln2) by the 1.5*2^23 trick: ternaries and this trick vectorise, libm's floorf/fminf may not */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(u) = 1 - 2/(exp(2u)+1); |u| is clamped at 9 where tanh is 1 to float precision. */
+static inline float vtanh(float u) {
+    u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
+    return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* dropout masks: Philox words for a run of consecutive positions */
+
+/* Words of blocks blk0 .. blk0+nb-1 of the stream, interleaved (4 per block) exactly as llm4d_rng_block. */
+static void philox_blocks(uint64_t seed, uint64_t stream, uint64_t blk0, int nb, uint32_t *out) {
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
+#pragma omp simd
+    for (int j = 0; j < nb; j++) {
+        uint64_t blk = blk0 + (uint64_t)j;
+        uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = s0, c3 = s1;
+        uint32_t key0 = k0, key1 = k1;
+        for (int round = 0; round < 10; round++) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ key0;
+            uint32_t n1 = (uint32_t)p1;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ key1;
+            uint32_t n3 = (uint32_t)p0;
+            c0 = n0;
+            c1 = n1;
+            c2 = n2;
+            c3 = n3;
+            key0 += 0x9E3779B9u;
+            key1 += 0xBB67AE85u;
+        }
+        out[4 * j + 0] = c0;
+        out[4 * j + 1] = c1;
+        out[4 * j + 2] = c2;
+        out[4 * j + 3] = c3;
+    }
+}
+
+#define DROP_CHUNK 256 /* positions per mask chunk (stack buffers) */
+
+/* mult[i] = 1/(1-p) if position pos0+i is kept, else 0, for n <= DROP_CHUNK positions. */
+static void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, float *mult) {
+    uint32_t words[DROP_CHUNK + 8];
+    uint64_t blk0 = pos0 >> 2;
+    int off = (int)(pos0 & 3), nb = (off + n + 3) >> 2;
+    philox_blocks(d->seed, d->stream, blk0, nb, words);
+    const float p = d->p, s = 1.0f / (1.0f - d->p);
+#pragma omp simd
+    for (int i = 0; i < n; i++) mult[i] = llm4d_rng_u01(words[off + i]) >= p ? s : 0.0f;
+}
+
+static int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* memory */
+
+static void *cpu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
+    (void)be;
+    return llm4d_mem_alloc(mem, c, bytes);
+}
+
+static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
+    (void)be;
+    llm4d_mem_free(mem, c, p, bytes);
+}
+
+#define PAR_BYTES ((size_t)1 << 20) /* below this a memset/memcpy is not worth waking threads */
+
+static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes < PAR_BYTES) {
+        memset(p, 0, bytes);
+        return;
+    }
+    const size_t chunk = PAR_BYTES / 4;
+    const long nchunks = (long)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < nchunks; i++) {
+        size_t o = (size_t)i * chunk, len = bytes - o < chunk ? bytes - o : chunk;
+        memset((char *)p + o, 0, len);
+    }
+}
+
+static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    const char *s = src;
+    char *d = dst;
+    /* overlapping copies (memmove semantics) are done serially */
+    if (bytes < PAR_BYTES || (d < s + bytes && s < d + bytes)) {
+        memmove(dst, src, bytes);
+        return;
+    }
+    const size_t chunk = PAR_BYTES / 4;
+    const long nchunks = (long)((bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < nchunks; i++) {
+        size_t o = (size_t)i * chunk, len = bytes - o < chunk ? bytes - o : chunk;
+        memcpy(d + o, s + o, len);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* linear */
+
+static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
+                               int N, int C, int OC) {
+    /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
+    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, OC, C, 0, C, 1, C, OC, 0);
+    mm.has_bias = b != NULL;
+    llm4d_dnnl_matmul(ctx_of(be)->dnnl, &mm, inp, w, b, out);
+}
+
+#define DB_COLS 128 /* columns per bias-gradient task: each task sums whole columns, so no thread-count effect */
+
+static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC) {
+    llm4d_dnnl *d = ctx_of(be)->dnnl;
+    if (dinp) {
+        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
+        llm4d_dnnl_matmul(d, &mm, dout, w, NULL, dinp);
+    }
+    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
+    llm4d_dnnl_matmul(d, &mm, dout, inp, NULL, dw);
+    if (db) {
+        const int ntasks = (OC + DB_COLS - 1) / DB_COLS;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < ntasks; t++) {
+            const int o0 = t * DB_COLS, len = OC - o0 < DB_COLS ? OC - o0 : DB_COLS;
+            float acc[DB_COLS] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *row = dout + (size_t)n * OC + o0;
+#pragma omp simd
+                for (int j = 0; j < len; j++) acc[j] += row[j];
+            }
+            for (int j = 0; j < len; j++) db[o0 + j] += acc[j];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* encoder */
+
+static void cpu_encoder_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *wte,
+                                const float *wpe, int B, int T, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *we = wte + (size_t)tokens[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+#define ENC_COLS 64 /* channels per embedding-gradient task: tokens repeat, so rows cannot be split safely */
+
+static void cpu_encoder_backward(llm4d_backend *be, float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *tokens, int B, int T, int C) {
+    (void)be;
+    const int ntasks = (C + ENC_COLS - 1) / ENC_COLS;
+#pragma omp parallel for schedule(static)
+    for (int task = 0; task < ntasks; task++) {
+        const int c0 = task * ENC_COLS, len = C - c0 < ENC_COLS ? C - c0 : ENC_COLS;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *dr = dout + ((size_t)b * T + t) * C + c0;
+                float *dwe = dwte + (size_t)tokens[b * T + t] * C + c0, *dpe = dwpe + (size_t)t * C + c0;
+#pragma omp simd
+                for (int j = 0; j < len; j++) {
+                    dwe[j] += dr[j];
+                    dpe[j] += dr[j];
+                }
+            }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* layernorm */
+
+static void cpu_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        const float m = s / C;
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        const float r = 1.0f / sqrtf(v / C + 1e-5f);
+        float *o = out + (size_t)n * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = r;
+    }
+}
+
+#define LN_COLS 64 /* channels per dw/db task */
+
+static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                   int C) {
+    (void)be;
+    const int ntasks = (C + LN_COLS - 1) / LN_COLS;
+#pragma omp parallel
+    {
+        /* dinp row by row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat*xhat)), dxhat = dy*w */
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            const float m = mean[n], r = rstd[n];
+            float a = 0.0f, bsum = 0.0f;
+#pragma omp simd reduction(+ : a, bsum)
+            for (int c = 0; c < C; c++) {
+                float dxhat = dy[c] * w[c];
+                a += dxhat;
+                bsum += dxhat * (x[c] - m) * r;
+            }
+            a /= C;
+            bsum /= C;
+            float *dx = dinp + (size_t)n * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - a - (x[c] - m) * r * bsum);
+        }
+        /* dw, db over fixed column blocks, rows in order */
+#pragma omp for schedule(static)
+        for (int task = 0; task < ntasks; task++) {
+            const int c0 = task * LN_COLS, len = C - c0 < LN_COLS ? C - c0 : LN_COLS;
+            float aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                const float m = mean[n], r = rstd[n];
+#pragma omp simd
+                for (int j = 0; j < len; j++) {
+                    aw[j] += dy[j] * (x[j] - m) * r;
+                    ab[j] += dy[j];
+                }
+            }
+            for (int j = 0; j < len; j++) {
+                dw[c0 + j] += aw[j];
+                db[c0 + j] += ab[j];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* GELU */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define EW_CHUNK 4096              /* elements per element-wise task */
+
+static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+    (void)be;
+    const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < ntasks; t++) {
+        const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
+            float x = inp[i];
+            out[i] = 0.5f * x * (1.0f + vtanh(GELU_K * (x + 0.044715f * x * x * x)));
+        }
+    }
+}
+
+static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+    (void)be;
+    const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < ntasks; t++) {
+        const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
+            float x = inp[i];
+            float th = vtanh(GELU_K * (x + 0.044715f * x * x * x));
+            float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+            dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * dth) * dout[i];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* causal self-attention */
+
+/* Position of (b,h,t1,0) in the attention-dropout stream (backend.h). */
+static uint64_t att_row_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, int h, int t1) {
+    return (((uint64_t)d->sample_ids[b] * s->NH_total + s->head0 + h) * s->T + t1) * s->T;
+}
+
+/* End (exclusive) of the causal block that holds row t: GEMMs read up to here in a row, so the entries
+ * between t+1 and it must be zeros rather than garbage. */
+static int att_block_end(int t, int T) {
+    int e = (t / ATT_TB + 1) * ATT_TB;
+    return e < T ? e : T;
+}
+
+/* dst[t2] = src[t2] * mult(t2) for t2 <= t1 of one attention row (positions pos0 + t2), zeros up to zend. */
+static void att_row_drop(float *dst, const float *src, const llm4d_dropout *d, uint64_t pos0, int t1, int zend) {
+    float mult[DROP_CHUNK];
+    for (int c0 = 0; c0 <= t1; c0 += DROP_CHUNK) {
+        int n = t1 + 1 - c0 < DROP_CHUNK ? t1 + 1 - c0 : DROP_CHUNK;
+        drop_mults(d, pos0 + (uint64_t)c0, n, mult);
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[c0 + i] = src[c0 + i] * mult[i];
+    }
+    for (int t2 = t1 + 1; t2 < zend; t2++) dst[t2] = 0.0f;
+}
+
+/* Strided view descriptors of the attention operands, batch dims [B, NH] (or [1, NH] for one batch row). */
+typedef struct {
+    int64_t bs0, bs1, rs; /* batch strides and row stride; columns are contiguous */
+} att_view;
+
+static void set_a(llm4d_dnnl_mm *mm, att_view v, int trans) {
+    mm->a_bs[0] = v.bs0;
+    mm->a_bs[1] = v.bs1;
+    mm->a_rs = trans ? 1 : v.rs;
+    mm->a_cs = trans ? v.rs : 1;
+}
+static void set_b(llm4d_dnnl_mm *mm, att_view v, int trans) {
+    mm->b_bs[0] = v.bs0;
+    mm->b_bs[1] = v.bs1;
+    mm->b_rs = trans ? 1 : v.rs;
+    mm->b_cs = trans ? v.rs : 1;
+}
+static void set_c(llm4d_dnnl_mm *mm, att_view v) {
+    mm->c_bs[0] = v.bs0;
+    mm->c_bs[1] = v.bs1;
+    mm->c_rs = v.rs;
+    mm->c_cs = 1;
+}
+
+static llm4d_dnnl_mm att_mm(int64_t nb0, int64_t nb1, int64_t M, int64_t N, int64_t K, float alpha, int acc) {
+    llm4d_dnnl_mm mm;
+    memset(&mm, 0, sizeof mm);
+    mm.batch[0] = nb0;
+    mm.batch[1] = nb1;
+    mm.M = M;
+    mm.N = N;
+    mm.K = K;
+    mm.alpha = alpha;
+    mm.accumulate = acc;
+    return mm;
+}
+
+static void cpu_attention_forward(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
+                                  const llm4d_dropout *drop) {
+    cpu_ctx *cx = ctx_of(be);
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const att_view qkv_v = {(int64_t)T * C3, HS, C3};      /* Q (K, V at +C, +2C) of head h of row b */
+    const att_view att_v = {(int64_t)NH * T * T, (int64_t)T * T, T};
+    const att_view out_v = {(int64_t)T * C, HS, C};
+    const float *Q = qkv, *K = qkv + C, *V = qkv + 2 * C;
+
+    /* 1. pre-softmax scores of each row block against the keys up to the block's end */
+    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, r1, HS, scale, 0);
+        set_a(&mm, qkv_v, 0);
+        set_b(&mm, qkv_v, 1);
+        set_c(&mm, att_v);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, Q + (size_t)r0 * C3, K, NULL, att + (size_t)r0 * T);
+    }
+    /* 2. causal softmax in place; entries right of the diagonal become 0 */
+    const long rows = (long)B * NH * T;
+#pragma omp parallel for schedule(static)
+    for (long row = 0; row < rows; row++) {
+        const int t1 = (int)(row % T);
+        float *a = att + (size_t)row * T;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int t2 = 0; t2 <= t1; t2++) mx = a[t2] > mx ? a[t2] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int t2 = 0; t2 <= t1; t2++) {
+            a[t2] = vexp(a[t2] - mx);
+            sum += a[t2];
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int t2 = 0; t2 <= t1; t2++) a[t2] *= inv;
+        memset(a + t1 + 1, 0, (size_t)(T - t1 - 1) * sizeof(float));
+    }
+    /* 3. out = probs . V (probs after dropout) */
+    if (!drop_on(drop)) {
+        for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+            const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+            llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, HS, r1, 1.0f, 0);
+            set_a(&mm, att_v, 0);
+            set_b(&mm, qkv_v, 0);
+            set_c(&mm, out_v);
+            llm4d_dnnl_matmul(cx->dnnl, &mm, att + (size_t)r0 * T, V, NULL, out + (size_t)r0 * C);
+        }
+        return;
+    }
+    /* With dropout the dropped probabilities need a buffer (att keeps the undropped ones for backward); one
+     * batch row at a time bounds it to NH*T*T floats. */
+    const size_t need = (size_t)NH * T * T;
+    if (need > cx->work_cap) {
+        free(cx->work);
+        cx->work = aligned_alloc(64, ((need * sizeof(float)) + 63) & ~(size_t)63);
+        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention dropout buffer (%zu floats)", need);
+        cx->work_cap = need;
+    }
+    float *work = cx->work;
+    const att_view work_v = {0, (int64_t)T * T, T};
+    for (int b = 0; b < B; b++) {
+#pragma omp parallel for schedule(static)
+        for (long row = 0; row < (long)NH * T; row++) {
+            const int h = (int)(row / T), t1 = (int)(row % T);
+            att_row_drop(work + (size_t)row * T, att + ((size_t)b * NH * T + row) * T, drop,
+                         att_row_pos(&s, drop, b, h, t1), t1, att_block_end(t1, T));
+        }
+        for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+            const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+            llm4d_dnnl_mm mm = att_mm(1, NH, r1 - r0, HS, r1, 1.0f, 0);
+            set_a(&mm, work_v, 0);
+            set_b(&mm, qkv_v, 0);
+            set_c(&mm, out_v);
+            llm4d_dnnl_matmul(cx->dnnl, &mm, work + (size_t)r0 * T, V + (size_t)b * T * C3, NULL,
+                              out + (size_t)b * T * C + (size_t)r0 * C);
+        }
+    }
+}
+
+static void cpu_attention_backward(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop) {
+    cpu_ctx *cx = ctx_of(be);
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const att_view qkv_v = {(int64_t)T * C3, HS, C3};
+    const att_view att_v = {(int64_t)NH * T * T, (int64_t)T * T, T};
+    const att_view out_v = {(int64_t)T * C, HS, C};
+    const float *Q = qkv, *K = qkv + C, *V = qkv + 2 * C;
+    float *dQ = dqkv, *dK = dqkv + C, *dV = dqkv + 2 * C;
+    const long rows = (long)B * NH * T;
+    const int dropping = drop_on(drop);
+
+    /* 1. dV += P~^T dout, P~ = dropped probabilities (built in scratch), column block by column block:
+     *    column block [c0,c1) of P~ is non-zero only in rows >= c0. */
+    const float *P = att;
+    if (dropping) {
+#pragma omp parallel for schedule(static)
+        for (long row = 0; row < rows; row++) {
+            const int b = (int)(row / ((long)NH * T)), h = (int)(row / T % NH), t1 = (int)(row % T);
+            att_row_drop(scratch + (size_t)row * T, att + (size_t)row * T, drop, att_row_pos(&s, drop, b, h, t1), t1,
+                         att_block_end(t1, T));
+        }
+        P = scratch;
+    }
+    for (int c0 = 0; c0 < T; c0 += ATT_TB) {
+        const int c1 = c0 + ATT_TB < T ? c0 + ATT_TB : T;
+        llm4d_dnnl_mm mm = att_mm(B, NH, c1 - c0, HS, T - c0, 1.0f, 1);
+        set_a(&mm, att_v, 1);
+        set_b(&mm, out_v, 0);
+        set_c(&mm, qkv_v);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, P + (size_t)c0 * T + c0, dout + (size_t)c0 * C, NULL,
+                          dV + (size_t)c0 * C3);
+    }
+    /* 2. dP~ = dout V^T into scratch, row block by row block (left of the block's end) */
+    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, r1, HS, 1.0f, 0);
+        set_a(&mm, out_v, 0);
+        set_b(&mm, qkv_v, 1);
+        set_c(&mm, att_v);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, dout + (size_t)r0 * C, V, NULL, scratch + (size_t)r0 * T);
+    }
+    /* 3. through the dropout and the softmax: dS = scale * P * (dP - sum(P dP)), dP = mult * dP~ */
+#pragma omp parallel for schedule(static)
+    for (long row = 0; row < rows; row++) {
+        const int t1 = (int)(row % T);
+        const float *p = att + (size_t)row * T;
+        float *g = scratch + (size_t)row * T;
+        if (dropping) {
+            const int b = (int)(row / ((long)NH * T)), h = (int)(row / T % NH);
+            att_row_drop(g, g, drop, att_row_pos(&s, drop, b, h, t1), t1, t1 + 1);
+        }
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int t2 = 0; t2 <= t1; t2++) dot += p[t2] * g[t2];
+#pragma omp simd
+        for (int t2 = 0; t2 <= t1; t2++) g[t2] = scale * p[t2] * (g[t2] - dot);
+        const int zend = att_block_end(t1, T);
+        for (int t2 = t1 + 1; t2 < zend; t2++) g[t2] = 0.0f;
+    }
+    /* 4. dQ += dS K (row blocks), dK += dS^T Q (column blocks) */
+    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
+        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, HS, r1, 1.0f, 1);
+        set_a(&mm, att_v, 0);
+        set_b(&mm, qkv_v, 0);
+        set_c(&mm, qkv_v);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, scratch + (size_t)r0 * T, K, NULL, dQ + (size_t)r0 * C3);
+    }
+    for (int c0 = 0; c0 < T; c0 += ATT_TB) {
+        const int c1 = c0 + ATT_TB < T ? c0 + ATT_TB : T;
+        llm4d_dnnl_mm mm = att_mm(B, NH, c1 - c0, HS, T - c0, 1.0f, 1);
+        set_a(&mm, att_v, 1);
+        set_b(&mm, qkv_v, 0);
+        set_c(&mm, qkv_v);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, scratch + (size_t)c0 * T + c0, Q + (size_t)c0 * C3, NULL,
+                          dK + (size_t)c0 * C3);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* dropout */
+
+/* Runs body over [B,row] in tasks of DROP_CHUNK positions within one batch row, with mult[] the multipliers
+ * of the task's positions (position of (b,i) = sample_ids[b]*row + i). */
+#define DROP_FOREACH(B, row, drop, ...)                                                                         \
+    do {                                                                                                         \
+        const size_t per_row_ = ((row) + DROP_CHUNK - 1) / DROP_CHUNK;                                          \
+        const long ntasks_ = (long)((size_t)(B)*per_row_);                                                       \
+        _Pragma("omp parallel for schedule(static)") for (long task_ = 0; task_ < ntasks_; task_++) {           \
+            const int b_ = (int)((size_t)task_ / per_row_);                                                      \
+            const size_t i0_ = ((size_t)task_ % per_row_) * DROP_CHUNK;                                          \
+            const int n = (int)((row)-i0_ < DROP_CHUNK ? (row)-i0_ : DROP_CHUNK);                               \
+            const size_t k0 = (size_t)b_ * (row) + i0_;                                                          \
+            float mult[DROP_CHUNK];                                                                              \
+            drop_mults((drop), (uint64_t)(drop)->sample_ids[b_] * (row) + i0_, n, mult);                         \
+            __VA_ARGS__                                                                                          \
+        }                                                                                                        \
+    } while (0)
+
+static void cpu_dropout_forward(llm4d_backend *be, float *out, const float *inp, int B, size_t row,
+                                const llm4d_dropout *drop) {
+    if (!drop_on(drop)) {
+        if (out != inp) cpu_copy(be, out, inp, (size_t)B * row * sizeof(float));
+        return;
+    }
+    DROP_FOREACH(B, row, drop, {
+        _Pragma("omp simd") for (int i = 0; i < n; i++) out[k0 + i] = inp[k0 + i] * mult[i];
+    });
+}
+
+static void cpu_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int B, size_t row,
+                                 const llm4d_dropout *drop) {
+    (void)be;
+    if (!drop_on(drop)) {
+        const size_t n = (size_t)B * row;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+        return;
+    }
+    DROP_FOREACH(B, row, drop, {
+        _Pragma("omp simd") for (int i = 0; i < n; i++) dinp[k0 + i] += dout[k0 + i] * mult[i];
+    });
+}
+
+static void cpu_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int B,
+                                    size_t row, const llm4d_dropout *drop) {
+    (void)be;
+    if (!drop_on(drop)) {
+        const size_t n = (size_t)B * row;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) out[i] = res[i] + x[i];
+        return;
+    }
+    DROP_FOREACH(B, row, drop, {
+        _Pragma("omp simd") for (int i = 0; i < n; i++) out[k0 + i] = res[k0 + i] + x[k0 + i] * mult[i];
+    });
+}
+
+static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int B,
+                                     size_t row, const llm4d_dropout *drop) {
+    (void)be;
+    if (!drop_on(drop)) {
+        const size_t n = (size_t)B * row;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            dres[i] += dout[i];
+            dx[i] += dout[i];
+        }
+        return;
+    }
+    DROP_FOREACH(B, row, drop, {
+        _Pragma("omp simd") for (int i = 0; i < n; i++) {
+            dres[k0 + i] += dout[k0 + i];
+            dx[k0 + i] += dout[k0 + i] * mult[i];
+        }
+    });
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* softmax cross-entropy */
+
+#define CE_BLOCK 2048 /* logits per float partial sum */
+
+static void cpu_crossentropy_forward_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+                                              const int32_t *targets, const float *dloss, int N, int V, int Vp) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vp;
+        const int y = targets[n];
+        LLM4D_ASSERT(y >= 0 && y < V, "target %d of row %d outside the vocabulary [0, %d)", y, n, V);
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        const float ly = l[y]; /* read before dlogits (which may be logits) is written */
+        /* float partial sums over blocks, added in double: a float-to-double reduction inside the exp loop
+         * vectorises ten times worse, and a single float sum over 50k terms would lose digits */
+        double sum = 0.0;
+        float *d = dlogits ? dlogits + (size_t)n * Vp : NULL;
+        for (int j0 = 0; j0 < V; j0 += CE_BLOCK) {
+            const int j1 = j0 + CE_BLOCK < V ? j0 + CE_BLOCK : V;
+            float s = 0.0f;
+            if (d) {
+                /* keep the exponentials in dlogits so the gradient pass does not recompute them */
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) {
+                    float e = vexp(l[j] - mx);
+                    d[j] = e;
+                    s += e;
+                }
+            } else {
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) s += vexp(l[j] - mx);
+            }
+            sum += s;
+        }
+        if (d) {
+            const float w = dloss ? dloss[n] : 1.0f, f = (float)(w / sum);
+#pragma omp simd
+            for (int j = 0; j < V; j++) d[j] *= f;
+            d[y] -= w;
+            for (int j = V; j < Vp; j++) d[j] = 0.0f;
+        }
+        if (losses) losses[n] = (float)(log(sum) + (double)mx - (double)ly);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* optimizer helpers */
+
+static void cpu_adamw(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
+    (void)be;
+    const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+    const float lr_t = (float)(lr * sqrt(bc2) / bc1), eps_t = (float)(eps * sqrt(bc2));
+    const float decay = lr * wd, omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float p = params[i] - decay * params[i];
+        float mi = beta1 * m[i] + omb1 * g;
+        float vi = beta2 * v[i] + omb2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p - lr_t * mi / (sqrtf(vi) + eps_t);
+    }
+}
+
+/* Chunks of a size that depends only on n, partial sums added in chunk order: thread count cannot change the
+ * result. At most SUMSQ_MAXCHUNKS partials live on the stack. */
+#define SUMSQ_MINCHUNK 16384
+#define SUMSQ_MAXCHUNKS 4096
+
+static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
+    (void)be;
+    size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
+    if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
+    const long nchunks = (long)((n + chunk - 1) / chunk);
+    double part[SUMSQ_MAXCHUNKS];
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nchunks; c++) {
+        const size_t i0 = (size_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (long c = 0; c < nchunks; c++) total += part[c];
+    return total;
+}
+
+static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
+    (void)be;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+static void cpu_destroy(llm4d_backend *be) {
+    if (!be) return;
+    cpu_ctx *cx = be->ctx;
+    if (cx) {
+        llm4d_dnnl_destroy(cx->dnnl);
+        free(cx->work);
+        free(cx);
+    }
+    free(be);
+}
+
+llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err *err) {
+    *out = NULL;
+    llm4d_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *cx = calloc(1, sizeof *cx);
+    if (!be || !cx) {
+        free(be);
+        free(cx);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the CPU backend");
+    }
+    be->ctx = cx;
+    llm4d_code rc = llm4d_dnnl_create(&cx->dnnl, err);
+    if (rc != LLM4D_OK) {
+        cpu_destroy(be);
+        return rc;
+    }
+    /* oneDNN parallelises on the same OpenMP runtime, so this one setting governs both */
+    if (nthreads > 0) omp_set_num_threads(nthreads);
+    be->name = "cpu";
+    be->nthreads = omp_get_max_threads();
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->zero = cpu_zero;
+    be->copy = cpu_copy;
+    be->linear_forward = cpu_linear_forward;
+    be->linear_backward = cpu_linear_backward;
+    be->encoder_forward = cpu_encoder_forward;
+    be->encoder_backward = cpu_encoder_backward;
+    be->layernorm_forward = cpu_layernorm_forward;
+    be->layernorm_backward = cpu_layernorm_backward;
+    be->gelu_forward = cpu_gelu_forward;
+    be->gelu_backward = cpu_gelu_backward;
+    be->attention_forward = cpu_attention_forward;
+    be->attention_backward = cpu_attention_backward;
+    be->dropout_forward = cpu_dropout_forward;
+    be->dropout_backward = cpu_dropout_backward;
+    be->dropout_add_forward = cpu_dropout_add_forward;
+    be->dropout_add_backward = cpu_dropout_add_backward;
+    be->crossentropy_forward_backward = cpu_crossentropy_forward_backward;
+    be->adamw = cpu_adamw;
+    be->sumsq = cpu_sumsq;
+    be->scale = cpu_scale;
+    be->destroy = cpu_destroy;
+    /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
+     * rather than in the hot path, where a failure can only abort). */
+    llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);
+    rc = llm4d_dnnl_prepare(cx->dnnl, &probe, NULL, err);
+    if (rc != LLM4D_OK) {
+        cpu_destroy(be);
+        return rc;
+    }
+    *out = be;
+    return LLM4D_OK;
+}

@@ -1,0 +1,291 @@
+/* cpu_dnnl.c — oneDNN matmul primitive cache (see cpu_dnnl.h for why it exists).
+ *
+ * Each cache entry holds the primitive and one memory object per argument; running an entry only swaps the
+ * data handles (a pointer store on the CPU engine) and executes. Lookup is a linear scan over the entries with
+ * the most recent hit tried first: a GPT step issues a few dozen distinct GEMMs, each many times, and the scan
+ * costs nanoseconds against GEMMs of milliseconds. */
+#include "backend/cpu_dnnl.h"
+
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The normalized key: all fields of llm4d_dnnl_mm with unused batch strides zeroed and no padding garbage, so
+ * memcmp is a valid equality. */
+typedef struct {
+    int64_t v[20];
+    uint32_t alpha_bits;
+    int32_t accumulate, has_bias, ab_type;
+} mm_key;
+
+typedef struct {
+    mm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem_a, mem_b, mem_c, mem_bias, mem_scratch;
+    size_t scratch_bytes;
+    const char *impl;
+} mm_entry;
+
+struct llm4d_dnnl {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    mm_entry **entries;
+    int n, cap, last;
+    void *scratch;
+    size_t scratch_cap;
+};
+
+static mm_key make_key(const llm4d_dnnl_mm *mm) {
+    mm_key k;
+    memset(&k, 0, sizeof k);
+    int i = 0;
+    k.v[i++] = mm->batch[0];
+    k.v[i++] = mm->batch[1];
+    k.v[i++] = mm->M;
+    k.v[i++] = mm->N;
+    k.v[i++] = mm->K;
+    k.v[i++] = mm->batch[0] > 1 ? mm->a_bs[0] : 0;
+    k.v[i++] = mm->batch[1] > 1 ? mm->a_bs[1] : 0;
+    k.v[i++] = mm->a_rs;
+    k.v[i++] = mm->a_cs;
+    k.v[i++] = mm->batch[0] > 1 ? mm->b_bs[0] : 0;
+    k.v[i++] = mm->batch[1] > 1 ? mm->b_bs[1] : 0;
+    k.v[i++] = mm->b_rs;
+    k.v[i++] = mm->b_cs;
+    k.v[i++] = mm->batch[0] > 1 ? mm->c_bs[0] : 0;
+    k.v[i++] = mm->batch[1] > 1 ? mm->c_bs[1] : 0;
+    k.v[i++] = mm->c_rs;
+    k.v[i++] = mm->c_cs;
+    memcpy(&k.alpha_bits, &mm->alpha, sizeof k.alpha_bits);
+    k.accumulate = mm->accumulate != 0;
+    k.has_bias = mm->has_bias != 0;
+    k.ab_type = (int32_t)mm->ab_type;
+    return k;
+}
+
+llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb, int64_t ldb,
+                               int64_t ldc, int accumulate) {
+    llm4d_dnnl_mm mm;
+    memset(&mm, 0, sizeof mm);
+    mm.batch[0] = mm.batch[1] = 1;
+    mm.M = M;
+    mm.N = N;
+    mm.K = K;
+    mm.a_rs = ta ? 1 : lda;
+    mm.a_cs = ta ? lda : 1;
+    mm.b_rs = tb ? 1 : ldb;
+    mm.b_cs = tb ? ldb : 1;
+    mm.c_rs = ldc;
+    mm.c_cs = 1;
+    mm.alpha = 1.0f;
+    mm.accumulate = accumulate;
+    return mm;
+}
+
+#define DNNL_CHECK(call, what)                                                                                   \
+    do {                                                                                                         \
+        dnnl_status_t st_ = (call);                                                                              \
+        if (st_ != dnnl_success) {                                                                               \
+            rc = llm4d_fail(err, LLM4D_EINTERNAL, "oneDNN %s failed: %s (check the oneDNN installation)", what,  \
+                            dnnl_status2str(st_));                                                               \
+            goto done;                                                                                           \
+        }                                                                                                        \
+    } while (0)
+
+llm4d_code llm4d_dnnl_create(llm4d_dnnl **out, llm4d_err *err) {
+    llm4d_code rc = LLM4D_OK;
+    *out = NULL;
+    llm4d_dnnl *d = calloc(1, sizeof *d);
+    if (!d) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the oneDNN context");
+    DNNL_CHECK(dnnl_engine_create(&d->engine, dnnl_cpu, 0), "engine creation");
+    DNNL_CHECK(dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags), "stream creation");
+    *out = d;
+    return LLM4D_OK;
+done:
+    llm4d_dnnl_destroy(d);
+    return rc;
+}
+
+static void entry_free(mm_entry *e) {
+    if (!e) return;
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    dnnl_memory_t ms[5] = {e->mem_a, e->mem_b, e->mem_c, e->mem_bias, e->mem_scratch};
+    for (int i = 0; i < 5; i++)
+        if (ms[i]) dnnl_memory_destroy(ms[i]);
+    free(e);
+}
+
+void llm4d_dnnl_destroy(llm4d_dnnl *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) entry_free(d->entries[i]);
+    free(d->entries);
+    free(d->scratch);
+    if (d->stream) dnnl_stream_destroy(d->stream);
+    if (d->engine) dnnl_engine_destroy(d->engine);
+    free(d);
+}
+
+int llm4d_dnnl_cache_size(const llm4d_dnnl *d) { return d->n; }
+
+/* A [batch..., rows, cols] descriptor with only the batch dims larger than 1 (oneDNN picks its fast kernels
+ * for plain layouts; size-1 dims with arbitrary strides can make a descriptor look non-plain). */
+static dnnl_status_t md_init(dnnl_memory_desc_t *md, const llm4d_dnnl_mm *mm, int64_t rows, int64_t cols,
+                             const int64_t bs[2], int64_t rs, int64_t cs, dnnl_data_type_t dt) {
+    dnnl_dims_t dims, strides;
+    int nd = 0;
+    for (int i = 0; i < 2; i++)
+        if (mm->batch[i] > 1) {
+            dims[nd] = mm->batch[i];
+            strides[nd] = bs[i];
+            nd++;
+        }
+    dims[nd] = rows;
+    strides[nd] = rs;
+    dims[nd + 1] = cols;
+    strides[nd + 1] = cs;
+    return dnnl_memory_desc_init_by_strides(md, nd + 2, dims, dt, strides);
+}
+
+static int batch_ndims(const llm4d_dnnl_mm *mm) { return (mm->batch[0] > 1) + (mm->batch[1] > 1); }
+
+static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry **out, llm4d_err *err) {
+    llm4d_code rc = LLM4D_OK;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    mm_entry *e = calloc(1, sizeof *e);
+    if (!e) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating a oneDNN matmul");
+    e->key = make_key(mm);
+
+    dnnl_data_type_t abt = mm->ab_type == LLM4D_DNNL_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
+    DNNL_CHECK(md_init(&a_md, mm, mm->M, mm->K, mm->a_bs, mm->a_rs, mm->a_cs, abt), "memory desc (A)");
+    DNNL_CHECK(md_init(&b_md, mm, mm->K, mm->N, mm->b_bs, mm->b_rs, mm->b_cs, abt), "memory desc (B)");
+    DNNL_CHECK(md_init(&c_md, mm, mm->M, mm->N, mm->c_bs, mm->c_rs, mm->c_cs, dnnl_f32), "memory desc (C)");
+    if (mm->has_bias) {
+        dnnl_dims_t dims, strides;
+        int nd = batch_ndims(mm) + 2;
+        for (int i = 0; i < nd; i++) dims[i] = 1, strides[i] = mm->N;
+        dims[nd - 1] = mm->N;
+        strides[nd - 1] = 1;
+        DNNL_CHECK(dnnl_memory_desc_init_by_strides(&bias_md, nd, dims, dnnl_f32, strides), "memory desc (bias)");
+    }
+    dnnl_matmul_desc_t desc;
+    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, mm->has_bias ? &bias_md : NULL, &c_md), "matmul desc");
+
+    DNNL_CHECK(dnnl_primitive_attr_create(&attr), "attr creation");
+    DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    if (mm->alpha != 1.0f) DNNL_CHECK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &mm->alpha), "scales");
+    if (mm->accumulate) {
+        DNNL_CHECK(dnnl_post_ops_create(&ops), "post-ops creation");
+        DNNL_CHECK(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
+        DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops), "post-ops");
+    }
+    DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, d->engine, NULL), "matmul primitive desc");
+    scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = dnnl_memory_desc_get_size(&scratch_md);
+    DNNL_CHECK(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
+
+    DNNL_CHECK(dnnl_memory_create(&e->mem_a, &a_md, d->engine, DNNL_MEMORY_NONE), "memory (A)");
+    DNNL_CHECK(dnnl_memory_create(&e->mem_b, &b_md, d->engine, DNNL_MEMORY_NONE), "memory (B)");
+    DNNL_CHECK(dnnl_memory_create(&e->mem_c, &c_md, d->engine, DNNL_MEMORY_NONE), "memory (C)");
+    if (mm->has_bias)
+        DNNL_CHECK(dnnl_memory_create(&e->mem_bias, &bias_md, d->engine, DNNL_MEMORY_NONE), "memory (bias)");
+    if (e->scratch_bytes) {
+        DNNL_CHECK(dnnl_memory_create(&e->mem_scratch, &scratch_md, d->engine, DNNL_MEMORY_NONE), "scratch");
+        if (e->scratch_bytes > d->scratch_cap) {
+            size_t cap = (e->scratch_bytes + 4095) & ~(size_t)4095;
+            void *p = aligned_alloc(64, cap);
+            if (!p) {
+                rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN scratchpad (%zu bytes)", cap);
+                goto done;
+            }
+            free(d->scratch);
+            d->scratch = p;
+            d->scratch_cap = cap;
+        }
+    }
+    /* The impl string belongs to the primitive desc; the primitive keeps its own copy of the pd. */
+    const_dnnl_primitive_desc_t ppd = NULL;
+    DNNL_CHECK(dnnl_primitive_get_primitive_desc(e->prim, &ppd), "primitive desc query");
+    DNNL_CHECK(dnnl_primitive_desc_query(ppd, dnnl_query_impl_info_str, 0, &e->impl), "impl query");
+done:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (rc != LLM4D_OK) {
+        entry_free(e);
+        e = NULL;
+    }
+    *out = e;
+    return rc;
+}
+
+static mm_entry *lookup(llm4d_dnnl *d, const mm_key *k) {
+    if (d->last < d->n && memcmp(&d->entries[d->last]->key, k, sizeof *k) == 0) return d->entries[d->last];
+    for (int i = 0; i < d->n; i++)
+        if (memcmp(&d->entries[i]->key, k, sizeof *k) == 0) {
+            d->last = i;
+            return d->entries[i];
+        }
+    return NULL;
+}
+
+static llm4d_code get_entry(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry **out, llm4d_err *err) {
+    mm_key k = make_key(mm);
+    mm_entry *e = lookup(d, &k);
+    if (!e) {
+        LLM4D_TRY(entry_create(d, mm, &e, err));
+        if (d->n == d->cap) {
+            int cap = d->cap ? 2 * d->cap : 32;
+            mm_entry **p = realloc(d->entries, (size_t)cap * sizeof *p);
+            if (!p) {
+                entry_free(e);
+                return llm4d_fail(err, LLM4D_ENOMEM, "out of memory growing the oneDNN matmul cache");
+            }
+            d->entries = p;
+            d->cap = cap;
+        }
+        d->last = d->n;
+        d->entries[d->n++] = e;
+    }
+    *out = e;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char **impl, llm4d_err *err) {
+    mm_entry *e;
+    LLM4D_TRY(get_entry(d, mm, &e, err));
+    if (impl) *impl = e->impl;
+    return LLM4D_OK;
+}
+
+void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
+                       float *c) {
+    mm_entry *e;
+    llm4d_err err = {0};
+    llm4d_code rc = get_entry(d, mm, &e, &err);
+    LLM4D_ASSERT(rc == LLM4D_OK, "matmul M=%lld N=%lld K=%lld batch=%lldx%lld: %s", (long long)mm->M,
+                 (long long)mm->N, (long long)mm->K, (long long)mm->batch[0], (long long)mm->batch[1], err.msg);
+    dnnl_exec_arg_t args[5];
+    int na = 0;
+    dnnl_memory_set_data_handle(e->mem_a, (void *)a);
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem_a};
+    dnnl_memory_set_data_handle(e->mem_b, (void *)b);
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->mem_b};
+    dnnl_memory_set_data_handle(e->mem_c, c);
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, e->mem_c};
+    if (e->mem_bias) {
+        LLM4D_ASSERT(bias != NULL, "matmul created with bias called without one (M=%lld)", (long long)mm->M);
+        dnnl_memory_set_data_handle(e->mem_bias, (void *)bias);
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem_bias};
+    }
+    if (e->mem_scratch) {
+        dnnl_memory_set_data_handle(e->mem_scratch, d->scratch);
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->mem_scratch};
+    }
+    dnnl_status_t st = dnnl_primitive_execute(e->prim, d->stream, na, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(d->stream);
+    LLM4D_ASSERT(st == dnnl_success, "oneDNN matmul execution failed: %s", dnnl_status2str(st));
+}

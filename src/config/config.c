@@ -1,0 +1,601 @@
+/* config.c — defaults, command line, YAML application, presets, derivation and validation (see config.h).
+ *
+ * Order of sources, later winning: built-in defaults (schema.c's table), the YAML file given with -c (its
+ * `_base_` chain merged first), the flags, then the -o overrides, each kind in command-line order. So `-o` beats a
+ * flag for the same key whatever their order, as in PaddleFleetX where overrides are applied last. The model
+ * preset is applied in llm4d_config_finalize to every Model field that no source set explicitly.
+ *
+ * Validation happens once, in finalize, and every message names the key, the value and the fix: a config error
+ * found after hours of queueing for a cluster is the complaint this layer exists to prevent. */
+#include "config/config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/pyval.h"
+#include "config/schema.h"
+#include "config/yamltree.h"
+
+/* ---- presets ---- */
+
+typedef struct {
+    const char *name;
+    int hidden, layers, heads, max_pos;
+    const char *what;
+} llm4d_preset;
+
+static const llm4d_preset presets[] = {
+    {"gpt2-tiny", 64, 2, 4, 256, "tests and quick start"},
+    {"gpt2-en", 768, 12, 12, 1024, "GPT-2 124M"},
+    {"gpt2-medium-en", 1024, 24, 16, 1024, "GPT-2 345M"},
+    {"gpt3-125m", 768, 12, 12, 2048, "GPT-3 paper sizes"},
+    {"gpt3-350m", 1024, 24, 16, 2048, ""},
+    {"gpt3-760m", 1536, 24, 16, 2048, ""},
+    {"gpt3-1.3b", 2048, 24, 16, 2048, ""},
+    {"gpt3-2.7b", 2560, 32, 32, 2048, ""},
+    {"gpt3-6.7b", 4096, 32, 32, 2048, ""},
+    {"gpt3-13b", 5120, 40, 40, 2048, ""},
+    {"gpt3-175b", 12288, 96, 96, 2048, ""},
+};
+static const int n_presets = (int)(sizeof presets / sizeof presets[0]);
+
+static void preset_names(char *buf, size_t n) {
+    size_t pos = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n_presets && pos < n; i++)
+        pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", i ? ", " : "", presets[i].name);
+}
+
+llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err) {
+    for (int i = 0; i < n_presets; i++) {
+        const llm4d_preset *p = &presets[i];
+        if (strcmp(p->name, name)) continue;
+        m->vocab_size = 50257;
+        m->hidden_size = p->hidden;
+        m->num_layers = p->layers;
+        m->num_attention_heads = p->heads;
+        m->ffn_hidden_size = 4 * p->hidden;
+        m->max_position_embeddings = p->max_pos;
+        m->hidden_dropout_prob = 0.1f;
+        m->attention_probs_dropout_prob = 0.1f;
+        m->initializer_range = 0.02f;
+        m->eos_token_id = 50256;
+        return LLM4D_OK;
+    }
+    char names[512];
+    preset_names(names, sizeof names);
+    return llm4d_fail(err, LLM4D_EUSER, "unknown model preset '%s'; the presets are %s (or give a checkpoint "
+                      "directory)", name, names);
+}
+
+/* ---- defaults ---- */
+
+void llm4d_config_defaults(llm4d_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    int n;
+    const llm4d_key *k = llm4d_keys(&n);
+    for (int i = 0; i < n; i++) {
+        if (k[i].type == LLM4D_KT_NOEFFECT || k[i].type == LLM4D_KT_ALIAS) continue;
+        llm4d_pv v;
+        llm4d_err err = {0};
+        LLM4D_ASSERT(llm4d_pv_from_text(k[i].def, &v) == 0, "out of memory");
+        llm4d_code rc = llm4d_key_set(cfg, &k[i], &v, k[i].def, k[i].key, "", 0, &err);
+        llm4d_pv_free(&v);
+        LLM4D_ASSERT(rc == LLM4D_OK, "default of %s: %s", k[i].key, err.msg);
+    }
+    cfg->model.eos_token_id = 50256;
+}
+
+/* ---- YAML ---- */
+
+static int node_to_pv(const llm4d_ynode *n, llm4d_pv *out) {
+    memset(out, 0, sizeof *out);
+    if (n->kind == LLM4D_YN_SCALAR) return llm4d_pv_from_yaml_scalar(n->text, n->plain, out);
+    if (n->kind == LLM4D_YN_MAP) {
+        out->kind = LLM4D_PV_MAP;
+        out->i = n->n;
+        return 0;
+    }
+    out->kind = LLM4D_PV_LIST;
+    if (n->n == 0) return 0;
+    out->items = calloc((size_t)n->n, sizeof *out->items);
+    if (!out->items) return -1;
+    for (int i = 0; i < n->n; i++) {
+        out->n = i + 1;
+        if (node_to_pv(n->kids[i], &out->items[i])) return -1;
+    }
+    return 0;
+}
+
+static llm4d_code unknown_key(const char *path, const char *where, llm4d_err *err) {
+    char near[LLM4D_NAME_MAX * 2];
+    if (llm4d_key_suggest(path, near, sizeof near))
+        return llm4d_fail(err, LLM4D_EUSER, "unknown key '%s'%s; did you mean '%s'?", path, where, near);
+    return llm4d_fail(err, LLM4D_EUSER, "unknown key '%s'%s; `llm4d train --help` lists the recognised keys", path,
+                      where);
+}
+
+static llm4d_code apply_node(llm4d_config *cfg, const char *path, const llm4d_ynode *node, llm4d_err *err) {
+    char where[LLM4D_PATH_MAX + 64];
+    snprintf(where, sizeof where, " in %s (line %d)", node->file, node->line);
+    const llm4d_key *k = llm4d_key_find(path);
+    int section = llm4d_key_is_section(path);
+    if (node->kind == LLM4D_YN_MAP && section) {
+        for (int i = 0; i < node->n; i++) {
+            if (!strcmp(node->keys[i], "_inherited_")) continue;
+            char sub[LLM4D_NAME_MAX * 4];
+            if ((size_t)snprintf(sub, sizeof sub, "%s.%s", path, node->keys[i]) >= sizeof sub)
+                return unknown_key(node->keys[i], where, err);
+            LLM4D_TRY(apply_node(cfg, sub, node->kids[i], err));
+        }
+        return LLM4D_OK;
+    }
+    if (!k) {
+        if (section && node->kind == LLM4D_YN_SCALAR && node->plain && !node->text[0]) return LLM4D_OK; /* "Model:" */
+        if (section)
+            return llm4d_fail(err, LLM4D_EUSER, "'%s'%s must be a mapping of keys (a section), not a value", path,
+                              where);
+        return unknown_key(path, where, err);
+    }
+    llm4d_pv v;
+    if (node_to_pv(node, &v)) {
+        llm4d_pv_free(&v);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading %s", node->file);
+    }
+    llm4d_code rc = llm4d_key_set(cfg, k, &v, node->kind == LLM4D_YN_SCALAR ? node->text : NULL, path, where, 1,
+                                  err);
+    llm4d_pv_free(&v);
+    return rc;
+}
+
+static llm4d_code apply_yaml(llm4d_config *cfg, const char *path, llm4d_err *err) {
+    llm4d_ytree t;
+    LLM4D_TRY(llm4d_ytree_load(&t, path, err));
+    llm4d_code rc = LLM4D_OK;
+    for (int i = 0; i < t.root->n && rc == LLM4D_OK; i++) {
+        if (!strcmp(t.root->keys[i], "_inherited_")) continue;
+        rc = apply_node(cfg, t.root->keys[i], t.root->kids[i], err);
+    }
+    llm4d_ytree_free(&t);
+    return rc;
+}
+
+/* ---- command line ---- */
+
+static llm4d_code set_from_text(llm4d_config *cfg, const llm4d_key *k, const char *text, const char *subject,
+                                const char *where, llm4d_err *err) {
+    llm4d_pv v;
+    if (llm4d_pv_from_text(text, &v)) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory parsing %s", subject);
+    llm4d_code rc = llm4d_key_set(cfg, k, &v, text, subject, where, 1, err);
+    llm4d_pv_free(&v);
+    return rc;
+}
+
+static llm4d_code apply_override(llm4d_config *cfg, const char *arg, llm4d_err *err) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || strchr(eq + 1, '='))
+        return llm4d_fail(err, LLM4D_EUSER, "-o '%s' must contain exactly one '=', as in -o Optimizer.lr.max_lr=1e-4",
+                          arg);
+    char path[LLM4D_NAME_MAX * 4];
+    size_t len = (size_t)(eq - arg);
+    while (len > 0 && arg[len - 1] == ' ') len--;
+    const char *p = arg;
+    while (*p == ' ' && p < eq) p++, len--;
+    if (len == 0 || len >= sizeof path)
+        return llm4d_fail(err, LLM4D_EUSER, "-o '%s' needs a key before '=', as in -o Engine.max_steps=100", arg);
+    memcpy(path, p, len);
+    path[len] = 0;
+    const char *val = eq + 1;
+    while (*val == ' ') val++;
+    char where[LLM4D_NAME_MAX * 4 + 16];
+    snprintf(where, sizeof where, " (in -o %s)", arg);
+    const llm4d_key *k = llm4d_key_find(path);
+    if (!k) {
+        if (llm4d_key_is_section(path))
+            return llm4d_fail(err, LLM4D_EUSER, "-o %s: '%s' is a section; name a key inside it, as in -o %s.<key>=...",
+                              arg, path, path);
+        return unknown_key(path, where, err);
+    }
+    return set_from_text(cfg, k, val, path, where, err);
+}
+
+/* "--x", "-c", "-o": the flag before it has no value; "-1e-4" and "-.5" are values */
+static int looks_like_option(const char *s) {
+    return s[0] == '-' && s[1] && !(s[1] >= '0' && s[1] <= '9') && s[1] != '.';
+}
+
+llm4d_code llm4d_config_parse_args(llm4d_config *cfg, int argc, char **argv, llm4d_err *err) {
+    const char *config_file = NULL;
+    /* flags and overrides are collected first so that the YAML, wherever -c appears, is applied before them */
+    int *flag_at = calloc((size_t)argc + 1, sizeof *flag_at);
+    const char **flag_val = calloc((size_t)argc + 1, sizeof *flag_val);
+    const llm4d_key **flag_key = calloc((size_t)argc + 1, sizeof *flag_key);
+    const char **over = calloc((size_t)argc + 1, sizeof *over);
+    if (!flag_at || !flag_val || !flag_key || !over) {
+        free(flag_at), free(flag_val), free(flag_key), free(over);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory parsing the command line");
+    }
+    int nflags = 0, nover = 0;
+    llm4d_code rc = LLM4D_OK;
+    for (int i = 0; i < argc && rc == LLM4D_OK; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        int is_c = 0, is_o = 0;
+        if (!strcmp(a, "-c") || !strcmp(a, "--config")) is_c = 1;
+        else if (!strncmp(a, "--config=", 9)) is_c = 1, val = a + 9;
+        else if (!strncmp(a, "-c", 2) && a[2] != '-') is_c = 1, val = a + 2;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--override")) is_o = 1;
+        else if (!strncmp(a, "--override=", 11)) is_o = 1, val = a + 11;
+        else if (!strncmp(a, "-o", 2) && a[2] != '-') is_o = 1, val = a + 2;
+        if (is_c || is_o) {
+            if (!val) {
+                if (i + 1 >= argc) {
+                    rc = llm4d_fail(err, LLM4D_EUSER, "%s needs a value: %s", a,
+                                    is_c ? "-c path/to/config.yaml" : "-o Section.key=value");
+                    break;
+                }
+                val = argv[++i];
+            }
+            if (is_c) {
+                if (config_file)
+                    rc = llm4d_fail(err, LLM4D_EUSER, "-c given twice ('%s' and '%s'); give one config file (use "
+                                    "_base_ inside it to combine files)", config_file, val);
+                config_file = val;
+            } else {
+                over[nover++] = val;
+            }
+            continue;
+        }
+        if (strncmp(a, "--", 2) || !a[2]) {
+            rc = llm4d_fail(err, LLM4D_EUSER, "unexpected argument '%s'; options are --flag value, -c FILE and -o "
+                            "Section.key=value (`llm4d train --help`)", a);
+            break;
+        }
+        char name[LLM4D_NAME_MAX];
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        if (nlen >= sizeof name) nlen = sizeof name - 1;
+        memcpy(name, a, nlen);
+        name[nlen] = 0;
+        const llm4d_key *k = llm4d_key_by_flag(name);
+        if (!k) {
+            const char *near = llm4d_flag_suggest(name);
+            if (near) rc = llm4d_fail(err, LLM4D_EUSER, "unknown flag '%s'; did you mean '%s'?", name, near);
+            else rc = llm4d_fail(err, LLM4D_EUSER, "unknown flag '%s'; `llm4d train --help` lists the flags", name);
+            break;
+        }
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= argc || looks_like_option(argv[i + 1])) {
+                rc = llm4d_fail(err, LLM4D_EUSER, "flag %s needs a value, as in %s VALUE or %s=VALUE", name, name,
+                                name);
+                break;
+            }
+            val = argv[++i];
+        }
+        flag_at[nflags] = i;
+        flag_key[nflags] = k;
+        flag_val[nflags] = val;
+        nflags++;
+    }
+    if (rc == LLM4D_OK && config_file) rc = apply_yaml(cfg, config_file, err);
+    for (int f = 0; f < nflags && rc == LLM4D_OK; f++)
+        rc = set_from_text(cfg, flag_key[f], flag_val[f], flag_key[f]->flag, "", err);
+    for (int o = 0; o < nover && rc == LLM4D_OK; o++) rc = apply_override(cfg, over[o], err);
+    free(flag_at), free(flag_val), free(flag_key), free(over);
+    return rc;
+}
+
+/* ---- finalize ---- */
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static llm4d_code apply_preset(llm4d_config *cfg, llm4d_err *err) {
+    llm4d_model_config *m = &cfg->model;
+    static const char *const geometry[] = {"Model.vocab_size", "Model.hidden_size", "Model.num_layers",
+                                           "Model.num_attention_heads", "Model.ffn_hidden_size",
+                                           "Model.max_position_embeddings"};
+    if (!m->name_or_path[0]) {
+        for (size_t i = 0; i < sizeof geometry / sizeof geometry[0]; i++)
+            if (llm4d_config_is_explicit(cfg, geometry[i])) return LLM4D_OK; /* the YAML describes the model */
+        snprintf(m->name_or_path, sizeof m->name_or_path, "gpt2-en");
+    }
+    llm4d_model_config p = *m;
+    if (llm4d_model_preset(&p, m->name_or_path, err) != LLM4D_OK) {
+        if (is_dir(m->name_or_path)) return LLM4D_OK; /* a checkpoint: its meta.json gives the geometry later */
+        char names[512];
+        preset_names(names, sizeof names);
+        return llm4d_fail(err, LLM4D_EUSER, "model_name_or_path '%s' is neither a model preset nor an existing "
+                          "checkpoint directory; the presets are %s", m->name_or_path, names);
+    }
+#define FROM_PRESET(field, key)                                                                                  \
+    if (!llm4d_config_is_explicit(cfg, key)) m->field = p.field
+    FROM_PRESET(vocab_size, "Model.vocab_size");
+    FROM_PRESET(hidden_size, "Model.hidden_size");
+    FROM_PRESET(num_layers, "Model.num_layers");
+    FROM_PRESET(num_attention_heads, "Model.num_attention_heads");
+    FROM_PRESET(max_position_embeddings, "Model.max_position_embeddings");
+    FROM_PRESET(hidden_dropout_prob, "Model.hidden_dropout_prob");
+    FROM_PRESET(attention_probs_dropout_prob, "Model.attention_probs_dropout_prob");
+    FROM_PRESET(initializer_range, "Model.initializer_range");
+#undef FROM_PRESET
+    /* the preset's MLP is 4h of the final width, so an explicit hidden_size keeps the 4x ratio */
+    if (!llm4d_config_is_explicit(cfg, "Model.ffn_hidden_size")) m->ffn_hidden_size = 0;
+    m->eos_token_id = p.eos_token_id;
+    return LLM4D_OK;
+}
+
+static llm4d_code check_degrees(llm4d_config *cfg, int world, llm4d_err *err) {
+    llm4d_dist_config *d = &cfg->dist;
+    static const char *const names[] = {"Distributed.mp_degree", "Distributed.pp_degree",
+                                        "Distributed.sharding.sharding_degree"};
+    const int vals[] = {d->mp_degree, d->pp_degree, d->sharding_degree};
+    for (int i = 0; i < 3; i++)
+        if (vals[i] < 1) return llm4d_fail(err, LLM4D_EUSER, "%s must be >= 1, got %d", names[i], vals[i]);
+    if (d->dp_degree < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Distributed.dp_degree must be >= 1 (or 0/empty to derive it), got %d",
+                          d->dp_degree);
+    long long inner = (long long)d->mp_degree * d->pp_degree * d->sharding_degree;
+    if (d->dp_degree == 0) {
+        if (world % inner)
+            return llm4d_fail(err, LLM4D_EUSER, "mp_degree %d x pp_degree %d x sharding_degree %d = %lld does not "
+                              "divide the %d process%s started, so dp_degree cannot be derived; choose degrees whose "
+                              "product divides the number of processes", d->mp_degree, d->pp_degree,
+                              d->sharding_degree, inner, world, world == 1 ? "" : "es");
+        d->dp_degree = (int)(world / inner);
+    }
+    long long prod = inner * d->dp_degree;
+    if (prod != world)
+        return llm4d_fail(err, LLM4D_EUSER, "dp_degree %d x mp_degree %d x pp_degree %d x sharding_degree %d = %lld, "
+                          "but %d process%s started; make the product equal the number of processes", d->dp_degree,
+                          d->mp_degree, d->pp_degree, d->sharding_degree, prod, world,
+                          world == 1 ? " was" : "es were");
+    if (d->sharding_stage < 1 || d->sharding_stage > 3)
+        return llm4d_fail(err, LLM4D_EUSER, "Distributed.sharding.sharding_stage must be 1, 2 or 3, got %d",
+                          d->sharding_stage);
+    if (d->sharding_offload && d->sharding_degree <= 1)
+        return llm4d_fail(err, LLM4D_EUSER, "Distributed.sharding.sharding_offload needs sharding_degree > 1 (got "
+                          "%d); set sharding_degree or turn offload off", d->sharding_degree);
+    if (!llm4d_config_is_explicit(cfg, "Distributed.use_sharding")) d->use_sharding = d->sharding_degree > 1;
+    else if (!d->use_sharding && d->sharding_degree > 1)
+        return llm4d_fail(err, LLM4D_EUSER, "--use_sharding false contradicts sharding_degree %d; drop one of them",
+                          d->sharding_degree);
+    if (d->bucket_size_bytes < 1)
+        return llm4d_fail(err, LLM4D_EUSER, "Distributed.bucket_size_mb must be > 0");
+    return LLM4D_OK;
+}
+
+static llm4d_code check_batch(llm4d_config *cfg, llm4d_err *err) {
+    const llm4d_dist_config *d = &cfg->dist;
+    long long dps = (long long)d->dp_degree * d->sharding_degree;
+    long long micro = cfg->micro_batch_size, local = cfg->local_batch_size, global = cfg->global_batch_size;
+    if (micro < 1) return llm4d_fail(err, LLM4D_EUSER, "Global.micro_batch_size must be >= 1, got %lld", micro);
+    if (local < 0 || global < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Global.%s_batch_size must be >= 1 (or 0/empty to derive it), got %lld",
+                          local < 0 ? "local" : "global", local < 0 ? local : global);
+    if (global == 0 && local == 0) {
+        local = micro;
+        global = local * dps;
+    } else if (global && local) {
+        if (global != local * dps)
+            return llm4d_fail(err, LLM4D_EUSER, "Global.global_batch_size %lld must equal local_batch_size %lld x "
+                              "dp_degree %d x sharding_degree %d = %lld; set only one of the two", global, local,
+                              d->dp_degree, d->sharding_degree, local * dps);
+    } else if (global) {
+        if (global % (micro * dps))
+            return llm4d_fail(err, LLM4D_EUSER, "Global.global_batch_size %lld is not a multiple of micro_batch_size "
+                              "%lld x dp_degree %d x sharding_degree %d = %lld; make it a multiple of %lld", global,
+                              micro, d->dp_degree, d->sharding_degree, micro * dps, micro * dps);
+        local = global / dps;
+    } else {
+        global = local * dps;
+    }
+    if (local % micro)
+        return llm4d_fail(err, LLM4D_EUSER, "Global.local_batch_size %lld is not a multiple of micro_batch_size %lld; "
+                          "make local_batch_size (global / (dp x sharding)) a multiple of micro_batch_size", local,
+                          micro);
+    cfg->local_batch_size = local;
+    cfg->global_batch_size = global;
+    cfg->accumulate_steps = local / micro;
+    return LLM4D_OK;
+}
+
+static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
+    llm4d_model_config *m = &cfg->model;
+    const llm4d_dist_config *d = &cfg->dist;
+    const char *t = m->model_type;
+    if (strcmp(t, "GPT") && strcmp(t, "gpt") && strcmp(t, "gpt2"))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.name / --model_type '%s' is not supported; llm4d trains GPT "
+                          "models: use GPT (or gpt, gpt2)", t);
+    static const char *const gnames[] = {"Model.vocab_size", "Model.hidden_size", "Model.num_layers",
+                                         "Model.num_attention_heads", "Model.max_position_embeddings",
+                                         "Model.vocab_size_divisible_unit"};
+    const int gvals[] = {m->vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
+                         m->max_position_embeddings, m->vocab_size_divisible_unit};
+    for (int i = 0; i < 6; i++)
+        if (gvals[i] < 1) return llm4d_fail(err, LLM4D_EUSER, "%s must be >= 1, got %d", gnames[i], gvals[i]);
+    if (m->ffn_hidden_size < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.ffn_hidden_size must be >= 1 (or 0/empty for 4 x hidden_size), "
+                          "got %d", m->ffn_hidden_size);
+    if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
+    if (m->hidden_size % m->num_attention_heads)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.num_attention_heads %d does not divide hidden_size %d; choose "
+                          "heads so that hidden_size / heads is a whole head size", m->num_attention_heads,
+                          m->hidden_size);
+    if (m->num_attention_heads % d->mp_degree)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.num_attention_heads %d is not divisible by mp_degree %d; tensor "
+                          "parallelism splits whole heads, so choose an mp_degree that divides the heads",
+                          m->num_attention_heads, d->mp_degree);
+    if (m->ffn_hidden_size % d->mp_degree)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.ffn_hidden_size %d is not divisible by mp_degree %d; choose an "
+                          "mp_degree that divides it", m->ffn_hidden_size, d->mp_degree);
+    if (m->num_layers % d->pp_degree)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.num_layers %d is not divisible by pp_degree %d; choose a "
+                          "pp_degree that divides the layers", m->num_layers, d->pp_degree);
+    int seq = cfg->data.max_seq_len;
+    if (seq < 1) return llm4d_fail(err, LLM4D_EUSER, "max_seq_len must be >= 1, got %d", seq);
+    if (seq > m->max_position_embeddings)
+        return llm4d_fail(err, LLM4D_EUSER, "max_seq_len %d exceeds Model.max_position_embeddings %d; lower "
+                          "max_seq_len or raise max_position_embeddings", seq, m->max_position_embeddings);
+    long long unit = (long long)m->vocab_size_divisible_unit * d->mp_degree;
+    long long padded = (m->vocab_size + unit - 1) / unit * unit;
+    if (padded > 0x7fffffff) return llm4d_fail(err, LLM4D_EUSER, "Model.vocab_size %d is too large", m->vocab_size);
+    m->padded_vocab_size = (int)padded;
+    struct { const char *name; float v; } drop[] = {{"Model.hidden_dropout_prob", m->hidden_dropout_prob},
+                                                    {"Model.attention_probs_dropout_prob",
+                                                     m->attention_probs_dropout_prob}};
+    for (int i = 0; i < 2; i++)
+        if (!(drop[i].v >= 0 && drop[i].v < 1))
+            return llm4d_fail(err, LLM4D_EUSER, "%s must be in [0, 1), got %g", drop[i].name, drop[i].v);
+    if (!(m->initializer_range >= 0 && isfinite(m->initializer_range)))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.initializer_range must be >= 0, got %g", m->initializer_range);
+    if (!m->recompute_granularity[0]) snprintf(m->recompute_granularity, sizeof m->recompute_granularity, "full");
+    const char *g = m->recompute_granularity;
+    if (strcmp(g, "full") && strcmp(g, "full_attn") && strcmp(g, "core_attn"))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.recompute_granularity must be full, full_attn or core_attn, got "
+                          "'%s'", g);
+    return LLM4D_OK;
+}
+
+static llm4d_code check_optim(llm4d_config *cfg, llm4d_err *err) {
+    llm4d_optim_config *o = &cfg->optim;
+    if (!(o->max_lr >= 0 && isfinite(o->max_lr)))
+        return llm4d_fail(err, LLM4D_EUSER, "max_lr (Optimizer.lr.max_lr) must be >= 0, got %g", o->max_lr);
+    if (!(o->min_lr >= 0 && isfinite(o->min_lr)))
+        return llm4d_fail(err, LLM4D_EUSER, "min_lr (Optimizer.lr.min_lr) must be >= 0, got %g", o->min_lr);
+    if (o->min_lr > o->max_lr)
+        return llm4d_fail(err, LLM4D_EUSER, "min_lr %g is above max_lr %g; the schedule decays from max_lr down to "
+                          "min_lr, so swap them", o->min_lr, o->max_lr);
+    if (!(o->warmup_rate >= 0 && o->warmup_rate <= 1))
+        return llm4d_fail(err, LLM4D_EUSER, "warmup_rate must be in [0, 1] (a fraction of decay_steps), got %g",
+                          o->warmup_rate);
+    if (!(o->weight_decay >= 0 && isfinite(o->weight_decay)))
+        return llm4d_fail(err, LLM4D_EUSER, "weight_decay must be >= 0, got %g", o->weight_decay);
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        return llm4d_fail(err, LLM4D_EUSER, "Optimizer.beta1 and beta2 must be in [0, 1), got %g and %g", o->beta1,
+                          o->beta2);
+    if (!(o->epsilon > 0 && isfinite(o->epsilon)))
+        return llm4d_fail(err, LLM4D_EUSER, "Optimizer.epsilon must be > 0, got %g", o->epsilon);
+    if (!(o->grad_clip >= 0 && isfinite(o->grad_clip)))
+        return llm4d_fail(err, LLM4D_EUSER, "grad_clip (Optimizer.grad_clip.clip_norm) must be >= 0 (0 disables "
+                          "clipping), got %g", o->grad_clip);
+    if (cfg->max_steps < 1)
+        return llm4d_fail(err, LLM4D_EUSER, "max_steps (Engine.max_steps) must be >= 1, got %lld",
+                          (long long)cfg->max_steps);
+    if (o->decay_steps < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "decay_steps must be >= 1 (or 0/empty for max_steps), got %lld",
+                          (long long)o->decay_steps);
+    if (o->decay_steps == 0) o->decay_steps = cfg->max_steps;
+    if (!(cfg->scale_loss > 0 && isfinite(cfg->scale_loss)))
+        return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.scale_loss must be > 0, got %g", cfg->scale_loss);
+    return LLM4D_OK;
+}
+
+static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
+    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "gpu"))
+        return llm4d_fail(err, LLM4D_EUSER, "device (Global.device) '%s' is not supported; use cpu or gpu",
+                          cfg->device);
+    if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16"))
+        return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16 or float16, got '%s'",
+                          cfg->amp_dtype);
+    if (cfg->logging_freq < 1)
+        return llm4d_fail(err, LLM4D_EUSER, "logging_freq (Engine.logging_freq) must be >= 1, got %d",
+                          cfg->logging_freq);
+    if (cfg->eval_freq < 0) cfg->eval_freq = 0;
+    if (cfg->eval_iters < (cfg->eval_freq > 0 ? 1 : 0))
+        return llm4d_fail(err, LLM4D_EUSER, "eval_iters (Engine.eval_iters) must be >= 1 when eval_freq is set, got "
+                          "%d", cfg->eval_iters);
+    if (cfg->save_steps < 0) cfg->save_steps = 0;
+    if (cfg->keep_last < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "keep_last must be >= 0 (0 keeps all checkpoints), got %d",
+                          cfg->keep_last);
+    if (cfg->threads < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "threads must be >= 0 (0: all cores), got %d", cfg->threads);
+    if (!cfg->output_dir[0])
+        return llm4d_fail(err, LLM4D_EUSER, "output_dir (Engine.save_load.output_dir) must not be empty");
+    if (!cfg->data.input_dir[0])
+        return llm4d_fail(err, LLM4D_EUSER, "input_dir (Data.Train.dataset.input_dir) must not be empty");
+    double sum = 0;
+    for (const char *p = cfg->data.split; *p;) {
+        char *end;
+        double x = strtod(p, &end);
+        if (end == p) break;
+        sum += x;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (!(sum > 0))
+        return llm4d_fail(err, LLM4D_EUSER, "split '%s' must have a positive total, as in 949,50,1", cfg->data.split);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *err) {
+    LLM4D_ASSERT(world_size >= 1, "world_size %d", world_size);
+    LLM4D_TRY(apply_preset(cfg, err));
+    LLM4D_TRY(check_degrees(cfg, world_size, err));
+    LLM4D_TRY(check_model(cfg, err));
+    LLM4D_TRY(check_batch(cfg, err));
+    LLM4D_TRY(check_optim(cfg, err));
+    LLM4D_TRY(check_run(cfg, err));
+    return LLM4D_OK;
+}
+
+/* ---- help ---- */
+
+static void print_key(FILE *f, const llm4d_key *k) {
+    const char *def = k->def ? k->def : "";
+    fprintf(f, "  %-44s %-14s %s%s\n", k->key, def[0] ? def : "''", k->help, k->ext ? " [llm4d]" : "");
+}
+
+void llm4d_config_print_help(FILE *f) {
+    int n;
+    const llm4d_key *k = llm4d_keys(&n);
+    char names[512];
+    preset_names(names, sizeof names);
+    fprintf(f,
+            "usage: llm4d train [-c config.yaml] [--flag VALUE | --flag=VALUE ...] [-o Section.key=VALUE ...]\n"
+            "\n"
+            "Values come from, later winning: the defaults below, the YAML file (-c; PaddleFleetX layout, `_base_:`\n"
+            "inheritance), the flags, then the -o overrides (so -o beats a flag for the same key; within flags or\n"
+            "within overrides, the later argument wins). Values are read like PaddleFleetX does (Python literals:\n"
+            "1e-5, True, [949, 50, 1]; anything else is a string). Booleans accept true/false/True/False/1/0.\n"
+            "\n"
+            "Model presets (--model_name_or_path): %s.\n"
+            "  All have vocab_size 50257, ffn 4 x hidden, dropouts 0.1, initializer_range 0.02; gpt2-tiny is h64 L2\n"
+            "  H4 with 256 positions, gpt2-* have 1024 positions and gpt3-* 2048. Model.* keys given explicitly beat\n"
+            "  the preset. With no preset and no Model geometry key (vocab_size, hidden_size, num_layers,\n"
+            "  num_attention_heads, ffn_hidden_size, max_position_embeddings) the preset is gpt2-en; with geometry\n"
+            "  keys and no preset, the keys missing take the Model defaults below. An existing directory instead of\n"
+            "  a preset is a checkpoint, whose geometry is read when it is loaded.\n"
+            "\n"
+            "Derived in this order: dp_degree (0: processes / (mp x pp x sharding)); the product of the four degrees\n"
+            "must equal the number of processes; global = local x dp x sharding (with neither given, local =\n"
+            "micro_batch_size); accumulate_steps = local / micro; decay_steps 0 -> max_steps; ffn 0 -> 4 x hidden;\n"
+            "padded vocabulary = vocab_size rounded up to vocab_size_divisible_unit x mp_degree.\n"
+            "\n"
+            "Flags (each sets the key shown):\n",
+            names);
+    for (int i = 0; i < n; i++) {
+        if (!k[i].flag) continue;
+        char lhs[80];
+        snprintf(lhs, sizeof lhs, "%s VALUE", k[i].flag);
+        fprintf(f, "  %-26s %-40s default %s\n", lhs, k[i].key, k[i].def[0] ? k[i].def : "''");
+    }
+    fprintf(f, "  %-26s %s\n", "-c, --config FILE", "the YAML config");
+    fprintf(f, "  %-26s %s\n", "-o, --override KEY=VALUE", "set any key below (repeatable; exactly one '=')");
+    fprintf(f, "\nKeys (key, default, meaning; [llm4d] marks llm4d's additions to PaddleFleetX's schema):\n");
+    for (int i = 0; i < n; i++)
+        if (k[i].type != LLM4D_KT_NOEFFECT && k[i].type != LLM4D_KT_ALIAS) print_key(f, &k[i]);
+    fprintf(f, "\nLegacy spellings (PaddleFleetX 2022 configs), read as the key named:\n");
+    for (int i = 0; i < n; i++)
+        if (k[i].type == LLM4D_KT_ALIAS) fprintf(f, "  %-44s -> %s\n", k[i].key, k[i].extra);
+    fprintf(f, "\nKeys accepted but without effect in llm4d (PaddleFleetX default shown; one set to anything else\n"
+               "is listed at start-up as having no effect):\n");
+    for (int i = 0; i < n; i++)
+        if (k[i].type == LLM4D_KT_NOEFFECT) print_key(f, &k[i]);
+}

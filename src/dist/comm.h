@@ -1,0 +1,207 @@
+/* comm.h — the communicator method table.
+ *
+ * A communicator is a group of ranks plus a table of collective operations on CPU buffers (ggml style: a struct
+ * of function pointers and an opaque backend context). Backends: `self` (a world of one process, comm_self.c:
+ * collectives are copies or nothing), `mpi` (comm_mpi.c: one MPI communicator per group); a `nccl` backend will
+ * fill the same table with device buffers. Callers never call the table directly: they call the llm4d_comm_*
+ * functions below, which check arguments, time the call and count the bytes it moved, so every backend is
+ * measured the same way.
+ *
+ * Bytes moved are counted per rank with the cost of the standard bandwidth-optimal algorithms (what an NCCL/MPI
+ * ring sends), for an operation on `bytes` of payload over n ranks:
+ *   all-reduce        2 (n-1)/n x bytes      (reduce-scatter then all-gather around the ring)
+ *   reduce-scatter    (n-1)/n x bytes         bytes = the whole input, n blocks
+ *   all-gather        (n-1)/n x bytes         bytes = the whole output, n blocks
+ *   broadcast         bytes                   (every rank, root included; 0 when n == 1)
+ *   send / recv       bytes                   recv is counted apart and left out of the total "sent"
+ * A world of one therefore moves zero bytes. Counts are integers (rounded down per call): exact whenever the
+ * payload divides by n, as the trainer's buckets do. This is a model of the traffic, not a measurement of what
+ * the MPI library chose to do; it is what ZeRO's and Megatron's formulas (DESIGN.md "Communication per rank")
+ * are written in, so a step's printed volume can be compared with them.
+ *
+ * Non-blocking operations (iallreduce, ireduce_scatter, iallgather, isend, irecv) fill a caller-owned request
+ * value, so a gradient bucket can start its reduction during backward and be waited on before the optimizer step
+ * without any allocation. MPI runs with MPI_THREAD_FUNNELED (runtime.h): only the thread that initialised MPI
+ * may call these functions, and Open MPI's non-blocking collectives advance only inside MPI calls, so code that
+ * wants real overlap calls llm4d_comm_test on its outstanding requests now and then (for example after each
+ * layer's backward); llm4d_comm_wait finishes the rest.
+ *
+ * Reductions are sums. Counts are elements of the given type; one call moves at most INT_MAX elements per rank
+ * block (an MPI limit) — larger buffers are refused with an internal error, so split them into buckets. */
+#ifndef LLM4D_DIST_COMM_H
+#define LLM4D_DIST_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "dist/topology.h"
+
+typedef enum {
+    LLM4D_COMM_F32 = 0,
+    LLM4D_COMM_F64,
+    LLM4D_COMM_I64,
+    LLM4D_COMM_BYTE, /* raw bytes (bf16/fp16 payloads): data movement only, no reductions */
+    LLM4D_COMM_NDTYPES
+} llm4d_comm_dtype;
+
+size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt);
+
+/* Operation kinds, for the statistics. */
+typedef enum {
+    LLM4D_COMM_OP_ALLREDUCE = 0,
+    LLM4D_COMM_OP_REDUCE_SCATTER,
+    LLM4D_COMM_OP_ALLGATHER,
+    LLM4D_COMM_OP_BROADCAST,
+    LLM4D_COMM_OP_SEND,
+    LLM4D_COMM_OP_RECV,
+    LLM4D_COMM_OP_BARRIER,
+    LLM4D_COMM_NOPS
+} llm4d_comm_op;
+
+const char *llm4d_comm_op_name(llm4d_comm_op op);
+
+typedef struct {
+    uint64_t calls[LLM4D_COMM_NOPS];
+    uint64_t bytes[LLM4D_COMM_NOPS]; /* by the algorithm costs above */
+    double blocked_s;                /* wall time spent inside blocking calls and waits/tests on requests */
+} llm4d_comm_stats;
+
+/* Bytes this rank sent: every kind except RECV. */
+uint64_t llm4d_comm_stats_sent(const llm4d_comm_stats *s);
+/* s += add (to sum the groups of a step). */
+void llm4d_comm_stats_add(llm4d_comm_stats *s, const llm4d_comm_stats *add);
+
+typedef struct llm4d_comm llm4d_comm;
+
+/* An outstanding non-blocking operation. Owned by the caller (a gradient bucket embeds one); zero-initialise it.
+ * comm == NULL means "nothing outstanding": waiting on such a request returns at once. */
+typedef struct {
+    llm4d_comm *comm;
+    _Alignas(16) unsigned char impl[32]; /* the backend's handle (an MPI_Request) */
+} llm4d_comm_req;
+
+/* The method table. Arguments have been checked by the llm4d_comm_* wrappers (counts in range, roots and peers
+ * inside the group, dtypes reducible), so backends only do the work. */
+typedef struct {
+    const char *backend; /* "self", "mpi" */
+    llm4d_code (*barrier)(llm4d_comm *c, llm4d_err *err);
+    llm4d_code (*allreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err);
+    llm4d_code (*iallreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
+                             llm4d_err *err);
+    llm4d_code (*reduce_scatter)(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                 llm4d_comm_dtype dt, llm4d_err *err);
+    llm4d_code (*ireduce_scatter)(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                  llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err);
+    llm4d_code (*allgather)(llm4d_comm *c, const void *send, void *recv, size_t send_count, llm4d_comm_dtype dt,
+                            llm4d_err *err);
+    llm4d_code (*iallgather)(llm4d_comm *c, const void *send, void *recv, size_t send_count, llm4d_comm_dtype dt,
+                             llm4d_comm_req *req, llm4d_err *err);
+    llm4d_code (*broadcast)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root, llm4d_err *err);
+    llm4d_code (*send)(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                       llm4d_err *err);
+    llm4d_code (*recv)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                       llm4d_err *err);
+    llm4d_code (*isend)(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                        llm4d_comm_req *req, llm4d_err *err);
+    llm4d_code (*irecv)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                        llm4d_comm_req *req, llm4d_err *err);
+    llm4d_code (*test)(llm4d_comm *c, llm4d_comm_req *req, int *done, llm4d_err *err);
+    llm4d_code (*wait)(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err);
+    /* A new communicator of the ranks that pass the same colour, ordered by key (MPI_Comm_split). */
+    llm4d_code (*split)(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out, llm4d_err *err);
+    void (*abort)(llm4d_comm *c, int code); /* ends the whole job with this exit code; does not return */
+    void (*destroy)(llm4d_comm *c);         /* frees ctx and the llm4d_comm itself */
+} llm4d_comm_ops;
+
+struct llm4d_comm {
+    const llm4d_comm_ops *ops;
+    void *ctx;             /* the backend's state (its MPI_Comm) */
+    int rank, size;        /* fixed when the communicator is made */
+    char name[24];         /* "world", "dp", "pp", "sharding", "mp", "data": used in messages */
+    llm4d_comm_stats stats;
+};
+
+/* ---- the backends ---- */
+
+/* A world of one process (no MPI at all). */
+llm4d_code llm4d_comm_self_create(const char *name, llm4d_comm **out, llm4d_err *err);
+/* MPI_COMM_WORLD (duplicated, errors returned rather than fatal). MPI must be initialised (runtime.h). */
+llm4d_code llm4d_comm_mpi_world(llm4d_comm **out, llm4d_err *err);
+
+/* ---- what callers use ---- */
+
+static inline int llm4d_comm_rank(const llm4d_comm *c) { return c->rank; }
+static inline int llm4d_comm_size(const llm4d_comm *c) { return c->size; }
+
+llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err);
+/* In place: buf[i] = sum over ranks of buf[i]. */
+llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err);
+/* The same, non-blocking: buf must stay untouched until the request completes. */
+llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
+                                 llm4d_err *err);
+/* send holds size x recv_count elements (block i is destined for rank i); recv = the sum of every rank's block
+ * [rank]. send and recv must not overlap. */
+llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                     llm4d_comm_dtype dt, llm4d_err *err);
+llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                      llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err);
+/* recv (size x send_count elements) = every rank's send block in rank order. send may be the block of recv at
+ * [rank * send_count] (then it is used in place). */
+llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
+                                llm4d_comm_dtype dt, llm4d_err *err);
+llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
+                                 llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err);
+/* buf on every rank = buf on root (a rank of this communicator). */
+llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
+                                llm4d_err *err);
+/* Point to point (pipeline activations and gradients); peer is a rank of this communicator, tag >= 0. A blocking
+ * send of a large message waits for the matching receive: two stages that must exchange in both directions use
+ * isend/irecv and wait on both. */
+llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                           llm4d_err *err);
+llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                           llm4d_err *err);
+llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                            llm4d_comm_req *req, llm4d_err *err);
+llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                            llm4d_comm_req *req, llm4d_err *err);
+/* *done = 1 when the request has completed (it is then cleared); drives progress of the operation. */
+llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *done, llm4d_err *err);
+/* Blocks until the request completes, then clears it. A cleared request returns at once. */
+llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err);
+llm4d_code llm4d_comm_waitall(llm4d_comm_req *reqs, int n, llm4d_err *err);
+/* Ends the whole job (every rank) with this exit code, after the caller has printed why. */
+void llm4d_comm_abort(llm4d_comm *c, int code) __attribute__((noreturn));
+llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out,
+                            llm4d_err *err);
+void llm4d_comm_destroy(llm4d_comm *c); /* NULL is fine */
+
+static inline void llm4d_comm_stats_reset(llm4d_comm *c) { c->stats = (llm4d_comm_stats){0}; }
+static inline llm4d_comm_stats llm4d_comm_stats_read(const llm4d_comm *c) { return c->stats; }
+
+/* ---- the groups of a topology ---- */
+
+/* One communicator per axis of the grid plus the dp x sharding data group, each made by splitting the world.
+ * Inside each, a rank's rank is its coordinate (axis[a]->rank == topo->index[a], data->rank == topo->data_rank),
+ * so pipeline neighbours are axis[LLM4D_AXIS_PIPE] ranks index-1 and index+1. Which group reduces what:
+ *   data-parallel gradients, sharding off .......... data   (== dp when sharding is 1)
+ *   ZeRO reduce-scatter / all-gather of states ..... axis[LLM4D_AXIS_SHARDING], then axis[LLM4D_AXIS_DATA]
+ *   tensor-parallel activations .................... axis[LLM4D_AXIS_MODEL]
+ *   pipeline p2p, last-stage loss broadcast ........ axis[LLM4D_AXIS_PIPE]
+ *   loss averaging for the log, global grad norm ... world (or data) */
+typedef struct {
+    llm4d_comm *world;               /* borrowed (the runtime owns it) */
+    llm4d_comm *axis[LLM4D_NAXES];   /* owned: dp, pp, sharding, mp (indexed by llm4d_axis) */
+    llm4d_comm *data;                /* owned: dp x sharding */
+} llm4d_comm_groups;
+
+/* Collective over world: every rank must call it with its own topology of the same degrees. */
+llm4d_code llm4d_comm_groups_create(llm4d_comm_groups *g, llm4d_comm *world, const llm4d_topology *t,
+                                    llm4d_err *err);
+void llm4d_comm_groups_destroy(llm4d_comm_groups *g);
+/* Statistics summed over world and every group (what a step moved), and their reset. */
+llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g);
+void llm4d_comm_groups_stats_reset(llm4d_comm_groups *g);
+
+#endif

@@ -1,0 +1,43 @@
+# test_comm.sh — runs the communicator test program (tests/test_comm_mpi.c) under Open MPI's mpirun with 2 and 4
+# processes, and once alone (the self backend). Each run must exit 0 and end with "N passed, 0 failed".
+# --oversubscribe: the test machine may have fewer cores than ranks; --bind-to none: do not pin 4 ranks onto
+# the same core.
+set -u
+BUILD_DIR=${BUILD_DIR:-build}
+prog="$BUILD_DIR/test_comm_mpi"
+pass=0
+fail=0
+check() { # check OK "what"
+    if [ "$1" = 1 ]; then echo "ok: $2"; pass=$((pass + 1)); else echo "FAIL: $2"; fail=$((fail + 1)); fi
+}
+if [ ! -x "$prog" ]; then
+    echo "FAIL: $prog not built (cmake --build build --target test_comm_mpi)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() { # run NAME CMD...
+    local name=$1
+    shift
+    timeout 60 "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    local last
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/$name.log" | tail -1)
+    grep -E '^(FAIL|rank [0-9]+ FAIL)' "$out/$name.log"
+    ok=0
+    if [ $rc = 0 ] && [ -n "$last" ] && [ "${last#* passed, }" = "0 failed" ]; then ok=1; else tail -20 "$out/$name.log"; fi
+    check $ok "$name: exit $rc, '$last'"
+}
+
+run alone env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_RANK "$prog"
+grep -q "on the self backend" "$out/alone.log" && r=1 || r=0
+check $r "alone: self backend"
+for n in 2 4; do
+    run "np$n" mpirun --oversubscribe --allow-run-as-root --bind-to none -np $n "$prog"
+    grep -q "world of $n on the mpi backend" "$out/np$n.log" && r=1 || r=0
+    check $r "np$n: mpi backend with $n ranks"
+done
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

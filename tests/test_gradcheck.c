@@ -1,0 +1,330 @@
+/* test_gradcheck.c — finite-difference checks of the reference backend's backward kernels.
+ *
+ * test_kernels.c shows the fast backend equals the reference; this file shows the reference's backward is the
+ * derivative of its forward, so together they pin both backends to the math. For each op the scalar objective
+ * is L = sum(out * R) with a fixed random R (for cross-entropy L = sum(dloss * losses), whose gradient is what
+ * the kernel returns), the analytic gradient is backward(dout = R) into zeroed buffers, and the numerical one
+ * is the central difference (L(x+h) - L(x-h)) / (2h) at a spread of coordinates, L summed in double.
+ *
+ * Tolerance: the kernels take and return fp32, so L carries the rounding of every output (~6e-8 relative
+ * each, ~1e-6 absolute summed over these small tensors), which the difference divides by 2h; with h = 1e-2 that
+ * is ~1e-4 against gradients of order 1, and the O(h^2) truncation of these smooth functions is of the same
+ * order (observed errors are 1e-7 .. 5e-5). We require max|fd - analytic| <= 5e-4 * max|analytic|; a gradient
+ * off by 1% must fail, which a negative control checks. Dropout (p > 0) uses the same deterministic mask in
+ * every evaluation, so the function being differentiated is fixed. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+
+static int g_pass, g_fail;
+
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s - ", ok ? "ok" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+static float *falloc(size_t n) {
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static uint64_t g_stream = 1;
+
+static float *frand(size_t n, float scale) {
+    float *p = falloc(n);
+    uint64_t st = g_stream++;
+    for (size_t i = 0; i < n; i++) p[i] = scale * llm4d_rng_normal(4321, st, i);
+    return p;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+#define H 1e-2f
+#define TOL 5e-4
+#define MAXCOORDS 48
+
+typedef double (*objective)(void *ctx);
+
+/* max |fd - scale*analytic| / max |analytic| over up to maxc coordinates of x, spread over the tensor */
+static double fd_error(float *x, size_t n, const float *analytic, double scale, objective f, void *ctx,
+                       size_t maxc) {
+    double num = 0.0, den = 0.0;
+    size_t ncoords = n < maxc ? n : maxc;
+    for (size_t k = 0; k < ncoords; k++) {
+        size_t j = n <= maxc ? k : (k * n) / maxc + (k * 7) % (n / maxc);
+        float save = x[j];
+        x[j] = save + H;
+        double hp = (double)x[j] - save, fp = f(ctx);
+        x[j] = save - H;
+        double hm = save - (double)x[j], fm = f(ctx);
+        x[j] = save;
+        double fd = (fp - fm) / (hp + hm);
+        num = fmax(num, fabs(fd - scale * analytic[j]));
+        den = fmax(den, fabs(analytic[j]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+static void gradcheck_n(const char *what, float *x, size_t n, const float *analytic, objective f, void *ctx,
+                        size_t maxc) {
+    double e = fd_error(x, n, analytic, 1.0, f, ctx, maxc);
+    double amax = 0.0;
+    for (size_t i = 0; i < n; i++) amax = fmax(amax, fabs(analytic[i]));
+    check(e <= TOL && amax > 0, "%s: finite-difference rel err %.2e (tol %.0e, max|grad| %.2g)", what, e, TOL, amax);
+}
+
+static void gradcheck(const char *what, float *x, size_t n, const float *analytic, objective f, void *ctx) {
+    gradcheck_n(what, x, n, analytic, f, ctx, MAXCOORDS);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    llm4d_backend *be;
+    int N, C, OC;
+    float *inp, *w, *b, *out, *R;
+} linear_ctx;
+
+static double linear_obj(void *p) {
+    linear_ctx *c = p;
+    c->be->linear_forward(c->be, c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    return dot(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+static void test_linear(llm4d_backend *be) {
+    linear_ctx c = {be, 5, 7, 6, NULL, NULL, NULL, NULL, NULL};
+    c.inp = frand((size_t)c.N * c.C, 1.0f), c.w = frand((size_t)c.OC * c.C, 0.5f), c.b = frand(c.OC, 0.5f);
+    c.out = falloc((size_t)c.N * c.OC), c.R = frand((size_t)c.N * c.OC, 1.0f);
+    float *dinp = falloc((size_t)c.N * c.C), *dw = falloc((size_t)c.OC * c.C), *db = falloc(c.OC);
+    be->linear_backward(be, dinp, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
+    gradcheck("linear dinp", c.inp, (size_t)c.N * c.C, dinp, linear_obj, &c);
+    gradcheck("linear dw", c.w, (size_t)c.OC * c.C, dw, linear_obj, &c);
+    gradcheck("linear db", c.b, c.OC, db, linear_obj, &c);
+    /* negative control: a gradient 1% off must be caught */
+    double e = fd_error(c.w, (size_t)c.OC * c.C, dw, 1.01, linear_obj, &c, MAXCOORDS);
+    check(e > TOL, "negative control: linear dw scaled by 1.01 is rejected (err %.2e > %.0e)", e, TOL);
+    free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(dinp), free(dw), free(db);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int B, T, C;
+    int32_t *tok;
+    float *wte, *wpe, *out, *R;
+} enc_ctx;
+
+static double enc_obj(void *p) {
+    enc_ctx *c = p;
+    c->be->encoder_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void test_encoder(llm4d_backend *be) {
+    const int V = 5;
+    int32_t tok[6] = {1, 3, 1, 4, 1, 0}; /* token 1 three times: its gradient sums three rows */
+    enc_ctx c = {be, 2, 3, 4, tok, NULL, NULL, NULL, NULL};
+    c.wte = frand((size_t)V * c.C, 1.0f), c.wpe = frand((size_t)c.T * c.C, 1.0f);
+    c.out = falloc((size_t)c.B * c.T * c.C), c.R = frand((size_t)c.B * c.T * c.C, 1.0f);
+    float *dwte = falloc((size_t)V * c.C), *dwpe = falloc((size_t)c.T * c.C);
+    be->encoder_backward(be, dwte, dwpe, c.R, tok, c.B, c.T, c.C);
+    gradcheck("encoder dwte (repeated tokens)", c.wte, (size_t)V * c.C, dwte, enc_obj, &c);
+    gradcheck("encoder dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_obj, &c);
+    int unused_zero = 1;
+    for (int i = 0; i < c.C; i++) unused_zero &= dwte[2 * c.C + i] == 0.0f;
+    check(unused_zero, "encoder: an unused token's embedding gets zero gradient");
+    free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int N, C;
+    float *x, *w, *b, *out, *mean, *rstd, *R;
+} ln_ctx;
+
+static double ln_obj(void *p) {
+    ln_ctx *c = p;
+    c->be->layernorm_forward(c->be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_layernorm(llm4d_backend *be) {
+    ln_ctx c = {be, 3, 9, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const size_t n = (size_t)c.N * c.C;
+    c.x = frand(n, 1.0f), c.w = frand(c.C, 1.0f), c.b = frand(c.C, 1.0f);
+    for (size_t i = 0; i < n; i++) c.x[i] += 0.5f;
+    c.out = falloc(n), c.mean = falloc(c.N), c.rstd = falloc(c.N), c.R = frand(n, 1.0f);
+    ln_obj(&c);
+    float *dx = falloc(n), *dw = falloc(c.C), *db = falloc(c.C);
+    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, c.N, c.C);
+    gradcheck("layernorm dinp", c.x, n, dx, ln_obj, &c);
+    gradcheck("layernorm dw", c.w, c.C, dw, ln_obj, &c);
+    gradcheck("layernorm db", c.b, c.C, db, ln_obj, &c);
+    free(c.x), free(c.w), free(c.b), free(c.out), free(c.mean), free(c.rstd), free(c.R), free(dx), free(dw), free(db);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    size_t n;
+    float *x, *out, *R;
+} gelu_ctx;
+
+static double gelu_obj(void *p) {
+    gelu_ctx *c = p;
+    c->be->gelu_forward(c->be, c->out, c->x, c->n);
+    return dot(c->out, c->R, c->n);
+}
+
+static void test_gelu(llm4d_backend *be) {
+    gelu_ctx c = {be, 40, NULL, NULL, NULL};
+    c.x = frand(c.n, 2.0f), c.out = falloc(c.n), c.R = frand(c.n, 1.0f);
+    float *dx = falloc(c.n);
+    be->gelu_backward(be, dx, c.x, c.R, c.n);
+    gradcheck("gelu dinp", c.x, c.n, dx, gelu_obj, &c);
+    free(c.x), free(c.out), free(c.R), free(dx);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    llm4d_attn_shape s;
+    const llm4d_dropout *drop;
+    float *qkv, *out, *att, *R;
+} att_ctx;
+
+static double att_obj(void *p) {
+    att_ctx *c = p;
+    c->be->attention_forward(c->be, c->out, c->att, c->qkv, c->s, c->drop);
+    return dot(c->out, c->R, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
+}
+
+static void test_attention(llm4d_backend *be, float p) {
+    int64_t sids[2] = {4, 1};
+    llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids};
+    att_ctx c = {be, {2, 5, 2, 3, 1, 3}, &drop, NULL, NULL, NULL, NULL};
+    const size_t nqkv = (size_t)c.s.B * c.s.T * 3 * c.s.NH * c.s.HS, nout = nqkv / 3;
+    const size_t natt = (size_t)c.s.B * c.s.NH * c.s.T * c.s.T;
+    c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.att = falloc(natt), c.R = frand(nout, 1.0f);
+    att_obj(&c);
+    float *dqkv = falloc(nqkv), *scratch = falloc(natt);
+    be->attention_backward(be, dqkv, scratch, c.R, c.qkv, c.att, c.s, &drop);
+    char what[96];
+    snprintf(what, sizeof what, "attention dqkv (p=%.1f)", p);
+    gradcheck_n(what, c.qkv, nqkv, dqkv, att_obj, &c, nqkv); /* every coordinate: q, k, v of both heads */
+    free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv), free(scratch);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int N, V, Vp;
+    float *logits, *losses, *w;
+    int32_t *tg;
+} ce_ctx;
+
+static double ce_obj(void *p) {
+    ce_ctx *c = p;
+    c->be->crossentropy_forward_backward(c->be, c->losses, NULL, c->logits, c->tg, NULL, c->N, c->V, c->Vp);
+    return dot(c->losses, c->w, c->N);
+}
+
+static void test_crossentropy(llm4d_backend *be) {
+    int32_t tg[4] = {0, 6, 3, 3};
+    ce_ctx c = {be, 4, 7, 9, NULL, NULL, NULL, tg};
+    const size_t n = (size_t)c.N * c.Vp;
+    c.logits = frand(n, 2.0f), c.losses = falloc(c.N), c.w = falloc(c.N);
+    float wv[4] = {0.25f, 0.0f, 0.5f, 1.0f / 3.0f}; /* a loss mask / count, one row masked out */
+    memcpy(c.w, wv, sizeof wv);
+    float *dl = falloc(n);
+    be->crossentropy_forward_backward(be, c.losses, dl, c.logits, tg, c.w, c.N, c.V, c.Vp);
+    gradcheck("crossentropy dlogits (Vp > V, weighted rows)", c.logits, n, dl, ce_obj, &c);
+    int pad = 1, masked = 1;
+    for (int i = 0; i < c.N; i++)
+        for (int j = c.V; j < c.Vp; j++) pad &= dl[(size_t)i * c.Vp + j] == 0.0f;
+    for (int j = 0; j < c.Vp; j++) masked &= dl[(size_t)1 * c.Vp + j] == 0.0f;
+    check(pad && masked, "crossentropy: padded columns and the zero-weight row get zero gradient");
+    free(c.logits), free(c.losses), free(c.w), free(dl);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int B;
+    size_t row;
+    const llm4d_dropout *drop;
+    float *res, *x, *out, *R;
+    int add;
+} drop_ctx;
+
+static double drop_obj(void *p) {
+    drop_ctx *c = p;
+    if (c->add)
+        c->be->dropout_add_forward(c->be, c->out, c->res, c->x, c->B, c->row, c->drop);
+    else
+        c->be->dropout_forward(c->be, c->out, c->x, c->B, c->row, c->drop);
+    return dot(c->out, c->R, (size_t)c->B * c->row);
+}
+
+static void test_dropout(llm4d_backend *be, int add, float p) {
+    int64_t sids[2] = {7, 3};
+    llm4d_dropout drop = {p, 9, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 2), sids};
+    drop_ctx c = {be, 2, 9, &drop, NULL, NULL, NULL, NULL, add};
+    const size_t n = (size_t)c.B * c.row;
+    c.res = frand(n, 1.0f), c.x = frand(n, 1.0f), c.out = falloc(n), c.R = frand(n, 1.0f);
+    float *dres = falloc(n), *dx = falloc(n);
+    if (add)
+        be->dropout_add_backward(be, dres, dx, c.R, c.B, c.row, &drop);
+    else
+        be->dropout_backward(be, dx, c.R, c.B, c.row, &drop);
+    char what[96];
+    snprintf(what, sizeof what, "%s dx (p=%.1f)", add ? "dropout_add" : "dropout", p);
+    gradcheck(what, c.x, n, dx, drop_obj, &c);
+    if (add) {
+        snprintf(what, sizeof what, "dropout_add dres (p=%.1f)", p);
+        gradcheck(what, c.res, n, dres, drop_obj, &c);
+    }
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) zeros += dx[i] == 0.0f;
+    check(p == 0.0f ? zeros == 0 : zeros > 0, "%s (p=%.1f): %zu of %zu elements dropped",
+          add ? "dropout_add" : "dropout", p, zeros, n);
+    free(c.res), free(c.x), free(c.out), free(c.R), free(dres), free(dx);
+}
+
+int main(void) {
+    llm4d_backend *ref;
+    llm4d_err err = {0};
+    if (llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
+        printf("FAIL - reference backend: %s\n0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_linear(ref);
+    test_encoder(ref);
+    test_layernorm(ref);
+    test_gelu(ref);
+    test_attention(ref, 0.0f);
+    test_attention(ref, 0.3f);
+    test_crossentropy(ref);
+    test_dropout(ref, 0, 0.3f);
+    test_dropout(ref, 1, 0.0f);
+    test_dropout(ref, 1, 0.3f);
+    ref->destroy(ref);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail != 0;
+}

@@ -1,0 +1,553 @@
+/* test_kernels.c — the fast CPU backend (cpu.c) against the reference backend (cpu_ref.c), op by op.
+ *
+ * Every operation of backend.h runs on both backends with the same deterministic random inputs, over shapes
+ * chosen to hit the awkward cases: sizes that are not multiples of the SIMD width or of the kernels' chunk
+ * sizes, sequence lengths that cross the attention's causal block boundary (128), padded vocabularies
+ * (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not assumed, and a
+ * second backward call must double the increment. Dropout is checked against core/rng.h's definition
+ * directly (not only cpu vs ref) and for its drop rate. AdamW is checked against a double-precision loop,
+ * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
+ * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7). */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_dnnl.h"
+#include "core/rng.h"
+
+static int g_pass, g_fail;
+
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s - ", ok ? "ok" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+static float *falloc(size_t n) {
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static float *fdup(const float *x, size_t n) {
+    float *p = falloc(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+static uint64_t g_stream = 1;
+
+/* normal(0, scale) values, a fresh stream per call so that every tensor differs */
+static void fill(float *x, size_t n, float scale) {
+    uint64_t st = g_stream++;
+    for (size_t i = 0; i < n; i++) x[i] = scale * llm4d_rng_normal(1234, st, i);
+}
+
+static float *frand(size_t n, float scale) {
+    float *p = falloc(n);
+    fill(p, n, scale);
+    return p;
+}
+
+/* normwise relative error max|a-b| / max|b| */
+static double relerr(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= num)) num = d; /* NaN propagates as a failure */
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+#define TOL 1e-5
+
+static void cmp(const char *what, const float *a, const float *b, size_t n, double tol) {
+    double e = relerr(a, b, n);
+    check(e <= tol, "%s: rel err %.2e (tol %.0e)", what, e, tol);
+}
+
+/* second call doubles the increment: (g2 - g0) == 2 (g1 - g0) */
+static void cmp_twice(const char *what, const float *g0, const float *g1, const float *g2, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d1 = (double)g1[i] - g0[i], d2 = (double)g2[i] - g0[i];
+        num = fmax(num, fabs(d2 - 2 * d1));
+        den = fmax(den, fabs(d1));
+    }
+    check(den > 0 && num <= 1e-5 * den + 1e-6 * fmax(1.0, den),
+          "%s: backward twice accumulates twice (err %.2e of %.2e)", what, num, den);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int OC, int bias) {
+    char tag[128];
+    snprintf(tag, sizeof tag, "linear N=%d C=%d OC=%d bias=%d", N, C, OC, bias);
+    float *inp = frand((size_t)N * C, 1.0f), *w = frand((size_t)OC * C, 0.1f), *b = bias ? frand(OC, 0.5f) : NULL;
+    float *o1 = falloc((size_t)N * OC), *o2 = falloc((size_t)N * OC);
+    fill(o1, (size_t)N * OC, 1.0f); /* forward must overwrite */
+    cpu->linear_forward(cpu, o1, inp, w, b, N, C, OC);
+    ref->linear_forward(ref, o2, inp, w, b, N, C, OC);
+    char what[192];
+    snprintf(what, sizeof what, "%s forward", tag);
+    cmp(what, o1, o2, (size_t)N * OC, TOL);
+
+    float *dout = frand((size_t)N * OC, 1.0f);
+    float *dinp0 = frand((size_t)N * C, 1.0f), *dw0 = frand((size_t)OC * C, 1.0f), *db0 = frand(OC, 1.0f);
+    float *dinp1 = fdup(dinp0, (size_t)N * C), *dw1 = fdup(dw0, (size_t)OC * C), *db1 = fdup(db0, OC);
+    float *dinp2 = fdup(dinp0, (size_t)N * C), *dw2 = fdup(dw0, (size_t)OC * C), *db2 = fdup(db0, OC);
+    cpu->linear_backward(cpu, dinp1, dw1, db1, dout, inp, w, N, C, OC);
+    ref->linear_backward(ref, dinp2, dw2, db2, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof what, "%s backward dinp", tag);
+    cmp(what, dinp1, dinp2, (size_t)N * C, TOL);
+    snprintf(what, sizeof what, "%s backward dw", tag);
+    cmp(what, dw1, dw2, (size_t)OC * C, TOL);
+    snprintf(what, sizeof what, "%s backward db", tag);
+    cmp(what, db1, db2, OC, TOL);
+    /* twice */
+    float *dinp3 = fdup(dinp1, (size_t)N * C), *dw3 = fdup(dw1, (size_t)OC * C), *db3 = fdup(db1, OC);
+    cpu->linear_backward(cpu, dinp3, dw3, db3, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof what, "%s dinp", tag);
+    cmp_twice(what, dinp0, dinp1, dinp3, (size_t)N * C);
+    snprintf(what, sizeof what, "%s dw", tag);
+    cmp_twice(what, dw0, dw1, dw3, (size_t)OC * C);
+    snprintf(what, sizeof what, "%s db", tag);
+    cmp_twice(what, db0, db1, db3, OC);
+    /* dinp and db may be NULL: dw alone */
+    float *dw4 = fdup(dw0, (size_t)OC * C);
+    cpu->linear_backward(cpu, NULL, dw4, NULL, dout, inp, w, N, C, OC);
+    snprintf(what, sizeof what, "%s backward dw only (dinp, db NULL)", tag);
+    cmp(what, dw4, dw2, (size_t)OC * C, TOL);
+    free(inp), free(w), free(b), free(o1), free(o2), free(dout);
+    free(dinp0), free(dw0), free(db0), free(dinp1), free(dw1), free(db1), free(dinp2), free(dw2), free(db2);
+    free(dinp3), free(dw3), free(db3), free(dw4);
+}
+
+static void test_encoder(llm4d_backend *cpu, llm4d_backend *ref, int B, int T, int C, int V) {
+    int32_t *tok = malloc(sizeof(int32_t) * B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)(V < 5 ? V : 5)); /* repeats */
+    float *wte = frand((size_t)V * C, 1.0f), *wpe = frand((size_t)T * C, 1.0f);
+    float *o1 = frand((size_t)B * T * C, 1.0f), *o2 = falloc((size_t)B * T * C);
+    cpu->encoder_forward(cpu, o1, tok, wte, wpe, B, T, C);
+    ref->encoder_forward(ref, o2, tok, wte, wpe, B, T, C);
+    check(memcmp(o1, o2, sizeof(float) * B * T * C) == 0, "encoder B=%d T=%d C=%d forward identical", B, T, C);
+    float *dout = frand((size_t)B * T * C, 1.0f);
+    float *dwte0 = frand((size_t)V * C, 1.0f), *dwpe0 = frand((size_t)T * C, 1.0f);
+    float *dwte1 = fdup(dwte0, (size_t)V * C), *dwpe1 = fdup(dwpe0, (size_t)T * C);
+    float *dwte2 = fdup(dwte0, (size_t)V * C), *dwpe2 = fdup(dwpe0, (size_t)T * C);
+    cpu->encoder_backward(cpu, dwte1, dwpe1, dout, tok, B, T, C);
+    ref->encoder_backward(ref, dwte2, dwpe2, dout, tok, B, T, C);
+    cmp("encoder backward dwte", dwte1, dwte2, (size_t)V * C, 1e-6);
+    cmp("encoder backward dwpe", dwpe1, dwpe2, (size_t)T * C, 1e-6);
+    float *dwte3 = fdup(dwte1, (size_t)V * C), *dwpe3 = fdup(dwpe1, (size_t)T * C);
+    cpu->encoder_backward(cpu, dwte3, dwpe3, dout, tok, B, T, C);
+    cmp_twice("encoder dwte", dwte0, dwte1, dwte3, (size_t)V * C);
+    cmp_twice("encoder dwpe", dwpe0, dwpe1, dwpe3, (size_t)T * C);
+    free(tok), free(wte), free(wpe), free(o1), free(o2), free(dout);
+    free(dwte0), free(dwpe0), free(dwte1), free(dwpe1), free(dwte2), free(dwpe2), free(dwte3), free(dwpe3);
+}
+
+static void test_layernorm(llm4d_backend *cpu, llm4d_backend *ref, int N, int C) {
+    float *x = frand((size_t)N * C, 2.0f), *w = frand(C, 1.0f), *b = frand(C, 1.0f);
+    for (size_t i = 0; i < (size_t)N * C; i++) x[i] += 3.0f; /* a non-zero mean */
+    float *o1 = falloc((size_t)N * C), *o2 = falloc((size_t)N * C);
+    float *m1 = falloc(N), *m2 = falloc(N), *r1 = falloc(N), *r2 = falloc(N);
+    cpu->layernorm_forward(cpu, o1, m1, r1, x, w, b, N, C);
+    ref->layernorm_forward(ref, o2, m2, r2, x, w, b, N, C);
+    char what[128];
+    snprintf(what, sizeof what, "layernorm N=%d C=%d forward out", N, C);
+    cmp(what, o1, o2, (size_t)N * C, TOL);
+    cmp("layernorm forward mean", m1, m2, N, TOL);
+    cmp("layernorm forward rstd", r1, r2, N, TOL);
+    float *dout = frand((size_t)N * C, 1.0f);
+    float *dx0 = frand((size_t)N * C, 1.0f), *dw0 = frand(C, 1.0f), *db0 = frand(C, 1.0f);
+    float *dx1 = fdup(dx0, (size_t)N * C), *dw1 = fdup(dw0, C), *db1 = fdup(db0, C);
+    float *dx2 = fdup(dx0, (size_t)N * C), *dw2 = fdup(dw0, C), *db2 = fdup(db0, C);
+    cpu->layernorm_backward(cpu, dx1, dw1, db1, dout, x, w, m2, r2, N, C);
+    ref->layernorm_backward(ref, dx2, dw2, db2, dout, x, w, m2, r2, N, C);
+    snprintf(what, sizeof what, "layernorm N=%d C=%d backward dinp", N, C);
+    cmp(what, dx1, dx2, (size_t)N * C, TOL);
+    cmp("layernorm backward dw", dw1, dw2, C, TOL);
+    cmp("layernorm backward db", db1, db2, C, TOL);
+    float *dx3 = fdup(dx1, (size_t)N * C), *dw3 = fdup(dw1, C), *db3 = fdup(db1, C);
+    cpu->layernorm_backward(cpu, dx3, dw3, db3, dout, x, w, m2, r2, N, C);
+    cmp_twice("layernorm dinp", dx0, dx1, dx3, (size_t)N * C);
+    cmp_twice("layernorm dw", dw0, dw1, dw3, C);
+    cmp_twice("layernorm db", db0, db1, db3, C);
+    free(x), free(w), free(b), free(o1), free(o2), free(m1), free(m2), free(r1), free(r2), free(dout);
+    free(dx0), free(dw0), free(db0), free(dx1), free(dw1), free(db1), free(dx2), free(dw2), free(db2);
+    free(dx3), free(dw3), free(db3);
+}
+
+static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
+    float *x = frand(n, 3.0f), *o1 = falloc(n), *o2 = falloc(n);
+    x[0] = 0.0f, x[1] = 20.0f, x[2] = -20.0f, x[3] = 1e-8f; /* the clamps and the origin */
+    cpu->gelu_forward(cpu, o1, x, n);
+    ref->gelu_forward(ref, o2, x, n);
+    char what[64];
+    snprintf(what, sizeof what, "gelu n=%zu forward", n);
+    cmp(what, o1, o2, n, TOL);
+    float *dout = frand(n, 1.0f), *d0 = frand(n, 1.0f), *d1 = fdup(d0, n), *d2 = fdup(d0, n);
+    cpu->gelu_backward(cpu, d1, x, dout, n);
+    ref->gelu_backward(ref, d2, x, dout, n);
+    cmp("gelu backward", d1, d2, n, TOL);
+    float *d3 = fdup(d1, n);
+    cpu->gelu_backward(cpu, d3, x, dout, n);
+    cmp_twice("gelu dinp", d0, d1, d3, n);
+    free(x), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
+}
+
+static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p) {
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS;
+    int64_t sids[8] = {3, 0, 17, 5, 1, 2, 9, 4};
+    llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids};
+    char tag[160];
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", B, T, NH, HS, s.head0,
+             s.NH_total, p);
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = frand(nqkv, 1.0f);
+    float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *a1 = frand(natt, 1.0f), *a2 = falloc(natt);
+    cpu->attention_forward(cpu, o1, a1, qkv, s, &drop);
+    ref->attention_forward(ref, o2, a2, qkv, s, &drop);
+    char what[256];
+    snprintf(what, sizeof what, "%s forward out", tag);
+    cmp(what, o1, o2, nout, TOL);
+    snprintf(what, sizeof what, "%s forward att", tag);
+    cmp(what, a1, a2, natt, TOL);
+    /* the probabilities are causal rows summing to 1 */
+    double worst = 0.0;
+    int upper_zero = 1;
+    for (size_t r = 0; r < (size_t)B * NH * T; r++) {
+        int t1 = (int)(r % T);
+        double sum = 0.0;
+        for (int t2 = 0; t2 < T; t2++) {
+            sum += a1[r * T + t2];
+            if (t2 > t1 && a1[r * T + t2] != 0.0f) upper_zero = 0;
+        }
+        worst = fmax(worst, fabs(sum - 1.0));
+    }
+    check(worst < 1e-5 && upper_zero, "%s att rows sum to 1 (err %.1e), zero above the diagonal", tag, worst);
+    if (p > 0.0f) {
+        /* out recomputed here from att and the mask at backend.h's position formula */
+        float *o3 = falloc(nout);
+        size_t ndrop = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t1 = 0; t1 < T; t1++)
+                    for (int t2 = 0; t2 <= t1; t2++) {
+                        uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
+                        uint32_t w[4];
+                        llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
+                        float m = llm4d_rng_u01(w[pos & 3]) >= p ? 1.0f / (1.0f - p) : 0.0f;
+                        ndrop += m == 0.0f;
+                        float a = a2[(((size_t)b * NH + h) * T + t1) * T + t2] * m;
+                        for (int i = 0; i < HS; i++)
+                            o3[((size_t)b * T + t1) * C + h * HS + i] +=
+                                a * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * HS + i];
+                    }
+        snprintf(what, sizeof what, "%s forward out vs mask at backend.h positions (%zu dropped)", tag, ndrop);
+        cmp(what, o1, o3, nout, TOL);
+        free(o3);
+    }
+
+    float *dout = frand(nout, 1.0f), *d0 = frand(nqkv, 1.0f), *d1 = fdup(d0, nqkv), *d2 = fdup(d0, nqkv);
+    float *scratch = frand(natt, 1.0f);
+    cpu->attention_backward(cpu, d1, scratch, dout, qkv, a2, s, &drop);
+    ref->attention_backward(ref, d2, scratch, dout, qkv, a2, s, &drop);
+    snprintf(what, sizeof what, "%s backward dqkv", tag);
+    cmp(what, d1, d2, nqkv, TOL);
+    fill(scratch, natt, 1.0f); /* scratch content must not matter */
+    float *d3 = fdup(d1, nqkv);
+    cpu->attention_backward(cpu, d3, scratch, dout, qkv, a2, s, &drop);
+    snprintf(what, sizeof what, "%s dqkv", tag);
+    cmp_twice(what, d0, d1, d3, nqkv);
+    free(qkv), free(o1), free(o2), free(a1), free(a2), free(dout), free(d0), free(d1), free(d2), free(d3);
+    free(scratch);
+}
+
+/* the mask as core/rng.h and backend.h define it */
+static int keep_at(const llm4d_dropout *d, uint64_t pos) {
+    uint32_t w[4];
+    llm4d_rng_block(d->seed, d->stream, pos >> 2, w);
+    return llm4d_rng_u01(w[pos & 3]) >= d->p;
+}
+
+static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int B, size_t row, float p) {
+    int64_t sids[4] = {11, 2, 40, 3};
+    llm4d_dropout drop = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids};
+    const size_t n = (size_t)B * row;
+    char tag[96];
+    snprintf(tag, sizeof tag, "dropout B=%d row=%zu p=%.1f", B, row, p);
+    char what[160];
+    float *x = frand(n, 1.0f), *res = frand(n, 1.0f), *o1 = falloc(n), *o2 = falloc(n);
+    cpu->dropout_forward(cpu, o1, x, B, row, &drop);
+    ref->dropout_forward(ref, o2, x, B, row, &drop);
+    snprintf(what, sizeof what, "%s forward identical to ref", tag);
+    check(memcmp(o1, o2, n * sizeof(float)) == 0, "%s", what);
+    /* against the definition */
+    int bad = 0;
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < row; i++) {
+            size_t k = (size_t)b * row + i;
+            float want = (p == 0.0f || keep_at(&drop, (uint64_t)sids[b] * row + i)) ? x[k] * (1.0f / (1.0f - p)) : 0.0f;
+            if (o1[k] != want) bad++;
+        }
+    check(bad == 0, "%s forward matches rng.h mask definition (%d mismatches)", tag, bad);
+    float *o3 = fdup(x, n); /* in place */
+    cpu->dropout_forward(cpu, o3, o3, B, row, &drop);
+    check(memcmp(o1, o3, n * sizeof(float)) == 0, "%s forward in place", tag);
+
+    float *dout = frand(n, 1.0f), *d0 = frand(n, 1.0f), *d1 = fdup(d0, n), *d2 = fdup(d0, n);
+    cpu->dropout_backward(cpu, d1, dout, B, row, &drop);
+    ref->dropout_backward(ref, d2, dout, B, row, &drop);
+    snprintf(what, sizeof what, "%s backward", tag);
+    cmp(what, d1, d2, n, 1e-6);
+    float *d3 = fdup(d1, n);
+    cpu->dropout_backward(cpu, d3, dout, B, row, &drop);
+    cmp_twice(what, d0, d1, d3, n);
+
+    cpu->dropout_add_forward(cpu, o1, res, x, B, row, &drop);
+    ref->dropout_add_forward(ref, o2, res, x, B, row, &drop);
+    snprintf(what, sizeof what, "%s add forward", tag);
+    cmp(what, o1, o2, n, 1e-6);
+    float *e0 = frand(n, 1.0f), *e1 = fdup(e0, n), *e2 = fdup(e0, n), *f1 = fdup(d0, n), *f2 = fdup(d0, n);
+    cpu->dropout_add_backward(cpu, e1, f1, dout, B, row, &drop);
+    ref->dropout_add_backward(ref, e2, f2, dout, B, row, &drop);
+    snprintf(what, sizeof what, "%s add backward dres", tag);
+    cmp(what, e1, e2, n, 1e-6);
+    snprintf(what, sizeof what, "%s add backward dx", tag);
+    cmp(what, f1, f2, n, 1e-6);
+    float *e3 = fdup(e1, n), *f3 = fdup(f1, n);
+    cpu->dropout_add_backward(cpu, e3, f3, dout, B, row, &drop);
+    snprintf(what, sizeof what, "%s add dres", tag);
+    cmp_twice(what, e0, e1, e3, n);
+    snprintf(what, sizeof what, "%s add dx", tag);
+    cmp_twice(what, d0, f1, f3, n);
+    free(x), free(res), free(o1), free(o2), free(o3), free(dout), free(d0), free(d1), free(d2), free(d3);
+    free(e0), free(e1), free(e2), free(e3), free(f1), free(f2), free(f3);
+}
+
+static void test_dropout_rate(llm4d_backend *cpu, float p) {
+    const int B = 4;
+    const size_t row = 250003, n = (size_t)B * row;
+    int64_t sids[4] = {0, 1, 2, 3};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids};
+    float *x = falloc(n);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    cpu->dropout_forward(cpu, x, x, B, row, &drop);
+    size_t dropped = 0, badval = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == 0.0f)
+            dropped++;
+        else if (x[i] != 1.0f / (1.0f - p))
+            badval++;
+    }
+    double frac = (double)dropped / n, sigma = sqrt(p * (1 - p) / n);
+    check(fabs(frac - p) < 5 * sigma && badval == 0,
+          "dropout p=%.2f drop fraction %.5f within 5 sigma (%.5f); kept values = 1/(1-p)", p, frac, 5 * sigma);
+    /* a different step must give a different mask */
+    llm4d_dropout d2 = drop;
+    d2.stream = llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 2);
+    float *y = falloc(n);
+    for (size_t i = 0; i < n; i++) y[i] = 1.0f;
+    cpu->dropout_forward(cpu, y, y, B, row, &d2);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += (x[i] == 0.0f) != (y[i] == 0.0f);
+    check(differ > n * p * (1 - p), "dropout masks of two steps differ (%zu of %zu)", differ, n);
+    free(x), free(y);
+}
+
+static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int V, int Vp) {
+    char tag[96];
+    snprintf(tag, sizeof tag, "crossentropy N=%d V=%d Vp=%d", N, V, Vp);
+    char what[160];
+    const size_t n = (size_t)N * Vp;
+    float *logits = frand(n, 3.0f);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 100.0f; /* padding must be ignored */
+    int32_t *tg = malloc(sizeof(int32_t) * N);
+    float *dloss = falloc(N);
+    for (int i = 0; i < N; i++) {
+        tg[i] = (int32_t)((i * 104729u + 7u) % (unsigned)V);
+        dloss[i] = (i % 3 == 0) ? 0.0f : 1.0f / (float)(i + 1); /* a loss mask / count */
+    }
+    tg[0] = V - 1;
+    float *l1 = falloc(N), *l2 = falloc(N), *g1 = frand(n, 1.0f), *g2 = falloc(n);
+    cpu->crossentropy_forward_backward(cpu, l1, g1, logits, tg, dloss, N, V, Vp);
+    ref->crossentropy_forward_backward(ref, l2, g2, logits, tg, dloss, N, V, Vp);
+    snprintf(what, sizeof what, "%s losses", tag);
+    cmp(what, l1, l2, N, TOL);
+    snprintf(what, sizeof what, "%s dlogits", tag);
+    cmp(what, g1, g2, n, TOL);
+    int padzero = 1;
+    double rowsum = 0.0;
+    for (int i = 0; i < N; i++) {
+        double s = 0.0;
+        for (int j = 0; j < Vp; j++) {
+            if (j >= V && g1[(size_t)i * Vp + j] != 0.0f) padzero = 0;
+            s += g1[(size_t)i * Vp + j];
+        }
+        rowsum = fmax(rowsum, fabs(s));
+    }
+    check(padzero && rowsum < 1e-5, "%s padded columns get zero gradient, rows sum to 0 (%.1e)", tag, rowsum);
+    /* loss only */
+    float *l3 = falloc(N);
+    cpu->crossentropy_forward_backward(cpu, l3, NULL, logits, tg, dloss, N, V, Vp);
+    snprintf(what, sizeof what, "%s loss only (dlogits NULL)", tag);
+    cmp(what, l3, l2, N, TOL);
+    /* in place: dlogits == logits */
+    float *al = fdup(logits, n);
+    cpu->crossentropy_forward_backward(cpu, l3, al, al, tg, dloss, N, V, Vp);
+    snprintf(what, sizeof what, "%s aliased dlogits == logits", tag);
+    check(relerr(l3, l2, N) <= TOL && relerr(al, g2, n) <= TOL, "%s (err %.1e, %.1e)", what, relerr(l3, l2, N),
+          relerr(al, g2, n));
+    memcpy(al, logits, n * sizeof(float));
+    ref->crossentropy_forward_backward(ref, l3, al, al, tg, dloss, N, V, Vp);
+    snprintf(what, sizeof what, "%s ref aliased", tag);
+    check(relerr(l3, l2, N) <= 1e-7 && relerr(al, g2, n) <= 1e-7, "%s", what);
+    free(logits), free(tg), free(dloss), free(l1), free(l2), free(l3), free(g1), free(g2), free(al);
+}
+
+static void test_adamw(llm4d_backend *be, size_t n) {
+    float *p = frand(n, 1.0f), *m = falloc(n), *v = falloc(n);
+    double *pd = malloc(n * sizeof(double)), *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) pd[i] = p[i];
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    float *g = falloc(n);
+    double worst = 0.0;
+    for (int t = 1; t <= 3; t++) {
+        fill(g, n, 1.0f);
+        g[0] = 0.0f; /* v = 0 at step 1: the eps branch */
+        be->adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+        double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+        for (size_t i = 0; i < n; i++) {
+            double gg = (double)g[i] * gs;
+            pd[i] -= (double)lr * wd * pd[i];
+            md[i] = b1 * md[i] + (1.0 - b1) * gg;
+            vd[i] = b2 * vd[i] + (1.0 - b2) * gg * gg;
+            pd[i] -= lr * sqrt(bc2) / bc1 * md[i] / (sqrt(vd[i]) + eps * sqrt(bc2));
+        }
+    }
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(p[i] - pd[i]) / fmax(fabs(pd[i]), 1e-3));
+    check(worst < 1e-5, "adamw (%s) n=%zu 3 steps vs double loop: max rel err %.2e", be->name, n, worst);
+    free(p), free(m), free(v), free(pd), free(md), free(vd), free(g);
+}
+
+static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
+    const size_t n = 3000017;
+    float *x = frand(n, 1.0f);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double s1 = cpu->sumsq(cpu, x, n);
+    omp_set_num_threads(2);
+    double s2 = cpu->sumsq(cpu, x, n);
+    omp_set_num_threads(3);
+    double s3 = cpu->sumsq(cpu, x, n);
+    omp_set_num_threads(saved);
+    double sr = ref->sumsq(ref, x, n);
+    check(memcmp(&s1, &s2, sizeof s1) == 0 && memcmp(&s1, &s3, sizeof s1) == 0,
+          "sumsq bit-identical with 1, 2, 3 threads (%.17g %.17g %.17g)", s1, s2, s3);
+    check(fabs(s1 - sr) <= 1e-12 * sr, "sumsq cpu vs ref (%.17g vs %.17g)", s1, sr);
+    check(cpu->sumsq(cpu, x, 0) == 0.0 && cpu->sumsq(cpu, x, 1) == (double)x[0] * x[0], "sumsq n=0 and n=1");
+
+    float *y1 = fdup(x, n), *y2 = fdup(x, n);
+    cpu->scale(cpu, y1, 0.37f, n);
+    ref->scale(ref, y2, 0.37f, n);
+    check(memcmp(y1, y2, n * sizeof(float)) == 0, "scale identical to ref");
+    cpu->copy(cpu, y1, x, n * sizeof(float));
+    check(memcmp(y1, x, n * sizeof(float)) == 0, "copy");
+    cpu->zero(cpu, y1, n * sizeof(float));
+    int allz = 1;
+    for (size_t i = 0; i < n; i++) allz &= y1[i] == 0.0f;
+    check(allz, "zero");
+    llm4d_mem mem = {0};
+    float *a = cpu->alloc(cpu, &mem, LLM4D_MEM_ACTIVATIONS, 1000 * sizeof(float));
+    int az = a != NULL && mem.bytes[LLM4D_MEM_ACTIVATIONS] == 1000 * sizeof(float);
+    for (int i = 0; a && i < 1000; i++) az &= a[i] == 0.0f;
+    cpu->free(cpu, &mem, LLM4D_MEM_ACTIVATIONS, a, 1000 * sizeof(float));
+    check(az && mem.bytes[LLM4D_MEM_ACTIVATIONS] == 0, "alloc zeroed and accounted, free unaccounts");
+    free(x), free(y1), free(y2);
+}
+
+static void test_dnnl_cache(void) {
+    llm4d_dnnl *d;
+    llm4d_err err = {0};
+    if (llm4d_dnnl_create(&d, &err) != LLM4D_OK) {
+        check(0, "oneDNN context: %s", err.msg);
+        return;
+    }
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4] = {0}, bias[2] = {10, 20};
+    /* [2,3] x [3,2] */
+    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(2, 2, 3, 0, 3, 0, 2, 2, 0);
+    llm4d_dnnl_matmul(d, &mm, a, b, NULL, c);
+    llm4d_dnnl_matmul(d, &mm, a, b, NULL, c);
+    int n1 = llm4d_dnnl_cache_size(d);
+    check(c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11 && n1 == 1, "dnnl matmul 2x3x2, cached once (%d)", n1);
+    mm.accumulate = 1;
+    mm.has_bias = 1;
+    mm.alpha = 2.0f;
+    llm4d_dnnl_matmul(d, &mm, a, b, bias, c); /* c += 2 (ab + bias) */
+    check(c[0] == 4 + 2 * (4 + 10) && c[3] == 11 + 2 * (11 + 20) && llm4d_dnnl_cache_size(d) == 2,
+          "dnnl matmul accumulate + alpha + bias (%g %g)", c[0], c[3]);
+    llm4d_dnnl_destroy(d);
+}
+
+int main(void) {
+    llm4d_backend *cpu, *ref;
+    llm4d_err err = {0};
+    if (llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK || llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
+        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    printf("# cpu backend, %d threads\n", cpu->nthreads);
+    test_dnnl_cache();
+    test_linear(cpu, ref, 1, 1, 1, 1);
+    test_linear(cpu, ref, 37, 50, 23, 1);
+    test_linear(cpu, ref, 136, 64, 200, 0);
+    test_linear(cpu, ref, 257, 192, 515, 1);
+    test_encoder(cpu, ref, 3, 17, 45, 11);
+    test_encoder(cpu, ref, 2, 64, 130, 300);
+    test_layernorm(cpu, ref, 1, 7);
+    test_layernorm(cpu, ref, 37, 131);
+    test_layernorm(cpu, ref, 64, 768);
+    test_gelu(cpu, ref, 10007);
+    const llm4d_attn_shape shapes[] = {
+        {1, 1, 1, 4, 0, 1},     {2, 7, 3, 5, 0, 3},  {3, 33, 2, 16, 0, 2},
+        {2, 130, 2, 16, 1, 4},  {1, 257, 2, 8, 2, 5},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        test_attention(cpu, ref, shapes[i], 0.0f);
+        test_attention(cpu, ref, shapes[i], 0.1f);
+    }
+    test_dropout(cpu, ref, 3, 1, 0.1f);
+    test_dropout(cpu, ref, 3, 1001, 0.0f);
+    test_dropout(cpu, ref, 3, 1001, 0.1f);
+    test_dropout(cpu, ref, 2, 4099, 0.5f);
+    test_dropout_rate(cpu, 0.1f);
+    test_dropout_rate(cpu, 0.5f);
+    test_crossentropy(cpu, ref, 1, 5, 5);
+    test_crossentropy(cpu, ref, 13, 1000, 1024);
+    test_crossentropy(cpu, ref, 9, 50257, 50304);
+    test_adamw(cpu, 10007);
+    test_adamw(ref, 10007);
+    test_reductions(cpu, ref);
+    cpu->destroy(cpu);
+    ref->destroy(ref);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail != 0;
+}
