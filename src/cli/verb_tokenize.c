@@ -66,7 +66,8 @@ static void print_ids(const llm4d_ids *ids) {
 static llm4d_code encode_checked(llm4d_tokenizer_worker *w, const char *what, const char *s, size_t n,
                                  llm4d_ids *ids, llm4d_err *err) {
     size_t ok = llm4d_utf8_valid(s, n);
-    if (ok != n) return llm4d_fail(err, LLM4D_EUSER, "%s: invalid UTF-8 at byte %zu; convert it to UTF-8 first", what, ok);
+    if (ok != n)
+        return llm4d_fail(err, LLM4D_EUSER, "%s: invalid UTF-8 at byte %zu; convert it to UTF-8 first", what, ok);
     return llm4d_tokenizer_encode(w, s, n, ids, err);
 }
 
@@ -249,7 +250,8 @@ int llm4d_cmd_detokenize(int argc, char **argv) {
         }
         free(text);
     } else if (rc == LLM4D_OK) {
-        if (slurp(lines, &data, &len)) rc = llm4d_fail(&err, LLM4D_EUSER, "cannot read %s (%s)", lines, strerror(errno));
+        if (slurp(lines, &data, &len))
+            rc = llm4d_fail(&err, LLM4D_EUSER, "cannot read %s (%s)", lines, strerror(errno));
         long line = 0;
         for (char *p = data; rc == LLM4D_OK && p < data + len;) {
             char *nl = memchr(p, '\n', (size_t)(data + len - p));

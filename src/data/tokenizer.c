@@ -23,7 +23,8 @@
 #include <string.h>
 
 /* JavaScript's \s: [\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]. */
-#define WS "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
+#define WS \
+    "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
 static const char gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS
                                    "]+(?![^" WS "])|[" WS "]+";
 
@@ -331,8 +332,9 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
         int id = (int)v;
         if (v < 0 || v >= n || (double)id != v || keys[id]) {
-            rc = llm4d_fail(err, LLM4D_EUSER, "%s: token \"%.40s\" has a bad or repeated id (corrupt file): " FETCH_HINT,
-                            path, it->string);
+            rc = llm4d_fail(err, LLM4D_EUSER,
+                            "%s: token \"%.40s\" has a bad or repeated id (corrupt file): " FETCH_HINT, path,
+                            it->string);
             goto done;
         }
         keys[id] = it->string;
@@ -342,7 +344,6 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
     for (int id = 0; id < n; id++) {
         size_t kl = strlen(keys[id]);
         long nb = token_to_bytes(keys[id], kl, cp_to_byte, (unsigned char *)t->tok_blob + off);
-        if (nb < 0 && !strcmp(keys[id], "<|endoftext|>")) nb = 0; /* unreachable: its characters are all printable */
         if (nb <= 0) {
             rc = llm4d_fail(err, LLM4D_EUSER, "%s: token \"%.40s\" is not in GPT-2's byte alphabet (corrupt file): "
                             FETCH_HINT, path, keys[id]);
