@@ -1,4 +1,4 @@
-/* trainer.c — building a run and the training step loop (see trainer.h). */
+/* trainer.c — building a run from a validated config, and freeing it (see trainer.h). */
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#include "core/timer.h"
 
 static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
     char buf[LLM4D_PATH_MAX];
@@ -27,50 +25,9 @@ static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-static llm4d_code dump_file(const char *dir, const char *name, const void *data, size_t bytes, llm4d_err *err) {
-    char path[LLM4D_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, bytes, f) != bytes) {
-        if (f) fclose(f);
-        return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
-    }
-    fclose(f);
-    return LLM4D_OK;
-}
-
-static llm4d_code dump_param_table(const llm4d_trainer *tr, llm4d_err *err) {
-    char path[LLM4D_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/params.json", tr->debug_dump);
-    FILE *f = fopen(path, "w");
-    if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
-    const llm4d_param_table *t = &tr->model.table;
-    const llm4d_model_config *m = &tr->cfg->model;
-    const llm4d_optim_config *o = &tr->cfg->optim;
-    fprintf(f,
-            "{\"vocab_size\": %d, \"padded_vocab_size\": %d, \"hidden_size\": %d, \"num_layers\": %d, "
-            "\"num_attention_heads\": %d, \"ffn_hidden_size\": %d, \"max_seq_len\": %d, \"micro_batch_size\": %lld, "
-            "\"global_batch_size\": %lld, \"max_steps\": %lld, \"max_lr\": %.9g, \"min_lr\": %.9g, "
-            "\"warmup_rate\": %.9g, \"decay_steps\": %lld, \"weight_decay\": %.9g, \"beta1\": %.9g, "
-            "\"beta2\": %.9g, \"epsilon\": %.9g, \"grad_clip\": %.9g,\n",
-            m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
-            m->ffn_hidden_size, tr->cfg->data.max_seq_len, (long long)tr->cfg->micro_batch_size,
-            (long long)tr->cfg->global_batch_size, (long long)tr->cfg->max_steps, o->max_lr, o->min_lr, o->warmup_rate,
-            (long long)o->decay_steps, o->weight_decay, o->beta1, o->beta2, o->epsilon, o->grad_clip);
-    fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
-    for (int i = 0; i < t->n; i++) {
-        const llm4d_param *p = &t->p[i];
-        char shape[64];
-        if (p->ndim == 2)
-            snprintf(shape, sizeof shape, "%lld, %lld", (long long)p->shape[0], (long long)p->shape[1]);
-        else
-            snprintf(shape, sizeof shape, "%lld", (long long)p->shape[0]);
-        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%s], \"decay\": %d}%s\n",
-                p->name, p->offset, p->numel, shape, p->decay, i + 1 < t->n ? "," : "");
-    }
-    fprintf(f, "]}\n");
-    fclose(f);
-    return LLM4D_OK;
+static int is_dir(const char *path) {
+    struct stat st;
+    return path[0] && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static void print_startup(llm4d_trainer *tr) {
@@ -89,8 +46,23 @@ static void print_startup(llm4d_trainer *tr) {
                    (long long)c->global_batch_size, (long long)c->micro_batch_size, (long long)c->accumulate_steps,
                    c->dist.dp_degree * c->dist.sharding_degree, c->data.max_seq_len,
                    (long long)c->global_batch_size * c->data.max_seq_len);
-    llm4d_log_info(log, "data: %s: %lld tokens in %lld documents, %lld samples per epoch", tr->corpus.path,
-                   (long long)tr->corpus.n_tokens, (long long)tr->corpus.n_docs, (long long)tr->loader.n_samples);
+    llm4d_log_info(log, "data: %s: %lld tokens in %lld documents", tr->corpus.path, (long long)tr->corpus.n_tokens,
+                   (long long)tr->corpus.n_docs);
+    if (tr->corpus.n_found > 1)
+        llm4d_log_warn(log, "%s holds %d corpora; llm4d reads the first in sorted order (%s), as PaddleNLP does",
+                       c->data.input_dir, tr->corpus.n_found, tr->corpus.path);
+    if (tr->have_loader)
+        llm4d_log_info(log,
+                       "train split %s: documents [%lld, %lld), %lld samples of %d tokens over %lld epoch(s)%s%s",
+                       c->data.split, (long long)tr->loader.index.doc_begin, (long long)tr->loader.index.doc_end,
+                       (long long)tr->loader.index.n_samples, c->data.max_seq_len + 1,
+                       (long long)tr->loader.index.num_epochs,
+                       tr->loader.index.from_cache ? ", index read from cache " : "",
+                       tr->loader.index.from_cache ? tr->loader.index.cache_base : "");
+    if (tr->have_eval)
+        llm4d_log_info(log, "validation split: documents [%lld, %lld), %lld samples; %d batches per evaluation",
+                       (long long)tr->eval_loader.index.doc_begin, (long long)tr->eval_loader.index.doc_end,
+                       (long long)tr->eval_loader.index.n_samples, c->eval_iters);
     llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB", m->use_recompute ? "on (full)" : "off",
                    tr->model.act_bytes / 1048576.0);
     for (int i = 0; i < c->n_noeffect; i++)
@@ -100,22 +72,24 @@ static void print_startup(llm4d_trainer *tr) {
         llm4d_sharding_describe(&tr->sh, desc, sizeof desc);
         llm4d_log_info(log, "%s", desc);
     }
-    {
-        /* model states (params + grads + optimizer) against the ZeRO formulas for fp32 Adam */
-        const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
-        const int stage = c->dist.sharding_degree > 1 ? c->dist.sharding_stage : 0;
-        const double formula = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * psi / N
-                               : stage == 2 ? 4 * psi + 12 * psi / N : 16 * psi / N;
-        const double held = (double)(tr->mem.bytes[LLM4D_MEM_PARAMS] + tr->mem.bytes[LLM4D_MEM_GRADS] +
-                                     tr->mem.bytes[LLM4D_MEM_OPTIM]);
-        llm4d_log_info(log,
-                       "model states per rank: %.2f MiB held; ZeRO formula (%s, Psi = %.0f): %.2f MiB; "
-                       "communication buffers: %.2f MiB",
-                       held / 1048576.0,
-                       stage == 0 ? "data parallel 16 Psi" : stage == 1 ? "stage 1: 8 Psi + 8 Psi / N"
-                       : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N" : "stage 3: 16 Psi / N",
-                       psi, formula / 1048576.0, tr->mem.bytes[LLM4D_MEM_COMM] / 1048576.0);
-    }
+    /* model states (params + grads + optimizer) against the ZeRO formulas for fp32 Adam */
+    const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
+    const int stage = c->dist.sharding_degree > 1 ? c->dist.sharding_stage : 0;
+    const double formula = stage == 0   ? 16 * psi
+                           : stage == 1 ? 8 * psi + 8 * psi / N
+                           : stage == 2 ? 4 * psi + 12 * psi / N
+                                        : 16 * psi / N;
+    const double held = (double)(tr->mem.bytes[LLM4D_MEM_PARAMS] + tr->mem.bytes[LLM4D_MEM_GRADS] +
+                                 tr->mem.bytes[LLM4D_MEM_OPTIM]);
+    llm4d_log_info(log,
+                   "model states per rank: %.2f MiB held; ZeRO formula (%s, Psi = %.0f): %.2f MiB; "
+                   "communication buffers: %.2f MiB",
+                   held / 1048576.0,
+                   stage == 0   ? "data parallel 16 Psi"
+                   : stage == 1 ? "stage 1: 8 Psi + 8 Psi / N"
+                   : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N"
+                                : "stage 3: 16 Psi / N",
+                   psi, formula / 1048576.0, tr->mem.bytes[LLM4D_MEM_COMM] / 1048576.0);
     llm4d_log_info(log, "memory held by this process, by category:");
     if (log->enabled) {
         llm4d_mem_print(&tr->mem, log->out, "    ");
@@ -123,17 +97,56 @@ static void print_startup(llm4d_trainer *tr) {
     }
 }
 
+/* Build the loaders: rank 0 first, writing the index cache next to the data, then every other rank reads it. */
+static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    const int T = c->data.max_seq_len;
+    llm4d_loader_opts o = {.split = c->data.split, .T = T, .seed = (int64_t)c->seed,
+                           .global_batch = c->global_batch_size, .local_batch = (int)c->local_batch_size,
+                           .data_rank = tr->topo.data_rank, .data_world = tr->topo.data_world,
+                           .eos_id = c->model.eos_token_id};
+    const int want_eval = eval_only || (c->eval_freq > 0 && c->eval_iters > 0);
+    for (int phase = 0; phase < 2; phase++) {
+        const int mine = (phase == 0) == (tr->topo.rank == 0);
+        llm4d_code rc = LLM4D_OK;
+        if (mine) {
+            o.write_cache = tr->topo.rank == 0;
+            if (!eval_only) {
+                o.kind = LLM4D_SPLIT_TRAIN;
+                o.num_samples = llm4d_gpt_num_samples(LLM4D_SPLIT_TRAIN, c->global_batch_size, c->max_steps,
+                                                      c->eval_freq, c->eval_iters);
+                rc = llm4d_loader_init(&tr->loader, &tr->corpus, &o, &tr->mem, err);
+                if (rc == LLM4D_OK) tr->have_loader = 1;
+            }
+            if (rc == LLM4D_OK && want_eval) {
+                o.kind = LLM4D_SPLIT_VALID;
+                o.num_samples = eval_only ? c->global_batch_size * c->eval_iters
+                                          : llm4d_gpt_num_samples(LLM4D_SPLIT_VALID, c->global_batch_size,
+                                                                  c->max_steps, c->eval_freq, c->eval_iters);
+                rc = llm4d_loader_init(&tr->eval_loader, &tr->corpus, &o, &tr->mem, err);
+                if (rc == LLM4D_OK) tr->have_eval = 1;
+            }
+        }
+        LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
+    }
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const llm4d_topology *topo,
-                              llm4d_comm_groups *groups, const char *debug_dump, llm4d_err *err) {
+                              llm4d_comm_groups *groups, const llm4d_trainer_opts *opts, llm4d_err *err) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = cfg;
     tr->topo = *topo;
     tr->groups = groups;
     tr->world_size = topo->world_size;
     tr->is_writer = topo->rank == 0;
-    tr->debug_dump = tr->is_writer ? debug_dump : NULL;
+    tr->debug_dump = tr->is_writer ? opts->debug_dump : NULL;
+    tr->check_replicas = opts->check_replicas;
+    tr->start_step = 1;
+    tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
+    const llm4d_dist_config *d = &cfg->dist;
     if (strcmp(cfg->device, "cpu") != 0)
         return llm4d_fail(err, LLM4D_EUSER,
                           "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
@@ -143,11 +156,10 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         return llm4d_fail(err, LLM4D_EUSER,
                           "use_amp: mixed precision is not implemented in llm4d yet; train in fp32 with --use_amp "
                           "false (Engine.mix_precision.enable: False)");
-    const llm4d_dist_config *d = &cfg->dist;
     if (d->mp_degree != 1 || d->pp_degree != 1)
         return llm4d_fail(err, LLM4D_EUSER,
                           "mp_degree %d, pp_degree %d: tensor and pipeline parallelism are not implemented in llm4d "
-                          "yet; use dp_degree (and sharding_degree) for more processes",
+                          "yet; use dp_degree and sharding_degree for more processes",
                           d->mp_degree, d->pp_degree);
 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
@@ -180,181 +192,54 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         LLM4D_TRY(llm4d_adamw_create(&tr->opt, tr->be, &tr->mem, 0, tr->model.table.total, cfg->optim.beta1,
                                      cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay, err));
         tr->have_opt = 1;
+        if (topo->data_world > 1) {
+            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, groups->data, (size_t)cfg->dist.bucket_size_bytes, err));
+            tr->have_dp = 1;
+        }
     }
-    LLM4D_TRY(llm4d_loader_init(&tr->loader, &tr->corpus, T, cfg->global_batch_size, (int)cfg->local_batch_size,
-                                topo->data_rank, topo->data_world, m->eos_token_id, err));
-    if (topo->data_world > 1 && !sharded) {
-        LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, groups->data, (size_t)cfg->dist.bucket_size_bytes, err));
-        tr->have_dp = 1;
-    }
-    LLM4D_TRY(llm4d_batch_alloc(&tr->batch, &tr->mem, (int)cfg->local_batch_size, T, err));
-    tr->have_batch = 1;
+    LLM4D_TRY(init_loaders(tr, opts->eval_only, err));
     tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)mb * T * sizeof(float));
     if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
 
-    if (tr->is_writer) {
+    /* a run continues from --resume (optimizer state required), or from model_name_or_path when it is a
+     * checkpoint directory (continues with its optimizer state, or starts a new run from weights only) */
+    if (cfg->ckpt_dir[0])
+        LLM4D_TRY(llm4d_trainer_load(tr, cfg->ckpt_dir, !opts->eval_only, err));
+    else if (is_dir(m->name_or_path))
+        LLM4D_TRY(llm4d_trainer_load(tr, m->name_or_path, 0, err));
+
+    if (tr->is_writer && !opts->eval_only) {
         char path[LLM4D_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->output_dir);
-        tr->metrics = fopen(path, "w");
+        /* a resumed run appends: metrics.jsonl keeps the whole history */
+        tr->metrics = fopen(path, tr->start_step > 1 ? "a" : "w");
         if (!tr->metrics)
             return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
                               strerror(errno));
     }
-    if (tr->debug_dump) {
-        LLM4D_TRY(dump_param_table(tr, err));
-        LLM4D_TRY(dump_file(tr->debug_dump, "params_init.bin", tr->model.params, tr->model.table.total * sizeof(float),
-                            err));
-    }
+    if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_init(tr, err));
     print_startup(tr);
+    if (tr->start_step > 1)
+        llm4d_log_info(&tr->log, "resuming at global step %lld", (long long)tr->start_step);
     return LLM4D_OK;
 }
 
 void llm4d_trainer_free(llm4d_trainer *tr) {
+    if (!tr->cfg) return;
     if (tr->metrics) fclose(tr->metrics);
     if (tr->dloss)
         llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
                        (size_t)tr->cfg->micro_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+    if (tr->have_loader) llm4d_loader_free(&tr->loader);
+    if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
     if (tr->have_dp) llm4d_dp_free(&tr->dp);
     if (tr->have_sh) llm4d_sharding_free(&tr->sh);
-    if (tr->have_batch) llm4d_batch_free(&tr->batch, &tr->mem);
-    llm4d_loader_free(&tr->loader);
     if (tr->have_opt) llm4d_adamw_destroy(&tr->opt, tr->be, &tr->mem);
     if (tr->have_model) llm4d_gpt_destroy(&tr->model);
     if (tr->have_corpus) llm4d_corpus_close(&tr->corpus);
     if (tr->be) tr->be->destroy(tr->be);
     memset(tr, 0, sizeof *tr);
-}
-
-/* Debug dumps of step 1, for the PyTorch parity test: the logits of micro-batch 0 (taken by an extra forward
- * without dropout, before training touches anything), then the batch of every step and the step-1 gradients. */
-static llm4d_code dump_step(llm4d_trainer *tr, int64_t step, int phase, llm4d_err *err) {
-    const llm4d_config *c = tr->cfg;
-    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
-    const size_t rowsT = (size_t)tr->batch.rows * T;
-    char name[64];
-    if (phase == 0) {
-        snprintf(name, sizeof name, "batch_step%lld.bin", (long long)step);
-        char path[LLM4D_PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s/%s", tr->debug_dump, name);
-        FILE *f = fopen(path, "wb");
-        if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s", path);
-        fwrite(tr->batch.tokens, sizeof(int32_t), rowsT, f);
-        fwrite(tr->batch.targets, sizeof(int32_t), rowsT, f);
-        fwrite(tr->batch.mask, sizeof(float), rowsT, f);
-        fclose(f);
-        if (step == 1) {
-            llm4d_gpt_forward(&tr->model, tr->batch.tokens, NULL, NULL, tr->batch.sample_ids, 1, 0, mb, T);
-            LLM4D_TRY(dump_file(tr->debug_dump, "logits_step1.bin", tr->model.logits,
-                                (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err));
-        }
-    } else if (step == 1 && tr->model.grads) {
-        LLM4D_TRY(dump_file(tr->debug_dump, "grads_step1.bin", tr->model.grads,
-                            tr->model.table.total * sizeof(float), err));
-    }
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
-    const llm4d_config *c = tr->cfg;
-    llm4d_backend *be = tr->be;
-    llm4d_gpt *g = &tr->model;
-    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
-    const int64_t acc = c->accumulate_steps;
-    double reader_cost = 0, batch_cost = 0;
-    int logged = 0;
-    for (int64_t step = 1; step <= c->max_steps; step++) {
-        const double t0 = llm4d_now();
-        llm4d_comm_groups_stats_reset(tr->groups);
-        llm4d_loader_get(&tr->loader, step - 1, &tr->batch);
-        const double t1 = llm4d_now();
-        if (tr->debug_dump) LLM4D_TRY(dump_step(tr, step, 0, err));
-
-        /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
-        double count = 0;
-        for (size_t i = 0; i < (size_t)tr->batch.rows * T; i++) count += tr->batch.mask[i];
-        LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
-        if (tr->have_sh)
-            llm4d_sharding_begin_step(&tr->sh);
-        else
-            be->zero(be, g->grads, g->table.total * sizeof(float));
-        double loss = 0;
-        for (int64_t k = 0; k < acc; k++) {
-            const size_t off = (size_t)k * mb * T;
-            for (size_t i = 0; i < (size_t)mb * T; i++)
-                tr->dloss[i] = count > 0 ? (float)(tr->batch.mask[off + i] / count) : 0.0f;
-            loss += llm4d_gpt_forward(g, tr->batch.tokens + off, tr->batch.targets + off, tr->dloss,
-                                      tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
-            if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
-            if (tr->have_sh) llm4d_sharding_micro(&tr->sh, k == acc - 1);
-            llm4d_gpt_backward(g, tr->batch.tokens + off, tr->batch.sample_ids + k * mb, (uint32_t)step, 1, mb, T);
-        }
-        if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
-        if (tr->have_sh) LLM4D_TRY(llm4d_sharding_finish_backward(&tr->sh, err));
-        /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
-        LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
-        if (tr->debug_dump) LLM4D_TRY(dump_step(tr, step, 1, err));
-        if (!isfinite(loss))
-            return llm4d_fail(err, LLM4D_EUSER,
-                              "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
-                              (long long)step);
-        double sumsq;
-        if (tr->have_sh)
-            LLM4D_TRY(llm4d_sharding_grad_sumsq(&tr->sh, &sumsq, err));
-        else
-            sumsq = be->sumsq(be, g->grads, g->table.total);
-        const double norm = sqrt(sumsq);
-        const float clip = llm4d_clip_factor(norm, c->optim.grad_clip);
-        const double lr = llm4d_lr_at(&tr->lr, step);
-        if (tr->have_sh)
-            LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, clip, err));
-        else
-            llm4d_adamw_step(&tr->opt, be, &g->table, g->params, g->grads, (float)lr, clip);
-        const double t2 = llm4d_now();
-
-        reader_cost += t1 - t0;
-        batch_cost += t2 - t0;
-        logged++;
-        const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
-        const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
-        if (tr->check_replicas) {
-            /* test facility: a hash of this rank's parameters, compared across ranks by tests/test_dp.sh */
-            uint64_t h = 1469598103934665603ull;
-            if (tr->have_sh) {
-                h = llm4d_sharding_param_hash(&tr->sh);
-            } else {
-                const uint32_t *w = (const uint32_t *)g->params;
-                for (size_t i = 0; i < g->table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
-            }
-            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
-                           (long long)step, (unsigned long long)h);
-        }
-        const double step_cost = t2 - t0;
-        const double tokens = (double)c->global_batch_size * T;
-        if (tr->metrics) fprintf(tr->metrics,
-                "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
-                "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, \"learning_rate\": %.6e, "
-                "\"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, \"flops_per_token\": %.6g, "
-                "\"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
-                (long long)step, (long long)tr->batch.epoch, (long long)tr->batch.batch, loss, t1 - t0, step_cost,
-                1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm,
-                tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
-                tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0);
-        if (tr->metrics) fflush(tr->metrics);
-        if (step % c->logging_freq == 0 || step == c->max_steps) {
-            const double avg_batch = batch_cost / logged, speed = 1.0 / avg_batch;
-            llm4d_log_info(&tr->log,
-                           "global step %lld, epoch: %lld, batch: %lld, loss: %.9f, avg_reader_cost: %.5f sec, "
-                           "avg_batch_cost: %.5f sec, speed: %.2f step/s, ips_total: %.0f tokens/s, ips: %.0f "
-                           "tokens/s, learning rate: %.5e",
-                           (long long)step, (long long)tr->batch.epoch, (long long)tr->batch.batch, loss,
-                           reader_cost / logged, avg_batch, speed, speed * tokens, speed * tokens / tr->world_size,
-                           lr_printed);
-            reader_cost = batch_cost = 0;
-            logged = 0;
-        }
-    }
-    return LLM4D_OK;
 }

@@ -1,8 +1,13 @@
 /* trainer.h — one training run: build everything from a validated config, then run the step loop.
  *
- * A step: read this rank's rows of the global batch; zero gradients; for each micro-batch, forward with the loss
- * gradient weights mask/count (count = unmasked tokens in the WHOLE global batch, so accumulation and data
- * parallelism never change the value) and backward; global-norm clip; AdamW at lr(step); log. */
+ * A step: read this rank's rows of the global batch (prefetched); zero gradients; for each micro-batch, forward
+ * with the loss-gradient weights mask/count (count = unmasked tokens in the WHOLE global batch, over every data
+ * rank, so accumulation, data parallelism and sharding never change the value) and backward, the parallel engine
+ * (data_parallel or sharding) reducing gradients as backward produces them; global-norm clip; AdamW at lr(step);
+ * log; evaluate every eval_freq steps; save every save_steps steps and at the end.
+ *
+ * Files: trainer.c (building and freeing), step.c (the loop, the log line, metrics.jsonl), eval.c (validation
+ * loss), checkpoint.c (save, resume, start from weights), debug.c (test-facility dumps). */
 #ifndef LLM4D_TRAIN_TRAINER_H
 #define LLM4D_TRAIN_TRAINER_H
 
@@ -27,32 +32,53 @@ typedef struct {
     llm4d_backend *be;
     llm4d_mem mem;
     llm4d_gpt model;
-    llm4d_adamw opt;
+    llm4d_adamw opt;           /* without sharding: AdamW over the whole flat buffer */
+    llm4d_dp dp;               /* data parallel without sharding */
+    llm4d_sharding sh;         /* sharding_degree > 1 */
     llm4d_corpus corpus;
-    llm4d_loader loader;
-    llm4d_batch batch;
+    llm4d_loader loader;       /* train split */
+    llm4d_loader eval_loader;  /* validation split */
+    int64_t eval_next;         /* next validation batch: evaluations continue where the last one stopped */
     llm4d_lr_schedule lr;
     llm4d_log log;
     FILE *metrics;
-    float *dloss;           /* [micro_batch * T] loss-gradient weights of one micro-batch */
-    int world_size;
+    float *dloss;              /* [micro_batch * T] loss-gradient weights of one micro-batch */
     llm4d_topology topo;
     llm4d_comm_groups *groups; /* borrowed */
-    llm4d_dp dp;
-    int have_dp;
-    llm4d_sharding sh;
-    int have_sh;
-    int check_replicas;        /* test facility: log a hash of the parameters after every step */
-    int is_writer;             /* world rank 0 writes metrics.jsonl and dumps */
+    int world_size;
+    int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
     double flops_per_token;
-    const char *debug_dump; /* test facility: directory to dump initial weights, first logits/grads, batches */
-    int have_corpus, have_model, have_opt, have_batch;
+    int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
+    int64_t last_saved;        /* step of the last checkpoint written (or loaded) */
+    double last_loss;
+    const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
+    int check_replicas;        /* test facility: log a hash of the parameters after every step */
+    int have_corpus, have_model, have_opt, have_dp, have_sh, have_loader, have_eval;
 } llm4d_trainer;
 
-/* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. */
+typedef struct {
+    const char *debug_dump;
+    int check_replicas;
+    int eval_only;             /* `llm4d eval`: no training loader, an evaluation loader of eval_iters batches */
+} llm4d_trainer_opts;
+
+/* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. Loads the
+ * checkpoint named by ckpt_dir or model_name_or_path (a directory), if any. */
 llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const llm4d_topology *topo,
-                              llm4d_comm_groups *groups, const char *debug_dump, llm4d_err *err);
+                              llm4d_comm_groups *groups, const llm4d_trainer_opts *opts, llm4d_err *err);
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err);
 void llm4d_trainer_free(llm4d_trainer *tr);
+
+/* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
+llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);
+/* checkpoint.c */
+llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err);
+llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_optim, llm4d_err *err);
+/* debug.c */
+llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
+llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
+                                   llm4d_err *err);
+/* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
+llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err);
 
 #endif

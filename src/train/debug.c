@@ -1,0 +1,78 @@
+/* debug.c — test-facility dumps (`llm4d train --debug_dump DIR`, used by tests/test_torch_parity.sh): the
+ * parameter table and initial weights, every step's batch, the logits of step 1's first micro-batch (taken by an
+ * extra forward without dropout, before training touches anything) and the step-1 gradients. */
+#include <errno.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+static llm4d_code dump_file(const char *dir, const char *name, const void *data, size_t bytes, llm4d_err *err) {
+    char path[LLM4D_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, bytes, f) != bytes) {
+        if (f) fclose(f);
+        return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    fclose(f);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
+    char path[LLM4D_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/params.json", tr->debug_dump);
+    FILE *f = fopen(path, "w");
+    if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
+    const llm4d_param_table *t = &tr->model.table;
+    const llm4d_model_config *m = &tr->cfg->model;
+    const llm4d_optim_config *o = &tr->cfg->optim;
+    fprintf(f,
+            "{\"vocab_size\": %d, \"padded_vocab_size\": %d, \"hidden_size\": %d, \"num_layers\": %d, "
+            "\"num_attention_heads\": %d, \"ffn_hidden_size\": %d, \"max_seq_len\": %d, \"micro_batch_size\": %lld, "
+            "\"global_batch_size\": %lld, \"max_steps\": %lld, \"max_lr\": %.9g, \"min_lr\": %.9g, "
+            "\"warmup_rate\": %.9g, \"decay_steps\": %lld, \"weight_decay\": %.9g, \"beta1\": %.9g, "
+            "\"beta2\": %.9g, \"epsilon\": %.9g, \"grad_clip\": %.9g,\n",
+            m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
+            m->ffn_hidden_size, tr->cfg->data.max_seq_len, (long long)tr->cfg->micro_batch_size,
+            (long long)tr->cfg->global_batch_size, (long long)tr->cfg->max_steps, o->max_lr, o->min_lr, o->warmup_rate,
+            (long long)o->decay_steps, o->weight_decay, o->beta1, o->beta2, o->epsilon, o->grad_clip);
+    fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        char shape[64];
+        if (p->ndim == 2)
+            snprintf(shape, sizeof shape, "%lld, %lld", (long long)p->shape[0], (long long)p->shape[1]);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)p->shape[0]);
+        fprintf(f, "  {\"name\": \"%s\", \"offset\": %zu, \"numel\": %zu, \"shape\": [%s], \"decay\": %d}%s\n", p->name,
+                p->offset, p->numel, shape, p->decay, i + 1 < t->n ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    if (!tr->model.params) return LLM4D_OK;
+    return dump_file(tr->debug_dump, "params_init.bin", tr->model.params, t->total * sizeof(float), err);
+}
+
+llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
+                                   llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
+    const size_t rowsT = (size_t)b->rows * T;
+    if (after_backward) {
+        if (step != 1 || !tr->model.grads) return LLM4D_OK;
+        return dump_file(tr->debug_dump, "grads_step1.bin", tr->model.grads, tr->model.table.total * sizeof(float),
+                         err);
+    }
+    char path[LLM4D_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/batch_step%lld.bin", tr->debug_dump, (long long)step);
+    FILE *f = fopen(path, "wb");
+    if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
+    fwrite(b->tokens, sizeof(int32_t), rowsT, f);
+    fwrite(b->targets, sizeof(int32_t), rowsT, f);
+    fwrite(b->mask, sizeof(float), rowsT, f);
+    fclose(f);
+    if (step != 1) return LLM4D_OK;
+    llm4d_gpt_forward(&tr->model, b->tokens, NULL, NULL, b->sample_ids, 1, 0, mb, T);
+    return dump_file(tr->debug_dump, "logits_step1.bin", tr->model.logits,
+                     (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err);
+}

@@ -1,0 +1,145 @@
+/* step.c — the training loop: one step per global batch, the seeds' log line, metrics.jsonl (see trainer.h). */
+#include <math.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "train/trainer.h"
+
+llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err) {
+    /* every rank learns whether any rank failed, so all stop together instead of waiting in a collective */
+    int64_t failed = rc != LLM4D_OK;
+    llm4d_err cerr = {0};
+    if (llm4d_comm_allreduce(tr->groups->world, &failed, 1, LLM4D_COMM_I64, &cerr) != LLM4D_OK) {
+        if (rc == LLM4D_OK) *err = cerr;
+        return rc != LLM4D_OK ? rc : cerr.code;
+    }
+    if (rc != LLM4D_OK) return rc;
+    if (failed) return llm4d_fail(err, LLM4D_EUSER, "another rank failed (its message is in its log)");
+    return LLM4D_OK;
+}
+
+static uint64_t param_hash(const llm4d_trainer *tr) {
+    if (tr->have_sh) return llm4d_sharding_param_hash(&tr->sh);
+    uint64_t h = 1469598103934665603ull;
+    const uint32_t *w = (const uint32_t *)tr->model.params;
+    for (size_t i = 0; i < tr->model.table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Forward and backward of one global step's rows; returns the global loss. */
+static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double *loss_out,
+                             llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    llm4d_backend *be = tr->be;
+    llm4d_gpt *g = &tr->model;
+    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
+    const int64_t acc = c->accumulate_steps;
+    /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
+    double count = 0;
+    for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
+    if (tr->have_sh)
+        llm4d_sharding_begin_step(&tr->sh);
+    else
+        be->zero(be, g->grads, g->table.total * sizeof(float));
+    double loss = 0;
+    for (int64_t k = 0; k < acc; k++) {
+        const size_t off = (size_t)k * mb * T;
+        for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = count > 0 ? (float)(b->mask[off + i] / count) : 0;
+        loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
+                                  (uint32_t)step, 1, mb, T);
+        if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
+        if (tr->have_sh) llm4d_sharding_micro(&tr->sh, k == acc - 1);
+        llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
+    }
+    if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
+    if (tr->have_sh) LLM4D_TRY(llm4d_sharding_finish_backward(&tr->sh, err));
+    /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
+    *loss_out = loss;
+    return LLM4D_OK;
+}
+
+static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, double *lr_out, llm4d_err *err) {
+    llm4d_gpt *g = &tr->model;
+    double sumsq;
+    if (tr->have_sh)
+        LLM4D_TRY(llm4d_sharding_grad_sumsq(&tr->sh, &sumsq, err));
+    else
+        sumsq = tr->be->sumsq(tr->be, g->grads, g->table.total);
+    const double norm = sqrt(sumsq);
+    const float clip = llm4d_clip_factor(norm, tr->cfg->optim.grad_clip);
+    const double lr = llm4d_lr_at(&tr->lr, step);
+    if (tr->have_sh)
+        LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, clip, err));
+    else
+        llm4d_adamw_step(&tr->opt, tr->be, &g->table, g->params, g->grads, (float)lr, clip);
+    *norm_out = norm;
+    *lr_out = lr;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    const int T = c->data.max_seq_len;
+    const double tokens = (double)c->global_batch_size * T;
+    double reader_cost = 0, batch_cost = 0;
+    int logged = 0;
+    for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
+        const double t0 = llm4d_now();
+        llm4d_comm_groups_stats_reset(tr->groups);
+        const llm4d_batch *b = llm4d_loader_get(&tr->loader, step - 1);
+        const double t1 = llm4d_now();
+        if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
+        double loss, norm, lr;
+        LLM4D_TRY(train_step(tr, step, b, &loss, err));
+        if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
+        if (!isfinite(loss))
+            return llm4d_fail(err, LLM4D_EUSER,
+                              "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
+                              (long long)step);
+        LLM4D_TRY(update(tr, step, &norm, &lr, err));
+        const double t2 = llm4d_now();
+        tr->last_loss = loss;
+
+        reader_cost += t1 - t0;
+        batch_cost += t2 - t0;
+        logged++;
+        const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
+        const double step_cost = t2 - t0;
+        const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
+        if (tr->check_replicas)
+            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
+                           (long long)step, (unsigned long long)param_hash(tr));
+        if (tr->metrics) {
+            fprintf(tr->metrics,
+                    "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
+                    "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
+                    "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, "
+                    "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
+                    (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
+                    1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm,
+                    tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
+                    tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0);
+            fflush(tr->metrics);
+        }
+        if (step % c->logging_freq == 0 || step == c->max_steps) {
+            const double avg_batch = batch_cost / logged, speed = 1.0 / avg_batch;
+            llm4d_log_info(&tr->log,
+                           "global step %lld, epoch: %lld, batch: %lld, loss: %.9f, avg_reader_cost: %.5f sec, "
+                           "avg_batch_cost: %.5f sec, speed: %.2f step/s, ips_total: %.0f tokens/s, ips: %.0f "
+                           "tokens/s, learning rate: %.5e",
+                           (long long)step, (long long)b->epoch, (long long)b->batch, loss, reader_cost / logged,
+                           avg_batch, speed, speed * tokens, speed * tokens / tr->world_size, lr_printed);
+            reader_cost = batch_cost = 0;
+            logged = 0;
+        }
+        if (tr->have_eval && c->eval_freq > 0 && step % c->eval_freq == 0) {
+            double eval_loss;
+            LLM4D_TRY(llm4d_trainer_eval(tr, step, &eval_loss, err));
+        }
+        if ((c->save_steps > 0 && step % c->save_steps == 0) || step == c->max_steps)
+            LLM4D_TRY(llm4d_trainer_save(tr, step, err));
+    }
+    return LLM4D_OK;
+}
