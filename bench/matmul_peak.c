@@ -196,6 +196,7 @@ int main(int argc, char **argv) {
     double f32 = peak(d, LLM4D_DNNL_F32, "fp32");
     double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16") : 0.0;
     if (!has_bf16) printf("# bf16: the CPU lacks avx512_bf16 (oneDNN ISA 0x%x)\n", (unsigned)isa);
+    printf("# oneDNN scratchpad for these shapes: %.1f MiB\n", llm4d_dnnl_scratch_bytes(d) / 1048576.0);
     printf("fp32_peak_gflops: %.1f\n", f32);
     printf("bf16_peak_gflops: %.1f\n", bf16);
     llm4d_dnnl_destroy(d);

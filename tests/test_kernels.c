@@ -520,6 +520,7 @@ int main(void) {
     test_linear(cpu, ref, 37, 50, 23, 1);
     test_linear(cpu, ref, 136, 64, 200, 0);
     test_linear(cpu, ref, 257, 192, 515, 1);
+    test_linear(cpu, ref, 2048, 40, 96, 1);
     test_encoder(cpu, ref, 3, 17, 45, 11);
     test_encoder(cpu, ref, 2, 64, 130, 300);
     test_layernorm(cpu, ref, 1, 7);

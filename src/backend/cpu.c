@@ -10,9 +10,9 @@
  * - The element-wise kernels are written so that GCC vectorises them (`omp simd`): exp is a polynomial rather
  *   than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The results are
  *   bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
- * - Reductions whose result feeds the global state (sumsq, parameter-gradient column sums, LayerNorm dw/db,
- *   embedding gradients) are split over fixed columns or fixed-size chunks, never over "whatever rows this
- *   thread got", so the bits do not depend on the number of threads.
+ * - Our own reductions (sumsq, bias-gradient column sums, LayerNorm dw/db, embedding gradients) are split over
+ *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
+ *   on the number of threads (oneDNN's GEMMs make no such promise).
  * - oneDNN runs on the same OpenMP runtime, so both share one thread pool; nthreads > 0 sets it at creation. */
 #include <math.h>
 #include <omp.h>
@@ -25,7 +25,9 @@
 
 /* Causal attention block (rows per QK^T / att.V product). 128 keeps the wasted upper-triangle work at 1/16 for
  * T = 1024 while each GEMM is still large enough to run near peak. */
+#ifndef ATT_TB
 #define ATT_TB 128
+#endif
 
 typedef struct {
     llm4d_dnnl *dnnl;
@@ -188,13 +190,13 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < ntasks; t++) {
             const int o0 = t * DB_COLS, len = OC - o0 < DB_COLS ? OC - o0 : DB_COLS;
-            float acc[DB_COLS] = {0};
+            double acc[DB_COLS] = {0}; /* N is thousands of rows: float would drift from the reference */
             for (int n = 0; n < N; n++) {
                 const float *row = dout + (size_t)n * OC + o0;
 #pragma omp simd
                 for (int j = 0; j < len; j++) acc[j] += row[j];
             }
-            for (int j = 0; j < len; j++) db[o0 + j] += acc[j];
+            for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
         }
     }
 }
@@ -292,7 +294,7 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 #pragma omp for schedule(static)
         for (int task = 0; task < ntasks; task++) {
             const int c0 = task * LN_COLS, len = C - c0 < LN_COLS ? C - c0 : LN_COLS;
-            float aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
+            double aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
                 const float m = mean[n], r = rstd[n];
@@ -303,8 +305,8 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
                 }
             }
             for (int j = 0; j < len; j++) {
-                dw[c0 + j] += aw[j];
-                db[c0 + j] += ab[j];
+                dw[c0 + j] += (float)aw[j];
+                db[c0 + j] += (float)ab[j];
             }
         }
     }

@@ -128,6 +128,8 @@ void llm4d_dnnl_destroy(llm4d_dnnl *d) {
 
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d) { return d->n; }
 
+size_t llm4d_dnnl_scratch_bytes(const llm4d_dnnl *d) { return d->scratch_cap; }
+
 /* A [batch..., rows, cols] descriptor with only the batch dims larger than 1 (oneDNN picks its fast kernels
  * for plain layouts; size-1 dims with arbitrary strides can make a descriptor look non-plain). */
 static dnnl_status_t md_init(dnnl_memory_desc_t *md, const llm4d_dnnl_mm *mm, int64_t rows, int64_t cols,

@@ -12,6 +12,7 @@
 #ifndef LLM4D_BACKEND_CPU_DNNL_H
 #define LLM4D_BACKEND_CPU_DNNL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -57,5 +58,7 @@ llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t 
 
 /* Number of primitives created so far (tests check that repeated shapes hit the cache). */
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d);
+/* Bytes of the shared scratchpad (the largest any cached primitive needs); memory not in llm4d_mem's books. */
+size_t llm4d_dnnl_scratch_bytes(const llm4d_dnnl *d);
 
 #endif
