@@ -1,7 +1,8 @@
 /* cpu_dnnl.c — oneDNN matmul primitive cache (see cpu_dnnl.h for why it exists).
  *
- * Each cache entry holds the primitive and one memory object per argument; running an entry only swaps the
- * data handles (a pointer store on the CPU engine) and executes. Lookup is a linear scan over the entries with
+ * Each cache entry holds the primitive and, per thread slot, one memory object per argument; running an entry
+ * only swaps the data handles (a pointer store on the CPU engine) and executes on the slot's stream with the
+ * slot's scratchpad. Lookup is a linear scan over the entries with
  * the most recent hit tried first: a GPT step issues a few dozen distinct GEMMs, each many times, and the scan
  * costs nanoseconds against GEMMs of milliseconds. */
 #include "backend/cpu_dnnl.h"
