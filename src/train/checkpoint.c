@@ -140,6 +140,7 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
                            "the checkpoint was written with another global_batch_size or max_seq_len: the run "
                            "continues, but not on the samples an uninterrupted run would have read");
     }
+    if (rc == LLM4D_OK && !has_optim) tr->last_saved = meta_int(meta, "step", llm4d_ckpt_step(ck));
     if (rc == LLM4D_OK)
         llm4d_log_info(&tr->log, "loaded %s from %s", has_optim ? "weights and optimizer state" : "weights",
                        llm4d_ckpt_dir(ck));
