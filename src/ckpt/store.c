@@ -120,6 +120,8 @@ typedef struct {
     int written;
     uint32_t crc;
     uint64_t bytes;
+    int *names;          /* open-addressing set of the local names added (index into w.t + 1; 0 = empty) */
+    int names_cap;       /* a power of two, more than twice w.n */
 } ck_pending;
 
 struct llm4d_ckpt_saver {
@@ -149,6 +151,7 @@ static void saver_free(llm4d_ckpt_saver *s) {
     for (int i = 0; i < s->n; i++) {
         llm4d_st_writer_free(&s->f[i].w);
         cJSON_Delete(s->f[i].slices);
+        free(s->f[i].names);
     }
     free(s->f);
     free(s);
@@ -306,6 +309,43 @@ static cJSON *int_array(int n, const int64_t *v) {
     return a;
 }
 
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Whether p holds a tensor named `local` (a set, not a scan: one shard file may get thousands of slices). */
+static int name_taken(const ck_pending *p, const char *local) {
+    if (!p->names_cap) return 0;
+    const size_t mask = (size_t)p->names_cap - 1;
+    for (size_t i = name_hash(local) & mask;; i = (i + 1) & mask) {
+        if (!p->names[i]) return 0;
+        if (strcmp(p->w.t[p->names[i] - 1].name, local) == 0) return 1;
+    }
+}
+
+/* Record the tensor just added (the last of p->w), growing the set when it is half full. */
+static int name_record(ck_pending *p) {
+    int from = p->w.n - 1;
+    if (2 * p->w.n > p->names_cap) {
+        int cap = p->names_cap ? 2 * p->names_cap : 64;
+        int *t = calloc((size_t)cap, sizeof *t);
+        if (!t) return -1;
+        free(p->names);
+        p->names = t;
+        p->names_cap = cap;
+        from = 0;
+    }
+    const size_t mask = (size_t)p->names_cap - 1;
+    for (int k = from; k < p->w.n; k++) {
+        size_t i = name_hash(p->w.t[k].name) & mask;
+        while (p->names[i]) i = (i + 1) & mask;
+        p->names[i] = k + 1;
+    }
+    return 0;
+}
+
 static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt, int ndim,
                               const int64_t *global_shape, const int64_t *slice_offset, const int64_t *slice_shape,
                               const void *data, llm4d_err *err) {
@@ -332,7 +372,7 @@ static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char 
         for (int d = 0; d < ndim; d++)
             k += snprintf(local + k, sizeof local - (size_t)k, "%c%lld", d ? ',' : '@', (long long)off[d]);
     if (k >= (int)sizeof local) return llm4d_fail(err, LLM4D_EINTERNAL, "tensor name '%s' is too long", name);
-    if (llm4d_st_find(&(llm4d_st_file){.n = p->w.n, .t = p->w.t}, local))
+    if (name_taken(p, local))
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s' added twice to %s", local, file);
     if (!whole) {
         if (!p->slices && !(p->slices = cJSON_CreateObject()))
@@ -345,7 +385,9 @@ static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char 
             return llm4d_fail(err, LLM4D_ENOMEM, "out of memory recording a slice of '%s'", name);
         }
     }
-    return llm4d_st_writer_add(&p->w, local, dt, ndim, shp, data, err);
+    LLM4D_TRY(llm4d_st_writer_add(&p->w, local, dt, ndim, shp, data, err));
+    if (name_record(p) != 0) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory adding '%s' to %s", local, file);
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
@@ -692,12 +734,14 @@ static int cmp_mentry(const void *a, const void *b) {
 
 /* Rank 0, before publishing: no file written by two ranks, every file there with its announced size. */
 static llm4d_code check_manifest(const llm4d_ckpt_saver *s, ck_mentry *man, int nman, llm4d_err *err) {
+    for (int i = 0; i < nman; i++) man[i].name[sizeof man[i].name - 1] = 0;
     if (nman > 1) qsort(man, (size_t)nman, sizeof *man, cmp_mentry);
-    for (int i = 0; i < nman; i++) {
-        man[i].name[sizeof man[i].name - 1] = 0;
-        if (i > 0 && strcmp(man[i].name, man[i - 1].name) == 0)
+    /* names first: two ranks writing one file also make its size disagree, which would hide the real mistake */
+    for (int i = 1; i < nman; i++)
+        if (strcmp(man[i].name, man[i - 1].name) == 0)
             return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint file '%s' is written by rank %d and by rank %d; give "
                               "every writer its own file tag", man[i].name, (int)man[i - 1].rank, (int)man[i].rank);
+    for (int i = 0; i < nman; i++) {
         char path[PBUF];
         snprintf(path, sizeof path, "%s/%s", s->tmp_dir, man[i].name);
         struct stat st;
@@ -961,6 +1005,61 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 /* Index the tensors of one safetensors file, reading its llm4d.slices record. */
+static int cmp_rec_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The slice record named `name` in recs (sorted by key), or NULL. */
+static const cJSON *find_rec(const cJSON **recs, int n, const char *name) {
+    int a = 0, b = n;
+    while (a < b) {
+        int m = (a + b) / 2, k = strcmp(recs[m]->string, name);
+        if (k == 0) return recs[m];
+        if (k < 0) a = m + 1;
+        else b = m;
+    }
+    return NULL;
+}
+
+/* The slice record of a file as an array sorted by local name, every name a tensor of the file. Lookups are by
+ * binary search: a ZeRO shard file may hold thousands of slices, and cJSON's object lookup is linear. */
+static llm4d_code slice_records(const llm4d_st_file *st, const cJSON *slices, const char *path, const cJSON ***out,
+                                int *nout, llm4d_err *err) {
+    const int nr = cJSON_GetArraySize(slices);
+    const cJSON **recs = malloc((size_t)(nr ? nr : 1) * sizeof *recs);
+    const char **names = malloc((size_t)(st->n ? st->n : 1) * sizeof *names);
+    llm4d_code rc = LLM4D_OK;
+    if (!recs || !names) {
+        rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory indexing %s", path);
+        goto done;
+    }
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, slices) recs[k++] = e;
+    qsort(recs, (size_t)nr, sizeof *recs, cmp_rec_key);
+    for (int i = 0; i < st->n; i++) names[i] = st->t[i].name;
+    qsort(names, (size_t)st->n, sizeof *names, cmp_cstr);
+    for (int i = 0; i < nr && rc == LLM4D_OK; i++) {
+        const char *key = recs[i]->string;
+        if (i > 0 && strcmp(recs[i - 1]->string, key) == 0)
+            rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s' twice", path, SLICES_KEY, key);
+        else if (!bsearch(&key, names, (size_t)st->n, sizeof *names, cmp_cstr))
+            rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s', which the file does not hold",
+                            path, SLICES_KEY, key);
+    }
+done:
+    free(names);
+    if (rc != LLM4D_OK) {
+        free(recs);
+        return rc;
+    }
+    *out = recs;
+    *nout = nr;
+    return LLM4D_OK;
+}
+
 static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
     ck_file *f = &c->files[fi];
     char path[PBUF];
@@ -969,6 +1068,8 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
     LLM4D_TRY(llm4d_st_parse(&f->st, f->map ? f->map : empty, f->len, path, err));
     f->is_st = 1;
     cJSON *slices = NULL;
+    const cJSON **recs = NULL;
+    int nrecs = 0;
     const char *rec = llm4d_st_meta(&f->st, SLICES_KEY);
     if (rec) {
         slices = cJSON_Parse(rec);
@@ -976,10 +1077,8 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
             cJSON_Delete(slices);
             return llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' is not a JSON object", path, SLICES_KEY);
         }
-        const cJSON *e;
-        cJSON_ArrayForEach(e, slices) if (!llm4d_st_find(&f->st, e->string)) {
-            llm4d_code rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s', which the file does "
-                                       "not hold", path, SLICES_KEY, e->string);
+        llm4d_code rc = slice_records(&f->st, slices, path, &recs, &nrecs, err);
+        if (rc != LLM4D_OK) {
             cJSON_Delete(slices);
             return rc;
         }
@@ -1002,7 +1101,7 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
         en->file = fi;
         en->t = t;
         en->ndim = t->ndim;
-        const cJSON *s = slices ? cJSON_GetObjectItemCaseSensitive(slices, t->name) : NULL;
+        const cJSON *s = recs ? find_rec(recs, nrecs, t->name) : NULL;
         const char *gname = t->name;
         if (s) {
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(s, "name");
@@ -1032,6 +1131,7 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
         if (!en->name) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory indexing %s", path);
         else c->nent++;
     }
+    free(recs);
     cJSON_Delete(slices);
     return rc;
 }
