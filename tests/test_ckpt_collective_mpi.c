@@ -11,7 +11,8 @@
  *     1. ZeRO shards of a sharding degree 4 (rank r saves the shards q with q % n == r, nothing gathered) load
  *        bit-identically as one process (aligned table, holes zero), into the unaligned table, and as every shard
  *        of sharding degrees 2, 3 and 8;
- *     2. dp x sharding replicas: only replica 0 writes (writes = 0 elsewhere), the manifest lists its files only;
+ *     2. dp x sharding replicas, parameters placed as ZeRO-1/2 hold them (whole, flat) and m, v compact: only
+ *        replica 0 writes (writes = 0 elsewhere), the manifest lists its files only;
  *        and a sharding degree of 256, which cuts wte into more than 256 slices (the reader's old limit);
  *     3. failures on one rank — an add that fails, a write that fails (RLIMIT_FSIZE makes the kernel refuse it),
  *        two ranks writing the same file name, llm4d_ckpt_save_mark_failed, an output_dir rank 0 cannot create —
@@ -276,16 +277,24 @@ static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step
                 locals_make(&exp, &r, &want);
                 memset(got.p, 0x7f, r.total * sizeof(float));
                 int has_optim = -1;
-                llm4d_code rc = llm4d_gpt_ckpt_load_ranges(path, &m, &want.t, got.p, got.m, got.v, r.lo, r.hi, r.off,
-                                                           r.n, &has_optim, NULL, NULL, &err);
+                /* degree 3 places the parameters as ZeRO-1/2 hold them: whole, in the flat buffer (params_off = lo) */
+                const int flat = aligns[a] == 3;
+                float *pf = flat ? malloc(want.t.total * sizeof *pf) : NULL;
+                if (flat) memset(pf, 0x7f, want.t.total * sizeof *pf);
+                llm4d_code rc = llm4d_gpt_ckpt_load_ranges(path, &m, &want.t, r.lo, r.hi, r.n, flat ? pf : got.p,
+                                                           flat ? r.lo : NULL, got.m, got.v, r.off, &has_optim, NULL,
+                                                           NULL, &err);
+                if (flat) extract(&r, pf, got.p);
                 ok = rc == LLM4D_OK && has_optim == 1 && same(got.p, exp.p, r.total) && same(got.m, exp.m, r.total) &&
                      same(got.v, exp.v, r.total);
+                free(pf);
                 if (!ok) fprintf(stderr, "shard %d of %d: rc %d %s\n", q, aligns[a], (int)rc, rc ? err.msg : "");
                 locals_free(&got);
                 locals_free(&exp);
             }
             snprintf(what, sizeof what, "%s: every shard of sharding degree %d (table aligned to %d) loads "
-                     "bit-identically into compact buffers", label, aligns[a], aligns[a]);
+                     "bit-identically (m, v compact; params %s)", label, aligns[a], aligns[a],
+                     aligns[a] == 3 ? "into the flat buffer, as ZeRO-1/2" : "compact, as ZeRO-3");
             check(t, all_ok(w, ok), what);
         }
         state_free(&want);
@@ -305,8 +314,9 @@ static llm4d_code save_sharded(llm4d_comm *w, const char *dir, int64_t step, int
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "note", "collective");
     llm4d_model_config m = model();
-    llm4d_code rc = llm4d_gpt_ckpt_save_collective(w, dir, step, r.n > 0, &m, &s.t, l.p, l.m, l.v, r.lo, r.hi, r.off,
-                                                   r.n, NULL, llm4d_comm_rank(w) == 0 ? meta : NULL, keep_last, err);
+    llm4d_code rc = llm4d_gpt_ckpt_save_collective(w, dir, step, r.n > 0, &m, &s.t, r.lo, r.hi, r.n, l.p, NULL, l.m,
+                                                   l.v, r.off, NULL, llm4d_comm_rank(w) == 0 ? meta : NULL, keep_last,
+                                                   err);
     cJSON_Delete(meta);
     locals_free(&l);
     state_free(&s);
@@ -378,7 +388,7 @@ static void failure_case(tally *t, llm4d_comm *w, const char *dir, int64_t step,
     llm4d_ckpt_saver *sv = NULL;
     llm4d_code rc = llm4d_ckpt_save_begin_collective(&sv, w, out, step, 1, &err);
     if (rc == LLM4D_OK) {
-        llm4d_gpt_ckpt_add_ranges(sv, &s.t, l.p, l.m, l.v, r.lo, r.hi, r.off, r.n, tag, &err);
+        llm4d_gpt_ckpt_add_ranges(sv, &s.t, r.lo, r.hi, r.n, l.p, NULL, l.m, l.v, r.off, tag, &err);
         if (strcmp(how, "add") == 0 && rank == fail_rank) {
             static const float x[2] = {1, 2};
             const int64_t shp[1] = {2};
@@ -447,10 +457,11 @@ static void scenario(tally *t, llm4d_comm *w) {
         llm4d_model_config m = model();
         cJSON *meta = cJSON_CreateObject();
         cJSON_AddStringToObject(meta, "note", "collective");
-        rc = llm4d_gpt_ckpt_save_collective(w, dir, 11, replica == 0, &m, &s.t, l.p, l.m, l.v, r.lo, r.hi, r.off,
-                                            r.n, NULL, meta, 0, &err);
-        snprintf(what, sizeof what, "save step 11 as dp%d x sharding%d, replica 0 writes: rc %d %s, manifest lists 3 x "
-                 "%d files", n / S, S, (int)rc, rc ? err.msg : "", S);
+        /* as ZeRO-1/2 hold them: parameters whole in the flat buffer, m and v compact */
+        rc = llm4d_gpt_ckpt_save_collective(w, dir, 11, replica == 0, &m, &s.t, r.lo, r.hi, r.n, s.p, r.lo, l.m, l.v,
+                                            r.off, NULL, meta, 0, &err);
+        snprintf(what, sizeof what, "save step 11 as dp%d x sharding%d (params flat, m/v compact), replica 0 writes: rc "
+                 "%d %s, manifest lists 3 x %d files", n / S, S, (int)rc, rc ? err.msg : "", S);
         check(t, rc == LLM4D_OK && latest_is(dir, 11) && manifest_files(dir, 11) == 3 * S, what);
         verify_loads(t, w, dir, 11, "step 11");
         must(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */

@@ -42,14 +42,15 @@ static void file_name(char *buf, size_t n, const char *stem, const char *tag) {
     snprintf(buf, n, "%s%s.safetensors", stem, tag ? tag : "");
 }
 
-/* Where range k starts in the compact buffers. */
-static size_t range_at(const size_t *lo, const size_t *hi, const size_t *local_off, int k, size_t *next) {
-    const size_t at = local_off ? local_off[k] : *next;
-    *next = at + (hi[k] - lo[k]);
-    return at;
+/* Where range k starts in m and v (*state) and in params (*par); *next: where a back-to-back range k+1 starts. */
+static void range_at(const size_t *lo, const size_t *hi, const size_t *params_off, const size_t *state_off, int k,
+                     size_t *next, size_t *par, size_t *state) {
+    *state = state_off ? state_off[k] : *next;
+    *next = *state + (hi[k] - lo[k]);
+    *par = params_off ? params_off[k] : *state;
 }
 
-int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *local_off,
+int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
                                 size_t *local_total) {
     LLM4D_ASSERT(N >= 1 && r >= 0 && r < N, "shard %d of %d", r, N);
     size_t off = 0;
@@ -60,20 +61,21 @@ int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t
         const size_t sl = len / (size_t)N;
         lo[g] = t->group_lo[g] + (size_t)r * sl;
         hi[g] = lo[g] + sl;
-        if (local_off) local_off[g] = off;
+        if (state_off) state_off[g] = off;
         off += sl;
     }
     if (local_total) *local_total = off;
     return t->n_groups;
 }
 
-llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params,
-                                     const float *m, const float *v, const size_t *lo, const size_t *hi,
-                                     const size_t *local_off, int n, const char *tag, llm4d_err *err) {
-    size_t next = 0;
+llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const size_t *lo,
+                                     const size_t *hi, int n, const float *params, const size_t *params_off,
+                                     const float *m, const float *v, const size_t *state_off, const char *tag,
+                                     llm4d_err *err) {
+    size_t next = 0, pa, st;
     for (int k = 0; k < n; k++) {
-        const size_t at = range_at(lo, hi, local_off, k, &next);
-        LLM4D_TRY(llm4d_gpt_ckpt_add(s, t, params ? params + at : NULL, m ? m + at : NULL, v ? v + at : NULL, lo[k],
+        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
+        LLM4D_TRY(llm4d_gpt_ckpt_add(s, t, params ? params + pa : NULL, m ? m + st : NULL, v ? v + st : NULL, lo[k],
                                      hi[k], tag, err));
     }
     return LLM4D_OK;
@@ -153,9 +155,10 @@ llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int
 
 llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
                                           const llm4d_model_config *model, const llm4d_param_table *t,
-                                          const float *params, const float *m, const float *v, const size_t *lo,
-                                          const size_t *hi, const size_t *local_off, int n, const char *tag,
-                                          const cJSON *meta, int keep_last, llm4d_err *err) {
+                                          const size_t *lo, const size_t *hi, int n, const float *params,
+                                          const size_t *params_off, const float *m, const float *v,
+                                          const size_t *state_off, const char *tag, const cJSON *meta,
+                                          int keep_last, llm4d_err *err) {
     llm4d_ckpt_saver *s = NULL;
     LLM4D_TRY(llm4d_ckpt_save_begin_collective(&s, comm, output_dir, step, writes, err));
     char own_tag[32];
@@ -176,7 +179,7 @@ llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_d
             llm4d_ckpt_save_mark_failed(s, &le);
         }
     }
-    llm4d_gpt_ckpt_add_ranges(s, t, params, m, v, lo, hi, local_off, n, tag, &le);
+    llm4d_gpt_ckpt_add_ranges(s, t, lo, hi, n, params, params_off, m, v, state_off, tag, &le);
     llm4d_code rc = llm4d_ckpt_save_commit_collective(s, mj, keep_last, err); /* consumes s */
     cJSON_Delete(mj);
     return rc;
@@ -339,9 +342,9 @@ static llm4d_code read_kind(const llm4d_ckpt *c, const char *stem, const llm4d_p
 }
 
 llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_config *model,
-                                      const llm4d_param_table *t, float *params, float *m, float *v, const size_t *lo,
-                                      const size_t *hi, const size_t *local_off, int n, int *has_optim,
-                                      llm4d_err *err) {
+                                      const llm4d_param_table *t, const size_t *lo, const size_t *hi, int n,
+                                      float *params, const size_t *params_off, float *m, float *v,
+                                      const size_t *state_off, int *has_optim, llm4d_err *err) {
     for (int k = 0; k < n; k++)
         LLM4D_ASSERT(lo[k] <= hi[k] && hi[k] <= t->total, "range %d [%zu, %zu) outside the %zu parameters", k, lo[k],
                      hi[k], t->total);
@@ -359,11 +362,12 @@ llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_con
     if (model) LLM4D_TRY(llm4d_gpt_ckpt_check_model(llm4d_ckpt_meta(c), dir, model, err));
     float *bufs[3] = {params, m, v};
     const char *stems[3] = {LLM4D_GPT_CKPT_MODEL, LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
-    size_t next = 0;
+    size_t next = 0, pa, st;
     for (int k = 0; k < n; k++) {
-        const size_t at = range_at(lo, hi, local_off, k, &next);
+        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
         for (int j = 0; j < 3; j++) {
             if (!bufs[j]) continue;
+            const size_t at = j == 0 ? pa : st;
             if (j == 0 || optim) LLM4D_TRY(read_kind(c, stems[j], t, bufs[j] + at, lo[k], hi[k], err));
             else memset(bufs[j] + at, 0, (hi[k] - lo[k]) * sizeof(float));
         }
@@ -375,24 +379,25 @@ llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_con
 llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
                                float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
                                llm4d_err *err) {
-    return llm4d_gpt_ckpt_read_ranges(c, model, t, params, m, v, &lo, &hi, NULL, 1, has_optim, err);
+    return llm4d_gpt_ckpt_read_ranges(c, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, err);
 }
 
 llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
                                float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
                                cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
-    return llm4d_gpt_ckpt_load_ranges(path, model, t, params, m, v, &lo, &hi, NULL, 1, has_optim, meta_out, step_out,
-                                      err);
+    return llm4d_gpt_ckpt_load_ranges(path, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, meta_out,
+                                      step_out, err);
 }
 
 llm4d_code llm4d_gpt_ckpt_load_ranges(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
-                                      float *params, float *m, float *v, const size_t *lo, const size_t *hi,
-                                      const size_t *local_off, int n, int *has_optim, cJSON **meta_out,
-                                      int64_t *step_out, llm4d_err *err) {
+                                      const size_t *lo, const size_t *hi, int n, float *params,
+                                      const size_t *params_off, float *m, float *v, const size_t *state_off,
+                                      int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
     llm4d_ckpt *c;
     if (meta_out) *meta_out = NULL;
     LLM4D_TRY(llm4d_ckpt_open(&c, path, err));
-    llm4d_code rc = llm4d_gpt_ckpt_read_ranges(c, model, t, params, m, v, lo, hi, local_off, n, has_optim, err);
+    llm4d_code rc = llm4d_gpt_ckpt_read_ranges(c, model, t, lo, hi, n, params, params_off, m, v, state_off, has_optim,
+                                               err);
     if (!rc && meta_out) {
         *meta_out = cJSON_Duplicate(llm4d_ckpt_meta(c), 1);
         if (!*meta_out) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory copying meta.json");
