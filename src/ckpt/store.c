@@ -3,7 +3,10 @@
  * The order of operations in llm4d_ckpt_save_commit is the whole point of this file: nothing under a final name
  * (step_<N>, latest) ever exists in an incomplete state, every byte is on disk (fsync of the file, then of the
  * directory holding its name) before the name that makes it reachable is published, and the previous checkpoint is
- * only removed once the new one is reachable. The loader trusts nothing it has not checksummed. */
+ * only removed once the new one is reachable. The loader trusts nothing it has not checksummed.
+ * A collective save keeps that order with one publisher: every rank syncs its own files, the ranks agree (one
+ * allgather of status records) that all of them succeeded, and only then does rank 0 publish; its result is
+ * broadcast, so no rank can believe in a checkpoint that is not there. */
 #define _GNU_SOURCE
 #include "ckpt/store.h"
 

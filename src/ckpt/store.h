@@ -135,7 +135,8 @@ void llm4d_ckpt_save_abort(llm4d_ckpt_saver *s);
 llm4d_code llm4d_ckpt_save_begin_collective(llm4d_ckpt_saver **out, llm4d_comm *comm, const char *output_dir,
                                             int64_t step, int writes, llm4d_err *err);
 /* Record a failure of this rank that the store did not see (a staging buffer that could not be allocated, say), so
- * that the next llm4d_ckpt_save_commit_collective fails on every rank with it. The first failure recorded wins. */
+ * that the next llm4d_ckpt_save_commit_collective fails on every rank with it. The first failure recorded wins.
+ * Collective savers only (a single writer simply calls llm4d_ckpt_save_abort); ignored otherwise. */
 void llm4d_ckpt_save_mark_failed(llm4d_ckpt_saver *s, const llm4d_err *why);
 /* Collective over the saver's communicator; consumes s on every rank. meta is used on rank 0 only (other ranks may
  * pass NULL); keep_last as in llm4d_ckpt_save_commit. Returns the same code and message on every rank. */
