@@ -6,9 +6,10 @@
  * validation iterator's position. All of it is in meta.json next to the tensors. Tensors are stored under their
  * global names and shapes, whatever layout wrote them, so any layout loads any checkpoint.
  *
- * Saving from a sharded run gathers the optimizer states (and at stage 3 the parameters) over the sharding group
- * into whole buffers for the duration of the save, then world rank 0 writes one consolidated checkpoint (the
- * seeds' save_group_sharded_model). Loading reads just the ranges each rank owns. */
+ * A sharded run saves collectively: every rank of the first dp replica writes its own shards (parameter shards at
+ * stage 3, Adam m and v always) as slices of the global tensors, nothing is gathered, and rank 0 publishes the
+ * step once every rank's files are safely written (ckpt/store.h). Loading reads just the ranges each rank owns,
+ * whatever layout wrote them. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,41 +53,30 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     return meta;
 }
 
-/* Gather the sharding group's shards of a local buffer into a whole (aligned-layout) buffer. */
-static llm4d_code gather_full(llm4d_trainer *tr, const float *local, float *full, llm4d_err *err) {
-    const llm4d_sharding *s = &tr->sh;
-    for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + tr->model.table.group_lo[grp],
-                                       s->shard_len[grp], LLM4D_COMM_F32, err));
-    return LLM4D_OK;
-}
-
 llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const llm4d_param_table *t = &tr->model.table;
-    const float *params = tr->model.params, *m = tr->opt.m, *v = tr->opt.v;
-    float *tmp[3] = {NULL, NULL, NULL};
-    const size_t bytes = t->total * sizeof(float);
     llm4d_code rc = LLM4D_OK;
+    cJSON *meta = build_meta(tr, step);
     if (tr->have_sh) {
-        for (int k = 0; k < (tr->sh.stage >= 3 ? 3 : 2); k++) {
-            tmp[k] = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, bytes);
-            if (!tmp[k]) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory gathering the checkpoint (%zu bytes)", bytes);
-        }
-        if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.m, tmp[0], err);
-        if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.v, tmp[1], err);
-        if (rc == LLM4D_OK && tr->sh.stage >= 3) rc = gather_full(tr, tr->sh.local_params, tmp[2], err);
-        m = tmp[0], v = tmp[1];
-        if (tr->sh.stage >= 3) params = tmp[2];
+        /* every rank of one dp replica writes its own shards; the other replicas hold the same shards */
+        const llm4d_sharding *s = &tr->sh;
+        const int G = t->n_groups;
+        size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi);
+        if (!lo || !hi) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        llm4d_gpt_ckpt_shard_ranges(t, s->N, s->rank, lo, hi, NULL, NULL);
+        const int writes = tr->topo.index[LLM4D_AXIS_DATA] == 0;
+        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, lo, hi, G,
+                                            s->stage >= 3 ? s->local_params : tr->model.params,
+                                            s->stage >= 3 ? NULL : lo, s->m, s->v, s->shard_off, NULL, meta,
+                                            c->keep_last, err);
+        free(lo);
+        free(hi);
+    } else if (tr->is_writer) {
+        rc = llm4d_gpt_ckpt_save(c->output_dir, step, &c->model, t, tr->model.params, tr->opt.m, tr->opt.v, 0,
+                                 t->total, meta, c->keep_last, err);
     }
-    if (rc == LLM4D_OK && tr->is_writer) {
-        cJSON *meta = build_meta(tr, step);
-        rc = llm4d_gpt_ckpt_save(c->output_dir, step, &c->model, t, params, m, v, 0, t->total, meta, c->keep_last,
-                                 err);
-        cJSON_Delete(meta);
-    }
-    for (int k = 0; k < 3; k++)
-        if (tmp[k]) llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tmp[k], bytes);
+    cJSON_Delete(meta);
     LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
     tr->last_saved = step;
     llm4d_log_info(&tr->log, "saved checkpoint %s/step_%lld", c->output_dir, (long long)step);
@@ -111,14 +101,20 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
                                  err);
     } else {
         llm4d_sharding *s = &tr->sh;
+        const int G = t->n_groups;
+        size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi);
+        if (!lo || !hi) {
+            llm4d_ckpt_close(ck);
+            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        }
+        llm4d_gpt_ckpt_shard_ranges(t, s->N, s->rank, lo, hi, NULL, NULL);
         rc = s->stage < 3 ? llm4d_gpt_ckpt_read(ck, &c->model, t, tr->model.params, NULL, NULL, 0, t->total, NULL, err)
                           : LLM4D_OK;
-        for (int grp = 0; grp < s->n_groups && rc == LLM4D_OK; grp++) {
-            const size_t lo = t->group_lo[grp] + (size_t)s->rank * s->shard_len[grp], hi = lo + s->shard_len[grp];
-            const size_t off = s->shard_off[grp];
-            rc = llm4d_gpt_ckpt_read(ck, &c->model, t, s->stage >= 3 ? s->local_params + off : NULL, s->m + off,
-                                     s->v + off, lo, hi, &has_optim, err);
-        }
+        if (rc == LLM4D_OK)
+            rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, lo, hi, G, s->stage >= 3 ? s->local_params : NULL, NULL,
+                                            s->m, s->v, s->shard_off, &has_optim, err);
+        free(lo);
+        free(hi);
     }
     if (rc == LLM4D_OK && require_optim && !has_optim)
         rc = llm4d_fail(err, LLM4D_EUSER,
