@@ -80,7 +80,16 @@ else ko "resume after kill: $d"; fi
   --sharding_stage 1 --max_steps 20 --output_dir "$tmp/s1" --resume "$tmp/s3" >>"$tmp/log" 2>&1
 "$LLM4D" train "${C[@]}" --micro_batch_size 8 --max_steps 20 --output_dir "$tmp/one" --resume "$tmp/s3" \
   >>"$tmp/log" 2>&1
-for target in s1 one; do
+# the same with a consolidated save (whole tensors gathered on rank 0), resumed at stage 2 x 2
+"$LLM4D" launch --nproc 4 --log_dir "$tmp/l4" -- train "${C[@]}" --micro_batch_size 2 --sharding_degree 4 \
+  --sharding_stage 3 --max_steps 10 --output_dir "$tmp/s3c" --save_consolidated true >>"$tmp/log" 2>&1
+"$LLM4D" launch --nproc 2 --log_dir "$tmp/l5" -- train "${C[@]}" --micro_batch_size 4 --sharding_degree 2 \
+  --sharding_stage 2 --max_steps 20 --output_dir "$tmp/s2c" --resume "$tmp/s3c" >>"$tmp/log" 2>&1
+if [ "$(ls "$tmp/s3c/step_10" | grep -c safetensors)" = 3 ]; then ok "consolidated save: one file per kind (whole tensors)"
+else ko "consolidated save files: $(ls "$tmp/s3c/step_10")"; fi
+if [ "$(ls "$tmp/s3/step_10" | grep -c '_r00[0-3].safetensors')" = 12 ]; then ok "sharded save: each of 4 ranks wrote its own slices"
+else ko "sharded save files: $(ls "$tmp/s3/step_10")"; fi
+for target in s1 one s2c; do
   d=$(/usr/bin/python3 - "$tmp/s3ref/metrics.jsonl" "$tmp/$target/metrics.jsonl" <<'PY'
 import json, sys
 ref = {d["step"]: d["loss"] for d in map(json.loads, open(sys.argv[1])) if "step" in d}

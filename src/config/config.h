@@ -58,6 +58,7 @@ typedef struct {
     int dp_degree, mp_degree, pp_degree, sharding_degree;  /* dp_degree 0 in the input means world/(mp*pp*sharding) */
     int sharding_stage;
     int sharding_offload;
+    int save_consolidated;           /* sharded runs: gather and write whole tensors (save_group_sharded_model) */
     int use_sharding;
     int64_t bucket_size_bytes;       /* gradient all-reduce bucket size */
 } llm4d_dist_config;

@@ -206,6 +206,9 @@ static const llm4d_key keys[] = {
     NOEFF("Distributed.fuse_sequence_parallel_allreduce", "False", "False", "sequence-parallel all-reduce fusion"),
     NOEFF("Distributed.use_main_grad", "False", "False", "fp32 main gradients"),
     ALIAS("Distributed.seed", "Global.seed"),
+    EXT("Distributed.sharding.save_consolidated", LLM4D_KT_BOOL, dist.save_consolidated, "False", NULL,
+        "--save_consolidated", "sharded runs write whole tensors gathered on rank 0 (Paddle's "
+        "save_group_sharded_model) instead of each rank's own slices"),
     EXT("Distributed.use_sharding", LLM4D_KT_BOOL, dist.use_sharding, "False", NULL, "--use_sharding",
         "enable sharding (default: true exactly when sharding_degree > 1)"),
     EXT("Distributed.bucket_size_mb", LLM4D_KT_MB, dist.bucket_size_bytes, "25", NULL, "--bucket_size_mb",

@@ -53,12 +53,45 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     return meta;
 }
 
+/* Gather the sharding group's shards of a local buffer into a whole (aligned-layout) buffer. */
+static llm4d_code gather_full(llm4d_trainer *tr, const float *local, float *full, llm4d_err *err) {
+    const llm4d_sharding *s = &tr->sh;
+    for (int grp = 0; grp < s->n_groups; grp++)
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + tr->model.table.group_lo[grp],
+                                       s->shard_len[grp], LLM4D_COMM_F32, err));
+    return LLM4D_OK;
+}
+
+/* save_consolidated: the states are gathered over the sharding group into whole buffers for the duration of the
+ * save (a temporary of 2 or 3 x the model on every rank), then world rank 0 writes whole tensors. */
+static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    const llm4d_param_table *t = &tr->model.table;
+    const size_t bytes = t->total * sizeof(float);
+    float *tmp[3] = {NULL, NULL, NULL};
+    llm4d_code rc = LLM4D_OK;
+    for (int k = 0; k < (tr->sh.stage >= 3 ? 3 : 2) && rc == LLM4D_OK; k++)
+        if (!(tmp[k] = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, bytes)))
+            rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory gathering the checkpoint (%zu bytes)", bytes);
+    if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.m, tmp[0], err);
+    if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.v, tmp[1], err);
+    if (rc == LLM4D_OK && tr->sh.stage >= 3) rc = gather_full(tr, tr->sh.local_params, tmp[2], err);
+    if (rc == LLM4D_OK && tr->is_writer)
+        rc = llm4d_gpt_ckpt_save(c->output_dir, step, &c->model, t, tr->sh.stage >= 3 ? tmp[2] : tr->model.params,
+                                 tmp[0], tmp[1], 0, t->total, meta, c->keep_last, err);
+    for (int k = 0; k < 3; k++)
+        if (tmp[k]) llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tmp[k], bytes);
+    return rc;
+}
+
 llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const llm4d_param_table *t = &tr->model.table;
     llm4d_code rc = LLM4D_OK;
     cJSON *meta = build_meta(tr, step);
-    if (tr->have_sh) {
+    if (tr->have_sh && c->dist.save_consolidated) {
+        rc = save_consolidated(tr, step, meta, err);
+    } else if (tr->have_sh) {
         /* every rank of one dp replica writes its own shards; the other replicas hold the same shards */
         const llm4d_sharding *s = &tr->sh;
         const int G = t->n_groups;
