@@ -38,6 +38,9 @@ typedef struct {
     size_t work_cap;
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per row block */
     size_t prims_cap;
+    llm4d_precision prec;    /* operands of the linear layers' GEMMs: fp32, bf16, or fp16-rounded fp32 */
+    void *cvt[2];            /* converted copies of the two GEMM operands */
+    size_t cvt_cap[2];       /* bytes */
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(llm4d_backend *be) { return (cpu_ctx *)be->ctx; }
@@ -169,27 +172,90 @@ static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* mixed precision: the linear layers' GEMM operands are rounded to bf16 (oneDNN's bf16 kernels, fp32
+ * accumulation and output) or to fp16 precision (no fp16 GEMM on CPUs without AVX512-FP16: the operands are
+ * rounded to fp16 and multiplied in fp32, which reproduces fp16 inputs' numerics). Master weights, gradients and
+ * every other kernel stay fp32; the attention's GEMMs stay fp32 too. */
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+/* The operand `src` (n elements) in the working precision: returns src itself in fp32 mode. */
+static const void *operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
+    if (cx->prec == LLM4D_PREC_FP32) return src;
+    const size_t bytes = n * (cx->prec == LLM4D_PREC_BF16 ? 2 : 4);
+    if (bytes > cx->cvt_cap[slot]) {
+        free(cx->cvt[slot]);
+        cx->cvt[slot] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        LLM4D_ASSERT(cx->cvt[slot], "out of memory converting a %zu-byte GEMM operand", bytes);
+        cx->cvt_cap[slot] = bytes;
+    }
+    if (cx->prec == LLM4D_PREC_BF16) {
+        uint16_t *d = cx->cvt[slot];
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+    } else {
+        float *d = cx->cvt[slot];
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) d[i] = (float)(_Float16)src[i];
+    }
+    return cx->cvt[slot];
+}
+
+static llm4d_dnnl_type operand_type(const cpu_ctx *cx) {
+    return cx->prec == LLM4D_PREC_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
+}
+
+static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
+    cpu_ctx *cx = ctx_of(be);
+    if (p == LLM4D_PREC_BF16 && !__builtin_cpu_supports("avx512bf16"))
+        return llm4d_fail(err, LLM4D_EUSER,
+                          "use_amp with bfloat16 needs a CPU with AVX512-BF16 (this one has none); train in fp32 "
+                          "(--use_amp false) or use Engine.mix_precision.dtype float16");
+    if (p != LLM4D_PREC_FP32) {
+        /* create the bf16 primitives now, where errors can be reported */
+        llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);
+        probe.ab_type = p == LLM4D_PREC_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
+        LLM4D_TRY(llm4d_dnnl_prepare(cx->dnnl, &probe, NULL, err));
+    }
+    cx->prec = p;
+    return LLM4D_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* linear */
 
 static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
                                int N, int C, int OC) {
+    cpu_ctx *cx = ctx_of(be);
     /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
     llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, OC, C, 0, C, 1, C, OC, 0);
     mm.has_bias = b != NULL;
-    llm4d_dnnl_matmul(ctx_of(be)->dnnl, &mm, inp, w, b, out);
+    mm.ab_type = operand_type(cx);
+    const void *a = operand(cx, 0, inp, (size_t)N * C), *bw = operand(cx, 1, w, (size_t)OC * C);
+    llm4d_dnnl_matmul(cx->dnnl, &mm, a, bw, b, out);
 }
 
 #define DB_COLS 128 /* columns per bias-gradient task: each task sums whole columns, so no thread-count effect */
 
 static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
-    llm4d_dnnl *d = ctx_of(be)->dnnl;
+    cpu_ctx *cx = ctx_of(be);
+    llm4d_dnnl *d = cx->dnnl;
+    const void *g = operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
         llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
-        llm4d_dnnl_matmul(d, &mm, dout, w, NULL, dinp);
+        mm.ab_type = operand_type(cx);
+        llm4d_dnnl_matmul(d, &mm, g, operand(cx, 1, w, (size_t)OC * C), NULL, dinp);
     }
     llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
-    llm4d_dnnl_matmul(d, &mm, dout, inp, NULL, dw);
+    mm.ab_type = operand_type(cx);
+    llm4d_dnnl_matmul(d, &mm, g, operand(cx, 1, inp, (size_t)N * C), NULL, dw);
     if (db) {
         const int ntasks = (OC + DB_COLS - 1) / DB_COLS;
 #pragma omp parallel for schedule(static)
@@ -727,6 +793,8 @@ static void cpu_destroy(llm4d_backend *be) {
         llm4d_dnnl_destroy(cx->dnnl);
         free(cx->work);
         free(cx->prims);
+        free(cx->cvt[0]);
+        free(cx->cvt[1]);
         free(cx);
     }
     free(be);
@@ -773,6 +841,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->adamw = cpu_adamw;
     be->sumsq = cpu_sumsq;
     be->scale = cpu_scale;
+    be->set_precision = cpu_set_precision;
     be->destroy = cpu_destroy;
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */

@@ -141,14 +141,16 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
                            (long long)step, (unsigned long long)param_hash(tr));
         if (tr->metrics) {
+            char norm_s[32] = "null"; /* JSON has no inf: an overflowed step's norm is null */
+            if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.6f", norm);
             fprintf(tr->metrics,
                     "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
-                    "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, "
+                    "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
                     "\"loss_scale\": %g, \"found_inf\": %d}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
-                    1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm,
+                    1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
                     found_inf);

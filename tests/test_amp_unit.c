@@ -1,0 +1,103 @@
+/* test_amp_unit.c — the mixed-precision GEMM paths of the CPU backend against fp32, with tolerances that follow
+ * from the formats: rounding each operand to bf16 (8-bit significand) errs by at most 2^-9 relative, so a product
+ * errs by at most ~2^-8 and |y_lowp - y_fp32| <= 2^-8 * sum_k |a_ik b_jk| (+ fp32 accumulation noise); fp16
+ * (11-bit significand) gives 2^-10. Also checks the low-precision path is really taken (the error is not zero),
+ * and backward (dinp, dw) the same way. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+static int passed, failed;
+
+static void check(int ok, const char *what, double ratio, double maxerr) {
+    printf("%s %s: worst |err| / bound = %.3f, max |err| = %.3e\n", ok ? "PASS" : "FAIL", what, ratio, maxerr);
+    if (ok) passed++; else failed++;
+}
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return ((float)(*s >> 8) / 16777216.0f) * 2.0f - 1.0f;
+}
+
+/* worst ratio of |got - ref| to eps * sum_k |x_ik w_jk| over all (i, j) of y = x w^T */
+static double worst_ratio(const float *got, const float *ref, const float *x, const float *w, int N, int C, int OC,
+                          double eps, double *maxerr) {
+    double worst = 0;
+    *maxerr = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < OC; j++) {
+            double mag = 0;
+            for (int k = 0; k < C; k++) mag += fabs((double)x[(size_t)i * C + k] * w[(size_t)j * C + k]);
+            const double e = fabs((double)got[(size_t)i * OC + j] - ref[(size_t)i * OC + j]);
+            if (e > *maxerr) *maxerr = e;
+            const double r = e / (eps * mag + 1e-6 * mag + 1e-30);
+            if (r > worst) worst = r;
+        }
+    return worst;
+}
+
+int main(void) {
+    llm4d_err err = {0};
+    llm4d_backend *be;
+    if (llm4d_backend_cpu_create(&be, 2, &err) != LLM4D_OK) return fprintf(stderr, "%s\n", err.msg), 1;
+    enum { N = 64, C = 96, OC = 80 };
+    static float x[N * C], w[OC * C], b[OC], y32[N * OC], ylp[N * OC], dy[N * OC];
+    static float dx32[N * C], dxlp[N * C], dw32[OC * C], dwlp[OC * C], xt[C * N], dyt[OC * N];
+    unsigned s = 1;
+    for (int i = 0; i < N * C; i++) x[i] = frand(&s);
+    for (int i = 0; i < OC * C; i++) w[i] = frand(&s);
+    for (int i = 0; i < OC; i++) b[i] = frand(&s);
+    for (int i = 0; i < N * OC; i++) dy[i] = frand(&s);
+    /* transposes, to express dx = dy w and dw = dy^T x as y = a b^T products for the bound */
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < C; k++) xt[(size_t)k * N + i] = x[(size_t)i * C + k];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < OC; j++) dyt[(size_t)j * N + i] = dy[(size_t)i * OC + j];
+    static float wt[C * OC];
+    for (int j = 0; j < OC; j++)
+        for (int k = 0; k < C; k++) wt[(size_t)k * OC + j] = w[(size_t)j * C + k];
+
+    be->linear_forward(be, y32, x, w, NULL, N, C, OC);
+    be->linear_backward(be, dx32, dw32, NULL, dy, x, w, N, C, OC);
+    const struct { llm4d_precision p; const char *name; double eps; } modes[] = {
+        {LLM4D_PREC_BF16, "bf16", 1.0 / 256}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024}};
+    for (int m = 0; m < 2; m++) {
+        if (be->set_precision(be, modes[m].p, &err) != LLM4D_OK) {
+            printf("FAIL %s: %s\n", modes[m].name, err.msg);
+            failed++;
+            continue;
+        }
+        char what[64];
+        double maxerr, r;
+        be->linear_forward(be, ylp, x, w, NULL, N, C, OC);
+        r = worst_ratio(ylp, y32, x, w, N, C, OC, modes[m].eps, &maxerr);
+        snprintf(what, sizeof what, "%s linear forward", modes[m].name);
+        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        memset(dxlp, 0, sizeof dxlp);
+        memset(dwlp, 0, sizeof dwlp);
+        be->linear_backward(be, dxlp, dwlp, NULL, dy, x, w, N, C, OC);
+        r = worst_ratio(dxlp, dx32, dy, wt, N, OC, C, modes[m].eps, &maxerr);
+        snprintf(what, sizeof what, "%s linear backward dinp", modes[m].name);
+        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        r = worst_ratio(dwlp, dw32, dyt, xt, OC, N, C, modes[m].eps, &maxerr);
+        snprintf(what, sizeof what, "%s linear backward dweight", modes[m].name);
+        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        /* the bias is added in fp32 */
+        be->linear_forward(be, ylp, x, w, b, N, C, OC);
+        double bias_err = 0;
+        static float ynb[N * OC];
+        be->linear_forward(be, ynb, x, w, NULL, N, C, OC);
+        for (int i = 0; i < N * OC; i++) bias_err = fmax(bias_err, fabs(ylp[i] - ynb[i] - b[i % OC]));
+        snprintf(what, sizeof what, "%s bias added in fp32", modes[m].name);
+        check(bias_err < 1e-5, what, bias_err, bias_err);
+    }
+    be->set_precision(be, LLM4D_PREC_FP32, &err);
+    be->linear_forward(be, ylp, x, w, NULL, N, C, OC);
+    check(memcmp(ylp, y32, sizeof y32) == 0, "back to fp32: bit-identical to the first fp32 run", 0, 0);
+    be->destroy(be);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
