@@ -1,4 +1,5 @@
-/* corpus.c — opening a tokenized corpus in Paddle's formats (see corpus.h and reference/paddle-gpt.md §2.1, §8.1).
+/* corpus.c — opening one tokenized corpus: Paddle's formats here, Megatron's by dispatch to megatron.c, and the
+ * discovery of the corpora a directory holds (see corpus.h and reference/paddle-gpt.md §2.1, §8.1).
  *
  * Old format: P_ids.npz with arrays `ids` and `lens`, read whole (these files are small, and a member of a zip
  * cannot be mapped anyway when it is deflated). New format: P_ids.npy holds the ids and is memory-mapped, so a
