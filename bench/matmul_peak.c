@@ -7,6 +7,7 @@
  * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
+ * Usage: matmul_peak [--ops [--no-lmhead]] [--reps N]. On a shared machine take the best of many runs.
  *
  * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192): linear forward and
  * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
@@ -74,12 +75,12 @@ static double time_matmul(llm4d_dnnl *d, int64_t M, int64_t N, int64_t K, llm4d_
     return 2.0 * (double)M * N * K / best / 1e9;
 }
 
-static double peak(llm4d_dnnl *d, llm4d_dnnl_type t, const char *name) {
+static double peak(llm4d_dnnl *d, llm4d_dnnl_type t, const char *name, int reps) {
     static const int64_t shapes[][3] = {{2048, 2048, 2048}, {8192, 3072, 768}, {8192, 768, 3072}};
     double best = 0.0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const char *impl = "?";
-        double g = time_matmul(d, shapes[i][0], shapes[i][1], shapes[i][2], t, 5, &impl);
+        double g = time_matmul(d, shapes[i][0], shapes[i][1], shapes[i][2], t, reps, &impl);
         printf("# %s M=%lld N=%lld K=%lld: %.1f GFLOP/s (%s)\n", name, (long long)shapes[i][0],
                (long long)shapes[i][1], (long long)shapes[i][2], g, impl);
         if (g > best) best = g;
@@ -154,7 +155,7 @@ static void att_bwd(void *p) {
     a->be->attention_backward(a->be, a->dqkv, a->scratch, a->dout, a->qkv, a->att, a->s, a->drop);
 }
 
-static void bench_attention(llm4d_backend *be, float p, double fp32_peak) {
+static void bench_attention(llm4d_backend *be, float p, double fp32_peak, int reps) {
     llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids};
@@ -165,7 +166,7 @@ static void bench_attention(llm4d_backend *be, float p, double fp32_peak) {
     for (size_t i = 0; i < nqkv; i++) a.qkv[i] = llm4d_rng_normal(1, 2, i);
     for (size_t i = 0; i < nout; i++) a.dout[i] = llm4d_rng_normal(1, 3, i);
     memset(a.dqkv, 0, nqkv * 4);
-    double tf = best_of(3, att_fwd, &a), tb = best_of(3, att_bwd, &a);
+    double tf = best_of(reps, att_fwd, &a), tb = best_of(reps, att_bwd, &a);
     /* useful (causal) FLOPs: QK^T and PV forward, 4 products backward, each 2*B*NH*HS*T(T+1)/2 */
     double prod = 2.0 * s.B * s.NH * s.HS * (double)s.T * (s.T + 1) / 2.0;
     printf("attention B=%d T=%d NH=%d HS=%d p=%.1f: forward %.1f ms, backward %.1f ms, total %.1f ms "
@@ -176,12 +177,16 @@ static void bench_attention(llm4d_backend *be, float p, double fp32_peak) {
 }
 
 int main(int argc, char **argv) {
-    int ops = 0;
+    int ops = 0, lmhead = 1, reps = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ops") == 0)
             ops = 1;
+        else if (strcmp(argv[i], "--no-lmhead") == 0)
+            lmhead = 0;
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
+            reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_peak [--ops]\n");
+            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead]] [--reps N (best of N, default 5)]\n");
             return 2;
         }
     }
@@ -193,9 +198,10 @@ int main(int argc, char **argv) {
     }
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     int has_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-    double f32 = peak(d, LLM4D_DNNL_F32, "fp32");
-    double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16") : 0.0;
+    double f32 = peak(d, LLM4D_DNNL_F32, "fp32", reps);
+    double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16", reps) : 0.0;
     if (!has_bf16) printf("# bf16: the CPU lacks avx512_bf16 (oneDNN ISA 0x%x)\n", (unsigned)isa);
+    printf("# oneDNN scratchpad for these shapes: %.1f MiB\n", llm4d_dnnl_scratch_bytes(d) / 1048576.0);
     printf("fp32_peak_gflops: %.1f\n", f32);
     printf("bf16_peak_gflops: %.1f\n", bf16);
     llm4d_dnnl_destroy(d);
@@ -208,15 +214,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = 8192\n", be->nthreads);
-    bench_linear(be, 8192, 768, 2304, 1, f32, 3);  /* qkv */
-    bench_linear(be, 8192, 768, 768, 1, f32, 3);   /* attention projection */
-    bench_linear(be, 8192, 768, 3072, 1, f32, 3);  /* MLP up */
-    bench_linear(be, 8192, 3072, 768, 1, f32, 3);  /* MLP down */
+    bench_linear(be, 8192, 768, 2304, 1, f32, reps); /* qkv */
+    bench_linear(be, 8192, 768, 768, 1, f32, reps);  /* attention projection */
+    bench_linear(be, 8192, 768, 3072, 1, f32, reps); /* MLP up */
+    bench_linear(be, 8192, 3072, 768, 1, f32, reps); /* MLP down */
     fflush(stdout);
-    bench_attention(be, 0.0f, f32);
-    bench_attention(be, 0.1f, f32);
+    bench_attention(be, 0.0f, f32, reps);
+    bench_attention(be, 0.1f, f32, reps);
     fflush(stdout);
-    bench_linear(be, 8192, 768, 50304, 0, f32, 1); /* LM head (tied embedding, no bias) */
+    if (lmhead) bench_linear(be, 8192, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
     be->destroy(be);
     return 0;
 }

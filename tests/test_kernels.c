@@ -212,15 +212,15 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     free(x), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
 }
 
-static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p) {
+static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p, float qscale) {
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS;
     int64_t sids[8] = {3, 0, 17, 5, 1, 2, 9, 4};
     llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids};
     char tag[160];
-    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", B, T, NH, HS, s.head0,
-             s.NH_total, p);
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH, HS,
+             s.head0, s.NH_total, p, qscale);
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-    float *qkv = frand(nqkv, 1.0f);
+    float *qkv = frand(nqkv, qscale);
     float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *a1 = frand(natt, 1.0f), *a2 = falloc(natt);
     cpu->attention_forward(cpu, o1, a1, qkv, s, &drop);
     ref->attention_forward(ref, o2, a2, qkv, s, &drop);
@@ -520,6 +520,7 @@ int main(void) {
     test_linear(cpu, ref, 37, 50, 23, 1);
     test_linear(cpu, ref, 136, 64, 200, 0);
     test_linear(cpu, ref, 257, 192, 515, 1);
+    test_linear(cpu, ref, 2048, 40, 96, 1);
     test_encoder(cpu, ref, 3, 17, 45, 11);
     test_encoder(cpu, ref, 2, 64, 130, 300);
     test_layernorm(cpu, ref, 1, 7);
@@ -531,9 +532,13 @@ int main(void) {
         {2, 130, 2, 16, 1, 4},  {1, 257, 2, 8, 2, 5},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        test_attention(cpu, ref, shapes[i], 0.0f);
-        test_attention(cpu, ref, shapes[i], 0.1f);
+        test_attention(cpu, ref, shapes[i], 0.0f, 1.0f);
+        test_attention(cpu, ref, shapes[i], 0.1f, 1.0f);
     }
+    /* scores large enough that many probabilities underflow to exactly 0 */
+    const llm4d_attn_shape sharp = {2, 40, 2, 8, 0, 2};
+    test_attention(cpu, ref, sharp, 0.0f, 6.0f);
+    test_attention(cpu, ref, sharp, 0.3f, 6.0f);
     test_dropout(cpu, ref, 3, 1, 0.1f);
     test_dropout(cpu, ref, 3, 1001, 0.0f);
     test_dropout(cpu, ref, 3, 1001, 0.1f);

@@ -28,12 +28,19 @@ for l in open(sys.argv[1]):
 run() { "$LLM4D" train "${C[@]}" "$@" >>"$tmp/log" 2>&1; }
 
 # 1. straight vs stop + resume
-run --micro_batch_size 4 --max_steps 20 --output_dir "$tmp/straight"
+run --micro_batch_size 4 --max_steps 20 --output_dir "$tmp/straight" --save_steps 5
 run --micro_batch_size 4 --max_steps 10 --output_dir "$tmp/resumed"
 run --micro_batch_size 4 --max_steps 20 --output_dir "$tmp/resumed" --resume "$tmp/resumed"
 if [ -n "$(curve "$tmp/straight/metrics.jsonl")" ] && diff <(curve "$tmp/straight/metrics.jsonl") <(curve "$tmp/resumed/metrics.jsonl") >/dev/null
 then ok "20 steps straight == 10 + resume + 10: bit-identical losses and eval losses"
 else ko "resumed curve differs"; diff <(curve "$tmp/straight/metrics.jsonl") <(curve "$tmp/resumed/metrics.jsonl") | head; fi
+
+# `llm4d eval` of step_5 == the run's own first evaluation, at step 5 (same weights, validation from its start)
+"$LLM4D" eval "${C[@]}" --micro_batch_size 4 --ckpt "$tmp/straight/step_5" >"$tmp/eval.log" 2>&1
+e=$(grep -o "eval step 5, loss: [0-9.]*" "$tmp/eval.log")
+t=$(grep -ho "eval step 5, loss: [0-9.]*" "$tmp/log" | head -1)
+if [ -n "$e" ] && [ "$e" = "$t" ]; then ok "llm4d eval --ckpt step_5 == the training run's evaluation at step 5 ($e)"
+else ko "llm4d eval: '$e' vs training '$t'"; tail -3 "$tmp/eval.log"; fi
 
 # 2. SIGKILL while writing step 10
 run --micro_batch_size 4 --max_steps 5 --output_dir "$tmp/killed"

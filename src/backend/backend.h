@@ -42,6 +42,11 @@ typedef struct {
 
 typedef struct llm4d_backend llm4d_backend;
 
+/* Precision of the matmul operands (linear layers, attention GEMMs). Accumulation, LayerNorm, softmax, the loss and
+ * every tensor the model keeps stay fp32: bf16/fp16 only round the GEMM inputs (mixed precision with fp32 master
+ * weights). */
+typedef enum { LLM4D_PREC_FP32 = 0, LLM4D_PREC_BF16, LLM4D_PREC_FP16 } llm4d_precision;
+
 struct llm4d_backend {
     const char *name;   /* "cpu", "ref", "cuda" */
     void *ctx;
@@ -115,6 +120,9 @@ struct llm4d_backend {
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
+
+    /* Switch the matmul precision; a CPU without the needed instructions is a user error saying so. NULL: fp32 only. */
+    llm4d_code (*set_precision)(llm4d_backend *be, llm4d_precision p, llm4d_err *err);
 
     void (*destroy)(llm4d_backend *be);
 };

@@ -5,14 +5,17 @@
  *   cached oneDNN primitive (cpu_dnnl.h). Transposes and the per-head views of qkv are strided memory
  *   descriptors, so nothing is copied; accumulation into gradients (backend.h: backward +=) is oneDNN's "sum"
  *   post-op, and the linear bias is the matmul's own bias.
- * - Attention is causal, so the T x T products are cut into row (or column) blocks of ATT_TB and each block
- *   only multiplies the part left of (or below) the diagonal: about half the FLOPs of the full square.
+ * - Attention is causal, so the T x T products are cut into row blocks of ATT_TB and each block only multiplies
+ *   the part left of the diagonal: about half the FLOPs of the full square. The blocks of all heads are many
+ *   small independent GEMMs, so threads take whole (head, block) tasks and run them single-threaded, with the
+ *   softmax and dropout in between while the block is in cache (faster than oneDNN's batched GEMM over heads
+ *   with each GEMM split across threads).
  * - The element-wise kernels are written so that GCC vectorises them (`omp simd`): exp is a polynomial rather
  *   than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The results are
  *   bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
- * - Reductions whose result feeds the global state (sumsq, parameter-gradient column sums, LayerNorm dw/db,
- *   embedding gradients) are split over fixed columns or fixed-size chunks, never over "whatever rows this
- *   thread got", so the bits do not depend on the number of threads.
+ * - Our own reductions (sumsq, bias-gradient column sums, LayerNorm dw/db, embedding gradients) are split over
+ *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
+ *   on the number of threads (oneDNN's GEMMs make no such promise).
  * - oneDNN runs on the same OpenMP runtime, so both share one thread pool; nthreads > 0 sets it at creation. */
 #include <math.h>
 #include <omp.h>
@@ -25,12 +28,16 @@
 
 /* Causal attention block (rows per QK^T / att.V product). 128 keeps the wasted upper-triangle work at 1/16 for
  * T = 1024 while each GEMM is still large enough to run near peak. */
+#ifndef ATT_TB
 #define ATT_TB 128
+#endif
 
 typedef struct {
     llm4d_dnnl *dnnl;
-    float *work; /* attention forward with dropout: dropped probabilities of one batch row, NH*T*T floats */
+    float *work; /* attention with dropout: each thread's ATT_TB x T block of dropped probabilities */
     size_t work_cap;
+    llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per row block */
+    size_t prims_cap;
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(llm4d_backend *be) { return (cpu_ctx *)be->ctx; }
@@ -188,13 +195,13 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < ntasks; t++) {
             const int o0 = t * DB_COLS, len = OC - o0 < DB_COLS ? OC - o0 : DB_COLS;
-            float acc[DB_COLS] = {0};
+            double acc[DB_COLS] = {0}; /* N is thousands of rows: float would drift from the reference */
             for (int n = 0; n < N; n++) {
                 const float *row = dout + (size_t)n * OC + o0;
 #pragma omp simd
                 for (int j = 0; j < len; j++) acc[j] += row[j];
             }
-            for (int j = 0; j < len; j++) db[o0 + j] += acc[j];
+            for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
         }
     }
 }
@@ -292,7 +299,7 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 #pragma omp for schedule(static)
         for (int task = 0; task < ntasks; task++) {
             const int c0 = task * LN_COLS, len = C - c0 < LN_COLS ? C - c0 : LN_COLS;
-            float aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
+            double aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
             for (int n = 0; n < N; n++) {
                 const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
                 const float m = mean[n], r = rstd[n];
@@ -303,8 +310,8 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
                 }
             }
             for (int j = 0; j < len; j++) {
-                dw[c0 + j] += aw[j];
-                db[c0 + j] += ab[j];
+                dw[c0 + j] += (float)aw[j];
+                db[c0 + j] += (float)ab[j];
             }
         }
     }
@@ -354,13 +361,6 @@ static uint64_t att_row_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, i
     return (((uint64_t)d->sample_ids[b] * s->NH_total + s->head0 + h) * s->T + t1) * s->T;
 }
 
-/* End (exclusive) of the causal block that holds row t: GEMMs read up to here in a row, so the entries
- * between t+1 and it must be zeros rather than garbage. */
-static int att_block_end(int t, int T) {
-    int e = (t / ATT_TB + 1) * ATT_TB;
-    return e < T ? e : T;
-}
-
 /* dst[t2] = src[t2] * mult(t2) for t2 <= t1 of one attention row (positions pos0 + t2), zeros up to zend. */
 static void att_row_drop(float *dst, const float *src, const llm4d_dropout *d, uint64_t pos0, int t1, int zend) {
     float mult[DROP_CHUNK];
@@ -373,202 +373,169 @@ static void att_row_drop(float *dst, const float *src, const llm4d_dropout *d, u
     for (int t2 = t1 + 1; t2 < zend; t2++) dst[t2] = 0.0f;
 }
 
-/* Strided view descriptors of the attention operands, batch dims [B, NH] (or [1, NH] for one batch row). */
-typedef struct {
-    int64_t bs0, bs1, rs; /* batch strides and row stride; columns are contiguous */
-} att_view;
-
-static void set_a(llm4d_dnnl_mm *mm, att_view v, int trans) {
-    mm->a_bs[0] = v.bs0;
-    mm->a_bs[1] = v.bs1;
-    mm->a_rs = trans ? 1 : v.rs;
-    mm->a_cs = trans ? v.rs : 1;
-}
-static void set_b(llm4d_dnnl_mm *mm, att_view v, int trans) {
-    mm->b_bs[0] = v.bs0;
-    mm->b_bs[1] = v.bs1;
-    mm->b_rs = trans ? 1 : v.rs;
-    mm->b_cs = trans ? v.rs : 1;
-}
-static void set_c(llm4d_dnnl_mm *mm, att_view v) {
-    mm->c_bs[0] = v.bs0;
-    mm->c_bs[1] = v.bs1;
-    mm->c_rs = v.rs;
-    mm->c_cs = 1;
+/* Causal softmax of row t1 in place: entries t2 <= t1 become probabilities, the rest of the row zeros. */
+static void softmax_row(float *a, int t1, int T) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int t2 = 0; t2 <= t1; t2++) mx = a[t2] > mx ? a[t2] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 <= t1; t2++) {
+        a[t2] = vexp(a[t2] - mx);
+        sum += a[t2];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int t2 = 0; t2 <= t1; t2++) a[t2] *= inv;
+    memset(a + t1 + 1, 0, (size_t)(T - t1 - 1) * sizeof(float));
 }
 
-static llm4d_dnnl_mm att_mm(int64_t nb0, int64_t nb1, int64_t M, int64_t N, int64_t K, float alpha, int acc) {
-    llm4d_dnnl_mm mm;
-    memset(&mm, 0, sizeof mm);
-    mm.batch[0] = nb0;
-    mm.batch[1] = nb1;
-    mm.M = M;
-    mm.N = N;
-    mm.K = K;
-    mm.alpha = alpha;
-    mm.accumulate = acc;
-    return mm;
+/* The six GEMMs of row block i of one head, as 2-D problems on strided views (qkv rows are 3C apart, out and
+ * dout rows C apart, att and scratch rows T apart); rows [r0, r1) of the block, keys [0, r1). */
+enum { F_QK, F_PV, B_DP, B_DV, B_DQ, B_DK, ATT_NPRIM };
+
+static void att_prims(cpu_ctx *cx, int T, int HS, int C, float scale, llm4d_dnnl_prim **p) {
+    const int C3 = 3 * C;
+    for (int i = 0, r0 = 0; r0 < T; i++, r0 += ATT_TB) {
+        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+        llm4d_dnnl_prim **q = p + (size_t)i * ATT_NPRIM;
+        /* S = scale Q K^T */
+        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(m, r1, HS, 0, C3, 1, C3, T, 0);
+        mm.alpha = scale;
+        q[F_QK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        /* out = P V */
+        mm = llm4d_dnnl_mm_2d(m, HS, r1, 0, T, 0, C3, C, 0);
+        q[F_PV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        /* dP = dout V^T */
+        mm = llm4d_dnnl_mm_2d(m, r1, HS, 0, C, 1, C3, T, 0);
+        q[B_DP] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        /* dV += P^T dout */
+        mm = llm4d_dnnl_mm_2d(r1, HS, m, 1, T, 0, C, C3, 1);
+        q[B_DV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        /* dQ += dS K */
+        mm = llm4d_dnnl_mm_2d(m, HS, r1, 0, T, 0, C3, C3, 1);
+        q[B_DQ] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        /* dK += dS^T Q */
+        mm = llm4d_dnnl_mm_2d(r1, HS, m, 1, T, 0, C3, C3, 1);
+        q[B_DK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+    }
 }
 
+/* Room for the primitive handles of T and for each thread's ATT_TB x T block of dropped probabilities (grown
+ * on the first call of a larger shape only). */
+static void att_prepare(cpu_ctx *cx, int T, int dropping) {
+    const size_t nblk = (size_t)(T + ATT_TB - 1) / ATT_TB, nprim = nblk * ATT_NPRIM;
+    if (nprim > cx->prims_cap) {
+        free(cx->prims);
+        cx->prims = malloc(nprim * sizeof *cx->prims);
+        LLM4D_ASSERT(cx->prims != NULL, "out of memory for %zu attention primitive handles", nprim);
+        cx->prims_cap = nprim;
+    }
+    const size_t need = dropping ? (size_t)omp_get_max_threads() * ATT_TB * T : 0;
+    if (need > cx->work_cap) {
+        free(cx->work);
+        cx->work = aligned_alloc(64, ((need * sizeof(float)) + 63) & ~(size_t)63);
+        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention dropout buffers (%zu floats)", need);
+        cx->work_cap = need;
+    }
+}
+
+/* Attention is many independent small GEMMs (per head and row block), so instead of asking oneDNN to split each
+ * one over the threads, each thread takes whole (head, row block) tasks and runs their GEMMs single-threaded
+ * (llm4d_dnnl_run_mt), with the softmax and dropout of the block in between while its ATT_TB x T slice of the
+ * scores is still in cache. */
 static void cpu_attention_forward(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
                                   const llm4d_dropout *drop) {
     cpu_ctx *cx = ctx_of(be);
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const att_view qkv_v = {(int64_t)T * C3, HS, C3};      /* Q (K, V at +C, +2C) of head h of row b */
-    const att_view att_v = {(int64_t)NH * T * T, (int64_t)T * T, T};
-    const att_view out_v = {(int64_t)T * C, HS, C};
-    const float *Q = qkv, *K = qkv + C, *V = qkv + 2 * C;
-
-    /* 1. pre-softmax scores of each row block against the keys up to the block's end */
-    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
-        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, r1, HS, scale, 0);
-        set_a(&mm, qkv_v, 0);
-        set_b(&mm, qkv_v, 1);
-        set_c(&mm, att_v);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, Q + (size_t)r0 * C3, K, NULL, att + (size_t)r0 * T);
-    }
-    /* 2. causal softmax in place; entries right of the diagonal become 0 */
-    const long rows = (long)B * NH * T;
-#pragma omp parallel for schedule(static)
-    for (long row = 0; row < rows; row++) {
-        const int t1 = (int)(row % T);
-        float *a = att + (size_t)row * T;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int t2 = 0; t2 <= t1; t2++) mx = a[t2] > mx ? a[t2] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 <= t1; t2++) {
-            a[t2] = vexp(a[t2] - mx);
-            sum += a[t2];
-        }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int t2 = 0; t2 <= t1; t2++) a[t2] *= inv;
-        memset(a + t1 + 1, 0, (size_t)(T - t1 - 1) * sizeof(float));
-    }
-    /* 3. out = probs . V (probs after dropout) */
-    if (!drop_on(drop)) {
-        for (int r0 = 0; r0 < T; r0 += ATT_TB) {
-            const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-            llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, HS, r1, 1.0f, 0);
-            set_a(&mm, att_v, 0);
-            set_b(&mm, qkv_v, 0);
-            set_c(&mm, out_v);
-            llm4d_dnnl_matmul(cx->dnnl, &mm, att + (size_t)r0 * T, V, NULL, out + (size_t)r0 * C);
-        }
-        return;
-    }
-    /* With dropout the dropped probabilities need a buffer (att keeps the undropped ones for backward); one
-     * batch row at a time bounds it to NH*T*T floats. */
-    const size_t need = (size_t)NH * T * T;
-    if (need > cx->work_cap) {
-        free(cx->work);
-        cx->work = aligned_alloc(64, ((need * sizeof(float)) + 63) & ~(size_t)63);
-        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention dropout buffer (%zu floats)", need);
-        cx->work_cap = need;
-    }
-    float *work = cx->work;
-    const att_view work_v = {0, (int64_t)T * T, T};
-    for (int b = 0; b < B; b++) {
-#pragma omp parallel for schedule(static)
-        for (long row = 0; row < (long)NH * T; row++) {
-            const int h = (int)(row / T), t1 = (int)(row % T);
-            att_row_drop(work + (size_t)row * T, att + ((size_t)b * NH * T + row) * T, drop,
-                         att_row_pos(&s, drop, b, h, t1), t1, att_block_end(t1, T));
-        }
-        for (int r0 = 0; r0 < T; r0 += ATT_TB) {
-            const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-            llm4d_dnnl_mm mm = att_mm(1, NH, r1 - r0, HS, r1, 1.0f, 0);
-            set_a(&mm, work_v, 0);
-            set_b(&mm, qkv_v, 0);
-            set_c(&mm, out_v);
-            llm4d_dnnl_matmul(cx->dnnl, &mm, work + (size_t)r0 * T, V + (size_t)b * T * C3, NULL,
-                              out + (size_t)b * T * C + (size_t)r0 * C);
+    const int nblk = (T + ATT_TB - 1) / ATT_TB, dropping = drop_on(drop);
+    att_prepare(cx, T, dropping);
+    llm4d_dnnl_prim **prims = cx->prims;
+    att_prims(cx, T, HS, C, 1.0f / sqrtf((float)HS), prims);
+    const long ntasks = (long)nblk * B * NH;
+#pragma omp parallel
+    {
+        float *work = dropping ? cx->work + (size_t)omp_get_thread_num() * ATT_TB * T : NULL;
+        /* largest row blocks first, so the dynamic schedule ends with the small ones */
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < ntasks; task++) {
+            const int i = nblk - 1 - (int)(task / ((long)B * NH)), bh = (int)(task % ((long)B * NH));
+            const int b = bh / NH, h = bh % NH, r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+            llm4d_dnnl_prim **p = prims + (size_t)i * ATT_NPRIM;
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)bh * T + r0) * T;
+            llm4d_dnnl_run_mt(cx->dnnl, p[F_QK], q + (size_t)r0 * C3, k, NULL, a);
+            for (int t1 = r0; t1 < r1; t1++) softmax_row(a + (size_t)(t1 - r0) * T, t1, T);
+            const float *pa = a;
+            if (dropping) {
+                for (int t1 = r0; t1 < r1; t1++)
+                    att_row_drop(work + (size_t)(t1 - r0) * T, a + (size_t)(t1 - r0) * T, drop,
+                                 att_row_pos(&s, drop, b, h, t1), t1, r1);
+                pa = work;
+            }
+            llm4d_dnnl_run_mt(cx->dnnl, p[F_PV], pa, v, NULL, out + ((size_t)b * T + r0) * C + (size_t)h * HS);
         }
     }
 }
 
+/* One task per head (dV and dK of a head receive a contribution from every row block, so a head's blocks run
+ * in order on one thread; different heads write disjoint columns of dqkv). */
 static void cpu_attention_backward(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop) {
     cpu_ctx *cx = ctx_of(be);
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const att_view qkv_v = {(int64_t)T * C3, HS, C3};
-    const att_view att_v = {(int64_t)NH * T * T, (int64_t)T * T, T};
-    const att_view out_v = {(int64_t)T * C, HS, C};
-    const float *Q = qkv, *K = qkv + C, *V = qkv + 2 * C;
-    float *dQ = dqkv, *dK = dqkv + C, *dV = dqkv + 2 * C;
-    const long rows = (long)B * NH * T;
-    const int dropping = drop_on(drop);
-
-    /* 1. dV += P~^T dout, P~ = dropped probabilities (built in scratch), column block by column block:
-     *    column block [c0,c1) of P~ is non-zero only in rows >= c0. */
-    const float *P = att;
-    if (dropping) {
-#pragma omp parallel for schedule(static)
-        for (long row = 0; row < rows; row++) {
-            const int b = (int)(row / ((long)NH * T)), h = (int)(row / T % NH), t1 = (int)(row % T);
-            att_row_drop(scratch + (size_t)row * T, att + (size_t)row * T, drop, att_row_pos(&s, drop, b, h, t1), t1,
-                         att_block_end(t1, T));
-        }
-        P = scratch;
-    }
-    for (int c0 = 0; c0 < T; c0 += ATT_TB) {
-        const int c1 = c0 + ATT_TB < T ? c0 + ATT_TB : T;
-        llm4d_dnnl_mm mm = att_mm(B, NH, c1 - c0, HS, T - c0, 1.0f, 1);
-        set_a(&mm, att_v, 1);
-        set_b(&mm, out_v, 0);
-        set_c(&mm, qkv_v);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, P + (size_t)c0 * T + c0, dout + (size_t)c0 * C, NULL,
-                          dV + (size_t)c0 * C3);
-    }
-    /* 2. dP~ = dout V^T into scratch, row block by row block (left of the block's end) */
-    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
-        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, r1, HS, 1.0f, 0);
-        set_a(&mm, out_v, 0);
-        set_b(&mm, qkv_v, 1);
-        set_c(&mm, att_v);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, dout + (size_t)r0 * C, V, NULL, scratch + (size_t)r0 * T);
-    }
-    /* 3. through the dropout and the softmax: dS = scale * P * (dP - sum(P dP)), dP = mult * dP~ */
-#pragma omp parallel for schedule(static)
-    for (long row = 0; row < rows; row++) {
-        const int t1 = (int)(row % T);
-        const float *p = att + (size_t)row * T;
-        float *g = scratch + (size_t)row * T;
-        if (dropping) {
-            const int b = (int)(row / ((long)NH * T)), h = (int)(row / T % NH);
-            att_row_drop(g, g, drop, att_row_pos(&s, drop, b, h, t1), t1, t1 + 1);
-        }
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int t2 = 0; t2 <= t1; t2++) dot += p[t2] * g[t2];
+    const int nblk = (T + ATT_TB - 1) / ATT_TB, dropping = drop_on(drop);
+    const float scale = 1.0f / sqrtf((float)HS), keep_scale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
+    att_prepare(cx, T, dropping);
+    llm4d_dnnl_prim **prims = cx->prims;
+    att_prims(cx, T, HS, C, scale, prims);
+#pragma omp parallel
+    {
+        float *work = dropping ? cx->work + (size_t)omp_get_thread_num() * ATT_TB * T : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (long bh = 0; bh < (long)B * NH; bh++) {
+            const int b = (int)(bh / NH), h = (int)(bh % NH);
+            const size_t qo = (size_t)b * T * C3 + (size_t)h * HS;
+            const float *q = qkv + qo, *k = q + C, *v = q + 2 * C, *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+            float *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
+            for (int i = 0; i < nblk; i++) {
+                const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+                llm4d_dnnl_prim **p = prims + (size_t)i * ATT_NPRIM;
+                const float *pr = att + ((size_t)bh * T + r0) * T;
+                float *g = scratch + ((size_t)bh * T + r0) * T;
+                /* dP~ = dout V^T (gradient of the dropped probabilities) */
+                llm4d_dnnl_run_mt(cx->dnnl, p[B_DP], dy + (size_t)r0 * C, v, NULL, g);
+                /* dV += P~^T dout */
+                const float *pt = pr;
+                if (dropping) {
+                    for (int t1 = r0; t1 < r1; t1++)
+                        att_row_drop(work + (size_t)(t1 - r0) * T, pr + (size_t)(t1 - r0) * T, drop,
+                                     att_row_pos(&s, drop, b, h, t1), t1, r1);
+                    pt = work;
+                }
+                llm4d_dnnl_run_mt(cx->dnnl, p[B_DV], pt, dy + (size_t)r0 * C, NULL, dv);
+                /* through dropout and softmax: dS = scale P (dP - sum(P dP)), dP = mult dP~. The mask is read back
+                 * from P~: where P > 0, P~ = P/(1-p) is non-zero exactly when kept; where P == 0, dS is 0 anyway. */
+                for (int t1 = r0; t1 < r1; t1++) {
+                    const float *pp = pr + (size_t)(t1 - r0) * T;
+                    float *gg = g + (size_t)(t1 - r0) * T;
+                    if (dropping) {
+                        const float *w = work + (size_t)(t1 - r0) * T;
 #pragma omp simd
-        for (int t2 = 0; t2 <= t1; t2++) g[t2] = scale * p[t2] * (g[t2] - dot);
-        const int zend = att_block_end(t1, T);
-        for (int t2 = t1 + 1; t2 < zend; t2++) g[t2] = 0.0f;
-    }
-    /* 4. dQ += dS K (row blocks), dK += dS^T Q (column blocks) */
-    for (int r0 = 0; r0 < T; r0 += ATT_TB) {
-        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-        llm4d_dnnl_mm mm = att_mm(B, NH, r1 - r0, HS, r1, 1.0f, 1);
-        set_a(&mm, att_v, 0);
-        set_b(&mm, qkv_v, 0);
-        set_c(&mm, qkv_v);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, scratch + (size_t)r0 * T, K, NULL, dQ + (size_t)r0 * C3);
-    }
-    for (int c0 = 0; c0 < T; c0 += ATT_TB) {
-        const int c1 = c0 + ATT_TB < T ? c0 + ATT_TB : T;
-        llm4d_dnnl_mm mm = att_mm(B, NH, c1 - c0, HS, T - c0, 1.0f, 1);
-        set_a(&mm, att_v, 1);
-        set_b(&mm, qkv_v, 0);
-        set_c(&mm, qkv_v);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, scratch + (size_t)c0 * T + c0, Q + (size_t)c0 * C3, NULL,
-                          dK + (size_t)c0 * C3);
+                        for (int t2 = 0; t2 <= t1; t2++) gg[t2] *= w[t2] != 0.0f ? keep_scale : 0.0f;
+                    }
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int t2 = 0; t2 <= t1; t2++) dot += pp[t2] * gg[t2];
+#pragma omp simd
+                    for (int t2 = 0; t2 <= t1; t2++) gg[t2] = scale * pp[t2] * (gg[t2] - dot);
+                    for (int t2 = t1 + 1; t2 < r1; t2++) gg[t2] = 0.0f;
+                }
+                /* dQ += dS K, dK += dS^T Q */
+                llm4d_dnnl_run_mt(cx->dnnl, p[B_DQ], g, k, NULL, dq + (size_t)r0 * C3);
+                llm4d_dnnl_run_mt(cx->dnnl, p[B_DK], g, q + (size_t)r0 * C3, NULL, dk);
+            }
+        }
     }
 }
 
@@ -759,6 +726,7 @@ static void cpu_destroy(llm4d_backend *be) {
     if (cx) {
         llm4d_dnnl_destroy(cx->dnnl);
         free(cx->work);
+        free(cx->prims);
         free(cx);
     }
     free(be);

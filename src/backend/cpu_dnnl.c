@@ -1,13 +1,15 @@
 /* cpu_dnnl.c — oneDNN matmul primitive cache (see cpu_dnnl.h for why it exists).
  *
- * Each cache entry holds the primitive and one memory object per argument; running an entry only swaps the
- * data handles (a pointer store on the CPU engine) and executes. Lookup is a linear scan over the entries with
+ * Each cache entry holds the primitive and, per thread slot, one memory object per argument; running an entry
+ * only swaps the data handles (a pointer store on the CPU engine) and executes on the slot's stream with the
+ * slot's scratchpad. Lookup is a linear scan over the entries with
  * the most recent hit tried first: a GPT step issues a few dozen distinct GEMMs, each many times, and the scan
  * costs nanoseconds against GEMMs of milliseconds. */
 #include "backend/cpu_dnnl.h"
 
 #include <dnnl.h>
 #include <dnnl_debug.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,21 +21,30 @@ typedef struct {
     int32_t accumulate, has_bias, ab_type;
 } mm_key;
 
+enum { ARG_A, ARG_B, ARG_C, ARG_BIAS, ARG_SCRATCH, NARGS };
+static const int arg_ids[NARGS] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS, DNNL_ARG_SCRATCHPAD};
+
+/* Execution resources are per thread slot: slot 0 serves calls from outside parallel regions (which run on
+ * thread 0 anyway), slots 0..n-1 serve llm4d_dnnl_run_mt from the threads of a parallel region. */
 typedef struct {
     mm_key key;
     dnnl_primitive_t prim;
-    dnnl_memory_t mem_a, mem_b, mem_c, mem_bias, mem_scratch;
+    dnnl_memory_desc_t md[NARGS];
+    int used[NARGS];
     size_t scratch_bytes;
     const char *impl;
+    int nslots;
+    dnnl_memory_t (*mem)[NARGS]; /* [nslots][NARGS] */
 } mm_entry;
 
 struct llm4d_dnnl {
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
+    int nthreads;           /* thread slots with a stream and a scratchpad */
+    dnnl_stream_t *streams; /* [nthreads] */
+    void **scratch;         /* [nthreads], each scratch_cap bytes */
+    size_t scratch_cap;
     mm_entry **entries;
     int n, cap, last;
-    void *scratch;
-    size_t scratch_cap;
 };
 
 static mm_key make_key(const llm4d_dnnl_mm *mm) {
@@ -93,13 +104,16 @@ llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t 
         }                                                                                                        \
     } while (0)
 
+static llm4d_code ensure_threads(llm4d_dnnl *d, int n, llm4d_err *err);
+
 llm4d_code llm4d_dnnl_create(llm4d_dnnl **out, llm4d_err *err) {
     llm4d_code rc = LLM4D_OK;
     *out = NULL;
     llm4d_dnnl *d = calloc(1, sizeof *d);
     if (!d) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the oneDNN context");
     DNNL_CHECK(dnnl_engine_create(&d->engine, dnnl_cpu, 0), "engine creation");
-    DNNL_CHECK(dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags), "stream creation");
+    rc = ensure_threads(d, 1, err);
+    if (rc != LLM4D_OK) goto done;
     *out = d;
     return LLM4D_OK;
 done:
@@ -110,9 +124,10 @@ done:
 static void entry_free(mm_entry *e) {
     if (!e) return;
     if (e->prim) dnnl_primitive_destroy(e->prim);
-    dnnl_memory_t ms[5] = {e->mem_a, e->mem_b, e->mem_c, e->mem_bias, e->mem_scratch};
-    for (int i = 0; i < 5; i++)
-        if (ms[i]) dnnl_memory_destroy(ms[i]);
+    for (int t = 0; t < e->nslots; t++)
+        for (int i = 0; i < NARGS; i++)
+            if (e->mem[t][i]) dnnl_memory_destroy(e->mem[t][i]);
+    free(e->mem);
     free(e);
 }
 
@@ -120,13 +135,71 @@ void llm4d_dnnl_destroy(llm4d_dnnl *d) {
     if (!d) return;
     for (int i = 0; i < d->n; i++) entry_free(d->entries[i]);
     free(d->entries);
+    for (int t = 0; t < d->nthreads; t++) {
+        if (d->streams[t]) dnnl_stream_destroy(d->streams[t]);
+        free(d->scratch[t]);
+    }
+    free(d->streams);
     free(d->scratch);
-    if (d->stream) dnnl_stream_destroy(d->stream);
     if (d->engine) dnnl_engine_destroy(d->engine);
     free(d);
 }
 
+/* Give every thread slot a scratchpad of at least `bytes` (existing contents are not kept). */
+static llm4d_code grow_scratch(llm4d_dnnl *d, size_t bytes, llm4d_err *err) {
+    if (bytes <= d->scratch_cap) return LLM4D_OK;
+    size_t cap = (bytes + 4095) & ~(size_t)4095;
+    for (int t = 0; t < d->nthreads; t++) {
+        free(d->scratch[t]);
+        d->scratch[t] = aligned_alloc(64, cap);
+        if (!d->scratch[t]) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN scratchpads (%zu bytes)", cap);
+    }
+    d->scratch_cap = cap;
+    return LLM4D_OK;
+}
+
+/* Streams and scratchpads for n thread slots. */
+static llm4d_code ensure_threads(llm4d_dnnl *d, int n, llm4d_err *err) {
+    llm4d_code rc = LLM4D_OK;
+    if (n <= d->nthreads) return LLM4D_OK;
+    dnnl_stream_t *st = realloc(d->streams, (size_t)n * sizeof *st);
+    if (st) d->streams = st;
+    void **sc = realloc(d->scratch, (size_t)n * sizeof *sc);
+    if (sc) d->scratch = sc;
+    if (!st || !sc) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN thread resources");
+    for (int t = d->nthreads; t < n; t++) {
+        d->streams[t] = NULL;
+        d->scratch[t] = d->scratch_cap ? aligned_alloc(64, d->scratch_cap) : NULL;
+        d->nthreads = t + 1; /* so destroy frees what exists */
+        if (d->scratch_cap && !d->scratch[t])
+            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN scratchpads");
+        DNNL_CHECK(dnnl_stream_create(&d->streams[t], d->engine, dnnl_stream_default_flags), "stream creation");
+    }
+done:
+    return rc;
+}
+
+/* Memory objects for thread slots 0..n-1 of an entry. */
+static llm4d_code ensure_slots(llm4d_dnnl *d, mm_entry *e, int n, llm4d_err *err) {
+    llm4d_code rc = LLM4D_OK;
+    if (n <= e->nslots) return LLM4D_OK;
+    dnnl_memory_t(*mem)[NARGS] = realloc(e->mem, (size_t)n * sizeof *mem);
+    if (!mem) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN memory objects");
+    e->mem = mem;
+    for (int t = e->nslots; t < n; t++) {
+        for (int i = 0; i < NARGS; i++) e->mem[t][i] = NULL;
+        e->nslots = t + 1;
+        for (int i = 0; i < NARGS; i++)
+            if (e->used[i])
+                DNNL_CHECK(dnnl_memory_create(&e->mem[t][i], &e->md[i], d->engine, DNNL_MEMORY_NONE), "memory");
+    }
+done:
+    return rc;
+}
+
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d) { return d->n; }
+
+size_t llm4d_dnnl_scratch_bytes(const llm4d_dnnl *d) { return d->scratch_cap; }
 
 /* A [batch..., rows, cols] descriptor with only the batch dims larger than 1 (oneDNN picks its fast kernels
  * for plain layouts; size-1 dims with arbitrary strides can make a descriptor look non-plain). */
@@ -159,20 +232,24 @@ static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry 
     e->key = make_key(mm);
 
     dnnl_data_type_t abt = mm->ab_type == LLM4D_DNNL_BF16 ? dnnl_bf16 : dnnl_f32;
-    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
-    DNNL_CHECK(md_init(&a_md, mm, mm->M, mm->K, mm->a_bs, mm->a_rs, mm->a_cs, abt), "memory desc (A)");
-    DNNL_CHECK(md_init(&b_md, mm, mm->K, mm->N, mm->b_bs, mm->b_rs, mm->b_cs, abt), "memory desc (B)");
-    DNNL_CHECK(md_init(&c_md, mm, mm->M, mm->N, mm->c_bs, mm->c_rs, mm->c_cs, dnnl_f32), "memory desc (C)");
+    DNNL_CHECK(md_init(&e->md[ARG_A], mm, mm->M, mm->K, mm->a_bs, mm->a_rs, mm->a_cs, abt), "memory desc (A)");
+    DNNL_CHECK(md_init(&e->md[ARG_B], mm, mm->K, mm->N, mm->b_bs, mm->b_rs, mm->b_cs, abt), "memory desc (B)");
+    DNNL_CHECK(md_init(&e->md[ARG_C], mm, mm->M, mm->N, mm->c_bs, mm->c_rs, mm->c_cs, dnnl_f32), "memory desc (C)");
+    e->used[ARG_A] = e->used[ARG_B] = e->used[ARG_C] = 1;
     if (mm->has_bias) {
         dnnl_dims_t dims, strides;
         int nd = batch_ndims(mm) + 2;
         for (int i = 0; i < nd; i++) dims[i] = 1, strides[i] = mm->N;
         dims[nd - 1] = mm->N;
         strides[nd - 1] = 1;
-        DNNL_CHECK(dnnl_memory_desc_init_by_strides(&bias_md, nd, dims, dnnl_f32, strides), "memory desc (bias)");
+        DNNL_CHECK(dnnl_memory_desc_init_by_strides(&e->md[ARG_BIAS], nd, dims, dnnl_f32, strides),
+                   "memory desc (bias)");
+        e->used[ARG_BIAS] = 1;
     }
     dnnl_matmul_desc_t desc;
-    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a_md, &b_md, mm->has_bias ? &bias_md : NULL, &c_md), "matmul desc");
+    DNNL_CHECK(dnnl_matmul_desc_init(&desc, &e->md[ARG_A], &e->md[ARG_B], mm->has_bias ? &e->md[ARG_BIAS] : NULL,
+                                     &e->md[ARG_C]),
+               "matmul desc");
 
     DNNL_CHECK(dnnl_primitive_attr_create(&attr), "attr creation");
     DNNL_CHECK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
@@ -183,33 +260,16 @@ static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry 
         DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops), "post-ops");
     }
     DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, d->engine, NULL), "matmul primitive desc");
-    scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    e->scratch_bytes = dnnl_memory_desc_get_size(&scratch_md);
+    e->md[ARG_SCRATCH] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = dnnl_memory_desc_get_size(&e->md[ARG_SCRATCH]);
+    e->used[ARG_SCRATCH] = e->scratch_bytes > 0;
     DNNL_CHECK(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
-
-    DNNL_CHECK(dnnl_memory_create(&e->mem_a, &a_md, d->engine, DNNL_MEMORY_NONE), "memory (A)");
-    DNNL_CHECK(dnnl_memory_create(&e->mem_b, &b_md, d->engine, DNNL_MEMORY_NONE), "memory (B)");
-    DNNL_CHECK(dnnl_memory_create(&e->mem_c, &c_md, d->engine, DNNL_MEMORY_NONE), "memory (C)");
-    if (mm->has_bias)
-        DNNL_CHECK(dnnl_memory_create(&e->mem_bias, &bias_md, d->engine, DNNL_MEMORY_NONE), "memory (bias)");
-    if (e->scratch_bytes) {
-        DNNL_CHECK(dnnl_memory_create(&e->mem_scratch, &scratch_md, d->engine, DNNL_MEMORY_NONE), "scratch");
-        if (e->scratch_bytes > d->scratch_cap) {
-            size_t cap = (e->scratch_bytes + 4095) & ~(size_t)4095;
-            void *p = aligned_alloc(64, cap);
-            if (!p) {
-                rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory for oneDNN scratchpad (%zu bytes)", cap);
-                goto done;
-            }
-            free(d->scratch);
-            d->scratch = p;
-            d->scratch_cap = cap;
-        }
-    }
-    /* The impl string belongs to the primitive desc; the primitive keeps its own copy of the pd. */
+    /* The impl string belongs to a primitive desc: take it from the one the primitive keeps. */
     const_dnnl_primitive_desc_t ppd = NULL;
     DNNL_CHECK(dnnl_primitive_get_primitive_desc(e->prim, &ppd), "primitive desc query");
     DNNL_CHECK(dnnl_primitive_desc_query(ppd, dnnl_query_impl_info_str, 0, &e->impl), "impl query");
+    rc = grow_scratch(d, e->scratch_bytes, err);
+    if (rc == LLM4D_OK) rc = ensure_slots(d, e, 1, err);
 done:
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (ops) dnnl_post_ops_destroy(ops);
@@ -261,31 +321,52 @@ llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char
     return LLM4D_OK;
 }
 
-void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
-                       float *c) {
+static void run(llm4d_dnnl *d, mm_entry *e, int slot, const void *a, const void *b, const float *bias, float *c) {
+    void *ptrs[NARGS] = {(void *)a, (void *)b, c, (void *)bias, d->scratch[slot]};
+    LLM4D_ASSERT(!e->used[ARG_BIAS] || bias != NULL, "matmul created with a bias called without one (M=%lld)",
+                 (long long)e->key.v[2]);
+    dnnl_exec_arg_t args[NARGS];
+    int na = 0;
+    for (int i = 0; i < NARGS; i++)
+        if (e->used[i]) {
+            dnnl_memory_set_data_handle(e->mem[slot][i], ptrs[i]);
+            args[na++] = (dnnl_exec_arg_t){arg_ids[i], e->mem[slot][i]};
+        }
+    dnnl_status_t st = dnnl_primitive_execute(e->prim, d->streams[slot], na, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(d->streams[slot]);
+    LLM4D_ASSERT(st == dnnl_success, "oneDNN matmul execution failed: %s", dnnl_status2str(st));
+}
+
+static mm_entry *get_or_abort(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
     mm_entry *e;
     llm4d_err err = {0};
     llm4d_code rc = get_entry(d, mm, &e, &err);
     LLM4D_ASSERT(rc == LLM4D_OK, "matmul M=%lld N=%lld K=%lld batch=%lldx%lld: %s", (long long)mm->M,
                  (long long)mm->N, (long long)mm->K, (long long)mm->batch[0], (long long)mm->batch[1], err.msg);
-    dnnl_exec_arg_t args[5];
-    int na = 0;
-    dnnl_memory_set_data_handle(e->mem_a, (void *)a);
-    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem_a};
-    dnnl_memory_set_data_handle(e->mem_b, (void *)b);
-    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->mem_b};
-    dnnl_memory_set_data_handle(e->mem_c, c);
-    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, e->mem_c};
-    if (e->mem_bias) {
-        LLM4D_ASSERT(bias != NULL, "matmul created with bias called without one (M=%lld)", (long long)mm->M);
-        dnnl_memory_set_data_handle(e->mem_bias, (void *)bias);
-        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem_bias};
-    }
-    if (e->mem_scratch) {
-        dnnl_memory_set_data_handle(e->mem_scratch, d->scratch);
-        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->mem_scratch};
-    }
-    dnnl_status_t st = dnnl_primitive_execute(e->prim, d->stream, na, args);
-    if (st == dnnl_success) st = dnnl_stream_wait(d->stream);
-    LLM4D_ASSERT(st == dnnl_success, "oneDNN matmul execution failed: %s", dnnl_status2str(st));
+    return e;
+}
+
+void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
+                       float *c) {
+    run(d, get_or_abort(d, mm), 0, a, b, bias, c);
+}
+
+llm4d_dnnl_prim *llm4d_dnnl_get_mt(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
+    LLM4D_ASSERT(!omp_in_parallel(), "llm4d_dnnl_get_mt called inside a parallel region%s", "");
+    mm_entry *e = get_or_abort(d, mm);
+    int n = omp_get_max_threads();
+    llm4d_err err = {0};
+    llm4d_code rc = ensure_threads(d, n, &err);
+    if (rc == LLM4D_OK) rc = ensure_slots(d, e, n, &err);
+    LLM4D_ASSERT(rc == LLM4D_OK, "oneDNN per-thread resources for %d threads: %s", n, err.msg);
+    return (llm4d_dnnl_prim *)e;
+}
+
+void llm4d_dnnl_run_mt(llm4d_dnnl *d, llm4d_dnnl_prim *p, const void *a, const void *b, const float *bias,
+                       float *c) {
+    mm_entry *e = (mm_entry *)p;
+    int t = omp_get_thread_num();
+    LLM4D_ASSERT(t < e->nslots && t < d->nthreads, "thread %d beyond the %d slots prepared by llm4d_dnnl_get_mt", t,
+                 e->nslots);
+    run(d, e, t, a, b, bias, c);
 }

@@ -5,13 +5,15 @@
  * reused: the cache is keyed by the full description below (sizes, strides, data type, scale, accumulate, bias).
  * All operands are described by strides over plain row-major buffers, so transposes and the attention's
  * per-head views into qkv are expressed without copies. Memory objects and the scratchpad are owned by the cache
- * too, so a call on a known shape allocates nothing (oneDNN's scratchpad is in "user" mode, one buffer shared by
- * all primitives, grown only when a new shape is created).
+ * too, so a call on a known shape allocates nothing (oneDNN's scratchpad is in "user" mode, one buffer per thread
+ * slot shared by all primitives, grown only when a new shape is created).
  *
- * The cache is not thread-safe: one caller thread drives it, oneDNN parallelises inside with OpenMP. */
+ * The cache itself is not thread-safe: one caller thread creates and runs primitives (oneDNN parallelises each
+ * GEMM inside with OpenMP), except for llm4d_dnnl_run_mt below. */
 #ifndef LLM4D_BACKEND_CPU_DNNL_H
 #define LLM4D_BACKEND_CPU_DNNL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -50,6 +52,16 @@ llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char
 void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
                        float *c);
 
+/* Concurrent use from the threads of an OpenMP parallel region, each running its own (single-threaded: oneDNN
+ * does not nest parallelism) GEMM: worthwhile when there are many small independent GEMMs, such as one per
+ * attention head. llm4d_dnnl_get_mt (outside any parallel region) creates the primitive if needed and
+ * per-thread memory objects, streams and scratchpads for omp_get_max_threads() threads; llm4d_dnnl_run_mt
+ * (inside the region) runs it on the calling thread's resources. */
+typedef struct llm4d_dnnl_prim llm4d_dnnl_prim;
+llm4d_dnnl_prim *llm4d_dnnl_get_mt(llm4d_dnnl *d, const llm4d_dnnl_mm *mm);
+void llm4d_dnnl_run_mt(llm4d_dnnl *d, llm4d_dnnl_prim *p, const void *a, const void *b, const float *bias,
+                       float *c);
+
 /* Convenience constructors for the common 2-D cases (no batch). lda etc. are row strides; ta/tb: the operand is
  * stored transposed (A given as [K,M] row-major with row stride lda, B as [N,K]). */
 llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb, int64_t ldb,
@@ -57,5 +69,7 @@ llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t 
 
 /* Number of primitives created so far (tests check that repeated shapes hit the cache). */
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d);
+/* Bytes of the shared scratchpad (the largest any cached primitive needs); memory not in llm4d_mem's books. */
+size_t llm4d_dnnl_scratch_bytes(const llm4d_dnnl *d);
 
 #endif

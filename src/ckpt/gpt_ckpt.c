@@ -42,6 +42,45 @@ static void file_name(char *buf, size_t n, const char *stem, const char *tag) {
     snprintf(buf, n, "%s%s.safetensors", stem, tag ? tag : "");
 }
 
+/* Where range k starts in m and v (*state) and in params (*par); *next: where a back-to-back range k+1 starts. */
+static void range_at(const size_t *lo, const size_t *hi, const size_t *params_off, const size_t *state_off, int k,
+                     size_t *next, size_t *par, size_t *state) {
+    *state = state_off ? state_off[k] : *next;
+    *next = *state + (hi[k] - lo[k]);
+    *par = params_off ? params_off[k] : *state;
+}
+
+int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
+                                size_t *local_total) {
+    LLM4D_ASSERT(N >= 1 && r >= 0 && r < N, "shard %d of %d", r, N);
+    size_t off = 0;
+    for (int g = 0; g < t->n_groups; g++) {
+        const size_t len = t->group_hi[g] - t->group_lo[g];
+        LLM4D_ASSERT(len % (size_t)N == 0, "group %d of %zu elements is not aligned to %d: build the table with "
+                     "llm4d_param_table_build_aligned(t, model, %d)", g, len, N, N);
+        const size_t sl = len / (size_t)N;
+        lo[g] = t->group_lo[g] + (size_t)r * sl;
+        hi[g] = lo[g] + sl;
+        if (state_off) state_off[g] = off;
+        off += sl;
+    }
+    if (local_total) *local_total = off;
+    return t->n_groups;
+}
+
+llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const size_t *lo,
+                                     const size_t *hi, int n, const float *params, const size_t *params_off,
+                                     const float *m, const float *v, const size_t *state_off, const char *tag,
+                                     llm4d_err *err) {
+    size_t next = 0, pa, st;
+    for (int k = 0; k < n; k++) {
+        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
+        LLM4D_TRY(llm4d_gpt_ckpt_add(s, t, params ? params + pa : NULL, m ? m + st : NULL, v ? v + st : NULL, lo[k],
+                                     hi[k], tag, err));
+    }
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
                               const float *v, size_t lo, size_t hi, const char *tag, llm4d_err *err) {
     LLM4D_ASSERT((m == NULL) == (v == NULL), "m %p and v %p must be both given or both NULL", (const void *)m,
@@ -112,6 +151,38 @@ llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int
     cJSON_AddItemToObject(meta, "model", mj);
     cJSON_AddItemToObject(meta, "format", fj);
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
+                                          const llm4d_model_config *model, const llm4d_param_table *t,
+                                          const size_t *lo, const size_t *hi, int n, const float *params,
+                                          const size_t *params_off, const float *m, const float *v,
+                                          const size_t *state_off, const char *tag, const cJSON *meta,
+                                          int keep_last, llm4d_err *err) {
+    llm4d_ckpt_saver *s = NULL;
+    LLM4D_TRY(llm4d_ckpt_save_begin_collective(&s, comm, output_dir, step, writes, err));
+    char own_tag[32];
+    if (!tag) {
+        snprintf(own_tag, sizeof own_tag, "_r%03d", llm4d_comm_rank(comm));
+        tag = own_tag;
+    }
+    /* failures below are kept by the saver and make the collective commit fail on every rank */
+    llm4d_err le = {0};
+    cJSON *mj = NULL;
+    if (llm4d_comm_rank(comm) == 0) {
+        mj = meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject();
+        if (!mj || !cJSON_IsObject(mj)) {
+            llm4d_fail(&le, mj ? LLM4D_EINTERNAL : LLM4D_ENOMEM, "checkpoint meta must be a JSON object (or memory "
+                       "ran out copying it)");
+            llm4d_ckpt_save_mark_failed(s, &le);
+        } else if (llm4d_gpt_ckpt_meta(mj, model, m != NULL, &le) != LLM4D_OK) {
+            llm4d_ckpt_save_mark_failed(s, &le);
+        }
+    }
+    llm4d_gpt_ckpt_add_ranges(s, t, lo, hi, n, params, params_off, m, v, state_off, tag, &le);
+    llm4d_code rc = llm4d_ckpt_save_commit_collective(s, mj, keep_last, err); /* consumes s */
+    cJSON_Delete(mj);
+    return rc;
 }
 
 llm4d_code llm4d_gpt_ckpt_save(const char *output_dir, int64_t step, const llm4d_model_config *model,
@@ -249,54 +320,84 @@ static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm
     return LLM4D_OK;
 }
 
+/* Read [lo, hi) of one kind into buf (element 0 = flat index lo). Elements of no tensor (alignment holes) become
+ * zero, so a compact shard buffer comes back fully defined. */
 static llm4d_code read_kind(const llm4d_ckpt *c, const char *stem, const llm4d_param_table *t, float *buf, size_t lo,
                             size_t hi, llm4d_err *err) {
+    size_t done = lo; /* [lo, done) is accounted for (the table is in buffer order) */
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
         int64_t b, e, pb, pe, shape[2];
         if (!intersect(p, lo, hi, &b, &e, &pb, &pe)) continue;
+        if (p->offset > done) memset(buf + (done - lo), 0, (p->offset - done) * sizeof(float));
+        done = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (pb < pe) memset(buf + (p->offset + (size_t)pb - lo), 0, (size_t)(pe - pb) * sizeof(float));
         if (b >= e) continue;
         const int nd = llm4d_gpt_ckpt_shape(p, shape);
         LLM4D_TRY(llm4d_ckpt_read_range(c, stem, p->name, LLM4D_ST_F32, nd, shape, b, e,
                                         buf + (p->offset + (size_t)b - lo), err));
     }
+    if (done < hi) memset(buf + (done - lo), 0, (hi - done) * sizeof(float));
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_config *model,
+                                      const llm4d_param_table *t, const size_t *lo, const size_t *hi, int n,
+                                      float *params, const size_t *params_off, float *m, float *v,
+                                      const size_t *state_off, int *has_optim, llm4d_err *err) {
+    for (int k = 0; k < n; k++)
+        LLM4D_ASSERT(lo[k] <= hi[k] && hi[k] <= t->total, "range %d [%zu, %zu) outside the %zu parameters", k, lo[k],
+                     hi[k], t->total);
+    const char *dir = llm4d_ckpt_dir(c);
+    const cJSON *mj = NULL;
+    LLM4D_TRY(meta_model(llm4d_ckpt_meta(c), dir, &mj, err));
+    const int optim = llm4d_ckpt_names(c, LLM4D_GPT_CKPT_OPTIM_M, NULL, 0) > 0;
+    for (int k = 0; k < n; k++) {
+        if (params) LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_MODEL, t, lo[k], hi[k], err));
+        if (optim && (m || v)) {
+            LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_M, t, lo[k], hi[k], err));
+            LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_V, t, lo[k], hi[k], err));
+        }
+    }
+    if (model) LLM4D_TRY(llm4d_gpt_ckpt_check_model(llm4d_ckpt_meta(c), dir, model, err));
+    float *bufs[3] = {params, m, v};
+    const char *stems[3] = {LLM4D_GPT_CKPT_MODEL, LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
+    size_t next = 0, pa, st;
+    for (int k = 0; k < n; k++) {
+        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
+        for (int j = 0; j < 3; j++) {
+            if (!bufs[j]) continue;
+            const size_t at = j == 0 ? pa : st;
+            if (j == 0 || optim) LLM4D_TRY(read_kind(c, stems[j], t, bufs[j] + at, lo[k], hi[k], err));
+            else memset(bufs[j] + at, 0, (hi[k] - lo[k]) * sizeof(float));
+        }
+    }
+    if (has_optim) *has_optim = optim;
     return LLM4D_OK;
 }
 
 llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
                                float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
                                llm4d_err *err) {
-    LLM4D_ASSERT(lo <= hi && hi <= t->total, "range [%zu, %zu) outside the %zu parameters", lo, hi, t->total);
-    const char *dir = llm4d_ckpt_dir(c);
-    const cJSON *mj = NULL;
-    LLM4D_TRY(meta_model(llm4d_ckpt_meta(c), dir, &mj, err));
-    const int optim = llm4d_ckpt_names(c, LLM4D_GPT_CKPT_OPTIM_M, NULL, 0) > 0;
-    if (params) LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_MODEL, t, lo, hi, err));
-    if (optim && (m || v)) {
-        LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_M, t, lo, hi, err));
-        LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_V, t, lo, hi, err));
-    }
-    if (model) LLM4D_TRY(llm4d_gpt_ckpt_check_model(llm4d_ckpt_meta(c), dir, model, err));
-    if (params) LLM4D_TRY(read_kind(c, LLM4D_GPT_CKPT_MODEL, t, params, lo, hi, err));
-    float *mv[2] = {m, v};
-    const char *stems[2] = {LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
-    for (int k = 0; k < 2; k++) {
-        if (!mv[k]) continue;
-        if (optim) LLM4D_TRY(read_kind(c, stems[k], t, mv[k], lo, hi, err));
-        else memset(mv[k], 0, (hi - lo) * sizeof(float));
-    }
-    if (has_optim) *has_optim = optim;
-    return LLM4D_OK;
+    return llm4d_gpt_ckpt_read_ranges(c, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, err);
 }
 
 llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
                                float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
                                cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
+    return llm4d_gpt_ckpt_load_ranges(path, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, meta_out,
+                                      step_out, err);
+}
+
+llm4d_code llm4d_gpt_ckpt_load_ranges(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
+                                      const size_t *lo, const size_t *hi, int n, float *params,
+                                      const size_t *params_off, float *m, float *v, const size_t *state_off,
+                                      int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
     llm4d_ckpt *c;
     if (meta_out) *meta_out = NULL;
     LLM4D_TRY(llm4d_ckpt_open(&c, path, err));
-    llm4d_code rc = llm4d_gpt_ckpt_read(c, model, t, params, m, v, lo, hi, has_optim, err);
+    llm4d_code rc = llm4d_gpt_ckpt_read_ranges(c, model, t, lo, hi, n, params, params_off, m, v, state_off, has_optim,
+                                               err);
     if (!rc && meta_out) {
         *meta_out = cJSON_Duplicate(llm4d_ckpt_meta(c), 1);
         if (!*meta_out) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory copying meta.json");

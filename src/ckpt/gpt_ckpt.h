@@ -18,6 +18,17 @@
  * from any set of saved ranges, so a checkpoint does not depend on the number of ranks that wrote it. The tag keeps
  * the files of several writers apart ("" for a single process).
  *
+ * ZeRO shards. A sharding engine holds several ranges (its shard of every parameter group) back to back in one
+ * compact "local" buffer. The *_ranges functions take n ranges [lo[k], hi[k]) of t's layout and two placements:
+ * range k's Adam m and v elements start at m + state_off[k], v + state_off[k] (state_off NULL: back to back in the
+ * order given), its parameters at params + params_off[k] (params_off NULL: placed like m and v). So
+ *   ZeRO-3 (parameters sharded too):      params = local params,  params_off = NULL, state_off = shard offsets
+ *   ZeRO-1/2 (parameters whole, flat):    params = flat buffer,   params_off = lo,   state_off = shard offsets
+ * llm4d_gpt_ckpt_shard_ranges computes one rank's ranges and shard offsets, and llm4d_gpt_ckpt_save_collective
+ * saves every rank's own ranges at once (store.h's collective save): nothing is gathered, and the result loads under
+ * any other sharding degree, as one process, or into the unaligned table. Elements of a range that belong to no
+ * tensor (the alignment holes at the end of each group of an aligned table) are not saved and read back as zero.
+ *
  * Load checks, before anything is overwritten: every tensor of the range is present with the global shape the
  * table expects (a different model is a user error naming the tensor and both shapes), and, when the caller gives
  * its model configuration, meta.json's "model" agrees with it (the head count, which no shape shows, included). */
@@ -70,6 +81,50 @@ llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model
 llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
                                float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
                                llm4d_err *err);
+
+/* ---- several ranges in compact buffers (ZeRO shards; see the top comment) ---- */
+
+/* The ranges rank r of a sharding group of N owns in t, which must have been built with
+ * llm4d_param_table_build_aligned(t, model, N) (or an alignment N divides): shard r of every group g,
+ *   lo[g] = group_lo[g] + r * s_g,  hi[g] = lo[g] + s_g,  state_off[g] = s_0 + ... + s_{g-1},
+ * with s_g = (group_hi[g] - group_lo[g]) / N, which is the layout of sharding.h's local buffers (shard_off). Each
+ * array has t->n_groups entries (state_off may be NULL); returns t->n_groups. *local_total (may be NULL): the sum
+ * of the s_g, the elements of one local buffer. */
+int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
+                                size_t *local_total);
+
+/* llm4d_gpt_ckpt_add for n ranges placed as the top comment says (params NULL: no weights; m = v = NULL: no
+ * optimizer state). Ranges must not overlap. */
+llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const size_t *lo,
+                                     const size_t *hi, int n, const float *params, const size_t *params_off,
+                                     const float *m, const float *v, const size_t *state_off, const char *tag,
+                                     llm4d_err *err);
+
+/* llm4d_gpt_ckpt_read for n ranges placed as the top comment says (any of params, m, v may be NULL: not read).
+ * Every range is checked before anything is written. */
+llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_config *model,
+                                      const llm4d_param_table *t, const size_t *lo, const size_t *hi, int n,
+                                      float *params, const size_t *params_off, float *m, float *v,
+                                      const size_t *state_off, int *has_optim, llm4d_err *err);
+/* The same opening path (as llm4d_gpt_ckpt_load). Every rank may call it at the same time: loading is read-only. */
+llm4d_code llm4d_gpt_ckpt_load_ranges(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
+                                      const size_t *lo, const size_t *hi, int n, float *params,
+                                      const size_t *params_off, float *m, float *v, const size_t *state_off,
+                                      int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err);
+
+/* Collective over comm (store.h's collective save): every rank saves its own n ranges (placed as the top comment
+ * says; m = v = NULL saves weights only) into model<tag>, optim_m<tag>, optim_v<tag>.safetensors of
+ * output_dir/step_<step>/; rank 0 writes meta.json (a copy of meta, used on rank 0 only and may be NULL, plus
+ * "model" and "format"), then `latest` and keep_last pruning. tag NULL means "_r<rank in comm, 3 digits or more>";
+ * a given tag must differ between writing ranks. writes = 0: this rank holds copies of what other ranks save (a
+ * data-parallel replica of a ZeRO shard) and writes nothing. Every rank returns the same result; on failure nothing
+ * visible changed (`latest` still names the previous checkpoint). */
+llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
+                                          const llm4d_model_config *model, const llm4d_param_table *t,
+                                          const size_t *lo, const size_t *hi, int n, const float *params,
+                                          const size_t *params_off, const float *m, const float *v,
+                                          const size_t *state_off, const char *tag, const cJSON *meta,
+                                          int keep_last, llm4d_err *err);
 
 /* Fill the model geometry (vocab_size, hidden_size, num_layers, num_attention_heads, ffn_hidden_size,
  * max_position_embeddings) and the recorded dropouts, initializer_range and eos_token_id of *m from meta.json's

@@ -174,7 +174,6 @@ llm4d_code llm4d_st_writer_add(llm4d_st_writer *w, const char *name, llm4d_st_dt
     LLM4D_ASSERT(name && name[0] && strcmp(name, "__metadata__") != 0, "bad tensor name '%s'", name ? name : "");
     LLM4D_ASSERT((unsigned)dt < LLM4D_ST_NDTYPES, "dtype %d", (int)dt);
     LLM4D_ASSERT(ndim >= 0 && ndim <= LLM4D_ST_MAX_DIMS, "tensor '%s': ndim %d", name, ndim);
-    for (int i = 0; i < w->n; i++) LLM4D_ASSERT(strcmp(w->t[i].name, name) != 0, "tensor '%s' added twice", name);
     size_t bytes = llm4d_st_dtype_size(dt);
     for (int d = 0; d < ndim; d++) {
         LLM4D_ASSERT(shape[d] >= 0, "tensor '%s': dim %d is %lld", name, d, (long long)shape[d]);
@@ -239,6 +238,10 @@ static int cmp_layout(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+static int cmp_tname(const void *a, const void *b) {
+    return strcmp((*(const llm4d_st_tensor *const *)a)->name, (*(const llm4d_st_tensor *const *)b)->name);
+}
+
 /* Build the padded header text; *order receives the tensors in data order. */
 static llm4d_code st_build_header(const llm4d_st_writer *w, char **text, size_t *len,
                                   const llm4d_st_tensor ***order, llm4d_err *err) {
@@ -246,6 +249,10 @@ static llm4d_code st_build_header(const llm4d_st_writer *w, char **text, size_t 
     cJSON *root = cJSON_CreateObject();
     if (!ord || !root) goto oom;
     for (int i = 0; i < w->n; i++) ord[i] = &w->t[i];
+    /* duplicate names, checked here in n log n rather than at each add (a file may hold thousands of slices) */
+    qsort(ord, (size_t)w->n, sizeof *ord, cmp_tname);
+    for (int i = 1; i < w->n; i++)
+        LLM4D_ASSERT(strcmp(ord[i - 1]->name, ord[i]->name) != 0, "tensor '%s' added twice", ord[i]->name);
     qsort(ord, (size_t)w->n, sizeof *ord, cmp_layout);
     if (w->n_meta > 0) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");

@@ -72,7 +72,8 @@ enum {
 
 void llm4d_st_writer_init(llm4d_st_writer *w);
 /* Add a tensor (name is copied, data is not: it must stay valid until the write). ndim 0 is a scalar. A duplicate
- * name, a name "__metadata__", an empty name or a negative dimension is an internal error (the caller's bug). */
+ * name (found when the file is written), a name "__metadata__", an empty name or a negative dimension is an
+ * internal error (the caller's bug). */
 llm4d_code llm4d_st_writer_add(llm4d_st_writer *w, const char *name, llm4d_st_dtype dt, int ndim,
                                const int64_t *shape, const void *data, llm4d_err *err);
 /* Set a `__metadata__` entry (both strings copied; setting a key again replaces its value). */

@@ -3,7 +3,10 @@
  * The order of operations in llm4d_ckpt_save_commit is the whole point of this file: nothing under a final name
  * (step_<N>, latest) ever exists in an incomplete state, every byte is on disk (fsync of the file, then of the
  * directory holding its name) before the name that makes it reachable is published, and the previous checkpoint is
- * only removed once the new one is reachable. The loader trusts nothing it has not checksummed. */
+ * only removed once the new one is reachable. The loader trusts nothing it has not checksummed.
+ * A collective save keeps that order with one publisher: every rank syncs its own files, the ranks agree (one
+ * allgather of status records) that all of them succeeded, and only then does rank 0 publish; its result is
+ * broadcast, so no rank can believe in a checkpoint that is not there. */
 #define _GNU_SOURCE
 #include "ckpt/store.h"
 
@@ -120,6 +123,8 @@ typedef struct {
     int written;
     uint32_t crc;
     uint64_t bytes;
+    int *names;          /* open-addressing set of the local names added (index into w.t + 1; 0 = empty) */
+    int names_cap;       /* a power of two, more than twice w.n */
 } ck_pending;
 
 struct llm4d_ckpt_saver {
@@ -127,15 +132,20 @@ struct llm4d_ckpt_saver {
     char tmp_dir[PATH_MAX_CK + 128];
     char step_name[64];
     int64_t step;
-    pid_t pid;
+    pid_t pid;           /* of the process that names the temporary directory (rank 0 of a collective save) */
     char kill_at[64];
+    int kill_here;       /* LLM4D_CKPT_KILL_RANK is unset or names this rank */
     int nfiles_written;
     int n, cap;
     ck_pending *f;
+    /* collective saves */
+    llm4d_comm *comm;    /* NULL: a single writer */
+    int rank, writes;
+    llm4d_err failed;    /* the first failure of this rank, kept for the collective commit (code 0: none) */
 };
 
 static void maybe_kill(const llm4d_ckpt_saver *s, const char *point) {
-    if (s->kill_at[0] && strcmp(s->kill_at, point) == 0) raise(SIGKILL);
+    if (s->kill_here && s->kill_at[0] && strcmp(s->kill_at, point) == 0) raise(SIGKILL);
 }
 
 static void kill_hook(void *ctx) { maybe_kill(ctx, "mid_file"); }
@@ -144,6 +154,7 @@ static void saver_free(llm4d_ckpt_saver *s) {
     for (int i = 0; i < s->n; i++) {
         llm4d_st_writer_free(&s->f[i].w);
         cJSON_Delete(s->f[i].slices);
+        free(s->f[i].names);
     }
     free(s->f);
     free(s);
@@ -151,7 +162,7 @@ static void saver_free(llm4d_ckpt_saver *s) {
 
 void llm4d_ckpt_save_abort(llm4d_ckpt_saver *s) {
     if (!s) return;
-    rm_tree(s->tmp_dir);
+    if (!s->comm) rm_tree(s->tmp_dir); /* collective: other ranks may still be writing there */
     saver_free(s);
 }
 
@@ -172,7 +183,9 @@ static void remove_stale(const llm4d_ckpt_saver *s) {
     closedir(d);
 }
 
-llm4d_code llm4d_ckpt_save_begin(llm4d_ckpt_saver **out, const char *output_dir, int64_t step, llm4d_err *err) {
+/* A saver with its names set (the temporary directory named after pid), nothing created yet. */
+static llm4d_code saver_new(llm4d_ckpt_saver **out, const char *output_dir, int64_t step, long pid, int rank,
+                            llm4d_err *err) {
     *out = NULL;
     if (step < 0) return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint step %lld is negative", (long long)step);
     if (strlen(output_dir) + 64 >= PATH_MAX_CK)
@@ -183,28 +196,69 @@ llm4d_code llm4d_ckpt_save_begin(llm4d_ckpt_saver **out, const char *output_dir,
     size_t n = strlen(s->out_dir);
     while (n > 1 && s->out_dir[n - 1] == '/') s->out_dir[--n] = 0;
     s->step = step;
-    s->pid = getpid();
+    s->pid = (pid_t)pid;
+    s->rank = rank;
+    s->writes = 1;
     snprintf(s->step_name, sizeof s->step_name, "step_%lld", (long long)step);
-    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s/.tmp_%s_%ld", s->out_dir, s->step_name, (long)s->pid);
+    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s/.tmp_%s_%ld", s->out_dir, s->step_name, pid);
     const char *k = getenv("LLM4D_CKPT_KILL_AT");
     if (k) snprintf(s->kill_at, sizeof s->kill_at, "%s", k);
-    if (mkdir_p(s->out_dir) != 0) {
-        int e = errno;
-        free(s);
-        return llm4d_fail(err, LLM4D_EUSER, "cannot create output directory %s: %s; choose a writable output_dir",
-                          output_dir, strerror(e));
-    }
-    /* A leftover of our own pid (a previous save in this process that was aborted badly) is replaced. */
-    rm_tree(s->tmp_dir);
-    if (mkdir(s->tmp_dir, 0755) != 0) {
-        int e = errno;
-        free(s);
-        return llm4d_fail(err, LLM4D_EUSER, "output directory %s is not writable (creating a checkpoint there: %s); "
-                          "choose a writable output_dir", output_dir, strerror(e));
-    }
-    remove_stale(s);
+    const char *kr = getenv("LLM4D_CKPT_KILL_RANK");
+    s->kill_here = !kr || !kr[0] || atoi(kr) == rank;
     *out = s;
     return LLM4D_OK;
+}
+
+/* Create output_dir and the temporary directory, remove stale temporaries. */
+static llm4d_code create_dirs(llm4d_ckpt_saver *s, const char *output_dir, llm4d_err *err) {
+    if (mkdir_p(s->out_dir) != 0)
+        return llm4d_fail(err, LLM4D_EUSER, "cannot create output directory %s: %s; choose a writable output_dir",
+                          output_dir, strerror(errno));
+    /* A leftover of our own pid (a previous save in this process that was aborted badly) is replaced. */
+    rm_tree(s->tmp_dir);
+    if (mkdir(s->tmp_dir, 0755) != 0)
+        return llm4d_fail(err, LLM4D_EUSER, "output directory %s is not writable (creating a checkpoint there: %s); "
+                          "choose a writable output_dir", output_dir, strerror(errno));
+    remove_stale(s);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_ckpt_save_begin(llm4d_ckpt_saver **out, const char *output_dir, int64_t step, llm4d_err *err) {
+    llm4d_ckpt_saver *s;
+    LLM4D_TRY(saver_new(&s, output_dir, step, (long)getpid(), 0, err));
+    llm4d_code rc = create_dirs(s, output_dir, err);
+    if (rc != LLM4D_OK) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return LLM4D_OK;
+}
+
+/* On a collective saver: remember the first failure of this rank (for the commit). Returns rc. */
+static llm4d_code keep_failure(llm4d_ckpt_saver *s, llm4d_code rc, const llm4d_err *err) {
+    if (rc != LLM4D_OK && s->comm && s->failed.code == LLM4D_OK) {
+        if (err) s->failed = *err;
+        else snprintf(s->failed.msg, sizeof s->failed.msg, "adding to the checkpoint failed (error %d)", (int)rc);
+        s->failed.code = rc;
+    }
+    return rc;
+}
+
+void llm4d_ckpt_save_mark_failed(llm4d_ckpt_saver *s, const llm4d_err *why) {
+    keep_failure(s, why && why->code != LLM4D_OK ? why->code : LLM4D_EINTERNAL, why);
+}
+
+/* What a collective saver's add call returns without doing anything: OK on a rank that writes nothing, the kept
+ * failure once one happened (later adds would only pile up errors). -1: go on. */
+static int skip_add(const llm4d_ckpt_saver *s, llm4d_err *err) {
+    if (!s->comm) return -1;
+    if (!s->writes) return LLM4D_OK;
+    if (s->failed.code != LLM4D_OK) {
+        if (err) *err = s->failed;
+        return s->failed.code;
+    }
+    return -1;
 }
 
 static ck_pending *pending_get(llm4d_ckpt_saver *s, const char *file, int is_blob, llm4d_err *err) {
@@ -258,9 +312,46 @@ static cJSON *int_array(int n, const int64_t *v) {
     return a;
 }
 
-llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                  int ndim, const int64_t *global_shape, const int64_t *slice_offset,
-                                  const int64_t *slice_shape, const void *data, llm4d_err *err) {
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Whether p holds a tensor named `local` (a set, not a scan: one shard file may get thousands of slices). */
+static int name_taken(const ck_pending *p, const char *local) {
+    if (!p->names_cap) return 0;
+    const size_t mask = (size_t)p->names_cap - 1;
+    for (size_t i = name_hash(local) & mask;; i = (i + 1) & mask) {
+        if (!p->names[i]) return 0;
+        if (strcmp(p->w.t[p->names[i] - 1].name, local) == 0) return 1;
+    }
+}
+
+/* Record the tensor just added (the last of p->w), growing the set when it is half full. */
+static int name_record(ck_pending *p) {
+    int from = p->w.n - 1;
+    if (2 * p->w.n > p->names_cap) {
+        int cap = p->names_cap ? 2 * p->names_cap : 64;
+        int *t = calloc((size_t)cap, sizeof *t);
+        if (!t) return -1;
+        free(p->names);
+        p->names = t;
+        p->names_cap = cap;
+        from = 0;
+    }
+    const size_t mask = (size_t)p->names_cap - 1;
+    for (int k = from; k < p->w.n; k++) {
+        size_t i = name_hash(p->w.t[k].name) & mask;
+        while (p->names[i]) i = (i + 1) & mask;
+        p->names[i] = k + 1;
+    }
+    return 0;
+}
+
+static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt, int ndim,
+                              const int64_t *global_shape, const int64_t *slice_offset, const int64_t *slice_shape,
+                              const void *data, llm4d_err *err) {
     if (!name || !name[0] || strchr(name, '@') || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
         ndim > LLM4D_ST_MAX_DIMS || (unsigned)dt >= LLM4D_ST_NDTYPES)
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': bad name (empty, '@' or reserved), ndim %d "
@@ -284,7 +375,7 @@ llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const c
         for (int d = 0; d < ndim; d++)
             k += snprintf(local + k, sizeof local - (size_t)k, "%c%lld", d ? ',' : '@', (long long)off[d]);
     if (k >= (int)sizeof local) return llm4d_fail(err, LLM4D_EINTERNAL, "tensor name '%s' is too long", name);
-    if (llm4d_st_find(&(llm4d_st_file){.n = p->w.n, .t = p->w.t}, local))
+    if (name_taken(p, local))
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s' added twice to %s", local, file);
     if (!whole) {
         if (!p->slices && !(p->slices = cJSON_CreateObject()))
@@ -297,13 +388,26 @@ llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const c
             return llm4d_fail(err, LLM4D_ENOMEM, "out of memory recording a slice of '%s'", name);
         }
     }
-    return llm4d_st_writer_add(&p->w, local, dt, ndim, shp, data, err);
+    LLM4D_TRY(llm4d_st_writer_add(&p->w, local, dt, ndim, shp, data, err));
+    if (name_record(p) != 0) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory adding '%s' to %s", local, file);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
+                                  int ndim, const int64_t *global_shape, const int64_t *slice_offset,
+                                  const int64_t *slice_shape, const void *data, llm4d_err *err) {
+    int skip = skip_add(s, err);
+    if (skip >= 0) return (llm4d_code)skip;
+    return keep_failure(s, save_tensor(s, file, name, dt, ndim, global_shape, slice_offset, slice_shape, data, err),
+                        err);
 }
 
 llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const void *data, size_t len,
                                 llm4d_err *err) {
+    int skip = skip_add(s, err);
+    if (skip >= 0) return (llm4d_code)skip;
     ck_pending *p = pending_get(s, file, 1, err);
-    if (!p) return err ? err->code : LLM4D_EINTERNAL;
+    if (!p) return keep_failure(s, err ? err->code : LLM4D_EINTERNAL, err);
     p->blob = data;
     p->blob_len = len;
     return LLM4D_OK;
@@ -351,22 +455,35 @@ static llm4d_code flush_one(llm4d_ckpt_saver *s, ck_pending *p, llm4d_err *err) 
 }
 
 llm4d_code llm4d_ckpt_save_flush(llm4d_ckpt_saver *s, const char *file, llm4d_err *err) {
+    int skip = skip_add(s, err);
+    if (skip >= 0) return (llm4d_code)skip;
     for (int i = 0; i < s->n; i++)
-        if (strcmp(s->f[i].name, file) == 0) return flush_one(s, &s->f[i], err);
-    return llm4d_fail(err, LLM4D_EINTERNAL, "flushing checkpoint file '%s' that has no tensors", file);
+        if (strcmp(s->f[i].name, file) == 0) return keep_failure(s, flush_one(s, &s->f[i], err), err);
+    return keep_failure(s, llm4d_fail(err, LLM4D_EINTERNAL, "flushing checkpoint file '%s' that has no tensors", file),
+                        err);
 }
 
-static llm4d_code write_meta(llm4d_ckpt_saver *s, const cJSON *meta, llm4d_err *err) {
+/* One manifest entry; also the record the ranks of a collective commit exchange (fixed size, sent as raw bytes
+ * between copies of the same program). */
+typedef struct {
+    char name[LLM4D_CKPT_FILE_MAX];
+    uint64_t bytes;
+    uint32_t crc;
+    int32_t rank; /* the writer */
+} ck_mentry;
+
+static llm4d_code write_meta(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, const cJSON *meta,
+                             llm4d_err *err) {
     if (meta && !cJSON_IsObject(meta))
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint meta must be a JSON object");
     cJSON *m = meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject();
     cJSON *files = cJSON_CreateObject();
     if (!m || !files) goto oom;
     cJSON_DeleteItemFromObjectCaseSensitive(m, "files");
-    for (int i = 0; i < s->n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(files, s->f[i].name);
-        if (!e || !cJSON_AddNumberToObject(e, "bytes", (double)s->f[i].bytes) ||
-            !cJSON_AddNumberToObject(e, "crc32", (double)s->f[i].crc))
+    for (int i = 0; i < nman; i++) {
+        cJSON *e = cJSON_AddObjectToObject(files, man[i].name);
+        if (!e || !cJSON_AddNumberToObject(e, "bytes", (double)man[i].bytes) ||
+            !cJSON_AddNumberToObject(e, "crc32", (double)man[i].crc))
             goto oom;
     }
     if (!cJSON_AddItemToObject(m, "files", files)) goto oom;
@@ -454,18 +571,19 @@ static void prune(llm4d_ckpt_saver *s, int keep_last) {
     fsync_dir(s->out_dir);
 }
 
-llm4d_code llm4d_ckpt_save_commit(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last, llm4d_err *err) {
-    llm4d_code rc = LLM4D_OK;
-    for (int i = 0; i < s->n && rc == LLM4D_OK; i++) rc = flush_one(s, &s->f[i], err);
-    if (rc == LLM4D_OK) rc = write_meta(s, meta, err);
+/* Every file of the manifest is written and synced into tmp_dir: write meta.json, publish step_<N>, update
+ * `latest`, prune. Before the rename, a failure removes tmp_dir; s is not freed. */
+static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, const cJSON *meta, int keep_last,
+                          llm4d_err *err) {
+    llm4d_code rc = write_meta(s, man, nman, meta, err);
     if (rc != LLM4D_OK) {
-        llm4d_ckpt_save_abort(s);
+        rm_tree(s->tmp_dir);
         return rc;
     }
     maybe_kill(s, "before_dir_fsync");
     if (fsync_dir(s->tmp_dir) != 0) {
         rc = llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
-        llm4d_ckpt_save_abort(s);
+        rm_tree(s->tmp_dir);
         return rc;
     }
     maybe_kill(s, "before_rename");
@@ -482,32 +600,230 @@ llm4d_code llm4d_ckpt_save_commit(llm4d_ckpt_saver *s, const cJSON *meta, int ke
                 e = errno;
                 rc = llm4d_fail(err, LLM4D_EUSER, "%s exists and cannot be replaced atomically (%s); remove it or "
                                 "choose another output_dir", fin, strerror(e));
-                llm4d_ckpt_save_abort(s);
+                rm_tree(s->tmp_dir);
                 return rc;
             }
         } else {
             rc = llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s", s->tmp_dir, fin, strerror(e));
-            llm4d_ckpt_save_abort(s);
+            rm_tree(s->tmp_dir);
             return rc;
         }
     }
     maybe_kill(s, "after_rename");
-    if (fsync_dir(s->out_dir) != 0) {
-        rc = llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
-        saver_free(s);
-        return rc;
-    }
-    rc = write_latest(s, err);
-    if (rc != LLM4D_OK) {
-        /* step_<N> is complete and in place; only the pointer failed. Leave both for the user to inspect. */
-        saver_free(s);
-        return rc;
-    }
+    if (fsync_dir(s->out_dir) != 0)
+        return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
+    /* From here on step_<N> is complete and in place; a failure of the pointer leaves both for the user. */
+    LLM4D_TRY(write_latest(s, err));
     maybe_kill(s, "before_prune");
     if (swapped) rm_tree(s->tmp_dir);
     prune(s, keep_last);
-    saver_free(s);
     return LLM4D_OK;
+}
+
+/* Write this saver's files; fills *man (malloc'ed, the files in add order) and *nman. */
+static llm4d_code write_own(llm4d_ckpt_saver *s, ck_mentry **man, int *nman, llm4d_err *err) {
+    *man = NULL;
+    *nman = 0;
+    for (int i = 0; i < s->n; i++) LLM4D_TRY(flush_one(s, &s->f[i], err));
+    if (s->n == 0) return LLM4D_OK;
+    ck_mentry *m = calloc((size_t)s->n, sizeof *m);
+    if (!m) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory listing the checkpoint's files");
+    for (int i = 0; i < s->n; i++) {
+        snprintf(m[i].name, sizeof m[i].name, "%s", s->f[i].name);
+        m[i].bytes = s->f[i].bytes;
+        m[i].crc = s->f[i].crc;
+        m[i].rank = s->rank;
+    }
+    *man = m;
+    *nman = s->n;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_ckpt_save_commit(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last, llm4d_err *err) {
+    LLM4D_ASSERT(!s->comm, "a collective saver is committed with llm4d_ckpt_save_commit_collective");
+    ck_mentry *man = NULL;
+    int nman = 0;
+    llm4d_code rc = write_own(s, &man, &nman, err);
+    if (rc != LLM4D_OK) rm_tree(s->tmp_dir);
+    else rc = publish(s, man, nman, meta, keep_last, err);
+    free(man);
+    saver_free(s);
+    return rc;
+}
+
+/* ---- collective saving ---- */
+
+/* What each rank contributes to an agreement (sent as raw bytes). */
+typedef struct {
+    int64_t code;
+    int64_t value;
+    char msg[sizeof(((llm4d_err *)0)->msg)];
+} ck_status;
+
+/* Allgather every rank's (code, message, value). When any rank failed, every rank returns the code of the
+ * lowest-numbered failing rank with its message ("rank R: ..." in a group of several). values (n entries, may be
+ * NULL) receives every rank's value. A buffer that cannot be allocated here is fatal: returning alone would leave the
+ * other ranks waiting in the collective forever. */
+static llm4d_code agree(llm4d_comm *c, llm4d_code rc, const llm4d_err *mine, int64_t value, int64_t *values,
+                        llm4d_err *err) {
+    const int n = llm4d_comm_size(c);
+    ck_status *all = calloc((size_t)n, sizeof *all);
+    LLM4D_ASSERT(all != NULL, "out of memory agreeing on a checkpoint among %d ranks", n);
+    ck_status me = {.code = rc, .value = value};
+    if (rc != LLM4D_OK) snprintf(me.msg, sizeof me.msg, "%s", mine->msg);
+    llm4d_code out = llm4d_comm_allgather(c, &me, all, sizeof me, LLM4D_COMM_BYTE, err);
+    for (int r = 0; r < n && out == LLM4D_OK; r++) {
+        if (values) values[r] = all[r].value;
+        if (all[r].code != LLM4D_OK) {
+            out = (llm4d_code)all[r].code;
+            all[r].msg[sizeof all[r].msg - 1] = 0;
+            if (n > 1) llm4d_fail(err, out, "rank %d: %s", r, all[r].msg);
+            else llm4d_fail(err, out, "%s", all[r].msg);
+        }
+    }
+    free(all);
+    return out;
+}
+
+llm4d_code llm4d_ckpt_save_begin_collective(llm4d_ckpt_saver **out, llm4d_comm *comm, const char *output_dir,
+                                            int64_t step, int writes, llm4d_err *err) {
+    *out = NULL;
+    const int n = llm4d_comm_size(comm), rank = llm4d_comm_rank(comm);
+    llm4d_err le = {0};
+    llm4d_ckpt_saver *s = NULL;
+    llm4d_code rc = LLM4D_OK;
+    /* Round 1: rank 0 names the temporary directory after its pid and creates it. */
+    if (rank == 0) {
+        rc = saver_new(&s, output_dir, step, (long)getpid(), 0, &le);
+        if (rc == LLM4D_OK && (rc = create_dirs(s, output_dir, &le)) != LLM4D_OK) {
+            free(s);
+            s = NULL;
+        }
+    }
+    int64_t *vals = calloc((size_t)n, sizeof *vals);
+    LLM4D_ASSERT(vals != NULL, "out of memory starting a checkpoint among %d ranks", n);
+    rc = agree(comm, rc, &le, rank == 0 ? (int64_t)getpid() : 0, vals, err);
+    /* Round 2: every other rank must see that directory, or its files would go somewhere rank 0 never looks. */
+    if (rc == LLM4D_OK) {
+        llm4d_code mine = LLM4D_OK;
+        if (rank != 0) {
+            mine = saver_new(&s, output_dir, step, (long)vals[0], rank, &le);
+            struct stat st;
+            if (mine == LLM4D_OK && (stat(s->tmp_dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+                                     access(s->tmp_dir, W_OK | X_OK) != 0))
+                mine = llm4d_fail(&le, LLM4D_EUSER, "cannot use the checkpoint directory %s that rank 0 created (%s); "
+                                  "output_dir must be a writable directory on a file system shared by every rank",
+                                  s->tmp_dir, strerror(errno));
+        }
+        rc = agree(comm, mine, &le, 0, NULL, err);
+        if (rc != LLM4D_OK && rank == 0 && s) rm_tree(s->tmp_dir);
+    }
+    free(vals);
+    if (rc != LLM4D_OK) {
+        if (s) saver_free(s);
+        return rc;
+    }
+    s->comm = comm;
+    s->writes = writes != 0;
+    *out = s;
+    return LLM4D_OK;
+}
+
+static int cmp_mentry(const void *a, const void *b) {
+    const ck_mentry *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Rank 0, before publishing: no file written by two ranks, every file there with its announced size. */
+static llm4d_code check_manifest(const llm4d_ckpt_saver *s, ck_mentry *man, int nman, llm4d_err *err) {
+    for (int i = 0; i < nman; i++) man[i].name[sizeof man[i].name - 1] = 0;
+    if (nman > 1) qsort(man, (size_t)nman, sizeof *man, cmp_mentry);
+    /* names first: two ranks writing one file also make its size disagree, which would hide the real mistake */
+    for (int i = 1; i < nman; i++)
+        if (strcmp(man[i].name, man[i - 1].name) == 0)
+            return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint file '%s' is written by rank %d and by rank %d; give "
+                              "every writer its own file tag", man[i].name, (int)man[i - 1].rank, (int)man[i].rank);
+    for (int i = 0; i < nman; i++) {
+        char path[PBUF];
+        snprintf(path, sizeof path, "%s/%s", s->tmp_dir, man[i].name);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return llm4d_fail(err, LLM4D_EUSER, "rank 0 cannot see %s, written by rank %d (%s); output_dir must be on "
+                              "a file system shared by every rank", path, (int)man[i].rank, strerror(errno));
+        if ((uint64_t)st.st_size != man[i].bytes)
+            return llm4d_fail(err, LLM4D_EIO, "%s, written by rank %d, is %lld bytes on rank 0 but %llu on its writer; "
+                              "output_dir must be on a file system shared by every rank", path, (int)man[i].rank,
+                              (long long)st.st_size, (unsigned long long)man[i].bytes);
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last,
+                                             llm4d_err *err) {
+    LLM4D_ASSERT(s->comm, "a single-writer saver is committed with llm4d_ckpt_save_commit");
+    llm4d_comm *c = s->comm;
+    const int n = llm4d_comm_size(c), rank = s->rank;
+    llm4d_err le = s->failed;
+    llm4d_code rc = s->failed.code;
+    ck_mentry *mine = NULL, *send = NULL, *all = NULL, *man = NULL;
+    int nmine = 0;
+    /* 1. this rank's files, each synced, then the directory entries naming them */
+    if (rc == LLM4D_OK && s->writes) {
+        rc = write_own(s, &mine, &nmine, &le);
+        if (rc == LLM4D_OK && nmine > 0 && fsync_dir(s->tmp_dir) != 0)
+            rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
+    }
+    maybe_kill(s, "before_agree");
+    /* 2. did every rank succeed? Past this point no rank writes into the temporary directory. */
+    int64_t *counts = calloc((size_t)n, sizeof *counts);
+    LLM4D_ASSERT(counts != NULL, "out of memory committing a checkpoint among %d ranks", n);
+    rc = agree(c, rc, &le, nmine, counts, err);
+    int64_t maxc = 0, total = 0;
+    for (int r = 0; r < n && rc == LLM4D_OK; r++) {
+        maxc = counts[r] > maxc ? counts[r] : maxc;
+        total += counts[r];
+    }
+    /* 3. everyone's manifest entries (padded to the longest list) */
+    if (rc == LLM4D_OK && maxc > 0) {
+        send = calloc((size_t)maxc, sizeof *send);
+        all = calloc((size_t)maxc * (size_t)n, sizeof *all);
+        man = calloc((size_t)total, sizeof *man);
+        LLM4D_ASSERT(send && all && man, "out of memory gathering %lld checkpoint file names", (long long)total);
+        if (nmine > 0) memcpy(send, mine, (size_t)nmine * sizeof *mine);
+        rc = llm4d_comm_allgather(c, send, all, (size_t)maxc * sizeof *send, LLM4D_COMM_BYTE, err);
+    }
+    if (rc != LLM4D_OK) {
+        if (rank == 0) rm_tree(s->tmp_dir);
+        goto done;
+    }
+    /* 4. rank 0 publishes; everybody returns its result */
+    ck_status res;
+    memset(&res, 0, sizeof res);
+    if (rank == 0) {
+        int k = 0;
+        for (int r = 0; r < n; r++)
+            for (int64_t i = 0; i < counts[r]; i++) man[k++] = all[(size_t)r * (size_t)maxc + (size_t)i];
+        llm4d_err e0 = {0};
+        llm4d_code r0 = check_manifest(s, man, k, &e0);
+        if (r0 != LLM4D_OK) rm_tree(s->tmp_dir);
+        else r0 = publish(s, man, k, meta, keep_last, &e0);
+        res.code = r0;
+        if (r0 != LLM4D_OK) snprintf(res.msg, sizeof res.msg, "%s", e0.msg);
+    }
+    rc = llm4d_comm_broadcast(c, &res, sizeof res, LLM4D_COMM_BYTE, 0, err);
+    if (rc == LLM4D_OK && res.code != LLM4D_OK) {
+        res.msg[sizeof res.msg - 1] = 0;
+        rc = llm4d_fail(err, (llm4d_code)res.code, "%s", res.msg);
+    }
+done:
+    free(counts);
+    free(mine);
+    free(send);
+    free(all);
+    free(man);
+    saver_free(s);
+    return rc;
 }
 
 /* ---- loading ---- */
@@ -692,6 +1008,61 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 /* Index the tensors of one safetensors file, reading its llm4d.slices record. */
+static int cmp_rec_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The slice record named `name` in recs (sorted by key), or NULL. */
+static const cJSON *find_rec(const cJSON **recs, int n, const char *name) {
+    int a = 0, b = n;
+    while (a < b) {
+        int m = (a + b) / 2, k = strcmp(recs[m]->string, name);
+        if (k == 0) return recs[m];
+        if (k < 0) a = m + 1;
+        else b = m;
+    }
+    return NULL;
+}
+
+/* The slice record of a file as an array sorted by local name, every name a tensor of the file. Lookups are by
+ * binary search: a ZeRO shard file may hold thousands of slices, and cJSON's object lookup is linear. */
+static llm4d_code slice_records(const llm4d_st_file *st, const cJSON *slices, const char *path, const cJSON ***out,
+                                int *nout, llm4d_err *err) {
+    const int nr = cJSON_GetArraySize(slices);
+    const cJSON **recs = malloc((size_t)(nr ? nr : 1) * sizeof *recs);
+    const char **names = malloc((size_t)(st->n ? st->n : 1) * sizeof *names);
+    llm4d_code rc = LLM4D_OK;
+    if (!recs || !names) {
+        rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory indexing %s", path);
+        goto done;
+    }
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, slices) recs[k++] = e;
+    qsort(recs, (size_t)nr, sizeof *recs, cmp_rec_key);
+    for (int i = 0; i < st->n; i++) names[i] = st->t[i].name;
+    qsort(names, (size_t)st->n, sizeof *names, cmp_cstr);
+    for (int i = 0; i < nr && rc == LLM4D_OK; i++) {
+        const char *key = recs[i]->string;
+        if (i > 0 && strcmp(recs[i - 1]->string, key) == 0)
+            rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s' twice", path, SLICES_KEY, key);
+        else if (!bsearch(&key, names, (size_t)st->n, sizeof *names, cmp_cstr))
+            rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s', which the file does not hold",
+                            path, SLICES_KEY, key);
+    }
+done:
+    free(names);
+    if (rc != LLM4D_OK) {
+        free(recs);
+        return rc;
+    }
+    *out = recs;
+    *nout = nr;
+    return LLM4D_OK;
+}
+
 static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
     ck_file *f = &c->files[fi];
     char path[PBUF];
@@ -700,6 +1071,8 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
     LLM4D_TRY(llm4d_st_parse(&f->st, f->map ? f->map : empty, f->len, path, err));
     f->is_st = 1;
     cJSON *slices = NULL;
+    const cJSON **recs = NULL;
+    int nrecs = 0;
     const char *rec = llm4d_st_meta(&f->st, SLICES_KEY);
     if (rec) {
         slices = cJSON_Parse(rec);
@@ -707,10 +1080,8 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
             cJSON_Delete(slices);
             return llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' is not a JSON object", path, SLICES_KEY);
         }
-        const cJSON *e;
-        cJSON_ArrayForEach(e, slices) if (!llm4d_st_find(&f->st, e->string)) {
-            llm4d_code rc = llm4d_fail(err, LLM4D_EUSER, "%s: metadata '%s' describes tensor '%s', which the file does "
-                                       "not hold", path, SLICES_KEY, e->string);
+        llm4d_code rc = slice_records(&f->st, slices, path, &recs, &nrecs, err);
+        if (rc != LLM4D_OK) {
             cJSON_Delete(slices);
             return rc;
         }
@@ -733,7 +1104,7 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
         en->file = fi;
         en->t = t;
         en->ndim = t->ndim;
-        const cJSON *s = slices ? cJSON_GetObjectItemCaseSensitive(slices, t->name) : NULL;
+        const cJSON *s = recs ? find_rec(recs, nrecs, t->name) : NULL;
         const char *gname = t->name;
         if (s) {
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(s, "name");
@@ -763,6 +1134,7 @@ static llm4d_code index_file(llm4d_ckpt *c, int fi, int *cap, llm4d_err *err) {
         if (!en->name) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory indexing %s", path);
         else c->nent++;
     }
+    free(recs);
     cJSON_Delete(slices);
     return rc;
 }
@@ -938,19 +1310,33 @@ static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off
     return copied;
 }
 
+static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, const char *name,
+                              const ck_entry **sel, int lo, int hi, llm4d_st_dtype dt, int ndim,
+                              const int64_t *expect_shape, const int64_t *offset, const int64_t *shape, void *out,
+                              llm4d_err *err);
+
 llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
                            int ndim, const int64_t *expect_shape, const int64_t *offset, const int64_t *shape,
                            void *out, llm4d_err *err) {
     int lo, hi;
     entry_range(c, name, &lo, &hi);
-    const ck_entry *sel[256];
+    /* the name's slices, first all of them (for the shape checks), then those meeting the box (sel[0..m)) */
+    const ck_entry *sel_small[64], **sel = sel_small;
+    if (hi - lo > (int)(sizeof sel_small / sizeof sel_small[0]) &&
+        !(sel = malloc((size_t)(hi - lo) * sizeof *sel)))
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading tensor '%s'", name);
+    llm4d_code rc = read_slices(c, file_prefix, name, sel, lo, hi, dt, ndim, expect_shape, offset, shape, out, err);
+    if (sel != sel_small) free(sel);
+    return rc;
+}
+
+static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, const char *name,
+                              const ck_entry **sel, int lo, int hi, llm4d_st_dtype dt, int ndim,
+                              const int64_t *expect_shape, const int64_t *offset, const int64_t *shape, void *out,
+                              llm4d_err *err) {
     int n = 0;
     for (int i = lo; i < hi; i++)
-        if (prefix_ok(c, &c->ent[i], file_prefix)) {
-            if (n == 256)
-                return llm4d_fail(err, LLM4D_EUSER, "%s: tensor '%s' is split into more than 256 slices", c->dir, name);
-            sel[n++] = &c->ent[i];
-        }
+        if (prefix_ok(c, &c->ent[i], file_prefix)) sel[n++] = &c->ent[i];
     if (n == 0)
         return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s has no tensor '%s'%s%s%s; it was written for a different "
                           "model or is incomplete", c->dir, name, file_prefix ? " in files starting with '" : "",
@@ -986,6 +1372,18 @@ llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const c
         }
         vol *= shp[d];
     }
+    /* Only the slices meeting the box matter from here on: a ZeRO shard reads a few of a tensor's many slices. */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int meets = 1;
+        for (int d = 0; d < ndim; d++) {
+            int64_t l = sel[i]->off[d] > off[d] ? sel[i]->off[d] : off[d];
+            int64_t h1 = sel[i]->off[d] + sel[i]->t->shape[d], h2 = off[d] + shp[d];
+            if (l >= (h1 < h2 ? h1 : h2)) meets = 0;
+        }
+        if (meets) sel[m++] = sel[i];
+    }
+    n = m;
     for (int i = 0; i < n; i++) {
         llm4d_st_dtype sd = sel[i]->t->dtype;
         if (sd != dt && !(llm4d_st_dtype_is_float(sd) && llm4d_st_dtype_is_float(dt)))
@@ -993,14 +1391,17 @@ llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const c
                               "as %s", c->dir, name, llm4d_st_dtype_name(sd), c->files[sel[i]->file].name,
                               llm4d_st_dtype_name(dt));
     }
-    /* Overlapping slices would make the result depend on which one is copied last. */
+    /* Overlapping slices would make the result depend on which one is copied last (inside the box). */
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
             int overlap = 1;
             for (int d = 0; d < ndim; d++) {
                 int64_t l1 = sel[i]->off[d], h1 = l1 + sel[i]->t->shape[d];
                 int64_t l2 = sel[j]->off[d], h2 = l2 + sel[j]->t->shape[d];
-                if ((l1 > l2 ? l1 : l2) >= (h1 < h2 ? h1 : h2)) overlap = 0;
+                int64_t l = l1 > l2 ? l1 : l2, h = h1 < h2 ? h1 : h2;
+                if (l < off[d]) l = off[d];
+                if (h > off[d] + shp[d]) h = off[d] + shp[d];
+                if (l >= h) overlap = 0;
             }
             if (overlap)
                 return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: tensor '%s' has overlapping slices ('%s' in %s and "
@@ -1105,14 +1506,19 @@ static llm4d_code read_box(void *ctx, const int64_t *off, const int64_t *shp, in
 llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
                                  int ndim, const int64_t *global_shape, int64_t begin, int64_t end, const void *data,
                                  llm4d_err *err) {
+    int skip = skip_add(s, err);
+    if (skip >= 0) return (llm4d_code)skip;
     if (ndim < 0 || ndim > LLM4D_ST_MAX_DIMS || begin < 0 || end < begin ||
         end > llm4d_st_numel(ndim, global_shape))
-        return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': flat range [%lld, %lld) is outside its %lld "
-                          "elements", name, (long long)begin, (long long)end,
-                          (long long)(ndim >= 0 && ndim <= LLM4D_ST_MAX_DIMS ? llm4d_st_numel(ndim, global_shape) : 0));
+        return keep_failure(s, llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': flat range [%lld, %lld) is "
+                                          "outside its %lld elements", name, (long long)begin, (long long)end,
+                                          (long long)(ndim >= 0 && ndim <= LLM4D_ST_MAX_DIMS
+                                                          ? llm4d_st_numel(ndim, global_shape)
+                                                          : 0)),
+                            err);
     range_ctx r = {.s = s, .file = file, .name = name, .dt = dt, .ndim = ndim, .gshape = global_shape,
                    .begin = begin, .src = data};
-    return for_each_box(ndim, global_shape, begin, end, save_box, &r, err);
+    return keep_failure(s, for_each_box(ndim, global_shape, begin, end, save_box, &r, err), err);
 }
 
 llm4d_code llm4d_ckpt_read_range(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,

@@ -22,7 +22,8 @@
  * at most 2*(ndim-1)+1 boxes that make it up (llm4d_ckpt_save_range) and can be read back the same way.
  * The reader assembles any requested box of a global tensor from whatever slices the checkpoint holds (written as
  * 2 row-slices, read whole or as 4 other row-slices, ...), converting between float dtypes if asked. Slices of one
- * name must not overlap (ambiguous data is refused) and must cover the requested box.
+ * name must not overlap inside the requested box (ambiguous data is refused) and must cover it; there is no limit
+ * on the number of slices of a tensor (a ZeRO run of N ranks writes up to 3N per matrix).
  *
  * Names are unique per checkpoint unless the caller separates kinds by file: every lookup takes an optional file
  * prefix, so "model.safetensors" and "optimizer_m.safetensors" may both use the HF names (prefix "model" and
@@ -55,9 +56,28 @@
  *   latest_partial        latest.tmp half written
  *   before_latest_rename  latest.tmp complete and synced
  *   before_prune          `latest` updated, old checkpoints not yet pruned
+ *   before_agree          (collective) this rank's files are written, the status exchange has not started
+ * LLM4D_CKPT_KILL_RANK=<r> limits the kill to rank r of a collective saver's communicator (default: every rank
+ * that reaches the point; a single-process saver is rank 0).
  *
- * Single process: in a multi-rank run, ranks would write their files into one shared temporary directory and one
- * rank would commit; the temporary name carries the committing process id. */
+ * Collective save (several writers, no gathering). Every rank of a communicator (the world, say) opens one saver
+ * with llm4d_ckpt_save_begin_collective: rank 0 creates output_dir and the temporary directory
+ * .tmp_step_<N>_<pid of rank 0> and removes stale ones; the name is broadcast, and every rank checks that it sees
+ * the directory (output_dir must be on a file system all ranks share). Each rank then adds ITS OWN tensors, ranges
+ * and blobs to files whose names no other rank uses (a per-rank tag such as "_r003" in the name); nothing is
+ * communicated while adding. llm4d_ckpt_save_commit_collective, called by every rank:
+ *   1. each rank writes and fsyncs its files (and the temporary directory);
+ *   2. all ranks exchange a status record (allgather): if any rank failed — an add that failed earlier (the first
+ *      failure is kept in the saver), a write error, llm4d_ckpt_save_mark_failed — rank 0 removes the temporary
+ *      directory and EVERY rank returns that rank's error, prefixed "rank R:"; nothing under a final name changed;
+ *   3. the manifest entries (file, bytes, crc32) of every rank are allgathered; rank 0 refuses a file name written
+ *      by two ranks and a file it cannot see with the announced size, then does exactly what a single writer does
+ *      (meta.json with the whole manifest, fsync, rename to step_<N>, `latest`, prune);
+ *   4. rank 0 broadcasts its result, so every rank returns the same code and message.
+ * A rank killed at any point leaves `latest` naming the previous complete checkpoint (the job dies with it; the
+ * orphaned temporary directory is removed by the next save). Ranks holding a replica of data another rank saves
+ * (data-parallel copies of a ZeRO shard) pass writes = 0: they take part in the collectives, and their add calls
+ * succeed and record nothing, so every rank can run the same saving code. */
 #ifndef LLM4D_CKPT_STORE_H
 #define LLM4D_CKPT_STORE_H
 
@@ -67,6 +87,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
+#include "dist/comm.h"
 
 #define LLM4D_CKPT_FILE_MAX 128 /* longest file name inside a checkpoint directory */
 
@@ -93,15 +114,34 @@ llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const ch
 /* Add an opaque file (a plain name not ending in ".safetensors"); data is not copied (see above). */
 llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const void *data, size_t len,
                                 llm4d_err *err);
-/* Write `file` now, so the memory its tensors point to may be reused (for example one staging buffer per kind). */
+/* Write `file` now, so the memory its tensors point to may be reused (for example one staging buffer per kind).
+ * On a collective saver, a failure of this or of the add calls above is also kept for the collective commit. */
 llm4d_code llm4d_ckpt_save_flush(llm4d_ckpt_saver *s, const char *file, llm4d_err *err);
 /* Write what is left, meta.json (a copy of `meta`, a JSON object or NULL, with "files" set by the store; a "files"
  * key of the caller's is replaced), make step_<N> the new checkpoint, update `latest`, then prune to keep_last
  * (<= 0 keeps all). Consumes s whether it succeeds or not; on failure the temporary directory is removed and the
  * previous checkpoints and `latest` are untouched. */
 llm4d_code llm4d_ckpt_save_commit(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last, llm4d_err *err);
-/* Give up: remove the temporary directory and free s. */
+/* Give up: remove the temporary directory and free s. On a collective saver it only frees s (the other ranks may
+ * still be writing into the shared directory): use it only when the job is ending anyway; otherwise call
+ * llm4d_ckpt_save_mark_failed and then llm4d_ckpt_save_commit_collective, which fails on every rank. */
 void llm4d_ckpt_save_abort(llm4d_ckpt_saver *s);
+
+/* ---- collective saving (see the top comment) ---- */
+
+/* Collective over comm: every rank calls it with the same output_dir and step. writes = 0 makes this rank a
+ * participant that writes nothing (its add/flush calls return LLM4D_OK and record nothing). On failure (rank 0
+ * cannot create the directories, a rank cannot see them) every rank returns the same error and *out = NULL. */
+llm4d_code llm4d_ckpt_save_begin_collective(llm4d_ckpt_saver **out, llm4d_comm *comm, const char *output_dir,
+                                            int64_t step, int writes, llm4d_err *err);
+/* Record a failure of this rank that the store did not see (a staging buffer that could not be allocated, say), so
+ * that the next llm4d_ckpt_save_commit_collective fails on every rank with it. The first failure recorded wins.
+ * Collective savers only (a single writer simply calls llm4d_ckpt_save_abort); ignored otherwise. */
+void llm4d_ckpt_save_mark_failed(llm4d_ckpt_saver *s, const llm4d_err *why);
+/* Collective over the saver's communicator; consumes s on every rank. meta is used on rank 0 only (other ranks may
+ * pass NULL); keep_last as in llm4d_ckpt_save_commit. Returns the same code and message on every rank. */
+llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last,
+                                             llm4d_err *err);
 
 /* ---- loading ---- */
 

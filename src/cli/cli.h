@@ -10,6 +10,7 @@ typedef struct {
 } llm4d_verb;
 
 int llm4d_cmd_train(int argc, char **argv);
+int llm4d_cmd_eval(int argc, char **argv);
 int llm4d_cmd_launch(int argc, char **argv);
 int llm4d_cmd_tokenize(int argc, char **argv);
 int llm4d_cmd_detokenize(int argc, char **argv);

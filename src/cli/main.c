@@ -6,6 +6,7 @@
 
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
+    {"eval", "validation loss and perplexity of a checkpoint (--ckpt DIR, train's options)", llm4d_cmd_eval},
     {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
      llm4d_cmd_launch},
     {"prepare-data", "tokenize text or JSON lines into Paddle npz or Megatron bin/idx files",

@@ -22,7 +22,8 @@ int llm4d_cmd_train(int argc, char **argv) {
         }
     /* --debug_dump DIR and --debug_check_replicas are test facilities, taken out before config parsing. */
     const char *debug_dump = NULL;
-    int check_replicas = 0; /* --debug_check_replicas: tests/test_dp.sh */
+    int check_replicas = 0;       /* --debug_check_replicas: tests/test_dp.sh */
+    long long inject_inf_step = 0; /* --debug_inject_inf_step N: tests/test_amp.sh */
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
@@ -30,6 +31,10 @@ int llm4d_cmd_train(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {
             debug_dump = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_inject_inf_step") && i + 1 < argc) {
+            inject_inf_step = atoll(argv[++i]);
             continue;
         }
         if (!strcmp(argv[i], "--debug_check_replicas")) {
@@ -59,7 +64,8 @@ int llm4d_cmd_train(int argc, char **argv) {
     if (rt.world_size > 1) llm4d_topology_print(&topo, &log);
     if (llm4d_comm_groups_create(&groups, rt.world, &topo, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
     llm4d_trainer tr;
-    const llm4d_trainer_opts opts = {.debug_dump = debug_dump, .check_replicas = check_replicas};
+    const llm4d_trainer_opts opts = {.debug_dump = debug_dump, .check_replicas = check_replicas,
+                                     .inject_inf_step = inject_inf_step};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);

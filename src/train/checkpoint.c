@@ -24,6 +24,8 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     cJSON_AddNumberToObject(meta, "adam_t", (double)(tr->have_sh ? tr->sh.t : tr->opt.t));
     cJSON_AddNumberToObject(meta, "eval_next", (double)tr->eval_next);
     cJSON_AddNumberToObject(meta, "loss", tr->last_loss);
+    cJSON_AddNumberToObject(meta, "loss_scale", tr->loss_scale);
+    cJSON_AddNumberToObject(meta, "loss_scale_good_steps", (double)tr->good_steps);
     cJSON *data = cJSON_AddObjectToObject(meta, "data");
     cJSON_AddStringToObject(data, "input_dir", c->data.input_dir);
     cJSON_AddStringToObject(data, "split", c->data.split);
@@ -128,6 +130,11 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
         tr->start_step = step + 1;
         tr->last_saved = step;
         tr->eval_next = meta_int(meta, "eval_next", 0);
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(meta, "loss_scale");
+        if (tr->precision == LLM4D_PREC_FP16 && cJSON_IsNumber(ls) && ls->valuedouble > 0) {
+            tr->loss_scale = ls->valuedouble;
+            tr->good_steps = meta_int(meta, "loss_scale_good_steps", 0);
+        }
         const int64_t adam_t = meta_int(meta, "adam_t", step);
         if (tr->have_sh)
             tr->sh.t = adam_t;
@@ -140,6 +147,7 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
                            "the checkpoint was written with another global_batch_size or max_seq_len: the run "
                            "continues, but not on the samples an uninterrupted run would have read");
     }
+    if (rc == LLM4D_OK && !has_optim) tr->last_saved = meta_int(meta, "step", llm4d_ckpt_step(ck));
     if (rc == LLM4D_OK)
         llm4d_log_info(&tr->log, "loaded %s from %s", has_optim ? "weights and optimizer state" : "weights",
                        llm4d_ckpt_dir(ck));

@@ -45,7 +45,9 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     double loss = 0;
     for (int64_t k = 0; k < acc; k++) {
         const size_t off = (size_t)k * mb * T;
-        for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = count > 0 ? (float)(b->mask[off + i] / count) : 0;
+        /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
+        const double w = count > 0 ? tr->loss_scale / count : 0;
+        for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = (float)(b->mask[off + i] * w);
         loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
                                   (uint32_t)step, 1, mb, T);
         if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
@@ -56,26 +58,51 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     if (tr->have_sh) LLM4D_TRY(llm4d_sharding_finish_backward(&tr->sh, err));
     /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
-    *loss_out = loss;
+    *loss_out = loss / tr->loss_scale;
+    if (step == tr->inject_inf_step) { /* test facility: an overflow, as an fp16 gradient would produce */
+        float *gr = tr->have_sh ? (tr->sh.local_grads ? tr->sh.local_grads : g->grads) : g->grads;
+        gr[0] = (float)INFINITY;
+    }
     return LLM4D_OK;
 }
 
-static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, double *lr_out, llm4d_err *err) {
+/* Clip, then AdamW at lr(step). With fp16 loss scaling, a non-finite gradient norm (an overflow somewhere) skips
+ * the update and halves the scale; 2000 finite steps in a row double it (Paddle's GradScaler defaults). The norm
+ * is the same on every rank (gradients are reduced first), so every rank takes the same decision. */
+static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, double *lr_out, int *found_inf,
+                         llm4d_err *err) {
     llm4d_gpt *g = &tr->model;
     double sumsq;
     if (tr->have_sh)
         LLM4D_TRY(llm4d_sharding_grad_sumsq(&tr->sh, &sumsq, err));
     else
         sumsq = tr->be->sumsq(tr->be, g->grads, g->table.total);
-    const double norm = sqrt(sumsq);
-    const float clip = llm4d_clip_factor(norm, tr->cfg->optim.grad_clip);
     const double lr = llm4d_lr_at(&tr->lr, step);
-    if (tr->have_sh)
-        LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, clip, err));
-    else
-        llm4d_adamw_step(&tr->opt, tr->be, &g->table, g->params, g->grads, (float)lr, clip);
-    *norm_out = norm;
     *lr_out = lr;
+    *found_inf = !isfinite(sumsq);
+    if (*found_inf) {
+        *norm_out = INFINITY;
+        if (tr->precision != LLM4D_PREC_FP16)
+            return llm4d_fail(err, LLM4D_EUSER,
+                              "the gradients overflowed at step %lld; lower max_lr or enable grad_clip",
+                              (long long)step);
+        tr->loss_scale *= 0.5;
+        tr->good_steps = 0;
+        llm4d_log_warn(&tr->log, "found_inf at step %lld: update skipped, loss scale halved to %g", (long long)step,
+                       tr->loss_scale);
+        return LLM4D_OK;
+    }
+    const double norm = sqrt(sumsq) / tr->loss_scale;
+    const float scale = (float)(llm4d_clip_factor(norm, tr->cfg->optim.grad_clip) / tr->loss_scale);
+    if (tr->have_sh)
+        LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, scale, err));
+    else
+        llm4d_adamw_step(&tr->opt, tr->be, &g->table, g->params, g->grads, (float)lr, scale);
+    if (tr->precision == LLM4D_PREC_FP16 && ++tr->good_steps >= 2000) {
+        tr->loss_scale *= 2.0;
+        tr->good_steps = 0;
+    }
+    *norm_out = norm;
     return LLM4D_OK;
 }
 
@@ -92,13 +119,15 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
         double loss, norm, lr;
+        int found_inf = 0;
         LLM4D_TRY(train_step(tr, step, b, &loss, err));
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
         if (!isfinite(loss))
             return llm4d_fail(err, LLM4D_EUSER,
                               "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
                               (long long)step);
-        LLM4D_TRY(update(tr, step, &norm, &lr, err));
+        const double scale_used = tr->loss_scale;
+        LLM4D_TRY(update(tr, step, &norm, &lr, &found_inf, err));
         const double t2 = llm4d_now();
         tr->last_loss = loss;
 
@@ -116,21 +145,26 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %.6f, \"tokens\": %.0f, "
-                    "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
+                    "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
+                    "\"loss_scale\": %g, \"found_inf\": %d}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm,
                     tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
-                    tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0);
+                    tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
+                    found_inf);
             fflush(tr->metrics);
         }
         if (step % c->logging_freq == 0 || step == c->max_steps) {
             const double avg_batch = batch_cost / logged, speed = 1.0 / avg_batch;
+            char amp[96] = "";
+            if (tr->precision == LLM4D_PREC_FP16)
+                snprintf(amp, sizeof amp, ", loss_scale: %g, found_inf: %d", scale_used, found_inf);
             llm4d_log_info(&tr->log,
                            "global step %lld, epoch: %lld, batch: %lld, loss: %.9f, avg_reader_cost: %.5f sec, "
                            "avg_batch_cost: %.5f sec, speed: %.2f step/s, ips_total: %.0f tokens/s, ips: %.0f "
-                           "tokens/s, learning rate: %.5e",
+                           "tokens/s, learning rate: %.5e%s",
                            (long long)step, (long long)b->epoch, (long long)b->batch, loss, reader_cost / logged,
-                           avg_batch, speed, speed * tokens, speed * tokens / tr->world_size, lr_printed);
+                           avg_batch, speed, speed * tokens, speed * tokens / tr->world_size, lr_printed, amp);
             reader_cost = batch_cost = 0;
             logged = 0;
         }

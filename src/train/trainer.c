@@ -91,6 +91,10 @@ static void print_startup(llm4d_trainer *tr) {
         }
     }
     if (tr->have_eval) llm4d_log_info(log, "validation: %d batches per evaluation", c->eval_iters);
+    if (c->use_amp)
+        llm4d_log_info(log, "mixed precision: %s matmul operands, fp32 master weights, accumulation, LayerNorm, "
+                       "softmax and loss%s", tr->precision == LLM4D_PREC_FP16 ? "fp16" : "bf16",
+                       tr->precision == LLM4D_PREC_FP16 ? "; dynamic loss scaling from scale_loss" : "");
     llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB", m->use_recompute ? "on (full)" : "off",
                    tr->model.act_bytes / 1048576.0);
     for (int i = 0; i < c->n_noeffect; i++)
@@ -180,10 +184,6 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                           "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
                           "yet); use --device cpu",
                           cfg->device);
-    if (cfg->use_amp)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "use_amp: mixed precision is not implemented in llm4d yet; train in fp32 with --use_amp "
-                          "false (Engine.mix_precision.enable: False)");
     if (d->mp_degree != 1 || d->pp_degree != 1)
         return llm4d_fail(err, LLM4D_EUSER,
                           "mp_degree %d, pp_degree %d: tensor and pipeline parallelism are not implemented in llm4d "
@@ -193,6 +193,17 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
                                      : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
     if (rc) return rc;
+    tr->loss_scale = 1.0;
+    tr->inject_inf_step = opts->inject_inf_step;
+    if (cfg->use_amp) {
+        tr->precision = strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
+        if (!tr->be->set_precision)
+            return llm4d_fail(err, LLM4D_EUSER,
+                              "use_amp: the %s backend computes in fp32 only; drop --use_amp or use --backend cpu",
+                              tr->be->name);
+        LLM4D_TRY(tr->be->set_precision(tr->be, tr->precision, err));
+        if (tr->precision == LLM4D_PREC_FP16) tr->loss_scale = cfg->scale_loss > 0 ? cfg->scale_loss : 32768.0;
+    }
     LLM4D_TRY(mkdir_p(cfg->output_dir, err)); /* every rank: the offload pool lives there too */
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 

@@ -52,6 +52,11 @@ typedef struct {
     int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
     int64_t last_saved;        /* step of the last checkpoint written (or loaded) */
     double last_loss;
+    /* mixed precision: fp16 scales the loss (dynamic, Paddle's GradScaler), bf16 does not (scale 1) */
+    llm4d_precision precision;
+    double loss_scale;
+    int64_t good_steps;        /* finite steps since the scale last changed */
+    int64_t inject_inf_step;   /* test facility: make this step's gradients overflow */
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     int have_corpus, have_model, have_opt, have_dp, have_sh, have_loader, have_eval;
@@ -61,6 +66,7 @@ typedef struct {
     const char *debug_dump;
     int check_replicas;
     int eval_only;             /* `llm4d eval`: no training loader, an evaluation loader of eval_iters batches */
+    int64_t inject_inf_step;   /* test facility: an overflowing gradient at this step (0: never) */
 } llm4d_trainer_opts;
 
 /* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. Loads the
