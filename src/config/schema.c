@@ -133,7 +133,8 @@ static const llm4d_key keys[] = {
     /* Data */
     NOEFF("Data.Train.dataset.name", "GPTDataset", "GPTDataset", "dataset class; llm4d implements GPTDataset"),
     KEY("Data.Train.dataset.input_dir", LLM4D_KT_STR, data.input_dir, "./data/", NULL, "--input_dir",
-        "token file or directory of token files (.npz ids/lens, or Megatron .bin/.idx)"),
+        "corpus: P_ids.npz, P_ids.npy+P_idx.npz, Megatron P.bin/P.idx or prefix P, or a directory; several "
+        "are blended: \"a b\", \"a,b\" (by tokens) or \"0.3 a 0.7 b\" (Megatron weights)"),
     KEY("Data.Train.dataset.split", LLM4D_KT_SPLIT, data.split, "949,50,1", NULL, "--split",
         "train,validation,test proportions of the documents"),
     KEY("Data.Train.dataset.max_seq_len", LLM4D_KT_INT, data.max_seq_len, "1024", NULL, "--max_seq_len",

@@ -1,4 +1,5 @@
-/* corpus.c — opening a tokenized corpus in Paddle's formats (see corpus.h and reference/paddle-gpt.md §2.1, §8.1).
+/* corpus.c — opening one tokenized corpus: Paddle's formats here, Megatron's by dispatch to megatron.c, and the
+ * discovery of the corpora a directory holds (see corpus.h and reference/paddle-gpt.md §2.1, §8.1).
  *
  * Old format: P_ids.npz with arrays `ids` and `lens`, read whole (these files are small, and a member of a zip
  * cannot be mapped anyway when it is deflated). New format: P_ids.npy holds the ids and is memory-mapped, so a
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/megatron.h"
 #include "data/npz.h"
 
 /* Format a path; 0 when it does not fit (then the caller reports the path as too long). */
@@ -244,6 +246,11 @@ static llm4d_code list_dir(const char *dir, const char *suffix, char ***out, int
     return LLM4D_OK;
 }
 
+static int is_regular(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static llm4d_code open_file(llm4d_corpus *c, const char *path, llm4d_err *err) {
     char prefix[1100];
     size_t n = strlen(path);
@@ -254,41 +261,99 @@ static llm4d_code open_file(llm4d_corpus *c, const char *path, llm4d_err *err) {
         return open_pair(c, prefix, err);
     }
     if (ends_with(path, ".npz")) return llm4d_corpus_open_npz(c, path, err);
+    if (ends_with(path, ".bin") || ends_with(path, ".idx")) return llm4d_corpus_open_megatron(c, path, err);
     return llm4d_fail(err, LLM4D_EUSER,
-                      "%s: unknown corpus file type; expected P_ids.npz (arrays ids, lens) or P_ids.npy with "
-                      "P_idx.npz, or a directory holding them",
+                      "%s: unknown corpus file type; expected P_ids.npz (arrays ids, lens), P_ids.npy with "
+                      "P_idx.npz, Megatron's P.bin with P.idx, or a directory holding them",
                       path);
 }
+
+/* A path that is not there may be a prefix, as Megatron's data_path is: P names P.bin + P.idx (or Paddle's
+ * P_idx.npz / P_ids.npz). Returns the file to open in out, or 0. */
+static int resolve_prefix(const char *p, char *out, size_t cap) {
+    static const char *const suffixes[] = {".idx", "_idx.npz", "_ids.npz"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (pathf(out, cap, "%s%s", p, suffixes[i]) && is_regular(out)) return 1;
+    return 0;
+}
+
+static void free_names(char **names, int n) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* Is name (P.idx) the Megatron twin of a chosen Paddle file (P_idx.npz or P_ids.npz)? */
+static int same_prefix(const char *idx_name, char *const *paddle, int n_paddle) {
+    size_t p = strlen(idx_name) - 4;
+    for (int i = 0; i < n_paddle; i++)
+        if (strlen(paddle[i]) == p + 8 && !strncmp(paddle[i], idx_name, p)) return 1;
+    return 0;
+}
+
+llm4d_code llm4d_corpus_list(const char *dir, char ***paths, int *n_paths, llm4d_err *err) {
+    *paths = NULL;
+    *n_paths = 0;
+    char **paddle, **mega;
+    int np, nm;
+    LLM4D_TRY(list_dir(dir, "_idx.npz", &paddle, &np, err));
+    if (np == 0) {
+        free(paddle);
+        LLM4D_TRY(list_dir(dir, "_ids.npz", &paddle, &np, err));
+    }
+    llm4d_code rc = list_dir(dir, ".idx", &mega, &nm, err);
+    if (rc != LLM4D_OK) {
+        free_names(paddle, np);
+        return rc;
+    }
+    char **all = malloc((size_t)(np + nm + 1) * sizeof *all);
+    int n = 0;
+    if (!all) rc = llm4d_fail(err, LLM4D_ENOMEM, "%s: out of memory listing the directory", dir);
+    const int slash = ends_with(dir, "/");
+    for (int k = 0; k < np + nm && rc == LLM4D_OK; k++) {
+        const char *name = k < np ? paddle[k] : mega[k - np];
+        if (k >= np && same_prefix(name, paddle, np)) continue;
+        size_t len = strlen(dir) + strlen(name) + 2;
+        if (!(all[n] = malloc(len))) {
+            rc = llm4d_fail(err, LLM4D_ENOMEM, "%s: out of memory listing the directory", dir);
+            break;
+        }
+        snprintf(all[n++], len, "%s%s%s", dir, slash ? "" : "/", name);
+    }
+    free_names(paddle, np);
+    free_names(mega, nm);
+    if (rc == LLM4D_OK && n == 0)
+        rc = llm4d_fail(err, LLM4D_EUSER,
+                        "%s: no corpus in this directory: expected files named P_ids.npy + P_idx.npz or P_ids.npz "
+                        "(Paddle) or P.bin + P.idx (Megatron); make one with `llm4d prepare-data`",
+                        dir);
+    if (rc != LLM4D_OK) {
+        if (all) free_names(all, n);
+        return rc;
+    }
+    /* one order for every kind: the directory listing sorted by name (all paths share the directory) */
+    qsort(all, (size_t)n, sizeof *all, cmp_str);
+    *paths = all;
+    *n_paths = n;
+    return LLM4D_OK;
+}
+
+void llm4d_corpus_list_free(char **paths, int n) { free_names(paths, n); }
 
 llm4d_code llm4d_corpus_open(llm4d_corpus *c, const char *input_dir, llm4d_err *err) {
     memset(c, 0, sizeof *c);
     struct stat st;
-    if (stat(input_dir, &st) != 0)
-        return llm4d_fail(err, LLM4D_EUSER, "%s: cannot open the corpus: %s", input_dir, strerror(errno));
+    if (stat(input_dir, &st) != 0) {
+        int e = errno;
+        char file[1200];
+        if (resolve_prefix(input_dir, file, sizeof file)) return open_file(c, file, err);
+        return llm4d_fail(err, LLM4D_EUSER, "%s: cannot open the corpus: %s", input_dir, strerror(e));
+    }
     if (!S_ISDIR(st.st_mode)) return open_file(c, input_dir, err);
-
-    const char *suffix = "_idx.npz";
-    char **names;
+    char **paths;
     int n;
-    LLM4D_TRY(list_dir(input_dir, suffix, &names, &n, err));
-    if (n == 0) {
-        free(names);
-        suffix = "_ids.npz";
-        LLM4D_TRY(list_dir(input_dir, suffix, &names, &n, err));
-    }
-    if (n == 0) {
-        free(names);
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "%s: no corpus in this directory: expected files named P_ids.npy + P_idx.npz (new format) "
-                          "or P_ids.npz (old format); make one with `llm4d prepare-data`",
-                          input_dir);
-    }
-    char first[2048];
-    int fits = pathf(first, sizeof first, "%s%s%s", input_dir, ends_with(input_dir, "/") ? "" : "/", names[0]);
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
-    if (!fits) return llm4d_fail(err, LLM4D_EUSER, "%s: path is too long", input_dir);
-    llm4d_code rc = open_file(c, first, err);
+    LLM4D_TRY(llm4d_corpus_list(input_dir, &paths, &n, err));
+    llm4d_code rc = open_file(c, paths[0], err);
+    llm4d_corpus_list_free(paths, n);
     if (rc == LLM4D_OK) c->n_found = n;
     return rc;
 }

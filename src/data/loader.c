@@ -1,4 +1,4 @@
-/* loader.c — GPT-index batches sliced by data rank, with a one-step prefetch thread (see loader.h). */
+/* loader.c — batches of the blended GPT indices sliced by data rank, with a one-step prefetch thread (see loader.h). */
 #include "data/loader.h"
 
 #include <stdlib.h>
@@ -31,14 +31,15 @@ static void batch_free(llm4d_batch *b, llm4d_mem *mem) {
 void llm4d_loader_fill(llm4d_loader *ld, int64_t s, llm4d_batch *b) {
     const int T = ld->T;
     const int64_t first = s * ld->global_batch;
-    /* PaddleNLP's loader passes over the index once per `n_samples` items: epoch and batch count those passes */
-    const int64_t per_pass = ld->index.n_samples / ld->global_batch > 0 ? ld->index.n_samples / ld->global_batch : 1;
+    /* PaddleNLP's loader passes over the dataset once per len(dataset) items: epoch and batch count those passes */
+    const int64_t pass = llm4d_blend_pass_len(&ld->blend);
+    const int64_t per_pass = pass / ld->global_batch > 0 ? pass / ld->global_batch : 1;
     b->epoch = s / per_pass;
     b->batch = s % per_pass;
     for (int t = 0; t < ld->local_batch; t++) {
         const int64_t item = first + ld->data_rank + (int64_t)t * ld->data_world;
         b->sample_ids[t] = item;
-        llm4d_gpt_index_sample(&ld->index, item, ld->eos_id, b->tokens + (size_t)t * T, b->targets + (size_t)t * T,
+        llm4d_blend_sample(&ld->blend, item, ld->eos_id, b->tokens + (size_t)t * T, b->targets + (size_t)t * T,
                                b->mask + (size_t)t * T, ld->window);
     }
     b->step = s;
@@ -66,7 +67,7 @@ static void *prefetch_main(void *arg) {
     return NULL;
 }
 
-llm4d_code llm4d_loader_init(llm4d_loader *ld, const llm4d_corpus *c, const llm4d_loader_opts *o, llm4d_mem *mem,
+llm4d_code llm4d_loader_init(llm4d_loader *ld, const llm4d_corpora *cs, const llm4d_loader_opts *o, llm4d_mem *mem,
                              llm4d_err *err) {
     memset(ld, 0, sizeof *ld);
     ld->T = o->T;
@@ -81,8 +82,8 @@ llm4d_code llm4d_loader_init(llm4d_loader *ld, const llm4d_corpus *c, const llm4
     const llm4d_gpt_index_opts io = {.split = o->split, .kind = o->kind, .num_samples = o->num_samples,
                                      .seq_len = o->T, .seed = o->seed, .cache_prefix = NULL,
                                      .write_cache = o->write_cache};
-    LLM4D_TRY(llm4d_gpt_index_build(&ld->index, c, &io, err));
-    ld->have_index = 1;
+    LLM4D_TRY(llm4d_blend_build(&ld->blend, cs, &io, err));
+    ld->have_blend = 1;
     ld->window = malloc(((size_t)o->T + 1) * sizeof(int32_t));
     if (!ld->window) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int k = 0; k < 2; k++) LLM4D_TRY(batch_alloc(&ld->buf[k], mem, o->local_batch, o->T, err));
@@ -106,7 +107,7 @@ void llm4d_loader_free(llm4d_loader *ld) {
     }
     for (int k = 0; k < 2; k++)
         if (ld->buf[k].tokens) batch_free(&ld->buf[k], ld->mem);
-    if (ld->have_index) llm4d_gpt_index_free(&ld->index);
+    if (ld->have_blend) llm4d_blend_free(&ld->blend);
     free(ld->window);
     memset(ld, 0, sizeof *ld);
 }

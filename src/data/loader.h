@@ -3,9 +3,10 @@
  * Items are numbered globally: global step s (0-based) consumes items s*G .. s*G+G-1 (G = global batch), and the
  * data rank r of W reads items s*G + r + t*W, t < local batch (PaddleNLP's interleaved batch sampler), so what a
  * rank reads depends only on its data rank, and the union over ranks is the same global batch for every layout.
- * Item i is window shuffle_idx[i] of the split's GPT sample index (data/gpt_index.h: PaddleNLP's split, epochs,
- * doc/sample/shuffle indices), tokens = window[:-1], targets = window[1:], loss mask 0 where the INPUT token is
- * EOS. A background thread prepares the next step's rows while the current step computes, so the reader cost
+ * Item i is item i of the split's blend of corpora (data/blend.h: Megatron's blending; with one corpus the
+ * identity), which is window shuffle_idx[k] of its corpus's GPT sample index (data/gpt_index.h: PaddleNLP's split,
+ * epochs, doc/sample/shuffle indices); tokens = window[:-1], targets = window[1:], loss mask 0 where the INPUT
+ * token is EOS. A background thread prepares the next step's rows while the current step computes, so the reader cost
  * seen by the step is the wait for an already-filled buffer. */
 #ifndef LLM4D_DATA_LOADER_H
 #define LLM4D_DATA_LOADER_H
@@ -15,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/mem.h"
+#include "data/blend.h"
 #include "data/corpus.h"
 #include "data/gpt_index.h"
 
@@ -25,13 +27,13 @@ typedef struct {
     float *mask;         /* [rows, T] 1 = counts in the loss */
     int64_t *sample_ids; /* [rows] global item index of each row (dropout positions) */
     int64_t step;        /* the step (0-based) this buffer holds, -1 when empty */
-    int64_t epoch;       /* passes of the loader over the split's index before this step */
+    int64_t epoch;       /* passes of the loader over the split's blend (llm4d_blend_pass_len) before this step */
     int64_t batch;       /* the step's index within that pass */
 } llm4d_batch;
 
 typedef struct {
-    llm4d_gpt_index index;
-    int have_index;
+    llm4d_blend blend;       /* the split's corpora, their GPT indices and the blend */
+    int have_blend;
     int T;
     int64_t global_batch;    /* G */
     int local_batch;         /* rows this rank reads per step */
@@ -62,7 +64,8 @@ typedef struct {
     int write_cache;          /* 1 on the rank that writes the index cache files next to the data */
 } llm4d_loader_opts;
 
-llm4d_code llm4d_loader_init(llm4d_loader *ld, const llm4d_corpus *c, const llm4d_loader_opts *o, llm4d_mem *mem,
+/* cs must outlive the loader. */
+llm4d_code llm4d_loader_init(llm4d_loader *ld, const llm4d_corpora *cs, const llm4d_loader_opts *o, llm4d_mem *mem,
                              llm4d_err *err);
 void llm4d_loader_free(llm4d_loader *ld);
 /* This rank's rows of global step s (0-based), valid until the next call. Prefetches step s + 1. */

@@ -46,23 +46,51 @@ static void print_startup(llm4d_trainer *tr) {
                    (long long)c->global_batch_size, (long long)c->micro_batch_size, (long long)c->accumulate_steps,
                    c->dist.dp_degree * c->dist.sharding_degree, c->data.max_seq_len,
                    (long long)c->global_batch_size * c->data.max_seq_len);
-    llm4d_log_info(log, "data: %s: %lld tokens in %lld documents", tr->corpus.path, (long long)tr->corpus.n_tokens,
-                   (long long)tr->corpus.n_docs);
-    if (tr->corpus.n_found > 1)
-        llm4d_log_warn(log, "%s holds %d corpora; llm4d reads the first in sorted order (%s), as PaddleNLP does",
-                       c->data.input_dir, tr->corpus.n_found, tr->corpus.path);
-    if (tr->have_loader)
-        llm4d_log_info(log,
-                       "train split %s: documents [%lld, %lld), %lld samples of %d tokens over %lld epoch(s)%s%s",
-                       c->data.split, (long long)tr->loader.index.doc_begin, (long long)tr->loader.index.doc_end,
-                       (long long)tr->loader.index.n_samples, c->data.max_seq_len + 1,
-                       (long long)tr->loader.index.num_epochs,
-                       tr->loader.index.from_cache ? ", index read from cache " : "",
-                       tr->loader.index.from_cache ? tr->loader.index.cache_base : "");
-    if (tr->have_eval)
-        llm4d_log_info(log, "validation split: documents [%lld, %lld), %lld samples; %d batches per evaluation",
-                       (long long)tr->eval_loader.index.doc_begin, (long long)tr->eval_loader.index.doc_end,
-                       (long long)tr->eval_loader.index.n_samples, c->eval_iters);
+    const llm4d_corpora *cs = &tr->corpora;
+    if (cs->n == 1)
+        llm4d_log_info(log, "data: %s: %lld tokens in %lld documents", cs->corpus[0].path,
+                       (long long)cs->corpus[0].n_tokens, (long long)cs->corpus[0].n_docs);
+    else {
+        llm4d_log_info(log, "data: %d corpora blended (Megatron's blending), weights %s:", cs->n,
+                       cs->weighted ? "as given, normalised" : "proportional to their tokens");
+        for (int d = 0; d < cs->n; d++)
+            llm4d_log_info(log, "    %s: %lld tokens in %lld documents, weight %.6f", cs->corpus[d].path,
+                           (long long)cs->corpus[d].n_tokens, (long long)cs->corpus[d].n_docs, cs->weight[d]);
+    }
+    const char *split_name[2] = {"train", "validation"};
+    const llm4d_loader *lds[2] = {tr->have_loader ? &tr->loader : NULL, tr->have_eval ? &tr->eval_loader : NULL};
+    for (int k = 0; k < 2; k++) {
+        if (!lds[k]) continue;
+        const llm4d_blend *b = &lds[k]->blend;
+        if (b->single >= 0) {
+            const llm4d_gpt_index *ix = &b->index[b->single];
+            llm4d_log_info(log,
+                           "%s split %s%s%s: documents [%lld, %lld), %lld samples of %d tokens over %lld epoch(s)%s%s",
+                           split_name[k], c->data.split, cs->n > 1 ? " of " : "",
+                           cs->n > 1 ? cs->corpus[b->single].path : "", (long long)ix->doc_begin,
+                           (long long)ix->doc_end, (long long)ix->n_samples, c->data.max_seq_len + 1,
+                           (long long)ix->num_epochs, ix->from_cache ? ", index read from cache " : "",
+                           ix->from_cache ? ix->cache_base : "");
+            continue;
+        }
+        llm4d_log_info(log, "%s split %s: %lld samples of %d tokens blended from:", split_name[k], c->data.split,
+                       (long long)b->size, c->data.max_seq_len + 1);
+        for (int d = 0; d < b->n; d++) {
+            const llm4d_gpt_index *ix = &b->index[d];
+            if (!(b->weight[d] > 0)) {
+                llm4d_log_info(log, "    %s: none (%s)", cs->corpus[d].path,
+                               cs->weight[d] > 0 ? "its share of the split is empty" : "weight 0");
+                continue;
+            }
+            llm4d_log_info(log,
+                           "    %s: %lld samples (%.4f), documents [%lld, %lld), index of %lld samples over %lld "
+                           "epoch(s)%s",
+                           cs->corpus[d].path, (long long)b->drawn[d], (double)b->drawn[d] / (double)b->size,
+                           (long long)ix->doc_begin, (long long)ix->doc_end, (long long)ix->n_samples,
+                           (long long)ix->num_epochs, ix->from_cache ? ", from cache" : "");
+        }
+    }
+    if (tr->have_eval) llm4d_log_info(log, "validation: %d batches per evaluation", c->eval_iters);
     if (c->use_amp)
         llm4d_log_info(log, "mixed precision: %s matmul operands, fp32 master weights, accumulation, LayerNorm, "
                        "softmax and loss%s", tr->precision == LLM4D_PREC_FP16 ? "fp16" : "bf16",
@@ -119,7 +147,7 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
                 o.kind = LLM4D_SPLIT_TRAIN;
                 o.num_samples = llm4d_gpt_num_samples(LLM4D_SPLIT_TRAIN, c->global_batch_size, c->max_steps,
                                                       c->eval_freq, c->eval_iters);
-                rc = llm4d_loader_init(&tr->loader, &tr->corpus, &o, &tr->mem, err);
+                rc = llm4d_loader_init(&tr->loader, &tr->corpora, &o, &tr->mem, err);
                 if (rc == LLM4D_OK) tr->have_loader = 1;
             }
             if (rc == LLM4D_OK && want_eval) {
@@ -127,7 +155,7 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
                 o.num_samples = eval_only ? c->global_batch_size * c->eval_iters
                                           : llm4d_gpt_num_samples(LLM4D_SPLIT_VALID, c->global_batch_size,
                                                                   c->max_steps, c->eval_freq, c->eval_iters);
-                rc = llm4d_loader_init(&tr->eval_loader, &tr->corpus, &o, &tr->mem, err);
+                rc = llm4d_loader_init(&tr->eval_loader, &tr->corpora, &o, &tr->mem, err);
                 if (rc == LLM4D_OK) tr->have_eval = 1;
             }
         }
@@ -179,13 +207,14 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(mkdir_p(cfg->output_dir, err)); /* every rank: the offload pool lives there too */
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 
-    LLM4D_TRY(llm4d_corpus_open(&tr->corpus, cfg->data.input_dir, err));
+    LLM4D_TRY(llm4d_corpora_open(&tr->corpora, cfg->data.input_dir, err));
     tr->have_corpus = 1;
-    if (tr->corpus.max_id >= m->vocab_size)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "%s holds token id %lld, but the model's vocab_size is %d; tokenize with the model's "
-                          "vocabulary or raise Model.vocab_size",
-                          tr->corpus.path, (long long)tr->corpus.max_id, m->vocab_size);
+    for (int d = 0; d < tr->corpora.n; d++)
+        if (tr->corpora.corpus[d].max_id >= m->vocab_size)
+            return llm4d_fail(err, LLM4D_EUSER,
+                              "%s holds token id %lld, but the model's vocab_size is %d; tokenize with the model's "
+                              "vocabulary or raise Model.vocab_size",
+                              tr->corpora.corpus[d].path, (long long)tr->corpora.corpus[d].max_id, m->vocab_size);
 
     const int T = cfg->data.max_seq_len, mb = (int)cfg->micro_batch_size;
     const int sharded = d->sharding_degree > 1;
@@ -250,7 +279,7 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
     if (tr->have_sh) llm4d_sharding_free(&tr->sh);
     if (tr->have_opt) llm4d_adamw_destroy(&tr->opt, tr->be, &tr->mem);
     if (tr->have_model) llm4d_gpt_destroy(&tr->model);
-    if (tr->have_corpus) llm4d_corpus_close(&tr->corpus);
+    if (tr->have_corpus) llm4d_corpora_close(&tr->corpora);
     if (tr->be) tr->be->destroy(tr->be);
     memset(tr, 0, sizeof *tr);
 }

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "data/blend.h"
 #include "data/corpus.h"
 #include "data/loader.h"
 #include "dist/comm.h"
@@ -35,7 +36,7 @@ typedef struct {
     llm4d_adamw opt;           /* without sharding: AdamW over the whole flat buffer */
     llm4d_dp dp;               /* data parallel without sharding */
     llm4d_sharding sh;         /* sharding_degree > 1 */
-    llm4d_corpus corpus;
+    llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
     llm4d_loader loader;       /* train split */
     llm4d_loader eval_loader;  /* validation split */
     int64_t eval_next;         /* next validation batch: evaluations continue where the last one stopped */
