@@ -22,6 +22,7 @@ ap.add_argument("--T", type=int, default=64)
 ap.add_argument("--steps", type=int, default=4)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--bf16", action="store_true")
+ap.add_argument("--accum", type=int, default=1, help="split B into this many micro-batches (same math, less memory)")
 a = ap.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -73,9 +74,11 @@ times = []
 for s in range(a.steps + 1):
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
-        loss = model(idx, tgt)
-    loss.backward()
+    mb = a.B // a.accum
+    for k in range(a.accum):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = model(idx[k * mb:(k + 1) * mb], tgt[k * mb:(k + 1) * mb]) / a.accum
+        loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     if s > 0:  # the first step warms up allocators and kernels

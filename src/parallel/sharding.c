@@ -25,21 +25,60 @@ static void gather(llm4d_sharding *s, int grp, float *buf) {
                                   LLM4D_COMM_F32, &s->err));
 }
 
+/* Finish the prefetch in flight (if any). */
+static void prefetch_wait(llm4d_sharding *s) {
+    if (s->prefetch_group < 0) return;
+    HOOK_TRY(llm4d_comm_wait(&s->prefetch_req, &s->err));
+}
+
+/* Start gathering block/final-LayerNorm group grp into prefetch_buf (grp outside 1..G-1: nothing). */
+static void prefetch_start(llm4d_sharding *s, int grp) {
+    if (grp < 1 || grp >= s->n_groups || s->failed) return;
+    prefetch_wait(s);
+    s->prefetch_group = grp;
+    HOOK_TRY(llm4d_comm_iallgather(s->sh, s->local_params + s->shard_off[grp], s->prefetch_buf, s->shard_len[grp],
+                                   LLM4D_COMM_F32, &s->prefetch_req, &s->err));
+}
+
+/* Open MPI advances a non-blocking collective only inside MPI calls: the hooks call this between kernels. */
+static void prefetch_progress(llm4d_sharding *s) {
+    if (s->prefetch_group < 0 || !s->prefetch_req.comm || s->failed) return;
+    int done = 0;
+    HOOK_TRY(llm4d_comm_test(&s->prefetch_req, &done, &s->err));
+}
+
 static float *params_for(void *ctx, int grp, int pass) {
     llm4d_sharding *s = ctx;
     if (s->stage < 3) return s->g->params + group_lo(s, grp);
+    const int last = s->n_groups - 1; /* the final LayerNorm's group */
     if (grp == 0) {
-        if (!s->emb_param_valid) gather(s, 0, s->emb_param_buf);
+        if (!s->emb_param_valid) {
+            gather(s, 0, s->emb_param_buf);
+            /* forward goes on with block 0 (group 1); backward starts at the LM head, then the final LayerNorm */
+            prefetch_start(s, pass == 0 ? 1 : last);
+        }
         s->emb_param_valid = 1;
-        (void)pass;
         return s->emb_param_buf;
     }
-    gather(s, grp, s->layer_param_buf);
+    if (s->prefetch_group == grp) {
+        prefetch_wait(s);
+        s->prefetch_hits++;
+        float *t = s->layer_param_buf; /* the prefetched buffer becomes the current one */
+        s->layer_param_buf = s->prefetch_buf;
+        s->prefetch_buf = t;
+    } else {
+        prefetch_wait(s);
+        s->prefetch_group = -1;
+        gather(s, grp, s->layer_param_buf);
+    }
+    s->prefetch_group = -1;
+    prefetch_start(s, pass == 0 ? grp + 1 : grp - 1);
     return s->layer_param_buf;
 }
 
 static void release(void *ctx, int grp, int pass) {
     llm4d_sharding *s = ctx;
+    if (s->stage >= 3) prefetch_progress(s);
     if (s->stage < 3 || grp != 0) return;
     /* forward uses the embeddings twice (lookup, LM head): keep the gathered copy between them */
     if (pass == 0 && ++s->emb_fwd_uses < 2) return;
@@ -62,6 +101,7 @@ static float *grads_for(void *ctx, int grp) {
 static void grads_done(void *ctx, int grp) {
     llm4d_sharding *s = ctx;
     const size_t n = s->shard_len[grp];
+    if (s->stage >= 3) prefetch_progress(s);
     if (s->stage < 2) {
         if (!s->last_micro) return; /* stage 1 accumulates whole gradients, then reduces once */
         float *full = s->g->grads + group_lo(s, grp);
@@ -113,6 +153,7 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
                                llm4d_comm *sharding_comm, llm4d_comm *dp_comm, float beta1, float beta2, float eps,
                                float weight_decay, uint64_t seed, llm4d_err *err) {
     memset(s, 0, sizeof *s);
+    s->prefetch_group = -1;
     s->beta1 = beta1;
     s->beta2 = beta2;
     s->eps = eps;
@@ -151,6 +192,7 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
     if (stage >= 3) {
         s->emb_param_buf = alloc_f(s, LLM4D_MEM_COMM, group_len(s, 0), &ok);
         s->layer_param_buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+        s->prefetch_buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
     }
     if (!ok) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded training state");
     /* optimizer states (and at stage 3 the parameter shards the update writes): in the offload pool, or memory */
@@ -186,7 +228,9 @@ void llm4d_sharding_free(llm4d_sharding *s) {
     if (s->emb_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->emb_buf, group_len(s, 0) * sizeof(float));
     if (s->layer_grad_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->layer_grad_buf, s->max_group * sizeof(float));
     if (s->emb_param_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->emb_param_buf, group_len(s, 0) * sizeof(float));
+    if (s->prefetch_group >= 0) prefetch_wait(s);
     if (s->layer_param_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->layer_param_buf, s->max_group * sizeof(float));
+    if (s->prefetch_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->prefetch_buf, s->max_group * sizeof(float));
     if (s->offload_map) {
         munmap(s->offload_map, s->offload_bytes);
         llm4d_mem_account(s->mem, LLM4D_MEM_OPTIM, -(long long)s->offload_bytes);
@@ -247,6 +291,11 @@ llm4d_code llm4d_sharding_grad_sumsq(llm4d_sharding *s, double *sumsq, llm4d_err
 
 llm4d_code llm4d_sharding_update(llm4d_sharding *s, float lr, float grad_scale, llm4d_err *err) {
     const llm4d_param_table *t = &s->g->table;
+    if (s->stage >= 3 && s->prefetch_group >= 0) { /* never let a gather in flight read shards being updated */
+        prefetch_wait(s);
+        s->prefetch_group = -1;
+        LLM4D_TRY(check_failed(s, err));
+    }
     s->t++;
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];

@@ -14,7 +14,9 @@
  *   stage 3  parameters are sharded too: a group is all-gathered into a gather buffer right before it is used
  *            (forward, and again in backward) and released right after. Model states 16Psi/N; traffic 3Psi.
  *            The tied embedding is gathered once in forward (kept from the lookup to the LM head) and once in
- *            backward; its gradient bucket lives through the whole backward (both uses add to it).
+ *            backward; its gradient bucket lives through the whole backward (both uses add to it). While a group
+ *            computes, the next one's all-gather is already in flight (non-blocking, in a second buffer, driven by
+ *            test calls from the hooks), in both directions: forward prefetches block l+1, backward block l-1.
  *
  * The bucket and gather buffers are the declared communication buffers (category comm): one of the largest
  * group for layers, one for the embeddings.
@@ -50,6 +52,10 @@ typedef struct {
     float *emb_buf;          /* embeddings' gradient bucket (stages 2, 3) and gather buffer (stage 3) (comm) */
     float *layer_grad_buf;   /* bucket of the group being back-propagated (stages 2, 3) (comm) */
     float *layer_param_buf;  /* gather buffer of the group in use (stage 3) (comm) */
+    float *prefetch_buf;     /* stage 3: the next group's gather, in flight while the current group computes */
+    int prefetch_group;      /* the group being prefetched into prefetch_buf, -1 none */
+    llm4d_comm_req prefetch_req;
+    int64_t prefetch_hits;   /* gathers that were already in flight when the group was needed */
     float *emb_param_buf;    /* stage 3: gathered embeddings (comm) */
     int emb_param_valid;     /* stage 3: emb_param_buf holds the gathered embeddings */
     int emb_fwd_uses;        /* stage 3: forward uses of the embeddings so far in this micro-batch */
