@@ -41,15 +41,18 @@ dp2() { # name [env...]
   echo "bench_dp: dp2 x 1 thread $* ..." >&2
   env "$@" LLM4D_DP_TRACE=1 LLM4D_DP_OVERLAP=alternate OMP_NUM_THREADS=1 "$LLM4D" launch --nproc 2 \
     --log_dir "$tmp/$name/log" -- train "${COMMON[@]}" --global_batch_size $((2 * MB)) --dp_degree 2 --threads 1 \
-    --output_dir "$tmp/$name/out" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
+    --output_dir "$tmp/$name/out" >"$tmp/$name.log" 2>&1 || { tail -5 "$tmp/$name.log"; return 1; }
 }
 single dp1t1 1
 single dp1t2 2
-dp2 dp2
+dp2 dp2 || exit 1
 runs=(dp1t1="$tmp/dp1t1" dp1t2="$tmp/dp1t2" dp2="$tmp/dp2")
 if [ "${DP_BENCH_RING:-1}" != 0 ]; then
-  dp2 dp2ring OMPI_MCA_coll_libnbc_iallreduce_algorithm=1
-  runs+=(dp2ring="$tmp/dp2ring")
+  if dp2 dp2ring OMPI_MCA_coll_libnbc_iallreduce_algorithm=1; then
+    runs+=(dp2ring="$tmp/dp2ring")
+  else
+    echo "bench_dp: the libnbc ring run failed (above); reporting the others" >&2
+  fi
 fi
 params=$(sed -n 's/.*parameters: \([0-9]*\).*/\1/p' "$tmp/dp1t1.log" | head -1)
 echo "model $MODEL ($params parameters), per-rank batch $MB x $T tokens, $STEPS steps per run"
