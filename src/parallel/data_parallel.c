@@ -1,6 +1,7 @@
 /* data_parallel.c — bucketed, overlapped gradient all-reduce (see data_parallel.h). */
 #include "parallel/data_parallel.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b) {
         LLM4D_OK)
         dp->failed = 1;
     b->started = 1;
+    b->t_start = t0 - dp->t_arm;
     dp->comm_total_s += llm4d_now() - t0;
 }
 
@@ -24,15 +26,23 @@ static void progress(llm4d_dp *dp) {
         if (!b->started || !b->req.comm) continue;
         int done = 0;
         if (llm4d_comm_test(&b->req, &done, &dp->err) != LLM4D_OK) dp->failed = 1;
+        if (done) b->t_done = llm4d_now() - dp->t_arm;
     }
+    dp->tests++;
     dp->comm_total_s += llm4d_now() - t0;
 }
 
 static void on_grads_done(void *ctx, int group) {
     llm4d_dp *dp = ctx;
     if (!dp->armed) return;
+    dp->t_backward_end = llm4d_now() - dp->t_arm;
+    if (!dp->overlap) return;
     llm4d_dp_bucket *b = &dp->buckets[dp->bucket_of_group[group]];
-    if (--b->pending == 0) start_bucket(dp, b);
+    /* The last bucket (it holds the embeddings, whose gradient is finished by the very last op of backward) has
+     * no compute left to hide behind: llm4d_dp_finish reduces it with a blocking all-reduce, which MPI libraries
+     * implement better than their non-blocking one (Open MPI 4.1's libnbc does a binomial reduce to rank 0 then a
+     * broadcast for fewer than 4 ranks or in-place buffers; measured in bench/bench_dp.sh). */
+    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b);
     progress(dp);
 }
 
@@ -64,6 +74,10 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
     }
     for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
+    const char *ov = getenv("LLM4D_DP_OVERLAP"), *tr = getenv("LLM4D_DP_TRACE");
+    dp->overlap_mode = !ov || strcmp(ov, "0") ? (ov && !strcmp(ov, "alternate") ? 2 : 1) : 0;
+    dp->overlap = dp->overlap_mode != 0;
+    dp->trace = tr && strcmp(tr, "0") && *tr;
     g->hooks.ctx = dp;
     g->hooks.grads_done = on_grads_done;
     return LLM4D_OK;
@@ -78,24 +92,57 @@ void llm4d_dp_free(llm4d_dp *dp) {
 void llm4d_dp_arm(llm4d_dp *dp, int armed) {
     dp->armed = armed;
     if (armed) {
+        /* LLM4D_DP_OVERLAP=alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
+         * benchmark compares both under the same machine load */
+        if (dp->overlap_mode == 2) dp->overlap = dp->n_armed % 2 == 0;
+        dp->n_armed++;
         dp->comm_wait_s = dp->comm_total_s = 0;
+        dp->t_arm = llm4d_now();
+        dp->tests = 0;
         for (int i = 0; i < dp->n_buckets; i++) {
             dp->buckets[i].pending = dp->buckets[i].n_groups;
             dp->buckets[i].started = 0;
+            dp->buckets[i].t_start = dp->buckets[i].t_done = -1;
         }
     }
 }
 
+/* One line per step (LLM4D_DP_TRACE): where each bucket's reduction ran relative to backward. */
+static void print_trace(const llm4d_dp *dp) {
+    printf("llm4d dp trace: rank %d %s backward %.4f s, %d progress calls, wait %.4f s, comm %.4f s, buckets "
+           "(MB start done):",
+           dp->comm->rank, dp->overlap ? "overlap" : "blocking", dp->t_backward_end, dp->tests, dp->comm_wait_s,
+           dp->comm_total_s);
+    for (int i = 0; i < dp->n_buckets; i++) {
+        const llm4d_dp_bucket *b = &dp->buckets[i];
+        printf(" %.2f %.4f %.4f", (double)(b->hi - b->lo) * sizeof(float) / 1e6, b->t_start, b->t_done);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
 llm4d_code llm4d_dp_finish(llm4d_dp *dp, llm4d_err *err) {
     const double t0 = llm4d_now();
-    for (int i = 0; i < dp->n_buckets && !dp->failed; i++) {
+    /* blocking mode: every bucket in order; overlapped: the last bucket first (the others progress meanwhile) */
+    for (int k = 0; k < dp->n_buckets && !dp->failed; k++) {
+        const int i = dp->overlap ? (k + dp->n_buckets - 1) % dp->n_buckets : k;
         llm4d_dp_bucket *b = &dp->buckets[i];
-        if (!b->started) start_bucket(dp, b); /* a bucket whose groups were not all reported (cannot happen) */
-        if (!dp->failed && llm4d_comm_wait(&b->req, &dp->err) != LLM4D_OK) dp->failed = 1;
+        if (!dp->overlap || i == dp->n_buckets - 1) {
+            b->t_start = llm4d_now() - dp->t_arm;
+            if (llm4d_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, &dp->err) !=
+                LLM4D_OK)
+                dp->failed = 1;
+            b->t_done = llm4d_now() - dp->t_arm;
+            continue;
+        }
+        LLM4D_ASSERT(b->started, "bucket %d of %d: not all of its groups reported done", i, dp->n_buckets);
+        if (!dp->failed && b->req.comm && llm4d_comm_wait(&b->req, &dp->err) != LLM4D_OK) dp->failed = 1;
+        if (b->t_done < 0) b->t_done = llm4d_now() - dp->t_arm;
     }
     dp->comm_wait_s = llm4d_now() - t0;
     dp->comm_total_s += dp->comm_wait_s;
     dp->armed = 0;
+    if (dp->trace && !dp->failed) print_trace(dp);
     if (dp->failed) {
         *err = dp->err;
         return err->code;

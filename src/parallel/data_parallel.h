@@ -10,7 +10,17 @@
  * weight receives its last contribution from the embedding lookup at the very end). When the last micro-batch's
  * backward reports a group done (the model's grads_done hook) and its bucket is complete, the bucket's
  * non-blocking all-reduce starts; outstanding buckets are tested after every group so that Open MPI progresses
- * them while backward computes; all are waited on before the optimizer step. */
+ * them while backward computes; all are waited on before the optimizer step. The last bucket (the embeddings)
+ * is complete only when backward ends, so there is nothing left to hide it behind: finish reduces it with a
+ * blocking all-reduce, which is cheaper than MPI's non-blocking one (bench/bench_dp.sh shows the figures).
+ *
+ * Measurement facilities (bench/bench_dp.sh), read once by llm4d_dp_init from the environment:
+ *   LLM4D_DP_OVERLAP=0  nothing starts during backward; llm4d_dp_finish runs a BLOCKING all-reduce of each
+ *                       bucket in the same order, so comm_wait_s is the standalone all-reduce time of the buckets
+ *                       (the yardstick for how much of it the overlapped mode hides); =alternate: steps
+ *                       1, 3, 5, ... overlapped and 2, 4, 6, ... blocking, to compare both under the same load;
+ *   LLM4D_DP_TRACE=1    llm4d_dp_finish prints one line per step on stdout: per bucket its size and the times,
+ *                       from the start of the last backward, at which it started and was seen complete. */
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
 
@@ -22,6 +32,7 @@ typedef struct {
     int n_groups, pending;  /* groups in the bucket; groups not yet done in this backward */
     llm4d_comm_req req;
     int started;
+    double t_start, t_done; /* seconds since arm (trace) */
 } llm4d_dp_bucket;
 
 typedef struct {
@@ -35,6 +46,12 @@ typedef struct {
     double comm_total_s;    /* time spent inside communication calls this step */
     llm4d_err err;          /* first communication failure inside a hook, reported by finish */
     int failed;
+    int overlap;            /* this step: 0 = blocking all-reduces in finish */
+    int overlap_mode;       /* LLM4D_DP_OVERLAP: 0 never, 1 always (default), 2 alternate */
+    long n_armed;           /* last micro-batches armed so far (the step count for the alternate mode) */
+    int trace;              /* LLM4D_DP_TRACE=1 */
+    double t_arm, t_backward_end; /* arm time; time of the last grads_done (seconds since arm) */
+    int tests;              /* progress calls this step */
 } llm4d_dp;
 
 /* Plan buckets of about bucket_bytes over the table's groups and install the model's grads_done hook. */
