@@ -27,6 +27,8 @@ ap.add_argument("runs", nargs="+")
 a = ap.parse_args()
 runs = dict(r.split("=", 1) for r in a.runs)
 med = lambda xs: st.median(xs) if xs else float("nan")
+# standard error of a median (normal approximation): how far apart two medians may be by noise alone
+se = lambda xs: 1.2533 * st.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
 TRACE = re.compile(r"llm4d dp trace: rank (\d+) (overlap|blocking) backward ([\d.]+) s, (\d+) progress calls, "
                    r"wait ([\d.]+) s, comm ([\d.]+) s, buckets \(MB start done\):(.*)")
 
@@ -57,7 +59,8 @@ def dp_summary(d):
     out = {"bytes": m[-1]["comm_bytes"], "nproc": len(tr), "buckets": [b[0] for b in tr[0][0]["buckets"]]}
     for mode in ("overlap", "blocking"):
         idx = [i for i, s in enumerate(tr[0]) if i >= a.warmup and s["mode"] == mode]
-        o = {"n": len(idx), "step": med([m[i]["batch_cost"] for i in idx])}
+        steps = [m[i]["batch_cost"] for i in idx]
+        o = {"n": len(idx), "step": med(steps), "step_se": se(steps)}
         for key in ("wait", "comm", "backward"):
             o[key] = st.mean(med([t[i][key] for i in idx]) for t in tr)
         o["last"] = st.mean(med([t[i]["buckets"][-1][2] - t[i]["buckets"][-1][1] for i in idx]) for t in tr)
@@ -114,8 +117,10 @@ for name, s in dps.items():
     print(f"hidden fraction (wait)  1 - E / A = {1 - E / A:.2f}")
     print(f"   the share of the all-reduce time that no longer appears as waiting after backward; A and E are "
           f"means over ranks of per-rank medians and both include waiting for the slower rank")
+    noise = (bl["step_se"] ** 2 + ov["step_se"] ** 2) ** 0.5 / A
     print(f"hidden fraction (step)  (T_blocking - T_overlapped) / A = "
-          f"({bl['step']:.3f} - {ov['step']:.3f}) / {A:.3f} = {(bl['step'] - ov['step']) / A:.2f}")
+          f"({bl['step']:.3f} - {ov['step']:.3f}) / {A:.3f} = {(bl['step'] - ov['step']) / A:.2f} "
+          f"+- {noise:.2f} (standard error of the step-time medians / A)")
     print(f"   the share of the all-reduce time actually removed from the step: lower than the wait-based figure "
           f"when the reduction work done inside the progress calls lengthens backward instead")
     print(f"upper bound of either: 1 - (last bucket's share of A) = {1 - bl['last'] / A:.2f} "
