@@ -14,19 +14,21 @@ COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.n
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
         --grad_clip 1.0 --logging_freq 1 --seed 7 -o Model.hidden_dropout_prob=0.1
         -o Model.attention_probs_dropout_prob=0.1 --debug_check_replicas)
-run() { # name nproc micro
-  local name=$1 np=$2 micro=$3
+run() { # name nproc micro [bucket MB]
+  local name=$1 np=$2 micro=$3 bucket=${4:-25}
   if ! "$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name/log" -- train "${COMMON[@]}" --dp_degree "$np" \
-      --micro_batch_size "$micro" --output_dir "$tmp/$name/out" >"$tmp/$name.stdout" 2>&1; then
+      --micro_batch_size "$micro" --bucket_size_mb "$bucket" --output_dir "$tmp/$name/out" >"$tmp/$name.stdout" 2>&1; then
     echo "FAIL $name: llm4d launch failed"; cat "$tmp/$name.stdout"; return 1
   fi
 }
 mkdir -p "$tmp"
 "$LLM4D" train "${COMMON[@]}" --micro_batch_size 8 --output_dir "$tmp/single/out" >"$tmp/single.log" 2>&1 ||
   { echo "FAIL single process run"; cat "$tmp/single.log"; echo "0 passed, 1 failed"; exit 1; }
-for cfg in "dp2 2 4" "dp2_acc2 2 2" "dp4 4 2" "dp4_acc2 4 1"; do
+# dp2_acc2 uses 0.1 MB buckets, so most buckets take the non-blocking path started during backward (with the
+# default 25 MB the tiny model has one bucket, which is reduced after backward)
+for cfg in "dp2 2 4" "dp2_acc2 2 2 0.1" "dp4 4 2" "dp4_acc2 4 1"; do
   set -- $cfg
-  run "$1" "$2" "$3"
+  run "$1" "$2" "$3" "${4:-25}"
 done
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, os, re, sys
