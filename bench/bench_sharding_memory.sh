@@ -12,8 +12,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 mem_kib=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-COMMON=(--model_name_or_path "$MODEL" --input_dir data/fortunes_ids.npz --max_seq_len 32 --max_steps 1000000
-        --logging_freq 1000000)
+COMMON=(--model_name_or_path "$MODEL" --input_dir data/fortunes_ids.npz --max_seq_len 32 --max_steps 20
+        --logging_freq 1000)
 printf '%-22s %6s %4s %14s %14s %10s %12s\n' layout stage N "states MiB" "formula MiB" "diff %" "comm MiB"
 run() { # name nproc stage
   local name=$1 np=$2 stage=$3
