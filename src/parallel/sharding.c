@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/timer.h"
+
 static size_t group_len(const llm4d_sharding *s, int grp) {
     return s->g->table.group_hi[grp] - s->g->table.group_lo[grp];
 }
@@ -21,19 +23,23 @@ static size_t group_lo(const llm4d_sharding *s, int grp) { return s->g->table.gr
     } while (0)
 
 static void gather(llm4d_sharding *s, int grp, float *buf) {
+    const double t0 = llm4d_now();
     HOOK_TRY(llm4d_comm_allgather(s->sh, s->local_params + s->shard_off[grp], buf, s->shard_len[grp],
                                   LLM4D_COMM_F32, &s->err));
+    s->gather_wait_s += llm4d_now() - t0;
 }
 
 /* Finish the prefetch in flight (if any). */
 static void prefetch_wait(llm4d_sharding *s) {
     if (s->prefetch_group < 0) return;
+    const double t0 = llm4d_now();
     HOOK_TRY(llm4d_comm_wait(&s->prefetch_req, &s->err));
+    s->gather_wait_s += llm4d_now() - t0;
 }
 
 /* Start gathering block/final-LayerNorm group grp into prefetch_buf (grp outside 1..G-1: nothing). */
 static void prefetch_start(llm4d_sharding *s, int grp) {
-    if (grp < 1 || grp >= s->n_groups || s->failed) return;
+    if (grp < 1 || grp >= s->n_groups || s->failed || !s->prefetch_on) return;
     prefetch_wait(s);
     s->prefetch_group = grp;
     HOOK_TRY(llm4d_comm_iallgather(s->sh, s->local_params + s->shard_off[grp], s->prefetch_buf, s->shard_len[grp],
@@ -105,12 +111,16 @@ static void grads_done(void *ctx, int grp) {
     if (s->stage < 2) {
         if (!s->last_micro) return; /* stage 1 accumulates whole gradients, then reduces once */
         float *full = s->g->grads + group_lo(s, grp);
+        const double t0 = llm4d_now();
         HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, full, s->recv, n, LLM4D_COMM_F32, &s->err));
+        s->rs_s += llm4d_now() - t0;
         s->be->copy(s->be, full + (size_t)s->rank * n, s->recv, n * sizeof(float));
         return;
     }
     float *bucket = grp == 0 ? s->emb_buf : s->layer_grad_buf;
+    const double t0 = llm4d_now();
     HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, bucket, s->recv, n, LLM4D_COMM_F32, &s->err));
+    s->rs_s += llm4d_now() - t0;
     float *dst = s->local_grads + s->shard_off[grp];
     for (size_t i = 0; i < n; i++) dst[i] += s->recv[i];
     if (grp == 0) s->emb_grad_live = 0;
@@ -154,6 +164,8 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
                                float weight_decay, uint64_t seed, llm4d_err *err) {
     memset(s, 0, sizeof *s);
     s->prefetch_group = -1;
+    const char *pf = getenv("LLM4D_ZERO_PREFETCH");
+    s->prefetch_on = !(pf && !strcmp(pf, "0"));
     s->beta1 = beta1;
     s->beta2 = beta2;
     s->eps = eps;
@@ -246,6 +258,7 @@ void llm4d_sharding_free(llm4d_sharding *s) {
 }
 
 void llm4d_sharding_begin_step(llm4d_sharding *s) {
+    s->gather_wait_s = s->rs_s = 0;
     if (s->stage < 2)
         s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float));
     else

@@ -56,6 +56,9 @@ typedef struct {
     int prefetch_group;      /* the group being prefetched into prefetch_buf, -1 none */
     llm4d_comm_req prefetch_req;
     int64_t prefetch_hits;   /* gathers that were already in flight when the group was needed */
+    int prefetch_on;         /* 0 with LLM4D_ZERO_PREFETCH=0 (measurement: every gather blocking) */
+    double gather_wait_s;    /* this step: time blocked waiting for parameter gathers (stage 3) */
+    double rs_s;             /* this step: time in gradient reduce-scatters */
     float *emb_param_buf;    /* stage 3: gathered embeddings (comm) */
     int emb_param_valid;     /* stage 3: emb_param_buf holds the gathered embeddings */
     int emb_fwd_uses;        /* stage 3: forward uses of the embeddings so far in this micro-batch */

@@ -148,12 +148,12 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
-                    "\"loss_scale\": %g, \"found_inf\": %d}\n",
+                    "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
-                    found_inf);
+                    found_inf, tr->have_sh ? tr->sh.gather_wait_s : 0.0, tr->have_sh ? tr->sh.rs_s : 0.0);
             fflush(tr->metrics);
         }
         if (step % c->logging_freq == 0 || step == c->max_steps) {
