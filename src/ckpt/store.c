@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include "ckpt/store.h"
 
+#include "core/fs.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -49,29 +51,6 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 
 /* Remove a directory tree this module created (never follows symlinks). */
 static int rm_tree(const char *path) { return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int mkdir_p(const char *path) {
-    char tmp[PATH_MAX_CK];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    size_t n = strlen(tmp);
-    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0) {
-        if (errno != EEXIST) return -1;
-        struct stat st;
-        if (stat(tmp, &st) != 0) return -1;
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            return -1;
-        }
-    }
-    return 0;
-}
 
 static int write_all(int fd, const void *p, size_t n) {
     const char *b = p;
@@ -211,7 +190,7 @@ static llm4d_code saver_new(llm4d_ckpt_saver **out, const char *output_dir, int6
 
 /* Create output_dir and the temporary directory, remove stale temporaries. */
 static llm4d_code create_dirs(llm4d_ckpt_saver *s, const char *output_dir, llm4d_err *err) {
-    if (mkdir_p(s->out_dir) != 0)
+    if (llm4d_mkdir_p(s->out_dir, 0755) != 0)
         return llm4d_fail(err, LLM4D_EUSER, "cannot create output directory %s: %s; choose a writable output_dir",
                           output_dir, strerror(errno));
     /* A leftover of our own pid (a previous save in this process that was aborted badly) is replaced. */

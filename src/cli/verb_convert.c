@@ -30,6 +30,7 @@
 #include "ckpt/gpt_ckpt.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli.h"
+#include "core/fs.h"
 #include "config/config.h"
 #include "core/rng.h"
 
@@ -86,21 +87,12 @@ static int hf_shape(const llm4d_param *p, int64_t s[2]) {
 }
 
 static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
-    char buf[4096];
-    if (strlen(path) >= sizeof buf) return llm4d_fail(err, LLM4D_EUSER, "path %.100s... is too long", path);
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) break;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return llm4d_fail(err, LLM4D_EUSER, "cannot create %s: %s; choose a writable --out", path, strerror(errno));
+    if (llm4d_mkdir_p(path, 0777) == 0) return LLM4D_OK;
+    if (errno == ENAMETOOLONG) return llm4d_fail(err, LLM4D_EUSER, "path %.100s... is too long", path);
     struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         return llm4d_fail(err, LLM4D_EUSER, "--out %s is not a directory; choose another --out", path);
-    return LLM4D_OK;
+    return llm4d_fail(err, LLM4D_EUSER, "cannot create %s: %s; choose a writable --out", path, strerror(errno));
 }
 
 /* Write a small file atomically: temporary, fsync, rename. */

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/fs.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
@@ -89,20 +90,6 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
     if (errno || end == s || *end || v < lo || v > hi) return 0;
     *out = (int)v;
     return 1;
-}
-
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-    struct stat st;
-    return stat(buf, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
 }
 
 static int self_exe(char *buf, size_t cap) {
@@ -296,7 +283,7 @@ int llm4d_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "llm4d launch: cannot read the hostfile %s: %s\n", hostfile, strerror(errno));
         return 2;
     }
-    if (mkdir_p(log_dir) != 0) {
+    if (llm4d_mkdir_p(log_dir, 0755) != 0) {
         fprintf(stderr, "llm4d launch: cannot create the log directory %s: %s; choose another with --log_dir\n",
                 log_dir, strerror(errno));
         return 2;
@@ -469,7 +456,7 @@ int llm4d_cmd_worker(int argc, char **argv) {
                         "command)\n");
         return 2;
     }
-    if (mkdir_p(log_dir) != 0) { /* on another host of a hostfile job the directory may not exist yet */
+    if (llm4d_mkdir_p(log_dir, 0755) != 0) { /* on another host of a hostfile job the directory may not exist yet */
         fprintf(stderr, "llm4d __worker: rank %d cannot create %s: %s\n", rank, log_dir, strerror(errno));
         return 2;
     }

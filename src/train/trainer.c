@@ -7,22 +7,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fs.h"
+
 static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
-    char buf[LLM4D_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) break;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return llm4d_fail(err, LLM4D_EUSER, "cannot create output directory %s: %s; choose a writable --output_dir",
-                          path, strerror(errno));
+    if (llm4d_mkdir_p(path, 0777) == 0) return LLM4D_OK;
     struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         return llm4d_fail(err, LLM4D_EUSER, "output_dir %s is not a directory; choose another --output_dir", path);
-    return LLM4D_OK;
+    return llm4d_fail(err, LLM4D_EUSER, "cannot create output directory %s: %s; choose a writable --output_dir",
+                      path, strerror(errno));
 }
 
 static int is_dir(const char *path) {
