@@ -72,6 +72,19 @@ static llm4d_dropout dropout(const llm4d_gpt *g, float p, int layer, int site, u
                            .sample_ids = sample_ids};
 }
 
+/* The dropouts of block l: attention probabilities, and the outputs of the attention and MLP sublayers. Forward
+ * and backward build the same three, so backward recomputes exactly the masks forward drew. */
+typedef struct {
+    llm4d_dropout attn, out1, out2;
+} block_dropouts;
+
+static block_dropouts block_drop(const llm4d_gpt *g, int l, uint32_t step, const int64_t *sample_ids, int train) {
+    return (block_dropouts){
+        dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step, sample_ids, train),
+        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train),
+        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train)};
+}
+
 /* ---- allocation ---- */
 
 static float *alloc_f(llm4d_gpt *g, llm4d_mem_category c, size_t n, int *ok) {
@@ -221,22 +234,20 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
     const block_weights w = block_w(g, pbase, l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
-    const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
-                                        sample_ids, train);
-    const llm4d_dropout dout1 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train);
-    const llm4d_dropout dout2 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train);
+    const block_dropouts d = block_drop(g, l, step, sample_ids, train);
+    const llm4d_dropout *dattn = &d.attn, *dout1 = &d.out1, *dout2 = &d.out2;
 
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
     be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    be->attention_forward(be, a->atty, a->att, a->qkv, attn_shape(g, B, T), &dattn);
+    be->attention_forward(be, a->atty, a->att, a->qkv, attn_shape(g, B, T), dattn);
     float *proj = g->dproj; /* scratch: the c_proj output is only needed to form the residual */
     be->linear_forward(be, proj, a->atty, w.attprojw, w.attprojb, N, C, C);
-    be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, &dout1);
+    be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, dout1);
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
     be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, F);
     be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * F);
     be->linear_forward(be, proj, a->fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
-    be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, &dout2);
+    be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, dout2);
 }
 
 double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *dloss,
@@ -280,15 +291,13 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     const block_grads dw = block_ptrs(g, grads_of(g, 1 + l), l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
-    const llm4d_dropout dattn = dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step,
-                                        sample_ids, train);
-    const llm4d_dropout dout1 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train);
-    const llm4d_dropout dout2 = dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train);
+    const block_dropouts d = block_drop(g, l, step, sample_ids, train);
+    const llm4d_dropout *dattn = &d.attn, *dout1 = &d.out1, *dout2 = &d.out2;
 
     /* g->dres holds d(res[l+1]). MLP sublayer: res[l+1] = res2 + drop(fcproj(gelu(fc(ln2(res2))))) */
     be->zero(be, g->dres2, NC * sizeof(float));
     be->zero(be, g->dproj, NC * sizeof(float));
-    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, B, (size_t)T * C, &dout2);
+    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, B, (size_t)T * C, dout2);
     be->zero(be, g->dfch_gelu, NF * sizeof(float));
     be->linear_backward(be, g->dfch_gelu, dw.fcprojw, dw.fcprojb, g->dproj, a->fch_gelu, w.fcprojw, N, F, C);
     be->zero(be, g->dfch, NF * sizeof(float));
@@ -300,11 +309,11 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     /* attention sublayer: res2 = x + drop(attproj(attn(qkv(ln1(x))))); d(x) goes to g->dres */
     be->zero(be, g->dres, NC * sizeof(float));
     be->zero(be, g->dproj, NC * sizeof(float));
-    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, B, (size_t)T * C, &dout1);
+    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, B, (size_t)T * C, dout1);
     be->zero(be, g->datty, NC * sizeof(float));
     be->linear_backward(be, g->datty, dw.attprojw, dw.attprojb, g->dproj, a->atty, w.attprojw, N, C, C);
     be->zero(be, g->dqkv, NC * 3 * sizeof(float));
-    be->attention_backward(be, g->dqkv, g->datt, g->datty, a->qkv, a->att, attn_shape(g, B, T), &dattn);
+    be->attention_backward(be, g->dqkv, g->datt, g->datty, a->qkv, a->att, attn_shape(g, B, T), dattn);
     be->zero(be, g->dln, NC * sizeof(float));
     be->linear_backward(be, g->dln, dw.qkvw, dw.qkvb, g->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
     be->layernorm_backward(be, g->dres, dw.ln1w, dw.ln1b, g->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);

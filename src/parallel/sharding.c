@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/timer.h"
 
 static size_t group_len(const llm4d_sharding *s, int grp) {
@@ -345,9 +346,6 @@ void llm4d_sharding_describe(const llm4d_sharding *s, char *buf, size_t n) {
 }
 
 uint64_t llm4d_sharding_param_hash(const llm4d_sharding *s) {
-    const uint32_t *w = (const uint32_t *)(s->stage >= 3 ? s->local_params : s->g->params);
-    const size_t n = s->stage >= 3 ? s->local_total : s->g->table.total;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
-    return h;
+    if (s->stage >= 3) return llm4d_hash_words(s->local_params, s->local_total);
+    return llm4d_hash_words(s->g->params, s->g->table.total);
 }

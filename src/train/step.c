@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/timer.h"
 #include "train/trainer.h"
 
@@ -20,10 +21,7 @@ llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err)
 
 static uint64_t param_hash(const llm4d_trainer *tr) {
     if (tr->have_sh) return llm4d_sharding_param_hash(&tr->sh);
-    uint64_t h = 1469598103934665603ull;
-    const uint32_t *w = (const uint32_t *)tr->model.params;
-    for (size_t i = 0; i < tr->model.table.total; i++) h = (h ^ w[i]) * 1099511628211ull;
-    return h;
+    return llm4d_hash_words(tr->model.params, tr->model.table.total);
 }
 
 /* Forward and backward of one global step's rows; returns the global loss. */

@@ -1,0 +1,16 @@
+/* hash.h — FNV-1a over 32-bit words: a cheap fingerprint of a float buffer's exact bits (tests compare the
+ * parameters of replicas with it). */
+#ifndef LLM4D_CORE_HASH_H
+#define LLM4D_CORE_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+static inline uint64_t llm4d_hash_words(const void *buf, size_t n_words) {
+    const uint32_t *w = buf;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n_words; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+
+#endif
