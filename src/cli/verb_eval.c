@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/job.h"
 #include "config/config.h"
 #include "dist/runtime.h"
 #include "train/trainer.h"
@@ -37,15 +38,9 @@ int llm4d_cmd_eval(int argc, char **argv) {
     }
     llm4d_runtime rt;
     if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
-    llm4d_config_defaults(cfg);
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    if (llm4d_config_parse_args(cfg, n - 1, args + 1, &err) != LLM4D_OK ||
-        llm4d_config_finalize(cfg, rt.world_size, &err) != LLM4D_OK ||
-        llm4d_topology_init(&topo, rt.world_size, rt.rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
-                            cfg->dist.sharding_degree, cfg->dist.mp_degree, &err) != LLM4D_OK ||
-        llm4d_comm_groups_create(&groups, rt.world, &topo, &err) != LLM4D_OK)
-        return llm4d_runtime_fail(&rt, &err);
+    if (llm4d_job_setup(&rt, n, args, 0, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s", ckpt);
     if (cfg->eval_iters < 1) cfg->eval_iters = 10;
     llm4d_trainer tr;

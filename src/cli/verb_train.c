@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include <sys/stat.h>
-
-#include "ckpt/gpt_ckpt.h"
+#include "cli/job.h"
 #include "config/config.h"
 #include "dist/runtime.h"
 #include "dist/topology.h"
@@ -47,22 +45,9 @@ int llm4d_cmd_train(int argc, char **argv) {
     llm4d_err err = {0};
     llm4d_runtime rt;
     if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
-    llm4d_config_defaults(cfg);
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    const llm4d_log log = {.out = stdout, .enabled = 1};
-    struct stat st;
-    if (llm4d_config_parse_args(cfg, n - 1, args + 1, &err) != LLM4D_OK ||
-        /* model_name_or_path naming a checkpoint: the model's geometry comes from its meta.json */
-        (cfg->model.name_or_path[0] && stat(cfg->model.name_or_path, &st) == 0 && S_ISDIR(st.st_mode) &&
-         llm4d_gpt_ckpt_read_model(cfg->model.name_or_path, &cfg->model, cfg->model.vocab_size_divisible_unit,
-                                   &err) != LLM4D_OK) ||
-        llm4d_config_finalize(cfg, rt.world_size, &err) != LLM4D_OK ||
-        llm4d_topology_init(&topo, rt.world_size, rt.rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
-                            cfg->dist.sharding_degree, cfg->dist.mp_degree, &err) != LLM4D_OK)
-        return llm4d_runtime_fail(&rt, &err);
-    if (rt.world_size > 1) llm4d_topology_print(&topo, &log);
-    if (llm4d_comm_groups_create(&groups, rt.world, &topo, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
     llm4d_trainer tr;
     const llm4d_trainer_opts opts = {.debug_dump = debug_dump, .check_replicas = check_replicas,
                                      .inject_inf_step = inject_inf_step};
