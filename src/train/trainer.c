@@ -197,7 +197,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         LLM4D_TRY(tr->be->set_precision(tr->be, tr->precision, err));
         if (tr->precision == LLM4D_PREC_FP16) tr->loss_scale = cfg->scale_loss > 0 ? cfg->scale_loss : 32768.0;
     }
-    LLM4D_TRY(mkdir_p(cfg->output_dir, err)); /* every rank: the offload pool lives there too */
+    /* rank 0 writes metrics and checkpoints there; with offload every rank keeps its pool there too */
+    if (tr->is_writer || cfg->dist.sharding_offload) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 
     LLM4D_TRY(llm4d_corpora_open(&tr->corpora, cfg->data.input_dir, err));
