@@ -124,6 +124,13 @@ struct llm4d_backend {
     /* Switch the matmul precision; a CPU without the needed instructions is a user error saying so. NULL: fp32 only. */
     llm4d_code (*set_precision)(llm4d_backend *be, llm4d_precision p, llm4d_err *err);
 
+    /* GFLOP/s of a large GEMM in the current precision, measured now (best of a few runs): the denominator of
+     * the model FLOPs utilisation the trainer reports. NULL: unknown (the reference backend). */
+    double (*matmul_peak_gflops)(llm4d_backend *be);
+    /* Bytes the backend holds outside llm4d_mem's books (converted operands, attention scratch, oneDNN
+     * scratchpads); NULL: none. */
+    size_t (*workspace_bytes)(llm4d_backend *be);
+
     void (*destroy)(llm4d_backend *be);
 };
 

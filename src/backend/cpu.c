@@ -785,6 +785,48 @@ static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* what the machine can do, and what the backend holds */
+
+/* A 1024^3 GEMM (large enough for oneDNN's blocked kernels to reach their steady rate, small enough to cost
+ * ~10 ms) in the operand precision of the linear layers, best of PEAK_REPS after a warm-up: at start-up on a
+ * shared machine the best run is the closest to what the hardware can do. */
+#define PEAK_DIM 1024
+#define PEAK_REPS 5
+
+static double cpu_matmul_peak_gflops(llm4d_backend *be) {
+    cpu_ctx *cx = ctx_of(be);
+    const size_t n = (size_t)PEAK_DIM * PEAK_DIM;
+    float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float));
+    float *c = aligned_alloc(64, n * sizeof(float));
+    double best = 0.0;
+    if (a && b && c) {
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (float)(i % 97) * 0.01f;
+            b[i] = (float)(i % 89) * 0.01f;
+        }
+        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(PEAK_DIM, PEAK_DIM, PEAK_DIM, 0, PEAK_DIM, 1, PEAK_DIM, PEAK_DIM, 0);
+        mm.ab_type = operand_type(cx);
+        const void *pa = operand(cx, 0, a, n), *pb = operand(cx, 1, b, n);
+        for (int r = 0; r <= PEAK_REPS; r++) {
+            const double t0 = omp_get_wtime();
+            llm4d_dnnl_matmul(cx->dnnl, &mm, pa, pb, NULL, c);
+            const double gf = 2.0 * PEAK_DIM * PEAK_DIM * PEAK_DIM / (omp_get_wtime() - t0) / 1e9;
+            if (r > 0 && gf > best) best = gf;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+static size_t cpu_workspace_bytes(llm4d_backend *be) {
+    const cpu_ctx *cx = ctx_of(be);
+    return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->work_cap * sizeof(float) + cx->prims_cap * sizeof *cx->prims +
+           llm4d_dnnl_scratch_bytes(cx->dnnl);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 
 static void cpu_destroy(llm4d_backend *be) {
     if (!be) return;
@@ -842,6 +884,8 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->sumsq = cpu_sumsq;
     be->scale = cpu_scale;
     be->set_precision = cpu_set_precision;
+    be->matmul_peak_gflops = cpu_matmul_peak_gflops;
+    be->workspace_bytes = cpu_workspace_bytes;
     be->destroy = cpu_destroy;
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */

@@ -1,6 +1,7 @@
 /* step.c — the training loop: one step per global batch, the seeds' log line, metrics.jsonl (see trainer.h). */
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core/hash.h"
 #include "core/timer.h"
@@ -104,6 +105,21 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, doub
     return LLM4D_OK;
 }
 
+/* The most each category held at once during the run (the start-up table shows what was held before the first
+ * step), what the backend holds outside those books, and the process's peak RSS, which covers everything. */
+static void print_peak_memory(const llm4d_trainer *tr) {
+    const llm4d_log *log = &tr->log;
+    llm4d_log_info(log, "peak memory of this process over the run, by category:");
+    if (!log->enabled) return;
+    llm4d_mem_print(&tr->mem, log->out, "    ");
+    fflush(log->out);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    llm4d_log_info(log, "backend workspaces (not in the categories): %.2f MiB; peak resident set size: %.2f MiB",
+                   (tr->be->workspace_bytes ? tr->be->workspace_bytes(tr->be) : 0) / 1048576.0,
+                   ru.ru_maxrss / 1024.0);
+}
+
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const int T = c->data.max_seq_len;
@@ -141,15 +157,20 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         if (tr->metrics) {
             char norm_s[32] = "null"; /* JSON has no inf: an overflowed step's norm is null */
             if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.6f", norm);
+            /* model FLOPs utilisation of this rank: its tokens' model FLOPs per second over its measured peak */
+            char mfu_s[32] = "null";
+            if (tr->peak_gflops > 0)
+                snprintf(mfu_s, sizeof mfu_s, "%.4f",
+                         tokens / tr->world_size / step_cost * tr->flops_per_token / (tr->peak_gflops * 1e9));
             fprintf(tr->metrics,
                     "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
-                    "\"flops_per_token\": %.6g, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
+                    "\"flops_per_token\": %.6g, \"mfu\": %s, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
                     "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
-                    tokens, tr->flops_per_token, (unsigned long long)llm4d_comm_stats_sent(&cs),
+                    tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
                     found_inf, tr->have_sh ? tr->sh.gather_wait_s : 0.0, tr->have_sh ? tr->sh.rs_s : 0.0);
             fflush(tr->metrics);
@@ -175,5 +196,6 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         if ((c->save_steps > 0 && step % c->save_steps == 0) || step == c->max_steps)
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
     }
+    print_peak_memory(tr);
     return LLM4D_OK;
 }

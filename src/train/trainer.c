@@ -33,6 +33,10 @@ static void print_startup(llm4d_trainer *tr) {
                    m->ffn_hidden_size, m->max_position_embeddings);
     llm4d_log_info(log, "parameters: %zu (%.2fM)", tr->model.table.total_real, tr->model.table.total_real / 1e6);
     llm4d_log_info(log, "FLOPs per token (6 x matmul params + 12 x layers x seq x hidden): %.4g", tr->flops_per_token);
+    if (tr->peak_gflops > 0)
+        llm4d_log_info(log, "matmul peak measured at start-up (%s operands, %d threads): %.1f GFLOP/s; metrics.jsonl's "
+                       "mfu is model FLOPs per second over it", tr->precision == LLM4D_PREC_BF16 ? "bf16" : "fp32",
+                       tr->be->nthreads, tr->peak_gflops);
     llm4d_log_info(log,
                    "batch: global %lld = micro %lld x accumulate %lld x data-parallel %d; max_seq_len %d; "
                    "%lld tokens per step",
@@ -237,6 +241,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
+    /* every rank measures its own share of the machine, at the same moment as the others */
+    if (!opts->eval_only && tr->be->matmul_peak_gflops) tr->peak_gflops = tr->be->matmul_peak_gflops(tr->be);
 
     /* a run continues from --resume (optimizer state required), or from model_name_or_path when it is a
      * checkpoint directory (continues with its optimizer state, or starts a new run from weights only) */

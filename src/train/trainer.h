@@ -49,6 +49,7 @@ typedef struct {
     int world_size;
     int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
     double flops_per_token;
+    double peak_gflops; /* this rank's matmul rate measured at start-up (the MFU denominator); 0: unknown */
     int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
     int64_t last_saved;        /* step of the last checkpoint written (or loaded) */
     double last_loss;
