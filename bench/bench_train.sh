@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# bench_train.sh — GPT-2 124M (gpt2-en) training throughput on this CPU: llm4d against PyTorch CPU (same threads,
-# fp32), at B=4 T=64 and B=8 T=1024, in one run so that machine noise affects both; plus the fraction of the fp32
-# matmul peak (measured here by bench/matmul_peak) that llm4d reaches (MFU, 6 x params + attention FLOPs/token).
-#   bench/bench_train.sh [threads] [steps]     (build first: ./scripts/setup.sh)
+# bench_train.sh — GPT-2 124M (gpt2-en) training throughput on this CPU: llm4d against PyTorch CPU with the same
+# threads, each in fp32 and in bf16 mixed precision (llm4d --use_amp; PyTorch torch.autocast("cpu", bfloat16)),
+# at B=4 T=64 and B=8 T=1024, all in one run so that machine noise affects every column alike. MFU is model FLOPs
+# (6 x params + attention FLOPs per token) per second over the matmul peak bench/matmul_peak measures in the same
+# run, fp32 for fp32 and bf16 for bf16. Memory is each run's peak resident set size.
+#   bench/bench_train.sh [threads] [steps] [shape ...]     shape: "B T" (default "4 64" "8 1024")
+# Build first (./scripts/setup.sh). The B=8 T=1024 PyTorch runs take several minutes each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-$(nproc)}
 STEPS=${2:-3}
+shift $(( $# < 2 ? $# : 2 ))
+SHAPES=("$@")
+[ ${#SHAPES[@]} -gt 0 ] || SHAPES=("4 64" "8 1024")
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=$THREADS
 # The peer must use an optimized BLAS: Debian's python3-torch calls the system libblas.so.3, which is the slow
@@ -21,36 +27,75 @@ print('PyTorch fp32 matmul (2048^3, %d threads): %.1f GFLOP/s' % ($THREADS, 2 * 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-peak=$(build/matmul_peak | awk '/^fp32_peak_gflops:/ {print $2}')
-echo "fp32 matmul peak (oneDNN, $THREADS threads): $peak GFLOP/s"
-printf '%-12s %14s %14s %8s %8s %12s %12s\n' shape llm4d_tok/s torch_tok/s ratio MFU llm4d_MiB torch_MiB
-for shape in "4 64" "8 1024"; do
-  set -- $shape
-  B=$1 T=$2
-  /usr/bin/time -f "%M" -o "$tmp/rss" build/llm4d train --model_name_or_path gpt2-en --input_dir data/fortunes_ids.npz \
-      --output_dir "$tmp/out" --max_seq_len "$T" --micro_batch_size "$B" --global_batch_size "$B" \
-      --max_steps $((STEPS + 1)) --logging_freq 1000 --threads "$THREADS" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-  ours=$($PY - "$tmp/out/metrics.jsonl" <<'PY'
+build/matmul_peak >"$tmp/peak"
+peak32=$(awk '/^fp32_peak_gflops:/ {print $2}' "$tmp/peak")
+peak16=$(awk '/^bf16_peak_gflops:/ {print $2}' "$tmp/peak")
+echo "matmul peak (oneDNN, $THREADS threads): fp32 $peak32 GFLOP/s, bf16 $peak16 GFLOP/s"
+bf16=1
+if [ "$(awk -v p="$peak16" 'BEGIN {print (p > 0)}')" = 0 ]; then
+  echo "bench: this CPU has no AVX512-BF16: bf16 columns skipped"
+  bf16=0
+fi
+
+# llm4d: median step time of the measured steps (the first is warm-up) -> "sec flops_per_token rss_mib"
+ours() { # B T amp
+  rm -rf "$tmp/out"
+  /usr/bin/time -f "%M" -o "$tmp/rss" build/llm4d train --model_name_or_path gpt2-en \
+      --input_dir data/fortunes_ids.npz --output_dir "$tmp/out" --max_seq_len "$2" --micro_batch_size "$1" \
+      --global_batch_size "$1" --max_steps $((STEPS + 1)) --logging_freq 1000 --save_steps 1000000 \
+      --threads "$THREADS" --use_amp "$3" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+  $PY - "$tmp/out/metrics.jsonl" "$(cat "$tmp/rss")" <<'PY'
 import json, statistics, sys
 m = [json.loads(l) for l in open(sys.argv[1])][1:]
-print(statistics.median(x["batch_cost"] for x in m), m[0]["flops_per_token"])
+print(statistics.median(x["batch_cost"] for x in m), m[0]["flops_per_token"], int(sys.argv[2]) // 1024)
 PY
-)
-  set -- $ours
-  our_sec=$1 fpt=$2
-  our_rss=$(( $(cat "$tmp/rss") / 1024 ))
-  # PyTorch keeps every layer's T x T attention tensors (scores, probabilities, dropout mask and output): at
-  # B=8 T=1024 that exceeds 24 GiB, so the peer accumulates 2 micro-batches of 4 there (same FLOPs and math)
-  accum=1; [ "$T" -ge 1024 ] && accum=2
-  theirs=$($PY bench/torch_gpt_step.py --B "$B" --T "$T" --steps "$STEPS" --threads "$THREADS" --accum $accum)
-  torch_sec=$(echo "$theirs" | awk '/^torch_step_sec:/ {print $2}')
-  torch_rss=$(echo "$theirs" | awk '/^torch_peak_rss_mib:/ {printf "%d", $2}')
-  $PY - "$B" "$T" "$our_sec" "$torch_sec" "$fpt" "$peak" "$our_rss" "$torch_rss" <<'PY'
-import sys
-B, T, ours, theirs, fpt, peak, orss, trss = sys.argv[1:]
-B, T, ours, theirs, fpt, peak = int(B), int(T), float(ours), float(theirs), float(fpt), float(peak)
-tok = B * T
-mfu = tok / ours * fpt / (peak * 1e9)
-print(f"{'B=%d T=%d' % (B, T):<12} {tok / ours:14.1f} {tok / theirs:14.1f} {theirs / ours:8.2f} {mfu * 100:7.1f}% {orss:>12} {trss:>12}")
-PY
+}
+# PyTorch keeps every layer's T x T attention tensors (scores, probabilities, dropout mask and output): at
+# B=8 T=1024 that exceeds 24 GiB, so the peer accumulates 2 micro-batches of 4 there (same FLOPs and math).
+theirs() { # B T [--bf16] -> "sec rss_mib"
+  local accum=1
+  [ "$2" -ge 1024 ] && accum=2
+  $PY bench/torch_gpt_step.py --B "$1" --T "$2" --steps "$STEPS" --threads "$THREADS" --accum $accum ${3:-} |
+    awk '/^torch_step_sec:/ {s = $2} /^torch_peak_rss_mib:/ {r = int($2)} END {print s, r}'
+}
+
+rows=()
+for shape in "${SHAPES[@]}"; do
+  set -- $shape
+  B=$1 T=$2
+  echo "bench: B=$B T=$T: llm4d fp32 ..." >&2
+  o32=$(ours "$B" "$T" false)
+  echo "bench: B=$B T=$T: PyTorch fp32 ..." >&2
+  t32=$(theirs "$B" "$T")
+  o16="0 0 0" t16="0 0"
+  if [ $bf16 = 1 ]; then
+    echo "bench: B=$B T=$T: llm4d bf16 ..." >&2
+    o16=$(ours "$B" "$T" true)
+    echo "bench: B=$B T=$T: PyTorch bf16 ..." >&2
+    t16=$(theirs "$B" "$T" --bf16)
+  fi
+  rows+=("$B $T $o32 $t32 $o16 $t16")
 done
+
+$PY - "$peak32" "$peak16" "${rows[@]}" <<'PY'
+import sys
+peak32, peak16 = float(sys.argv[1]), float(sys.argv[2])
+def tps(tok, sec):
+    return tok / sec if sec > 0 else 0.0
+print()
+print("tokens/s (higher is better); ratios are llm4d over PyTorch at the same precision; MFU against the same-run")
+print("matmul peak of that precision; memory is peak RSS in MiB")
+hdr = ("shape", "llm4d_fp32", "torch_fp32", "ratio", "MFU", "llm4d_bf16", "torch_bf16", "ratio", "MFU",
+       "bf16/fp32", "MiB_l32", "MiB_t32", "MiB_l16", "MiB_t16")
+print("%-12s %10s %10s %6s %6s %10s %10s %6s %6s %9s %8s %8s %8s %8s" % hdr)
+for r in sys.argv[3:]:
+    B, T, o32, fpt, orss32, t32, trss32, o16, _, orss16, t16, trss16 = r.split()
+    B, T, fpt = int(B), int(T), float(fpt)
+    tok = B * T
+    l32, p32, l16, p16 = tps(tok, float(o32)), tps(tok, float(t32)), tps(tok, float(o16)), tps(tok, float(t16))
+    mfu32 = l32 * fpt / (peak32 * 1e9)
+    mfu16 = l16 * fpt / (peak16 * 1e9) if peak16 > 0 else 0.0
+    print("%-12s %10.1f %10.1f %6.2f %5.1f%% %10.1f %10.1f %6.2f %5.1f%% %9.2f %8s %8s %8s %8s" % (
+        "B=%d T=%d" % (B, T), l32, p32, l32 / p32 if p32 else 0, 100 * mfu32, l16, p16, l16 / p16 if p16 else 0,
+        100 * mfu16, l16 / l32 if l32 else 0, orss32, trss32, orss16, trss16))
+PY

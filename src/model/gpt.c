@@ -1,6 +1,7 @@
 /* gpt.c — GPT forward and backward composed from the backend's kernels (see gpt.h for the architecture).
  *
- * Memory is laid out once in gpt_create. Without recompute every block keeps its activations; with recompute only
+ * Memory is laid out once in gpt_create. Without recompute every block keeps its activations (except GELU's output,
+ * recomputed from its input in backward: it is the widest of them); with recompute only
  * the residual stream entering each block is kept (res[l]) and one shared set of block activations is refilled
  * by re-running the block's forward right before its backward. Backward kernels accumulate, so every activation
  * gradient buffer is zeroed before the kernels that write it. */
@@ -109,7 +110,6 @@ static void alloc_block(llm4d_gpt *g, llm4d_block_acts *a, int *ok) {
     a->ln2_mean = alloc_f(g, A, BT, ok);
     a->ln2_rstd = alloc_f(g, A, BT, ok);
     a->fch = alloc_f(g, A, BT * F, ok);
-    a->fch_gelu = alloc_f(g, A, BT * F, ok);
 }
 
 static void free_f(llm4d_gpt *g, llm4d_mem_category c, float *p, size_t n) {
@@ -131,7 +131,6 @@ static void free_block(llm4d_gpt *g, llm4d_block_acts *a) {
     free_f(g, A, a->ln2_mean, BT);
     free_f(g, A, a->ln2_rstd, BT);
     free_f(g, A, a->fch, BT * F);
-    free_f(g, A, a->fch_gelu, BT * F);
 }
 
 static int n_block_acts(const llm4d_gpt *g) { return g->recompute ? 1 : g->cfg.num_layers; }
@@ -171,6 +170,7 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
         g->logits = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * Vp, &ok);
         g->losses = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
+        g->gelu = alloc_f(g, W, BT * F, &ok);
         g->dres = alloc_f(g, W, BT * C, &ok);
         g->dres2 = alloc_f(g, W, BT * C, &ok);
         g->dln = alloc_f(g, W, BT * C, &ok);
@@ -210,6 +210,7 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
     free_f(g, A, g->lnf_rstd, BT);
     free_f(g, A, g->logits, BT * Vp);
     free_f(g, A, g->losses, BT);
+    free_f(g, W, g->gelu, BT * F);
     free_f(g, W, g->dres, BT * C);
     free_f(g, W, g->dres2, BT * C);
     free_f(g, W, g->dln, BT * C);
@@ -245,8 +246,8 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
     be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, dout1);
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
     be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, F);
-    be->gelu_forward(be, a->fch_gelu, a->fch, (size_t)N * F);
-    be->linear_forward(be, proj, a->fch_gelu, w.fcprojw, w.fcprojb, N, F, C);
+    be->gelu_forward(be, g->gelu, a->fch, (size_t)N * F);
+    be->linear_forward(be, proj, g->gelu, w.fcprojw, w.fcprojb, N, F, C);
     be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, dout2);
 }
 
@@ -299,7 +300,10 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     be->zero(be, g->dproj, NC * sizeof(float));
     be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, B, (size_t)T * C, dout2);
     be->zero(be, g->dfch_gelu, NF * sizeof(float));
-    be->linear_backward(be, g->dfch_gelu, dw.fcprojw, dw.fcprojb, g->dproj, a->fch_gelu, w.fcprojw, N, F, C);
+    /* GELU's output is the widest activation of a block (BT x 4C): recomputing it costs one element-wise pass,
+     * keeping it would cost BT x 4C floats per layer */
+    if (!g->recompute) be->gelu_forward(be, g->gelu, a->fch, NF); /* (recompute just refilled it) */
+    be->linear_backward(be, g->dfch_gelu, dw.fcprojw, dw.fcprojb, g->dproj, g->gelu, w.fcprojw, N, F, C);
     be->zero(be, g->dfch, NF * sizeof(float));
     be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
     be->zero(be, g->dln, NC * sizeof(float));

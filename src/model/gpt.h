@@ -25,8 +25,7 @@ typedef struct {
     float *att;                        /* [B,NH,T,T] softmax probabilities */
     float *res2;                       /* [BT,C] residual stream after the attention sublayer */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch;                        /* [BT,F] c_fc output */
-    float *fch_gelu;                   /* [BT,F] */
+    float *fch;                        /* [BT,F] c_fc output (GELU's input; its output is recomputed, not kept) */
 } llm4d_block_acts;
 
 /* Where the model finds a parameter group's weights and gradients (groups: params.h). Data parallel leaves these
@@ -59,7 +58,8 @@ typedef struct {
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;           /* [BT,Vp]; holds dlogits after a training forward */
     float *losses;           /* [BT] per-token loss */
-    /* backward scratch, shared by all blocks */
+    /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
+    float *gelu;
     float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *datt;
     size_t act_bytes;        /* bytes of activations held (for the report) */
 } llm4d_gpt;
