@@ -119,7 +119,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
         check(T, rc == LLM4D_OK && n_out == NEW && rec.n == NEW, what, rc ? err.msg : "");
         /* the prompt's rows */
         memcpy(seq, prompt, sizeof prompt);
-        llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 1, 5);
+        llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 0, 1, 5);
         double worst = 0;
         for (int r = 0; r < 5; r++) worst = fmax(worst, rel_err(plog + r * Vp, g.logits + (size_t)r * Vp, V));
         snprintf(what, sizeof what, "[%s, chunk %d] prompt logits, all 5 rows, equal the full forward's", be->name,
@@ -131,7 +131,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
         worst = 0;
         for (int k = 0; k < NEW; k++) {
             const int t = 5 + k;
-            llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 1, t);
+            llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 0, 1, t);
             const float *full = g.logits + (size_t)(t - 1) * Vp;
             const int32_t want = argmax(full, V);
             worst = fmax(worst, rel_err(rec.logits[k], full, V));

@@ -3,6 +3,7 @@
  *    masks are a pure function of the seed and position, so the loss stays a deterministic function);
  *  - recompute gives the same gradients as keeping activations;
  *  - gradient accumulation (2 micro-batches of 1) equals one micro-batch of 2;
+ *  - the LM head + loss computed in chunks of 5 tokens (not dividing B*T) equals one chunk of all tokens;
  *  - vocabulary padding (to 128 or to 256) changes no loss and no gradient;
  *  - the fast CPU backend agrees with the reference on loss and gradients. */
 #include <math.h>
@@ -54,7 +55,8 @@ static double loss_and_grad(llm4d_gpt *g, int with_grad, int micro) {
     double loss = 0;
     for (int k = 0; k < B / micro; k++) {
         const int off = k * micro * T;
-        loss += llm4d_gpt_forward(g, tokens + off, targets + off, dloss + off, sample_ids + k * micro, 3, 1, micro, T);
+        loss += llm4d_gpt_forward(g, tokens + off, targets + off, dloss + off, sample_ids + k * micro, 3, 1, with_grad,
+                                  micro, T);
         if (with_grad) llm4d_gpt_backward(g, tokens + off, sample_ids + k * micro, 3, 1, micro, T);
     }
     return loss;
@@ -153,6 +155,15 @@ int main(void) {
     double d = rel_diff(acc.grads, base.grads, base.table.total);
     check(fabs(l2 - l0) < 1e-6 && d < 1e-6, "accumulation 2 x 1 vs 1 x 2: loss %.9f vs %.9f, grad rel diff %.2e", l2, l0,
           d);
+
+    /* the fused LM head + loss in chunks of 5 rows: the same loss and gradients up to the GEMMs' summation order */
+    llm4d_gpt chunked = make(ref, &mem, tiny(128, 0.1f), B, 0);
+    check(chunked.head_rows == B * T, "one LM-head chunk holds all %d tokens of this tiny model", B * T);
+    chunked.head_rows = 5;
+    double l5 = loss_and_grad(&chunked, 1, B);
+    d = rel_diff(chunked.grads, base.grads, base.table.total);
+    check(fabs(l5 - l0) < 1e-6 && d < 1e-6, "LM head in chunks of 5: loss %.9f vs %.9f, grad rel diff %.2e", l5, l0, d);
+    llm4d_gpt_destroy(&chunked);
 
     /* padding to 256 instead of 128: same loss; same gradients on every real element */
     llm4d_gpt pad = make(ref, &mem, tiny(256, 0.1f), B, 0);

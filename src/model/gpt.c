@@ -13,6 +13,10 @@
 
 #include "core/rng.h"
 
+/* Tokens per chunk of the LM head + loss: 512 x 50304 logits are 98 MiB (instead of 1.6 GB at B=8 T=1024), and a
+ * 512-row GEMM still runs at full speed. */
+#define HEAD_ROWS 512
+
 /* Pointer to parameter `kind` of `layer` (-1: embeddings / final LayerNorm) inside its group's buffer `base`. */
 static float *at(const llm4d_gpt *g, float *base, int layer, llm4d_param_kind kind) {
     const llm4d_param_table *t = &g->table;
@@ -167,7 +171,9 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
         g->lnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
         g->lnf_mean = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         g->lnf_rstd = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
-        g->logits = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * Vp, &ok);
+        g->head_rows = BT < HEAD_ROWS ? (int)BT : HEAD_ROWS;
+        g->head = alloc_f(g, LLM4D_MEM_WORKSPACE, (size_t)g->head_rows * Vp, &ok);
+        g->dlnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
         g->losses = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
         g->gelu = alloc_f(g, W, BT * F, &ok);
@@ -208,7 +214,9 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
     free_f(g, A, g->lnf, BT * C);
     free_f(g, A, g->lnf_mean, BT);
     free_f(g, A, g->lnf_rstd, BT);
-    free_f(g, A, g->logits, BT * Vp);
+    free_f(g, W, g->logits, BT * Vp);
+    free_f(g, W, g->head, (BT < HEAD_ROWS ? BT : HEAD_ROWS) * Vp); /* (tests may lower head_rows) */
+    free_f(g, A, g->dlnf, BT * C);
     free_f(g, A, g->losses, BT);
     free_f(g, W, g->gelu, BT * F);
     free_f(g, W, g->dres, BT * C);
@@ -251,12 +259,33 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
     be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, dout2);
 }
 
-double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *dloss,
-                         const int64_t *sample_ids, uint32_t step, int train, int B, int T) {
-    LLM4D_ASSERT(B <= g->B && T <= g->T, "micro batch %dx%d exceeds the allocated %dx%d", B, T, g->B, g->T);
+/* The tied LM head and the loss over rows [0, N) of ln_f's output, head_rows at a time (see gpt.h). */
+static double head_forward(llm4d_gpt *g, const int32_t *targets, const float *weight, int grad, int N) {
     llm4d_backend *be = g->be;
-    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T;
-    const int V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab_size;
+    const int C = g->cfg.hidden_size, V = g->cfg.vocab_size, Vp = g->cfg.padded_vocab_size;
+    const float *wte = at(g, params_of(g, 0, 0), -1, LLM4D_P_WTE);
+    float *dwte = grad ? at(g, grads_of(g, 0), -1, LLM4D_P_WTE) : NULL;
+    if (grad) be->zero(be, g->dlnf, (size_t)N * C * sizeof(float));
+    for (int r0 = 0; r0 < N; r0 += g->head_rows) {
+        const int n = N - r0 < g->head_rows ? N - r0 : g->head_rows;
+        const float *x = g->lnf + (size_t)r0 * C;
+        be->linear_forward(be, g->head, x, wte, NULL, n, C, Vp);
+        be->crossentropy_forward_backward(be, g->losses + r0, grad ? g->head : NULL, g->head, targets + r0,
+                                          weight ? weight + r0 : NULL, n, V, Vp);
+        if (grad) be->linear_backward(be, g->dlnf + (size_t)r0 * C, dwte, NULL, g->head, x, wte, n, C, Vp);
+    }
+    release(g, 0, 0);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += (double)g->losses[i] * (weight ? weight[i] : 1.0f);
+    return sum;
+}
+
+double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
+                         const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T) {
+    LLM4D_ASSERT(B <= g->B && T <= g->T, "micro batch %dx%d exceeds the allocated %dx%d", B, T, g->B, g->T);
+    LLM4D_ASSERT(!grad || (targets && weight), "a forward with gradient needs targets and loss weights");
+    llm4d_backend *be = g->be;
+    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T, Vp = g->cfg.padded_vocab_size;
     const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
     float *emb = params_of(g, 0, 0);
     be->encoder_forward(be, g->res[0], tokens, at(g, emb, -1, LLM4D_P_WTE), at(g, emb, -1, LLM4D_P_WPE), B, T, C);
@@ -270,14 +299,15 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
     be->layernorm_forward(be, g->lnf, g->lnf_mean, g->lnf_rstd, g->res[L], at(g, fin, -1, LLM4D_P_LNFW),
                           at(g, fin, -1, LLM4D_P_LNFB), N, C);
     release(g, L + 1, 0);
-    emb = params_of(g, 0, 0);
-    be->linear_forward(be, g->logits, g->lnf, at(g, emb, -1, LLM4D_P_WTE), NULL, N, C, Vp);
+    if (targets) return head_forward(g, targets, weight, grad, N);
+    /* logits wanted (inspection, tests): the whole [BT, Vp] matrix, allocated the first time */
+    if (!g->logits) {
+        g->logits = be->alloc(be, g->mem, LLM4D_MEM_WORKSPACE, (size_t)g->B * g->T * Vp * sizeof(float));
+        LLM4D_ASSERT(g->logits, "out of memory for the %d x %d x %d logits", g->B, g->T, Vp);
+    }
+    be->linear_forward(be, g->logits, g->lnf, at(g, params_of(g, 0, 0), -1, LLM4D_P_WTE), NULL, N, C, Vp);
     release(g, 0, 0);
-    if (!targets) return 0.0;
-    be->crossentropy_forward_backward(be, g->losses, dloss ? g->logits : NULL, g->logits, targets, dloss, N, V, Vp);
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += (double)g->losses[i] * (dloss ? dloss[i] : 1.0f);
-    return sum;
+    return 0.0;
 }
 
 /* ---- backward ---- */
@@ -328,17 +358,12 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
                         int B, int T) {
     llm4d_backend *be = g->be;
-    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T, Vp = g->cfg.padded_vocab_size;
+    const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T;
     const size_t NC = (size_t)N * C;
-    /* LM head (tied): logits = lnf wte^T; g->logits holds dlogits now. */
-    float *emb = params_of(g, 0, 1), *demb_g = grads_of(g, 0);
-    be->zero(be, g->dln, NC * sizeof(float));
-    be->linear_backward(be, g->dln, at(g, demb_g, -1, LLM4D_P_WTE), NULL, g->logits, g->lnf,
-                        at(g, emb, -1, LLM4D_P_WTE), N, C, Vp);
-    release(g, 0, 1);
+    /* the LM head's backward ran inside the forward (head_forward): g->dlnf holds d(ln_f output) */
     float *fin = params_of(g, L + 1, 1), *dfin = grads_of(g, L + 1);
     be->zero(be, g->dres, NC * sizeof(float));
-    be->layernorm_backward(be, g->dres, at(g, dfin, -1, LLM4D_P_LNFW), at(g, dfin, -1, LLM4D_P_LNFB), g->dln,
+    be->layernorm_backward(be, g->dres, at(g, dfin, -1, LLM4D_P_LNFW), at(g, dfin, -1, LLM4D_P_LNFB), g->dlnf,
                            g->res[L], at(g, fin, -1, LLM4D_P_LNFW), g->lnf_mean, g->lnf_rstd, N, C);
     grads_done(g, L + 1);
     release(g, L + 1, 1);
@@ -347,7 +372,7 @@ void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *samp
     const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
     be->zero(be, g->dres2, NC * sizeof(float));
     be->dropout_backward(be, g->dres2, g->dres, B, (size_t)T * C, &demb);
-    demb_g = grads_of(g, 0);
+    float *demb_g = grads_of(g, 0);
     be->encoder_backward(be, at(g, demb_g, -1, LLM4D_P_WTE), at(g, demb_g, -1, LLM4D_P_WPE), g->dres2, tokens, B, T,
                          C);
     grads_done(g, 0);

@@ -56,7 +56,10 @@ typedef struct {
     float **res;             /* res[l], l = 0..L: input of block l; res[L] is the last block's output */
     llm4d_block_acts *acts;  /* L blocks, or 1 shared block when recomputing */
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;           /* [BT,Vp]; holds dlogits after a training forward */
+    float *logits;           /* [BT,Vp] of the last logits-only forward (targets NULL); allocated on first use */
+    float *head;             /* [head_rows,Vp]: one chunk of logits, then of their gradient (loss forwards) */
+    int head_rows;           /* chunk size; may be lowered after creation (tests), never raised */
+    float *dlnf;             /* [BT,C] gradient of ln_f's output, left by a forward with grad for backward */
     float *losses;           /* [BT] per-token loss */
     /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
     float *gelu;
@@ -82,11 +85,15 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
 void llm4d_gpt_destroy(llm4d_gpt *g);
 
 /* Forward a micro-batch. tokens/targets [B*T]; sample_ids [B] global sample index of each row (dropout positions);
- * step is the global step (dropout stream); train enables dropout. When dloss is not NULL, the loss gradient is
- * prepared (dloss[i] is d(loss)/d(token loss i), i.e. mask/count) and llm4d_gpt_backward may follow. Returns the
- * sum of losses[i] * weight[i] (weight = dloss, or 1 when dloss is NULL). */
-double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *dloss,
-                         const int64_t *sample_ids, uint32_t step, int train, int B, int T);
+ * step is the global step (dropout stream); train enables dropout. weight[i] (may be NULL: all 1) weighs token i's
+ * loss; the return value is sum_i losses[i] * weight[i]. targets NULL: no loss, g->logits receives the logits.
+ *
+ * The LM head and the cross-entropy run in chunks of head_rows tokens, so the [BT, V] logits never exist at once
+ * (at B=8 T=1024 they would be 1.6 GB). With grad, each chunk's logits become their gradient (d loss = weight) and
+ * the LM head's backward runs right there: d(ln_f output) into g->dlnf and d(wte) into the embedding gradients.
+ * llm4d_gpt_backward must then follow, and finishes the rest. */
+double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
+                         const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T);
 /* Backward of the last forward (same arguments), accumulating into g->grads. */
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
                         int B, int T);

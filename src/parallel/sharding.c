@@ -61,7 +61,8 @@ static float *params_for(void *ctx, int grp, int pass) {
     if (grp == 0) {
         if (!s->emb_param_valid) {
             gather(s, 0, s->emb_param_buf);
-            /* forward goes on with block 0 (group 1); backward starts at the LM head, then the final LayerNorm */
+            /* forward goes on with block 0 (group 1); backward does not read the embeddings (the LM head runs its
+             * backward inside the forward, gpt.h): only forward asks for them today */
             prefetch_start(s, pass == 0 ? 1 : last);
         }
         s->emb_param_valid = 1;

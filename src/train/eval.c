@@ -22,7 +22,7 @@ llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss_out,
             for (size_t i = 0; i < (size_t)mb * T; i++)
                 tr->dloss[i] = count > 0 ? (float)(b->mask[off + i] / count) : 0;
             loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
-                                      (uint32_t)step, 0, mb, T);
+                                      (uint32_t)step, 0, 0, mb, T);
         }
         LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
         total += loss;

@@ -47,10 +47,11 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
         /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
         const double w = count > 0 ? tr->loss_scale / count : 0;
         for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = (float)(b->mask[off + i] * w);
-        loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
-                                  (uint32_t)step, 1, mb, T);
+        /* armed before the forward: it already runs the LM head's backward (gpt.h) */
         if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
         if (tr->have_sh) llm4d_sharding_micro(&tr->sh, k == acc - 1);
+        loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
+                                  (uint32_t)step, 1, 1, mb, T);
         llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
     }
     if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
