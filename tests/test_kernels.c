@@ -3,8 +3,8 @@
  * Every operation of backend.h runs on both backends with the same deterministic random inputs, over shapes
  * chosen to hit the awkward cases: sizes that are not multiples of the SIMD width or of the kernels' chunk
  * sizes, sequence lengths that cross the attention's query block (128) and key block (256) boundaries, padded
- * vocabularies (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not assumed, and a
- * second backward call must double the increment. Dropout is checked against core/rng.h's definition
+ * vocabularies (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not
+ * assumed, and a second backward call must double the increment. Dropout is checked against core/rng.h's definition
  * directly (not only cpu vs ref) and for its drop rate. AdamW is checked against a double-precision loop,
  * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
  * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7); the attention with bf16 / fp16
@@ -284,16 +284,17 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
 /* Low-precision attention (bf16 or fp16 GEMM operands) against the fp32 reference, per element, with a bound
  * derived from the format. Rounding to a format with a p-bit significand errs by at most u = 2^-p relative
  * (bf16: p = 8, u = 2^-8; fp16: p = 11, u = 2^-11, plus an absolute 2^-25 where a value falls below fp16's normal
- * range). First-order propagation through the algorithm, computed in double from the exact values:
- *   S = scale q.k with q, k rounded:       |dS_j| <= eS_j = 2u scale sum|q||k|;  eS = max_j eS_j of the row
- *   P = exp(S - max)/sum or exp(S - lse):   |dP_j| / P_j <= 2 eS (the shift and the normaliser move by <= eS)
- *   P~ rounded as a GEMM operand:           + u
- *   out = sum_j P~_j v_j, v rounded:        |d out| <= sum_j P~_j |v_j| (2 eS + 2u);   |d lse| <= eS
- *   dP~_j = dout.v_j, both rounded:         |d dP~_j| <= 2u sum|dout||v_j|
- *   D = dout.out (out from the bf16 forward): |dD| <= sum |dout| |d out|
- *   dS_j = scale P_j (m_j dP~_j - D), rounded: |d dS_j| <= scale(|dP_j| |m dP~ - D| + P_j (m_j |d dP~_j| + |dD|))
- *                                              + u |dS_j|
- *   dQ = sum_j dS_j k_j, dK_j += dS_j q, dV_j += P~_j dout: each term errs by |d a| |b| + |a| |b| u.
+ * range). First-order propagation through the algorithm, err(x) the absolute error of x, computed in double from
+ * the exact values of one query row:
+ *   S_j = scale q.k_j, q and k rounded:      err(S_j) <= 2u scale sum|q||k_j| <= eS (the row's largest)
+ *   P_j = exp(S_j - max)/sum, exp(S_j - lse): err(P_j) <= P_j 2 eS (the shift and the normaliser move by <= eS)
+ *   P~_j = m_j P_j rounded as an operand:     err(P~_j) <= P~_j (2 eS + u)
+ *   out = sum_j P~_j v_j, v rounded:          err(out) <= sum_j P~_j |v_j| (2 eS + 2u);   err(lse) <= eS
+ *   dP~_j = dout.v_j, both rounded:           err(dP~_j) <= 2u sum|dout||v_j|
+ *   D = dout.out (out from this forward):     err(D) <= sum |dout| err(out)
+ *   dS_j = scale P_j (m_j dP~_j - D), rounded: err(dS_j) <= scale P_j (2 eS |m_j dP~_j - D| + m_j err(dP~_j)
+ *                                              + err(D)) + u |dS_j|
+ *   dQ = sum_j dS_j k_j, dK_j += dS_j q, dV_j += P~_j dout: each term errs by err(a)|b| + |a||b| u.
  * plus fp32 accumulation, 1e-5 of the sum of magnitudes. The bound is multiplied by 1.25 for the second-order
  * terms (exp(eS) - 1 exceeds eS by eS^2/2). The check also requires a non-zero error (the low-precision path is
  * really taken) and bit-identical fp32 results after switching back. */
@@ -329,9 +330,9 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
     /* bounds and magnitudes, accumulated per element */
     double *bo = calloc(nout, sizeof(double)), *bl = calloc(nlse, sizeof(double));
     double *bd = calloc(nqkv, sizeof(double)), *md = calloc(nqkv, sizeof(double));
-    double *P = malloc((size_t)T * sizeof(double)), *eS = malloc((size_t)T * sizeof(double));
+    double *P = malloc((size_t)T * sizeof(double));
     double *M = malloc((size_t)T * sizeof(double));
-    if (!bo || !bl || !bd || !md || !P || !eS || !M) {
+    if (!bo || !bl || !bd || !md || !P || !M) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
@@ -348,9 +349,8 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
                     double d = 0.0, a = 0.0;
                     for (int i = 0; i < HS; i++) d += (double)q[i] * k[i], a += fabs((double)q[i] * k[i]);
                     P[t2] = d * sc;
-                    eS[t2] = 2 * u * sc * a + 2 * fm.tiny * HS;
                     mx = fmax(mx, P[t2]);
-                    eSm = fmax(eSm, eS[t2]);
+                    eSm = fmax(eSm, 2 * u * sc * a + 2 * fm.tiny * HS);
                 }
                 double sum = 0.0;
                 for (int t2 = 0; t2 <= t1; t2++) sum += P[t2] = exp(P[t2] - mx);
@@ -417,7 +417,7 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
               !memcmp(d4, d32, nqkv * sizeof(float)),
           "%s: back to fp32, bit-identical to the fp32 run before", tag);
     free(qkv), free(dout), free(o32), free(l32), free(olp), free(llp), free(oref), free(lref), free(d32), free(dlp);
-    free(dref), free(bo), free(bl), free(bd), free(md), free(P), free(eS), free(M), free(o4), free(l4);
+    free(dref), free(bo), free(bl), free(bd), free(md), free(P), free(M), free(o4), free(l4);
     free(d4);
 }
 
