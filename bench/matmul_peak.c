@@ -11,7 +11,8 @@
  *
  * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192): linear forward and
  * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
- * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak. */
+ * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak; with
+ * avx512_bf16 the attention again with bf16 GEMM operands ("attention bf16 ...", against the bf16 peak). */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,38 +143,41 @@ typedef struct {
     llm4d_backend *be;
     llm4d_attn_shape s;
     llm4d_dropout *drop;
-    float *qkv, *out, *att, *dout, *dqkv, *scratch;
+    float *qkv, *out, *lse, *dout, *dqkv;
 } att_args;
 
 static void att_fwd(void *p) {
     att_args *a = p;
-    a->be->attention_forward(a->be, a->out, a->att, a->qkv, a->s, a->drop);
+    a->be->attention_forward(a->be, a->out, a->lse, a->qkv, a->s, a->drop);
 }
 
 static void att_bwd(void *p) {
     att_args *a = p;
-    a->be->attention_backward(a->be, a->dqkv, a->scratch, a->dout, a->qkv, a->att, a->s, a->drop);
+    a->be->attention_backward(a->be, a->dqkv, a->dout, a->out, a->qkv, a->lse, a->s, a->drop);
 }
 
-static void bench_attention(llm4d_backend *be, float p, double fp32_peak, int reps) {
+/* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
+static void bench_attention(llm4d_backend *be, float p, const char *prec, double peak, int reps) {
     llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids};
     const size_t C = (size_t)s.NH * s.HS, nqkv = (size_t)s.B * s.T * 3 * C, nout = (size_t)s.B * s.T * C;
-    const size_t natt = (size_t)s.B * s.NH * s.T * s.T;
-    att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(natt * 4), xalloc(nout * 4),
-                  xalloc(nqkv * 4), xalloc(natt * 4)};
+    const size_t nlse = (size_t)s.B * s.NH * s.T;
+    att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(nlse * 4), xalloc(nout * 4),
+                  xalloc(nqkv * 4)};
     for (size_t i = 0; i < nqkv; i++) a.qkv[i] = llm4d_rng_normal(1, 2, i);
     for (size_t i = 0; i < nout; i++) a.dout[i] = llm4d_rng_normal(1, 3, i);
     memset(a.dqkv, 0, nqkv * 4);
+    /* forward runs first, so backward gets a real out and lse */
     double tf = best_of(reps, att_fwd, &a), tb = best_of(reps, att_bwd, &a);
-    /* useful (causal) FLOPs: QK^T and PV forward, 4 products backward, each 2*B*NH*HS*T(T+1)/2 */
+    /* useful (causal) FLOPs: QK^T and PV forward, 4 products backward, each 2*B*NH*HS*T(T+1)/2 (backward's
+     * recomputation of QK^T is not counted as useful) */
     double prod = 2.0 * s.B * s.NH * s.HS * (double)s.T * (s.T + 1) / 2.0;
-    printf("attention B=%d T=%d NH=%d HS=%d p=%.1f: forward %.1f ms, backward %.1f ms, total %.1f ms "
-           "(%.1f causal GFLOP/s, %.0f%% of peak)\n",
-           s.B, s.T, s.NH, s.HS, p, tf * 1e3, tb * 1e3, (tf + tb) * 1e3, 6 * prod / (tf + tb) / 1e9,
-           100 * 6 * prod / (tf + tb) / 1e9 / fp32_peak);
-    free(a.qkv), free(a.out), free(a.att), free(a.dout), free(a.dqkv), free(a.scratch);
+    printf("attention%s%s B=%d T=%d NH=%d HS=%d p=%.1f: forward %.1f ms, backward %.1f ms, total %.1f ms "
+           "(%.1f causal GFLOP/s, %.0f%% of %s peak)\n",
+           strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", s.B, s.T, s.NH, s.HS, p, tf * 1e3,
+           tb * 1e3, (tf + tb) * 1e3, 6 * prod / (tf + tb) / 1e9, 100 * 6 * prod / (tf + tb) / 1e9 / peak, prec);
+    free(a.qkv), free(a.out), free(a.lse), free(a.dout), free(a.dqkv);
 }
 
 int main(int argc, char **argv) {
@@ -219,9 +223,15 @@ int main(int argc, char **argv) {
     bench_linear(be, 8192, 768, 3072, 1, f32, reps); /* MLP up */
     bench_linear(be, 8192, 3072, 768, 1, f32, reps); /* MLP down */
     fflush(stdout);
-    bench_attention(be, 0.0f, f32, reps);
-    bench_attention(be, 0.1f, f32, reps);
+    bench_attention(be, 0.0f, "fp32", f32, reps);
+    bench_attention(be, 0.1f, "fp32", f32, reps);
     fflush(stdout);
+    if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
+        bench_attention(be, 0.0f, "bf16", bf16, reps);
+        bench_attention(be, 0.1f, "bf16", bf16, reps);
+        be->set_precision(be, LLM4D_PREC_FP32, &err);
+        fflush(stdout);
+    }
     if (lmhead) bench_linear(be, 8192, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
     be->destroy(be);
     return 0;

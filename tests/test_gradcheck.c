@@ -1,4 +1,5 @@
-/* test_gradcheck.c — finite-difference checks of the reference backend's backward kernels.
+/* test_gradcheck.c — finite-difference checks of the reference backend's backward kernels (and of the fast
+ * backend's attention, whose backward takes forward's out and log-sum-exp instead of recomputing everything).
  *
  * test_kernels.c shows the fast backend equals the reference; this file shows the reference's backward is the
  * derivative of its forward, so together they pin both backends to the math. For each op the scalar objective
@@ -208,29 +209,31 @@ typedef struct {
     llm4d_backend *be;
     llm4d_attn_shape s;
     const llm4d_dropout *drop;
-    float *qkv, *out, *att, *R;
+    float *qkv, *out, *lse, *R;
 } att_ctx;
 
 static double att_obj(void *p) {
     att_ctx *c = p;
-    c->be->attention_forward(c->be, c->out, c->att, c->qkv, c->s, c->drop);
+    c->be->attention_forward(c->be, c->out, c->lse, c->qkv, c->s, c->drop);
     return dot(c->out, c->R, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 
-static void test_attention(llm4d_backend *be, float p) {
+/* backward gets the out and lse of the forward at the unperturbed qkv, as the model passes them; maxc caps the
+ * coordinates checked (spread over q, k and v of all heads) */
+static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_t maxc) {
     int64_t sids[2] = {4, 1};
     llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids};
-    att_ctx c = {be, {2, 5, 2, 3, 1, 3}, &drop, NULL, NULL, NULL, NULL};
-    const size_t nqkv = (size_t)c.s.B * c.s.T * 3 * c.s.NH * c.s.HS, nout = nqkv / 3;
-    const size_t natt = (size_t)c.s.B * c.s.NH * c.s.T * c.s.T;
-    c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.att = falloc(natt), c.R = frand(nout, 1.0f);
+    att_ctx c = {be, s, &drop, NULL, NULL, NULL, NULL};
+    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
+    c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.lse = falloc(nlse), c.R = frand(nout, 1.0f);
     att_obj(&c);
-    float *dqkv = falloc(nqkv), *scratch = falloc(natt);
-    be->attention_backward(be, dqkv, scratch, c.R, c.qkv, c.att, c.s, &drop);
-    char what[96];
-    snprintf(what, sizeof what, "attention dqkv (p=%.1f)", p);
-    gradcheck_n(what, c.qkv, nqkv, dqkv, att_obj, &c, nqkv); /* every coordinate: q, k, v of both heads */
-    free(c.qkv), free(c.out), free(c.att), free(c.R), free(dqkv), free(scratch);
+    float *dqkv = falloc(nqkv);
+    be->attention_backward(be, dqkv, c.R, c.out, c.qkv, c.lse, s, &drop);
+    char what[128];
+    snprintf(what, sizeof what, "%s attention dqkv (B=%d T=%d NH=%d HS=%d, p=%.1f)", be->name, s.B, s.T, s.NH, s.HS,
+             p);
+    gradcheck_n(what, c.qkv, nqkv, dqkv, att_obj, &c, maxc);
+    free(c.qkv), free(c.out), free(c.lse), free(c.R), free(dqkv);
 }
 
 typedef struct {
@@ -308,23 +311,31 @@ static void test_dropout(llm4d_backend *be, int add, float p) {
 }
 
 int main(void) {
-    llm4d_backend *ref;
+    llm4d_backend *ref, *cpu;
     llm4d_err err = {0};
-    if (llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
-        printf("FAIL - reference backend: %s\n0 passed, 1 failed\n", err.msg);
+    if (llm4d_backend_ref_create(&ref, &err) != LLM4D_OK || llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK) {
+        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
         return 1;
     }
     test_linear(ref);
     test_encoder(ref);
     test_layernorm(ref);
     test_gelu(ref);
-    test_attention(ref, 0.0f);
-    test_attention(ref, 0.3f);
+    const llm4d_attn_shape small = {2, 5, 2, 3, 1, 3}, blocks = {1, 300, 2, 4, 0, 2};
+    test_attention(ref, small, 0.0f, SIZE_MAX); /* every coordinate: q, k, v of both heads */
+    test_attention(ref, small, 0.3f, SIZE_MAX);
+    /* the fast backend's flash kernel directly: its backward rebuilds the probabilities from forward's lse and
+     * uses forward's out, which the reference does not; T = 300 spans two key blocks and three query blocks */
+    test_attention(cpu, small, 0.0f, SIZE_MAX);
+    test_attention(cpu, small, 0.3f, SIZE_MAX);
+    test_attention(cpu, blocks, 0.0f, 300);
+    test_attention(cpu, blocks, 0.3f, 300);
     test_crossentropy(ref);
     test_dropout(ref, 0, 0.3f);
     test_dropout(ref, 1, 0.0f);
     test_dropout(ref, 1, 0.3f);
     ref->destroy(ref);
+    cpu->destroy(cpu);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;
 }

@@ -2,12 +2,13 @@
  *
  * Every operation of backend.h runs on both backends with the same deterministic random inputs, over shapes
  * chosen to hit the awkward cases: sizes that are not multiples of the SIMD width or of the kernels' chunk
- * sizes, sequence lengths that cross the attention's causal block boundary (128), padded vocabularies
- * (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not assumed, and a
- * second backward call must double the increment. Dropout is checked against core/rng.h's definition
+ * sizes, sequence lengths that cross the attention's query block (128) and key block (256) boundaries, padded
+ * vocabularies (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not
+ * assumed, and a second backward call must double the increment. Dropout is checked against core/rng.h's definition
  * directly (not only cpu vs ref) and for its drop rate. AdamW is checked against a double-precision loop,
  * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
- * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7). */
+ * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7); the attention with bf16 / fp16
+ * GEMM operands against per-element bounds derived from the formats (test_attention_lowp). */
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -219,65 +220,205 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
     char tag[160];
     snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH, HS,
              s.head0, s.NH_total, p, qscale);
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, qscale);
-    float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *a1 = frand(natt, 1.0f), *a2 = falloc(natt);
-    cpu->attention_forward(cpu, o1, a1, qkv, s, &drop);
-    ref->attention_forward(ref, o2, a2, qkv, s, &drop);
+    float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *l1 = frand(nlse, 1.0f), *l2 = falloc(nlse);
+    cpu->attention_forward(cpu, o1, l1, qkv, s, &drop);
+    ref->attention_forward(ref, o2, l2, qkv, s, &drop);
     char what[256];
     snprintf(what, sizeof what, "%s forward out", tag);
     cmp(what, o1, o2, nout, TOL);
-    snprintf(what, sizeof what, "%s forward att", tag);
-    cmp(what, a1, a2, natt, TOL);
-    /* the probabilities are causal rows summing to 1 */
-    double worst = 0.0;
-    int upper_zero = 1;
-    for (size_t r = 0; r < (size_t)B * NH * T; r++) {
-        int t1 = (int)(r % T);
-        double sum = 0.0;
-        for (int t2 = 0; t2 < T; t2++) {
-            sum += a1[r * T + t2];
-            if (t2 > t1 && a1[r * T + t2] != 0.0f) upper_zero = 0;
-        }
-        worst = fmax(worst, fabs(sum - 1.0));
-    }
-    check(worst < 1e-5 && upper_zero, "%s att rows sum to 1 (err %.1e), zero above the diagonal", tag, worst);
-    if (p > 0.0f) {
-        /* out recomputed here from att and the mask at backend.h's position formula */
-        float *o3 = falloc(nout);
-        size_t ndrop = 0;
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++)
-                for (int t1 = 0; t1 < T; t1++)
-                    for (int t2 = 0; t2 <= t1; t2++) {
-                        uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
-                        uint32_t w[4];
-                        llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
-                        float m = llm4d_rng_u01(w[pos & 3]) >= p ? 1.0f / (1.0f - p) : 0.0f;
-                        ndrop += m == 0.0f;
-                        float a = a2[(((size_t)b * NH + h) * T + t1) * T + t2] * m;
-                        for (int i = 0; i < HS; i++)
-                            o3[((size_t)b * T + t1) * C + h * HS + i] +=
-                                a * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * HS + i];
-                    }
-        snprintf(what, sizeof what, "%s forward out vs mask at backend.h positions (%zu dropped)", tag, ndrop);
-        cmp(what, o1, o3, nout, TOL);
-        free(o3);
-    }
+    snprintf(what, sizeof what, "%s forward lse", tag);
+    cmp(what, l1, l2, nlse, TOL);
+    /* out rebuilt here from the definition: P = exp(scale q.k - lse) must be causal rows summing to 1 (this pins
+     * lse's meaning), and out = sum_t2 P mult v with the mask at backend.h's position formula. lse is fp32, so P
+     * rebuilt from it carries lse's rounding, |lse| 2^-24 relative: the tolerances allow 4 times that. */
+    float *o3 = falloc(nout);
+    size_t ndrop = 0;
+    double worst = 0.0, lmax = 0.0;
+    for (size_t i = 0; i < nlse; i++) lmax = fmax(lmax, fabs(l1[i]));
+    const double ltol = 4.0 * lmax * 0x1p-24;
+    const double scale = 1.0 / sqrt((double)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t1 = 0; t1 < T; t1++) {
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t1; t2++) {
+                    double d = 0.0;
+                    for (int i = 0; i < HS; i++)
+                        d += (double)qkv[((size_t)b * T + t1) * 3 * C + h * HS + i] *
+                             qkv[((size_t)b * T + t2) * 3 * C + C + h * HS + i];
+                    const double a = exp(d * scale - l1[((size_t)b * NH + h) * T + t1]);
+                    sum += a;
+                    uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
+                    uint32_t w[4];
+                    llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
+                    float m = p == 0.0f ? 1.0f : llm4d_rng_u01(w[pos & 3]) >= p ? 1.0f / (1.0f - p) : 0.0f;
+                    ndrop += m == 0.0f;
+                    for (int i = 0; i < HS; i++)
+                        o3[((size_t)b * T + t1) * C + h * HS + i] +=
+                            (float)(a * m * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * HS + i]);
+                }
+                worst = fmax(worst, fabs(sum - 1.0));
+            }
+    check(worst < 1e-5 + ltol, "%s exp(S - lse) rows sum to 1 (err %.1e, tol %.1e)", tag, worst, 1e-5 + ltol);
+    snprintf(what, sizeof what, "%s forward out vs P from lse and mask at backend.h positions (%zu dropped)", tag,
+             ndrop);
+    cmp(what, o1, o3, nout, TOL + ltol);
+    const double expect_drops = p * B * NH * T * (T + 1) / 2.0;
+    if (expect_drops >= 20) check(ndrop > 0, "%s some probabilities dropped", tag);
+    free(o3);
 
     float *dout = frand(nout, 1.0f), *d0 = frand(nqkv, 1.0f), *d1 = fdup(d0, nqkv), *d2 = fdup(d0, nqkv);
-    float *scratch = frand(natt, 1.0f);
-    cpu->attention_backward(cpu, d1, scratch, dout, qkv, a2, s, &drop);
-    ref->attention_backward(ref, d2, scratch, dout, qkv, a2, s, &drop);
+    cpu->attention_backward(cpu, d1, dout, o1, qkv, l1, s, &drop);
+    ref->attention_backward(ref, d2, dout, o2, qkv, l2, s, &drop);
     snprintf(what, sizeof what, "%s backward dqkv", tag);
     cmp(what, d1, d2, nqkv, TOL);
-    fill(scratch, natt, 1.0f); /* scratch content must not matter */
     float *d3 = fdup(d1, nqkv);
-    cpu->attention_backward(cpu, d3, scratch, dout, qkv, a2, s, &drop);
+    cpu->attention_backward(cpu, d3, dout, o1, qkv, l1, s, &drop);
     snprintf(what, sizeof what, "%s dqkv", tag);
     cmp_twice(what, d0, d1, d3, nqkv);
-    free(qkv), free(o1), free(o2), free(a1), free(a2), free(dout), free(d0), free(d1), free(d2), free(d3);
-    free(scratch);
+    free(qkv), free(o1), free(o2), free(l1), free(l2), free(dout), free(d0), free(d1), free(d2), free(d3);
+}
+
+/* Low-precision attention (bf16 or fp16 GEMM operands) against the fp32 reference, per element, with a bound
+ * derived from the format. Rounding to a format with a p-bit significand errs by at most u = 2^-p relative
+ * (bf16: p = 8, u = 2^-8; fp16: p = 11, u = 2^-11, plus an absolute 2^-25 where a value falls below fp16's normal
+ * range). First-order propagation through the algorithm, err(x) the absolute error of x, computed in double from
+ * the exact values of one query row:
+ *   S_j = scale q.k_j, q and k rounded:      err(S_j) <= 2u scale sum|q||k_j| <= eS (the row's largest)
+ *   P_j = exp(S_j - max)/sum, exp(S_j - lse): err(P_j) <= P_j 2 eS (the shift and the normaliser move by <= eS)
+ *   P~_j = m_j P_j rounded as an operand:     err(P~_j) <= P~_j (2 eS + u)
+ *   out = sum_j P~_j v_j, v rounded:          err(out) <= sum_j P~_j |v_j| (2 eS + 2u);   err(lse) <= eS
+ *   dP~_j = dout.v_j, both rounded:           err(dP~_j) <= 2u sum|dout||v_j|
+ *   D = dout.out (out from this forward):     err(D) <= sum |dout| err(out)
+ *   dS_j = scale P_j (m_j dP~_j - D), rounded: err(dS_j) <= scale P_j (2 eS |m_j dP~_j - D| + m_j err(dP~_j)
+ *                                              + err(D)) + u |dS_j|
+ *   dQ = sum_j dS_j k_j, dK_j += dS_j q, dV_j += P~_j dout: each term errs by err(a)|b| + |a||b| u.
+ * plus fp32 accumulation, 1e-5 of the sum of magnitudes. The bound is multiplied by 1.25 for the second-order
+ * terms (exp(eS) - 1 exceeds eS by eS^2/2). The check also requires a non-zero error (the low-precision path is
+ * really taken) and bit-identical fp32 results after switching back. */
+typedef struct {
+    double u, tiny;
+} lp_format;
+
+static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p,
+                                llm4d_precision prec, const char *name) {
+    const lp_format fm = prec == LLM4D_PREC_BF16 ? (lp_format){1.0 / 256, 0.0} : (lp_format){1.0 / 2048, 0x1p-25};
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    int64_t sids[4] = {6, 2, 0, 11};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids};
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", name, B, T, NH, HS, s.head0,
+             s.NH_total, p);
+    const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
+    float *o32 = falloc(nout), *l32 = falloc(nlse), *olp = falloc(nout), *llp = falloc(nlse), *oref = falloc(nout);
+    float *lref = falloc(nlse), *d32 = falloc(nqkv), *dlp = falloc(nqkv), *dref = falloc(nqkv);
+    cpu->attention_forward(cpu, o32, l32, qkv, s, &drop);
+    cpu->attention_backward(cpu, d32, dout, o32, qkv, l32, s, &drop);
+    ref->attention_forward(ref, oref, lref, qkv, s, &drop);
+    ref->attention_backward(ref, dref, dout, oref, qkv, lref, s, &drop);
+    llm4d_err err = {0};
+    if (cpu->set_precision(cpu, prec, &err) != LLM4D_OK) {
+        check(0, "%s: %s", tag, err.msg);
+        return;
+    }
+    cpu->attention_forward(cpu, olp, llp, qkv, s, &drop);
+    cpu->attention_backward(cpu, dlp, dout, olp, qkv, llp, s, &drop);
+    cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
+    /* bounds and magnitudes, accumulated per element */
+    double *bo = calloc(nout, sizeof(double)), *bl = calloc(nlse, sizeof(double));
+    double *bd = calloc(nqkv, sizeof(double)), *md = calloc(nqkv, sizeof(double));
+    double *P = malloc((size_t)T * sizeof(double));
+    double *M = malloc((size_t)T * sizeof(double));
+    if (!bo || !bl || !bd || !md || !P || !M) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    const double u = fm.u, sc = 1.0 / sqrt((double)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t1 = 0; t1 < T; t1++) {
+                const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
+                const float *dy = dout + ((size_t)b * T + t1) * C + h * HS;
+                const size_t oi = ((size_t)b * T + t1) * C + h * HS;
+                double mx = -INFINITY, eSm = 0.0;
+                for (int t2 = 0; t2 <= t1; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
+                    double d = 0.0, a = 0.0;
+                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i], a += fabs((double)q[i] * k[i]);
+                    P[t2] = d * sc;
+                    mx = fmax(mx, P[t2]);
+                    eSm = fmax(eSm, 2 * u * sc * a + 2 * fm.tiny * HS);
+                }
+                double sum = 0.0;
+                for (int t2 = 0; t2 <= t1; t2++) sum += P[t2] = exp(P[t2] - mx);
+                for (int t2 = 0; t2 <= t1; t2++) {
+                    P[t2] /= sum;
+                    uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
+                    uint32_t w[4];
+                    llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
+                    M[t2] = p == 0.0f ? 1.0 : llm4d_rng_u01(w[pos & 3]) >= p ? 1.0 / (1.0 - p) : 0.0;
+                }
+                const double eP = 2 * eSm + u; /* relative error of P~ as an operand */
+                bl[((size_t)b * NH + h) * T + t1] = eSm + 1e-6 * (fabs(mx) + 1.0);
+                double Dt = 0.0, eD = 0.0;
+                for (int c = 0; c < HS; c++) {
+                    double e = 0.0, mag = 0.0;
+                    for (int t2 = 0; t2 <= t1; t2++) {
+                        const double t = P[t2] * M[t2] * fabs(qkv[((size_t)b * T + t2) * C3 + 2 * C + h * HS + c]);
+                        e += t * (eP + u) + M[t2] * P[t2] * fm.tiny;
+                        mag += t;
+                    }
+                    bo[oi + c] = e + 1e-5 * mag;
+                    Dt += (double)dy[c] * oref[oi + c];
+                    eD += fabs(dy[c]) * bo[oi + c];
+                }
+                for (int t2 = 0; t2 <= t1; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS, *v = k + C;
+                    double dp = 0.0, dpa = 0.0;
+                    for (int c = 0; c < HS; c++) dp += (double)dy[c] * v[c], dpa += fabs((double)dy[c] * v[c]);
+                    const double g = M[t2] * dp - Dt, dS = sc * P[t2] * g;
+                    const double edP = M[t2] * (2 * u * dpa + 2 * fm.tiny * HS); /* of m dP~ */
+                    const double edS = sc * P[t2] * (2 * eSm * fabs(g) + edP + eD) + u * fabs(dS) + fm.tiny;
+                    const size_t qi = ((size_t)b * T + t1) * C3 + h * HS, ki = ((size_t)b * T + t2) * C3 + C + h * HS;
+                    for (int c = 0; c < HS; c++) {
+                        bd[qi + c] += edS * fabs(k[c]) + fabs(dS * k[c]) * u;
+                        md[qi + c] += fabs(dS * k[c]);
+                        bd[ki + c] += edS * fabs(q[c]) + fabs(dS * q[c]) * u;
+                        md[ki + c] += fabs(dS * q[c]);
+                        const double pv = M[t2] * P[t2] * fabs(dy[c]);
+                        bd[ki + C + c] += pv * (eP + u) + M[t2] * fm.tiny * fabs(dy[c]);
+                        md[ki + C + c] += pv;
+                    }
+                }
+            }
+    double ro = 0, rl = 0, rd = 0, eo = 0, el = 0, ed = 0;
+    for (size_t i = 0; i < nout; i++) {
+        const double e = fabs((double)olp[i] - oref[i]);
+        eo = fmax(eo, e), ro = fmax(ro, e / (1.25 * bo[i] + 1e-30));
+    }
+    for (size_t i = 0; i < nlse; i++) {
+        const double e = fabs((double)llp[i] - lref[i]);
+        el = fmax(el, e), rl = fmax(rl, e / (1.25 * bl[i] + 1e-30));
+    }
+    for (size_t i = 0; i < nqkv; i++) {
+        const double e = fabs((double)dlp[i] - dref[i]);
+        ed = fmax(ed, e), rd = fmax(rd, e / (1.25 * (bd[i] + 1e-5 * md[i]) + 1e-30));
+    }
+    check(ro <= 1.0 && eo > 0, "%s forward out: worst err/bound %.3f, max err %.2e", tag, ro, eo);
+    check(rl <= 1.0 && el > 0, "%s forward lse: worst err/bound %.3f, max err %.2e", tag, rl, el);
+    check(rd <= 1.0 && ed > 0, "%s backward dqkv: worst err/bound %.3f, max err %.2e", tag, rd, ed);
+    float *o4 = falloc(nout), *l4 = falloc(nlse), *d4 = falloc(nqkv);
+    cpu->attention_forward(cpu, o4, l4, qkv, s, &drop);
+    cpu->attention_backward(cpu, d4, dout, o4, qkv, l4, s, &drop);
+    check(!memcmp(o4, o32, nout * sizeof(float)) && !memcmp(l4, l32, nlse * sizeof(float)) &&
+              !memcmp(d4, d32, nqkv * sizeof(float)),
+          "%s: back to fp32, bit-identical to the fp32 run before", tag);
+    free(qkv), free(dout), free(o32), free(l32), free(olp), free(llp), free(oref), free(lref), free(d32), free(dlp);
+    free(dref), free(bo), free(bl), free(bd), free(md), free(P), free(M), free(o4), free(l4);
+    free(d4);
 }
 
 /* the mask as core/rng.h and backend.h define it */
@@ -529,7 +670,7 @@ int main(void) {
     test_gelu(cpu, ref, 10007);
     const llm4d_attn_shape shapes[] = {
         {1, 1, 1, 4, 0, 1},     {2, 7, 3, 5, 0, 3},  {3, 33, 2, 16, 0, 2},
-        {2, 130, 2, 16, 1, 4},  {1, 257, 2, 8, 2, 5},
+        {2, 130, 2, 16, 1, 4},  {1, 257, 2, 8, 2, 5},  {1, 600, 2, 16, 1, 3},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         test_attention(cpu, ref, shapes[i], 0.0f, 1.0f);
@@ -539,6 +680,16 @@ int main(void) {
     const llm4d_attn_shape sharp = {2, 40, 2, 8, 0, 2};
     test_attention(cpu, ref, sharp, 0.0f, 6.0f);
     test_attention(cpu, ref, sharp, 0.3f, 6.0f);
+    /* low-precision GEMM operands: T across two key blocks (256) with a tail, and GPT-2's head size */
+    const llm4d_attn_shape lp_shapes[] = {{2, 300, 2, 16, 1, 3}, {1, 130, 2, 64, 0, 2}};
+    for (size_t i = 0; i < sizeof lp_shapes / sizeof lp_shapes[0]; i++)
+        for (int d = 0; d < 2; d++) {
+            if (__builtin_cpu_supports("avx512bf16"))
+                test_attention_lowp(cpu, ref, lp_shapes[i], d ? 0.1f : 0.0f, LLM4D_PREC_BF16, "bf16");
+            else
+                printf("# bf16 attention not tested: this CPU has no AVX512-BF16\n");
+            test_attention_lowp(cpu, ref, lp_shapes[i], d ? 0.1f : 0.0f, LLM4D_PREC_FP16, "fp16");
+        }
     test_dropout(cpu, ref, 3, 1, 0.1f);
     test_dropout(cpu, ref, 3, 1001, 0.0f);
     test_dropout(cpu, ref, 3, 1001, 0.1f);

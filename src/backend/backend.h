@@ -82,15 +82,16 @@ struct llm4d_backend {
     void (*gelu_forward)(llm4d_backend *be, float *out, const float *inp, size_t n);
     void (*gelu_backward)(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
 
-    /* Causal self-attention. qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V (GPT-2's layout);
-     * out [B,T,NH*HS]; att [B,NH,T,T] keeps the softmax probabilities (before dropout) for backward.
+    /* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V
+     * (GPT-2's layout); out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal
+     * scores, all backward needs to rebuild the probabilities P = exp(S - lse) (no T x T matrix is kept).
      * Probabilities are dropped with `drop`, the position of (b,h,t1,t2) being
      * ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */
-    void (*attention_forward)(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
+    void (*attention_forward)(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
                               const llm4d_dropout *drop);
-    /* dqkv += d(out)/d(qkv) . dout; scratch holds B*NH*T*T floats. */
-    void (*attention_backward)(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop);
+    /* dqkv += d(out)/d(qkv) . dout, given forward's out and lse for the same qkv and drop. */
+    void (*attention_backward)(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                               const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
 
     /* out[B,row] = dropout(inp) in place or not; position of (b,i) = sample_ids[b]*row + i. */
     void (*dropout_forward)(llm4d_backend *be, float *out, const float *inp, int B, size_t row,

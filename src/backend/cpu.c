@@ -5,11 +5,13 @@
  *   cached oneDNN primitive (cpu_dnnl.h). Transposes and the per-head views of qkv are strided memory
  *   descriptors, so nothing is copied; accumulation into gradients (backend.h: backward +=) is oneDNN's "sum"
  *   post-op, and the linear bias is the matmul's own bias.
- * - Attention is causal, so the T x T products are cut into row blocks of ATT_TB and each block only multiplies
- *   the part left of the diagonal: about half the FLOPs of the full square. The blocks of all heads are many
- *   small independent GEMMs, so threads take whole (head, block) tasks and run them single-threaded, with the
- *   softmax and dropout in between while the block is in cache (faster than oneDNN's batched GEMM over heads
- *   with each GEMM split across threads).
+ * - Attention is flash-style (FlashAttention-2): queries in row blocks of ATT_TB, keys in blocks of ATT_KB, only
+ *   the blocks left of / on the diagonal computed (about half the FLOPs of the full square), an online softmax
+ *   in forward, and no T x T matrix anywhere: forward keeps the log-sum-exp of each row and backward rebuilds
+ *   each block's probabilities from it. At GPT-2 124M with B=8, T=1024 this saves 384 MiB of probabilities per
+ *   layer plus a 384 MiB backward scratch. The blocks of all heads are many small independent GEMMs, so threads
+ *   take whole tasks and run them single-threaded, with the softmax and dropout in between while the block is in
+ *   per-thread scratch (faster than oneDNN's batched GEMM over heads with each GEMM split across threads).
  * - The element-wise kernels are written so that GCC vectorises them (`omp simd`): exp is a polynomial rather
  *   than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The results are
  *   bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
@@ -27,7 +29,7 @@
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
 
-/* Causal attention block (rows per QK^T / att.V product). 128 keeps the wasted upper-triangle work at 1/16 for
+/* Causal attention query block (rows per task and per GEMM). 128 keeps the wasted upper-triangle work at 1/16 for
  * T = 1024 while each GEMM is still large enough to run near peak. */
 #ifndef ATT_TB
 #define ATT_TB 128
@@ -35,12 +37,12 @@
 
 typedef struct {
     llm4d_dnnl *dnnl;
-    float *work; /* attention with dropout: each thread's ATT_TB x T block of dropped probabilities */
-    size_t work_cap;
-    llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per row block */
+    float *work;             /* attention: each thread's blocks (att_thread_floats), grown only for larger shapes */
+    size_t work_cap;         /* floats */
+    llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
-    llm4d_precision prec;    /* operands of the linear layers' GEMMs: fp32, bf16, or fp16-rounded fp32 */
-    void *cvt[2];            /* converted copies of the two GEMM operands */
+    llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
+    void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
     size_t cvt_cap[2];       /* bytes */
 } cpu_ctx;
 
@@ -173,10 +175,12 @@ static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* mixed precision: the linear layers' GEMM operands are rounded to bf16 (oneDNN's bf16 kernels, fp32
- * accumulation and output) or to fp16 precision (no fp16 GEMM on CPUs without AVX512-FP16: the operands are
- * rounded to fp16 and multiplied in fp32, which reproduces fp16 inputs' numerics). Master weights, gradients and
- * every other kernel stay fp32; the attention's GEMMs stay fp32 too. */
+/* mixed precision: the GEMM operands of the linear layers and of the attention are rounded to bf16 (oneDNN's
+ * bf16 kernels, fp32 accumulation and output) or to fp16 precision (no fp16 GEMM on CPUs without AVX512-FP16: the
+ * operands are rounded to fp16 and multiplied in fp32, which reproduces fp16 inputs' numerics). In the attention
+ * that means Q, K, V, dout and the per-block probabilities and score gradients; its softmax statistics
+ * (max, sum, log-sum-exp), D and every output stay fp32. Master weights, gradients and every other kernel stay
+ * fp32. */
 
 static uint16_t f32_to_bf16(float f) {
     uint32_t u;
@@ -451,181 +455,305 @@ static uint64_t att_row_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, i
     return (((uint64_t)d->sample_ids[b] * s->NH_total + s->head0 + h) * s->T + t1) * s->T;
 }
 
-/* dst[t2] = src[t2] * mult(t2) for t2 <= t1 of one attention row (positions pos0 + t2), zeros up to zend. */
-static void att_row_drop(float *dst, const float *src, const llm4d_dropout *d, uint64_t pos0, int t1, int zend) {
-    float mult[DROP_CHUNK];
-    for (int c0 = 0; c0 <= t1; c0 += DROP_CHUNK) {
-        int n = t1 + 1 - c0 < DROP_CHUNK ? t1 + 1 - c0 : DROP_CHUNK;
-        drop_mults(d, pos0 + (uint64_t)c0, n, mult);
-#pragma omp simd
-        for (int i = 0; i < n; i++) dst[c0 + i] = src[c0 + i] * mult[i];
-    }
-    for (int t2 = t1 + 1; t2 < zend; t2++) dst[t2] = 0.0f;
+/* Flash-style (FlashAttention-2) attention: the scores are never stored whole. A task takes a block of ATT_TB
+ * query rows and walks the key blocks of ATT_KB keys left of and on the diagonal; forward keeps a running max
+ * and sum per row (online softmax, rescaling the output accumulator when the max grows) and leaves only the
+ * log-sum-exp per row; backward recomputes each block's probabilities from it. ATT_KB = 256 keeps the per-thread
+ * blocks (four ATT_TB x ATT_KB arrays, 512 KiB) within L2 while halving the GEMM calls of a 128-key block. The
+ * causal waste is only the upper triangle of the diagonal ATT_TB x ATT_TB square, as keys >= the block's last
+ * row are never computed. */
+#ifndef ATT_KB
+#define ATT_KB 256
+#endif
+_Static_assert(ATT_KB <= DROP_CHUNK, "one drop_mults call covers a key block row");
+
+/* The GEMMs of (row block i, key block j) of one head, as 2-D problems on strided views: qkv rows are 3C apart,
+ * out and dout rows C apart, the per-thread blocks rows ATT_KB apart, the output accumulator rows HS apart.
+ * Rows [r0, r1) of the block (m of them), keys [c0, c1) (n of them). */
+enum { P_S, P_PV, P_DP, P_DV, P_DQ, P_DK, ATT_NPRIM };
+
+typedef struct {
+    const llm4d_attn_shape *s;
+    const llm4d_dropout *drop; /* NULL when not dropping */
+    int T, HS, C, C3, nblk, nkb;
+    float scale;
+    llm4d_precision prec;
+    size_t esz;            /* bytes of one GEMM operand element */
+    const void *qkv;       /* qkv in the operand precision (qkv itself in fp32 mode) */
+    const void *dout;      /* backward: dout in the operand precision */
+    llm4d_dnnl_prim **prims;
+} att_call;
+
+static llm4d_dnnl_prim **att_prim(const att_call *ac, int i, int j) {
+    return ac->prims + ((size_t)i * ac->nkb + j) * ATT_NPRIM;
 }
 
-/* Causal softmax of row t1 in place: entries t2 <= t1 become probabilities, the rest of the row zeros. */
-static void softmax_row(float *a, int t1, int T) {
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int t2 = 0; t2 <= t1; t2++) mx = a[t2] > mx ? a[t2] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int t2 = 0; t2 <= t1; t2++) {
-        a[t2] = vexp(a[t2] - mx);
-        sum += a[t2];
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int t2 = 0; t2 <= t1; t2++) a[t2] *= inv;
-    memset(a + t1 + 1, 0, (size_t)(T - t1 - 1) * sizeof(float));
-}
-
-/* The six GEMMs of row block i of one head, as 2-D problems on strided views (qkv rows are 3C apart, out and
- * dout rows C apart, att and scratch rows T apart); rows [r0, r1) of the block, keys [0, r1). */
-enum { F_QK, F_PV, B_DP, B_DV, B_DQ, B_DK, ATT_NPRIM };
-
-static void att_prims(cpu_ctx *cx, int T, int HS, int C, float scale, llm4d_dnnl_prim **p) {
-    const int C3 = 3 * C;
-    for (int i = 0, r0 = 0; r0 < T; i++, r0 += ATT_TB) {
-        const int r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
-        llm4d_dnnl_prim **q = p + (size_t)i * ATT_NPRIM;
-        /* S = scale Q K^T */
-        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(m, r1, HS, 0, C3, 1, C3, T, 0);
-        mm.alpha = scale;
-        q[F_QK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-        /* out = P V */
-        mm = llm4d_dnnl_mm_2d(m, HS, r1, 0, T, 0, C3, C, 0);
-        q[F_PV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-        /* dP = dout V^T */
-        mm = llm4d_dnnl_mm_2d(m, r1, HS, 0, C, 1, C3, T, 0);
-        q[B_DP] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-        /* dV += P^T dout */
-        mm = llm4d_dnnl_mm_2d(r1, HS, m, 1, T, 0, C, C3, 1);
-        q[B_DV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-        /* dQ += dS K */
-        mm = llm4d_dnnl_mm_2d(m, HS, r1, 0, T, 0, C3, C3, 1);
-        q[B_DQ] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-        /* dK += dS^T Q */
-        mm = llm4d_dnnl_mm_2d(r1, HS, m, 1, T, 0, C3, C3, 1);
-        q[B_DK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+static void att_prims(cpu_ctx *cx, const att_call *ac, int backward) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    for (int i = 0; i < ac->nblk; i++) {
+        const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+        for (int j = 0; j * ATT_KB < r1; j++) {
+            const int c0 = j * ATT_KB, n = (c0 + ATT_KB < r1 ? c0 + ATT_KB : r1) - c0;
+            llm4d_dnnl_prim **q = att_prim(ac, i, j);
+            llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(m, n, HS, 0, C3, 1, C3, ATT_KB, 0); /* S = scale Q K^T */
+            mm.alpha = ac->scale;
+            mm.ab_type = operand_type(cx);
+            q[P_S] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            if (!backward) {
+                mm = llm4d_dnnl_mm_2d(m, HS, n, 0, ATT_KB, 0, C3, HS, 1); /* O += P~ V */
+                mm.ab_type = operand_type(cx);
+                q[P_PV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+                continue;
+            }
+            mm = llm4d_dnnl_mm_2d(m, n, HS, 0, C, 1, C3, ATT_KB, 0); /* dP~ = dout V^T */
+            mm.ab_type = operand_type(cx);
+            q[P_DP] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_dnnl_mm_2d(n, HS, m, 1, ATT_KB, 0, C, C3, 1); /* dV += P~^T dout */
+            mm.ab_type = operand_type(cx);
+            q[P_DV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_dnnl_mm_2d(m, HS, n, 0, ATT_KB, 0, C3, C3, 1); /* dQ += dS K */
+            mm.ab_type = operand_type(cx);
+            q[P_DQ] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_dnnl_mm_2d(n, HS, m, 1, ATT_KB, 0, C3, C3, 1); /* dK += dS^T Q */
+            mm.ab_type = operand_type(cx);
+            q[P_DK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        }
     }
 }
 
-/* Room for the primitive handles of T and for each thread's ATT_TB x T block of dropped probabilities (grown
- * on the first call of a larger shape only). */
-static void att_prepare(cpu_ctx *cx, int T, int dropping) {
-    const size_t nblk = (size_t)(T + ATT_TB - 1) / ATT_TB, nprim = nblk * ATT_NPRIM;
+/* Floats of one thread's scratch: S and dP blocks (fp32), the P~ and dS blocks in operand precision (sized as
+ * fp32), the m x HS output accumulator, the running max and sum, and backward's D of a whole head. Rounded to
+ * 64 bytes so every thread's slice starts aligned. */
+static size_t att_thread_floats(int T, int HS) {
+    const size_t n = 4 * (size_t)ATT_TB * ATT_KB + (size_t)ATT_TB * HS + 2 * (size_t)ATT_TB + (size_t)T;
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Set up one call: the operands in the working precision, room for the primitive handles and each thread's
+ * scratch (both grown on the first call of a larger shape only), and the primitives themselves. */
+static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dropout *drop, const float *qkv,
+                          const float *dout) {
+    att_call ac = {.s = s, .drop = drop_on(drop) ? drop : NULL, .T = s->T, .HS = s->HS, .C = s->NH * s->HS};
+    ac.C3 = 3 * ac.C;
+    ac.nblk = (ac.T + ATT_TB - 1) / ATT_TB;
+    ac.nkb = (ac.T + ATT_KB - 1) / ATT_KB;
+    ac.scale = 1.0f / sqrtf((float)ac.HS);
+    ac.prec = cx->prec;
+    ac.esz = cx->prec == LLM4D_PREC_BF16 ? 2 : 4;
+    /* the linear layers' conversion slots are free between kernels: Q, K, V are converted once per call */
+    ac.qkv = operand(cx, 0, qkv, (size_t)s->B * ac.T * ac.C3);
+    ac.dout = dout ? operand(cx, 1, dout, (size_t)s->B * ac.T * ac.C) : NULL;
+    const size_t nprim = (size_t)ac.nblk * ac.nkb * ATT_NPRIM;
     if (nprim > cx->prims_cap) {
         free(cx->prims);
         cx->prims = malloc(nprim * sizeof *cx->prims);
         LLM4D_ASSERT(cx->prims != NULL, "out of memory for %zu attention primitive handles", nprim);
         cx->prims_cap = nprim;
     }
-    const size_t need = dropping ? (size_t)omp_get_max_threads() * ATT_TB * T : 0;
+    ac.prims = cx->prims;
+    const size_t per = att_thread_floats(ac.T, ac.HS), need = (size_t)omp_get_max_threads() * per;
     if (need > cx->work_cap) {
         free(cx->work);
-        cx->work = aligned_alloc(64, ((need * sizeof(float)) + 63) & ~(size_t)63);
-        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention dropout buffers (%zu floats)", need);
+        cx->work = aligned_alloc(64, need * sizeof(float));
+        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention's per-thread blocks (%zu floats)", need);
         cx->work_cap = need;
+    }
+    att_prims(cx, &ac, dout != NULL);
+    return ac;
+}
+
+/* Element e of an operand-precision array. */
+static const void *att_at(const att_call *ac, const void *base, size_t e) {
+    return (const char *)base + e * ac->esz;
+}
+
+/* Row of n operand-precision elements from fp32 src, whose first lim entries are valid and the rest zero. dst may
+ * be src itself in fp32 mode. fp16 mode rounds to fp16 precision in fp32, as the linear layers do. */
+static void att_store_row(const att_call *ac, void *dst, const float *src, int lim, int n) {
+    if (ac->prec == LLM4D_PREC_BF16) {
+        uint16_t *d = dst;
+        for (int t = 0; t < lim; t++) d[t] = f32_to_bf16(src[t]);
+        for (int t = lim; t < n; t++) d[t] = 0;
+        return;
+    }
+    float *d = dst;
+    if (ac->prec == LLM4D_PREC_FP16) {
+#pragma omp simd
+        for (int t = 0; t < lim; t++) d[t] = (float)(_Float16)src[t];
+    } else if (d != src) {
+        memcpy(d, src, (size_t)lim * sizeof(float));
+    }
+    for (int t = lim; t < n; t++) d[t] = 0.0f;
+}
+
+/* One forward task: rows [r0, r1) of head h of batch row b. */
+static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int i, float *out,
+                             float *lse) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+    float *S = work, *Pop = S + 2 * ATT_TB * ATT_KB, *O = S + 4 * ATT_TB * ATT_KB, *rmax = O + ATT_TB * HS;
+    float *rsum = rmax + ATT_TB;
+    const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS; /* element of Q[b, 0, h, 0] */
+    memset(O, 0, (size_t)m * HS * sizeof(float));
+    for (int r = 0; r < m; r++) rmax[r] = -INFINITY, rsum[r] = 0.0f;
+    /* fp32 without dropout multiplies the exponentials in place; otherwise P~ goes to the operand block */
+    const int in_place = ac->prec == LLM4D_PREC_FP32 && !ac->drop;
+    void *pa = in_place ? (void *)S : (void *)Pop;
+    for (int j = 0; j * ATT_KB < r1; j++) {
+        const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
+        llm4d_dnnl_prim **p = att_prim(ac, i, j);
+        llm4d_dnnl_run_mt(cx->dnnl, p[P_S], att_at(ac, ac->qkv, q0 + (size_t)r0 * C3),
+                          att_at(ac, ac->qkv, q0 + C + (size_t)c0 * C3), NULL, S);
+        for (int r = 0; r < m; r++) {
+            const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1; /* keys t2 <= t1 of the block */
+            float *srow = S + (size_t)r * ATT_KB;
+            void *prow = (char *)pa + (size_t)r * ATT_KB * ac->esz;
+            if (lim <= 0) { /* a row of the diagonal block that sees none of these keys */
+                att_store_row(ac, prow, srow, 0, n);
+                continue;
+            }
+            float mx = rmax[r];
+#pragma omp simd reduction(max : mx)
+            for (int t = 0; t < lim; t++) mx = srow[t] > mx ? srow[t] : mx;
+            /* the first block always holds key 0, so rmax is finite from then on */
+            const float f = rmax[r] == -INFINITY ? 0.0f : vexp(rmax[r] - mx);
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int t = 0; t < lim; t++) {
+                srow[t] = vexp(srow[t] - mx);
+                sum += srow[t];
+            }
+            rsum[r] = rsum[r] * f + sum;
+            rmax[r] = mx;
+            if (f != 1.0f) {
+                float *o = O + (size_t)r * HS;
+#pragma omp simd
+                for (int c = 0; c < HS; c++) o[c] *= f;
+            }
+            if (ac->drop) {
+                float mult[DROP_CHUNK];
+                drop_mults(ac->drop, att_row_pos(ac->s, ac->drop, b, h, t1) + (uint64_t)c0, lim, mult);
+#pragma omp simd
+                for (int t = 0; t < lim; t++) srow[t] *= mult[t];
+            }
+            att_store_row(ac, prow, srow, lim, n);
+        }
+        llm4d_dnnl_run_mt(cx->dnnl, p[P_PV], pa, att_at(ac, ac->qkv, q0 + 2 * (size_t)C + (size_t)c0 * C3), NULL,
+                          O);
+    }
+    for (int r = 0; r < m; r++) {
+        const float inv = 1.0f / rsum[r], *o = O + (size_t)r * HS;
+        float *y = out + ((size_t)b * T + r0 + r) * C + (size_t)h * HS;
+#pragma omp simd
+        for (int c = 0; c < HS; c++) y[c] = o[c] * inv;
+        lse[((size_t)b * ac->s->NH + h) * T + r0 + r] = rmax[r] + logf(rsum[r]);
     }
 }
 
-/* Attention is many independent small GEMMs (per head and row block), so instead of asking oneDNN to split each
- * one over the threads, each thread takes whole (head, row block) tasks and runs their GEMMs single-threaded
- * (llm4d_dnnl_run_mt), with the softmax and dropout of the block in between while its ATT_TB x T slice of the
- * scores is still in cache. */
-static void cpu_attention_forward(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
+/* Threads take whole (head, row block) tasks and run their GEMMs single-threaded (llm4d_dnnl_run_mt): attention
+ * is many small independent GEMMs, better run side by side than each split over the threads, and the softmax of
+ * a block happens while the block is in cache. */
+static void cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
                                   const llm4d_dropout *drop) {
     cpu_ctx *cx = ctx_of(be);
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
-    const int nblk = (T + ATT_TB - 1) / ATT_TB, dropping = drop_on(drop);
-    att_prepare(cx, T, dropping);
-    llm4d_dnnl_prim **prims = cx->prims;
-    att_prims(cx, T, HS, C, 1.0f / sqrtf((float)HS), prims);
-    const long ntasks = (long)nblk * B * NH;
+    const att_call ac = att_begin(cx, &s, drop, qkv, NULL);
+    const long nbh = (long)s.B * s.NH, ntasks = (long)ac.nblk * nbh;
+    const size_t per = att_thread_floats(ac.T, ac.HS);
 #pragma omp parallel
     {
-        float *work = dropping ? cx->work + (size_t)omp_get_thread_num() * ATT_TB * T : NULL;
+        float *work = cx->work + (size_t)omp_get_thread_num() * per;
         /* largest row blocks first, so the dynamic schedule ends with the small ones */
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < ntasks; task++) {
-            const int i = nblk - 1 - (int)(task / ((long)B * NH)), bh = (int)(task % ((long)B * NH));
-            const int b = bh / NH, h = bh % NH, r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-            llm4d_dnnl_prim **p = prims + (size_t)i * ATT_NPRIM;
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)bh * T + r0) * T;
-            llm4d_dnnl_run_mt(cx->dnnl, p[F_QK], q + (size_t)r0 * C3, k, NULL, a);
-            for (int t1 = r0; t1 < r1; t1++) softmax_row(a + (size_t)(t1 - r0) * T, t1, T);
-            const float *pa = a;
-            if (dropping) {
-                for (int t1 = r0; t1 < r1; t1++)
-                    att_row_drop(work + (size_t)(t1 - r0) * T, a + (size_t)(t1 - r0) * T, drop,
-                                 att_row_pos(&s, drop, b, h, t1), t1, r1);
-                pa = work;
-            }
-            llm4d_dnnl_run_mt(cx->dnnl, p[F_PV], pa, v, NULL, out + ((size_t)b * T + r0) * C + (size_t)h * HS);
+            const int i = ac.nblk - 1 - (int)(task / nbh), bh = (int)(task % nbh);
+            att_forward_task(cx, &ac, work, bh / s.NH, bh % s.NH, i, out, lse);
         }
     }
 }
 
-/* One task per head (dV and dK of a head receive a contribution from every row block, so a head's blocks run
- * in order on one thread; different heads write disjoint columns of dqkv). */
-static void cpu_attention_backward(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop) {
+/* One backward task: all of head h of batch row b (dK and dV of a key block receive a contribution from every
+ * row block at or below it, so a head's blocks run in order on one thread; different heads write disjoint
+ * columns of dqkv). */
+static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, float *dqkv,
+                              const float *dout, const float *out, const float *lse) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    float *S = work, *dP = S + ATT_TB * ATT_KB, *Pop = dP + ATT_TB * ATT_KB, *dSop = Pop + ATT_TB * ATT_KB;
+    float *D = S + 4 * ATT_TB * ATT_KB + ATT_TB * HS + 2 * ATT_TB;
+    const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS, y0 = (size_t)b * T * C + (size_t)h * HS;
+    const float *lrow = lse + ((size_t)b * ac->s->NH + h) * T;
+    /* D_t = sum_t2 P~ dP~ = dout_t . out_t: the softmax backward's row term, from the kept output */
+    for (int t = 0; t < T; t++) {
+        const float *dy = dout + y0 + (size_t)t * C, *y = out + y0 + (size_t)t * C;
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int c = 0; c < HS; c++) d += dy[c] * y[c];
+        D[t] = d;
+    }
+    const int in_place = ac->prec == LLM4D_PREC_FP32;          /* dS overwrites dP */
+    const int p_in_place = in_place && !ac->drop;              /* P~ is P, in S */
+    void *pa = p_in_place ? (void *)S : (void *)Pop, *da = in_place ? (void *)dP : (void *)dSop;
+    for (int i = 0; i < ac->nblk; i++) {
+        const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+        for (int j = 0; j * ATT_KB < r1; j++) {
+            const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
+            llm4d_dnnl_prim **p = att_prim(ac, i, j);
+            const void *qi = att_at(ac, ac->qkv, q0 + (size_t)r0 * C3);
+            const void *kj = att_at(ac, ac->qkv, q0 + C + (size_t)c0 * C3);
+            const void *vj = att_at(ac, ac->qkv, q0 + 2 * (size_t)C + (size_t)c0 * C3);
+            const void *dyi = att_at(ac, ac->dout, y0 + (size_t)r0 * C);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_S], qi, kj, NULL, S);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DP], dyi, vj, NULL, dP);
+            for (int r = 0; r < m; r++) {
+                const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1;
+                float *srow = S + (size_t)r * ATT_KB, *grow = dP + (size_t)r * ATT_KB;
+                void *prow = (char *)pa + (size_t)r * ATT_KB * ac->esz;
+                void *drow = (char *)da + (size_t)r * ATT_KB * ac->esz;
+                if (lim <= 0) {
+                    att_store_row(ac, prow, srow, 0, n);
+                    att_store_row(ac, drow, grow, 0, n);
+                    continue;
+                }
+                const float l = lrow[t1], Dt = D[t1];
+#pragma omp simd
+                for (int t = 0; t < lim; t++) srow[t] = vexp(srow[t] - l); /* P */
+                if (ac->drop) {
+                    /* P~ = mult P goes to the operand block, dP = mult dP~ in place */
+                    float mult[DROP_CHUNK], pt[ATT_KB];
+                    drop_mults(ac->drop, att_row_pos(ac->s, ac->drop, b, h, t1) + (uint64_t)c0, lim, mult);
+#pragma omp simd
+                    for (int t = 0; t < lim; t++) {
+                        pt[t] = srow[t] * mult[t];
+                        grow[t] *= mult[t];
+                    }
+                    att_store_row(ac, prow, pt, lim, n);
+                } else {
+                    att_store_row(ac, prow, srow, lim, n);
+                }
+                /* dS = scale P (dP - D) */
+#pragma omp simd
+                for (int t = 0; t < lim; t++) grow[t] = ac->scale * srow[t] * (grow[t] - Dt);
+                att_store_row(ac, drow, grow, lim, n);
+            }
+            float *dq = dqkv + q0 + (size_t)r0 * C3, *dk = dqkv + q0 + C + (size_t)c0 * C3;
+            float *dv = dqkv + q0 + 2 * (size_t)C + (size_t)c0 * C3;
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DV], pa, dyi, NULL, dv);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DQ], da, kj, NULL, dq);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DK], da, qi, NULL, dk);
+        }
+    }
+}
+
+static void cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                                   const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     cpu_ctx *cx = ctx_of(be);
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
-    const int nblk = (T + ATT_TB - 1) / ATT_TB, dropping = drop_on(drop);
-    const float scale = 1.0f / sqrtf((float)HS), keep_scale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
-    att_prepare(cx, T, dropping);
-    llm4d_dnnl_prim **prims = cx->prims;
-    att_prims(cx, T, HS, C, scale, prims);
+    const att_call ac = att_begin(cx, &s, drop, qkv, dout);
+    const size_t per = att_thread_floats(ac.T, ac.HS);
 #pragma omp parallel
     {
-        float *work = dropping ? cx->work + (size_t)omp_get_thread_num() * ATT_TB * T : NULL;
+        float *work = cx->work + (size_t)omp_get_thread_num() * per;
 #pragma omp for schedule(dynamic, 1)
-        for (long bh = 0; bh < (long)B * NH; bh++) {
-            const int b = (int)(bh / NH), h = (int)(bh % NH);
-            const size_t qo = (size_t)b * T * C3 + (size_t)h * HS;
-            const float *q = qkv + qo, *k = q + C, *v = q + 2 * C, *dy = dout + (size_t)b * T * C + (size_t)h * HS;
-            float *dq = dqkv + qo, *dk = dq + C, *dv = dq + 2 * C;
-            for (int i = 0; i < nblk; i++) {
-                const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
-                llm4d_dnnl_prim **p = prims + (size_t)i * ATT_NPRIM;
-                const float *pr = att + ((size_t)bh * T + r0) * T;
-                float *g = scratch + ((size_t)bh * T + r0) * T;
-                /* dP~ = dout V^T (gradient of the dropped probabilities) */
-                llm4d_dnnl_run_mt(cx->dnnl, p[B_DP], dy + (size_t)r0 * C, v, NULL, g);
-                /* dV += P~^T dout */
-                const float *pt = pr;
-                if (dropping) {
-                    for (int t1 = r0; t1 < r1; t1++)
-                        att_row_drop(work + (size_t)(t1 - r0) * T, pr + (size_t)(t1 - r0) * T, drop,
-                                     att_row_pos(&s, drop, b, h, t1), t1, r1);
-                    pt = work;
-                }
-                llm4d_dnnl_run_mt(cx->dnnl, p[B_DV], pt, dy + (size_t)r0 * C, NULL, dv);
-                /* through dropout and softmax: dS = scale P (dP - sum(P dP)), dP = mult dP~. The mask is read back
-                 * from P~: where P > 0, P~ = P/(1-p) is non-zero exactly when kept; where P == 0, dS is 0 anyway. */
-                for (int t1 = r0; t1 < r1; t1++) {
-                    const float *pp = pr + (size_t)(t1 - r0) * T;
-                    float *gg = g + (size_t)(t1 - r0) * T;
-                    if (dropping) {
-                        const float *w = work + (size_t)(t1 - r0) * T;
-#pragma omp simd
-                        for (int t2 = 0; t2 <= t1; t2++) gg[t2] *= w[t2] != 0.0f ? keep_scale : 0.0f;
-                    }
-                    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                    for (int t2 = 0; t2 <= t1; t2++) dot += pp[t2] * gg[t2];
-#pragma omp simd
-                    for (int t2 = 0; t2 <= t1; t2++) gg[t2] = scale * pp[t2] * (gg[t2] - dot);
-                    for (int t2 = t1 + 1; t2 < r1; t2++) gg[t2] = 0.0f;
-                }
-                /* dQ += dS K, dK += dS^T Q */
-                llm4d_dnnl_run_mt(cx->dnnl, p[B_DQ], g, k, NULL, dq + (size_t)r0 * C3);
-                llm4d_dnnl_run_mt(cx->dnnl, p[B_DK], g, q + (size_t)r0 * C3, NULL, dk);
-            }
-        }
+        for (long bh = 0; bh < (long)s.B * s.NH; bh++)
+            att_backward_task(cx, &ac, work, (int)(bh / s.NH), (int)(bh % s.NH), dqkv, dout, out, lse);
     }
 }
 

@@ -4,7 +4,8 @@
  * the one the finite-difference gradient checks validate, so it is written for obviousness, not speed: one
  * thread, the formulas spelled out as in llm.c, reductions accumulated in double so that its own rounding is
  * well below the tolerances the tests use, and each dropout decision recomputed from the counter-based RNG
- * (core/rng.h) at the element's global position. Nothing here allocates except alloc itself. */
+ * (core/rng.h) at the element's global position. Nothing here allocates except alloc itself and the attention,
+ * which takes two rows of T doubles per call (it has no context to keep them in). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,71 +190,88 @@ static uint64_t att_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, int b
     return (((uint64_t)d->sample_ids[b] * s->NH_total + s->head0 + h) * s->T + t1) * s->T + t2;
 }
 
-static void ref_attention_forward(llm4d_backend *be, float *out, float *att, const float *qkv, llm4d_attn_shape s,
+static float att_mult(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, int h, int t1, int t2) {
+    return d && d->p > 0.0f ? drop_mult(d, att_pos(s, d, b, h, t1, t2)) : 1.0f;
+}
+
+/* Row t1 of head h of batch row b: the scaled scores s[t2] = scale q.k for t2 <= t1, and their softmax a[t2].
+ * Returns the row's log-sum-exp. */
+static double att_row(const float *qkv, const llm4d_attn_shape *s, int b, int h, int t1, double *sc, double *a) {
+    const int T = s->T, HS = s->HS, C = s->NH * HS, C3 = 3 * C;
+    const double scale = 1.0 / sqrt((double)HS);
+    const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
+    double mx = -INFINITY;
+    for (int t2 = 0; t2 <= t1; t2++) {
+        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
+        double dot = 0.0;
+        for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
+        sc[t2] = dot * scale;
+        if (sc[t2] > mx) mx = sc[t2];
+    }
+    double sum = 0.0;
+    for (int t2 = 0; t2 <= t1; t2++) sum += exp(sc[t2] - mx);
+    for (int t2 = 0; t2 <= t1; t2++) a[t2] = exp(sc[t2] - mx) / sum;
+    return mx + log(sum);
+}
+
+static double *att_rows_alloc(int T) {
+    double *p = malloc(2 * (size_t)T * sizeof(double));
+    LLM4D_ASSERT(p != NULL, "out of memory for the reference attention's row buffers (T = %d)", T);
+    return p;
+}
+
+static void ref_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
                                   const llm4d_dropout *drop) {
     (void)be;
     const int T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
-    const double scale = 1.0 / sqrt((double)HS);
+    double *sc = att_rows_alloc(T), *a = sc + T;
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < NH; h++)
             for (int t1 = 0; t1 < T; t1++) {
-                const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
-                float *a = att + (((size_t)b * NH + h) * T + t1) * T;
-                double mx = -INFINITY;
-                for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
-                    double dot = 0.0;
-                    for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
-                    a[t2] = (float)(dot * scale);
-                    if (a[t2] > mx) mx = a[t2];
-                }
-                double sum = 0.0;
-                for (int t2 = 0; t2 <= t1; t2++) sum += exp(a[t2] - mx);
-                for (int t2 = 0; t2 <= t1; t2++) a[t2] = (float)(exp(a[t2] - mx) / sum);
-                for (int t2 = t1 + 1; t2 < T; t2++) a[t2] = 0.0f;
+                lse[((size_t)b * NH + h) * T + t1] = (float)att_row(qkv, &s, b, h, t1, sc, a);
+                for (int t2 = 0; t2 <= t1; t2++) a[t2] *= att_mult(&s, drop, b, h, t1, t2); /* dropped: a~ */
                 float *o = out + ((size_t)b * T + t1) * C + h * HS;
                 for (int i = 0; i < HS; i++) {
                     double acc = 0.0;
-                    for (int t2 = 0; t2 <= t1; t2++) {
-                        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * HS;
-                        float m = drop && drop->p > 0.0f ? drop_mult(drop, att_pos(&s, drop, b, h, t1, t2)) : 1.0f;
-                        acc += (double)(a[t2] * m) * v[i];
-                    }
+                    for (int t2 = 0; t2 <= t1; t2++) acc += a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * C + h * HS + i];
                     o[i] = (float)acc;
                 }
             }
+    free(sc);
 }
 
-static void ref_attention_backward(llm4d_backend *be, float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, llm4d_attn_shape s, const llm4d_dropout *drop) {
-    (void)be;
+/* The oracle rebuilds the probabilities from qkv (the textbook softmax backward, with its own row sums), so it
+ * does not rely on forward's out and lse: fast backends use them, and their agreement with this checks both. */
+static void ref_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                                   const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+    (void)be, (void)out, (void)lse;
     const int T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
     const double scale = 1.0 / sqrt((double)HS);
+    double *a = att_rows_alloc(T), *datt = a + T; /* this row's probabilities and dL/d(probabilities) */
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < NH; h++)
             for (int t1 = 0; t1 < T; t1++) {
-                const float *a = att + (((size_t)b * NH + h) * T + t1) * T;
-                float *datt = scratch + (((size_t)b * NH + h) * T + t1) * T; /* dL/d(probabilities), this row */
+                att_row(qkv, &s, b, h, t1, datt, a); /* datt holds the scores until overwritten below */
                 const float *dy = dout + ((size_t)b * T + t1) * C + h * HS;
                 /* out = sum_t2 a~[t2] v[t2] with a~ = a * mult: dv += a~ dy, da = mult * (dy . v) */
                 for (int t2 = 0; t2 <= t1; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * HS;
                     float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * HS;
-                    float m = drop && drop->p > 0.0f ? drop_mult(drop, att_pos(&s, drop, b, h, t1, t2)) : 1.0f;
+                    const double m = att_mult(&s, drop, b, h, t1, t2);
                     double dot = 0.0;
                     for (int i = 0; i < HS; i++) {
                         dot += (double)dy[i] * v[i];
-                        dv[i] += a[t2] * m * dy[i];
+                        dv[i] += (float)(a[t2] * m * dy[i]);
                     }
-                    datt[t2] = (float)(dot * m);
+                    datt[t2] = dot * m;
                 }
                 /* softmax backward: dpre[t2] = a[t2] * (datt[t2] - sum_j a[j] datt[j]) */
                 double sum = 0.0;
-                for (int t2 = 0; t2 <= t1; t2++) sum += (double)a[t2] * datt[t2];
+                for (int t2 = 0; t2 <= t1; t2++) sum += a[t2] * datt[t2];
                 const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
                 float *dq = dqkv + ((size_t)b * T + t1) * C3 + h * HS;
                 for (int t2 = 0; t2 <= t1; t2++) {
-                    double dpre = a[t2] * (datt[t2] - sum) * scale;
+                    const double dpre = a[t2] * (datt[t2] - sum) * scale;
                     const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
                     float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * HS;
                     for (int i = 0; i < HS; i++) {
@@ -262,6 +280,7 @@ static void ref_attention_backward(llm4d_backend *be, float *dqkv, float *scratc
                     }
                 }
             }
+    free(a);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

@@ -108,7 +108,7 @@ static void alloc_block(llm4d_gpt *g, llm4d_block_acts *a, int *ok) {
     a->ln1_rstd = alloc_f(g, A, BT, ok);
     a->qkv = alloc_f(g, A, BT * 3 * C, ok);
     a->atty = alloc_f(g, A, BT * C, ok);
-    a->att = alloc_f(g, A, (size_t)g->B * NH * g->T * g->T, ok);
+    a->lse = alloc_f(g, A, (size_t)g->B * NH * g->T, ok);
     a->res2 = alloc_f(g, A, BT * C, ok);
     a->ln2 = alloc_f(g, A, BT * C, ok);
     a->ln2_mean = alloc_f(g, A, BT, ok);
@@ -129,7 +129,7 @@ static void free_block(llm4d_gpt *g, llm4d_block_acts *a) {
     free_f(g, A, a->ln1_rstd, BT);
     free_f(g, A, a->qkv, BT * 3 * C);
     free_f(g, A, a->atty, BT * C);
-    free_f(g, A, a->att, (size_t)g->B * NH * g->T * g->T);
+    free_f(g, A, a->lse, (size_t)g->B * NH * g->T);
     free_f(g, A, a->res2, BT * C);
     free_f(g, A, a->ln2, BT * C);
     free_f(g, A, a->ln2_mean, BT);
@@ -158,7 +158,7 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
     g->seed = seed;
     LLM4D_TRY(llm4d_param_table_build_aligned(&g->table, cfg, layout->group_align, err));
     const size_t BT = (size_t)B * T, C = cfg->hidden_size, F = cfg->ffn_hidden_size, L = cfg->num_layers;
-    const size_t Vp = cfg->padded_vocab_size, NH = cfg->num_attention_heads;
+    const size_t Vp = cfg->padded_vocab_size;
     int ok = 1;
     if (!layout->no_params) g->params = alloc_f(g, LLM4D_MEM_PARAMS, g->table.total, &ok);
     if (!layout->no_grads) g->grads = alloc_f(g, LLM4D_MEM_GRADS, g->table.total, &ok);
@@ -185,7 +185,6 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
         g->dproj = alloc_f(g, W, BT * C, &ok);
         g->dfch = alloc_f(g, W, BT * F, &ok);
         g->dfch_gelu = alloc_f(g, W, BT * F, &ok);
-        g->datt = alloc_f(g, W, (size_t)B * NH * T * T, &ok);
     }
     if (!ok) {
         llm4d_gpt_destroy(g);
@@ -201,7 +200,7 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
 void llm4d_gpt_destroy(llm4d_gpt *g) {
     if (!g->be) return;
     const size_t BT = (size_t)g->B * g->T, C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size;
-    const size_t L = g->cfg.num_layers, Vp = g->cfg.padded_vocab_size, NH = g->cfg.num_attention_heads;
+    const size_t L = g->cfg.num_layers, Vp = g->cfg.padded_vocab_size;
     free_f(g, LLM4D_MEM_PARAMS, g->params, g->table.total);
     free_f(g, LLM4D_MEM_GRADS, g->grads, g->table.total);
     if (g->res)
@@ -227,7 +226,6 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
     free_f(g, W, g->dproj, BT * C);
     free_f(g, W, g->dfch, BT * F);
     free_f(g, W, g->dfch_gelu, BT * F);
-    free_f(g, W, g->datt, (size_t)g->B * NH * g->T * g->T);
     llm4d_param_table_free(&g->table);
     memset(g, 0, sizeof *g);
 }
@@ -248,7 +246,7 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
 
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
     be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    be->attention_forward(be, a->atty, a->att, a->qkv, attn_shape(g, B, T), dattn);
+    be->attention_forward(be, a->atty, a->lse, a->qkv, attn_shape(g, B, T), dattn);
     float *proj = g->dproj; /* scratch: the c_proj output is only needed to form the residual */
     be->linear_forward(be, proj, a->atty, w.attprojw, w.attprojb, N, C, C);
     be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, dout1);
@@ -347,7 +345,7 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     be->zero(be, g->datty, NC * sizeof(float));
     be->linear_backward(be, g->datty, dw.attprojw, dw.attprojb, g->dproj, a->atty, w.attprojw, N, C, C);
     be->zero(be, g->dqkv, NC * 3 * sizeof(float));
-    be->attention_backward(be, g->dqkv, g->datt, g->datty, a->qkv, a->att, attn_shape(g, B, T), dattn);
+    be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, B, T), dattn);
     be->zero(be, g->dln, NC * sizeof(float));
     be->linear_backward(be, g->dln, dw.qkvw, dw.qkvb, g->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
     be->layernorm_backward(be, g->dres, dw.ln1w, dw.ln1b, g->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C);

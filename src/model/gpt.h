@@ -22,7 +22,7 @@ typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;  /* [BT,C], [BT], [BT] */
     float *qkv;                        /* [BT,3C] */
     float *atty;                       /* [BT,C] attention output before c_proj */
-    float *att;                        /* [B,NH,T,T] softmax probabilities */
+    float *lse;                        /* [B,NH,T] log-sum-exp of each attention row (rebuilds softmax) */
     float *res2;                       /* [BT,C] residual stream after the attention sublayer */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch;                        /* [BT,F] c_fc output (GELU's input; its output is recomputed, not kept) */
@@ -63,7 +63,7 @@ typedef struct {
     float *losses;           /* [BT] per-token loss */
     /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
     float *gelu;
-    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *datt;
+    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu;
     size_t act_bytes;        /* bytes of activations held (for the report) */
 } llm4d_gpt;
 
