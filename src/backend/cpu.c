@@ -572,7 +572,7 @@ static const void *att_at(const att_call *ac, const void *base, size_t e) {
 static void att_store_row(const att_call *ac, void *dst, const float *src, int lim, int n) {
     if (ac->prec == LLM4D_PREC_BF16) {
         uint16_t *d = dst;
-        for (int t = 0; t < lim; t++) d[t] = f32_to_bf16(src[t]);
+        cvt_bf16_block(d, src, (size_t)lim); /* single-threaded: called inside the tasks' parallel region */
         for (int t = lim; t < n; t++) d[t] = 0;
         return;
     }
