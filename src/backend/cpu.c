@@ -239,6 +239,14 @@ static llm4d_dnnl_type operand_type(const cpu_ctx *cx) {
     return cx->prec == LLM4D_PREC_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
 }
 
+/* A 2-D GEMM (llm4d_dnnl_mm_2d's arguments) whose operands are in the working precision. */
+static llm4d_dnnl_mm gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
+                             int64_t ldb, int64_t ldc, int accumulate) {
+    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(M, N, K, ta, lda, tb, ldb, ldc, accumulate);
+    mm.ab_type = operand_type(cx);
+    return mm;
+}
+
 static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
     cpu_ctx *cx = ctx_of(be);
     if (p == LLM4D_PREC_BF16 && !__builtin_cpu_supports("avx512bf16"))
@@ -262,9 +270,8 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
                                int N, int C, int OC) {
     cpu_ctx *cx = ctx_of(be);
     /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
-    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, OC, C, 0, C, 1, C, OC, 0);
+    llm4d_dnnl_mm mm = gemm_2d(cx, N, OC, C, 0, C, 1, C, OC, 0);
     mm.has_bias = b != NULL;
-    mm.ab_type = operand_type(cx);
     const void *a = operand(cx, 0, inp, (size_t)N * C), *bw = operand(cx, 1, w, (size_t)OC * C);
     llm4d_dnnl_matmul(cx->dnnl, &mm, a, bw, b, out);
 }
@@ -277,12 +284,10 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
     llm4d_dnnl *d = cx->dnnl;
     const void *g = operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
-        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
-        mm.ab_type = operand_type(cx);
+        llm4d_dnnl_mm mm = gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
         llm4d_dnnl_matmul(d, &mm, g, operand(cx, 1, w, (size_t)OC * C), NULL, dinp);
     }
-    llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
-    mm.ab_type = operand_type(cx);
+    llm4d_dnnl_mm mm = gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
     llm4d_dnnl_matmul(d, &mm, g, operand(cx, 1, inp, (size_t)N * C), NULL, dw);
     if (db) {
         const int ntasks = (OC + DB_COLS - 1) / DB_COLS;
@@ -495,27 +500,21 @@ static void att_prims(cpu_ctx *cx, const att_call *ac, int backward) {
         for (int j = 0; j * ATT_KB < r1; j++) {
             const int c0 = j * ATT_KB, n = (c0 + ATT_KB < r1 ? c0 + ATT_KB : r1) - c0;
             llm4d_dnnl_prim **q = att_prim(ac, i, j);
-            llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(m, n, HS, 0, C3, 1, C3, ATT_KB, 0); /* S = scale Q K^T */
+            llm4d_dnnl_mm mm = gemm_2d(cx, m, n, HS, 0, C3, 1, C3, ATT_KB, 0); /* S = scale Q K^T */
             mm.alpha = ac->scale;
-            mm.ab_type = operand_type(cx);
             q[P_S] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
             if (!backward) {
-                mm = llm4d_dnnl_mm_2d(m, HS, n, 0, ATT_KB, 0, C3, HS, 1); /* O += P~ V */
-                mm.ab_type = operand_type(cx);
+                mm = gemm_2d(cx, m, HS, n, 0, ATT_KB, 0, C3, HS, 1); /* O += P~ V */
                 q[P_PV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
                 continue;
             }
-            mm = llm4d_dnnl_mm_2d(m, n, HS, 0, C, 1, C3, ATT_KB, 0); /* dP~ = dout V^T */
-            mm.ab_type = operand_type(cx);
+            mm = gemm_2d(cx, m, n, HS, 0, C, 1, C3, ATT_KB, 0); /* dP~ = dout V^T */
             q[P_DP] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-            mm = llm4d_dnnl_mm_2d(n, HS, m, 1, ATT_KB, 0, C, C3, 1); /* dV += P~^T dout */
-            mm.ab_type = operand_type(cx);
+            mm = gemm_2d(cx, n, HS, m, 1, ATT_KB, 0, C, C3, 1); /* dV += P~^T dout */
             q[P_DV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-            mm = llm4d_dnnl_mm_2d(m, HS, n, 0, ATT_KB, 0, C3, C3, 1); /* dQ += dS K */
-            mm.ab_type = operand_type(cx);
+            mm = gemm_2d(cx, m, HS, n, 0, ATT_KB, 0, C3, C3, 1); /* dQ += dS K */
             q[P_DQ] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
-            mm = llm4d_dnnl_mm_2d(n, HS, m, 1, ATT_KB, 0, C3, C3, 1); /* dK += dS^T Q */
-            mm.ab_type = operand_type(cx);
+            mm = gemm_2d(cx, n, HS, m, 1, ATT_KB, 0, C3, C3, 1); /* dK += dS^T Q */
             q[P_DK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
         }
     }
@@ -956,8 +955,7 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
             a[i] = (float)(i % 97) * 0.01f;
             b[i] = (float)(i % 89) * 0.01f;
         }
-        llm4d_dnnl_mm mm = llm4d_dnnl_mm_2d(PEAK_DIM, PEAK_DIM, PEAK_DIM, 0, PEAK_DIM, 1, PEAK_DIM, PEAK_DIM, 0);
-        mm.ab_type = operand_type(cx);
+        llm4d_dnnl_mm mm = gemm_2d(cx, PEAK_DIM, PEAK_DIM, PEAK_DIM, 0, PEAK_DIM, 1, PEAK_DIM, PEAK_DIM, 0);
         const void *pa = operand(cx, 0, a, n), *pb = operand(cx, 1, b, n);
         for (int r = 0; r <= PEAK_REPS; r++) {
             const double t0 = omp_get_wtime();
