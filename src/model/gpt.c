@@ -17,6 +17,9 @@
  * 512-row GEMM still runs at full speed. */
 #define HEAD_ROWS 512
 
+/* Rows of the LM-head chunk buffer for micro-batches of BT tokens. */
+static size_t head_rows_for(size_t BT) { return BT < HEAD_ROWS ? BT : HEAD_ROWS; }
+
 /* Pointer to parameter `kind` of `layer` (-1: embeddings / final LayerNorm) inside its group's buffer `base`. */
 static float *at(const llm4d_gpt *g, float *base, int layer, llm4d_param_kind kind) {
     const llm4d_param_table *t = &g->table;
@@ -171,7 +174,7 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
         g->lnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
         g->lnf_mean = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         g->lnf_rstd = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
-        g->head_rows = BT < HEAD_ROWS ? (int)BT : HEAD_ROWS;
+        g->head_rows = (int)head_rows_for(BT);
         g->head = alloc_f(g, LLM4D_MEM_WORKSPACE, (size_t)g->head_rows * Vp, &ok);
         g->dlnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
         g->losses = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
@@ -214,7 +217,7 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
     free_f(g, A, g->lnf_mean, BT);
     free_f(g, A, g->lnf_rstd, BT);
     free_f(g, W, g->logits, BT * Vp);
-    free_f(g, W, g->head, (BT < HEAD_ROWS ? BT : HEAD_ROWS) * Vp); /* (tests may lower head_rows) */
+    free_f(g, W, g->head, head_rows_for(BT) * Vp); /* its allocated size: tests may lower head_rows */
     free_f(g, A, g->dlnf, BT * C);
     free_f(g, A, g->losses, BT);
     free_f(g, W, g->gelu, BT * F);

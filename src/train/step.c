@@ -110,10 +110,8 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, doub
  * step), what the backend holds outside those books, and the process's peak RSS, which covers everything. */
 static void print_peak_memory(const llm4d_trainer *tr) {
     const llm4d_log *log = &tr->log;
-    llm4d_log_info(log, "peak memory of this process over the run, by category:");
+    llm4d_trainer_log_memory(tr, "peak memory of this process over the run, by category:");
     if (!log->enabled) return;
-    llm4d_mem_print(&tr->mem, log->out, "    ");
-    fflush(log->out);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     llm4d_log_info(log, "backend workspaces (not in the categories): %.2f MiB; peak resident set size: %.2f MiB",

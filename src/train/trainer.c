@@ -119,11 +119,15 @@ static void print_startup(llm4d_trainer *tr) {
                    : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N"
                                 : "stage 3: 16 Psi / N",
                    psi, formula / 1048576.0, tr->mem.bytes[LLM4D_MEM_COMM] / 1048576.0);
-    llm4d_log_info(log, "memory held by this process, by category:");
-    if (log->enabled) {
-        llm4d_mem_print(&tr->mem, log->out, "    ");
-        fflush(log->out);
-    }
+    llm4d_trainer_log_memory(tr, "memory held by this process, by category:");
+}
+
+void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title) {
+    const llm4d_log *log = &tr->log;
+    llm4d_log_info(log, "%s", title);
+    if (!log->enabled) return;
+    llm4d_mem_print(&tr->mem, log->out, "    ");
+    fflush(log->out);
 }
 
 /* Build the loaders: rank 0 first, writing the index cache next to the data, then every other rank reads it. */

@@ -76,6 +76,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                               llm4d_comm_groups *groups, const llm4d_trainer_opts *opts, llm4d_err *err);
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err);
 void llm4d_trainer_free(llm4d_trainer *tr);
+/* Log `title`, then the memory table (held and peak MiB per category) of this process. */
+void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
 /* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
 llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);
