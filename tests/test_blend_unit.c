@@ -16,32 +16,20 @@
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "data/blend.h"
 #include "data/corpus.h"
 #include "data/gpt_index.h"
 #include "data/megatron.h"
 #include "data/npz.h"
 
-static int passed, failed;
 
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
 
 static int driver(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--blend")) {
@@ -529,6 +517,5 @@ int main(int argc, char **argv) {
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }

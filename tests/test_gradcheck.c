@@ -14,37 +14,15 @@
  * off by 1% must fail, which a negative control checks. Dropout (p > 0) uses the same deterministic mask in
  * every evaluation, so the function being differentiated is fixed. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "check.h"
 
-static int g_pass, g_fail;
 
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
-}
-
-static float *falloc(size_t n) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static uint64_t g_stream = 1;
 
@@ -336,6 +314,5 @@ int main(void) {
     test_dropout(ref, 1, 0.3f);
     ref->destroy(ref);
     cpu->destroy(cpu);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

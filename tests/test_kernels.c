@@ -11,7 +11,6 @@
  * GEMM operands against per-element bounds derived from the formats (test_attention_lowp). */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,30 +18,9 @@
 #include "backend/backend.h"
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
+#include "check.h"
 
-static int g_pass, g_fail;
 
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
-}
-
-static float *falloc(size_t n) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    return p;
-}
 
 static float *fdup(const float *x, size_t n) {
     float *p = falloc(n);
@@ -704,6 +682,5 @@ int main(void) {
     test_reductions(cpu, ref);
     cpu->destroy(cpu);
     ref->destroy(ref);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -7,24 +7,13 @@
  *  - vocabulary padding (to 128 or to 256) changes no loss and no gradient;
  *  - the fast CPU backend agrees with the reference on loss and gradients. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "model/gpt.h"
 
-static int passed, failed;
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++; else failed++;
-}
 
 enum { B = 2, T = 8 };
 
@@ -196,6 +185,5 @@ int main(void) {
     llm4d_gpt_destroy(&base);
     ref->destroy(ref);
     cpu->destroy(cpu);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }
