@@ -10,16 +10,8 @@
 set -u
 BUILD_DIR=${BUILD_DIR:-build}
 prog="$BUILD_DIR/test_ckpt_collective_mpi"
-pass=0
-fail=0
-check() { # check OK "what"
-    if [ "$1" = 1 ]; then echo "ok: $2"; pass=$((pass + 1)); else echo "FAIL: $2"; fail=$((fail + 1)); fi
-}
-if [ ! -x "$prog" ]; then
-    echo "FAIL: $prog not built (cmake --build build --target test_ckpt_collective_mpi)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+source "$(dirname "$0")/lib.sh"
+require_exe "$prog" "cmake --build build --target test_ckpt_collective_mpi"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 MPI="mpirun --oversubscribe --allow-run-as-root --bind-to none"
@@ -37,11 +29,11 @@ run() {
     if [ "$want" = 1 ]; then
         grep -E '^(FAIL|rank [0-9]+ FAIL)' "$out/$name.log"
         if [ $rc = 0 ] && [ -n "$last" ] && [ "${last#* passed, }" = "0 failed" ]; then ok=1; else tail -20 "$out/$name.log"; fi
-        check $ok "$name: exit $rc, '$last'"
+        check_if $ok "$name: exit $rc, '$last'"
     else
         # killed: a non-zero exit, not a timeout, and no rank reached the end
         if [ $rc != 0 ] && [ $rc != 124 ] && [ -z "$last" ]; then ok=1; else tail -20 "$out/$name.log"; fi
-        check $ok "$name: the job ended with exit $rc when a rank was killed"
+        check_if $ok "$name: the job ended with exit $rc when a rank was killed"
     fi
 }
 
@@ -49,7 +41,7 @@ run alone 1 $ALONE "$prog"
 for n in 2 4; do
     run "np$n" 1 $MPI -np $n "$prog"
     grep -q "world of $n on the mpi backend" "$out/np$n.log" && r=1 || r=0
-    check $r "np$n: mpi backend with $n ranks"
+    check_if $r "np$n: mpi backend with $n ranks"
 done
 
 d="$out/kill"
@@ -60,25 +52,24 @@ for point in mid_file:2 before_agree:1 after_rename:0 before_rename:0; do
     rank=${point#*:}
     run "kill_${at}_r$rank" 0 $MPI -np 4 -x LLM4D_CKPT_KILL_AT=$at -x LLM4D_CKPT_KILL_RANK=$rank "$prog" save "$d" $step
     [ "$(cat "$d/latest" 2>/dev/null)" = "step_10" ] && r=1 || r=0
-    check $r "kill at $at on rank $rank (step $step): latest still names step_10"
+    check_if $r "kill at $at on rank $rank (step $step): latest still names step_10"
     if [ $at = after_rename ]; then
         # step_<N> was published complete before the kill; only `latest` was not updated
         run "verify_step$step" 1 $ALONE "$prog" verify "$d/step_$step" $step
     else
         [ ! -e "$d/step_$step" ] && r=1 || r=0
-        check $r "kill at $at: no step_$step"
+        check_if $r "kill at $at: no step_$step"
     fi
     run "verify_after_${at}" 1 $ALONE "$prog" verify "$d" 10
     step=$((step + 1))
 done
 n_tmp=$(ls -A "$d" | grep -c '^\.tmp_')
 [ "$n_tmp" -ge 1 ] && r=1 || r=0
-check $r "the last killed save left $n_tmp orphaned temporary directory (hidden, never loaded)"
+check_if $r "the last killed save left $n_tmp orphaned temporary directory (hidden, never loaded)"
 run save30 1 $MPI -np 4 "$prog" save "$d" 30
 n_tmp=$(ls -A "$d" | grep -c '^\.tmp_')
 [ "$n_tmp" = 0 ] && [ "$(cat "$d/latest")" = "step_30" ] && r=1 || r=0
-check $r "the next save publishes step_30 and removes the orphans ($n_tmp left)"
+check_if $r "the next save publishes step_30 and removes the orphans ($n_tmp left)"
 run verify30 1 $ALONE "$prog" verify "$d" 30
 
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+finish

@@ -5,16 +5,8 @@
 set -u
 BUILD_DIR=${BUILD_DIR:-build}
 prog="$BUILD_DIR/test_comm_mpi"
-pass=0
-fail=0
-check() { # check OK "what"
-    if [ "$1" = 1 ]; then echo "ok: $2"; pass=$((pass + 1)); else echo "FAIL: $2"; fail=$((fail + 1)); fi
-}
-if [ ! -x "$prog" ]; then
-    echo "FAIL: $prog not built (cmake --build build --target test_comm_mpi)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+source "$(dirname "$0")/lib.sh"
+require_exe "$prog" "cmake --build build --target test_comm_mpi"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -28,16 +20,15 @@ run() { # run NAME CMD...
     grep -E '^(FAIL|rank [0-9]+ FAIL)' "$out/$name.log"
     ok=0
     if [ $rc = 0 ] && [ -n "$last" ] && [ "${last#* passed, }" = "0 failed" ]; then ok=1; else tail -20 "$out/$name.log"; fi
-    check $ok "$name: exit $rc, '$last'"
+    check_if $ok "$name: exit $rc, '$last'"
 }
 
 run alone env -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMI_RANK "$prog"
 grep -q "on the self backend" "$out/alone.log" && r=1 || r=0
-check $r "alone: self backend"
+check_if $r "alone: self backend"
 for n in 2 4; do
     run "np$n" mpirun --oversubscribe --allow-run-as-root --bind-to none -np $n "$prog"
     grep -q "world of $n on the mpi backend" "$out/np$n.log" && r=1 || r=0
-    check $r "np$n: mpi backend with $n ranks"
+    check_if $r "np$n: mpi backend with $n ranks"
 done
-echo "$pass passed, $fail failed"
-[ $fail = 0 ]
+finish

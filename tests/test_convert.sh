@@ -19,15 +19,7 @@ PY=/usr/bin/python3
 REF=$SRC_DIR/tests/hf_gpt2_ref.py
 T=$(mktemp -d /tmp/llm4d_convert_XXXXXX)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # name, command...
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
+source "$SRC_DIR/tests/lib.sh"
 # python checks print their own PASS/FAIL lines; count them
 pycheck() {
     local out
@@ -37,25 +29,8 @@ pycheck() {
     fail=$((fail + $(grep -c '^FAIL' <<<"$out")))
     if ! grep -q '^PASS' <<<"$out"; then bad "python helper ran ($*)"; fi
 }
-# exit code 2 and exactly one line on stderr containing $2
-refused() { # name, expected text, command...
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$want" "$T/err"; then
-        ok "$name: $(cat "$T/err")"
-    else
-        bad "$name: rc $rc, $lines lines: $(head -c 400 "$T/err")"
-    fi
-}
 
-if [[ ! -x $LLM4D ]]; then
-    echo "FAIL $LLM4D not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_exe "$LLM4D"
 
 cd "$T" || exit 1
 check "convert --from init writes a random model" \
@@ -121,5 +96,4 @@ refused "--to and --from together are refused" "one of --to hf and --from" \
     "$LLM4D" convert --to hf --from hf --out x
 refused "an unknown --to is refused" "--to must be hf" "$LLM4D" convert --to onnx --ckpt ck --out x
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish

@@ -15,28 +15,13 @@
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-pass=0
-fail=0
-check() { # check OK "what"
-    if [ "$1" = 1 ]; then echo "ok: $2"; pass=$((pass + 1)); else echo "FAIL: $2"; fail=$((fail + 1)); fi
-}
-finish() {
-    echo "$pass passed, $fail failed"
-    [ $fail = 0 ]
-    exit $?
-}
-if [ ! -x "$LLM4D" ]; then
-    echo "FAIL: $LLM4D not built"
-    fail=1
-    finish
-fi
+source "$(dirname "$0")/lib.sh"
+require_exe "$LLM4D"
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 export OMP_NUM_THREADS=1
-yes_if() { "$@" && echo 1 || echo 0; }
-has() { yes_if grep -q -- "$2" "$1"; }
 # running (a zombie waiting for its parent to collect its status has already ended)
 alive() {
     local state
@@ -60,7 +45,7 @@ TRAIN=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_
 "$LLM4D" launch --nproc 2 --log_dir logA -- "${TRAIN[@]}" --max_steps 100000 --output_dir outA >outA.txt 2>errA.txt &
 launcher=$!
 wait_for logA/workerlog.1 40 "global step 3,"
-check $(yes_if wait_for logA/workerlog.0 5 "global step 3,") "2-rank training job running (both ranks logged step 3)"
+check_if $(yes_if wait_for logA/workerlog.0 5 "global step 3,") "2-rank training job running (both ranks logged step 3)"
 # the job's processes: launcher -> mpirun -> one worker per rank -> the rank (`llm4d train`, OMPI_COMM_WORLD_RANK set)
 mpirun_pid=$(children $launcher | head -1)
 workers=$(children "$mpirun_pid" | tr '\n' ' ')
@@ -72,7 +57,7 @@ for w in $workers; do
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
     done
 done
-check $(yes_if test -n "$victim" -a -n "$mpirun_pid") "found rank 1's pid ($victim) under mpirun $mpirun_pid, workers $workers"
+check_if $(yes_if test -n "$victim" -a -n "$mpirun_pid") "found rank 1's pid ($victim) under mpirun $mpirun_pid, workers $workers"
 t0=$(date +%s.%N)
 [ -n "$victim" ] && kill -9 "$victim"
 for i in $(seq 1 300); do
@@ -83,7 +68,7 @@ done
 alive $launcher && kill -9 $launcher $mpirun_pid $workers $ranks 2>/dev/null
 wait $launcher 2>/dev/null
 rc=$?
-check $(yes_if test $rc != 0) "launcher exits non-zero ($rc) $(elapsed "$t0") s after rank 1 was killed"
+check_if $(yes_if test $rc != 0) "launcher exits non-zero ($rc) $(elapsed "$t0") s after rank 1 was killed"
 while :; do # mpirun may return while the workers it stopped are finishing: they get the rest of the 30 s
     left=""
     for p in $launcher $mpirun_pid $workers $ranks; do alive "$p" && left="$left $p"; done
@@ -91,8 +76,8 @@ while :; do # mpirun may return while the workers it stopped are finishing: they
     if [ -z "$left" ] || awk -v s="$secs" 'BEGIN{exit !(s > 30)}'; then break; fi
     sleep 0.05
 done
-check $(yes_if test -z "$left") "every process of the job gone $secs s after the kill (limit 30 s; left:${left:- none})"
-check $(has errA.txt "llm4d launch: rank 1 (pid $victim) was killed by signal 9 (Killed); see logA/workerlog.1") \
+check_if $(yes_if test -z "$left") "every process of the job gone $secs s after the kill (limit 30 s; left:${left:- none})"
+check_if $(has errA.txt "llm4d launch: rank 1 (pid $victim) was killed by signal 9 (Killed); see logA/workerlog.1") \
     "the launcher names rank 1, its pid and its log"
 for p in $left; do kill -9 "$p" 2>/dev/null; done
 
@@ -102,9 +87,9 @@ t0=$(date +%s.%N)
 timeout 60 "$LLM4D" launch --nproc 2 --log_dir logB -- "${TRAIN[@]}" --max_steps 50 --output_dir afile/out \
     >outB.txt 2>errB.txt
 rc=$?
-check $(yes_if test $rc = 2) "output_dir below a regular file (only rank 0 writes it) -> job exits 2 in $(elapsed "$t0") s (got $rc)"
-check $(has errB.txt "llm4d: rank 0: .*afile/out") "rank 0's message about afile/out is on the terminal"
-check $(has errB.txt "llm4d launch: rank 0 (pid [0-9]*) exited with code 2") "the launcher names rank 0"
+check_if $(yes_if test $rc = 2) "output_dir below a regular file (only rank 0 writes it) -> job exits 2 in $(elapsed "$t0") s (got $rc)"
+check_if $(has errB.txt "llm4d: rank 0: .*afile/out") "rank 0's message about afile/out is on the terminal"
+check_if $(has errB.txt "llm4d launch: rank 0 (pid [0-9]*) exited with code 2") "the launcher names rank 0"
 
 # MPMD: rank 1 alone gets an invalid option; rank 0 goes on into the collective that builds the groups
 t0=$(date +%s.%N)
@@ -112,15 +97,15 @@ timeout 60 mpirun --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_
     -np 1 "$LLM4D" "${TRAIN[@]}" --max_steps 50 --output_dir outB2 : \
     -np 1 "$LLM4D" "${TRAIN[@]}" --max_steps 50 --output_dir outB2 --max_lr -1 >outB2.txt 2>&1
 rc=$?
-check $(yes_if test $rc = 2) "mpirun MPMD, a bad --max_lr on rank 1 only -> exits 2 in $(elapsed "$t0") s (got $rc)"
-check $(has outB2.txt "llm4d: rank 1: .*max_lr") "rank 1's message about max_lr is shown"
+check_if $(yes_if test $rc = 2) "mpirun MPMD, a bad --max_lr on rank 1 only -> exits 2 in $(elapsed "$t0") s (got $rc)"
+check_if $(has outB2.txt "llm4d: rank 1: .*max_lr") "rank 1's message about max_lr is shown"
 
 t0=$(date +%s.%N)
 timeout 60 "$LLM4D" launch --nproc 2 --log_dir logB3 -- "${TRAIN[@]}" --max_steps 50 --output_dir outB3 \
     --input_dir "$work/no_such.npz" >outB3.txt 2>errB3.txt
 rc=$?
-check $(yes_if test $rc = 2) "a missing --input_dir on every rank -> exits 2 in $(elapsed "$t0") s (got $rc)"
-check $(has errB3.txt "llm4d: rank [01]: .*no_such.npz") "the message names the missing file"
+check_if $(yes_if test $rc = 2) "a missing --input_dir on every rank -> exits 2 in $(elapsed "$t0") s (got $rc)"
+check_if $(has errB3.txt "llm4d: rank [01]: .*no_such.npz") "the message names the missing file"
 
 # ---- (c) plain mpirun gives the launcher's losses -------------------------------------------------------------
 timeout 60 "$LLM4D" launch --nproc 2 --log_dir logC1 -- "${TRAIN[@]}" --max_steps 5 --output_dir outC1 \
@@ -133,10 +118,10 @@ rc2=$?
 losses() { sed -n 's/.*"step": \([0-9]*\),.*"loss": \([0-9.]*\),.*/\1:\2/p' "$1"; }
 l1=$(losses outC1/metrics.jsonl | tr '\n' ' ')
 l2=$(losses outC2/metrics.jsonl | tr '\n' ' ')
-check $(yes_if test $rc1 = 0 -a $rc2 = 0) "llm4d launch and mpirun -np 2 llm4d train both exit 0 ($rc1, $rc2)"
-check $(yes_if test -n "$l1" -a "$l1" = "$l2" -a "$(losses outC2/metrics.jsonl | wc -l)" = 5) \
+check_if $(yes_if test $rc1 = 0 -a $rc2 = 0) "llm4d launch and mpirun -np 2 llm4d train both exit 0 ($rc1, $rc2)"
+check_if $(yes_if test -n "$l1" -a "$l1" = "$l2" -a "$(losses outC2/metrics.jsonl | wc -l)" = 5) \
     "5 losses equal between llm4d launch and mpirun: [$l1] vs [$l2]"
-check $(yes_if test "$(has outC2.txt 'global rank: 1')" = 1 -a -s outC2/metrics.jsonl) \
+check_if $(yes_if test "$(has outC2.txt 'global rank: 1')" = 1 -a -s outC2/metrics.jsonl) \
     "under mpirun both ranks ran (rank 1's groups printed) and rank 0 wrote metrics.jsonl"
 
 # ---- (d) 8 processes, dp2 x pp2 x sharding1 x mp2 -------------------------------------------------------------
@@ -167,15 +152,15 @@ sizes() { local g; for g in mp sharding pp dp; do echo -n "$(field $1 "$g group 
 for r in 0 1 2 3 4 5 6 7; do
     want=$(echo "$TABLE" | sed -n "$((r + 1))p")
     got=$(printed $r 2>/dev/null)
-    check $(yes_if test "$got" = "$want" -a "$(sizes $r)" = 2122) "rank $r groups: printed [$got], table [$want], sizes mp/sh/pp/dp $(sizes $r)"
+    check_if $(yes_if test "$got" = "$want" -a "$(sizes $r)" = 2122) "rank $r groups: printed [$got], table [$want], sizes mp/sh/pp/dp $(sizes $r)"
 done
 ok=1
 for r in 0 1 2 3 4 5 6 7; do
     grep -q "data rank: $((r / 4)) of 2 (dp x sharding)" logD/workerlog.$r || ok=0
 done
-check $ok "every rank prints its data rank r / 4 of 2"
-check $(yes_if test $rc = 2) "the trainer then refuses mp/pp > 1: job exits 2 in $secs s (got $rc)"
-check $(has errD.txt "mp_degree 2, pp_degree 2: tensor and pipeline parallelism are not implemented") \
+check_if $ok "every rank prints its data rank r / 4 of 2"
+check_if $(yes_if test $rc = 2) "the trainer then refuses mp/pp > 1: job exits 2 in $secs s (got $rc)"
+check_if $(has errD.txt "mp_degree 2, pp_degree 2: tensor and pipeline parallelism are not implemented") \
     "with the message on the terminal"
 
 finish

