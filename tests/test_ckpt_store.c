@@ -21,18 +21,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tally.h"
 #include "ckpt/store.h"
 
-typedef struct {
-    int pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *what, const char *detail) {
-    if (ok) t->pass++;
-    else t->fail++;
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "", detail ? detail : "");
-    fflush(stdout);
-}
 
 static char root[256];
 
@@ -736,6 +727,5 @@ int main(void) {
     } else {
         printf("kept %s for inspection\n", root);
     }
-    printf("%d passed, %d failed\n", t.pass, t.fail);
-    return t.fail ? 1 : 0;
+    return tally_summary(&t);
 }

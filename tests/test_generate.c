@@ -16,19 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tally.h"
 #include "model/generate.h"
 #include "model/gpt.h"
 
-typedef struct {
-    int pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *what, const char *detail) {
-    if (ok) t->pass++;
-    else t->fail++;
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "", detail ? detail : "");
-    fflush(stdout);
-}
 
 #define TMAX 48
 #define NEW 20
@@ -282,6 +273,5 @@ int main(void) {
     sampler_checks(&T);
     cpu->destroy(cpu);
     ref->destroy(ref);
-    printf("%d passed, %d failed\n", T.pass, T.fail);
-    return T.fail != 0;
+    return tally_summary(&T);
 }

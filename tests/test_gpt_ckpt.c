@@ -16,18 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tally.h"
 #include "ckpt/gpt_ckpt.h"
 
-typedef struct {
-    int pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *what, const char *detail) {
-    if (ok) t->pass++;
-    else t->fail++;
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "", detail ? detail : "");
-    fflush(stdout);
-}
 
 static llm4d_model_config tiny(int vocab, int unit, int hidden, int layers, int heads) {
     llm4d_model_config m;
@@ -306,6 +297,5 @@ int main(void) {
     free(p), free(m), free(v), free(p2), free(m2), free(v2);
     cJSON_Delete(meta);
     llm4d_param_table_free(&t);
-    printf("%d passed, %d failed\n", T.pass, T.fail);
-    return T.fail != 0;
+    return tally_summary(&T);
 }

@@ -17,17 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tally.h"
 #include "ckpt/safetensors.h"
 
-typedef struct {
-    int pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *what, const char *detail) {
-    if (ok) t->pass++;
-    else t->fail++;
-    printf("%s %s%s%s\n", ok ? "PASS" : "FAIL", what, detail && *detail ? ": " : "", detail ? detail : "");
-}
 
 /* ---- the reference set, shared with the script ---- */
 
@@ -450,6 +442,5 @@ int main(int argc, char **argv) {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (t.fail == 0 && system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
-    printf("%d passed, %d failed\n", t.pass, t.fail);
-    return t.fail ? 1 : 0;
+    return tally_summary(&t);
 }
