@@ -104,8 +104,7 @@ llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, c
     return LLM4D_OK;
 }
 
-/* A float as the shortest decimal that reads back as the same float (0.1, not 0.10000000149011612). */
-static double json_float(float f) {
+double llm4d_json_float(float f) {
     char buf[32];
     for (int digits = 6; digits <= 9; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
@@ -123,9 +122,9 @@ static cJSON *model_json(const llm4d_model_config *m) {
     cJSON_AddNumberToObject(j, "num_attention_heads", m->num_attention_heads);
     cJSON_AddNumberToObject(j, "ffn_hidden_size", m->ffn_hidden_size);
     cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings);
-    cJSON_AddNumberToObject(j, "hidden_dropout_prob", json_float(m->hidden_dropout_prob));
-    cJSON_AddNumberToObject(j, "attention_probs_dropout_prob", json_float(m->attention_probs_dropout_prob));
-    cJSON_AddNumberToObject(j, "initializer_range", json_float(m->initializer_range));
+    cJSON_AddNumberToObject(j, "hidden_dropout_prob", llm4d_json_float(m->hidden_dropout_prob));
+    cJSON_AddNumberToObject(j, "attention_probs_dropout_prob", llm4d_json_float(m->attention_probs_dropout_prob));
+    cJSON_AddNumberToObject(j, "initializer_range", llm4d_json_float(m->initializer_range));
     cJSON_AddNumberToObject(j, "eos_token_id", m->eos_token_id);
     /* informational: the padding of the run that wrote it (the stored wte is unpadded) */
     cJSON_AddNumberToObject(j, "padded_vocab_size", m->padded_vocab_size);

@@ -135,6 +135,10 @@ llm4d_code llm4d_gpt_ckpt_model_from_meta(const cJSON *meta, const char *what, l
 /* The same, opening the checkpoint at path (verified, store.h) to read its meta.json. */
 llm4d_code llm4d_gpt_ckpt_read_model(const char *path, llm4d_model_config *m, int vocab_unit, llm4d_err *err);
 
+/* A float as the shortest decimal that reads back as the same float (0.1f becomes 0.1 in JSON, not
+ * 0.10000000149011612): for meta.json and exported config.json. */
+double llm4d_json_float(float f);
+
 /* Compare meta.json's "model" with *m: a different geometry is a user error naming the key and both values. */
 llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const llm4d_model_config *m,
                                       llm4d_err *err);

@@ -22,6 +22,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/fs.h"
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
 
 static const struct {
@@ -299,30 +301,16 @@ oom:
     return llm4d_fail(err, LLM4D_ENOMEM, "out of memory building a safetensors header");
 }
 
-static int write_all(int fd, const void *p, size_t n, uLong *crc) {
-    const uint8_t *b = p;
-    while (n > 0) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-        ssize_t k = write(fd, b, chunk);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        *crc = crc32_z(*crc, b, (size_t)k);
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
+/* Write n bytes and add them to the file's running CRC-32. */
+static int write_crc(int fd, const void *p, size_t n, uLong *crc) {
+    *crc = crc32_z(*crc, p, n);
+    return llm4d_write_all(fd, p, n);
 }
 
 static int fsync_parent_dir(const char *path) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
-    int fd = open(dirname(tmp), O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
+    return llm4d_fsync_dir(dirname(tmp));
 }
 
 llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *path, int flags,
@@ -355,10 +343,10 @@ llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *pa
     uint64_t hl = hlen;
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(hl >> (8 * i));
     uint64_t total = 8 + hlen;
-    int bad = write_all(fd, len8, 8, &crc) || write_all(fd, header, hlen, &crc);
+    int bad = write_crc(fd, len8, 8, &crc) || write_crc(fd, header, hlen, &crc);
     if (!bad && hook) hook(hook_ctx);
     for (int i = 0; i < w->n && !bad; i++) {
-        bad = write_all(fd, ord[i]->data, ord[i]->nbytes, &crc);
+        bad = write_crc(fd, ord[i]->data, ord[i]->nbytes, &crc);
         total += ord[i]->nbytes;
     }
     if (!bad && (flags & (LLM4D_ST_WRITE_FSYNC | LLM4D_ST_WRITE_ATOMIC))) bad = fsync(fd) != 0;

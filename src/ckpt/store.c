@@ -32,16 +32,6 @@
 
 /* ---- small file-system helpers ---- */
 
-static int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
-}
-
 static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st;
     (void)flag;
@@ -51,20 +41,6 @@ static int rm_cb(const char *path, const struct stat *st, int flag, struct FTW *
 
 /* Remove a directory tree this module created (never follows symlinks). */
 static int rm_tree(const char *path) { return nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
-
-static int write_all(int fd, const void *p, size_t n) {
-    const char *b = p;
-    while (n > 0) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        b += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 /* A plain file name: letters, digits, '.', '_', '-'; not starting with '.'. */
 static int plain_name(const char *s) {
@@ -395,7 +371,7 @@ llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const voi
 static llm4d_code write_blob(const char *path, const void *data, size_t len, uint32_t *crc, llm4d_err *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s", path, strerror(errno));
-    int bad = write_all(fd, data, len) != 0 || fsync(fd) != 0;
+    int bad = llm4d_write_all(fd, data, len) != 0 || fsync(fd) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
@@ -490,9 +466,9 @@ static llm4d_code write_latest(llm4d_ckpt_saver *s, llm4d_err *err) {
     int len = snprintf(text, sizeof text, "%s\n", s->step_name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    int bad = write_all(fd, text, (size_t)len / 2) != 0;
+    int bad = llm4d_write_all(fd, text, (size_t)len / 2) != 0;
     if (!bad) maybe_kill(s, "latest_partial");
-    bad = bad || write_all(fd, text + len / 2, (size_t)(len - len / 2)) != 0 || fsync(fd) != 0;
+    bad = bad || llm4d_write_all(fd, text + len / 2, (size_t)(len - len / 2)) != 0 || fsync(fd) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
@@ -508,7 +484,7 @@ static llm4d_code write_latest(llm4d_ckpt_saver *s, llm4d_err *err) {
         unlink(tmp);
         return llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s", tmp, fin, strerror(e));
     }
-    if (fsync_dir(s->out_dir) != 0)
+    if (llm4d_fsync_dir(s->out_dir) != 0)
         return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
     return LLM4D_OK;
 }
@@ -547,7 +523,7 @@ static void prune(llm4d_ckpt_saver *s, int keep_last) {
         if (rename(from, to) == 0) rm_tree(to);
     }
     free(steps);
-    fsync_dir(s->out_dir);
+    llm4d_fsync_dir(s->out_dir);
 }
 
 /* Every file of the manifest is written and synced into tmp_dir: write meta.json, publish step_<N>, update
@@ -560,7 +536,7 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
         return rc;
     }
     maybe_kill(s, "before_dir_fsync");
-    if (fsync_dir(s->tmp_dir) != 0) {
+    if (llm4d_fsync_dir(s->tmp_dir) != 0) {
         rc = llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
         rm_tree(s->tmp_dir);
         return rc;
@@ -589,7 +565,7 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
         }
     }
     maybe_kill(s, "after_rename");
-    if (fsync_dir(s->out_dir) != 0)
+    if (llm4d_fsync_dir(s->out_dir) != 0)
         return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
     /* From here on step_<N> is complete and in place; a failure of the pointer leaves both for the user. */
     LLM4D_TRY(write_latest(s, err));
@@ -750,7 +726,7 @@ llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *m
     /* 1. this rank's files, each synced, then the directory entries naming them */
     if (rc == LLM4D_OK && s->writes) {
         rc = write_own(s, &mine, &nmine, &le);
-        if (rc == LLM4D_OK && nmine > 0 && fsync_dir(s->tmp_dir) != 0)
+        if (rc == LLM4D_OK && nmine > 0 && llm4d_fsync_dir(s->tmp_dir) != 0)
             rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
     }
     maybe_kill(s, "before_agree");

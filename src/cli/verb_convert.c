@@ -121,17 +121,6 @@ static llm4d_code write_file_atomic(const char *path, const char *data, size_t l
 
 /* ---- export ---- */
 
-/* A float as the shortest decimal that reads back as the same float (0.1f is 0.1 in config.json, not
- * 0.10000000149011612). */
-static double json_float(float f) {
-    char buf[32];
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-        if ((float)strtod(buf, NULL) == f) break;
-    }
-    return strtod(buf, NULL);
-}
-
 static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < ndim && k < n; d++)
@@ -152,11 +141,11 @@ static cJSON *hf_config(const llm4d_model_config *m) {
     cJSON_AddNumberToObject(j, "n_layer", m->num_layers);
     cJSON_AddNumberToObject(j, "n_head", m->num_attention_heads);
     cJSON_AddNumberToObject(j, "n_inner", m->ffn_hidden_size);
-    cJSON_AddNumberToObject(j, "resid_pdrop", json_float(m->hidden_dropout_prob));
-    cJSON_AddNumberToObject(j, "embd_pdrop", json_float(m->hidden_dropout_prob));
-    cJSON_AddNumberToObject(j, "attn_pdrop", json_float(m->attention_probs_dropout_prob));
+    cJSON_AddNumberToObject(j, "resid_pdrop", llm4d_json_float(m->hidden_dropout_prob));
+    cJSON_AddNumberToObject(j, "embd_pdrop", llm4d_json_float(m->hidden_dropout_prob));
+    cJSON_AddNumberToObject(j, "attn_pdrop", llm4d_json_float(m->attention_probs_dropout_prob));
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
-    cJSON_AddNumberToObject(j, "initializer_range", json_float(m->initializer_range));
+    cJSON_AddNumberToObject(j, "initializer_range", llm4d_json_float(m->initializer_range));
     cJSON_AddNumberToObject(j, "bos_token_id", m->eos_token_id);
     cJSON_AddNumberToObject(j, "eos_token_id", m->eos_token_id);
     cJSON_AddBoolToObject(j, "scale_attn_weights", 1);

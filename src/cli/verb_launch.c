@@ -116,16 +116,6 @@ static int env_rank(void) {
     return -1;
 }
 
-static void write_all(int fd, const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return; /* the reader is gone (mpirun ended): nothing useful to do */
-        buf += w;
-        n -= (size_t)w;
-    }
-}
-
 /* ---------------------------------------------------------------------------------------------------------- */
 /* exit records: how each rank ended, written by __worker, read by launch                                      */
 
@@ -353,7 +343,7 @@ int llm4d_cmd_launch(int argc, char **argv) {
         close(errpipe[0]);
         execvp(mpirun, args);
         int e = errno;
-        write_all(errpipe[1], (const char *)&e, sizeof e);
+        (void)llm4d_write_all(errpipe[1], &e, sizeof e); /* a reader gone: nothing useful to do */
         _exit(127);
     }
     close(errpipe[1]);
@@ -551,8 +541,8 @@ int llm4d_cmd_worker(int argc, char **argv) {
             if (fds[1 + k].fd < 0 || !(fds[1 + k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             ssize_t n = read(pipes[k][0], buf, sizeof buf);
             if (n > 0) {
-                write_all(log_fd, buf, (size_t)n);
-                write_all(k == 0 ? STDOUT_FILENO : STDERR_FILENO, buf, (size_t)n);
+                (void)llm4d_write_all(log_fd, buf, (size_t)n); /* a failing log: the terminal still has it */
+                (void)llm4d_write_all(k == 0 ? STDOUT_FILENO : STDERR_FILENO, buf, (size_t)n);
             } else if (n == 0 || errno != EINTR) {
                 close(pipes[k][0]);
                 pipes[k][0] = -1;
@@ -587,9 +577,9 @@ int llm4d_cmd_worker(int argc, char **argv) {
         describe(what, sizeof what, &rec);
         int len = snprintf(line, sizeof line, "llm4d worker: %s%s\n", what,
                            record_is_cause(&rec) ? "" : " as the job was being stopped");
-        write_all(log_fd, line, (size_t)len);
+        (void)llm4d_write_all(log_fd, line, (size_t)len);
         /* the cause also goes to mpirun's terminal; ranks stopped by the shutdown stay quiet there */
-        if (record_is_cause(&rec)) write_all(STDERR_FILENO, line, (size_t)len);
+        if (record_is_cause(&rec)) (void)llm4d_write_all(STDERR_FILENO, line, (size_t)len);
     }
     close(log_fd);
     return rec.signaled ? 128 + rec.value : rec.value;
