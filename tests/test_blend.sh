@@ -20,15 +20,8 @@ BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
 LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
 DRV=$BUILD_DIR/test_blend_unit
 PY=/usr/bin/python3
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-VOCAB=
-for d in "${LLM4D_VOCAB_DIR:-}" "$BUILD_DIR/gpt2" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
-    if [[ -n $d && -f $d/encoder.json && -f $d/vocab.bpe ]]; then VOCAB=$d; break; fi
-done
-[[ -n $VOCAB ]] || VOCAB=$("$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$BUILD_DIR/gpt2") || { echo "FAIL no GPT-2 vocabulary"; exit 1; }
+source "$SRC_DIR/tests/lib.sh"
+VOCAB=$(gpt2_vocab_dir) || { bad "no GPT-2 vocabulary"; finish; }
 export LLM4D_VOCAB_DIR=$VOCAB
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d)
@@ -66,7 +59,7 @@ if "$LLM4D" prepare-data --input "$TMP/doc.txt" --split-on-blank-lines --append-
         --output-prefix "$TMP/other/small" --no-progress >>"$TMP/prep.log" 2>&1; then
     ok "$(head -1 "$TMP/prep.log" | sed 's/ in [0-9.]* s.*//')"
 else
-    bad "prepare-data failed:"; cat "$TMP/prep.log"; echo "$pass passed, $((fail)) failed"; exit 1
+    bad "prepare-data failed:"; cat "$TMP/prep.log"; finish
 fi
 
 # ---- blending against Python --------------------------------------------------------------------------------------
@@ -234,5 +227,4 @@ expect "a weight where a path belongs" "looks like a weight" "$A 0.5 $B"
 expect "a negative weight" "negative" "-0.3 $A 1.3 $B"
 expect "Megatron ids beyond vocab_size" "vocab_size" "$B" -o Model.vocab_size=1000
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

