@@ -36,8 +36,8 @@
 #include <unistd.h>
 
 #include "ckpt/gpt_ckpt.h"
-#include "dist/comm.h"
-#include "dist/runtime.h"
+#include "comm/comm.h"
+#include "comm/runtime.h"
 
 typedef struct {
     int rank;

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/comm.h"
-#include "dist/runtime.h"
+#include "comm/comm.h"
+#include "comm/runtime.h"
 
 typedef struct {
     int rank;

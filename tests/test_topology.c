@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/topology.h"
+#include "comm/topology.h"
 
 static int n_pass, n_fail;
 

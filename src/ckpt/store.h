@@ -87,7 +87,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 #define LLM4D_CKPT_FILE_MAX 128 /* longest file name inside a checkpoint directory */
 

@@ -3,9 +3,9 @@
 #define LLM4D_CLI_JOB_H
 
 #include "config/config.h"
-#include "dist/comm.h"
-#include "dist/runtime.h"
-#include "dist/topology.h"
+#include "comm/comm.h"
+#include "comm/runtime.h"
+#include "comm/topology.h"
 
 /* On an initialised runtime: defaults, parse argv (argv[0] is the verb), take the model geometry from
  * model_name_or_path when it names a checkpoint directory, finalize for the runtime's world size, build the

@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 #include "cli/job.h"
 #include "config/config.h"
-#include "dist/runtime.h"
+#include "comm/runtime.h"
 #include "train/trainer.h"
 
 int llm4d_cmd_eval(int argc, char **argv) {

@@ -60,9 +60,9 @@
 #include "core/fs.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
-#include "dist/runtime.h"
-#include "dist/topology.h"
+#include "comm/comm.h"
+#include "comm/runtime.h"
+#include "comm/topology.h"
 
 #define EXIT_RECORD_PREFIX ".workerexit."
 

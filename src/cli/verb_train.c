@@ -8,8 +8,8 @@
 #include "cli/cli.h"
 #include "cli/job.h"
 #include "config/config.h"
-#include "dist/runtime.h"
-#include "dist/topology.h"
+#include "comm/runtime.h"
+#include "comm/topology.h"
 #include "train/trainer.h"
 
 int llm4d_cmd_train(int argc, char **argv) {

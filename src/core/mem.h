@@ -1,7 +1,7 @@
 /* mem.h — memory accounted by category.
  *
  * Every buffer llm4d allocates goes through an llm4d_mem tracker tagged with what it holds, so a rank can print
- * what it holds per category and compare with the ZeRO formulas (DESIGN.md). Allocations are large and few (the
+ * what it holds per category and compare with the ZeRO formulas (docs/design.md). Allocations are large and few (the
  * flat parameter/gradient/optimizer buffers and the activation arena are allocated once before step 1), so this
  * is a bookkeeping layer over aligned malloc, not a general-purpose allocator. The tracker is a value passed
  * explicitly; there is no global state. */

@@ -3,7 +3,7 @@
  * Every random number in llm4d is a pure function of (seed, stream, position): initial weights are keyed by the
  * parameter and the element's index in the *global* tensor, dropout masks by (step, layer, site) and the global
  * position of the element (global sample index, token, feature). So the numbers do not depend on how the work is
- * split over threads or ranks, which is what lets every parallel layout train the same model (DESIGN.md,
+ * split over threads or ranks, which is what lets every parallel layout train the same model (docs/design.md,
  * "layout-invariant results"), and a resumed run needs only the seed and the step to continue bit-identically.
  * Philox is the generator cuRAND and PyTorch's CUDA backend use; one call yields four 32-bit words. */
 #ifndef LLM4D_CORE_RNG_H

@@ -24,7 +24,7 @@
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
 
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "model/gpt.h"
 
 typedef struct {

@@ -30,7 +30,7 @@
 
 #include <stdio.h>
 
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "model/gpt.h"
 
 typedef struct {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 static llm4d_code self_barrier(llm4d_comm *c, llm4d_err *err) {
     (void)c, (void)err;

@@ -1,7 +1,7 @@
 /* comm.c — the backend-neutral half of the communicator (see comm.h): argument checks, the byte and time
  * accounting every backend shares, and the groups of a topology made by splitting the world. Keeping the
  * accounting here means a new backend (NCCL) is measured exactly like MPI without repeating the formulas. */
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 #include <limits.h>
 #include <stdio.h>

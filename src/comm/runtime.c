@@ -1,5 +1,5 @@
 /* runtime.c — MPI or not, the world communicator, and ending a job on error (see runtime.h). */
-#include "dist/runtime.h"
+#include "comm/runtime.h"
 
 #include <mpi.h>
 #include <stdio.h>

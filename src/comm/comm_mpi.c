@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((llm4d_comm_req *)0)->impl), "MPI_Request must fit in impl");
 

@@ -1,7 +1,7 @@
 /* topology.c — the 4D rank grid (see topology.h): coordinates from a rank, members of a rank's groups, the
  * validation of the degrees and the seeds' group printout. All of it is arithmetic on the row-major layout
  * (data, pipe, sharding, model) with the model axis fastest. */
-#include "dist/topology.h"
+#include "comm/topology.h"
 
 #include <stdio.h>
 #include <string.h>

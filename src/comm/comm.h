@@ -16,7 +16,7 @@
  *   send / recv       bytes                   recv is counted apart and left out of the total "sent"
  * A world of one therefore moves zero bytes. Counts are integers (rounded down per call): exact whenever the
  * payload divides by n, as the trainer's buckets do. This is a model of the traffic, not a measurement of what
- * the MPI library chose to do; it is what ZeRO's and Megatron's formulas (DESIGN.md "Communication per rank")
+ * the MPI library chose to do; it is what ZeRO's and Megatron's formulas (docs/design.md, "Numbers to match")
  * are written in, so a step's printed volume can be compared with them.
  *
  * Non-blocking operations (iallreduce, ireduce_scatter, iallgather, isend, irecv) fill a caller-owned request
@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "dist/topology.h"
+#include "comm/topology.h"
 
 typedef enum {
     LLM4D_COMM_F32 = 0,

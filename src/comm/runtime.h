@@ -18,7 +18,7 @@
 #define LLM4D_DIST_RUNTIME_H
 
 #include "core/error.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 typedef struct {
     int under_mpi;      /* 1 when MPI was initialised by llm4d_runtime_init */
@@ -39,7 +39,7 @@ llm4d_code llm4d_runtime_init(llm4d_runtime *rt, int *argc, char ***argv, llm4d_
  * before calling this. */
 void llm4d_runtime_finalize(llm4d_runtime *rt);
 
-/* The exit code of an error: 2 for user and I/O errors (DESIGN.md), 1 otherwise. */
+/* The exit code of an error: 2 for user and I/O errors (docs/design.md), 1 otherwise. */
 int llm4d_exit_code(llm4d_code code);
 
 /* Prints "llm4d: <msg>" (or "llm4d: rank R: <msg>" in a job of several) on stderr; in a job of several processes
