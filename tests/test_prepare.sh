@@ -34,6 +34,8 @@ for f in sorted(glob.glob('/usr/share/games/fortunes/*')):
         pass
     if len(docs) > 3000:
         break
+if len(docs) < 3000:  # Debian's fortunes package (scripts/setup.sh installs it with LLM4D_TEST_DEPS=1)
+    sys.exit('fortunes: fewer than 3000 found in /usr/share/games/fortunes: install Debian\'s fortunes package')
 docs = docs[:3000]
 docs[5] = '   \n\t  '            # empty after strip: dropped
 docs[7] = ''                      # empty: dropped
@@ -182,7 +184,7 @@ check "missing input: exit 2" expect_fail "cannot read input" "$TMP/nope.jsonl"
 check "--json-key picks another key" bash -c "'$LLM4D' prepare-data --input '$TMP/nokey.jsonl' --json-key body --output-prefix '$P/k' 2>&1 | grep -q 'line 1: no key \"body\" (the first key is \"id\")'"
 # an earlier good output survives a failed run under the same prefix (byte for byte: zip entries carry times)
 cp "$P/a_ids.npz" "$TMP/keep.npz"
-"$LLM4D" prepare-data --input "$TMP/badjson.jsonl" --output-prefix "$P/a" 2>/dev/null || true
+check "a bad JSON line fails the run" bash -c "! '$LLM4D' prepare-data --input '$TMP/badjson.jsonl' --output-prefix '$P/a' 2>/dev/null"
 check "a failed run leaves the previous output untouched" cmp -s "$P/a_ids.npz" "$TMP/keep.npz"
 
 finish

@@ -45,7 +45,7 @@ expect "negative learning rate" "max_lr" train "${BASE[@]}" --input_dir "$DATA" 
 expect "device gpu without the CUDA backend" "device" train "${BASE[@]}" --input_dir "$DATA" --device gpu
 expect "degrees that do not multiply to the world size" "dp_degree" train "${BASE[@]}" --input_dir "$DATA" \
   --dp_degree 2
-expect "empty input directory" "$tmp/emptydir" train "${BASE[@]}" --input_dir "$tmp/emptydir" || true
+expect "empty input directory" "$tmp/emptydir" train "${BASE[@]}" --input_dir "$tmp/emptydir"
 mkdir -p "$tmp/emptydir"
 expect "input directory without token files" "_ids.npz" train "${BASE[@]}" --input_dir "$tmp/emptydir"
 touch "$tmp/file"
