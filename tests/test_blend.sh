@@ -49,6 +49,8 @@ for i, t in enumerate(texts):
     n += len(t)
     if n > 1_700_000:
         break
+if n <= 1_700_000:  # the fortunes come from Debian's fortunes package (scripts/setup.sh, LLM4D_TEST_DEPS=1)
+    sys.exit(f'corpora: only {n} characters of text found (want 1.7 M): install Debian\'s fortunes package')
 open(f'{tmp}/doc.txt', 'w', encoding='utf-8').write('\n\n'.join(big))
 open(f'{tmp}/small.txt', 'w', encoding='utf-8').write('\n\n'.join(small))
 EOF

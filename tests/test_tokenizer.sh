@@ -44,9 +44,11 @@ def read(path):
         return raw.decode('utf-8')
     except (OSError, UnicodeDecodeError, EOFError):
         return None
-for f in sorted(glob.glob('/usr/share/games/fortunes/*')):
-    if f.endswith('.dat') or os.path.islink(f):
-        continue
+fortunes = [f for f in sorted(glob.glob('/usr/share/games/fortunes/*')) if not f.endswith('.dat') and not os.path.islink(f)]
+if len(fortunes) < 10:  # Debian's `fortunes` package, installed by scripts/setup.sh with LLM4D_TEST_DEPS=1
+    sys.exit('corpus: /usr/share/games/fortunes is missing or nearly empty: install Debian\'s fortunes package '
+             '(LLM4D_TEST_DEPS=1 scripts/setup.sh does)')
+for f in fortunes:
     t = read(f)
     for fortune in (t or '').split('\n%\n'):
         add(fortune)
@@ -59,6 +61,8 @@ with open(sys.argv[1], 'w') as out:
     for d in docs:
         out.write(json.dumps({'text': d}, ensure_ascii=False) + '\n')
 print(f'corpus: {len(docs)} documents, {total / 1e6:.1f} MB', file=sys.stderr)
+if total < 4_000_000:
+    sys.exit(f'corpus: only {total / 1e6:.1f} MB of text found (want 4 MB): the test would check less than it says')
 EOF
 
 # ---- hard cases --------------------------------------------------------------------------------------------------
