@@ -3,7 +3,10 @@
 #  1. bf16 (use_amp, Engine.mix_precision.dtype bfloat16): 200 steps of gpt2-tiny on the shipped corpus stay within
 #     2 % of the fp32 loss curve (compared as means over windows of 20 steps, so single-step noise does not count);
 #  2. fp16 with dynamic loss scaling: an overflow injected at step 3 skips that update (the parameters after step 3
-#     are bit-identical to those after step 2), halves the loss scale, and the log line says found_inf: 1.
+#     are bit-identical to those after step 2), halves the loss scale, and the log line says found_inf: 1;
+#  3. fp16, a real overflow in the forward (weights initialised at std 3e3: the attention operands exceed fp16's
+#     range, so the loss is not finite): every step is skipped and halves the scale, the run goes on to its end
+#     (exit 0), as Paddle's GradScaler does; the same weights in bf16 train with finite losses.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -17,6 +20,11 @@ C=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" -
   >"$tmp/bf16.log" 2>&1
 "$LLM4D" train "${C[@]}" --max_steps 5 --logging_freq 1 --use_amp true --amp_dtype float16 --scale_loss 1024 \
   --output_dir "$tmp/fp16" --debug_inject_inf_step 3 --debug_check_replicas >"$tmp/fp16.log" 2>&1
+"$LLM4D" train "${C[@]}" --max_steps 3 --logging_freq 1 --use_amp true --amp_dtype float16 --scale_loss 1024 \
+  -o Model.initializer_range=3e3 --output_dir "$tmp/fp16big" >"$tmp/fp16big.log" 2>&1
+echo "$?" >"$tmp/fp16big.rc"
+"$LLM4D" train "${C[@]}" --max_steps 3 --logging_freq 1 --use_amp true --amp_dtype bfloat16 \
+  -o Model.initializer_range=3e3 --output_dir "$tmp/bf16big" >"$tmp/bf16big.log" 2>&1
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, re, sys
 tmp = sys.argv[1]
@@ -52,6 +60,15 @@ if len(f) == 5:
           "fp16: the log line of step 3 shows found_inf: 1 and the skip is logged")
 else:
     check(False, f"fp16 run incomplete: {len(f)} steps"); print(log[-2000:])
+g = steps(f"{tmp}/fp16big/metrics.jsonl")
+rc = open(f"{tmp}/fp16big.rc").read().strip()
+check(rc == "0" and len(g) == 3 and all(x["found_inf"] == 1 and x["loss"] is None for x in g)
+      and [x["loss_scale"] for x in g] == [1024, 512, 256],
+      f"fp16, overflow in the forward: exit {rc}, {len(g)} steps, each skipped with the scale halved "
+      f"({[x.get('loss_scale') for x in g]})")
+h = steps(f"{tmp}/bf16big/metrics.jsonl")
+check(len(h) == 3 and all(isinstance(x["loss"], float) for x in h),
+      "bf16 with the same weights: finite losses (the fp16 overflow is fp16's range, not a broken model)")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY

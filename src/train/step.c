@@ -69,8 +69,8 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
 /* Clip, then AdamW at lr(step). With fp16 loss scaling, a non-finite gradient norm (an overflow somewhere) skips
  * the update and halves the scale; 2000 finite steps in a row double it (Paddle's GradScaler defaults). The norm
  * is the same on every rank (gradients are reduced first), so every rank takes the same decision. */
-static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, double *lr_out, int *found_inf,
-                         llm4d_err *err) {
+static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *norm_out, double *lr_out,
+                         int *found_inf, llm4d_err *err) {
     llm4d_gpt *g = &tr->model;
     double sumsq;
     if (tr->have_sh)
@@ -79,13 +79,20 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double *norm_out, doub
         sumsq = tr->be->sumsq(tr->be, g->grads, g->table.total);
     const double lr = llm4d_lr_at(&tr->lr, step);
     *lr_out = lr;
-    *found_inf = !isfinite(sumsq);
+    /* fp16: an overflow in the forward (a non-finite loss) or in the backward (a non-finite gradient norm) is the
+     * same event, handled the same way: skip the update and halve the scale, as Paddle's GradScaler does */
+    *found_inf = !isfinite(sumsq) || !isfinite(loss);
     if (*found_inf) {
         *norm_out = INFINITY;
-        if (tr->precision != LLM4D_PREC_FP16)
+        if (tr->precision != LLM4D_PREC_FP16) {
+            if (!isfinite(loss))
+                return llm4d_fail(err, LLM4D_EUSER,
+                                  "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)",
+                                  loss, (long long)step);
             return llm4d_fail(err, LLM4D_EUSER,
                               "the gradients overflowed at step %lld; lower max_lr or enable grad_clip",
                               (long long)step);
+        }
         tr->loss_scale *= 0.5;
         tr->good_steps = 0;
         llm4d_log_warn(&tr->log, "found_inf at step %lld: update skipped, loss scale halved to %g", (long long)step,
@@ -135,12 +142,8 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         int found_inf = 0;
         LLM4D_TRY(train_step(tr, step, b, &loss, err));
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
-        if (!isfinite(loss))
-            return llm4d_fail(err, LLM4D_EUSER,
-                              "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)", loss,
-                              (long long)step);
         const double scale_used = tr->loss_scale;
-        LLM4D_TRY(update(tr, step, &norm, &lr, &found_inf, err));
+        LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, err));
         const double t2 = llm4d_now();
         tr->last_loss = loss;
 
@@ -154,20 +157,21 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
                            (long long)step, (unsigned long long)param_hash(tr));
         if (tr->metrics) {
-            char norm_s[32] = "null"; /* JSON has no inf: an overflowed step's norm is null */
+            char norm_s[32] = "null", loss_s[32] = "null"; /* JSON has no inf: an overflowed step's is null */
             if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.6f", norm);
+            if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.9f", loss);
             /* model FLOPs utilisation of this rank: its tokens' model FLOPs per second over its measured peak */
             char mfu_s[32] = "null";
             if (tr->peak_gflops > 0)
                 snprintf(mfu_s, sizeof mfu_s, "%.4f",
                          tokens / tr->world_size / step_cost * tr->flops_per_token / (tr->peak_gflops * 1e9));
             fprintf(tr->metrics,
-                    "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %.9f, \"reader_cost\": %.6f, "
+                    "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %s, \"reader_cost\": %.6f, "
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"mfu\": %s, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
                     "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f}\n",
-                    (long long)step, (long long)b->epoch, (long long)b->batch, loss, t1 - t0, step_cost,
+                    (long long)step, (long long)b->epoch, (long long)b->batch, loss_s, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
