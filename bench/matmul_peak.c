@@ -160,7 +160,7 @@ static void att_bwd(void *p) {
 static void bench_attention(llm4d_backend *be, float p, const char *prec, double peak, int reps) {
     llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids};
+    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0};
     const size_t C = (size_t)s.NH * s.HS, nqkv = (size_t)s.B * s.T * 3 * C, nout = (size_t)s.B * s.T * C;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(nlse * 4), xalloc(nout * 4),

@@ -113,10 +113,16 @@ typedef struct {
     float *wte, *wpe, *out, *R;
 } enc_ctx;
 
+/* token + position embedding, the token rows in two vocabulary parts [0, 2) and [2, V) as a vocabulary-parallel
+ * embedding adds them */
 static double enc_obj(void *p) {
     enc_ctx *c = p;
-    c->be->encoder_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
-    return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+    const int N = c->B * c->T;
+    c->be->zero(c->be, c->out, (size_t)N * c->C * sizeof(float));
+    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, 0, 2, N, c->C);
+    c->be->embedding_forward(c->be, c->out, c->tok, c->wte + 2 * c->C, 2, 3, N, c->C);
+    c->be->position_forward(c->be, c->out, c->wpe, N, c->C, c->T, 0);
+    return dot(c->out, c->R, (size_t)N * c->C);
 }
 
 static void test_encoder(llm4d_backend *be) {
@@ -126,7 +132,9 @@ static void test_encoder(llm4d_backend *be) {
     c.wte = frand((size_t)V * c.C, 1.0f), c.wpe = frand((size_t)c.T * c.C, 1.0f);
     c.out = falloc((size_t)c.B * c.T * c.C), c.R = frand((size_t)c.B * c.T * c.C, 1.0f);
     float *dwte = falloc((size_t)V * c.C), *dwpe = falloc((size_t)c.T * c.C);
-    be->encoder_backward(be, dwte, dwpe, c.R, tok, c.B, c.T, c.C);
+    be->embedding_backward(be, dwte, c.R, tok, 0, 2, c.B * c.T, c.C);
+    be->embedding_backward(be, dwte + 2 * c.C, c.R, tok, 2, 3, c.B * c.T, c.C);
+    be->position_backward(be, dwpe, c.R, c.B * c.T, c.C, c.T, 0);
     gradcheck("encoder dwte (repeated tokens)", c.wte, (size_t)V * c.C, dwte, enc_obj, &c);
     gradcheck("encoder dwpe", c.wpe, (size_t)c.T * c.C, dwpe, enc_obj, &c);
     int unused_zero = 1;
@@ -200,7 +208,7 @@ static double att_obj(void *p) {
  * coordinates checked (spread over q, k and v of all heads) */
 static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_t maxc) {
     int64_t sids[2] = {4, 1};
-    llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids};
+    llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids, s.T, 0};
     att_ctx c = {be, s, &drop, NULL, NULL, NULL, NULL};
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
     c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.lse = falloc(nlse), c.R = frand(nout, 1.0f);
@@ -217,38 +225,39 @@ static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_
 typedef struct {
     llm4d_backend *be;
     int N, V, Vp;
-    float *logits, *losses, *w;
+    float *logits, *losses, *w, *stats;
     int32_t *tg;
 } ce_ctx;
 
 static double ce_obj(void *p) {
     ce_ctx *c = p;
-    c->be->crossentropy_forward_backward(c->be, c->losses, NULL, c->logits, c->tg, NULL, c->N, c->V, c->Vp);
+    c->be->xent_forward(c->be, c->stats, c->logits, c->tg, c->N, c->Vp, 0, c->V, 0);
+    c->be->xent_backward(c->be, c->losses, NULL, c->logits, c->stats, c->tg, NULL, c->N, c->Vp, 0, c->V);
     return dot(c->losses, c->w, c->N);
 }
 
 static void test_crossentropy(llm4d_backend *be) {
     int32_t tg[4] = {0, 6, 3, 3};
-    ce_ctx c = {be, 4, 7, 9, NULL, NULL, NULL, tg};
+    ce_ctx c = {be, 4, 7, 9, NULL, NULL, NULL, NULL, tg};
     const size_t n = (size_t)c.N * c.Vp;
-    c.logits = frand(n, 2.0f), c.losses = falloc(c.N), c.w = falloc(c.N);
+    c.logits = frand(n, 2.0f), c.losses = falloc(c.N), c.w = falloc(c.N), c.stats = falloc(3 * (size_t)c.N);
     float wv[4] = {0.25f, 0.0f, 0.5f, 1.0f / 3.0f}; /* a loss mask / count, one row masked out */
     memcpy(c.w, wv, sizeof wv);
     float *dl = falloc(n);
-    be->crossentropy_forward_backward(be, c.losses, dl, c.logits, tg, c.w, c.N, c.V, c.Vp);
+    be->xent_forward(be, c.stats, c.logits, tg, c.N, c.Vp, 0, c.V, 0);
+    be->xent_backward(be, c.losses, dl, c.logits, c.stats, tg, c.w, c.N, c.Vp, 0, c.V);
     gradcheck("crossentropy dlogits (Vp > V, weighted rows)", c.logits, n, dl, ce_obj, &c);
     int pad = 1, masked = 1;
     for (int i = 0; i < c.N; i++)
         for (int j = c.V; j < c.Vp; j++) pad &= dl[(size_t)i * c.Vp + j] == 0.0f;
     for (int j = 0; j < c.Vp; j++) masked &= dl[(size_t)1 * c.Vp + j] == 0.0f;
     check(pad && masked, "crossentropy: padded columns and the zero-weight row get zero gradient");
-    free(c.logits), free(c.losses), free(c.w), free(dl);
+    free(c.logits), free(c.losses), free(c.w), free(dl), free(c.stats);
 }
 
 typedef struct {
     llm4d_backend *be;
-    int B;
-    size_t row;
+    int N, C;
     const llm4d_dropout *drop;
     float *res, *x, *out, *R;
     int add;
@@ -257,23 +266,23 @@ typedef struct {
 static double drop_obj(void *p) {
     drop_ctx *c = p;
     if (c->add)
-        c->be->dropout_add_forward(c->be, c->out, c->res, c->x, c->B, c->row, c->drop);
+        c->be->dropout_add_forward(c->be, c->out, c->res, c->x, c->N, c->C, c->drop);
     else
-        c->be->dropout_forward(c->be, c->out, c->x, c->B, c->row, c->drop);
-    return dot(c->out, c->R, (size_t)c->B * c->row);
+        c->be->dropout_forward(c->be, c->out, c->x, c->N, c->C, c->drop);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
 static void test_dropout(llm4d_backend *be, int add, float p) {
     int64_t sids[2] = {7, 3};
-    llm4d_dropout drop = {p, 9, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 2), sids};
-    drop_ctx c = {be, 2, 9, &drop, NULL, NULL, NULL, NULL, add};
-    const size_t n = (size_t)c.B * c.row;
+    llm4d_dropout drop = {p, 9, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 2), sids, 3, 0};
+    drop_ctx c = {be, 6, 3, &drop, NULL, NULL, NULL, NULL, add}; /* 2 rows of 3 tokens of 3 channels */
+    const size_t n = (size_t)c.N * c.C;
     c.res = frand(n, 1.0f), c.x = frand(n, 1.0f), c.out = falloc(n), c.R = frand(n, 1.0f);
     float *dres = falloc(n), *dx = falloc(n);
     if (add)
-        be->dropout_add_backward(be, dres, dx, c.R, c.B, c.row, &drop);
+        be->dropout_add_backward(be, dres, dx, c.R, c.N, c.C, &drop);
     else
-        be->dropout_backward(be, dx, c.R, c.B, c.row, &drop);
+        be->dropout_backward(be, dx, c.R, c.N, c.C, &drop);
     char what[96];
     snprintf(what, sizeof what, "%s dx (p=%.1f)", add ? "dropout_add" : "dropout", p);
     gradcheck(what, c.x, n, dx, drop_obj, &c);

@@ -5,7 +5,8 @@
  * sizes, sequence lengths that cross the attention's query block (128) and key block (256) boundaries, padded
  * vocabularies (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not
  * assumed, and a second backward call must double the increment. Dropout is checked against core/rng.h's definition
- * directly (not only cpu vs ref) and for its drop rate. AdamW is checked against a double-precision loop,
+ * directly (not only cpu vs ref), on token slices (sequence parallel) and for its drop rate. The embedding and the
+ * cross-entropy are also checked in vocabulary parts (vocabulary-parallel ranks, ZeRO blocks) against the whole. AdamW is checked against a double-precision loop,
  * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
  * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7); the attention with bf16 / fp16
  * GEMM operands against per-element bounds derived from the formats (test_attention_lowp). */
@@ -117,28 +118,77 @@ static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, in
     free(dinp3), free(dw3), free(db3), free(dw4);
 }
 
-static void test_encoder(llm4d_backend *cpu, llm4d_backend *ref, int B, int T, int C, int V) {
-    int32_t *tok = malloc(sizeof(int32_t) * B * T);
-    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)(V < 5 ? V : 5)); /* repeats */
-    float *wte = frand((size_t)V * C, 1.0f), *wpe = frand((size_t)T * C, 1.0f);
-    float *o1 = frand((size_t)B * T * C, 1.0f), *o2 = falloc((size_t)B * T * C);
-    cpu->encoder_forward(cpu, o1, tok, wte, wpe, B, T, C);
-    ref->encoder_forward(ref, o2, tok, wte, wpe, B, T, C);
-    check(memcmp(o1, o2, sizeof(float) * B * T * C) == 0, "encoder B=%d T=%d C=%d forward identical", B, T, C);
-    float *dout = frand((size_t)B * T * C, 1.0f);
-    float *dwte0 = frand((size_t)V * C, 1.0f), *dwpe0 = frand((size_t)T * C, 1.0f);
-    float *dwte1 = fdup(dwte0, (size_t)V * C), *dwpe1 = fdup(dwpe0, (size_t)T * C);
-    float *dwte2 = fdup(dwte0, (size_t)V * C), *dwpe2 = fdup(dwpe0, (size_t)T * C);
-    cpu->encoder_backward(cpu, dwte1, dwpe1, dout, tok, B, T, C);
-    ref->encoder_backward(ref, dwte2, dwpe2, dout, tok, B, T, C);
-    cmp("encoder backward dwte", dwte1, dwte2, (size_t)V * C, 1e-6);
-    cmp("encoder backward dwpe", dwpe1, dwpe2, (size_t)T * C, 1e-6);
-    float *dwte3 = fdup(dwte1, (size_t)V * C), *dwpe3 = fdup(dwpe1, (size_t)T * C);
-    cpu->encoder_backward(cpu, dwte3, dwpe3, dout, tok, B, T, C);
-    cmp_twice("encoder dwte", dwte0, dwte1, dwte3, (size_t)V * C);
-    cmp_twice("encoder dwpe", dwpe0, dwpe1, dwpe3, (size_t)T * C);
-    free(tok), free(wte), free(wpe), free(o1), free(o2), free(dout);
-    free(dwte0), free(dwpe0), free(dwte1), free(dwpe1), free(dwte2), free(dwpe2), free(dwte3), free(dwpe3);
+/* Token embedding over vocabulary parts: the sum of the parts [row0, row0 + nrows) that tile the vocabulary is the
+ * whole lookup (a vocabulary-parallel embedding), and each part's gradient lands in its own rows only. */
+static void test_embedding(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int V, int parts) {
+    int32_t *tok = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)(V < 5 ? V : 5) * (V / 5 + 1) % V);
+    float *w = frand((size_t)V * C, 1.0f);
+    float *o0 = frand((size_t)N * C, 1.0f), *o1 = fdup(o0, (size_t)N * C), *o2 = fdup(o0, (size_t)N * C);
+    float *whole = fdup(o0, (size_t)N * C);
+    cpu->embedding_forward(cpu, whole, tok, w, 0, V, N, C);
+    const int rows = (V + parts - 1) / parts;
+    for (int r0 = 0; r0 < V; r0 += rows) {
+        const int nr = V - r0 < rows ? V - r0 : rows;
+        cpu->embedding_forward(cpu, o1, tok, w + (size_t)r0 * C, r0, nr, N, C);
+        ref->embedding_forward(ref, o2, tok, w + (size_t)r0 * C, r0, nr, N, C);
+    }
+    check(memcmp(o1, o2, sizeof(float) * N * C) == 0, "embedding N=%d C=%d V=%d in %d parts: cpu == ref", N, C, V,
+          parts);
+    cmp("embedding: the sum of the vocabulary parts is the whole lookup", o1, whole, (size_t)N * C, 1e-6);
+    float *dout = frand((size_t)N * C, 1.0f), *d0 = frand((size_t)V * C, 1.0f);
+    float *d1 = fdup(d0, (size_t)V * C), *d2 = fdup(d0, (size_t)V * C), *dall = fdup(d0, (size_t)V * C);
+    for (int r0 = 0; r0 < V; r0 += rows) {
+        const int nr = V - r0 < rows ? V - r0 : rows;
+        cpu->embedding_backward(cpu, d1 + (size_t)r0 * C, dout, tok, r0, nr, N, C);
+        ref->embedding_backward(ref, d2 + (size_t)r0 * C, dout, tok, r0, nr, N, C);
+    }
+    cpu->embedding_backward(cpu, dall, dout, tok, 0, V, N, C);
+    cmp("embedding backward by parts: cpu vs ref", d1, d2, (size_t)V * C, 1e-6);
+    cmp("embedding backward by parts == whole", d1, dall, (size_t)V * C, 1e-6);
+    float *d3 = fdup(dall, (size_t)V * C);
+    cpu->embedding_backward(cpu, d3, dout, tok, 0, V, N, C);
+    cmp_twice("embedding dw", d0, dall, d3, (size_t)V * C);
+    free(tok), free(w), free(o0), free(o1), free(o2), free(whole), free(dout), free(d0), free(d1), free(d2);
+    free(dall), free(d3);
+}
+
+/* Position embedding of a run of tokens [tok0, tok0 + N) of a [B, T] micro-batch (sequence-parallel slices). */
+static void test_position(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int T, int64_t tok0) {
+    float *wpe = frand((size_t)T * C, 1.0f);
+    float *o1 = frand((size_t)N * C, 1.0f), *o2 = fdup(o1, (size_t)N * C);
+    cpu->position_forward(cpu, o1, wpe, N, C, T, tok0);
+    ref->position_forward(ref, o2, wpe, N, C, T, tok0);
+    check(memcmp(o1, o2, sizeof(float) * N * C) == 0, "position N=%d C=%d T=%d tok0=%lld forward identical", N, C,
+          T, (long long)tok0);
+    float *dout = frand((size_t)N * C, 1.0f), *d0 = frand((size_t)T * C, 1.0f);
+    float *d1 = fdup(d0, (size_t)T * C), *d2 = fdup(d0, (size_t)T * C);
+    cpu->position_backward(cpu, d1, dout, N, C, T, tok0);
+    ref->position_backward(ref, d2, dout, N, C, T, tok0);
+    cmp("position backward", d1, d2, (size_t)T * C, 1e-6);
+    float *d3 = fdup(d1, (size_t)T * C);
+    cpu->position_backward(cpu, d3, dout, N, C, T, tok0);
+    cmp_twice("position dwpe", d0, d1, d3, (size_t)T * C);
+    free(wpe), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
+}
+
+static void test_bias(llm4d_backend *cpu, llm4d_backend *ref, int N, int C) {
+    float *b = frand(C, 1.0f), *o1 = frand((size_t)N * C, 1.0f), *o2 = fdup(o1, (size_t)N * C);
+    cpu->bias_forward(cpu, o1, b, N, C);
+    ref->bias_forward(ref, o2, b, N, C);
+    check(memcmp(o1, o2, sizeof(float) * N * C) == 0, "bias N=%d C=%d forward identical", N, C);
+    float *dout = frand((size_t)N * C, 1.0f), *d0 = frand(C, 1.0f), *d1 = fdup(d0, C), *d2 = fdup(d0, C);
+    cpu->bias_backward(cpu, d1, dout, N, C);
+    ref->bias_backward(ref, d2, dout, N, C);
+    cmp("bias backward", d1, d2, C, 1e-6);
+    float *d3 = fdup(d1, C);
+    cpu->bias_backward(cpu, d3, dout, N, C);
+    cmp_twice("bias db", d0, d1, d3, C);
+    const double s1 = cpu->dot(cpu, o1, dout, (size_t)N * C), s2 = ref->dot(ref, o1, dout, (size_t)N * C);
+    const double u1 = cpu->dot(cpu, o1, NULL, (size_t)N * C), u2 = ref->dot(ref, o1, NULL, (size_t)N * C);
+    check(fabs(s1 - s2) <= 1e-9 * fmax(1.0, fabs(s2)) && fabs(u1 - u2) <= 1e-9 * fmax(1.0, fabs(u2)),
+          "dot cpu vs ref, weighted and plain (%.9g %.9g, %.9g %.9g)", s1, s2, u1, u2);
+    free(b), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
 }
 
 static void test_layernorm(llm4d_backend *cpu, llm4d_backend *ref, int N, int C) {
@@ -194,7 +244,7 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
 static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p, float qscale) {
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS;
     int64_t sids[8] = {3, 0, 17, 5, 1, 2, 9, 4};
-    llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids};
+    llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids, T, 0};
     char tag[160];
     snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH, HS,
              s.head0, s.NH_total, p, qscale);
@@ -285,7 +335,7 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
     const lp_format fm = prec == LLM4D_PREC_BF16 ? (lp_format){1.0 / 256, 0.0} : (lp_format){1.0 / 2048, 0x1p-25};
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
     int64_t sids[4] = {6, 2, 0, 11};
-    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, T, 0};
     char tag[160];
     snprintf(tag, sizeof tag, "%s attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", name, B, T, NH, HS, s.head0,
              s.NH_total, p);
@@ -406,53 +456,67 @@ static int keep_at(const llm4d_dropout *d, uint64_t pos) {
     return llm4d_rng_u01(w[pos & 3]) >= d->p;
 }
 
-static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int B, size_t row, float p) {
-    int64_t sids[4] = {11, 2, 40, 3};
-    llm4d_dropout drop = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids};
-    const size_t n = (size_t)B * row;
+/* An [N, C] activation of tokens [tok0, tok0 + N) of a micro-batch of rows of T tokens (llm4d_dropout). */
+static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int T, int64_t tok0, float p) {
+    int64_t sids[8] = {11, 2, 40, 3, 7, 0, 25, 6};
+    llm4d_dropout drop = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids, T, tok0};
+    const size_t n = (size_t)N * C;
     char tag[96];
-    snprintf(tag, sizeof tag, "dropout B=%d row=%zu p=%.1f", B, row, p);
+    snprintf(tag, sizeof tag, "dropout N=%d C=%d T=%d tok0=%lld p=%.1f", N, C, T, (long long)tok0, p);
     char what[160];
     float *x = frand(n, 1.0f), *res = frand(n, 1.0f), *o1 = falloc(n), *o2 = falloc(n);
-    cpu->dropout_forward(cpu, o1, x, B, row, &drop);
-    ref->dropout_forward(ref, o2, x, B, row, &drop);
+    cpu->dropout_forward(cpu, o1, x, N, C, &drop);
+    ref->dropout_forward(ref, o2, x, N, C, &drop);
     snprintf(what, sizeof what, "%s forward identical to ref", tag);
     check(memcmp(o1, o2, n * sizeof(float)) == 0, "%s", what);
-    /* against the definition */
+    /* against the definition: element (i, c) is token tok0 + i, at (sample, t) */
     int bad = 0;
-    for (int b = 0; b < B; b++)
-        for (size_t i = 0; i < row; i++) {
-            size_t k = (size_t)b * row + i;
-            float want = (p == 0.0f || keep_at(&drop, (uint64_t)sids[b] * row + i)) ? x[k] * (1.0f / (1.0f - p)) : 0.0f;
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            const int64_t tok = tok0 + i;
+            const uint64_t pos = ((uint64_t)sids[tok / T] * T + (uint64_t)(tok % T)) * C + c;
+            const size_t k = (size_t)i * C + c;
+            float want = (p == 0.0f || keep_at(&drop, pos)) ? x[k] * (1.0f / (1.0f - p)) : 0.0f;
             if (o1[k] != want) bad++;
         }
     check(bad == 0, "%s forward matches rng.h mask definition (%d mismatches)", tag, bad);
     float *o3 = fdup(x, n); /* in place */
-    cpu->dropout_forward(cpu, o3, o3, B, row, &drop);
+    cpu->dropout_forward(cpu, o3, o3, N, C, &drop);
     check(memcmp(o1, o3, n * sizeof(float)) == 0, "%s forward in place", tag);
+    /* a slice of the tokens (sequence parallel) gets the slice of the whole activation's mask */
+    if (N > 2) {
+        const int half = N / 2 + 1;
+        llm4d_dropout d2 = drop;
+        d2.tok0 = tok0 + half;
+        float *o4 = falloc(n);
+        cpu->dropout_forward(cpu, o4, x, half, C, &drop);
+        cpu->dropout_forward(cpu, o4 + (size_t)half * C, x + (size_t)half * C, N - half, C, &d2);
+        check(memcmp(o1, o4, n * sizeof(float)) == 0, "%s: two token slices == the whole", tag);
+        free(o4);
+    }
 
     float *dout = frand(n, 1.0f), *d0 = frand(n, 1.0f), *d1 = fdup(d0, n), *d2 = fdup(d0, n);
-    cpu->dropout_backward(cpu, d1, dout, B, row, &drop);
-    ref->dropout_backward(ref, d2, dout, B, row, &drop);
+    cpu->dropout_backward(cpu, d1, dout, N, C, &drop);
+    ref->dropout_backward(ref, d2, dout, N, C, &drop);
     snprintf(what, sizeof what, "%s backward", tag);
     cmp(what, d1, d2, n, 1e-6);
     float *d3 = fdup(d1, n);
-    cpu->dropout_backward(cpu, d3, dout, B, row, &drop);
+    cpu->dropout_backward(cpu, d3, dout, N, C, &drop);
     cmp_twice(what, d0, d1, d3, n);
 
-    cpu->dropout_add_forward(cpu, o1, res, x, B, row, &drop);
-    ref->dropout_add_forward(ref, o2, res, x, B, row, &drop);
+    cpu->dropout_add_forward(cpu, o1, res, x, N, C, &drop);
+    ref->dropout_add_forward(ref, o2, res, x, N, C, &drop);
     snprintf(what, sizeof what, "%s add forward", tag);
     cmp(what, o1, o2, n, 1e-6);
     float *e0 = frand(n, 1.0f), *e1 = fdup(e0, n), *e2 = fdup(e0, n), *f1 = fdup(d0, n), *f2 = fdup(d0, n);
-    cpu->dropout_add_backward(cpu, e1, f1, dout, B, row, &drop);
-    ref->dropout_add_backward(ref, e2, f2, dout, B, row, &drop);
+    cpu->dropout_add_backward(cpu, e1, f1, dout, N, C, &drop);
+    ref->dropout_add_backward(ref, e2, f2, dout, N, C, &drop);
     snprintf(what, sizeof what, "%s add backward dres", tag);
     cmp(what, e1, e2, n, 1e-6);
     snprintf(what, sizeof what, "%s add backward dx", tag);
     cmp(what, f1, f2, n, 1e-6);
     float *e3 = fdup(e1, n), *f3 = fdup(f1, n);
-    cpu->dropout_add_backward(cpu, e3, f3, dout, B, row, &drop);
+    cpu->dropout_add_backward(cpu, e3, f3, dout, N, C, &drop);
     snprintf(what, sizeof what, "%s add dres", tag);
     cmp_twice(what, e0, e1, e3, n);
     snprintf(what, sizeof what, "%s add dx", tag);
@@ -462,13 +526,13 @@ static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int B, size_t r
 }
 
 static void test_dropout_rate(llm4d_backend *cpu, float p) {
-    const int B = 4;
-    const size_t row = 250003, n = (size_t)B * row;
+    const int N = 4 * 250003, T = 250003, C = 1;
+    const size_t n = (size_t)N * C;
     int64_t sids[4] = {0, 1, 2, 3};
-    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids, T, 0};
     float *x = falloc(n);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    cpu->dropout_forward(cpu, x, x, B, row, &drop);
+    cpu->dropout_forward(cpu, x, x, N, C, &drop);
     size_t dropped = 0, badval = 0;
     for (size_t i = 0; i < n; i++) {
         if (x[i] == 0.0f)
@@ -484,17 +548,21 @@ static void test_dropout_rate(llm4d_backend *cpu, float p) {
     d2.stream = llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 2);
     float *y = falloc(n);
     for (size_t i = 0; i < n; i++) y[i] = 1.0f;
-    cpu->dropout_forward(cpu, y, y, B, row, &d2);
+    cpu->dropout_forward(cpu, y, y, N, C, &d2);
     size_t differ = 0;
     for (size_t i = 0; i < n; i++) differ += (x[i] == 0.0f) != (y[i] == 0.0f);
     check(differ > n * p * (1 - p), "dropout masks of two steps differ (%zu of %zu)", differ, n);
     free(x), free(y);
 }
 
-static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int V, int Vp) {
+/* Softmax cross-entropy: the whole vocabulary in one part (cpu vs ref), then split into `parts` column parts
+ * combined two ways: online over the parts (merge, as ZeRO's vocabulary blocks do) and as separate ranks would
+ * (each part's statistics alone, the max taken over parts, rescaled, the sums added: the vocabulary-parallel
+ * combination); both must give the whole vocabulary's losses and, part by part, its gradient columns. */
+static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int V, int Vp, int parts) {
     char tag[96];
     snprintf(tag, sizeof tag, "crossentropy N=%d V=%d Vp=%d", N, V, Vp);
-    char what[160];
+    char what[200];
     const size_t n = (size_t)N * Vp;
     float *logits = frand(n, 3.0f);
     for (int i = 0; i < N; i++)
@@ -506,9 +574,12 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
         dloss[i] = (i % 3 == 0) ? 0.0f : 1.0f / (float)(i + 1); /* a loss mask / count */
     }
     tg[0] = V - 1;
+    float *st1 = falloc(3 * (size_t)N), *st2 = falloc(3 * (size_t)N);
     float *l1 = falloc(N), *l2 = falloc(N), *g1 = frand(n, 1.0f), *g2 = falloc(n);
-    cpu->crossentropy_forward_backward(cpu, l1, g1, logits, tg, dloss, N, V, Vp);
-    ref->crossentropy_forward_backward(ref, l2, g2, logits, tg, dloss, N, V, Vp);
+    cpu->xent_forward(cpu, st1, logits, tg, N, Vp, 0, V, 0);
+    ref->xent_forward(ref, st2, logits, tg, N, Vp, 0, V, 0);
+    cpu->xent_backward(cpu, l1, g1, logits, st1, tg, dloss, N, Vp, 0, V);
+    ref->xent_backward(ref, l2, g2, logits, st2, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s losses", tag);
     cmp(what, l1, l2, N, TOL);
     snprintf(what, sizeof what, "%s dlogits", tag);
@@ -526,20 +597,57 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
     check(padzero && rowsum < 1e-5, "%s padded columns get zero gradient, rows sum to 0 (%.1e)", tag, rowsum);
     /* loss only */
     float *l3 = falloc(N);
-    cpu->crossentropy_forward_backward(cpu, l3, NULL, logits, tg, dloss, N, V, Vp);
+    cpu->xent_backward(cpu, l3, NULL, logits, st1, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s loss only (dlogits NULL)", tag);
     cmp(what, l3, l2, N, TOL);
     /* in place: dlogits == logits */
     float *al = fdup(logits, n);
-    cpu->crossentropy_forward_backward(cpu, l3, al, al, tg, dloss, N, V, Vp);
+    cpu->xent_backward(cpu, l3, al, al, st1, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s aliased dlogits == logits", tag);
     check(relerr(l3, l2, N) <= TOL && relerr(al, g2, n) <= TOL, "%s (err %.1e, %.1e)", what, relerr(l3, l2, N),
           relerr(al, g2, n));
-    memcpy(al, logits, n * sizeof(float));
-    ref->crossentropy_forward_backward(ref, l3, al, al, tg, dloss, N, V, Vp);
-    snprintf(what, sizeof what, "%s ref aliased", tag);
-    check(relerr(l3, l2, N) <= 1e-7 && relerr(al, g2, n) <= 1e-7, "%s", what);
-    free(logits), free(tg), free(dloss), free(l1), free(l2), free(l3), free(g1), free(g2), free(al);
+
+    /* vocabulary parts: columns [v0, v0 + w) copied out as a part's own [N, w] logits */
+    const int w = (Vp + parts - 1) / parts;
+    float *part = falloc((size_t)N * w), *gpart = falloc((size_t)N * w);
+    float *on = falloc(3 * (size_t)N), *rk = falloc(3 * (size_t)parts * N), *gmax = falloc(N), *sum = falloc(3 * (size_t)N);
+    double worst_on = 0, worst_rk = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < parts; k++) {
+            const int v0 = k * w, wk = Vp - v0 < w ? Vp - v0 : w;
+            for (int i = 0; i < N; i++) memcpy(part + (size_t)i * wk, logits + (size_t)i * Vp + v0, wk * sizeof(float));
+            if (pass == 0) { /* statistics: online over the parts, and per part as a rank would */
+                cpu->xent_forward(cpu, on, part, tg, N, wk, v0, V, k > 0);
+                cpu->xent_forward(cpu, rk + 3 * (size_t)k * N, part, tg, N, wk, v0, V, 0);
+                if (k < parts - 1) continue;
+                /* the ranks' combination: MAX of m, rescale, SUM of (s, y), in part order */
+                for (int i = 0; i < N; i++) {
+                    gmax[i] = -INFINITY;
+                    for (int q = 0; q < parts; q++) gmax[i] = fmaxf(gmax[i], rk[3 * (size_t)q * N + i]);
+                }
+                memset(sum, 0, 3 * N * sizeof(float));
+                for (int q = 0; q < parts; q++) {
+                    cpu->xent_rescale(cpu, rk + 3 * (size_t)q * N, gmax, N);
+                    for (int i = 0; i < 2 * N; i++) sum[N + i] += rk[3 * (size_t)q * N + N + i];
+                }
+                memcpy(sum, gmax, N * sizeof(float));
+                cpu->xent_backward(cpu, l3, NULL, logits, on, tg, dloss, N, Vp, 0, V);
+                worst_on = relerr(l3, l2, N);
+                cpu->xent_backward(cpu, l3, NULL, logits, sum, tg, dloss, N, Vp, 0, V);
+                worst_rk = relerr(l3, l2, N);
+                continue;
+            }
+            /* gradients, part by part, from the combined statistics */
+            cpu->xent_backward(cpu, NULL, gpart, part, sum, tg, dloss, N, wk, v0, V);
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < wk; j++)
+                    worst_rk = fmax(worst_rk, fabs(gpart[(size_t)i * wk + j] - g2[(size_t)i * Vp + v0 + j]));
+        }
+    check(worst_on <= TOL, "%s in %d parts, online (merged) statistics: losses rel err %.1e", tag, parts, worst_on);
+    check(worst_rk <= TOL, "%s in %d parts combined as ranks (MAX, rescale, SUM): losses and gradient columns, "
+          "err %.1e", tag, parts, worst_rk);
+    free(logits), free(tg), free(dloss), free(l1), free(l2), free(l3), free(g1), free(g2), free(al), free(st1);
+    free(st2), free(part), free(gpart), free(on), free(rk), free(gmax), free(sum);
 }
 
 static void test_adamw(llm4d_backend *be, size_t n) {
@@ -640,8 +748,12 @@ int main(void) {
     test_linear(cpu, ref, 136, 64, 200, 0);
     test_linear(cpu, ref, 257, 192, 515, 1);
     test_linear(cpu, ref, 2048, 40, 96, 1);
-    test_encoder(cpu, ref, 3, 17, 45, 11);
-    test_encoder(cpu, ref, 2, 64, 130, 300);
+    test_embedding(cpu, ref, 51, 45, 11, 1);
+    test_embedding(cpu, ref, 128, 130, 300, 3);
+    test_position(cpu, ref, 51, 45, 17, 0);
+    test_position(cpu, ref, 40, 130, 64, 88);
+    test_bias(cpu, ref, 37, 131);
+    test_bias(cpu, ref, 300, 64);
     test_layernorm(cpu, ref, 1, 7);
     test_layernorm(cpu, ref, 37, 131);
     test_layernorm(cpu, ref, 64, 768);
@@ -668,15 +780,18 @@ int main(void) {
                 printf("# bf16 attention not tested: this CPU has no AVX512-BF16\n");
             test_attention_lowp(cpu, ref, lp_shapes[i], d ? 0.1f : 0.0f, LLM4D_PREC_FP16, "fp16");
         }
-    test_dropout(cpu, ref, 3, 1, 0.1f);
-    test_dropout(cpu, ref, 3, 1001, 0.0f);
-    test_dropout(cpu, ref, 3, 1001, 0.1f);
-    test_dropout(cpu, ref, 2, 4099, 0.5f);
+    test_dropout(cpu, ref, 3, 1, 1, 0, 0.1f);
+    test_dropout(cpu, ref, 3, 1001, 1, 0, 0.0f);
+    test_dropout(cpu, ref, 3, 1001, 1, 0, 0.1f);
+    test_dropout(cpu, ref, 2, 4099, 1, 0, 0.5f);
+    test_dropout(cpu, ref, 40, 64, 16, 0, 0.1f);   /* several rows, positions within rows */
+    test_dropout(cpu, ref, 21, 300, 16, 11, 0.3f); /* a slice starting mid-row and crossing rows */
+    test_dropout(cpu, ref, 7, 1000, 64, 70, 0.5f); /* a slice inside one row */
     test_dropout_rate(cpu, 0.1f);
     test_dropout_rate(cpu, 0.5f);
-    test_crossentropy(cpu, ref, 1, 5, 5);
-    test_crossentropy(cpu, ref, 13, 1000, 1024);
-    test_crossentropy(cpu, ref, 9, 50257, 50304);
+    test_crossentropy(cpu, ref, 1, 5, 5, 2);
+    test_crossentropy(cpu, ref, 13, 1000, 1024, 3);
+    test_crossentropy(cpu, ref, 9, 50257, 50304, 4);
     test_adamw(cpu, 10007);
     test_adamw(ref, 10007);
     test_reductions(cpu, ref);

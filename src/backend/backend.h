@@ -13,7 +13,13 @@
  *
  * Randomness (dropout) is a pure function of (seed, stream, global position) (core/rng.h). Kernels receive, per
  * batch row, the global index of its sample (`sample_ids`), so a mask does not depend on which rank or thread
- * computes it, and backward recomputes the mask instead of storing it. */
+ * computes it, and backward recomputes the mask instead of storing it.
+ *
+ * Parallelism needs the kernels to work on slices: an activation of a micro-batch is [N, C] tokens, possibly a
+ * contiguous run of the flattened [B*T] tokens (sequence parallel splits them over the tensor-parallel ranks), so
+ * the dropouts take the run's first token (`tok0`); the embedding and the cross-entropy take a range of vocabulary
+ * rows (vocabulary-parallel embedding and LM head, and ZeRO's vocabulary blocks); linear_backward computes the input
+ * gradient and the weight gradient independently (pipeline zero-bubble schedules run them at different times). */
 #ifndef LLM4D_BACKEND_BACKEND_H
 #define LLM4D_BACKEND_BACKEND_H
 
@@ -23,12 +29,16 @@
 #include "core/error.h"
 #include "core/mem.h"
 
-/* Where a dropout's random numbers come from. p == 0 disables the dropout (no random numbers are drawn). */
+/* Where a dropout's random numbers come from. p == 0 disables the dropout (no random numbers are drawn).
+ * Element (n, c) of an [N, C] activation is token tok0 + n of the micro-batch's flattened [B*T] tokens, i.e. batch
+ * row b = (tok0 + n) / T at position t = (tok0 + n) % T; its global position is (sample_ids[b] * T + t) * C + c. */
 typedef struct {
     float p;                    /* drop probability; kept values are scaled by 1/(1-p) ("upscale_in_train") */
     uint64_t seed;
     uint64_t stream;            /* llm4d_rng_stream(LLM4D_RNG_DROPOUT, layer, site, step) */
     const int64_t *sample_ids;  /* [B] global sample index of each batch row */
+    int T;                      /* sequence length (tokens per batch row) */
+    int64_t tok0;               /* first token of the activation in the flattened micro-batch */
 } llm4d_dropout;
 
 /* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads). */
@@ -61,15 +71,25 @@ struct llm4d_backend {
     /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
     void (*linear_forward)(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
                            int C, int OC);
-    /* dinp[N,C] += dout W;  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. dinp, db may be NULL. */
+    /* dinp[N,C] += dout W;  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp, dw, db may be
+     * NULL (not computed): zero-bubble pipelines compute dinp first and dw, db later. */
     void (*linear_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
 
-    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] */
-    void (*encoder_forward)(llm4d_backend *be, float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C);
-    void (*encoder_backward)(llm4d_backend *be, float *dwte, float *dwpe, const float *dout,
-                             const int32_t *tokens, int B, int T, int C);
+    /* Token embedding over the vocabulary rows [row0, row0 + nrows) held in w[nrows, C]:
+     * out[n] += w[tokens[n] - row0] for the tokens in that range; the other rows of out are left as they are
+     * (a vocabulary-parallel rank or a ZeRO vocabulary block adds its part, the sum over parts is the lookup). */
+    void (*embedding_forward)(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
+                              int nrows, int N, int C);
+    /* dw[tokens[n] - row0] += dout[n] for the tokens in [row0, row0 + nrows). */
+    void (*embedding_backward)(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
+                               int nrows, int N, int C);
+    /* Position embedding of tokens tok0 .. tok0+N-1 of a flattened [B, T] micro-batch: out[n] += wpe[(tok0+n) % T]. */
+    void (*position_forward)(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0);
+    void (*position_backward)(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T, int64_t tok0);
+    /* out[N,C] += b[C] (a row-parallel layer adds its bias once, after the reduction); db[C] += column sums. */
+    void (*bias_forward)(llm4d_backend *be, float *out, const float *b, int N, int C);
+    void (*bias_backward)(llm4d_backend *be, float *db, const float *dout, int N, int C);
 
     /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. */
     void (*layernorm_forward)(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
@@ -93,24 +113,34 @@ struct llm4d_backend {
     void (*attention_backward)(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
                                const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
 
-    /* out[B,row] = dropout(inp) in place or not; position of (b,i) = sample_ids[b]*row + i. */
-    void (*dropout_forward)(llm4d_backend *be, float *out, const float *inp, int B, size_t row,
-                            const llm4d_dropout *drop);
+    /* out[N,C] = dropout(inp), in place or not (positions: llm4d_dropout). */
+    void (*dropout_forward)(llm4d_backend *be, float *out, const float *inp, int N, int C, const llm4d_dropout *drop);
     /* dinp += mask * dout / (1-p) */
-    void (*dropout_backward)(llm4d_backend *be, float *dinp, const float *dout, int B, size_t row,
+    void (*dropout_backward)(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
                              const llm4d_dropout *drop);
     /* out = res + dropout(x): the residual connection after a sublayer. */
-    void (*dropout_add_forward)(llm4d_backend *be, float *out, const float *res, const float *x, int B, size_t row,
+    void (*dropout_add_forward)(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
                                 const llm4d_dropout *drop);
     /* dres += dout; dx += mask * dout / (1-p) */
-    void (*dropout_add_backward)(llm4d_backend *be, float *dres, float *dx, const float *dout, int B, size_t row,
+    void (*dropout_add_backward)(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
                                  const llm4d_dropout *drop);
 
-    /* Softmax cross-entropy over the first V of Vp logits (the padded logits are masked out: they take no
-     * probability and get zero gradient). losses[i] = -log softmax(logits[i])[targets[i]];
-     * dlogits[i] = (softmax - onehot) * dloss[i] (written, not accumulated; may alias logits; NULL = no grad). */
-    void (*crossentropy_forward_backward)(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
-                                          const int32_t *targets, const float *dloss, int N, int V, int Vp);
+    /* Softmax cross-entropy of N rows over a vocabulary of V real entries, in parts: logits[N, Vl] are the columns
+     * of vocabulary entries [v0, v0 + Vl) (a vocabulary-parallel rank's slice or a vocabulary block; entries >= V
+     * are padding: no probability, zero gradient). The softmax statistics are kept per row in planar form,
+     * stats[0..N) = running max m, stats[N..2N) = sum of exp(logit - m), stats[2N..3N) = the target's logit (0 when
+     * the target is not in this part), so that parts combine: over blocks with `merge` (an online softmax), over
+     * ranks by a MAX all-reduce of m, xent_rescale, then a SUM all-reduce of the last 2N.
+     * merge = 0: stats = this part's statistics; merge = 1: stats = stats combined with this part's. */
+    void (*xent_forward)(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N, int Vl,
+                         int v0, int V, int merge);
+    /* stats[N..2N) *= exp(stats[0..N) - gmax); stats[0..N) = gmax (gmax: the max over all parts). */
+    void (*xent_rescale)(llm4d_backend *be, float *stats, const float *gmax, int N);
+    /* With the combined stats: losses[i] = m + log(s) - target logit (NULL: not written);
+     * dlogits[i, j] = (softmax_ij - onehot_ij) * dloss[i] over this part's columns (written; may alias logits;
+     * NULL: no gradient). */
+    void (*xent_backward)(llm4d_backend *be, float *losses, float *dlogits, const float *logits, const float *stats,
+                          const int32_t *targets, const float *dloss, int N, int Vl, int v0, int V);
 
     /* Paddle's AdamW on n elements, step t >= 1:
      *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -119,6 +149,8 @@ struct llm4d_backend {
                   float beta1, float beta2, float eps, float wd, int t, float grad_scale);
     /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count) */
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
+    /* sum of a[i] * b[i] in double, in a fixed order (the weighted loss of a micro-batch); b NULL: sum of a */
+    double (*dot)(llm4d_backend *be, const float *a, const float *b, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
 

@@ -71,7 +71,7 @@ static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
                 dinp[(size_t)n * C + c] += (float)acc;
             }
     for (int o = 0; o < OC; o++) {
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; dw && c < C; c++) {
             double acc = 0.0;
             for (int n = 0; n < N; n++) acc += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
             dw[(size_t)o * C + c] += (float)acc;
@@ -85,31 +85,55 @@ static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* encoder (token + position embedding) */
+/* embeddings and bias */
 
-static void ref_encoder_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *wte,
-                                const float *wpe, int B, int T, int C) {
+static void ref_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
+                                  int nrows, int N, int C) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float *we = wte + (size_t)tokens[b * T + t] * C, *pe = wpe + (size_t)t * C;
-            float *o = out + ((size_t)b * T + t) * C;
-            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
-        }
+    for (int n = 0; n < N; n++) {
+        const int r = tokens[n] - row0;
+        if (r < 0 || r >= nrows) continue;
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] += w[(size_t)r * C + c];
+    }
 }
 
-static void ref_encoder_backward(llm4d_backend *be, float *dwte, float *dwpe, const float *dout,
-                                 const int32_t *tokens, int B, int T, int C) {
+static void ref_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
+                                   int nrows, int N, int C) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            const float *d = dout + ((size_t)b * T + t) * C;
-            float *dwe = dwte + (size_t)tokens[b * T + t] * C, *dpe = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                dwe[c] += d[c];
-                dpe[c] += d[c];
-            }
-        }
+    for (int n = 0; n < N; n++) {
+        const int r = tokens[n] - row0;
+        if (r < 0 || r >= nrows) continue;
+        for (int c = 0; c < C; c++) dw[(size_t)r * C + c] += dout[(size_t)n * C + c];
+    }
+}
+
+static void ref_position_forward(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T,
+                                 int64_t tok0) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] += wpe[(size_t)((tok0 + n) % T) * C + c];
+}
+
+static void ref_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T,
+                                  int64_t tok0) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) dwpe[(size_t)((tok0 + n) % T) * C + c] += dout[(size_t)n * C + c];
+}
+
+static void ref_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] += b[c];
+}
+
+static void ref_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
+    (void)be;
+    for (int c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int n = 0; n < N; n++) acc += dout[(size_t)n * C + c];
+        db[c] += (float)acc;
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -286,74 +310,107 @@ static void ref_attention_backward(llm4d_backend *be, float *dqkv, const float *
 /* ---------------------------------------------------------------------------------------------------------- */
 /* dropout */
 
-static void ref_dropout_forward(llm4d_backend *be, float *out, const float *inp, int B, size_t row,
+/* The multiplier of element (n, c) of an [N, C] activation (positions: backend.h, llm4d_dropout). */
+static float act_mult(const llm4d_dropout *d, int n, int C, int c) {
+    if (!d || d->p == 0.0f) return 1.0f;
+    const int64_t tok = d->tok0 + n;
+    const uint64_t row = (uint64_t)d->sample_ids[tok / d->T] * (uint64_t)d->T + (uint64_t)(tok % d->T);
+    return drop_mult(d, row * (uint64_t)C + (uint64_t)c);
+}
+
+static void ref_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
                                 const llm4d_dropout *drop) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (size_t i = 0; i < row; i++) {
-            size_t k = (size_t)b * row + i;
-            out[k] = inp[k] * (drop && drop->p > 0.0f ? drop_mult(drop, (uint64_t)drop->sample_ids[b] * row + i)
-                                                      : 1.0f);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)n * C + c;
+            out[k] = inp[k] * act_mult(drop, n, C, c);
         }
 }
 
-static void ref_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int B, size_t row,
+static void ref_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
                                  const llm4d_dropout *drop) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (size_t i = 0; i < row; i++) {
-            size_t k = (size_t)b * row + i;
-            dinp[k] += dout[k] * (drop && drop->p > 0.0f
-                                      ? drop_mult(drop, (uint64_t)drop->sample_ids[b] * row + i)
-                                      : 1.0f);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)n * C + c;
+            dinp[k] += dout[k] * act_mult(drop, n, C, c);
         }
 }
 
-static void ref_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int B,
-                                    size_t row, const llm4d_dropout *drop) {
+static void ref_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
+                                    const llm4d_dropout *drop) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (size_t i = 0; i < row; i++) {
-            size_t k = (size_t)b * row + i;
-            float m = drop && drop->p > 0.0f ? drop_mult(drop, (uint64_t)drop->sample_ids[b] * row + i) : 1.0f;
-            out[k] = res[k] + x[k] * m;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)n * C + c;
+            out[k] = res[k] + x[k] * act_mult(drop, n, C, c);
         }
 }
 
-static void ref_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int B,
-                                     size_t row, const llm4d_dropout *drop) {
+static void ref_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
+                                     const llm4d_dropout *drop) {
     (void)be;
-    for (int b = 0; b < B; b++)
-        for (size_t i = 0; i < row; i++) {
-            size_t k = (size_t)b * row + i;
-            float m = drop && drop->p > 0.0f ? drop_mult(drop, (uint64_t)drop->sample_ids[b] * row + i) : 1.0f;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)n * C + c;
             dres[k] += dout[k];
-            dx[k] += dout[k] * m;
+            dx[k] += dout[k] * act_mult(drop, n, C, c);
         }
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* softmax cross-entropy over the first V of Vp logits */
+/* softmax cross-entropy over vocabulary parts (backend.h) */
 
-static void ref_crossentropy_forward_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
-                                              const int32_t *targets, const float *dloss, int N, int V, int Vp) {
+static void ref_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+                             int Vl, int v0, int V, int merge) {
     (void)be;
+    const int real = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl; /* columns of real entries */
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vp;
-        int y = targets[n];
+        const float *l = logits + (size_t)n * Vl;
         double mx = -INFINITY;
-        for (int j = 0; j < V; j++)
+        for (int j = 0; j < real; j++)
             if (l[j] > mx) mx = l[j];
         double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += exp(l[j] - mx);
-        double logit_y = l[y];
-        if (losses) losses[n] = (float)(log(sum) + mx - logit_y);
-        if (dlogits) {
-            /* dlogits may be logits: each element is read before it is written */
-            float *d = dlogits + (size_t)n * Vp;
-            double w = dloss ? dloss[n] : 1.0;
-            for (int j = 0; j < V; j++) d[j] = (float)((exp(l[j] - mx) / sum - (j == y ? 1.0 : 0.0)) * w);
-            for (int j = V; j < Vp; j++) d[j] = 0.0f;
+        for (int j = 0; j < real; j++) sum += exp(l[j] - mx);
+        const int y = targets[n] - v0;
+        double ly = y >= 0 && y < real ? l[y] : 0.0;
+        if (merge) { /* combine (m, s, y) with this part's (mx, sum, ly) */
+            double m0 = stats[n], s0 = stats[N + n];
+            double m = m0 > mx ? m0 : mx;
+            sum = (s0 > 0 ? s0 * exp(m0 - m) : 0.0) + (real > 0 ? sum * exp(mx - m) : 0.0);
+            mx = m;
+            ly += stats[2 * N + n];
+        }
+        stats[n] = (float)mx;
+        stats[N + n] = (float)sum;
+        stats[2 * N + n] = (float)ly;
+    }
+}
+
+static void ref_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        if (stats[N + n] > 0) stats[N + n] = (float)(stats[N + n] * exp((double)stats[n] - gmax[n]));
+        stats[n] = gmax[n];
+    }
+}
+
+static void ref_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+                              const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                              int V) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const double lse = stats[n] + log((double)stats[N + n]);
+        if (losses) losses[n] = (float)(lse - stats[2 * N + n]);
+        if (!dlogits) continue;
+        /* dlogits may be logits: each element is read before it is written */
+        const float *l = logits + (size_t)n * Vl;
+        float *d = dlogits + (size_t)n * Vl;
+        const double w = dloss ? dloss[n] : 1.0;
+        for (int j = 0; j < Vl; j++) {
+            const int v = v0 + j;
+            d[j] = v < V ? (float)((exp(l[j] - lse) - (v == targets[n] ? 1.0 : 0.0)) * w) : 0.0f;
         }
     }
 }
@@ -382,6 +439,13 @@ static double ref_sumsq(llm4d_backend *be, const float *x, size_t n) {
     return s;
 }
 
+static double ref_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
+    (void)be;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * (b ? b[i] : 1.0f);
+    return s;
+}
+
 static void ref_scale(llm4d_backend *be, float *x, float s, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] *= s;
@@ -400,8 +464,12 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->copy = ref_copy;
     be->linear_forward = ref_linear_forward;
     be->linear_backward = ref_linear_backward;
-    be->encoder_forward = ref_encoder_forward;
-    be->encoder_backward = ref_encoder_backward;
+    be->embedding_forward = ref_embedding_forward;
+    be->embedding_backward = ref_embedding_backward;
+    be->position_forward = ref_position_forward;
+    be->position_backward = ref_position_backward;
+    be->bias_forward = ref_bias_forward;
+    be->bias_backward = ref_bias_backward;
     be->layernorm_forward = ref_layernorm_forward;
     be->layernorm_backward = ref_layernorm_backward;
     be->gelu_forward = ref_gelu_forward;
@@ -412,9 +480,12 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->dropout_backward = ref_dropout_backward;
     be->dropout_add_forward = ref_dropout_add_forward;
     be->dropout_add_backward = ref_dropout_add_backward;
-    be->crossentropy_forward_backward = ref_crossentropy_forward_backward;
+    be->xent_forward = ref_xent_forward;
+    be->xent_rescale = ref_xent_rescale;
+    be->xent_backward = ref_xent_backward;
     be->adamw = ref_adamw;
     be->sumsq = ref_sumsq;
+    be->dot = ref_dot;
     be->scale = ref_scale;
     be->destroy = ref_destroy;
     *out = be;

@@ -151,7 +151,9 @@ static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, T = g->T_max, Vp = g->cfg.padded_vocab_size;
     const int p0 = g->pos;
-    be->encoder_forward(be, g->x, tokens, g->wte, g->wpe + (size_t)p0 * C, 1, n, C);
+    be->zero(be, g->x, (size_t)n * C * sizeof(float));
+    be->embedding_forward(be, g->x, tokens, g->wte, 0, Vp, n, C);
+    be->position_forward(be, g->x, g->wpe + (size_t)p0 * C, n, C, n, 0); /* positions p0 .. p0+n-1 */
     for (int l = 0; l < g->cfg.num_layers; l++) {
         const llm4d_gen_layer *w = &g->layers[l];
         be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln1w, w->ln1b, n, C);

@@ -73,11 +73,12 @@ static llm4d_attn_shape attn_shape(const llm4d_gpt *g, int B, int T) {
 }
 
 static llm4d_dropout dropout(const llm4d_gpt *g, float p, int layer, int site, uint32_t step,
-                             const int64_t *sample_ids, int train) {
+                             const int64_t *sample_ids, int train, int T) {
     return (llm4d_dropout){.p = train ? p : 0.0f,
                            .seed = g->seed,
                            .stream = llm4d_rng_stream(LLM4D_RNG_DROPOUT, (unsigned)(layer + 1), (unsigned)site, step),
-                           .sample_ids = sample_ids};
+                           .sample_ids = sample_ids,
+                           .T = T};
 }
 
 /* The dropouts of block l: attention probabilities, and the outputs of the attention and MLP sublayers. Forward
@@ -86,11 +87,12 @@ typedef struct {
     llm4d_dropout attn, out1, out2;
 } block_dropouts;
 
-static block_dropouts block_drop(const llm4d_gpt *g, int l, uint32_t step, const int64_t *sample_ids, int train) {
+static block_dropouts block_drop(const llm4d_gpt *g, int l, uint32_t step, const int64_t *sample_ids, int train,
+                                 int T) {
     return (block_dropouts){
-        dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step, sample_ids, train),
-        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train),
-        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train)};
+        dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, step, sample_ids, train, T),
+        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, step, sample_ids, train, T),
+        dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, step, sample_ids, train, T)};
 }
 
 /* ---- allocation ---- */
@@ -176,6 +178,7 @@ llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4
         g->lnf_rstd = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         g->head_rows = (int)head_rows_for(BT);
         g->head = alloc_f(g, LLM4D_MEM_WORKSPACE, (size_t)g->head_rows * Vp, &ok);
+        g->xstats = alloc_f(g, LLM4D_MEM_WORKSPACE, 3 * head_rows_for(BT), &ok);
         g->dlnf = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT * C, &ok);
         g->losses = alloc_f(g, LLM4D_MEM_ACTIVATIONS, BT, &ok);
         const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
@@ -218,6 +221,7 @@ void llm4d_gpt_destroy(llm4d_gpt *g) {
     free_f(g, A, g->lnf_rstd, BT);
     free_f(g, W, g->logits, BT * Vp);
     free_f(g, W, g->head, head_rows_for(BT) * Vp); /* its allocated size: tests may lower head_rows */
+    free_f(g, W, g->xstats, 3 * head_rows_for(BT));
     free_f(g, A, g->dlnf, BT * C);
     free_f(g, A, g->losses, BT);
     free_f(g, W, g->gelu, BT * F);
@@ -244,7 +248,7 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
     const block_weights w = block_w(g, pbase, l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
-    const block_dropouts d = block_drop(g, l, step, sample_ids, train);
+    const block_dropouts d = block_drop(g, l, step, sample_ids, train, T);
     const llm4d_dropout *dattn = &d.attn, *dout1 = &d.out1, *dout2 = &d.out2;
 
     be->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
@@ -252,12 +256,12 @@ static void block_forward(llm4d_gpt *g, float *pbase, int l, const int64_t *samp
     be->attention_forward(be, a->atty, a->lse, a->qkv, attn_shape(g, B, T), dattn);
     float *proj = g->dproj; /* scratch: the c_proj output is only needed to form the residual */
     be->linear_forward(be, proj, a->atty, w.attprojw, w.attprojb, N, C, C);
-    be->dropout_add_forward(be, a->res2, x, proj, B, (size_t)T * C, dout1);
+    be->dropout_add_forward(be, a->res2, x, proj, N, C, dout1);
     be->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
     be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, F);
     be->gelu_forward(be, g->gelu, a->fch, (size_t)N * F);
     be->linear_forward(be, proj, g->gelu, w.fcprojw, w.fcprojb, N, F, C);
-    be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, B, (size_t)T * C, dout2);
+    be->dropout_add_forward(be, g->res[l + 1], a->res2, proj, N, C, dout2);
 }
 
 /* The tied LM head and the loss over rows [0, N) of ln_f's output, head_rows at a time (see gpt.h). */
@@ -271,14 +275,13 @@ static double head_forward(llm4d_gpt *g, const int32_t *targets, const float *we
         const int n = N - r0 < g->head_rows ? N - r0 : g->head_rows;
         const float *x = g->lnf + (size_t)r0 * C;
         be->linear_forward(be, g->head, x, wte, NULL, n, C, Vp);
-        be->crossentropy_forward_backward(be, g->losses + r0, grad ? g->head : NULL, g->head, targets + r0,
-                                          weight ? weight + r0 : NULL, n, V, Vp);
+        be->xent_forward(be, g->xstats, g->head, targets + r0, n, Vp, 0, V, 0);
+        be->xent_backward(be, g->losses + r0, grad ? g->head : NULL, g->head, g->xstats, targets + r0,
+                          weight ? weight + r0 : NULL, n, Vp, 0, V);
         if (grad) be->linear_backward(be, g->dlnf + (size_t)r0 * C, dwte, NULL, g->head, x, wte, n, C, Vp);
     }
     release(g, 0, 0);
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += (double)g->losses[i] * (weight ? weight[i] : 1.0f);
-    return sum;
+    return be->dot(be, g->losses, weight, (size_t)N);
 }
 
 double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
@@ -287,11 +290,13 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
     LLM4D_ASSERT(!grad || (targets && weight), "a forward with gradient needs targets and loss weights");
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, L = g->cfg.num_layers, N = B * T, Vp = g->cfg.padded_vocab_size;
-    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
+    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train, T);
     float *emb = params_of(g, 0, 0);
-    be->encoder_forward(be, g->res[0], tokens, at(g, emb, -1, LLM4D_P_WTE), at(g, emb, -1, LLM4D_P_WPE), B, T, C);
+    be->zero(be, g->res[0], (size_t)N * C * sizeof(float));
+    be->embedding_forward(be, g->res[0], tokens, at(g, emb, -1, LLM4D_P_WTE), 0, Vp, N, C);
+    be->position_forward(be, g->res[0], at(g, emb, -1, LLM4D_P_WPE), N, C, T, 0);
     release(g, 0, 0);
-    be->dropout_forward(be, g->res[0], g->res[0], B, (size_t)T * C, &demb);
+    be->dropout_forward(be, g->res[0], g->res[0], N, C, &demb);
     for (int l = 0; l < L; l++) {
         block_forward(g, params_of(g, 1 + l, 0), l, sample_ids, step, train, B, T);
         release(g, 1 + l, 0);
@@ -323,13 +328,13 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     const block_grads dw = block_ptrs(g, grads_of(g, 1 + l), l);
     llm4d_block_acts *a = acts_of(g, l);
     const float *x = g->res[l];
-    const block_dropouts d = block_drop(g, l, step, sample_ids, train);
+    const block_dropouts d = block_drop(g, l, step, sample_ids, train, T);
     const llm4d_dropout *dattn = &d.attn, *dout1 = &d.out1, *dout2 = &d.out2;
 
     /* g->dres holds d(res[l+1]). MLP sublayer: res[l+1] = res2 + drop(fcproj(gelu(fc(ln2(res2))))) */
     be->zero(be, g->dres2, NC * sizeof(float));
     be->zero(be, g->dproj, NC * sizeof(float));
-    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, B, (size_t)T * C, dout2);
+    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, N, C, dout2);
     be->zero(be, g->dfch_gelu, NF * sizeof(float));
     /* GELU's output is the widest activation of a block (BT x 4C): recomputing it costs one element-wise pass,
      * keeping it would cost BT x 4C floats per layer */
@@ -344,7 +349,7 @@ static void block_backward(llm4d_gpt *g, int l, const int64_t *sample_ids, uint3
     /* attention sublayer: res2 = x + drop(attproj(attn(qkv(ln1(x))))); d(x) goes to g->dres */
     be->zero(be, g->dres, NC * sizeof(float));
     be->zero(be, g->dproj, NC * sizeof(float));
-    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, B, (size_t)T * C, dout1);
+    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, N, C, dout1);
     be->zero(be, g->datty, NC * sizeof(float));
     be->linear_backward(be, g->datty, dw.attprojw, dw.attprojb, g->dproj, a->atty, w.attprojw, N, C, C);
     be->zero(be, g->dqkv, NC * 3 * sizeof(float));
@@ -370,12 +375,12 @@ void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *samp
     release(g, L + 1, 1);
     for (int l = L - 1; l >= 0; l--) block_backward(g, l, sample_ids, step, train, B, T);
     /* embeddings: res[0] = drop(wte[tokens] + wpe) */
-    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train);
+    const llm4d_dropout demb = dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, step, sample_ids, train, T);
     be->zero(be, g->dres2, NC * sizeof(float));
-    be->dropout_backward(be, g->dres2, g->dres, B, (size_t)T * C, &demb);
+    be->dropout_backward(be, g->dres2, g->dres, N, C, &demb);
     float *demb_g = grads_of(g, 0);
-    be->encoder_backward(be, at(g, demb_g, -1, LLM4D_P_WTE), at(g, demb_g, -1, LLM4D_P_WPE), g->dres2, tokens, B, T,
-                         C);
+    be->embedding_backward(be, at(g, demb_g, -1, LLM4D_P_WTE), g->dres2, tokens, 0, g->cfg.padded_vocab_size, N, C);
+    be->position_backward(be, at(g, demb_g, -1, LLM4D_P_WPE), g->dres2, N, C, T, 0);
     grads_done(g, 0);
 }
 

@@ -59,6 +59,7 @@ typedef struct {
     float *logits;           /* [BT,Vp] of the last logits-only forward (targets NULL); allocated on first use */
     float *head;             /* [head_rows,Vp]: one chunk of logits, then of their gradient (loss forwards) */
     int head_rows;           /* chunk size; may be lowered after creation (tests), never raised */
+    float *xstats;           /* [3 x head_rows] softmax statistics of a chunk (backend.h, xent_forward) */
     float *dlnf;             /* [BT,C] gradient of ln_f's output, left by a forward with grad for backward */
     float *losses;           /* [BT] per-token loss */
     /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */

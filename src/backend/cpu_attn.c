@@ -1,0 +1,333 @@
+/* cpu_attn.c — causal self-attention of the fast CPU backend, flash-style.
+ *
+ * FlashAttention-2's scheme: queries in row blocks of ATT_TB, keys in blocks of ATT_KB, only the blocks left of /
+ * on the diagonal computed (about half the FLOPs of the full square), an online softmax in forward, and no T x T
+ * matrix anywhere: forward keeps the log-sum-exp of each row and backward rebuilds each block's probabilities from
+ * it. At GPT-2 124M with B=8, T=1024 this saves 384 MiB of probabilities per layer plus a 384 MiB backward
+ * scratch. The blocks of all heads are many small independent GEMMs, so threads take whole tasks and run them
+ * single-threaded, with the softmax and dropout in between while the block is in per-thread scratch (faster than
+ * oneDNN's batched GEMM over heads with each GEMM split across threads). */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "backend/cpu_impl.h"
+
+/* Causal attention query block (rows per task and per GEMM). 128 keeps the wasted upper-triangle work at 1/16 for
+ * T = 1024 while each GEMM is still large enough to run near peak. */
+#ifndef ATT_TB
+#define ATT_TB 128
+#endif
+
+
+/* Position of (b,h,t1,0) in the attention-dropout stream (backend.h). */
+static uint64_t att_row_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, int h, int t1) {
+    return (((uint64_t)d->sample_ids[b] * s->NH_total + s->head0 + h) * s->T + t1) * s->T;
+}
+
+/* Flash-style (FlashAttention-2) attention: the scores are never stored whole. A task takes a block of ATT_TB
+ * query rows and walks the key blocks of ATT_KB keys left of and on the diagonal; forward keeps a running max
+ * and sum per row (online softmax, rescaling the output accumulator when the max grows) and leaves only the
+ * log-sum-exp per row; backward recomputes each block's probabilities from it. ATT_KB = 256 keeps the per-thread
+ * blocks (four ATT_TB x ATT_KB arrays, 512 KiB) within L2 while halving the GEMM calls of a 128-key block. The
+ * causal waste is only the upper triangle of the diagonal ATT_TB x ATT_TB square, as keys >= the block's last
+ * row are never computed. */
+#ifndef ATT_KB
+#define ATT_KB 256
+#endif
+_Static_assert(ATT_KB <= DROP_CHUNK, "one drop_mults call covers a key block row");
+
+/* The GEMMs of (row block i, key block j) of one head, as 2-D problems on strided views: qkv rows are 3C apart,
+ * out and dout rows C apart, the per-thread blocks rows ATT_KB apart, the output accumulator rows HS apart.
+ * Rows [r0, r1) of the block (m of them), keys [c0, c1) (n of them). */
+enum { P_S, P_PV, P_DP, P_DV, P_DQ, P_DK, ATT_NPRIM };
+
+typedef struct {
+    const llm4d_attn_shape *s;
+    const llm4d_dropout *drop; /* NULL when not dropping */
+    int T, HS, C, C3, nblk, nkb;
+    float scale;
+    llm4d_precision prec;
+    size_t esz;            /* bytes of one GEMM operand element */
+    const void *qkv;       /* qkv in the operand precision (qkv itself in fp32 mode) */
+    const void *dout;      /* backward: dout in the operand precision */
+    llm4d_dnnl_prim **prims;
+} att_call;
+
+static llm4d_dnnl_prim **att_prim(const att_call *ac, int i, int j) {
+    return ac->prims + ((size_t)i * ac->nkb + j) * ATT_NPRIM;
+}
+
+static void att_prims(cpu_ctx *cx, const att_call *ac, int backward) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    for (int i = 0; i < ac->nblk; i++) {
+        const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+        for (int j = 0; j * ATT_KB < r1; j++) {
+            const int c0 = j * ATT_KB, n = (c0 + ATT_KB < r1 ? c0 + ATT_KB : r1) - c0;
+            llm4d_dnnl_prim **q = att_prim(ac, i, j);
+            llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, m, n, HS, 0, C3, 1, C3, ATT_KB, 0); /* S = scale Q K^T */
+            mm.alpha = ac->scale;
+            q[P_S] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            if (!backward) {
+                mm = llm4d_cpu_gemm_2d(cx, m, HS, n, 0, ATT_KB, 0, C3, HS, 1); /* O += P~ V */
+                q[P_PV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+                continue;
+            }
+            mm = llm4d_cpu_gemm_2d(cx, m, n, HS, 0, C, 1, C3, ATT_KB, 0); /* dP~ = dout V^T */
+            q[P_DP] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_cpu_gemm_2d(cx, n, HS, m, 1, ATT_KB, 0, C, C3, 1); /* dV += P~^T dout */
+            q[P_DV] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_cpu_gemm_2d(cx, m, HS, n, 0, ATT_KB, 0, C3, C3, 1); /* dQ += dS K */
+            q[P_DQ] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+            mm = llm4d_cpu_gemm_2d(cx, n, HS, m, 1, ATT_KB, 0, C3, C3, 1); /* dK += dS^T Q */
+            q[P_DK] = llm4d_dnnl_get_mt(cx->dnnl, &mm);
+        }
+    }
+}
+
+/* Floats of one thread's scratch: S and dP blocks (fp32), the P~ and dS blocks in operand precision (sized as
+ * fp32), the m x HS output accumulator, the running max and sum, and backward's D of a whole head. Rounded to
+ * 64 bytes so every thread's slice starts aligned. */
+static size_t att_thread_floats(int T, int HS) {
+    const size_t n = 4 * (size_t)ATT_TB * ATT_KB + (size_t)ATT_TB * HS + 2 * (size_t)ATT_TB + (size_t)T;
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Set up one call: the operands in the working precision, room for the primitive handles and each thread's
+ * scratch (both grown on the first call of a larger shape only), and the primitives themselves. */
+static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dropout *drop, const float *qkv,
+                          const float *dout) {
+    att_call ac = {.s = s, .drop = drop_on(drop) ? drop : NULL, .T = s->T, .HS = s->HS, .C = s->NH * s->HS};
+    ac.C3 = 3 * ac.C;
+    ac.nblk = (ac.T + ATT_TB - 1) / ATT_TB;
+    ac.nkb = (ac.T + ATT_KB - 1) / ATT_KB;
+    ac.scale = 1.0f / sqrtf((float)ac.HS);
+    ac.prec = cx->prec;
+    ac.esz = cx->prec == LLM4D_PREC_BF16 ? 2 : 4;
+    /* the linear layers' conversion slots are free between kernels: Q, K, V are converted once per call */
+    ac.qkv = llm4d_cpu_operand(cx, 0, qkv, (size_t)s->B * ac.T * ac.C3);
+    ac.dout = dout ? llm4d_cpu_operand(cx, 1, dout, (size_t)s->B * ac.T * ac.C) : NULL;
+    const size_t nprim = (size_t)ac.nblk * ac.nkb * ATT_NPRIM;
+    if (nprim > cx->prims_cap) {
+        free(cx->prims);
+        cx->prims = malloc(nprim * sizeof *cx->prims);
+        LLM4D_ASSERT(cx->prims != NULL, "out of memory for %zu attention primitive handles", nprim);
+        cx->prims_cap = nprim;
+    }
+    ac.prims = cx->prims;
+    const size_t per = att_thread_floats(ac.T, ac.HS), need = (size_t)omp_get_max_threads() * per;
+    if (need > cx->work_cap) {
+        free(cx->work);
+        cx->work = aligned_alloc(64, need * sizeof(float));
+        LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention's per-thread blocks (%zu floats)", need);
+        cx->work_cap = need;
+    }
+    att_prims(cx, &ac, dout != NULL);
+    return ac;
+}
+
+/* Element e of an operand-precision array. */
+static const void *att_at(const att_call *ac, const void *base, size_t e) {
+    return (const char *)base + e * ac->esz;
+}
+
+/* Row of n operand-precision elements from fp32 src, whose first lim entries are valid and the rest zero. dst may
+ * be src itself in fp32 mode. fp16 mode rounds to fp16 precision in fp32, as the linear layers do. */
+static void att_store_row(const att_call *ac, void *dst, const float *src, int lim, int n) {
+    if (ac->prec == LLM4D_PREC_BF16) {
+        uint16_t *d = dst;
+        llm4d_cpu_cvt_bf16_block(d, src, (size_t)lim); /* single-threaded: called inside the tasks' parallel region */
+        for (int t = lim; t < n; t++) d[t] = 0;
+        return;
+    }
+    float *d = dst;
+    if (ac->prec == LLM4D_PREC_FP16) {
+#pragma omp simd
+        for (int t = 0; t < lim; t++) d[t] = (float)(_Float16)src[t];
+    } else if (d != src) {
+        memcpy(d, src, (size_t)lim * sizeof(float));
+    }
+    for (int t = lim; t < n; t++) d[t] = 0.0f;
+}
+
+/* One forward task: rows [r0, r1) of head h of batch row b. */
+static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int i, float *out,
+                             float *lse) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+    float *S = work, *Pop = S + 2 * ATT_TB * ATT_KB, *O = S + 4 * ATT_TB * ATT_KB, *rmax = O + ATT_TB * HS;
+    float *rsum = rmax + ATT_TB;
+    const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS; /* element of Q[b, 0, h, 0] */
+    memset(O, 0, (size_t)m * HS * sizeof(float));
+    for (int r = 0; r < m; r++) rmax[r] = -INFINITY, rsum[r] = 0.0f;
+    /* fp32 without dropout multiplies the exponentials in place; otherwise P~ goes to the operand block */
+    const int in_place = ac->prec == LLM4D_PREC_FP32 && !ac->drop;
+    void *pa = in_place ? (void *)S : (void *)Pop;
+    for (int j = 0; j * ATT_KB < r1; j++) {
+        const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
+        llm4d_dnnl_prim **p = att_prim(ac, i, j);
+        llm4d_dnnl_run_mt(cx->dnnl, p[P_S], att_at(ac, ac->qkv, q0 + (size_t)r0 * C3),
+                          att_at(ac, ac->qkv, q0 + C + (size_t)c0 * C3), NULL, S);
+        for (int r = 0; r < m; r++) {
+            const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1; /* keys t2 <= t1 of the block */
+            float *srow = S + (size_t)r * ATT_KB;
+            void *prow = (char *)pa + (size_t)r * ATT_KB * ac->esz;
+            if (lim <= 0) { /* a row of the diagonal block that sees none of these keys */
+                att_store_row(ac, prow, srow, 0, n);
+                continue;
+            }
+            float mx = rmax[r];
+#pragma omp simd reduction(max : mx)
+            for (int t = 0; t < lim; t++) mx = srow[t] > mx ? srow[t] : mx;
+            /* the first block always holds key 0, so rmax is finite from then on */
+            const float f = rmax[r] == -INFINITY ? 0.0f : vexp(rmax[r] - mx);
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int t = 0; t < lim; t++) {
+                srow[t] = vexp(srow[t] - mx);
+                sum += srow[t];
+            }
+            rsum[r] = rsum[r] * f + sum;
+            rmax[r] = mx;
+            if (f != 1.0f) {
+                float *o = O + (size_t)r * HS;
+#pragma omp simd
+                for (int c = 0; c < HS; c++) o[c] *= f;
+            }
+            if (ac->drop) {
+                float mult[DROP_CHUNK];
+                drop_mults(ac->drop, att_row_pos(ac->s, ac->drop, b, h, t1) + (uint64_t)c0, lim, mult);
+#pragma omp simd
+                for (int t = 0; t < lim; t++) srow[t] *= mult[t];
+            }
+            att_store_row(ac, prow, srow, lim, n);
+        }
+        llm4d_dnnl_run_mt(cx->dnnl, p[P_PV], pa, att_at(ac, ac->qkv, q0 + 2 * (size_t)C + (size_t)c0 * C3), NULL,
+                          O);
+    }
+    for (int r = 0; r < m; r++) {
+        const float inv = 1.0f / rsum[r], *o = O + (size_t)r * HS;
+        float *y = out + ((size_t)b * T + r0 + r) * C + (size_t)h * HS;
+#pragma omp simd
+        for (int c = 0; c < HS; c++) y[c] = o[c] * inv;
+        lse[((size_t)b * ac->s->NH + h) * T + r0 + r] = rmax[r] + logf(rsum[r]);
+    }
+}
+
+/* Threads take whole (head, row block) tasks and run their GEMMs single-threaded (llm4d_dnnl_run_mt): attention
+ * is many small independent GEMMs, better run side by side than each split over the threads, and the softmax of
+ * a block happens while the block is in cache. */
+void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
+                                 const llm4d_dropout *drop) {
+    cpu_ctx *cx = ctx_of(be);
+    const att_call ac = att_begin(cx, &s, drop, qkv, NULL);
+    const long nbh = (long)s.B * s.NH, ntasks = (long)ac.nblk * nbh;
+    const size_t per = att_thread_floats(ac.T, ac.HS);
+#pragma omp parallel
+    {
+        float *work = cx->work + (size_t)omp_get_thread_num() * per;
+        /* largest row blocks first, so the dynamic schedule ends with the small ones */
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < ntasks; task++) {
+            const int i = ac.nblk - 1 - (int)(task / nbh), bh = (int)(task % nbh);
+            att_forward_task(cx, &ac, work, bh / s.NH, bh % s.NH, i, out, lse);
+        }
+    }
+}
+
+/* One backward task: all of head h of batch row b (dK and dV of a key block receive a contribution from every
+ * row block at or below it, so a head's blocks run in order on one thread; different heads write disjoint
+ * columns of dqkv). */
+static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, float *dqkv,
+                              const float *dout, const float *out, const float *lse) {
+    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    float *S = work, *dP = S + ATT_TB * ATT_KB, *Pop = dP + ATT_TB * ATT_KB, *dSop = Pop + ATT_TB * ATT_KB;
+    float *D = S + 4 * ATT_TB * ATT_KB + ATT_TB * HS + 2 * ATT_TB;
+    const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS, y0 = (size_t)b * T * C + (size_t)h * HS;
+    const float *lrow = lse + ((size_t)b * ac->s->NH + h) * T;
+    /* D_t = sum_t2 P~ dP~ = dout_t . out_t: the softmax backward's row term, from the kept output */
+    for (int t = 0; t < T; t++) {
+        const float *dy = dout + y0 + (size_t)t * C, *y = out + y0 + (size_t)t * C;
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int c = 0; c < HS; c++) d += dy[c] * y[c];
+        D[t] = d;
+    }
+    const int in_place = ac->prec == LLM4D_PREC_FP32;          /* dS overwrites dP */
+    const int p_in_place = in_place && !ac->drop;              /* P~ is P, in S */
+    void *pa = p_in_place ? (void *)S : (void *)Pop, *da = in_place ? (void *)dP : (void *)dSop;
+    for (int i = 0; i < ac->nblk; i++) {
+        const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
+        for (int j = 0; j * ATT_KB < r1; j++) {
+            const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
+            llm4d_dnnl_prim **p = att_prim(ac, i, j);
+            const void *qi = att_at(ac, ac->qkv, q0 + (size_t)r0 * C3);
+            const void *kj = att_at(ac, ac->qkv, q0 + C + (size_t)c0 * C3);
+            const void *vj = att_at(ac, ac->qkv, q0 + 2 * (size_t)C + (size_t)c0 * C3);
+            const void *dyi = att_at(ac, ac->dout, y0 + (size_t)r0 * C);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_S], qi, kj, NULL, S);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DP], dyi, vj, NULL, dP);
+            for (int r = 0; r < m; r++) {
+                const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1;
+                float *srow = S + (size_t)r * ATT_KB, *grow = dP + (size_t)r * ATT_KB;
+                void *prow = (char *)pa + (size_t)r * ATT_KB * ac->esz;
+                void *drow = (char *)da + (size_t)r * ATT_KB * ac->esz;
+                if (lim <= 0) {
+                    att_store_row(ac, prow, srow, 0, n);
+                    att_store_row(ac, drow, grow, 0, n);
+                    continue;
+                }
+                const float l = lrow[t1], Dt = D[t1];
+#pragma omp simd
+                for (int t = 0; t < lim; t++) srow[t] = vexp(srow[t] - l); /* P */
+                if (ac->drop) {
+                    /* P~ = mult P goes to the operand block, dP = mult dP~ in place */
+                    float mult[DROP_CHUNK], pt[ATT_KB];
+                    drop_mults(ac->drop, att_row_pos(ac->s, ac->drop, b, h, t1) + (uint64_t)c0, lim, mult);
+#pragma omp simd
+                    for (int t = 0; t < lim; t++) {
+                        pt[t] = srow[t] * mult[t];
+                        grow[t] *= mult[t];
+                    }
+                    att_store_row(ac, prow, pt, lim, n);
+                } else {
+                    att_store_row(ac, prow, srow, lim, n);
+                }
+                /* dS = scale P (dP - D) */
+#pragma omp simd
+                for (int t = 0; t < lim; t++) grow[t] = ac->scale * srow[t] * (grow[t] - Dt);
+                att_store_row(ac, drow, grow, lim, n);
+            }
+            float *dq = dqkv + q0 + (size_t)r0 * C3, *dk = dqkv + q0 + C + (size_t)c0 * C3;
+            float *dv = dqkv + q0 + 2 * (size_t)C + (size_t)c0 * C3;
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DV], pa, dyi, NULL, dv);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DQ], da, kj, NULL, dq);
+            llm4d_dnnl_run_mt(cx->dnnl, p[P_DK], da, qi, NULL, dk);
+        }
+    }
+}
+
+void llm4d_cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+    cpu_ctx *cx = ctx_of(be);
+    const att_call ac = att_begin(cx, &s, drop, qkv, dout);
+    const size_t per = att_thread_floats(ac.T, ac.HS);
+#pragma omp parallel
+    {
+        float *work = cx->work + (size_t)omp_get_thread_num() * per;
+#pragma omp for schedule(dynamic, 1)
+        for (long bh = 0; bh < (long)s.B * s.NH; bh++)
+            att_backward_task(cx, &ac, work, (int)(bh / s.NH), (int)(bh % s.NH), dqkv, dout, out, lse);
+    }
+}
+
+size_t llm4d_cpu_attention_workspace(const cpu_ctx *cx) {
+    return cx->work_cap * sizeof(float) + cx->prims_cap * sizeof *cx->prims;
+}
+
+void llm4d_cpu_attention_free(cpu_ctx *cx) {
+    free(cx->work);
+    free(cx->prims);
+    cx->work = NULL;
+    cx->prims = NULL;
+    cx->work_cap = cx->prims_cap = 0;
+}

@@ -1,0 +1,132 @@
+/* cpu_impl.h — what the files of the fast CPU backend share (private to src/backend/cpu*.c).
+ *
+ * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, the optimizer
+ * helpers, the method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels:
+ * embeddings, LayerNorm, GELU, dropout, cross-entropy). They share the context, the vectorisable exp, the dropout
+ * mask generator and the GEMM helpers declared here. */
+#ifndef LLM4D_BACKEND_CPU_IMPL_H
+#define LLM4D_BACKEND_CPU_IMPL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_dnnl.h"
+#include "core/rng.h"
+
+typedef struct {
+    llm4d_dnnl *dnnl;
+    float *work;             /* attention: each thread's blocks (att_thread_floats), grown only for larger shapes */
+    size_t work_cap;         /* floats */
+    llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
+    size_t prims_cap;
+    llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
+    void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
+    size_t cvt_cap[2];       /* bytes */
+} cpu_ctx;
+
+static inline cpu_ctx *ctx_of(llm4d_backend *be) { return (cpu_ctx *)be->ctx; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* vectorisable math */
+
+/* exp(x) for x in [-87, 88] (clamped outside): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6
+ * Taylor polynomial (truncation < 1.3e-7 relative) and 2^n built in the exponent bits. */
+static inline float vexp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* n = round(x / ln2) by the 1.5*2^23 trick: ternaries and this trick vectorise, libm's floorf/fminf may not */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(u) = 1 - 2/(exp(2u)+1); |u| is clamped at 9 where tanh is 1 to float precision. */
+static inline float vtanh(float u) {
+    u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
+    return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* dropout masks: Philox words for a run of consecutive positions */
+
+/* Words of blocks blk0 .. blk0+nb-1 of the stream, interleaved (4 per block) exactly as llm4d_rng_block. */
+static inline void philox_blocks(uint64_t seed, uint64_t stream, uint64_t blk0, int nb, uint32_t *out) {
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
+#pragma omp simd
+    for (int j = 0; j < nb; j++) {
+        uint64_t blk = blk0 + (uint64_t)j;
+        uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = s0, c3 = s1;
+        uint32_t key0 = k0, key1 = k1;
+        for (int round = 0; round < 10; round++) {
+            uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ key0;
+            uint32_t n1 = (uint32_t)p1;
+            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ key1;
+            uint32_t n3 = (uint32_t)p0;
+            c0 = n0;
+            c1 = n1;
+            c2 = n2;
+            c3 = n3;
+            key0 += 0x9E3779B9u;
+            key1 += 0xBB67AE85u;
+        }
+        out[4 * j + 0] = c0;
+        out[4 * j + 1] = c1;
+        out[4 * j + 2] = c2;
+        out[4 * j + 3] = c3;
+    }
+}
+
+#define DROP_CHUNK 256 /* positions per mask chunk (stack buffers) */
+
+/* mult[i] = 1/(1-p) if position pos0+i is kept, else 0, for n <= DROP_CHUNK positions. */
+static inline void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, float *mult) {
+    uint32_t words[DROP_CHUNK + 8];
+    uint64_t blk0 = pos0 >> 2;
+    int off = (int)(pos0 & 3), nb = (off + n + 3) >> 2;
+    philox_blocks(d->seed, d->stream, blk0, nb, words);
+    const float p = d->p, s = 1.0f / (1.0f - d->p);
+#pragma omp simd
+    for (int i = 0; i < n; i++) mult[i] = llm4d_rng_u01(words[off + i]) >= p ? s : 0.0f;
+}
+
+static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* shared between the files (cpu.c) */
+
+/* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
+ * fp32 mode. */
+const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
+/* A 2-D GEMM (llm4d_dnnl_mm_2d's arguments) whose operands are in the working precision. */
+llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
+                                int64_t ldb, int64_t ldc, int accumulate);
+/* n floats to bf16 on the calling thread (AVX512-BF16; only called in bf16 mode, which checks for it). */
+void llm4d_cpu_cvt_bf16_block(uint16_t *d, const float *s, size_t n);
+
+/* cpu_attn.c */
+void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
+                                 const llm4d_dropout *drop);
+void llm4d_cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
+size_t llm4d_cpu_attention_workspace(const cpu_ctx *cx);
+void llm4d_cpu_attention_free(cpu_ctx *cx);
+
+/* cpu_elem.c: fills the element-wise entries of the method table */
+void llm4d_cpu_elem_install(llm4d_backend *be);
+
+#endif
