@@ -16,6 +16,7 @@ size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt) {
     case LLM4D_COMM_F64: return 8;
     case LLM4D_COMM_I64: return 8;
     case LLM4D_COMM_BYTE: return 1;
+    case LLM4D_COMM_BF16: return 2;
     default: LLM4D_ASSERT(0, "dtype %d", (int)dt);
     }
 }
@@ -60,10 +61,12 @@ static void account(llm4d_comm *c, llm4d_comm_op op, size_t count, llm4d_comm_dt
     c->stats.bytes[op] += cost_bytes(op, (uint64_t)c->size, (uint64_t)count * llm4d_comm_dtype_size(dt));
 }
 
+/* reduce: 0 data movement, 1 a sum, 2 a maximum */
 static llm4d_code check_count(llm4d_comm *c, const char *what, size_t count, llm4d_comm_dtype dt, int reduce,
                               llm4d_err *err) {
     LLM4D_ASSERT(dt >= 0 && dt < LLM4D_COMM_NDTYPES, "%s on %s: dtype %d", what, c->name, (int)dt);
     LLM4D_ASSERT(!reduce || dt != LLM4D_COMM_BYTE, "%s on %s: raw bytes cannot be summed", what, c->name);
+    LLM4D_ASSERT(reduce != 2 || dt != LLM4D_COMM_BF16, "%s on %s: bf16 payloads are summed only", what, c->name);
     if (count > (size_t)INT_MAX)
         return llm4d_fail(err, LLM4D_EINTERNAL,
                           "%s on the %s group: %zu elements exceed MPI's limit of %d per call; split the buffer "
@@ -101,7 +104,14 @@ llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_co
     LLM4D_TRY(check_count(c, "allreduce", count, dt, 1, err));
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
-    return done(c, "allreduce", c->ops->allreduce(c, buf, count, dt, err), t0, err);
+    return done(c, "allreduce", c->ops->allreduce(c, buf, count, dt, LLM4D_COMM_SUM, err), t0, err);
+}
+
+llm4d_code llm4d_comm_allreduce_max(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err) {
+    LLM4D_TRY(check_count(c, "allreduce (max)", count, dt, 2, err));
+    double t0 = llm4d_now();
+    account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
+    return done(c, "allreduce (max)", c->ops->allreduce(c, buf, count, dt, LLM4D_COMM_MAX, err), t0, err);
 }
 
 llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
@@ -110,7 +120,7 @@ llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_c
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
-    llm4d_code rc = c->ops->iallreduce(c, buf, count, dt, req, err);
+    llm4d_code rc = c->ops->iallreduce(c, buf, count, dt, LLM4D_COMM_SUM, req, err);
     if (rc == LLM4D_OK) req->comm = c;
     return done(c, "iallreduce", rc, t0, err);
 }

@@ -26,8 +26,11 @@
  * wants real overlap calls llm4d_comm_test on its outstanding requests now and then (for example after each
  * layer's backward); llm4d_comm_wait finishes the rest.
  *
- * Reductions are sums. Counts are elements of the given type; one call moves at most INT_MAX elements per rank
- * block (an MPI limit) — larger buffers are refused with an internal error, so split them into buckets. */
+ * Reductions are sums, or maxima for all-reduce (the vocabulary-parallel softmax combines its row maxima with
+ * one). bf16 payloads (LLM4D_COMM_BF16) are summed in fp32 and rounded back to bf16 per element (a user-defined
+ * MPI operation), for callers that want half the bytes. Counts are elements of the given type; one call moves at
+ * most INT_MAX elements per rank block (an MPI limit) — larger buffers are refused with an internal error, so split
+ * them into buckets. */
 #ifndef LLM4D_DIST_COMM_H
 #define LLM4D_DIST_COMM_H
 
@@ -41,9 +44,13 @@ typedef enum {
     LLM4D_COMM_F32 = 0,
     LLM4D_COMM_F64,
     LLM4D_COMM_I64,
-    LLM4D_COMM_BYTE, /* raw bytes (bf16/fp16 payloads): data movement only, no reductions */
+    LLM4D_COMM_BYTE, /* raw bytes: data movement only, no reductions */
+    LLM4D_COMM_BF16, /* bfloat16 (uint16_t storage): sums only */
     LLM4D_COMM_NDTYPES
 } llm4d_comm_dtype;
+
+/* The reduction of an all-reduce. */
+typedef enum { LLM4D_COMM_SUM = 0, LLM4D_COMM_MAX } llm4d_comm_reduction;
 
 size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt);
 
@@ -86,9 +93,10 @@ typedef struct {
 typedef struct {
     const char *backend; /* "self", "mpi" */
     llm4d_code (*barrier)(llm4d_comm *c, llm4d_err *err);
-    llm4d_code (*allreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err);
-    llm4d_code (*iallreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
-                             llm4d_err *err);
+    llm4d_code (*allreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
+                            llm4d_err *err);
+    llm4d_code (*iallreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
+                             llm4d_comm_req *req, llm4d_err *err);
     llm4d_code (*reduce_scatter)(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                  llm4d_comm_dtype dt, llm4d_err *err);
     llm4d_code (*ireduce_scatter)(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
@@ -140,6 +148,8 @@ llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_co
 /* The same, non-blocking: buf must stay untouched until the request completes. */
 llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
                                  llm4d_err *err);
+/* In place: buf[i] = the maximum over ranks of buf[i] (F32, F64, I64). */
+llm4d_code llm4d_comm_allreduce_max(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err);
 /* send holds size x recv_count elements (block i is destined for rank i); recv = the sum of every rank's block
  * [rank]. send and recv must not overlap. */
 llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,

@@ -14,15 +14,16 @@ static llm4d_code self_barrier(llm4d_comm *c, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-static llm4d_code self_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err) {
-    (void)c, (void)buf, (void)count, (void)dt, (void)err;
+static llm4d_code self_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
+                                 llm4d_comm_reduction op, llm4d_err *err) {
+    (void)c, (void)buf, (void)count, (void)dt, (void)op, (void)err;
     return LLM4D_OK;
 }
 
-static llm4d_code self_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
-                                  llm4d_err *err) {
+static llm4d_code self_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
+                                  llm4d_comm_reduction op, llm4d_comm_req *req, llm4d_err *err) {
     (void)req;
-    return self_allreduce(c, buf, count, dt, err);
+    return self_allreduce(c, buf, count, dt, op, err);
 }
 
 static llm4d_code self_copy(const void *send, void *recv, size_t count, llm4d_comm_dtype dt) {
