@@ -159,8 +159,8 @@ for r in 0 1 2 3 4 5 6 7; do
     grep -q "data rank: $((r / 4)) of 2 (dp x sharding)" logD/workerlog.$r || ok=0
 done
 check_if $ok "every rank prints its data rank r / 4 of 2"
-check_if $(yes_if test $rc = 2) "the trainer then refuses mp/pp > 1: job exits 2 in $secs s (got $rc)"
-check_if $(has errD.txt "mp_degree 2, pp_degree 2: tensor and pipeline parallelism are not implemented") \
+check_if $(yes_if test $rc = 2) "the trainer then refuses pp > 1: job exits 2 in $secs s (got $rc)"
+check_if $(has errD.txt "pp_degree 2: pipeline parallelism is not implemented") \
     "with the message on the terminal"
 
 finish

@@ -70,7 +70,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_err err = {0};
     llm4d_gpt g;
     char what[200], detail[1200];
-    if (llm4d_gpt_create(&g, &mc, be, &mem, 1, TMAX, 0, 11, &err)) {
+    if (llm4d_gpt_create_whole(&g, &mc, be, &mem, 1, TMAX, 0, 11, &err)) {
         check(T, 0, "create the model", err.msg);
         return;
     }

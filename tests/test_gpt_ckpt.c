@@ -65,7 +65,7 @@ int main(void) {
 
     llm4d_model_config mc = tiny(300, 128, 16, 2, 2);
     llm4d_param_table t;
-    if (llm4d_param_table_build(&t, &mc, &err)) return printf("table: %s\n", err.msg), 1;
+    if (llm4d_param_table_build(&t, &mc, NULL, &err)) return printf("table: %s\n", err.msg), 1;
     const size_t N = t.total;
     float *p = malloc(N * 4), *m = malloc(N * 4), *v = malloc(N * 4);
     float *p2 = malloc(N * 4), *m2 = malloc(N * 4), *v2 = malloc(N * 4);
@@ -185,7 +185,7 @@ int main(void) {
     {
         llm4d_model_config mc2 = tiny(300, 256, 16, 2, 2);
         llm4d_param_table t2;
-        llm4d_param_table_build(&t2, &mc2, &err);
+        llm4d_param_table_build(&t2, &mc2, NULL, &err);
         float *q = malloc(t2.total * 4), *qm = malloc(t2.total * 4), *qv = malloc(t2.total * 4);
         for (size_t i = 0; i < t2.total; i++) q[i] = qm[i] = qv[i] = 9.0f;
         path_of(dir, sizeof dir, "ranks");
@@ -239,7 +239,7 @@ int main(void) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         llm4d_param_table tb;
-        llm4d_param_table_build(&tb, &bad[k].mc, &err);
+        llm4d_param_table_build(&tb, &bad[k].mc, NULL, &err);
         float *q = malloc(tb.total * 4);
         for (size_t i = 0; i < tb.total; i++) q[i] = 7.0f;
         rc = llm4d_gpt_ckpt_load(dir, bad[k].with_model ? &bad[k].mc : NULL, &tb, q, NULL, NULL, 0, tb.total, NULL,

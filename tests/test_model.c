@@ -54,7 +54,7 @@ static double loss_and_grad(llm4d_gpt *g, int with_grad, int micro) {
 static llm4d_gpt make(llm4d_backend *be, llm4d_mem *mem, llm4d_model_config m, int micro, int recompute) {
     llm4d_gpt g;
     llm4d_err err = {0};
-    if (llm4d_gpt_create(&g, &m, be, mem, micro, T, recompute, 42, &err) != LLM4D_OK) {
+    if (llm4d_gpt_create_whole(&g, &m, be, mem, micro, T, recompute, 42, &err) != LLM4D_OK) {
         fprintf(stderr, "create: %s\n", err.msg);
         exit(1);
     }

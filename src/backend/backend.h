@@ -151,6 +151,8 @@ struct llm4d_backend {
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
     /* sum of a[i] * b[i] in double, in a fixed order (the weighted loss of a micro-batch); b NULL: sum of a */
     double (*dot)(llm4d_backend *be, const float *a, const float *b, size_t n);
+    /* dst[i] += src[i] */
+    void (*add)(llm4d_backend *be, float *dst, const float *src, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
 

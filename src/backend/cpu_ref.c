@@ -446,6 +446,11 @@ static double ref_dot(llm4d_backend *be, const float *a, const float *b, size_t 
     return s;
 }
 
+static void ref_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 static void ref_scale(llm4d_backend *be, float *x, float s, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] *= s;
@@ -487,6 +492,7 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->sumsq = ref_sumsq;
     be->dot = ref_dot;
     be->scale = ref_scale;
+    be->add = ref_add;
     be->destroy = ref_destroy;
     *out = be;
     return LLM4D_OK;

@@ -1,9 +1,10 @@
 /* gpt_ckpt.c — saving and loading a GPT training state through the checkpoint store (see gpt_ckpt.h).
  *
- * A flat range [lo, hi) meets a parameter p in the elements [max(lo, off), min(hi, off + numel)) of the buffer;
- * inside p those are the C-order elements [a - off, b - off). Because the padding rows of wte are its LAST rows,
- * the flat index of a real wte element is the same in the padded (held) and the unpadded (stored) tensor: the
- * range to store is simply cut at vocab_size x C, and whatever lies beyond is padding (zero on load). */
+ * A table entry (model/params.h) is a box of a global tensor: local row r, column c is global (off0 + r, off1 + c).
+ * A run of its local C-order elements [j0, j1) is at most three boxes of the global tensor (the rest of a first
+ * row, whole rows, the start of a last row), each contiguous in local memory, which is what the store saves and
+ * reads. The token embedding's padding rows (global rows >= vocab_size) are cut off: a checkpoint holds the
+ * unpadded tensor, and padding reads back as zero. */
 #include "ckpt/gpt_ckpt.h"
 
 #include <stdio.h>
@@ -15,27 +16,78 @@
 
 int llm4d_gpt_ckpt_shape(const llm4d_param *p, int64_t shape[2]) {
     shape[0] = p->rows_real;
-    shape[1] = p->ndim == 2 ? p->shape[1] : 0;
+    shape[1] = p->ndim == 2 ? p->gshape[1] : 0;
     return p->ndim;
 }
 
-/* The part of parameter p inside [lo, hi) that is stored: p's elements [*b, *e), found at buffer index *at - lo.
- * Returns 0 when nothing of p is stored there. *pad_b, *pad_e: p's padding elements inside the range. */
-static int intersect(const llm4d_param *p, size_t lo, size_t hi, int64_t *b, int64_t *e, int64_t *pad_b,
-                     int64_t *pad_e) {
+/* The local elements [*j0, *j1) of p inside the flat range [lo, hi); 0 when none. */
+static int intersect(const llm4d_param *p, size_t lo, size_t hi, int64_t *j0, int64_t *j1) {
     const size_t a = lo > p->offset ? lo : p->offset;
     const size_t z = hi < p->offset + p->numel ? hi : p->offset + p->numel;
-    *pad_b = *pad_e = 0;
     if (a >= z) return 0;
-    const int64_t real = p->rows_real * (p->ndim == 2 ? p->shape[1] : 1);
-    *b = (int64_t)(a - p->offset);
-    *e = (int64_t)(z - p->offset);
-    if (*e > real) {
-        *pad_b = *b > real ? *b : real;
-        *pad_e = *e;
-        *e = real;
+    *j0 = (int64_t)(a - p->offset);
+    *j1 = (int64_t)(z - p->offset);
+    return 1;
+}
+
+/* The boxes (global offset, shape, first local element) that local elements [j0, j1) of p are made of, padding
+ * rows left out; returns how many (at most 3). */
+typedef struct {
+    int64_t off[2], shape[2], j;
+} box;
+
+static int boxes_of(const llm4d_param *p, int64_t j0, int64_t j1, box out[3]) {
+    const int64_t W = p->shape[1], real_rows = p->rows_real - p->off[0]; /* local rows below the padding */
+    int n = 0;
+    while (j0 < j1) {
+        const int64_t r = j0 / W, c = j0 % W;
+        int64_t rows, cols;
+        if (c != 0 || j1 - j0 < W) { /* part of one row */
+            rows = 1;
+            cols = (j1 - j0 < W - c) ? j1 - j0 : W - c;
+        } else { /* whole rows */
+            rows = (j1 - j0) / W;
+            cols = W;
+        }
+        if (r < real_rows) {
+            const int64_t keep = r + rows <= real_rows ? rows : real_rows - r;
+            LLM4D_ASSERT(n < 3, "more than 3 boxes for elements [%lld, %lld) of %s", (long long)j0, (long long)j1,
+                         p->name);
+            out[n++] = (box){{p->off[0] + r, p->off[1] + (p->ndim == 2 ? c : 0)}, {keep, cols}, j0};
+            if (p->ndim == 1) out[n - 1].off[0] = p->off[0] + r, out[n - 1].shape[0] = keep;
+        }
+        j0 += rows * cols;
     }
-    return *b < *e || *pad_b < *pad_e;
+    return n;
+}
+
+llm4d_code llm4d_gpt_ckpt_add_slice(llm4d_ckpt_saver *s, const char *file, const llm4d_param *p, int64_t j0,
+                                    int64_t j1, const float *data, llm4d_err *err) {
+    box bx[3];
+    int64_t shape[2];
+    const int nd = llm4d_gpt_ckpt_shape(p, shape);
+    const int nb = boxes_of(p, j0, j1, bx);
+    for (int k = 0; k < nb; k++) {
+        const int64_t off1[1] = {bx[k].off[0]}, sh1[1] = {bx[k].shape[0] * bx[k].shape[1]};
+        LLM4D_TRY(llm4d_ckpt_save_tensor(s, file, p->name, LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1,
+                                         nd == 2 ? bx[k].shape : sh1, data + (bx[k].j - j0), err));
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_read_slice(const llm4d_ckpt *c, const char *stem, const llm4d_param *p, int64_t j0,
+                                     int64_t j1, float *data, llm4d_err *err) {
+    box bx[3];
+    int64_t shape[2];
+    const int nd = llm4d_gpt_ckpt_shape(p, shape);
+    memset(data, 0, (size_t)(j1 - j0) * sizeof(float)); /* padding rows */
+    const int nb = boxes_of(p, j0, j1, bx);
+    for (int k = 0; k < nb; k++) {
+        const int64_t off1[1] = {bx[k].off[0]}, sh1[1] = {bx[k].shape[0] * bx[k].shape[1]};
+        LLM4D_TRY(llm4d_ckpt_read(c, stem, p->name, LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1,
+                                  nd == 2 ? bx[k].shape : sh1, data + (bx[k].j - j0), err));
+    }
+    return LLM4D_OK;
 }
 
 static void file_name(char *buf, size_t n, const char *stem, const char *tag) {
@@ -55,11 +107,11 @@ int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t
     LLM4D_ASSERT(N >= 1 && r >= 0 && r < N, "shard %d of %d", r, N);
     size_t off = 0;
     for (int g = 0; g < t->n_groups; g++) {
-        const size_t len = t->group_hi[g] - t->group_lo[g];
+        const size_t len = t->g[g].hi - t->g[g].lo;
         LLM4D_ASSERT(len % (size_t)N == 0, "group %d of %zu elements is not aligned to %d: build the table with "
-                     "llm4d_param_table_build_aligned(t, model, %d)", g, len, N, N);
+                     "a model part whose align is a multiple of %d", g, len, N, N);
         const size_t sl = len / (size_t)N;
-        lo[g] = t->group_lo[g] + (size_t)r * sl;
+        lo[g] = t->g[g].lo + (size_t)r * sl;
         hi[g] = lo[g] + sl;
         if (state_off) state_off[g] = off;
         off += sl;
@@ -94,11 +146,9 @@ llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, c
         file_name(file, sizeof file, stems[k], tag);
         for (int i = 0; i < t->n; i++) {
             const llm4d_param *p = &t->p[i];
-            int64_t b, e, pb, pe, shape[2];
-            if (!intersect(p, lo, hi, &b, &e, &pb, &pe) || b >= e) continue;
-            const int nd = llm4d_gpt_ckpt_shape(p, shape);
-            LLM4D_TRY(llm4d_ckpt_save_range(s, file, p->name, LLM4D_ST_F32, nd, shape, b, e,
-                                            bufs[k] + (p->offset + (size_t)b - lo), err));
+            int64_t j0, j1;
+            if (!p->owner || !intersect(p, lo, hi, &j0, &j1)) continue; /* replicas are saved by their owner */
+            LLM4D_TRY(llm4d_gpt_ckpt_add_slice(s, file, p, j0, j1, bufs[k] + (p->offset + (size_t)j0 - lo), err));
         }
     }
     return LLM4D_OK;
@@ -300,8 +350,8 @@ static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm
                                 size_t hi, llm4d_err *err) {
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
-        int64_t b, e, pb, pe, shape[2];
-        if (!intersect(p, lo, hi, &b, &e, &pb, &pe) || b >= e) continue;
+        int64_t j0, j1, shape[2];
+        if (!intersect(p, lo, hi, &j0, &j1)) continue;
         const int nd = llm4d_gpt_ckpt_shape(p, shape);
         llm4d_ckpt_info info;
         if (!llm4d_ckpt_find(c, stem, p->name, &info))
@@ -323,20 +373,13 @@ static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm
  * zero, so a compact shard buffer comes back fully defined. */
 static llm4d_code read_kind(const llm4d_ckpt *c, const char *stem, const llm4d_param_table *t, float *buf, size_t lo,
                             size_t hi, llm4d_err *err) {
-    size_t done = lo; /* [lo, done) is accounted for (the table is in buffer order) */
+    memset(buf, 0, (hi - lo) * sizeof(float));
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
-        int64_t b, e, pb, pe, shape[2];
-        if (!intersect(p, lo, hi, &b, &e, &pb, &pe)) continue;
-        if (p->offset > done) memset(buf + (done - lo), 0, (p->offset - done) * sizeof(float));
-        done = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-        if (pb < pe) memset(buf + (p->offset + (size_t)pb - lo), 0, (size_t)(pe - pb) * sizeof(float));
-        if (b >= e) continue;
-        const int nd = llm4d_gpt_ckpt_shape(p, shape);
-        LLM4D_TRY(llm4d_ckpt_read_range(c, stem, p->name, LLM4D_ST_F32, nd, shape, b, e,
-                                        buf + (p->offset + (size_t)b - lo), err));
+        int64_t j0, j1;
+        if (!intersect(p, lo, hi, &j0, &j1)) continue;
+        LLM4D_TRY(llm4d_gpt_ckpt_read_slice(c, stem, p, j0, j1, buf + (p->offset + (size_t)j0 - lo), err));
     }
-    if (done < hi) memset(buf + (done - lo), 0, (hi - done) * sizeof(float));
     return LLM4D_OK;
 }
 

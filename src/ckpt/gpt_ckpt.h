@@ -12,11 +12,17 @@
  *                              holds and `generate`/`convert` need no config) and "format" (what kind of checkpoint).
  * In fp32 training the fp32 master weights are the parameters themselves, so nothing else is needed.
  *
- * Ranges. Everything is written from, and read into, a flat range [lo, hi) of the parameter buffer's layout
- * (params.h): the buffers passed hold hi - lo elements, element 0 standing for flat index lo. A ZeRO rank saves just
- * the range it owns (tensors cut by the range become slices, store.h's save_range) and any range can be read back
- * from any set of saved ranges, so a checkpoint does not depend on the number of ranks that wrote it. The tag keeps
- * the files of several writers apart ("" for a single process).
+ * Slices. A rank's table entry (params.h) is a box of a global tensor (its tensor-parallel slice, a q/k/v part, a
+ * vocabulary block); any run of its elements is saved as at most three boxes of the global tensor
+ * (llm4d_gpt_ckpt_add_slice) and any box can be read back from whatever boxes the checkpoint holds
+ * (llm4d_gpt_ckpt_read_slice), so a checkpoint does not depend on the layout that wrote it: tensor-parallel
+ * degree, pipeline stages, sharding degree, or one process.
+ *
+ * Ranges. The functions below that take [lo, hi) work on a flat range of the rank's parameter buffer layout: the
+ * buffers passed hold hi - lo elements, element 0 standing for flat index lo. A ZeRO rank saves just the range it
+ * owns (tensors cut by the range become slices). Only entries whose `owner` flag is set are saved (a
+ * tensor-parallel replica or a pipeline stage's copy of the tied embedding is saved once, by its owner); every
+ * entry is read. The tag keeps the files of several writers apart ("" for a single process).
  *
  * ZeRO shards. A sharding engine holds several ranges (its shard of every parameter group) back to back in one
  * compact "local" buffer. The *_ranges functions take n ranges [lo[k], hi[k]) of t's layout and two placements:
@@ -51,6 +57,15 @@
 /* The global shape a parameter is stored with: its held shape, with wte's rows unpadded. */
 int llm4d_gpt_ckpt_shape(const llm4d_param *p, int64_t shape[2]);
 
+/* Add local elements [j0, j1) of entry p (data holds j1 - j0 floats, not copied: valid until the file is written)
+ * to `file` (a name ending in .safetensors) as boxes of its global tensor; padding rows are left out. */
+llm4d_code llm4d_gpt_ckpt_add_slice(llm4d_ckpt_saver *s, const char *file, const llm4d_param *p, int64_t j0,
+                                    int64_t j1, const float *data, llm4d_err *err);
+/* Read local elements [j0, j1) of entry p from the files named stem* (LLM4D_GPT_CKPT_MODEL, ...) into data;
+ * padding rows read as zero. The checkpoint must hold the tensor with p's global shape (checked by the store). */
+llm4d_code llm4d_gpt_ckpt_read_slice(const llm4d_ckpt *c, const char *stem, const llm4d_param *p, int64_t j0,
+                                     int64_t j1, float *data, llm4d_err *err);
+
 /* Add the range [lo, hi) of params (and of m and v, both NULL for weights only) to an open saver, into the files
  * model<tag>.safetensors, optim_m<tag>.safetensors, optim_v<tag>.safetensors. The buffers are not copied: they must
  * stay valid until the saver is committed. */
@@ -84,10 +99,10 @@ llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *mo
 
 /* ---- several ranges in compact buffers (ZeRO shards; see the top comment) ---- */
 
-/* The ranges rank r of a sharding group of N owns in t, which must have been built with
- * llm4d_param_table_build_aligned(t, model, N) (or an alignment N divides): shard r of every group g,
- *   lo[g] = group_lo[g] + r * s_g,  hi[g] = lo[g] + s_g,  state_off[g] = s_0 + ... + s_{g-1},
- * with s_g = (group_hi[g] - group_lo[g]) / N, which is the layout of sharding.h's local buffers (shard_off). Each
+/* The ranges rank r of a sharding group of N owns in t, which must have been built with a part whose align is a
+ * multiple of N: shard r of every group g,
+ *   lo[g] = g.lo + r * s_g,  hi[g] = lo[g] + s_g,  state_off[g] = s_0 + ... + s_{g-1},
+ * with s_g = (g.hi - g.lo) / N, which is the layout of sharding.h's local buffers (shard_off). Each
  * array has t->n_groups entries (state_off may be NULL); returns t->n_groups. *local_total (may be NULL): the sum
  * of the s_g, the elements of one local buffer. */
 int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,

@@ -177,7 +177,7 @@ static int export_hf(const char *ckpt, const char *out) {
     int rc = 0;
     CHECK(llm4d_ckpt_open(&c, ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(c), llm4d_ckpt_dir(c), &mc, 128, &err));
-    CHECK(llm4d_param_table_build(&t, &mc, &err));
+    CHECK(llm4d_param_table_build(&t, &mc, NULL, &err));
     params = malloc(t.total * sizeof(float));
     hf = malloc(t.total * sizeof(float));
     if (!params || !hf) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for %zu parameters", t.total));
@@ -416,7 +416,7 @@ static int import_hf(const char *hf_dir, const char *out) {
                          "(config.json and model.safetensors)", hf_dir));
     CHECK(read_json_file(path, &hcfg, &err));
     CHECK(hf_model_config(hcfg, path, &mc, &tied, &err));
-    CHECK(llm4d_param_table_build(&t, &mc, &err));
+    CHECK(llm4d_param_table_build(&t, &mc, NULL, &err));
     CHECK(open_shards(hf_dir, sh, &err));
     params = calloc(t.total, sizeof(float));
     size_t biggest = 0;
@@ -516,7 +516,7 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     cfg->data.max_seq_len = 1; /* no data is read: do not let the default sequence length exceed a small model */
     CHECK(llm4d_config_parse_args(cfg, argc, argv, &err));
     CHECK(llm4d_config_finalize(cfg, 1, &err));
-    CHECK(llm4d_param_table_build(&t, &cfg->model, &err));
+    CHECK(llm4d_param_table_build(&t, &cfg->model, NULL, &err));
     params = calloc(t.total, sizeof(float));
     if (!params) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for %zu parameters", t.total));
     llm4d_param_init(&t, params, cfg->seed);

@@ -255,7 +255,7 @@ static int run(const gen_args *a) {
     }
     CHECK(!strcmp(a->backend, "ref") ? llm4d_backend_ref_create(&be, &err)
                                      : llm4d_backend_cpu_create(&be, a->threads, &err));
-    CHECK(llm4d_param_table_build(&table, &mc, &err));
+    CHECK(llm4d_param_table_build(&table, &mc, NULL, &err));
     params = be->alloc(be, &mem, LLM4D_MEM_PARAMS, table.total * sizeof(float));
     if (!params) {
         llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for the %zu parameters", table.total);

@@ -443,6 +443,10 @@ static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
     if (seq > m->max_position_embeddings)
         return llm4d_fail(err, LLM4D_EUSER, "max_seq_len %d exceeds Model.max_position_embeddings %d; lower "
                           "max_seq_len or raise max_position_embeddings", seq, m->max_position_embeddings);
+    if (m->sequence_parallel && d->mp_degree > 1 && seq % d->mp_degree)
+        return llm4d_fail(err, LLM4D_EUSER, "max_seq_len %d is not divisible by mp_degree %d; sequence parallelism "
+                          "splits every sequence's tokens over the tensor-parallel ranks, so choose a max_seq_len that "
+                          "mp_degree divides or turn Model.sequence_parallel off", seq, d->mp_degree);
     long long unit = (long long)m->vocab_size_divisible_unit * d->mp_degree;
     long long padded = (m->vocab_size + unit - 1) / unit * unit;
     if (padded > 0x7fffffff) return llm4d_fail(err, LLM4D_EUSER, "Model.vocab_size %d is too large", m->vocab_size);
@@ -511,7 +515,9 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (cfg->eval_iters < (cfg->eval_freq > 0 ? 1 : 0))
         return llm4d_fail(err, LLM4D_EUSER, "eval_iters (Engine.eval_iters) must be >= 1 when eval_freq is set, got "
                           "%d", cfg->eval_iters);
-    if (cfg->save_steps < 0) cfg->save_steps = 0;
+    if (cfg->save_steps < -1)
+        return llm4d_fail(err, LLM4D_EUSER, "save_steps must be >= 0 (0: at the end only) or -1 (never), got %lld",
+                          (long long)cfg->save_steps);
     if (cfg->keep_last < 0)
         return llm4d_fail(err, LLM4D_EUSER, "keep_last must be >= 0 (0 keeps all checkpoints), got %d",
                           cfg->keep_last);

@@ -35,6 +35,7 @@ typedef struct {
     float attention_probs_dropout_prob;
     float initializer_range;
     int use_recompute;
+    int sequence_parallel;             /* Model.sequence_parallel: Megatron sequence parallelism (mp_degree > 1) */
     char recompute_granularity[LLM4D_NAME_MAX]; /* "full" (the only one implemented on CPU) */
     int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
 } llm4d_model_config;
@@ -58,6 +59,7 @@ typedef struct {
     int dp_degree, mp_degree, pp_degree, sharding_degree;  /* dp_degree 0 in the input means world/(mp*pp*sharding) */
     int sharding_stage;
     int sharding_offload;
+    char offload_dir[LLM4D_PATH_MAX]; /* sharding_offload's file: node-local; "" = $TMPDIR, else /var/tmp */
     int save_consolidated;           /* sharded runs: gather and write whole tensors (save_group_sharded_model) */
     int use_sharding;
     int64_t bucket_size_bytes;       /* gradient all-reduce bucket size */

@@ -84,7 +84,8 @@ static const llm4d_key keys[] = {
     NOEFF("Engine.mix_precision.use_main_grad", "False", "False", "Paddle fp32 main-grad wrappers"),
     NOEFF("Engine.mix_precision.use_fp16_guard", "False", "False", "Paddle static-graph AMP option"),
     KEY("Engine.save_load.save_steps", LLM4D_KT_I64, save_steps, "0", "0", "--save_steps",
-        "save a checkpoint every N steps; 0/empty: only at the end (PaddleFleetX's default is 1000)"),
+        "save a checkpoint every N steps; 0/empty: only at the end (PaddleFleetX's default is 1000); -1: never "
+        "(benchmarks)"),
     NOEFF("Engine.save_load.save_epoch", "1", "1", "llm4d saves by steps"),
     KEY("Engine.save_load.output_dir", LLM4D_KT_STR, output_dir, "./output", NULL, "--output_dir",
         "checkpoints, logs and metrics.jsonl go here"),
@@ -126,7 +127,8 @@ static const llm4d_key keys[] = {
     NOEFF("Model.fused_linear", "False", "False", "fused GEMM+bias epilogue (CUDA)"),
     NOEFF("Model.fuse_attn_qkv", "True", "True", "llm4d always computes Q, K, V with one fused matmul"),
     NOEFF("Model.scale_qk_by_layer_num", "True", "True", "fp16 overflow guard; same result in exact arithmetic"),
-    NOEFF("Model.sequence_parallel", "False", "False", "Megatron sequence parallelism"),
+    KEY("Model.sequence_parallel", LLM4D_KT_BOOL, model.sequence_parallel, "False", NULL, "--sequence_parallel",
+        "Megatron sequence parallelism: LayerNorm and dropout regions split over the tensor-parallel ranks"),
     NOEFF("Model.use_flash_attn", "False", "False", "FlashAttention (CUDA)"),
     NOEFF("Model.fused_softmax_with_triangular", "True", "True", "fused causal softmax kernel (CUDA)"),
 
@@ -200,7 +202,10 @@ static const llm4d_key keys[] = {
     KEY("Distributed.sharding.sharding_stage", LLM4D_KT_INT, dist.sharding_stage, "1", "2", "--sharding_stage",
         "1: optimizer states, 2: + gradients, 3: + parameters (empty: 2, as PaddleFleetX's code)"),
     KEY("Distributed.sharding.sharding_offload", LLM4D_KT_BOOL, dist.sharding_offload, "False", NULL,
-        "--sharding_offload", "keep sharded optimizer states in host memory"),
+        "--sharding_offload", "keep the sharded optimizer states (and stage-3 parameter shards) in a file on a "
+        "node-local disk, streamed through a small window during the update"),
+    EXT("Distributed.sharding.offload_dir", LLM4D_KT_STR, dist.offload_dir, "", NULL, "--offload_dir",
+        "where sharding_offload keeps its file (node-local; empty: $TMPDIR, else /var/tmp)"),
     NOEFF("Distributed.sharding.reduce_overlap", "False", "False", "overlap of gradient reduce (llm4d: buckets)"),
     NOEFF("Distributed.sharding.broadcast_overlap", "False", "False", "overlap of parameter broadcast"),
     NOEFF("Distributed.sharding.comm_overlap", "False", "False", "communication overlap"),

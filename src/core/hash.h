@@ -6,11 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline uint64_t llm4d_hash_words(const void *buf, size_t n_words) {
+#define LLM4D_HASH_INIT 1469598103934665603ull
+
+/* h continued over n_words more words (start from LLM4D_HASH_INIT) */
+static inline uint64_t llm4d_hash_more(uint64_t h, const void *buf, size_t n_words) {
     const uint32_t *w = buf;
-    uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n_words; i++) h = (h ^ w[i]) * 1099511628211ull;
     return h;
+}
+
+static inline uint64_t llm4d_hash_words(const void *buf, size_t n_words) {
+    return llm4d_hash_more(LLM4D_HASH_INIT, buf, n_words);
 }
 
 #endif

@@ -1,13 +1,22 @@
-/* gpt.h — the GPT-2/GPT-3 decoder: forward and backward over one micro-batch.
+/* gpt.h — the GPT-2/GPT-3 decoder, or this rank's part of it: forward and backward of micro-batches.
  *
  * token + learned position embeddings -> dropout -> L pre-LayerNorm blocks
  *   x = x + dropout(c_proj(attn(ln_1(x))));  x = x + dropout(c_proj(gelu(c_fc(ln_2(x)))))
  * -> ln_f -> logits = x wte^T (the LM head is tied to the token embedding) -> softmax cross-entropy over the real
  * vocabulary (padded logits masked out).
  *
- * The model owns its parameters, gradients and activations (allocated once, accounted by category), and calls
- * only the backend's method table. With recompute, forward keeps only each block's input, and backward runs the
- * block's forward again just before its backward (PaddleFleetX's recompute_granularity "full"). */
+ * A rank holds a part of the model (params.h, llm4d_model_part): its tensor-parallel slice (model/tp.h; the math
+ * and communication of each layer are at the top of block.c and embed.c) of the blocks of its pipeline chunks, plus
+ * the embeddings on the first stage and ln_f + the head + the loss on the last. The entry points run one chunk for
+ * one micro-batch, from a given input activation, keeping that micro-batch's activations in a slot until its
+ * backward; a pipeline schedule keeps several micro-batches in flight, each in its own slot. Without pipeline
+ * parallelism there is one chunk and one slot, and llm4d_gpt_forward / llm4d_gpt_backward run the whole model.
+ *
+ * The model owns its activations (allocated once, accounted by category) and calls only the backend's method
+ * table and, for tensor parallelism, the tensor-parallel group (tp.h). It finds a parameter group's weights and
+ * gradients through hooks (below), which the parallel engines fill (parallel/engine.h); it knows nothing else of
+ * them. With recompute, forward keeps only each block's input, and backward runs the block's forward again just
+ * before its backward (PaddleFleetX's recompute_granularity "full"). */
 #ifndef LLM4D_MODEL_GPT_H
 #define LLM4D_MODEL_GPT_H
 
@@ -17,28 +26,78 @@
 #include "config/config.h"
 #include "core/mem.h"
 #include "model/params.h"
+#include "model/tp.h"
 
+/* What a block keeps from forward for backward. Sizes with BT tokens of the micro-batch, BTl = BT/M with sequence
+ * parallelism (else BT), the tensor-parallel slice C/M of the attention, F/M of the MLP. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd;  /* [BT,C], [BT], [BT] */
-    float *qkv;                        /* [BT,3C] */
-    float *atty;                       /* [BT,C] attention output before c_proj */
-    float *lse;                        /* [B,NH,T] log-sum-exp of each attention row (rebuilds softmax) */
-    float *res2;                       /* [BT,C] residual stream after the attention sublayer */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch;                        /* [BT,F] c_fc output (GELU's input; its output is recomputed, not kept) */
+    float *ln1;                        /* [BT,C] ln_1's output as c_attn reads it (all tokens, gathered under SP) */
+    float *ln1_mean, *ln1_rstd;        /* [BTl] */
+    float *qkv;                        /* [BT,3C/M] this rank's heads' Q, K, V */
+    float *atty;                       /* [BT,C/M] attention output before c_proj */
+    float *lse;                        /* [B,NH/M,T] log-sum-exp of each attention row (rebuilds softmax) */
+    float *res2;                       /* [BTl,C] residual stream after the attention sublayer */
+    float *ln2;                        /* [BT,C] */
+    float *ln2_mean, *ln2_rstd;        /* [BTl] */
+    float *fch;                        /* [BT,F/M] c_fc output (GELU's input; its output is recomputed, not kept) */
 } llm4d_block_acts;
 
-/* Where the model finds a parameter group's weights and gradients (groups: params.h). Data parallel leaves these
- * unset (everything lives in the flat buffers); ZeRO-3 gathers a group's weights in params_for and frees them in
- * release; ZeRO-2 hands out a bucket in grads_for and reduce-scatters it in grads_done; data parallel starts a
- * bucket's all-reduce in grads_done. pass is 0 in forward, 1 in backward (recompute re-reads in backward). */
+/* Zero-bubble pipelines (split backward): the output gradients of a block's four linear layers, kept from the
+ * input-gradient pass (B) to the weight-gradient pass (W). */
+typedef struct {
+    float *dqkv;     /* [BT,3C/M] */
+    float *dattn;    /* [BT,C] gradient at attn.c_proj's output (all tokens) */
+    float *dfch;     /* [BT,F/M] gradient at c_fc's output */
+    float *dmlp;     /* [BT,C] gradient at mlp.c_proj's output */
+    float *dln[4];   /* [C] each, contiguous: ln_1 weight, bias, ln_2 weight, bias gradients (computed in B) */
+} llm4d_block_wgrad;
+
+/* One micro-batch in flight through one chunk. */
+typedef struct {
+    float **res;               /* res[i], i = 0..nl: [BTl,C] input of the chunk's i-th block; res[nl] its output.
+                                * After backward res[0] holds the gradient of the chunk's input. */
+    llm4d_block_acts *acts;    /* nl blocks, or NULL with recompute (the model's shared set is refilled) */
+    llm4d_block_wgrad *wg;     /* nl blocks when backward is split (zero-bubble schedules), else NULL */
+    float *dlnf;               /* last chunk: [BTl,C] d(ln_f output), left by a forward with grad for backward */
+    float *lnf_mean, *lnf_rstd; /* last chunk: [BTl] ln_f's statistics */
+    int busy;                  /* a micro-batch is in it */
+} llm4d_slot;
+
+/* Where the model finds a parameter group's weights and gradients (groups: params.h). The engines fill these
+ * (parallel/engine.h): data parallel leaves params/grads in the flat buffers; ZeRO-3 gathers a group's weights in
+ * params_for and frees them in release; ZeRO-2 hands out a bucket in grads_for and reduce-scatters it in
+ * grads_done; data parallel starts a bucket's all-reduce in grads_done. pass is 0 in forward, 1 in backward
+ * (recompute re-reads in backward). A gradient "window" is one grads_for ... grads_done: every group has one per
+ * micro-batch, except the tied token embedding on a rank holding both ends of the model, which has two (the LM
+ * head's, inside forward, and the lookup's, at the end of backward): llm4d_gpt_windows. */
 typedef struct {
     void *ctx;
     float *(*params_for)(void *ctx, int group, int pass);
     void (*release)(void *ctx, int group, int pass);
     float *(*grads_for)(void *ctx, int group);
-    void (*grads_done)(void *ctx, int group); /* called once per backward for each group, last writer first */
+    void (*grads_done)(void *ctx, int group);
 } llm4d_gpt_hooks;
+
+/* One micro-batch: tokens, targets, weight [B*T] (the whole micro-batch on every rank; the model takes its
+ * sequence-parallel share itself). weight[i] weighs token i's loss (NULL: all 1). */
+typedef struct {
+    const int32_t *tokens, *targets;
+    const float *weight;
+    const int64_t *sample_ids;  /* [B] global sample index of each row: dropout positions */
+    uint32_t step;              /* the global step: dropout stream */
+    int train;                  /* dropout on */
+    int grad;                   /* a training forward: the LM head's backward runs inside it (see below) */
+    int B, T;
+} llm4d_micro;
+
+typedef struct {
+    int B, T;                  /* micro-batch shape the activations are sized for */
+    int recompute;
+    int slots[LLM4D_MAX_CHUNKS]; /* activation slots per chunk (micro-batches in flight); 0 means 1 */
+    int split_backward;        /* keep the linear layers' output gradients for a later weight-gradient pass */
+    int no_params;             /* do not allocate the flat parameter buffer (ZeRO-3 gathers through the hooks) */
+    int no_grads;              /* do not allocate the flat gradient buffer (ZeRO-2/3 hand out buckets) */
+} llm4d_gpt_layout;
 
 typedef struct {
     llm4d_model_config cfg;
@@ -46,61 +105,115 @@ typedef struct {
     llm4d_param_table table;
     llm4d_backend *be;
     llm4d_mem *mem;
-    float *params;   /* flat, table.total elements */
-    float *grads;    /* same layout */
+    llm4d_tp tp;
+    float *params;   /* flat, table.total elements (NULL with layout.no_params) */
+    float *grads;    /* same layout (NULL with layout.no_grads) */
 
-    int B, T;        /* micro-batch shape the activations are sized for */
-    int recompute;
-    uint64_t seed;   /* dropout seed */
+    llm4d_gpt_layout layout;
+    int B, T, BT, BTl;       /* micro-batch shape; BTl: tokens this rank holds in the LayerNorm/dropout regions */
+    int C, F, NH, Cl, Fl, NHl, Vl; /* hidden, ffn, heads; their tensor-parallel slices; vocabulary rows per rank */
+    int64_t tok0;            /* first token of this rank's sequence-parallel share (0 without) */
+    uint64_t seed;           /* dropout seed */
 
-    float **res;             /* res[l], l = 0..L: input of block l; res[L] is the last block's output */
-    llm4d_block_acts *acts;  /* L blocks, or 1 shared block when recomputing */
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;           /* [BT,Vp] of the last logits-only forward (targets NULL); allocated on first use */
-    float *head;             /* [head_rows,Vp]: one chunk of logits, then of their gradient (loss forwards) */
+    int nl[LLM4D_MAX_CHUNKS];           /* blocks per chunk */
+    llm4d_slot *slot[LLM4D_MAX_CHUNKS]; /* slots per chunk */
+    int *group_of_layer;     /* [num_layers] group of each block held, -1 otherwise */
+    size_t boff[LLM4D_P_LNFB + 1]; /* offset of each block parameter kind inside a block group */
+    int lnf_group, wpe_group;
+
+    llm4d_block_acts racts;  /* recompute: the shared block activations */
+    float *logits;           /* [BT,Vl] of the last logits-only forward (targets NULL); allocated on first use */
+    float *head;             /* [head_rows,Vl]: one chunk of logits, then of their gradient */
     int head_rows;           /* chunk size; may be lowered after creation (tests), never raised */
-    float *xstats;           /* [3 x head_rows] softmax statistics of a chunk (backend.h, xent_forward) */
-    float *dlnf;             /* [BT,C] gradient of ln_f's output, left by a forward with grad for backward */
+    float *xstats;           /* [BT/head_rows chunks][3 x head_rows] softmax statistics (backend.h, xent_forward) */
+    float *xmax;             /* [head_rows] the group's maximum of a chunk's row maxima (vocabulary parallel) */
     float *losses;           /* [BT] per-token loss */
+    float *lnf;              /* [BT,C] ln_f's output as the head reads it */
+    float *dlnf_full;        /* [BT,C] the head's partial d(ln_f output) before the tensor-parallel reduction */
     /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
-    float *gelu;
-    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu;
+    float *gelu, *full;      /* [BT,F/M], [BT,C] (a row-parallel output before its reduction; a gathered input) */
+    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *dlocal;
     size_t act_bytes;        /* bytes of activations held (for the report) */
+    int n_allocs;            /* everything allocated at creation, freed by destroy */
+    struct llm4d_gpt_alloc *allocs;
+    size_t slot_bytes;       /* bytes of one slot of each chunk, summed over chunks */
+    int slots_peak[LLM4D_MAX_CHUNKS]; /* most slots of each chunk busy at once (a pipeline's in-flight count) */
 } llm4d_gpt;
 
-/* Build the model: parameter table, flat params/grads buffers (params initialised from cfg seed), activations for
- * micro-batches of B x T. */
-llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem, int B,
-                            int T, int recompute, uint64_t seed, llm4d_err *err);
-
-/* How a parallel engine wants the model's state laid out. */
-typedef struct {
-    int group_align;  /* pad every parameter group to a multiple of this many elements (ZeRO shards) */
-    int no_params;    /* do not allocate the flat parameter buffer (ZeRO-3 gathers groups through the hooks) */
-    int no_grads;     /* do not allocate the flat gradient buffer (ZeRO-2/3 hand out buckets through the hooks) */
-} llm4d_gpt_layout;
-
-llm4d_code llm4d_gpt_create_ex(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
-                               int B, int T, int recompute, uint64_t seed, const llm4d_gpt_layout *layout,
-                               llm4d_err *err);
+/* Build the model part `part` of cfg: parameter table, flat params/grads buffers (params initialised from seed),
+ * activations for micro-batches of B x T. tp: the tensor-parallel context (its size and rank must be the part's). */
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
+                            const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
+                            uint64_t seed, llm4d_err *err);
+/* The whole model in one process, one slot: what tests and tools use. */
+llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
+                                  int B, int T, int recompute, uint64_t seed, llm4d_err *err);
 void llm4d_gpt_destroy(llm4d_gpt *g);
 
-/* Forward a micro-batch. tokens/targets [B*T]; sample_ids [B] global sample index of each row (dropout positions);
- * step is the global step (dropout stream); train enables dropout. weight[i] (may be NULL: all 1) weighs token i's
- * loss; the return value is sum_i losses[i] * weight[i]. targets NULL: no loss, g->logits receives the logits.
- *
- * The LM head and the cross-entropy run in chunks of head_rows tokens, so the [BT, V] logits never exist at once
- * (at B=8 T=1024 they would be 1.6 GB). With grad, each chunk's logits become their gradient (d loss = weight) and
- * the LM head's backward runs right there: d(ln_f output) into g->dlnf and d(wte) into the embedding gradients.
- * llm4d_gpt_backward must then follow, and finishes the rest. */
+/* Gradient windows per micro-batch of group grp (see the hooks). */
+int llm4d_gpt_windows(const llm4d_gpt *g, int grp);
+
+/* ---- one chunk, one micro-batch ---- */
+
+/* The slot's input buffer of chunk c (not the model's first chunk): where the previous stage's output goes. */
+float *llm4d_gpt_chunk_input(llm4d_gpt *g, int c, int slot);
+/* The slot's output of chunk c after its forward (not the last chunk): what goes to the next stage. */
+const float *llm4d_gpt_chunk_output(const llm4d_gpt *g, int c, int slot);
+/* The gradient of chunk c's input after its backward (not the first chunk): what goes to the previous stage. */
+const float *llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int slot);
+/* Elements of a chunk's input/output activation, [BTl, C]. */
+size_t llm4d_gpt_act_elems(const llm4d_gpt *g);
+
+/* Forward of chunk c for micro-batch mb into `slot` (marked busy). The model's first chunk embeds mb->tokens; any
+ * other reads llm4d_gpt_chunk_input. The model's last chunk returns the loss, sum_i losses[i] * weight[i] (every
+ * tensor-parallel rank returns the same value), and with mb->grad runs the LM head's backward right there: the
+ * [BT, V] logits never exist, each chunk of them becomes its gradient (d loss = weight), d(ln_f output) waits in the
+ * slot for backward and d(wte) goes to the embedding's gradients. Other chunks return 0. */
+double llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb);
+/* Backward of the same micro-batch: dout is the gradient of chunk c's output ([BTl, C]; NULL for the last chunk).
+ * With split (and the layout's split_backward), only input gradients (and the cheap LayerNorm, bias and embedding
+ * gradients) are computed now, and llm4d_gpt_chunk_backward_weight must follow; the slot stays busy until then. */
+void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb, const float *dout, int split);
+/* The weight-gradient pass of a split backward: the four linear layers' weight gradients of every block of the
+ * chunk; frees the slot. */
+void llm4d_gpt_chunk_backward_weight(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb);
+
+/* ---- the whole model (one chunk, slot 0) ---- */
+
+/* Forward a micro-batch. targets NULL: no loss, g->logits receives this rank's vocabulary slice of the logits. */
 double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
                          const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T);
-/* Backward of the last forward (same arguments), accumulating into g->grads. */
+/* Backward of the last forward (same arguments), accumulating into the gradients. */
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
                         int B, int T);
 
 /* FLOPs per token of one training step (forward + backward): 6 x (parameters in matmuls) + attention's
  * 12 x L x T x C (QK^T and AV, forward and backward, full T x T), the convention of llm.c and Megatron. */
 double llm4d_gpt_flops_per_token(const llm4d_model_config *cfg, int T);
+
+/* ---- inside the model (block.c, embed.c) ---- */
+
+/* Pointer to parameter `kind` inside block group buffer `base` (a group's weights or gradients). */
+static inline float *llm4d_gpt_at(const llm4d_gpt *g, float *base, llm4d_param_kind kind) {
+    return base + g->boff[kind];
+}
+float *llm4d_gpt_params_of(llm4d_gpt *g, int grp, int pass);
+void llm4d_gpt_release(llm4d_gpt *g, int grp, int pass);
+float *llm4d_gpt_grads_of(llm4d_gpt *g, int grp);
+void llm4d_gpt_grads_done(llm4d_gpt *g, int grp);
+llm4d_dropout llm4d_gpt_dropout(const llm4d_gpt *g, float p, int layer, int site, const llm4d_micro *mb);
+
+void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, float *out, int l,
+                             const llm4d_micro *mb);
+void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, llm4d_block_wgrad *wg, int l,
+                              const llm4d_micro *mb);
+void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_block_wgrad *wg, int l,
+                                     const llm4d_micro *mb);
+
+void llm4d_gpt_embed_forward(llm4d_gpt *g, float *out, const llm4d_micro *mb);
+void llm4d_gpt_embed_backward(llm4d_gpt *g, const float *dout, const llm4d_micro *mb);
+double llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb);
+void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, const float *x);
+void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, const float *x, int B, int T);
 
 #endif

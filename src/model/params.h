@@ -1,14 +1,35 @@
-/* params.h — the GPT parameter table: one flat buffer, named views into it.
+/* params.h — the GPT parameter table of one rank: one flat buffer, named views into it, each a box of a global
+ * tensor.
  *
- * As in llm.c, all parameters live in one contiguous buffer (and gradients, Adam m and v in buffers of the same
- * layout), so that all-reduce buckets, ZeRO partitions and checkpoint slices are plain ranges. Unlike llm.c the
- * order is layer-major (all of layer 0, then layer 1, ...), so one layer's parameters are one range: that is what
- * ZeRO-3 gathers before a layer and what a pipeline stage owns.
+ * As in llm.c, a rank's parameters live in one contiguous buffer (and gradients, Adam m and v in buffers of the
+ * same layout), so that all-reduce buckets, ZeRO partitions and checkpoint slices are plain ranges. The order is
+ * the order of use in forward (embeddings, then the blocks, then the final LayerNorm), so one block's parameters are
+ * one range: what ZeRO-3 gathers before a block and what a pipeline stage owns.
  *
- * Names are Hugging Face GPT-2's global names (transformer.h.3.attn.c_attn.weight, ...); shapes are llm4d's:
- * a linear weight is [out, in] (HF's Conv1D stores [in, out]; `convert` transposes). The token embedding is held
- * padded to padded_vocab_size rows; rows >= vocab_size stay zero and never receive gradient. The attention's
- * c_attn output columns are Q (all heads), then K, then V, as in GPT-2. */
+ * A rank holds a PART of the model (llm4d_model_part): the blocks of its pipeline chunks, the embeddings if it is
+ * the first stage, the final LayerNorm and the LM head if it is the last, and of each of those only its
+ * tensor-parallel slice. Each table entry is a box of a global tensor (Megatron's partition_dim / stride):
+ *   - replicated over the tensor-parallel group: the whole tensor (LayerNorms, the row-parallel layers' biases,
+ *     the position embedding);
+ *   - split on dim 0: rows [r*n/M, (r+1)*n/M) of the tensor: the column-parallel layers' weights and biases
+ *     (attn.c_attn, mlp.c_fc: their output features) and the token embedding (vocabulary rows);
+ *   - split on dim 1: columns [r*n/M, (r+1)*n/M): the row-parallel layers' weights (attn.c_proj.weight,
+ *     mlp.c_proj.weight: their input features).
+ * attn.c_attn's output rows are Q (all heads), then K, then V (GPT-2's layout), so a rank's heads are three row
+ * ranges: its weight and bias are three entries (q, k, v parts) of the same global name, adjacent in the buffer,
+ * which together form the rank's [3C/M, C] matrix. The token embedding may also be cut into vocabulary blocks
+ * (several entries of one name): ZeRO-2/3 gather and reduce one block at a time so that no buffer the size of the
+ * whole embedding exists.
+ *
+ * Names are Hugging Face GPT-2's global names (transformer.h.3.attn.c_attn.weight, ...) with the GLOBAL block index;
+ * shapes are llm4d's: a linear weight is [out, in] (HF's Conv1D stores [in, out]; `convert` transposes). The token
+ * embedding's global shape is padded to padded_vocab_size rows; rows >= vocab_size stay zero and never receive
+ * gradient.
+ *
+ * Groups, the unit of gathering, bucketing and gradient hand-off (the model's hooks, gpt.h): each vocabulary block
+ * of the token embedding, the position embedding, each block, the final LayerNorm. A group is a range of the flat
+ * buffer, padded to a multiple of `align` elements (ZeRO splits every group into equal shards); the padding is
+ * never read by the model. */
 #ifndef LLM4D_MODEL_PARAMS_H
 #define LLM4D_MODEL_PARAMS_H
 
@@ -18,6 +39,7 @@
 #include "config/config.h"
 
 #define LLM4D_PARAM_NAME_MAX 96
+#define LLM4D_MAX_CHUNKS 64 /* pipeline chunks (virtual stages) one rank may hold */
 
 typedef enum {
     LLM4D_P_WTE = 0, LLM4D_P_WPE,
@@ -27,53 +49,92 @@ typedef enum {
 } llm4d_param_kind;
 
 typedef struct {
-    char name[LLM4D_PARAM_NAME_MAX];
+    char name[LLM4D_PARAM_NAME_MAX]; /* global name */
     llm4d_param_kind kind;
-    int layer;           /* block index, -1 for embeddings and the final LayerNorm */
+    int layer;           /* global block index, -1 for embeddings and the final LayerNorm */
     int ndim;
-    int64_t shape[2];    /* held shape (wte: padded rows) */
-    int64_t rows_real;   /* shape[0] without padding (wte: vocab_size); == shape[0] otherwise */
+    int64_t gshape[2];   /* global shape (wte: padded rows) */
+    int64_t rows_real;   /* gshape[0] without padding (wte: vocab_size); == gshape[0] otherwise */
+    int64_t off[2];      /* the box this entry holds: its first element in the global tensor ... */
+    int64_t shape[2];    /* ... and its extent (shape[1] = 1 for a vector) */
+    int split_dim;       /* -1: replicated over the tensor-parallel group; 0: rows split; 1: columns split */
+    int sp_partial;      /* sequence parallel: every tensor-parallel rank holds a partial gradient (summed in the
+                          * tensor-parallel group after backward): LayerNorms, row-parallel biases, wpe */
+    int owner;           /* 1: this rank's copy is the one that is saved and counted in the gradient norm (0: a
+                          * tensor-parallel replica on mp rank > 0, or the last stage's copy of the tied embedding) */
+    int group;           /* the group holding it */
     size_t offset;       /* in elements, into the flat buffer */
-    size_t numel;
+    size_t numel;        /* shape[0] * shape[1] */
     int decay;           /* 1: weight decay applies (linear weights, embeddings); 0: biases, LayerNorm */
     float init_std;      /* normal(0, init_std) at init; 0 means constant init (LayerNorm weight 1, biases 0) */
     float init_const;
 } llm4d_param;
 
+typedef enum { LLM4D_G_WTE = 0, LLM4D_G_WPE, LLM4D_G_BLOCK, LLM4D_G_LNF } llm4d_group_kind;
+
+typedef struct {
+    llm4d_group_kind kind;
+    int layer;           /* LLM4D_G_BLOCK: global block index */
+    int64_t row0, nrows; /* LLM4D_G_WTE: the vocabulary rows [row0, row0 + nrows) of the (padded) embedding */
+    size_t lo, hi;       /* its range of the flat buffer, padding included */
+    int p0, p1;          /* its entries [p0, p1) */
+} llm4d_group;
+
+/* What one rank holds of the model. */
+typedef struct {
+    int mp_size, mp_rank;      /* tensor-parallel group (1, 0: none) */
+    int n_chunks;              /* pipeline chunks held, in forward order */
+    int layer_lo[LLM4D_MAX_CHUNKS], layer_hi[LLM4D_MAX_CHUNKS]; /* chunk c = blocks [layer_lo[c], layer_hi[c]) */
+    int embedding;             /* holds the token and position embeddings (the model's first chunk is chunk 0) */
+    int head;                  /* holds ln_f and the LM head (the model's last chunk is chunk n_chunks - 1) */
+    int sequence_parallel;     /* Megatron's sequence parallelism (marks sp_partial) */
+    int align;                 /* pad every group to a multiple of this (ZeRO: the sharding degree); >= 1 */
+    int64_t wte_block_rows;    /* vocabulary rows per embedding group; 0: one group for the rank's rows */
+} llm4d_model_part;
+
+/* The whole model in one process. */
+llm4d_model_part llm4d_model_part_whole(const llm4d_model_config *m);
+
 typedef struct {
     int n;
     llm4d_param *p;      /* n entries, in buffer order */
     size_t total;        /* elements in the flat buffer */
-    size_t total_real;   /* parameters of the model (padding rows not counted) */
-    int layer_first[1024]; /* index into p of each layer's first parameter (layer-major order) */
-    /* Parameter groups, the unit of gathering, bucketing and pipeline ownership: group 0 = embeddings (wte, wpe),
-     * group 1 + l = block l, group L + 1 = the final LayerNorm. Group g is the range [group_lo[g], group_hi[g]). */
+    size_t total_real;   /* parameters held (padding rows and alignment not counted) */
     int n_groups;
-    size_t group_lo[1026], group_hi[1026];
+    llm4d_group *g;      /* n_groups, in buffer order */
+    llm4d_model_part part;
+    int num_layers;      /* of the whole model */
+    int wte_groups;      /* the embedding groups are groups [0, wte_groups) on the first stage; on a last stage
+                          * without the embedding (pipeline) they are the last wte_groups groups */
+    int wte_first;       /* index of the first embedding group (-1: none on this rank) */
 } llm4d_param_table;
 
-/* The group of a parameter's layer index (-1 = embeddings or final LayerNorm, told apart by kind). */
-static inline int llm4d_param_group(const llm4d_param *p, int num_layers) {
-    if (p->layer >= 0) return 1 + p->layer;
-    return (p->kind == LLM4D_P_LNFW || p->kind == LLM4D_P_LNFB) ? num_layers + 1 : 0;
-}
-
-/* Build the table for a model; returns LLM4D_ENOMEM on allocation failure. */
-llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, llm4d_err *err);
-/* The same with every group's range padded to a multiple of `align` elements (unused zero elements at the end of
- * each group), so that ZeRO can split every group into `align` equal shards. align 1 is the plain table. */
-llm4d_code llm4d_param_table_build_aligned(llm4d_param_table *t, const llm4d_model_config *m, int align,
-                                           llm4d_err *err);
+/* Build this rank's table (part NULL: the whole model); returns LLM4D_ENOMEM on allocation failure, LLM4D_EUSER
+ * for a part that does not fit the model (more chunks than LLM4D_MAX_CHUNKS, layers outside the model). */
+llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, const llm4d_model_part *part,
+                                   llm4d_err *err);
 void llm4d_param_table_free(llm4d_param_table *t);
-/* Find a parameter by name; NULL when absent. */
+/* The first entry of a global name; NULL when absent. */
 const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name);
+/* The entry of kind `kind` in block `layer` (-1: embeddings / final LayerNorm); for split q/k/v entries the first
+ * (q), for wte the first block. NULL when this rank does not hold it. */
+const llm4d_param *llm4d_param_of(const llm4d_param_table *t, int layer, llm4d_param_kind kind);
+/* The group of block `layer`, of the final LayerNorm (kind LLM4D_G_LNF), of the position embedding (LLM4D_G_WPE);
+ * -1 when this rank does not hold it. */
+int llm4d_param_group_of(const llm4d_param_table *t, llm4d_group_kind kind, int layer);
 
 /* Fill the flat buffer with the initial weights: normal(0, init_range), output projections normal(0,
  * init_range/sqrt(2*num_layers)), LayerNorm (1, 0), biases 0, padding rows 0. Each element is drawn from the
- * counter-based generator keyed by (seed, parameter, element index), so the weights do not depend on padding,
- * threads or the parallel layout. */
+ * counter-based generator keyed by (seed, global name, index of the element in the GLOBAL tensor), so the weights
+ * do not depend on padding, threads, the tensor-parallel split or the pipeline stage. */
 void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed);
 /* The same numbers for the flat positions [lo, hi) only, written to dst[0 .. hi-lo) (a ZeRO-3 shard). */
 void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, size_t hi, uint64_t seed);
+
+/* The global C-order index of local element j of entry p. */
+static inline int64_t llm4d_param_global_index(const llm4d_param *p, int64_t j) {
+    const int64_t r = j / p->shape[1], c = j % p->shape[1];
+    return (p->off[0] + r) * (p->ndim == 2 ? p->gshape[1] : 1) + p->off[1] + c;
+}
 
 #endif

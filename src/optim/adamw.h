@@ -1,30 +1,36 @@
-/* adamw.h — Paddle's AdamW over the flat parameter buffer, with global-norm gradient clipping.
+/* adamw.h — Paddle's AdamW and global-norm clipping, over whatever ranges an engine keeps.
  *
- * Weight decay (decoupled, p -= lr * wd * p) applies to the parameters the table marks `decay` (linear weights and
- * embeddings; not biases or LayerNorm), as PaddleFleetX's FusedAdamW does by name. Clipping is Paddle's
- * ClipGradByGlobalNorm: g *= clip / max(||g||, clip), the norm taken over all gradients in fp32 (double here). The
- * states m and v are flat buffers of the same layout as the parameters, accounted as optimizer memory. A range
- * [lo, hi) of the flat buffer can be updated on its own, which is what a ZeRO partition is. */
+ * Weight decay (decoupled, p -= lr * wd * p) applies to the parameters marked for it (linear weights and
+ * embeddings; not biases or LayerNorm), as PaddleFleetX's FusedAdamW does by name: the caller says per range.
+ * Clipping is Paddle's ClipGradByGlobalNorm: g *= clip / max(||g||, clip), the norm taken over all gradients of the
+ * model (double here). The states m and v live with the engine that keeps the parameters (parallel/flat.c holds them
+ * whole, parallel/sharding.c its shards), so this file holds only the hyperparameters, the step count and the
+ * update of one range; it knows nothing of the model's layout. */
 #ifndef LLM4D_OPTIM_ADAMW_H
 #define LLM4D_OPTIM_ADAMW_H
 
+#include <stdint.h>
+
 #include "backend/backend.h"
-#include "model/params.h"
 
 typedef struct {
     float beta1, beta2, eps, weight_decay;
-    float *m, *v;      /* over the updated range */
-    size_t lo, hi;     /* range of the flat buffer this optimizer updates */
     int64_t t;         /* updates done so far */
 } llm4d_adamw;
 
-llm4d_code llm4d_adamw_create(llm4d_adamw *o, llm4d_backend *be, llm4d_mem *mem, size_t lo, size_t hi, float beta1,
-                              float beta2, float eps, float weight_decay, llm4d_err *err);
-void llm4d_adamw_destroy(llm4d_adamw *o, llm4d_backend *be, llm4d_mem *mem);
+static inline llm4d_adamw llm4d_adamw_make(float beta1, float beta2, float eps, float weight_decay) {
+    return (llm4d_adamw){beta1, beta2, eps, weight_decay, 0};
+}
 
-/* One update of params[lo,hi) from grads[lo,hi) scaled by grad_scale (the clipping factor), at learning rate lr. */
-void llm4d_adamw_step(llm4d_adamw *o, llm4d_backend *be, const llm4d_param_table *t, float *params,
-                      const float *grads, float lr, float grad_scale);
+/* Update n parameters at p from gradients g (scaled by grad_scale: the clip factor, over the loss scale) with
+ * states m, v at learning rate lr, for update number o->t (call llm4d_adamw_next once per step first). */
+static inline void llm4d_adamw_apply(const llm4d_adamw *o, llm4d_backend *be, float *p, const float *g, float *m,
+                                     float *v, size_t n, float lr, float grad_scale, int decay) {
+    be->adamw(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, decay ? o->weight_decay : 0.0f, (int)o->t,
+              grad_scale);
+}
+
+static inline void llm4d_adamw_next(llm4d_adamw *o) { o->t++; }
 
 /* Paddle's clip factor clip / max(norm, clip); 1 when clip <= 0. */
 static inline float llm4d_clip_factor(double norm, double clip) {

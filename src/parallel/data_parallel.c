@@ -7,6 +7,8 @@
 
 #include "core/timer.h"
 
+static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
+
 static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b) {
     if (dp->failed) return;
     const double t0 = llm4d_now();
@@ -15,7 +17,7 @@ static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b) {
         dp->failed = 1;
     b->started = 1;
     b->t_start = t0 - dp->t_arm;
-    dp->comm_total_s += llm4d_now() - t0;
+    dp->base.comm_total_s += llm4d_now() - t0;
 }
 
 /* Drive the outstanding reductions forward (Open MPI progresses non-blocking collectives only inside MPI calls). */
@@ -29,12 +31,13 @@ static void progress(llm4d_dp *dp) {
         if (done) b->t_done = llm4d_now() - dp->t_arm;
     }
     dp->tests++;
-    dp->comm_total_s += llm4d_now() - t0;
+    dp->base.comm_total_s += llm4d_now() - t0;
 }
 
-static void on_grads_done(void *ctx, int group) {
-    llm4d_dp *dp = ctx;
-    if (!dp->armed) return;
+static void dp_grads_done(llm4d_engine *e, int group) {
+    llm4d_dp *dp = of(e);
+    LLM4D_ASSERT(dp->windows_left[group] > 0, "group %d: more gradient windows than the step has", group);
+    if (--dp->windows_left[group] > 0) return; /* not final yet: later micro-batches add to it */
     dp->t_backward_end = llm4d_now() - dp->t_arm;
     if (!dp->overlap) return;
     llm4d_dp_bucket *b = &dp->buckets[dp->bucket_of_group[group]];
@@ -46,64 +49,20 @@ static void on_grads_done(void *ctx, int group) {
     progress(dp);
 }
 
-llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err) {
-    memset(dp, 0, sizeof *dp);
-    dp->comm = data_comm;
-    dp->grads = g->grads;
-    const llm4d_param_table *t = &g->table;
-    const int G = t->n_groups;
-    dp->buckets = calloc((size_t)G, sizeof *dp->buckets);
-    dp->bucket_of_group = calloc((size_t)G, sizeof *dp->bucket_of_group);
-    if (!dp->buckets || !dp->bucket_of_group) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    /* Walk groups in the order backward completes them: G-1 (final LayerNorm), G-2 .. 1 (blocks), 0 (embeddings).
-     * Groups G-1 .. 1 are adjacent in the buffer in that order (descending addresses), so a run of them is one
-     * range; the embeddings, finished last, close the last bucket. */
-    const size_t bucket_elems = bucket_bytes / sizeof(float) > 0 ? bucket_bytes / sizeof(float) : 1;
-    llm4d_dp_bucket *cur = NULL;
-    for (int grp = G - 1; grp >= 0; grp--) {
-        const size_t lo = t->group_lo[grp], hi = t->group_hi[grp];
-        if (!cur || cur->hi - cur->lo >= bucket_elems) {
-            cur = &dp->buckets[dp->n_buckets++];
-            cur->lo = lo;
-            cur->hi = hi;
-        }
-        LLM4D_ASSERT(hi == cur->lo || cur->n_groups == 0, "group %d [%zu,%zu) not adjacent to bucket [%zu,%zu)", grp,
-                     lo, hi, cur->lo, cur->hi);
-        cur->lo = lo;
-        cur->n_groups++;
-        dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
-    }
-    for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
-    const char *ov = getenv("LLM4D_DP_OVERLAP"), *tr = getenv("LLM4D_DP_TRACE");
-    dp->overlap_mode = !ov || strcmp(ov, "0") ? (ov && !strcmp(ov, "alternate") ? 2 : 1) : 0;
-    dp->overlap = dp->overlap_mode != 0;
-    dp->trace = tr && strcmp(tr, "0") && *tr;
-    g->hooks.ctx = dp;
-    g->hooks.grads_done = on_grads_done;
-    return LLM4D_OK;
-}
-
-void llm4d_dp_free(llm4d_dp *dp) {
-    free(dp->buckets);
-    free(dp->bucket_of_group);
-    memset(dp, 0, sizeof *dp);
-}
-
-void llm4d_dp_arm(llm4d_dp *dp, int armed) {
-    dp->armed = armed;
-    if (armed) {
-        /* LLM4D_DP_OVERLAP=alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
-         * benchmark compares both under the same machine load */
-        if (dp->overlap_mode == 2) dp->overlap = dp->n_armed % 2 == 0;
-        dp->n_armed++;
-        dp->comm_wait_s = dp->comm_total_s = 0;
-        dp->t_arm = llm4d_now();
-        dp->tests = 0;
-        for (int i = 0; i < dp->n_buckets; i++) {
-            dp->buckets[i].pending = dp->buckets[i].n_groups;
-            dp->buckets[i].started = 0;
-            dp->buckets[i].t_start = dp->buckets[i].t_done = -1;
-        }
+static void dp_begin_step(llm4d_engine *e, int n_micro) {
+    llm4d_dp *dp = of(e);
+    /* LLM4D_DP_OVERLAP=alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
+     * benchmark compares both under the same machine load */
+    if (dp->overlap_mode == 2) dp->overlap = dp->n_steps % 2 == 0;
+    dp->n_steps++;
+    dp->t_arm = llm4d_now();
+    dp->tests = 0;
+    for (int grp = 0; grp < dp->g->table.n_groups; grp++)
+        dp->windows_left[grp] = n_micro * llm4d_gpt_windows(dp->g, grp);
+    for (int i = 0; i < dp->n_buckets; i++) {
+        dp->buckets[i].pending = dp->buckets[i].n_groups;
+        dp->buckets[i].started = 0;
+        dp->buckets[i].t_start = dp->buckets[i].t_done = -1;
     }
 }
 
@@ -111,8 +70,8 @@ void llm4d_dp_arm(llm4d_dp *dp, int armed) {
 static void print_trace(const llm4d_dp *dp) {
     printf("llm4d dp trace: rank %d %s backward %.4f s, %d progress calls, wait %.4f s, comm %.4f s, buckets "
            "(MB start done):",
-           dp->comm->rank, dp->overlap ? "overlap" : "blocking", dp->t_backward_end, dp->tests, dp->comm_wait_s,
-           dp->comm_total_s);
+           dp->comm->rank, dp->overlap ? "overlap" : "blocking", dp->t_backward_end, dp->tests,
+           dp->base.comm_wait_s, dp->base.comm_total_s);
     for (int i = 0; i < dp->n_buckets; i++) {
         const llm4d_dp_bucket *b = &dp->buckets[i];
         printf(" %.2f %.4f %.4f", (double)(b->hi - b->lo) * sizeof(float) / 1e6, b->t_start, b->t_done);
@@ -121,7 +80,8 @@ static void print_trace(const llm4d_dp *dp) {
     fflush(stdout);
 }
 
-llm4d_code llm4d_dp_finish(llm4d_dp *dp, llm4d_err *err) {
+static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
+    llm4d_dp *dp = of(e);
     const double t0 = llm4d_now();
     /* blocking mode: every bucket in order; overlapped: the last bucket first (the others progress meanwhile) */
     for (int k = 0; k < dp->n_buckets && !dp->failed; k++) {
@@ -139,13 +99,78 @@ llm4d_code llm4d_dp_finish(llm4d_dp *dp, llm4d_err *err) {
         if (!dp->failed && b->req.comm && llm4d_comm_wait(&b->req, &dp->err) != LLM4D_OK) dp->failed = 1;
         if (b->t_done < 0) b->t_done = llm4d_now() - dp->t_arm;
     }
-    dp->comm_wait_s = llm4d_now() - t0;
-    dp->comm_total_s += dp->comm_wait_s;
-    dp->armed = 0;
+    dp->base.comm_wait_s = llm4d_now() - t0;
+    dp->base.comm_total_s += dp->base.comm_wait_s;
     if (dp->trace && !dp->failed) print_trace(dp);
     if (dp->failed) {
+        dp->failed = 0;
         *err = dp->err;
         return err->code;
     }
+    return LLM4D_OK;
+}
+
+static void dp_destroy(llm4d_engine *e) {
+    llm4d_dp *dp = of(e);
+    free(dp->buckets);
+    free(dp->bucket_of_group);
+    free(dp->windows_left);
+    dp->buckets = NULL;
+    dp->bucket_of_group = dp->windows_left = NULL;
+}
+
+static void dp_describe(llm4d_engine *e, char *buf, size_t n) {
+    llm4d_dp *dp = of(e);
+    snprintf(buf, n, "data parallel over %d ranks: gradients all-reduced in %d buckets as backward completes them",
+             dp->comm->size, dp->n_buckets);
+}
+
+static const llm4d_engine_ops dp_ops = {
+    .name = "data_parallel",
+    .grads_done = dp_grads_done,
+    .begin_step = dp_begin_step,
+    .finish_backward = dp_finish,
+    .describe = dp_describe,
+    .destroy = dp_destroy,
+};
+
+llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err) {
+    memset(dp, 0, sizeof *dp);
+    dp->base.ops = &dp_ops;
+    dp->g = g;
+    dp->comm = data_comm;
+    dp->grads = g->grads;
+    const llm4d_param_table *t = &g->table;
+    const int G = t->n_groups;
+    dp->buckets = calloc((size_t)G, sizeof *dp->buckets);
+    dp->bucket_of_group = calloc((size_t)G, sizeof *dp->bucket_of_group);
+    dp->windows_left = calloc((size_t)G, sizeof *dp->windows_left);
+    if (!dp->buckets || !dp->bucket_of_group || !dp->windows_left) {
+        dp_destroy(&dp->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    /* Walk groups in the order backward completes them: the last group (final LayerNorm) first, down to the
+     * embeddings. Groups are adjacent in the buffer in that order (descending addresses), so a run of them is one
+     * range. */
+    const size_t bucket_elems = bucket_bytes / sizeof(float) > 0 ? bucket_bytes / sizeof(float) : 1;
+    llm4d_dp_bucket *cur = NULL;
+    for (int grp = G - 1; grp >= 0; grp--) {
+        const size_t lo = t->g[grp].lo, hi = t->g[grp].hi;
+        if (!cur || cur->hi - cur->lo >= bucket_elems) {
+            cur = &dp->buckets[dp->n_buckets++];
+            cur->lo = lo;
+            cur->hi = hi;
+        }
+        LLM4D_ASSERT(hi == cur->lo || cur->n_groups == 0, "group %d [%zu,%zu) not adjacent to bucket [%zu,%zu)", grp,
+                     lo, hi, cur->lo, cur->hi);
+        cur->lo = lo;
+        cur->n_groups++;
+        dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
+    }
+    for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
+    const char *ov = getenv("LLM4D_DP_OVERLAP"), *tr = getenv("LLM4D_DP_TRACE");
+    dp->overlap_mode = !ov || strcmp(ov, "0") ? (ov && !strcmp(ov, "alternate") ? 2 : 1) : 0;
+    dp->overlap = dp->overlap_mode != 0;
+    dp->trace = tr && strcmp(tr, "0") && *tr;
     return LLM4D_OK;
 }

@@ -5,27 +5,29 @@
  * loss is the plain SUM of the ranks' gradients (no averaging step, so accumulation x dp x micro-batch never
  * changes a number beyond fp32 summation order).
  *
- * Buckets are contiguous ranges of the flat gradient buffer made of whole parameter groups (params.h), filled in
- * the order backward finishes them: final LayerNorm, block L-1, ..., block 0, then the embeddings (whose tied
- * weight receives its last contribution from the embedding lookup at the very end). When the last micro-batch's
- * backward reports a group done (the model's grads_done hook) and its bucket is complete, the bucket's
- * non-blocking all-reduce starts; outstanding buckets are tested after every group so that Open MPI progresses
- * them while backward computes; all are waited on before the optimizer step. The last bucket (the embeddings)
- * is complete only when backward ends, so there is nothing left to hide it behind: finish reduces it with a
- * blocking all-reduce, which is cheaper than MPI's non-blocking one (bench/bench_dp.sh shows the figures).
+ * It is a reducer engine (engine.h) over the flat storage's gradient buffer. Buckets are contiguous ranges of the
+ * flat gradient buffer made of whole parameter groups (params.h), filled in the order backward finishes them:
+ * final LayerNorm, block L-1, ..., block 0, then the embeddings (whose tied weight receives its last contribution
+ * from the embedding lookup at the very end). A group's gradient is final after its last window of the step
+ * (n_micro x llm4d_gpt_windows: the model's grads_done hook counts them, so any schedule's order works); when all of
+ * a bucket's groups are final, the bucket's non-blocking all-reduce starts; outstanding buckets are tested after
+ * every group so that Open MPI progresses them while backward computes; all are waited on before the optimizer
+ * step. The last bucket (the embeddings) is complete only when backward ends, so there is nothing left to hide it
+ * behind: finish reduces it with a blocking all-reduce, which is cheaper than MPI's non-blocking one
+ * (bench/bench_dp.sh shows the figures).
  *
  * Measurement facilities (bench/bench_dp.sh), read once by llm4d_dp_init from the environment:
- *   LLM4D_DP_OVERLAP=0  nothing starts during backward; llm4d_dp_finish runs a BLOCKING all-reduce of each
+ *   LLM4D_DP_OVERLAP=0  nothing starts during backward; finish runs a BLOCKING all-reduce of each
  *                       bucket in the same order, so comm_wait_s is the standalone all-reduce time of the buckets
  *                       (the yardstick for how much of it the overlapped mode hides); =alternate: steps
  *                       1, 3, 5, ... overlapped and 2, 4, 6, ... blocking, to compare both under the same load;
- *   LLM4D_DP_TRACE=1    llm4d_dp_finish prints one line per step on stdout: per bucket its size and the times,
+ *   LLM4D_DP_TRACE=1    finish prints one line per step on stdout: per bucket its size and the times,
  *                       from the start of the last backward, at which it started and was seen complete. */
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
 
 #include "comm/comm.h"
-#include "model/gpt.h"
+#include "parallel/engine.h"
 
 typedef struct {
     size_t lo, hi;          /* range of the flat gradient buffer */
@@ -36,30 +38,26 @@ typedef struct {
 } llm4d_dp_bucket;
 
 typedef struct {
+    llm4d_engine base;
+    llm4d_gpt *g;
     llm4d_comm *comm;       /* the data group (dp x sharding) */
     float *grads;           /* the flat gradient buffer */
     int n_buckets;
     llm4d_dp_bucket *buckets;
     int *bucket_of_group;   /* [n_groups] */
-    int armed;              /* 1 during the last micro-batch's backward: reductions start as buckets fill */
-    double comm_wait_s;     /* time blocked in the final wait of this step (not hidden behind backward) */
-    double comm_total_s;    /* time spent inside communication calls this step */
+    int *windows_left;      /* [n_groups] gradient windows of the step still to come */
     llm4d_err err;          /* first communication failure inside a hook, reported by finish */
     int failed;
     int overlap;            /* this step: 0 = blocking all-reduces in finish */
     int overlap_mode;       /* LLM4D_DP_OVERLAP: 0 never, 1 always (default), 2 alternate */
-    long n_armed;           /* last micro-batches armed so far (the step count for the alternate mode) */
+    long n_steps;           /* steps begun so far (the step count for the alternate mode) */
     int trace;              /* LLM4D_DP_TRACE=1 */
     double t_arm, t_backward_end; /* arm time; time of the last grads_done (seconds since arm) */
     int tests;              /* progress calls this step */
 } llm4d_dp;
 
-/* Plan buckets of about bucket_bytes over the table's groups and install the model's grads_done hook. */
+/* Plan buckets of about bucket_bytes over the table's groups (the engine's comm_wait_s: time blocked in the final
+ * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). */
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err);
-void llm4d_dp_free(llm4d_dp *dp);
-/* Call before the last micro-batch's backward of a step (with 1) and after the step (0). */
-void llm4d_dp_arm(llm4d_dp *dp, int armed);
-/* Wait for every bucket; the gradients are then the sum over the data group. */
-llm4d_code llm4d_dp_finish(llm4d_dp *dp, llm4d_err *err);
 
 #endif

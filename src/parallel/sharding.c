@@ -1,20 +1,17 @@
 /* sharding.c — ZeRO stages 1-3 over the model's parameter groups (see sharding.h for the scheme). */
 #include "parallel/sharding.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/hash.h"
 #include "core/timer.h"
+#include "parallel/offload.h"
 
-static size_t group_len(const llm4d_sharding *s, int grp) {
-    return s->g->table.group_hi[grp] - s->g->table.group_lo[grp];
-}
-static size_t group_lo(const llm4d_sharding *s, int grp) { return s->g->table.group_lo[grp]; }
+static llm4d_sharding *of(llm4d_engine *e) { return (llm4d_sharding *)e; }
+static size_t group_len(const llm4d_sharding *s, int grp) { return s->g->table.g[grp].hi - s->g->table.g[grp].lo; }
+static size_t group_lo(const llm4d_sharding *s, int grp) { return s->g->table.g[grp].lo; }
 
 /* The first communication failure inside a hook is kept and reported at the end of the step (hooks cannot
  * return errors through the model); later calls become no-ops so the step ends quickly. */
@@ -23,266 +20,244 @@ static size_t group_lo(const llm4d_sharding *s, int grp) { return s->g->table.gr
         if (!s->failed && (expr) != LLM4D_OK) s->failed = 1;                                                     \
     } while (0)
 
-static void gather(llm4d_sharding *s, int grp, float *buf) {
-    const double t0 = llm4d_now();
-    HOOK_TRY(llm4d_comm_allgather(s->sh, s->local_params + s->shard_off[grp], buf, s->shard_len[grp],
-                                  LLM4D_COMM_F32, &s->err));
-    s->gather_wait_s += llm4d_now() - t0;
+/* Elements of a block group of model m with tensor-parallel degree M (params.h's layout, before alignment). */
+static size_t block_group_elems(const llm4d_model_config *m, int M) {
+    const size_t C = m->hidden_size, F = m->ffn_hidden_size;
+    return 4 * C + (3 * C * C + 3 * C + C * C + F * C + F + C * F) / (size_t)M + 2 * C;
 }
 
-/* Finish the prefetch in flight (if any). */
-static void prefetch_wait(llm4d_sharding *s) {
-    if (s->prefetch_group < 0) return;
-    const double t0 = llm4d_now();
-    HOOK_TRY(llm4d_comm_wait(&s->prefetch_req, &s->err));
-    s->gather_wait_s += llm4d_now() - t0;
+void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_model_part *part,
+                         llm4d_gpt_layout *layout) {
+    part->align = N;
+    layout->no_params = stage >= 3;
+    layout->no_grads = stage >= 2;
+    if (stage >= 2) {
+        /* vocabulary blocks no larger than a block group (so no buffer is sized by the vocabulary), but at least
+         * 2^20 elements (a small model's blocks would otherwise cut the embedding into hundreds of collectives) */
+        size_t elems = block_group_elems(m, part->mp_size > 0 ? part->mp_size : 1);
+        if (elems < ((size_t)1 << 20)) elems = (size_t)1 << 20;
+        part->wte_block_rows = (int64_t)((elems + (size_t)m->hidden_size - 1) / (size_t)m->hidden_size);
+    }
 }
 
-/* Start gathering block/final-LayerNorm group grp into prefetch_buf (grp outside 1..G-1: nothing). */
-static void prefetch_start(llm4d_sharding *s, int grp) {
-    if (grp < 1 || grp >= s->n_groups || s->failed || !s->prefetch_on) return;
-    prefetch_wait(s);
-    s->prefetch_group = grp;
-    HOOK_TRY(llm4d_comm_iallgather(s->sh, s->local_params + s->shard_off[grp], s->prefetch_buf, s->shard_len[grp],
-                                   LLM4D_COMM_F32, &s->prefetch_req, &s->err));
+/* ---- stage 3: gathers, with the order of use recorded in the first step and prefetched after ---- */
+
+static const float *own_params(const llm4d_sharding *s, int grp) {
+    return s->local_params ? s->local_params + s->shard_off[grp] : NULL;
+}
+
+/* Start gathering group grp into gather slot k (non-blocking unless blocking). */
+static void gather_start(llm4d_sharding *s, int k, int grp, int blocking) {
+    llm4d_ring_slot *r = &s->gather[k];
+    r->group = grp;
+    s->gathers++;
+    const size_t n = s->shard_len[grp];
+    const float *own = own_params(s, grp);
+    if (s->off) { /* an offloaded shard comes from the file, straight into this rank's block (gathered in place) */
+        float *block = r->buf + (size_t)s->rank * n;
+        HOOK_TRY(llm4d_offload_read(s->off, LLM4D_OFFLOAD_PARAMS, s->shard_off[grp], n, block, &s->err));
+        own = block;
+    }
+    const double t0 = llm4d_now();
+    if (blocking) {
+        HOOK_TRY(llm4d_comm_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
+        s->gather_wait_s += llm4d_now() - t0;
+        return;
+    }
+    HOOK_TRY(llm4d_comm_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
+    r->busy = 1;
+}
+
+static void slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
+    if (!r->busy) return;
+    const double t0 = llm4d_now();
+    HOOK_TRY(llm4d_comm_wait(&r->req, &s->err));
+    *acc += llm4d_now() - t0;
+    r->busy = 0;
 }
 
 /* Open MPI advances a non-blocking collective only inside MPI calls: the hooks call this between kernels. */
-static void prefetch_progress(llm4d_sharding *s) {
-    if (s->prefetch_group < 0 || !s->prefetch_req.comm || s->failed) return;
-    int done = 0;
-    HOOK_TRY(llm4d_comm_test(&s->prefetch_req, &done, &s->err));
-}
-
-static float *params_for(void *ctx, int grp, int pass) {
-    llm4d_sharding *s = ctx;
-    if (s->stage < 3) return s->g->params + group_lo(s, grp);
-    const int last = s->n_groups - 1; /* the final LayerNorm's group */
-    if (grp == 0) {
-        if (!s->emb_param_valid) {
-            gather(s, 0, s->emb_param_buf);
-            /* forward goes on with block 0 (group 1); backward does not read the embeddings (the LM head runs its
-             * backward inside the forward, gpt.h): only forward asks for them today */
-            prefetch_start(s, pass == 0 ? 1 : last);
+static void progress(llm4d_sharding *s) {
+    for (int k = 0; k < 2; k++) {
+        llm4d_ring_slot *r[2] = {&s->gather[k], &s->grad_ring[k]};
+        for (int j = 0; j < 2; j++) {
+            if (!r[j]->busy || !r[j]->req.comm || s->failed) continue;
+            int done = 0;
+            HOOK_TRY(llm4d_comm_test(&r[j]->req, &done, &s->err));
         }
-        s->emb_param_valid = 1;
-        return s->emb_param_buf;
     }
-    if (s->prefetch_group == grp) {
-        prefetch_wait(s);
-        s->prefetch_hits++;
-        float *t = s->layer_param_buf; /* the prefetched buffer becomes the current one */
-        s->layer_param_buf = s->prefetch_buf;
-        s->prefetch_buf = t;
-    } else {
-        prefetch_wait(s);
-        s->prefetch_group = -1;
-        gather(s, grp, s->layer_param_buf);
-    }
-    s->prefetch_group = -1;
-    prefetch_start(s, pass == 0 ? grp + 1 : grp - 1);
-    return s->layer_param_buf;
 }
 
-static void release(void *ctx, int grp, int pass) {
-    llm4d_sharding *s = ctx;
-    if (s->stage >= 3) prefetch_progress(s);
-    if (s->stage < 3 || grp != 0) return;
-    /* forward uses the embeddings twice (lookup, LM head): keep the gathered copy between them */
-    if (pass == 0 && ++s->emb_fwd_uses < 2) return;
-    s->emb_fwd_uses = 0;
-    s->emb_param_valid = 0;
+/* The group the recorded order says comes after the current position, -1 when none is known. */
+static int predicted_next(const llm4d_sharding *s) {
+    if (!s->traced || !s->in_step || !s->prefetch_on || s->trace_pos >= s->trace_n) return -1;
+    return s->trace[s->trace_pos];
 }
 
-static float *grads_for(void *ctx, int grp) {
-    llm4d_sharding *s = ctx;
-    if (s->stage < 2) return s->g->grads + group_lo(s, grp);
-    if (grp == 0) {
-        if (!s->emb_grad_live) s->be->zero(s->be, s->emb_buf, group_len(s, 0) * sizeof(float));
-        s->emb_grad_live = 1;
-        return s->emb_buf;
+static void trace_record(llm4d_sharding *s, int grp) {
+    if (s->traced || !s->in_step) return;
+    if (s->trace_n == s->trace_cap) {
+        const int cap = s->trace_cap ? 2 * s->trace_cap : 256;
+        int *t = realloc(s->trace, (size_t)cap * sizeof *t);
+        if (!t) { /* no recording, no prefetch: gathers stay correct, only blocking */
+            s->prefetch_on = 0;
+            return;
+        }
+        s->trace = t;
+        s->trace_cap = cap;
     }
-    s->be->zero(s->be, s->layer_grad_buf, group_len(s, grp) * sizeof(float));
-    return s->layer_grad_buf;
+    s->trace[s->trace_n++] = grp;
 }
 
-static void grads_done(void *ctx, int grp) {
-    llm4d_sharding *s = ctx;
-    const size_t n = s->shard_len[grp];
-    if (s->stage >= 3) prefetch_progress(s);
-    if (s->stage < 2) {
-        if (!s->last_micro) return; /* stage 1 accumulates whole gradients, then reduces once */
-        float *full = s->g->grads + group_lo(s, grp);
-        const double t0 = llm4d_now();
-        HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, full, s->recv, n, LLM4D_COMM_F32, &s->err));
-        s->rs_s += llm4d_now() - t0;
-        s->be->copy(s->be, full + (size_t)s->rank * n, s->recv, n * sizeof(float));
+/* Advance the replay position past grp (a schedule replays the recorded order exactly; anything else turns the
+ * prediction off for the rest of the step, which costs only the overlap). */
+static void trace_follow(llm4d_sharding *s, int grp) {
+    if (!s->traced || !s->in_step) return;
+    if (s->trace_pos < s->trace_n && s->trace[s->trace_pos] == grp) {
+        s->trace_pos++;
         return;
     }
-    float *bucket = grp == 0 ? s->emb_buf : s->layer_grad_buf;
-    const double t0 = llm4d_now();
-    HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, bucket, s->recv, n, LLM4D_COMM_F32, &s->err));
-    s->rs_s += llm4d_now() - t0;
-    float *dst = s->local_grads + s->shard_off[grp];
-    for (size_t i = 0; i < n; i++) dst[i] += s->recv[i];
-    if (grp == 0) s->emb_grad_live = 0;
+    s->trace_pos = s->trace_n;
 }
 
-llm4d_gpt_layout llm4d_sharding_layout(int stage, int N) {
-    return (llm4d_gpt_layout){.group_align = N, .no_params = stage >= 3, .no_grads = stage >= 2};
+static float *sh_params_for(llm4d_engine *e, int grp, int pass) {
+    (void)pass;
+    llm4d_sharding *s = of(e);
+    if (s->stage < 3) return s->g->params + group_lo(s, grp);
+    LLM4D_ASSERT(s->cur < 0, "group %d asked for while group %d is in use", grp,
+                 s->cur >= 0 ? s->gather[s->cur].group : -1);
+    trace_record(s, grp);
+    trace_follow(s, grp);
+    int k = -1;
+    for (int j = 0; j < 2; j++)
+        if (s->gather[j].group == grp) k = j;
+    if (k >= 0) { /* prefetched */
+        slot_wait(s, &s->gather[k], &s->gather_wait_s);
+        s->prefetch_hits++;
+    } else { /* a free slot; the other may hold a prefetch that guessed wrong, finished before it is reused */
+        k = s->gather[0].group < 0 && !s->gather[0].busy ? 0 : 1;
+        slot_wait(s, &s->gather[k], &s->gather_wait_s);
+        gather_start(s, k, grp, 1);
+    }
+    s->cur = k;
+    const int next = predicted_next(s), other = 1 - k;
+    if (next >= 0 && next != grp && !s->failed) {
+        if (s->gather[other].busy) slot_wait(s, &s->gather[other], &s->gather_wait_s);
+        gather_start(s, other, next, 0);
+    } else if (!s->gather[other].busy) {
+        s->gather[other].group = -1;
+    }
+    return s->gather[k].buf;
 }
 
-static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
-    float *p = s->be->alloc(s->be, s->mem, c, n * sizeof(float));
-    if (!p) *ok = 0;
-    return p;
+static void sh_release(llm4d_engine *e, int grp, int pass) {
+    (void)pass;
+    llm4d_sharding *s = of(e);
+    if (s->stage < 3) return;
+    if (s->cur >= 0 && s->gather[s->cur].group == grp) {
+        s->gather[s->cur].group = -1;
+        s->cur = -1;
+    }
+    progress(s);
 }
 
-/* The offload pool: one file-backed shared mapping in offload_dir, unlinked at once so nothing is left behind. */
-static llm4d_code offload_pool(llm4d_sharding *s, const char *dir, size_t bytes, llm4d_err *err) {
-    snprintf(s->offload_path, sizeof s->offload_path, "%s/.llm4d_offload_rank%d_XXXXXX", dir, s->rank);
-    int fd = mkstemp(s->offload_path);
-    if (fd < 0)
-        return llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot create the offload pool %s: %s; set a writable "
-                          "output_dir", s->offload_path, strerror(errno));
-    unlink(s->offload_path);
-    if (ftruncate(fd, (off_t)bytes) != 0) {
-        close(fd);
-        return llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot size the offload pool to %zu bytes in %s: %s",
-                          bytes, dir, strerror(errno));
-    }
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot map the offload pool: %s", strerror(errno));
-    s->offload_map = p;
-    s->offload_bytes = bytes;
-    llm4d_mem_account(s->mem, LLM4D_MEM_OPTIM, (long long)bytes);
-    return LLM4D_OK;
+/* ---- gradients: windows, buckets and non-blocking reduce-scatters ---- */
+
+/* A reduce-scatter finished: its shard into the owner's gradient. */
+static void grad_complete(llm4d_sharding *s, llm4d_ring_slot *r) {
+    slot_wait(s, r, &s->rs_wait_s);
+    if (r->group < 0) return;
+    const int grp = r->group;
+    const size_t n = s->shard_len[grp];
+    if (s->stage >= 2)
+        s->be->add(s->be, s->local_grads + s->shard_off[grp], r->recv, n);
+    else /* stage 1: the own block of the flat gradient holds the group's sum */
+        s->be->copy(s->be, s->g->grads + group_lo(s, grp) + (size_t)s->rank * n, r->recv, n * sizeof(float));
+    r->group = -1;
 }
 
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
-                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, float beta1, float beta2, float eps,
-                               float weight_decay, uint64_t seed, llm4d_err *err) {
-    memset(s, 0, sizeof *s);
-    s->prefetch_group = -1;
-    const char *pf = getenv("LLM4D_ZERO_PREFETCH");
-    s->prefetch_on = !(pf && !strcmp(pf, "0"));
-    s->beta1 = beta1;
-    s->beta2 = beta2;
-    s->eps = eps;
-    s->weight_decay = weight_decay;
-    s->stage = stage;
-    s->N = llm4d_comm_size(sharding_comm);
-    s->rank = llm4d_comm_rank(sharding_comm);
-    s->offload = offload;
-    s->sh = sharding_comm;
-    s->dp = dp_comm && llm4d_comm_size(dp_comm) > 1 ? dp_comm : NULL;
-    s->g = g;
-    s->be = g->be;
-    s->mem = g->mem;
-    const llm4d_param_table *t = &g->table;
-    s->n_groups = t->n_groups;
-    s->shard_len = calloc((size_t)t->n_groups, sizeof *s->shard_len);
-    s->shard_off = calloc((size_t)t->n_groups, sizeof *s->shard_off);
-    if (!s->shard_len || !s->shard_off) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    size_t max_shard = 0;
-    for (int grp = 0; grp < t->n_groups; grp++) {
-        const size_t len = group_len(s, grp);
-        LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
-        s->shard_len[grp] = len / (size_t)s->N;
-        s->shard_off[grp] = s->local_total;
-        s->local_total += s->shard_len[grp];
-        if (s->shard_len[grp] > max_shard) max_shard = s->shard_len[grp];
-        if (grp > 0 && len > s->max_group) s->max_group = len;
-    }
-    int ok = 1;
-    s->recv = alloc_f(s, LLM4D_MEM_COMM, max_shard, &ok);
-    if (stage >= 2) {
-        s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
-        s->emb_buf = alloc_f(s, LLM4D_MEM_COMM, group_len(s, 0), &ok);
-        s->layer_grad_buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
-    }
-    if (stage >= 3) {
-        s->emb_param_buf = alloc_f(s, LLM4D_MEM_COMM, group_len(s, 0), &ok);
-        s->layer_param_buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
-        s->prefetch_buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
-    }
-    if (!ok) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded training state");
-    /* optimizer states (and at stage 3 the parameter shards the update writes): in the offload pool, or memory */
-    const size_t n_states = 2 + (stage >= 3 ? 1 : 0);
-    if (offload) {
-        LLM4D_TRY(offload_pool(s, offload_dir, n_states * s->local_total * sizeof(float), err));
-        s->m = (float *)s->offload_map;
-        s->v = s->m + s->local_total;
-        if (stage >= 3) s->local_params = s->v + s->local_total;
-    } else {
-        s->m = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
-        s->v = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
-        if (stage >= 3) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
-        if (!ok) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the optimizer states");
-    }
-    if (stage >= 3)
-        for (int grp = 0; grp < t->n_groups; grp++) {
-            const size_t lo = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
-            llm4d_param_init_range(t, s->local_params + s->shard_off[grp], lo, lo + s->shard_len[grp], seed);
+/* A free ring slot (the oldest in flight is completed when both are taken). */
+static llm4d_ring_slot *grad_slot(llm4d_sharding *s) {
+    for (int k = 0; k < 2; k++)
+        if (s->grad_ring[k].group < 0 && (int)(&s->grad_ring[k] - s->grad_ring) != s->grad_open)
+            return &s->grad_ring[k];
+    for (int k = 0; k < 2; k++)
+        if (k != s->grad_open) {
+            grad_complete(s, &s->grad_ring[k]);
+            return &s->grad_ring[k];
         }
-    g->hooks = (llm4d_gpt_hooks){.ctx = s, .params_for = params_for, .release = release, .grads_for = grads_for,
-                                 .grads_done = grads_done};
-    return LLM4D_OK;
+    LLM4D_ASSERT(0, "no free gradient bucket");
+    return NULL;
 }
 
-void llm4d_sharding_free(llm4d_sharding *s) {
-    if (!s->g) return;
-    llm4d_backend *be = s->be;
-    const size_t max_shard_bytes = (s->max_group > group_len(s, 0) ? s->max_group : group_len(s, 0)) / (size_t)s->N *
-                                   sizeof(float);
-    if (s->recv) be->free(be, s->mem, LLM4D_MEM_COMM, s->recv, max_shard_bytes);
-    if (s->local_grads) be->free(be, s->mem, LLM4D_MEM_GRADS, s->local_grads, s->local_total * sizeof(float));
-    if (s->emb_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->emb_buf, group_len(s, 0) * sizeof(float));
-    if (s->layer_grad_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->layer_grad_buf, s->max_group * sizeof(float));
-    if (s->emb_param_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->emb_param_buf, group_len(s, 0) * sizeof(float));
-    if (s->prefetch_group >= 0) prefetch_wait(s);
-    if (s->layer_param_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->layer_param_buf, s->max_group * sizeof(float));
-    if (s->prefetch_buf) be->free(be, s->mem, LLM4D_MEM_COMM, s->prefetch_buf, s->max_group * sizeof(float));
-    if (s->offload_map) {
-        munmap(s->offload_map, s->offload_bytes);
-        llm4d_mem_account(s->mem, LLM4D_MEM_OPTIM, -(long long)s->offload_bytes);
-    } else {
-        if (s->m) be->free(be, s->mem, LLM4D_MEM_OPTIM, s->m, s->local_total * sizeof(float));
-        if (s->v) be->free(be, s->mem, LLM4D_MEM_OPTIM, s->v, s->local_total * sizeof(float));
-        if (s->local_params) be->free(be, s->mem, LLM4D_MEM_PARAMS, s->local_params, s->local_total * sizeof(float));
+static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp) {
+    r->group = grp;
+    const size_t n = s->shard_len[grp];
+    const double t0 = llm4d_now();
+    if (!s->overlap_on) {
+        HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
+        s->rs_wait_s += llm4d_now() - t0;
+        grad_complete(s, r);
+        return;
     }
-    s->g->hooks = (llm4d_gpt_hooks){0};
-    free(s->shard_len);
-    free(s->shard_off);
-    memset(s, 0, sizeof *s);
+    HOOK_TRY(llm4d_comm_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &r->req, &s->err));
+    r->busy = 1;
 }
 
-void llm4d_sharding_begin_step(llm4d_sharding *s) {
-    s->gather_wait_s = s->rs_s = 0;
-    if (s->stage < 2)
-        s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float));
-    else
-        s->be->zero(s->be, s->local_grads, s->local_total * sizeof(float));
-    s->last_micro = 0;
+static float *sh_grads_for(llm4d_engine *e, int grp) {
+    llm4d_sharding *s = of(e);
+    if (s->stage < 2) return s->g->grads + group_lo(s, grp);
+    LLM4D_ASSERT(s->grad_open < 0, "group %d: a gradient window opened inside another", grp);
+    llm4d_ring_slot *r = grad_slot(s);
+    s->grad_open = (int)(r - s->grad_ring);
+    s->be->zero(s->be, r->buf, group_len(s, grp) * sizeof(float));
+    return r->buf;
 }
 
-void llm4d_sharding_micro(llm4d_sharding *s, int last) { s->last_micro = last; }
+static void sh_grads_done(llm4d_engine *e, int grp) {
+    llm4d_sharding *s = of(e);
+    LLM4D_ASSERT(s->windows_left[grp] > 0, "group %d: more gradient windows than the step has", grp);
+    s->windows_left[grp]--;
+    if (s->stage < 2) {
+        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp);
+    } else {
+        llm4d_ring_slot *r = &s->grad_ring[s->grad_open];
+        s->grad_open = -1;
+        rs_start(s, r, r->buf, grp);
+    }
+    progress(s);
+}
+
+static void sh_begin_step(llm4d_engine *e, int n_micro) {
+    llm4d_sharding *s = of(e);
+    for (int grp = 0; grp < s->n_groups; grp++) s->windows_left[grp] = n_micro * llm4d_gpt_windows(s->g, grp);
+    if (s->stage >= 2) s->be->zero(s->be, s->local_grads, s->local_total * sizeof(float));
+    else s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float));
+    s->gather_wait_s = s->rs_wait_s = 0;
+    s->in_step = 1;
+    s->trace_pos = 0;
+}
+
+static llm4d_code check_failed(llm4d_sharding *s, llm4d_err *err) {
+    if (!s->failed) return LLM4D_OK;
+    s->failed = 0;
+    *err = s->err;
+    return err->code;
+}
 
 /* Pointer to the own shard of group grp in a flat (whole-model) buffer. */
 static float *flat_shard(const llm4d_sharding *s, float *flat, int grp) {
     return flat + group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
 }
 
-static llm4d_code check_failed(llm4d_sharding *s, llm4d_err *err) {
-    if (!s->failed) return LLM4D_OK;
-    *err = s->err;
-    return err->code;
-}
-
-llm4d_code llm4d_sharding_finish_backward(llm4d_sharding *s, llm4d_err *err) {
+static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
+    llm4d_sharding *s = of(e);
+    for (int k = 0; k < 2; k++) grad_complete(s, &s->grad_ring[k]);
+    for (int grp = 0; grp < s->n_groups; grp++)
+        LLM4D_ASSERT(s->windows_left[grp] == 0, "group %d: %d gradient windows never came", grp,
+                     s->windows_left[grp]);
     LLM4D_TRY(check_failed(s, err));
+    s->base.comm_wait_s = s->rs_wait_s + s->gather_wait_s;
     if (!s->dp) return LLM4D_OK;
     /* hybrid dp: only the owned shards cross between the dp replicas */
     if (s->stage >= 2) return llm4d_comm_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, err);
@@ -292,39 +267,85 @@ llm4d_code llm4d_sharding_finish_backward(llm4d_sharding *s, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_sharding_grad_sumsq(llm4d_sharding *s, double *sumsq, llm4d_err *err) {
-    double acc = 0;
-    if (s->stage >= 2)
-        acc = s->be->sumsq(s->be, s->local_grads, s->local_total);
-    else
-        for (int grp = 0; grp < s->n_groups; grp++)
-            acc += s->be->sumsq(s->be, flat_shard(s, s->g->grads, grp), s->shard_len[grp]);
-    LLM4D_TRY(llm4d_comm_allreduce(s->sh, &acc, 1, LLM4D_COMM_F64, err));
-    *sumsq = acc;
-    return LLM4D_OK;
+/* The part of entry i inside its group's own shard: its local elements [*j0, *j1) at local index *local (the
+ * offset in the local buffers); 0 when the shard holds none of it. */
+static int own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, size_t *local) {
+    const llm4d_param *p = &s->g->table.p[i];
+    const int grp = p->group;
+    const size_t lo = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp], hi = lo + s->shard_len[grp];
+    const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a >= b) return 0;
+    *j0 = (int64_t)(a - p->offset);
+    *j1 = (int64_t)(b - p->offset);
+    *local = s->shard_off[grp] + (a - lo);
+    return 1;
 }
 
-llm4d_code llm4d_sharding_update(llm4d_sharding *s, float lr, float grad_scale, llm4d_err *err) {
-    const llm4d_param_table *t = &s->g->table;
-    if (s->stage >= 3 && s->prefetch_group >= 0) { /* never let a gather in flight read shards being updated */
-        prefetch_wait(s);
-        s->prefetch_group = -1;
-        LLM4D_TRY(check_failed(s, err));
+static float *sh_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
+    llm4d_sharding *s = of(e);
+    size_t local;
+    if (!own_part(s, i, j0, j1, &local)) return NULL;
+    if (s->stage >= 2) return s->local_grads + local;
+    return s->g->grads + s->g->table.p[i].offset + (size_t)*j0;
+}
+
+static double sh_grad_sumsq(llm4d_engine *e) {
+    llm4d_sharding *s = of(e);
+    if (!s->counts) return 0.0;
+    double acc = 0.0;
+    for (int i = 0; i < s->g->table.n; i++) {
+        int64_t j0, j1;
+        if (!s->g->table.p[i].owner) continue;
+        const float *gr = sh_grad_view(e, i, &j0, &j1);
+        if (gr) acc += s->be->sumsq(s->be, gr, (size_t)(j1 - j0));
     }
-    s->t++;
-    for (int i = 0; i < t->n; i++) {
-        const llm4d_param *p = &t->p[i];
-        const int grp = llm4d_param_group(p, s->g->cfg.num_layers);
-        const size_t shard_lo = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
-        const size_t shard_hi = shard_lo + s->shard_len[grp];
-        const size_t a = p->offset > shard_lo ? p->offset : shard_lo;
-        const size_t b = p->offset + p->numel < shard_hi ? p->offset + p->numel : shard_hi;
+    return acc;
+}
+
+/* The AdamW update of local elements [off, off + len) (a window of the offloaded states, or everything), the
+ * entries cut at the window's edges. m, v and (stage 3) params point at local element off. */
+typedef struct {
+    llm4d_sharding *s;
+    float lr, grad_scale;
+} update_ctx;
+
+static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
+    update_ctx *u = ctx;
+    llm4d_sharding *s = u->s;
+    const size_t end = off + len;
+    for (int i = 0; i < s->g->table.n; i++) {
+        int64_t j0, j1;
+        size_t local;
+        if (!own_part(s, i, &j0, &j1, &local)) continue;
+        size_t a = local, b = local + (size_t)(j1 - j0);
+        if (a < off) a = off;
+        if (b > end) b = end;
         if (a >= b) continue;
-        const size_t local = s->shard_off[grp] + (a - shard_lo);
-        float *w = s->stage >= 3 ? s->local_params + local : s->g->params + a;
-        const float *gr = s->stage >= 2 ? s->local_grads + local : s->g->grads + a;
-        s->be->adamw(s->be, w, gr, s->m + local, s->v + local, b - a, lr, s->beta1, s->beta2, s->eps,
-                     p->decay ? s->weight_decay : 0.0f, (int)s->t, grad_scale);
+        const llm4d_param *p = &s->g->table.p[i];
+        const size_t flat = p->offset + (size_t)j0 + (a - local); /* its place in the table's layout */
+        float *w = s->stage >= 3 ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off) : s->g->params + flat;
+        const float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
+        llm4d_adamw_apply(&s->opt, s->be, w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
+                          b - a, u->lr, u->grad_scale, p->decay);
+    }
+}
+
+static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
+    llm4d_sharding *s = of(e);
+    /* never let a gather in flight read shards being updated */
+    for (int k = 0; k < 2; k++) slot_wait(s, &s->gather[k], &s->gather_wait_s);
+    for (int k = 0; k < 2; k++) s->gather[k].group = -1;
+    s->cur = -1;
+    LLM4D_TRY(check_failed(s, err));
+    if (s->in_step && !s->traced && s->stage >= 3) s->traced = 1; /* the first step's order is the schedule's */
+    s->in_step = 0;
+    llm4d_adamw_next(&s->opt);
+    update_ctx u = {s, lr, grad_scale};
+    if (s->off) {
+        LLM4D_TRY(llm4d_offload_stream(s->off, update_window, &u, err));
+    } else {
+        float *bufs[3] = {s->m, s->v, s->local_params};
+        update_window(&u, 0, s->local_total, bufs);
     }
     if (s->stage >= 3) return LLM4D_OK; /* parameters are gathered when used */
     for (int grp = 0; grp < s->n_groups; grp++) {
@@ -335,18 +356,200 @@ llm4d_code llm4d_sharding_update(llm4d_sharding *s, float lr, float grad_scale, 
     return LLM4D_OK;
 }
 
-void llm4d_sharding_describe(const llm4d_sharding *s, char *buf, size_t n) {
-    const char *opt = s->offload ? "offload pool (file-backed memory map in the output directory, unlinked)"
-                                 : "memory";
-    snprintf(buf, n,
-             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v in %s%s",
-             s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "",
-             s->stage >= 3 ? "sharded (gathered per group when used)" : "whole",
-             s->stage >= 2 ? "sharded (per-group buckets reduce-scattered in backward)" : "whole, reduce-scattered",
-             opt, s->stage >= 3 && s->offload ? ", parameter shards in the offload pool" : "");
+static void sh_state(llm4d_engine *e, llm4d_engine_state *out) {
+    llm4d_sharding *s = of(e);
+    *out = (llm4d_engine_state){.n = s->n_groups, .lo = s->range_lo, .hi = s->range_hi,
+                                .params = s->stage >= 3 ? s->local_params : s->g->params,
+                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = s->m, .v = s->v,
+                                .state_off = s->shard_off, .params_whole = s->stage < 3, .writes = s->counts};
+    if (s->off) { /* the offloaded states, mapped from their file for the duration of a save or load */
+        out->m = llm4d_offload_map(s->off, LLM4D_OFFLOAD_M);
+        out->v = llm4d_offload_map(s->off, LLM4D_OFFLOAD_V);
+        if (s->stage >= 3) out->params = llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS);
+    }
 }
 
-uint64_t llm4d_sharding_param_hash(const llm4d_sharding *s) {
-    if (s->stage >= 3) return llm4d_hash_words(s->local_params, s->local_total);
-    return llm4d_hash_words(s->g->params, s->g->table.total);
+static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
+    llm4d_sharding *s = of(e);
+    return s->off ? llm4d_offload_unmap(s->off, err) : LLM4D_OK;
+}
+
+static uint64_t sh_param_hash(llm4d_engine *e, int replicated_only) {
+    llm4d_sharding *s = of(e);
+    const llm4d_param_table *t = &s->g->table;
+    const float *p = s->stage < 3 ? s->g->params
+                     : s->off     ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS)
+                                  : s->local_params;
+    uint64_t h = LLM4D_HASH_INIT;
+    if (!p) return 0;
+    if (!replicated_only) {
+        h = llm4d_hash_words(p, s->stage < 3 ? t->total : s->local_total);
+    } else {
+        for (int i = 0; i < t->n; i++) {
+            int64_t j0, j1;
+            size_t local;
+            if (t->p[i].split_dim >= 0) continue;
+            if (s->stage < 3) h = llm4d_hash_more(h, p + t->p[i].offset, t->p[i].numel);
+            else if (own_part(s, i, &j0, &j1, &local)) h = llm4d_hash_more(h, p + local, (size_t)(j1 - j0));
+        }
+    }
+    llm4d_err ignored;
+    if (s->off && s->stage >= 3) llm4d_offload_unmap(s->off, &ignored);
+    return h;
+}
+
+static int64_t sh_adam_steps(llm4d_engine *e, int64_t set) {
+    llm4d_sharding *s = of(e);
+    if (set >= 0) s->opt.t = set;
+    return s->opt.t;
+}
+
+static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
+    llm4d_sharding *s = of(e);
+    char off[256] = "";
+    if (s->off) llm4d_offload_describe(s->off, off, sizeof off);
+    snprintf(buf, n,
+             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s",
+             s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "",
+             s->stage >= 3 ? "sharded (gathered per group when used, the next group prefetched)" : "whole",
+             s->stage >= 2 ? "sharded (per-window buckets reduce-scattered during backward)"
+                           : "whole, reduce-scattered during backward",
+             s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off);
+}
+
+static void sh_destroy(llm4d_engine *e) {
+    llm4d_sharding *s = of(e);
+    for (int k = 0; k < 2; k++) {
+        slot_wait(s, &s->gather[k], &s->gather_wait_s);
+        slot_wait(s, &s->grad_ring[k], &s->rs_wait_s);
+    }
+    if (s->off) llm4d_offload_close(s->off);
+    const struct {
+        void *p;
+        size_t n;
+        llm4d_mem_category c;
+    } bufs[] = {{s->local_params, s->local_total, LLM4D_MEM_PARAMS}, {s->local_grads, s->local_total, LLM4D_MEM_GRADS},
+                {s->m, s->local_total, LLM4D_MEM_OPTIM},             {s->v, s->local_total, LLM4D_MEM_OPTIM},
+                {s->gather[0].buf, s->max_group, LLM4D_MEM_COMM},   {s->gather[1].buf, s->max_group, LLM4D_MEM_COMM},
+                {s->grad_ring[0].buf, s->max_group, LLM4D_MEM_COMM}, {s->grad_ring[1].buf, s->max_group, LLM4D_MEM_COMM},
+                {s->grad_ring[0].recv, s->max_shard, LLM4D_MEM_COMM}, {s->grad_ring[1].recv, s->max_shard, LLM4D_MEM_COMM}};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        if (bufs[k].p) s->be->free(s->be, s->mem, bufs[k].c, bufs[k].p, bufs[k].n * sizeof(float));
+    free(s->shard_len);
+    free(s->shard_off);
+    free(s->range_lo);
+    free(s->range_hi);
+    free(s->windows_left);
+    free(s->trace);
+    memset(s, 0, sizeof *s);
+}
+
+static const llm4d_engine_ops sharding_ops = {
+    .name = "sharding",
+    .params_for = sh_params_for,
+    .release = sh_release,
+    .grads_for = sh_grads_for,
+    .grads_done = sh_grads_done,
+    .begin_step = sh_begin_step,
+    .finish_backward = sh_finish,
+    .grad_view = sh_grad_view,
+    .grad_sumsq = sh_grad_sumsq,
+    .update = sh_update,
+    .state = sh_state,
+    .state_done = sh_state_done,
+    .param_hash = sh_param_hash,
+    .adam_steps = sh_adam_steps,
+    .describe = sh_describe,
+    .destroy = sh_destroy,
+};
+
+static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
+    float *p = s->be->alloc(s->be, s->mem, c, n * sizeof(float));
+    if (!p) *ok = 0;
+    return p;
+}
+
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
+                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt,
+                               uint64_t seed, llm4d_err *err) {
+    memset(s, 0, sizeof *s);
+    s->base.ops = &sharding_ops;
+    const char *pf = getenv("LLM4D_ZERO_PREFETCH"), *ov = getenv("LLM4D_ZERO_OVERLAP");
+    s->prefetch_on = !(pf && !strcmp(pf, "0"));
+    s->overlap_on = !(ov && !strcmp(ov, "0"));
+    s->opt = opt;
+    s->stage = stage;
+    s->N = llm4d_comm_size(sharding_comm);
+    s->rank = llm4d_comm_rank(sharding_comm);
+    s->sh = sharding_comm;
+    s->dp = dp_comm && llm4d_comm_size(dp_comm) > 1 ? dp_comm : NULL;
+    s->counts = dp_index == 0;
+    s->g = g;
+    s->be = g->be;
+    s->mem = g->mem;
+    s->cur = s->grad_open = -1;
+    for (int k = 0; k < 2; k++) s->gather[k].group = s->grad_ring[k].group = -1;
+    const llm4d_param_table *t = &g->table;
+    const int G = s->n_groups = t->n_groups;
+    s->shard_len = calloc((size_t)G, sizeof *s->shard_len);
+    s->shard_off = calloc((size_t)G, sizeof *s->shard_off);
+    s->range_lo = calloc((size_t)G, sizeof *s->range_lo);
+    s->range_hi = calloc((size_t)G, sizeof *s->range_hi);
+    s->windows_left = calloc((size_t)G, sizeof *s->windows_left);
+    if (!s->shard_len || !s->shard_off || !s->range_lo || !s->range_hi || !s->windows_left) {
+        sh_destroy(&s->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    for (int grp = 0; grp < G; grp++) {
+        const size_t len = group_len(s, grp);
+        LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
+        s->shard_len[grp] = len / (size_t)s->N;
+        s->shard_off[grp] = s->local_total;
+        s->range_lo[grp] = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
+        s->range_hi[grp] = s->range_lo[grp] + s->shard_len[grp];
+        s->local_total += s->shard_len[grp];
+        if (len > s->max_group) s->max_group = len;
+        if (s->shard_len[grp] > s->max_shard) s->max_shard = s->shard_len[grp];
+    }
+    int ok = 1;
+    if (offload) {
+        llm4d_code rc = llm4d_offload_open(&s->off, offload_dir, llm4d_comm_rank(sharding_comm), s->local_total,
+                                           stage >= 3 ? 3 : 2, s->be, s->mem, err);
+        if (rc != LLM4D_OK) {
+            sh_destroy(&s->base);
+            return rc;
+        }
+        s->offload = 1;
+    } else {
+        s->m = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
+        s->v = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
+        if (stage >= 3) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
+    }
+    if (stage >= 2) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
+    for (int k = 0; k < 2; k++) {
+        s->grad_ring[k].recv = alloc_f(s, LLM4D_MEM_COMM, s->max_shard, &ok);
+        if (stage >= 2) s->grad_ring[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+        if (stage >= 3) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+    }
+    if (!ok) {
+        sh_destroy(&s->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded states");
+    }
+    if (stage >= 3) { /* the same numbers as the whole model's init (keyed by global name and index) */
+        float *p = s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : s->local_params;
+        for (int grp = 0; p && grp < G; grp++)
+            llm4d_param_init_range(t, p + s->shard_off[grp], s->range_lo[grp], s->range_hi[grp], seed);
+        if (!p || (s->off && llm4d_offload_unmap(s->off, err) != LLM4D_OK)) {
+            sh_destroy(&s->base);
+            return p ? err->code : llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot map the offload file");
+        }
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
+    for (int grp = 0; grp < s->n_groups; grp++)
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
+                                       LLM4D_COMM_F32, err));
+    return LLM4D_OK;
 }

@@ -1,95 +1,109 @@
-/* sharding.h — group-sharded data parallelism (ZeRO stages 1, 2, 3), offload, and sharding-hybrid-dp.
+/* sharding.h — group-sharded data parallelism (ZeRO stages 1, 2, 3), offload, and sharding-hybrid-dp: the storage
+ * engine (engine.h) of a sharded run.
  *
- * Every parameter group (params.h: embeddings, each block, final LayerNorm) is padded to a multiple of the
- * sharding degree N and split into N equal shards; rank r of the sharding group owns shard r of every group. Its
- * "local" buffers hold its shards back to back, in group order. Per step and rank, with Psi parameters:
+ * Every parameter group (params.h: vocabulary blocks of the token embedding, the position embedding, each block,
+ * the final LayerNorm) is padded to a multiple of the sharding degree N and split into N equal shards; rank r of
+ * the sharding group owns shard r of every group. Its "local" buffers hold its shards back to back, in group
+ * order. Per step and rank, with Psi parameters held by the rank (its tensor-parallel / pipeline part):
  *
- *   stage 1  params full (flat), grads full (flat); Adam m, v of the own shards.
- *            After the last micro-batch, each group's gradient is reduce-scattered (sum) in the sharding group
- *            as backward finishes it; the owner updates its shard; every group's parameters are all-gathered.
- *            Model states 4Psi + 4Psi + 8Psi/N; traffic Psi (reduce-scatter) + Psi (all-gather).
- *   stage 2  as stage 1, but gradients are never held whole: backward writes a group's gradient into a bucket
- *            buffer, which is reduce-scattered into the own shard (accumulated over micro-batches) as soon as the
- *            group is done. Model states 4Psi + 12Psi/N.
- *   stage 3  parameters are sharded too: a group is all-gathered into a gather buffer right before it is used
- *            (forward, and again in backward) and released right after. Model states 16Psi/N; traffic 3Psi.
- *            The tied embedding is gathered once in forward (kept from the lookup to the LM head) and once in
- *            backward; its gradient bucket lives through the whole backward (both uses add to it). While a group
- *            computes, the next one's all-gather is already in flight (non-blocking, in a second buffer, driven by
- *            test calls from the hooks), in both directions: forward prefetches block l+1, backward block l-1.
+ *   stage 1  params whole (flat), grads whole (flat); Adam m, v of the own shards. A group's gradient is
+ *            reduce-scattered (non-blocking, into a small receive ring) once its last window of the step is done;
+ *            the owner updates its shard; every group's parameters are all-gathered after the update.
+ *            Model states 4 Psi + 4 Psi + 8 Psi/N.
+ *   stage 2  gradients are never held whole: a window hands out a bucket (a ring of two, the size of the largest
+ *            group), which is reduce-scattered (non-blocking) into the own shard (accumulated over micro-batches)
+ *            when the window closes. Model states 4 Psi + 12 Psi/N.
+ *   stage 3  parameters are sharded too: a group is all-gathered into a gather buffer right before it is used and
+ *            released right after. While a group computes, the next one's all-gather is already in flight (in a
+ *            second buffer, driven by test calls from the hooks); the order of use is recorded in the first step
+ *            and replayed (a schedule's order, the head's passes over vocabulary blocks). Model states 16 Psi/N.
  *
- * The bucket and gather buffers are the declared communication buffers (category comm): one of the largest
- * group for layers, one for the embeddings.
+ * No buffer the size of the embedding exists at stages 2 and 3: the token embedding is cut into vocabulary blocks
+ * no larger than the largest block group (and at least 2^20 elements; llm4d_sharding_part), which the lookup and
+ * the LM head take one at a time (model/embed.c). Communication buffers per rank: stage 1 two receive shards;
+ * stage 2 two buckets and two receive shards; stage 3 also two gather buffers: at most 4 G + 2 G/N elements for
+ * G = the largest group, whatever the vocabulary.
+ *
+ * Traffic per rank per step, one micro-batch, ring costs ((N-1)/N of the payload per reduce-scatter or all-gather),
+ * Psi_e = the token embedding's elements, K its blocks: stage 1 and 2: every window reduce-scattered, every group
+ * all-gathered after the update: 2 Psi, plus Psi_e at stage 2 when the embedding and the head share a rank (its two
+ * windows, head and lookup, are reduced apart). Stage 3: gathers of each block, the final LayerNorm (forward and
+ * backward) and the position embedding (forward), the embedding three times with K > 1 (lookup, the head's
+ * statistics pass and its gradient pass) or twice with K = 1, and the reduce-scatters of every window:
+ * 3 Psi + 2 Psi_e - Psi_wpe with K > 1 (docs/design.md lists each term). Hybrid dp adds an all-reduce of the own
+ * shards (2 Psi/N x (dp-1)/dp).
  *
  * Sharding-hybrid-dp: with dp_degree > 1 beside sharding, every collective above stays inside the sharding group;
- * after the last micro-batch only the owned shards (1/N of the gradients) are all-reduced across the dp group.
- * Offload: Adam m, v (and, at stage 3, the fp32 shard of the parameters the update writes) live in a separate
- * host pool; on a CPU machine it is a file-backed memory map, so optimizer state larger than RAM still trains. */
+ * after backward only the owned shards (1/N of the gradients) are all-reduced across the dp group.
+ * Offload: Adam m, v (and, at stage 3, the fp32 shard of the parameters) live in a file on a node-local directory
+ * and stream through a bounded window during the update (parallel/offload.h). */
 #ifndef LLM4D_PARALLEL_SHARDING_H
 #define LLM4D_PARALLEL_SHARDING_H
 
-#include <stdio.h>
-
 #include "comm/comm.h"
-#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "parallel/engine.h"
+
+struct llm4d_offload;
+
+/* A ring slot: a buffer and the collective in flight on it. */
+typedef struct {
+    float *buf;          /* gather buffer or gradient bucket (a group's size) */
+    float *recv;         /* bucket ring: the reduce-scatter's output (a shard's size) */
+    int group;           /* the group it holds / reduces, -1 free */
+    int busy;            /* a collective is in flight */
+    llm4d_comm_req req;
+} llm4d_ring_slot;
 
 typedef struct {
+    llm4d_engine base;
     int stage, N, rank, offload;
     llm4d_comm *sh;          /* sharding group */
     llm4d_comm *dp;          /* pure dp group (hybrid), NULL when dp_degree is 1 */
+    int counts;              /* dp index 0: this rank's shards count in the norm and are saved */
     llm4d_gpt *g;
     llm4d_backend *be;
     llm4d_mem *mem;
+    llm4d_adamw opt;
     int n_groups;
     size_t *shard_len;       /* [G] elements of each group's shard */
     size_t *shard_off;       /* [G] offset of each group's shard in the local buffers */
+    size_t *range_lo, *range_hi; /* [G] the own shard of each group in the table's layout (checkpoints) */
     size_t local_total;
-    size_t max_group;        /* elements of the largest non-embedding group */
-    float *local_params;     /* stage 3: own shards of the parameters */
+    size_t max_group, max_shard;
+    float *local_params;     /* stage 3: own shards of the parameters (NULL when offloaded) */
     float *local_grads;      /* stages 2, 3: own shards of the gradients, accumulated over micro-batches */
-    float *m, *v;            /* Adam states of the own shards */
-    float *recv;             /* reduce-scatter output, one shard of the largest group (comm) */
-    float *emb_buf;          /* embeddings' gradient bucket (stages 2, 3) and gather buffer (stage 3) (comm) */
-    float *layer_grad_buf;   /* bucket of the group being back-propagated (stages 2, 3) (comm) */
-    float *layer_param_buf;  /* gather buffer of the group in use (stage 3) (comm) */
-    float *prefetch_buf;     /* stage 3: the next group's gather, in flight while the current group computes */
-    int prefetch_group;      /* the group being prefetched into prefetch_buf, -1 none */
-    llm4d_comm_req prefetch_req;
-    int64_t prefetch_hits;   /* gathers that were already in flight when the group was needed */
+    float *m, *v;            /* Adam states of the own shards (NULL when offloaded) */
+    int *windows_left;       /* [G] gradient windows of the step still to come (stage 1 reduces at 0) */
+    llm4d_ring_slot grad_ring[2]; /* stage 1: receive shards; stages 2, 3: buckets + receive shards */
+    int grad_open;           /* stages 2, 3: the bucket of the open window, -1 none */
+    llm4d_ring_slot gather[2];    /* stage 3: the group in use and the prefetch */
+    int cur;                 /* stage 3: the gather slot of the group in use, -1 none */
+    int *trace;              /* stage 3: the order of parameter use recorded in the first step */
+    int trace_n, trace_cap, trace_pos, traced, in_step;
     int prefetch_on;         /* 0 with LLM4D_ZERO_PREFETCH=0 (measurement: every gather blocking) */
+    int overlap_on;          /* 0 with LLM4D_ZERO_OVERLAP=0 (measurement: every reduce-scatter blocking) */
+    int64_t prefetch_hits, gathers;
     double gather_wait_s;    /* this step: time blocked waiting for parameter gathers (stage 3) */
-    double rs_s;             /* this step: time in gradient reduce-scatters */
-    float *emb_param_buf;    /* stage 3: gathered embeddings (comm) */
-    int emb_param_valid;     /* stage 3: emb_param_buf holds the gathered embeddings */
-    int emb_fwd_uses;        /* stage 3: forward uses of the embeddings so far in this micro-batch */
-    int emb_grad_live;       /* stages 2, 3: the embeddings' bucket is accumulating this backward */
-    int last_micro;          /* stage 1: reduce only after the last micro-batch */
-    int64_t t;               /* Adam updates done */
-    float beta1, beta2, eps, weight_decay;
-    char offload_path[1024]; /* the file behind the offload pool */
-    size_t offload_bytes;
-    void *offload_map;
+    double rs_wait_s;        /* this step: time blocked in or waiting for gradient reduce-scatters */
+    struct llm4d_offload *off;
     llm4d_err err;
     int failed;
 } llm4d_sharding;
 
-/* The model must have been created with llm4d_sharding_layout(stage, N). Installs the model's hooks. */
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
-                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, float beta1, float beta2, float eps,
-                               float weight_decay, uint64_t seed, llm4d_err *err);
-void llm4d_sharding_free(llm4d_sharding *s);
-llm4d_gpt_layout llm4d_sharding_layout(int stage, int N);
+/* The model part and layout a sharded run needs: groups aligned to N, vocabulary blocks (stages 2, 3), no flat
+ * parameters (stage 3) or gradients (stages 2, 3). */
+void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_model_part *part,
+                         llm4d_gpt_layout *layout);
 
-/* A step: begin (zero the gradients), then per micro-batch forward/backward with micro(s, k == last), then
- * finish_backward (hybrid dp all-reduce), grad_sumsq (the global squared norm), update. */
-void llm4d_sharding_begin_step(llm4d_sharding *s);
-void llm4d_sharding_micro(llm4d_sharding *s, int last);
-llm4d_code llm4d_sharding_finish_backward(llm4d_sharding *s, llm4d_err *err);
-llm4d_code llm4d_sharding_grad_sumsq(llm4d_sharding *s, double *sumsq, llm4d_err *err);
-llm4d_code llm4d_sharding_update(llm4d_sharding *s, float lr, float grad_scale, llm4d_err *err);
-/* Where each category lives, for the start-up log. */
-void llm4d_sharding_describe(const llm4d_sharding *s, char *buf, size_t n);
-/* A hash of the parameters this rank holds (test facility). */
-uint64_t llm4d_sharding_param_hash(const llm4d_sharding *s);
+/* The model must have been created with llm4d_sharding_part's part and layout. offload_dir: where the offload
+ * file lives (offload only). dp_comm: the pure dp group of hybrid sharding (NULL or size 1: none); dp_index: this
+ * rank's index in it. */
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
+                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt,
+                               uint64_t seed, llm4d_err *err);
+/* Gather the sharding group's shards of a local buffer (m, v or stage-3 parameters) into a whole buffer of the
+ * table's layout (consolidated checkpoints). */
+llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err);
 
 #endif

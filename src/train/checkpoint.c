@@ -6,10 +6,11 @@
  * validation iterator's position. All of it is in meta.json next to the tensors. Tensors are stored under their
  * global names and shapes, whatever layout wrote them, so any layout loads any checkpoint.
  *
- * A sharded run saves collectively: every rank of the first dp replica writes its own shards (parameter shards at
- * stage 3, Adam m and v always) as slices of the global tensors, nothing is gathered, and rank 0 publishes the
- * step once every rank's files are safely written (ckpt/store.h). Loading reads just the ranges each rank owns,
- * whatever layout wrote them. */
+ * Every run saves collectively: each rank writes what its storage engine keeps (parallel/engine.h: the whole
+ * buffers of its part of the model, or its ZeRO shards) as slices of the global tensors, only the entries it owns
+ * (a tensor-parallel replica is written by rank 0 of its group) and only from the first data-parallel replica;
+ * nothing is gathered, and rank 0 publishes the step once every rank's files are safely written (ckpt/store.h).
+ * Loading reads just the ranges each rank keeps, whatever layout wrote them. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddNumberToObject(meta, "step", (double)step);
     cJSON_AddNumberToObject(meta, "consumed_samples", (double)(step * c->global_batch_size));
-    cJSON_AddNumberToObject(meta, "adam_t", (double)(tr->have_sh ? tr->sh.t : tr->opt.t));
+    cJSON_AddNumberToObject(meta, "adam_t", (double)tr->engines.storage->ops->adam_steps(tr->engines.storage, -1));
     cJSON_AddNumberToObject(meta, "eval_next", (double)tr->eval_next);
     cJSON_AddNumberToObject(meta, "loss", tr->last_loss);
     cJSON_AddNumberToObject(meta, "loss_scale", tr->loss_scale);
@@ -53,32 +54,35 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     return meta;
 }
 
-/* Gather the sharding group's shards of a local buffer into a whole (aligned-layout) buffer. */
-static llm4d_code gather_full(llm4d_trainer *tr, const float *local, float *full, llm4d_err *err) {
-    const llm4d_sharding *s = &tr->sh;
-    for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + tr->model.table.group_lo[grp],
-                                       s->shard_len[grp], LLM4D_COMM_F32, err));
-    return LLM4D_OK;
-}
-
 /* save_consolidated: the states are gathered over the sharding group into whole buffers for the duration of the
- * save (a temporary of 2 or 3 x the model on every rank), then world rank 0 writes whole tensors. */
+ * save (a temporary of 2 or 3 x the model part on every rank), then the first rank of each sharding group (of the
+ * first data replica) writes whole tensors. */
 static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const llm4d_param_table *t = &tr->model.table;
+    llm4d_sharding *s = &tr->sh;
     const size_t bytes = t->total * sizeof(float);
+    llm4d_engine_state st;
+    s->base.ops->state(&s->base, &st);
     float *tmp[3] = {NULL, NULL, NULL};
     llm4d_code rc = LLM4D_OK;
-    for (int k = 0; k < (tr->sh.stage >= 3 ? 3 : 2) && rc == LLM4D_OK; k++)
+    for (int k = 0; k < (s->stage >= 3 ? 3 : 2) && rc == LLM4D_OK; k++)
         if (!(tmp[k] = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, bytes)))
             rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory gathering the checkpoint (%zu bytes)", bytes);
-    if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.m, tmp[0], err);
-    if (rc == LLM4D_OK) rc = gather_full(tr, tr->sh.v, tmp[1], err);
-    if (rc == LLM4D_OK && tr->sh.stage >= 3) rc = gather_full(tr, tr->sh.local_params, tmp[2], err);
-    if (rc == LLM4D_OK && tr->is_writer)
-        rc = llm4d_gpt_ckpt_save(c->output_dir, step, &c->model, t, tr->sh.stage >= 3 ? tmp[2] : tr->model.params,
-                                 tmp[0], tmp[1], 0, t->total, meta, c->keep_last, err);
+    if (rc == LLM4D_OK) rc = llm4d_sharding_gather_full(s, st.m, tmp[0], err);
+    if (rc == LLM4D_OK) rc = llm4d_sharding_gather_full(s, st.v, tmp[1], err);
+    if (rc == LLM4D_OK && s->stage >= 3) rc = llm4d_sharding_gather_full(s, st.params, tmp[2], err);
+    if (s->base.ops->state_done) {
+        llm4d_err e2;
+        llm4d_code r2 = s->base.ops->state_done(&s->base, &e2);
+        if (rc == LLM4D_OK && r2 != LLM4D_OK) rc = r2, *err = e2;
+    }
+    LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
+    const size_t lo = 0, hi = t->total;
+    const int writes = s->rank == 0 && s->counts;
+    rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, &lo, &hi, 1,
+                                        s->stage >= 3 ? tmp[2] : tr->model.params, NULL, tmp[0], tmp[1], NULL,
+                                        tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
     for (int k = 0; k < 3; k++)
         if (tmp[k]) llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tmp[k], bytes);
     return rc;
@@ -87,27 +91,22 @@ static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON
 llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const llm4d_param_table *t = &tr->model.table;
+    llm4d_engine *e = tr->engines.storage;
     llm4d_code rc = LLM4D_OK;
     cJSON *meta = build_meta(tr, step);
-    if (tr->have_sh && c->dist.save_consolidated) {
+    if (tr->sharded && c->dist.save_consolidated) {
         rc = save_consolidated(tr, step, meta, err);
-    } else if (tr->have_sh) {
-        /* every rank of one dp replica writes its own shards; the other replicas hold the same shards */
-        const llm4d_sharding *s = &tr->sh;
-        const int G = t->n_groups;
-        size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi);
-        if (!lo || !hi) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-        llm4d_gpt_ckpt_shard_ranges(t, s->N, s->rank, lo, hi, NULL, NULL);
-        const int writes = tr->topo.index[LLM4D_AXIS_DATA] == 0;
-        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, lo, hi, G,
-                                            s->stage >= 3 ? s->local_params : tr->model.params,
-                                            s->stage >= 3 ? NULL : lo, s->m, s->v, s->shard_off, NULL, meta,
-                                            c->keep_last, err);
-        free(lo);
-        free(hi);
-    } else if (tr->is_writer) {
-        rc = llm4d_gpt_ckpt_save(c->output_dir, step, &c->model, t, tr->model.params, tr->opt.m, tr->opt.v, 0,
-                                 t->total, meta, c->keep_last, err);
+    } else {
+        llm4d_engine_state st;
+        e->ops->state(e, &st);
+        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, st.writes, &c->model, t, st.lo,
+                                            st.hi, st.n, st.params, st.params_off, st.m, st.v, st.state_off,
+                                            tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+        if (e->ops->state_done) {
+            llm4d_err e2;
+            llm4d_code r2 = e->ops->state_done(e, &e2);
+            if (rc == LLM4D_OK && r2 != LLM4D_OK) rc = r2, *err = e2;
+        }
     }
     cJSON_Delete(meta);
     LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
@@ -128,26 +127,20 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
     LLM4D_TRY(llm4d_ckpt_open(&ck, path, err));
     const cJSON *meta = llm4d_ckpt_meta(ck);
     int has_optim = 0;
-    llm4d_code rc;
-    if (!tr->have_sh) {
-        rc = llm4d_gpt_ckpt_read(ck, &c->model, t, tr->model.params, tr->opt.m, tr->opt.v, 0, t->total, &has_optim,
-                                 err);
-    } else {
-        llm4d_sharding *s = &tr->sh;
-        const int G = t->n_groups;
-        size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi);
-        if (!lo || !hi) {
-            llm4d_ckpt_close(ck);
-            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-        }
-        llm4d_gpt_ckpt_shard_ranges(t, s->N, s->rank, lo, hi, NULL, NULL);
-        rc = s->stage < 3 ? llm4d_gpt_ckpt_read(ck, &c->model, t, tr->model.params, NULL, NULL, 0, t->total, NULL, err)
-                          : LLM4D_OK;
-        if (rc == LLM4D_OK)
-            rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, lo, hi, G, s->stage >= 3 ? s->local_params : NULL, NULL,
-                                            s->m, s->v, s->shard_off, &has_optim, err);
-        free(lo);
-        free(hi);
+    llm4d_engine *e = tr->engines.storage;
+    llm4d_engine_state st;
+    e->ops->state(e, &st);
+    const size_t lo = 0, hi = t->total;
+    llm4d_code rc = LLM4D_OK;
+    if (st.params_whole) /* every entry of this rank's part, then the states of the ranges it keeps */
+        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, &lo, &hi, 1, st.params, NULL, NULL, NULL, NULL, NULL, err);
+    if (rc == LLM4D_OK)
+        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, st.lo, st.hi, st.n, st.params_whole ? NULL : st.params,
+                                        st.params_off, st.m, st.v, st.state_off, &has_optim, err);
+    if (e->ops->state_done) {
+        llm4d_err e2;
+        llm4d_code r2 = e->ops->state_done(e, &e2);
+        if (rc == LLM4D_OK && r2 != LLM4D_OK) rc = r2, *err = e2;
     }
     if (rc == LLM4D_OK && require_optim && !has_optim)
         rc = llm4d_fail(err, LLM4D_EUSER,
@@ -164,11 +157,7 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
             tr->loss_scale = ls->valuedouble;
             tr->good_steps = meta_int(meta, "loss_scale_good_steps", 0);
         }
-        const int64_t adam_t = meta_int(meta, "adam_t", step);
-        if (tr->have_sh)
-            tr->sh.t = adam_t;
-        else
-            tr->opt.t = adam_t;
+        e->ops->adam_steps(e, meta_int(meta, "adam_t", step));
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(meta, "data");
         if (meta_int(data, "global_batch_size", c->global_batch_size) != c->global_batch_size ||
             meta_int(data, "max_seq_len", c->data.max_seq_len) != c->data.max_seq_len)

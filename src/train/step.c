@@ -20,16 +20,10 @@ llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err)
     return LLM4D_OK;
 }
 
-static uint64_t param_hash(const llm4d_trainer *tr) {
-    if (tr->have_sh) return llm4d_sharding_param_hash(&tr->sh);
-    return llm4d_hash_words(tr->model.params, tr->model.table.total);
-}
-
 /* Forward and backward of one global step's rows; returns the global loss. */
 static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double *loss_out,
                              llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
-    llm4d_backend *be = tr->be;
     llm4d_gpt *g = &tr->model;
     const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
     const int64_t acc = c->accumulate_steps;
@@ -37,31 +31,32 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     double count = 0;
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
-    if (tr->have_sh)
-        llm4d_sharding_begin_step(&tr->sh);
-    else
-        be->zero(be, g->grads, g->table.total * sizeof(float));
+    llm4d_engines_begin_step(&tr->engines, (int)acc);
     double loss = 0;
     for (int64_t k = 0; k < acc; k++) {
         const size_t off = (size_t)k * mb * T;
         /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
         const double w = count > 0 ? tr->loss_scale / count : 0;
         for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = (float)(b->mask[off + i] * w);
-        /* armed before the forward: it already runs the LM head's backward (gpt.h) */
-        if (tr->have_dp) llm4d_dp_arm(&tr->dp, k == acc - 1);
-        if (tr->have_sh) llm4d_sharding_micro(&tr->sh, k == acc - 1);
         loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
                                   (uint32_t)step, 1, 1, mb, T);
         llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
     }
-    if (tr->have_dp) LLM4D_TRY(llm4d_dp_finish(&tr->dp, err));
-    if (tr->have_sh) LLM4D_TRY(llm4d_sharding_finish_backward(&tr->sh, err));
-    /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks */
+    LLM4D_TRY(llm4d_tp_check(&g->tp, err));
+    LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
+    /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks (every
+     * tensor-parallel rank computed the same value) */
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
     *loss_out = loss / tr->loss_scale;
     if (step == tr->inject_inf_step) { /* test facility: an overflow, as an fp16 gradient would produce */
-        float *gr = tr->have_sh ? (tr->sh.local_grads ? tr->sh.local_grads : g->grads) : g->grads;
-        gr[0] = (float)INFINITY;
+        int64_t j0, j1;
+        for (int i = 0; i < g->table.n; i++) {
+            float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
+            if (gr && j1 > j0) {
+                gr[0] = (float)INFINITY;
+                break;
+            }
+        }
     }
     return LLM4D_OK;
 }
@@ -71,12 +66,9 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
  * is the same on every rank (gradients are reduced first), so every rank takes the same decision. */
 static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *norm_out, double *lr_out,
                          int *found_inf, llm4d_err *err) {
-    llm4d_gpt *g = &tr->model;
-    double sumsq;
-    if (tr->have_sh)
-        LLM4D_TRY(llm4d_sharding_grad_sumsq(&tr->sh, &sumsq, err));
-    else
-        sumsq = tr->be->sumsq(tr->be, g->grads, g->table.total);
+    /* every element once over the job: each rank's share (engine.h), summed over the world */
+    double sumsq = tr->engines.storage->ops->grad_sumsq(tr->engines.storage);
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->world, &sumsq, 1, LLM4D_COMM_F64, err));
     const double lr = llm4d_lr_at(&tr->lr, step);
     *lr_out = lr;
     /* fp16: an overflow in the forward (a non-finite loss) or in the backward (a non-finite gradient norm) is the
@@ -101,10 +93,7 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
     }
     const double norm = sqrt(sumsq) / tr->loss_scale;
     const float scale = (float)(llm4d_clip_factor(norm, tr->cfg->optim.grad_clip) / tr->loss_scale);
-    if (tr->have_sh)
-        LLM4D_TRY(llm4d_sharding_update(&tr->sh, (float)lr, scale, err));
-    else
-        llm4d_adamw_step(&tr->opt, tr->be, &g->table, g->params, g->grads, (float)lr, scale);
+    LLM4D_TRY(llm4d_engines_update(&tr->engines, (float)lr, scale, err));
     if (tr->precision == LLM4D_PREC_FP16 && ++tr->good_steps >= 2000) {
         tr->loss_scale *= 2.0;
         tr->good_steps = 0;
@@ -153,10 +142,15 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
         const double step_cost = t2 - t0;
         const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
-        if (tr->check_replicas)
-            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx", tr->topo.rank,
-                           (long long)step, (unsigned long long)param_hash(tr));
+        if (tr->check_replicas) {
+            llm4d_engine *e = tr->engines.storage;
+            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx, replicated entries %016llx",
+                           tr->topo.rank, (long long)step, (unsigned long long)e->ops->param_hash(e, 0),
+                           (unsigned long long)e->ops->param_hash(e, 1));
+        }
         if (tr->metrics) {
+            double comm_total = 0;
+            for (int i = 0; i < tr->engines.n; i++) comm_total += tr->engines.e[i]->comm_total_s;
             char norm_s[32] = "null", loss_s[32] = "null"; /* JSON has no inf: an overflowed step's is null */
             if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.6f", norm);
             if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.9f", loss);
@@ -174,8 +168,8 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss_s, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
-                    tr->have_dp ? tr->dp.comm_wait_s : 0.0, tr->have_dp ? tr->dp.comm_total_s : 0.0, scale_used,
-                    found_inf, tr->have_sh ? tr->sh.gather_wait_s : 0.0, tr->have_sh ? tr->sh.rs_s : 0.0);
+                    llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf,
+                    tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0);
             fflush(tr->metrics);
         }
         if (step % c->logging_freq == 0 || step == c->max_steps) {
@@ -196,7 +190,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             double eval_loss;
             LLM4D_TRY(llm4d_trainer_eval(tr, step, &eval_loss, err));
         }
-        if ((c->save_steps > 0 && step % c->save_steps == 0) || step == c->max_steps)
+        if ((c->save_steps > 0 && step % c->save_steps == 0) || (step == c->max_steps && c->save_steps >= 0))
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
     }
     print_peak_memory(tr);

@@ -23,6 +23,30 @@ static int is_dir(const char *path) {
     return path[0] && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Model states (params + grads + optimizer) held, against the ZeRO formulas for fp32 Adam over the parameters this
+ * rank's part of the model holds (Psi), the communication buffers and the activations, side by side. */
+static void print_memory_plan(const llm4d_trainer *tr) {
+    const llm4d_config *c = tr->cfg;
+    const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
+    const int stage = tr->sharded ? c->dist.sharding_stage : 0;
+    const double formula = stage == 0   ? 16 * psi
+                           : stage == 1 ? 8 * psi + 8 * psi / N
+                           : stage == 2 ? 4 * psi + 12 * psi / N
+                                        : 16 * psi / N;
+    const llm4d_mem *m = &tr->mem;
+    const double held = (double)(m->bytes[LLM4D_MEM_PARAMS] + m->bytes[LLM4D_MEM_GRADS] + m->bytes[LLM4D_MEM_OPTIM]);
+    llm4d_log_info(&tr->log,
+                   "model states per rank: %.2f MiB held; ZeRO formula (%s, Psi = %.0f): %.2f MiB; "
+                   "communication buffers: %.2f MiB; activations: %.2f MiB",
+                   held / 1048576.0,
+                   stage == 0   ? "no sharding 16 Psi"
+                   : stage == 1 ? "stage 1: 8 Psi + 8 Psi / N"
+                   : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N"
+                                : "stage 3: 16 Psi / N",
+                   psi, formula / 1048576.0, m->bytes[LLM4D_MEM_COMM] / 1048576.0,
+                   m->bytes[LLM4D_MEM_ACTIVATIONS] / 1048576.0);
+}
+
 static void print_startup(llm4d_trainer *tr) {
     const llm4d_config *c = tr->cfg;
     const llm4d_model_config *m = &c->model;
@@ -96,29 +120,14 @@ static void print_startup(llm4d_trainer *tr) {
                    tr->model.act_bytes / 1048576.0);
     for (int i = 0; i < c->n_noeffect; i++)
         llm4d_log_info(log, "config key %s is accepted but has no effect in llm4d", c->noeffect[i]);
-    if (tr->have_sh) {
-        char desc[512];
-        llm4d_sharding_describe(&tr->sh, desc, sizeof desc);
+    for (int i = 0; i < tr->engines.n; i++) {
+        llm4d_engine *e = tr->engines.e[i];
+        if (!e->ops->describe) continue;
+        char desc[768];
+        e->ops->describe(e, desc, sizeof desc);
         llm4d_log_info(log, "%s", desc);
     }
-    /* model states (params + grads + optimizer) against the ZeRO formulas for fp32 Adam */
-    const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
-    const int stage = c->dist.sharding_degree > 1 ? c->dist.sharding_stage : 0;
-    const double formula = stage == 0   ? 16 * psi
-                           : stage == 1 ? 8 * psi + 8 * psi / N
-                           : stage == 2 ? 4 * psi + 12 * psi / N
-                                        : 16 * psi / N;
-    const double held = (double)(tr->mem.bytes[LLM4D_MEM_PARAMS] + tr->mem.bytes[LLM4D_MEM_GRADS] +
-                                 tr->mem.bytes[LLM4D_MEM_OPTIM]);
-    llm4d_log_info(log,
-                   "model states per rank: %.2f MiB held; ZeRO formula (%s, Psi = %.0f): %.2f MiB; "
-                   "communication buffers: %.2f MiB",
-                   held / 1048576.0,
-                   stage == 0   ? "data parallel 16 Psi"
-                   : stage == 1 ? "stage 1: 8 Psi + 8 Psi / N"
-                   : stage == 2 ? "stage 2: 4 Psi + 12 Psi / N"
-                                : "stage 3: 16 Psi / N",
-                   psi, formula / 1048576.0, tr->mem.bytes[LLM4D_MEM_COMM] / 1048576.0);
+    print_memory_plan(tr);
     llm4d_trainer_log_memory(tr, "memory held by this process, by category:");
 }
 
@@ -165,6 +174,58 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
     return LLM4D_OK;
 }
 
+/* This rank's part of the model: its tensor-parallel slice of every block (its pipeline stage's blocks, once
+ * pipelines exist), laid out as its storage engine wants it. */
+static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
+    const llm4d_config *cfg = tr->cfg;
+    const llm4d_dist_config *d = &cfg->dist;
+    const llm4d_topology *topo = &tr->topo;
+    llm4d_model_part part = llm4d_model_part_whole(&cfg->model);
+    part.mp_size = topo->degree[LLM4D_AXIS_MODEL];
+    part.mp_rank = topo->index[LLM4D_AXIS_MODEL];
+    part.sequence_parallel = cfg->model.sequence_parallel && part.mp_size > 1;
+    llm4d_gpt_layout layout = {.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
+                               .recompute = cfg->model.use_recompute};
+    tr->sharded = d->sharding_degree > 1;
+    if (tr->sharded) llm4d_sharding_part(d->sharding_stage, d->sharding_degree, &cfg->model, &part, &layout);
+    const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
+                                      part.sequence_parallel);
+    LLM4D_TRY(llm4d_gpt_create(&tr->model, &cfg->model, &part, &tp, tr->be, &tr->mem, &layout, cfg->seed, err));
+    tr->have_model = 1;
+    return LLM4D_OK;
+}
+
+/* The engine stack: storage (sharding or flat), then the reducers the degrees call for. */
+static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
+    const llm4d_config *cfg = tr->cfg;
+    const llm4d_dist_config *d = &cfg->dist;
+    const llm4d_topology *topo = &tr->topo;
+    const llm4d_optim_config *o = &cfg->optim;
+    const llm4d_adamw opt = llm4d_adamw_make(o->beta1, o->beta2, o->epsilon, o->weight_decay);
+    llm4d_engine_stack *s = &tr->engines;
+    llm4d_engines_init(s, &tr->model);
+    tr->have_engines = 1;
+    if (tr->sharded) {
+        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d->sharding_stage, d->sharding_offload, d->offload_dir,
+                                      tr->groups->axis[LLM4D_AXIS_SHARDING], tr->groups->axis[LLM4D_AXIS_DATA],
+                                      topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, err));
+        llm4d_engines_push(s, &tr->sh.base, 1);
+    } else {
+        LLM4D_TRY(llm4d_flat_init(&tr->flat, &tr->model, opt, topo->data_rank == 0, err));
+        llm4d_engines_push(s, &tr->flat.base, 1);
+        if (topo->data_world > 1) {
+            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, tr->groups->data, (size_t)d->bucket_size_bytes, err));
+            llm4d_engines_push(s, &tr->dp.base, 0);
+        }
+    }
+    if (topo->degree[LLM4D_AXIS_MODEL] > 1) {
+        LLM4D_TRY(llm4d_tensor_parallel_init(&tr->tp, s, tr->groups->axis[LLM4D_AXIS_MODEL], err));
+        llm4d_engines_push(s, &tr->tp.base, 0);
+    }
+    llm4d_engines_install(s);
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const llm4d_topology *topo,
                               llm4d_comm_groups *groups, const llm4d_trainer_opts *opts, llm4d_err *err) {
     memset(tr, 0, sizeof *tr);
@@ -185,11 +246,11 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                           "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
                           "yet); use --device cpu",
                           cfg->device);
-    if (d->mp_degree != 1 || d->pp_degree != 1)
+    if (d->pp_degree != 1)
         return llm4d_fail(err, LLM4D_EUSER,
-                          "mp_degree %d, pp_degree %d: tensor and pipeline parallelism are not implemented in llm4d "
-                          "yet; use dp_degree and sharding_degree for more processes",
-                          d->mp_degree, d->pp_degree);
+                          "pp_degree %d: pipeline parallelism is not implemented in llm4d yet; use dp_degree, "
+                          "sharding_degree and mp_degree for more processes",
+                          d->pp_degree);
 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
                                      : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
@@ -205,8 +266,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         LLM4D_TRY(tr->be->set_precision(tr->be, tr->precision, err));
         if (tr->precision == LLM4D_PREC_FP16) tr->loss_scale = cfg->scale_loss > 0 ? cfg->scale_loss : 32768.0;
     }
-    /* rank 0 writes metrics and checkpoints there; with offload every rank keeps its pool there too */
-    if (tr->is_writer || cfg->dist.sharding_offload) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
+    /* rank 0 writes metrics and checkpoints there */
+    if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
 
     LLM4D_TRY(llm4d_corpora_open(&tr->corpora, cfg->data.input_dir, err));
@@ -218,28 +279,10 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                               "vocabulary or raise Model.vocab_size",
                               tr->corpora.corpus[d].path, (long long)tr->corpora.corpus[d].max_id, m->vocab_size);
 
-    const int T = cfg->data.max_seq_len, mb = (int)cfg->micro_batch_size;
-    const int sharded = d->sharding_degree > 1;
-    const llm4d_gpt_layout layout = sharded ? llm4d_sharding_layout(d->sharding_stage, d->sharding_degree)
-                                            : (llm4d_gpt_layout){.group_align = 1};
-    LLM4D_TRY(llm4d_gpt_create_ex(&tr->model, m, tr->be, &tr->mem, mb, T, m->use_recompute, cfg->seed, &layout, err));
-    tr->have_model = 1;
-    if (sharded) {
-        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d->sharding_stage, d->sharding_offload, cfg->output_dir,
-                                      groups->axis[LLM4D_AXIS_SHARDING], groups->axis[LLM4D_AXIS_DATA],
-                                      cfg->optim.beta1, cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay,
-                                      cfg->seed, err));
-        tr->have_sh = 1;
-    } else {
-        LLM4D_TRY(llm4d_adamw_create(&tr->opt, tr->be, &tr->mem, 0, tr->model.table.total, cfg->optim.beta1,
-                                     cfg->optim.beta2, cfg->optim.epsilon, cfg->optim.weight_decay, err));
-        tr->have_opt = 1;
-        if (topo->data_world > 1) {
-            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, groups->data, (size_t)cfg->dist.bucket_size_bytes, err));
-            tr->have_dp = 1;
-        }
-    }
+    LLM4D_TRY(build_model(tr, err));
+    LLM4D_TRY(build_engines(tr, err));
     LLM4D_TRY(init_loaders(tr, opts->eval_only, err));
+    const int T = cfg->data.max_seq_len, mb = (int)cfg->micro_batch_size;
     tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)mb * T * sizeof(float));
     if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
@@ -279,9 +322,7 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
                        (size_t)tr->cfg->micro_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
     if (tr->have_loader) llm4d_loader_free(&tr->loader);
     if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
-    if (tr->have_dp) llm4d_dp_free(&tr->dp);
-    if (tr->have_sh) llm4d_sharding_free(&tr->sh);
-    if (tr->have_opt) llm4d_adamw_destroy(&tr->opt, tr->be, &tr->mem);
+    if (tr->have_engines) llm4d_engines_destroy(&tr->engines);
     if (tr->have_model) llm4d_gpt_destroy(&tr->model);
     if (tr->have_corpus) llm4d_corpora_close(&tr->corpora);
     if (tr->be) tr->be->destroy(tr->be);

@@ -1,10 +1,12 @@
 /* trainer.h — one training run: build everything from a validated config, then run the step loop.
  *
- * A step: read this rank's rows of the global batch (prefetched); zero gradients; for each micro-batch, forward
- * with the loss-gradient weights mask/count (count = unmasked tokens in the WHOLE global batch, over every data
- * rank, so accumulation, data parallelism and sharding never change the value) and backward, the parallel engine
- * (data_parallel or sharding) reducing gradients as backward produces them; global-norm clip; AdamW at lr(step);
- * log; evaluate every eval_freq steps; save every save_steps steps and at the end.
+ * A step: read this rank's rows of the global batch (prefetched); arm the parallel engines (parallel/engine.h);
+ * for each micro-batch, forward with the loss-gradient weights mask/count (count = unmasked tokens in the WHOLE
+ * global batch, over every data rank, so accumulation, data parallelism and sharding never change the value) and
+ * backward, the engines reducing gradients as backward produces them; finish the reductions; global-norm clip
+ * (the norm summed over the world, each element counted once); AdamW at lr(step); log; evaluate every eval_freq
+ * steps; save every save_steps steps and at the end. The trainer does not know which engines run: it drives the
+ * stack built at start-up from the degrees.
  *
  * Files: trainer.c (building and freeing), step.c (the loop, the log line, metrics.jsonl), eval.c (validation
  * loss), checkpoint.c (save, resume, start from weights), debug.c (test-facility dumps). */
@@ -26,16 +28,21 @@
 #include "optim/adamw.h"
 #include "optim/lr.h"
 #include "parallel/data_parallel.h"
+#include "parallel/engine.h"
+#include "parallel/flat.h"
 #include "parallel/sharding.h"
+#include "parallel/tensor_parallel.h"
 
 typedef struct {
     const llm4d_config *cfg;
     llm4d_backend *be;
     llm4d_mem mem;
     llm4d_gpt model;
-    llm4d_adamw opt;           /* without sharding: AdamW over the whole flat buffer */
+    llm4d_engine_stack engines;  /* what the trainer drives; the engines below are its members */
+    llm4d_flat flat;           /* storage without sharding */
+    llm4d_sharding sh;         /* storage with sharding_degree > 1 */
     llm4d_dp dp;               /* data parallel without sharding */
-    llm4d_sharding sh;         /* sharding_degree > 1 */
+    llm4d_tensor_parallel tp;  /* mp_degree > 1 */
     llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
     llm4d_loader loader;       /* train split */
     llm4d_loader eval_loader;  /* validation split */
@@ -60,7 +67,8 @@ typedef struct {
     int64_t inject_inf_step;   /* test facility: make this step's gradients overflow */
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
-    int have_corpus, have_model, have_opt, have_dp, have_sh, have_loader, have_eval;
+    int have_corpus, have_model, have_engines, have_loader, have_eval;
+    int sharded;               /* the storage is the sharding engine */
 } llm4d_trainer;
 
 typedef struct {

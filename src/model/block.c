@@ -1,0 +1,241 @@
+/* block.c — one transformer block, forward and backward, split over the tensor-parallel group (Megatron style).
+ *
+ * The block (pre-LayerNorm GPT-2), with B*T = N tokens, hidden C, heads NH, MLP width F, and M tensor-parallel
+ * ranks, rank r holding heads [r NH/M, (r+1) NH/M) and MLP features [r F/M, (r+1) F/M):
+ *
+ *   h   = LN1(x)                                   replicated (or, sequence-parallel, on this rank's N/M tokens)
+ *   qkv = f(h) Wqkv_r^T + bqkv_r                   column-parallel: this rank's heads          [N, 3C/M]
+ *   y   = attention(qkv)                           per head, no communication                 [N, C/M]
+ *   a   = g(y Wo_r^T) + bo                         row-parallel: Wo_r = columns of Wo         [N, C]
+ *   x2  = x + dropout(a)
+ *   u   = f(LN2(x2)) Wfc_r^T + bfc_r               column-parallel                            [N, F/M]
+ *   m   = g(gelu(u) Wp_r^T) + bp                   row-parallel
+ *   out = x2 + dropout(m)
+ *
+ * f and g are the conjugate operators (tp.h): without sequence parallelism f is the identity forward and an
+ * all-reduce of the input gradient backward, g an all-reduce of the partial sums forward and the identity backward;
+ * with it, f all-gathers the tokens (forward) / reduce-scatters the gradient (backward), g reduce-scatters
+ * (forward) / all-gathers (backward), and x, x2, the LayerNorms and the dropouts hold only N/M tokens.
+ *
+ * Communication per block per micro-batch, tensor-parallel group of M, payload N x C floats each:
+ *   without sequence parallelism: 2 all-reduces forward (a, m) + 2 backward (dh, dLN2) = 4 all-reduces;
+ *   with it: forward 2 all-gathers (h, LN2) + 2 reduce-scatters (a, m), backward 2 all-gathers (da, dm) +
+ *   2 reduce-scatters (dh, dLN2) = 4 all-gathers + 4 reduce-scatters, the same bytes (an all-reduce is one of
+ *   each). The gathered LayerNorm outputs are kept for the weight gradients, so backward gathers nothing again.
+ * Recompute adds one forward's worth (2 + 2) per block.
+ *
+ * The row-parallel biases are added once, after the reduction; their gradient is the column sum of the output
+ * gradient, complete on every rank without sequence parallelism, partial (this rank's tokens) with it, as are the
+ * LayerNorms': those are the entries marked sp_partial, summed over the group after backward
+ * (parallel/tensor_parallel.c). Dropout positions are global (sample, token, feature) and attention-dropout
+ * positions carry the global head, so every M draws the single-process masks.
+ *
+ * A split backward (zero-bubble pipelines) computes only input gradients in llm4d_gpt_block_backward, keeping the
+ * four linear layers' output gradients and the LayerNorms' weight gradients (llm4d_block_wgrad); the weight
+ * gradients of the linear layers and every gradient hand-off to the engines happen in
+ * llm4d_gpt_block_backward_weight. */
+#include "model/gpt.h"
+
+#include "core/rng.h"
+
+typedef struct {
+    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} block_weights;
+
+static block_weights weights(const llm4d_gpt *g, float *p) {
+    return (block_weights){llm4d_gpt_at(g, p, LLM4D_P_LN1W),     llm4d_gpt_at(g, p, LLM4D_P_LN1B),
+                           llm4d_gpt_at(g, p, LLM4D_P_QKVW),     llm4d_gpt_at(g, p, LLM4D_P_QKVB),
+                           llm4d_gpt_at(g, p, LLM4D_P_ATTPROJW), llm4d_gpt_at(g, p, LLM4D_P_ATTPROJB),
+                           llm4d_gpt_at(g, p, LLM4D_P_LN2W),     llm4d_gpt_at(g, p, LLM4D_P_LN2B),
+                           llm4d_gpt_at(g, p, LLM4D_P_FCW),      llm4d_gpt_at(g, p, LLM4D_P_FCB),
+                           llm4d_gpt_at(g, p, LLM4D_P_FCPROJW),  llm4d_gpt_at(g, p, LLM4D_P_FCPROJB)};
+}
+
+/* The three dropouts of block l: attention probabilities, and the outputs of the attention and MLP sublayers.
+ * Forward and backward build the same three, so backward recomputes exactly the masks forward drew. */
+typedef struct {
+    llm4d_dropout attn, out1, out2;
+} block_dropouts;
+
+static block_dropouts dropouts(const llm4d_gpt *g, int l, const llm4d_micro *mb) {
+    return (block_dropouts){
+        llm4d_gpt_dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, mb),
+        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, mb),
+        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, mb)};
+}
+
+static llm4d_attn_shape attn_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
+    return (llm4d_attn_shape){.B = mb->B, .T = mb->T, .NH = g->NHl, .HS = g->C / g->NH,
+                              .head0 = g->tp.rank * g->NHl, .NH_total = g->NH};
+}
+
+/* LayerNorm of this rank's Nl tokens, then f: the normalised tokens of the whole micro-batch in out [N, C]. */
+static void ln_gather(llm4d_gpt *g, float *out, float *mean, float *rstd, const float *x, const float *w,
+                      const float *b, int N, int Nl) {
+    llm4d_backend *be = g->be;
+    const int C = g->C;
+    if (!g->tp.sp) {
+        be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
+        return;
+    }
+    be->layernorm_forward(be, g->dlocal, mean, rstd, x, w, b, Nl, C);
+    llm4d_tp_allgather(&g->tp, g->dlocal, out, (size_t)Nl * C);
+}
+
+/* Row-parallel linear + g: out = (inp[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens.
+ * Returns where it is ([Nl, C]): g->full or g->dlocal. */
+static const float *row_parallel(llm4d_gpt *g, const float *inp, const float *w, const float *b, int N, int Nl,
+                                 int K) {
+    llm4d_backend *be = g->be;
+    const int C = g->C;
+    if (g->tp.size == 1) {
+        be->linear_forward(be, g->full, inp, w, b, N, K, C);
+        return g->full;
+    }
+    be->linear_forward(be, g->full, inp, w, NULL, N, K, C);
+    float *out = g->full;
+    if (g->tp.sp) {
+        llm4d_tp_reduce_scatter(&g->tp, g->full, g->dlocal, (size_t)Nl * C);
+        out = g->dlocal;
+    } else {
+        llm4d_tp_allreduce(&g->tp, g->full, (size_t)N * C);
+    }
+    be->bias_forward(be, out, b, Nl, C);
+    return out;
+}
+
+void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, float *out, int l,
+                             const llm4d_micro *mb) {
+    llm4d_backend *be = g->be;
+    const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
+    const int grp = g->group_of_layer[l];
+    const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 0));
+    const block_dropouts d = dropouts(g, l, mb);
+
+    ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, Nl);
+    be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
+    be->attention_forward(be, a->atty, a->lse, a->qkv, attn_shape(g, mb), &d.attn);
+    const float *att = row_parallel(g, a->atty, w.attprojw, w.attprojb, N, Nl, g->Cl);
+    be->dropout_add_forward(be, a->res2, x, att, Nl, C, &d.out1);
+
+    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, Nl);
+    be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, g->Fl);
+    be->gelu_forward(be, g->gelu, a->fch, (size_t)N * g->Fl);
+    const float *mlp = row_parallel(g, g->gelu, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    be->dropout_add_forward(be, out, a->res2, mlp, Nl, C, &d.out2);
+    llm4d_gpt_release(g, grp, 0);
+}
+
+/* Backward of row-parallel + g: dloc [Nl, C] is the gradient of this rank's tokens of the output. Adds the input
+ * gradient to dinp [N, K] and (unless split) the weight and bias gradients; with split, keeps the output gradient
+ * of all tokens in keep [N, C]. */
+static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *db, const float *dloc,
+                                  const float *inp, const float *w, int N, int Nl, int K, float *keep) {
+    llm4d_backend *be = g->be;
+    const int C = g->C;
+    const float *dfull = dloc;
+    if (g->tp.sp) {
+        llm4d_tp_allgather(&g->tp, dloc, g->full, (size_t)Nl * C);
+        dfull = g->full;
+    }
+    if (keep) be->copy(be, keep, dfull, (size_t)N * C * sizeof(float));
+    if (g->tp.size == 1) {
+        be->linear_backward(be, dinp, dw, db, dfull, inp, w, N, K, C);
+        return;
+    }
+    if (db) be->bias_backward(be, db, dloc, Nl, C);
+    be->linear_backward(be, dinp, dw, NULL, dfull, inp, w, N, K, C);
+}
+
+/* Backward of f + column-parallel linear: dout [N, OC] is the gradient of this rank's output features. Adds the
+ * weight and bias gradients (unless split: keep [N, OC] gets dout) and returns the gradient of the LayerNorm
+ * output for this rank's Nl tokens, reduced over the group. */
+static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db, const float *dout,
+                                             const float *inp, const float *w, int N, int Nl, int OC, float *keep) {
+    llm4d_backend *be = g->be;
+    const int C = g->C;
+    if (keep) be->copy(be, keep, dout, (size_t)N * OC * sizeof(float));
+    be->zero(be, g->dln, (size_t)N * C * sizeof(float));
+    be->linear_backward(be, g->dln, dw, db, dout, inp, w, N, C, OC);
+    if (g->tp.sp) {
+        llm4d_tp_reduce_scatter(&g->tp, g->dln, g->dlocal, (size_t)Nl * C);
+        return g->dlocal;
+    }
+    llm4d_tp_allreduce(&g->tp, g->dln, (size_t)N * C);
+    return g->dln;
+}
+
+void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, llm4d_block_wgrad *wg, int l,
+                              const llm4d_micro *mb) {
+    llm4d_backend *be = g->be;
+    const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, Fl = g->Fl, Cl = g->Cl;
+    const size_t NlC = (size_t)Nl * C, NF = (size_t)N * Fl;
+    const int grp = g->group_of_layer[l];
+    const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 1));
+    /* split: no parameter gradient now (they go to the engines in one window, in the weight pass), the LayerNorms'
+     * into the slot's small stash */
+    float *dp = wg ? NULL : llm4d_gpt_grads_of(g, grp);
+    float *dln1w = wg ? wg->dln[0] : llm4d_gpt_at(g, dp, LLM4D_P_LN1W);
+    float *dln1b = wg ? wg->dln[1] : llm4d_gpt_at(g, dp, LLM4D_P_LN1B);
+    float *dln2w = wg ? wg->dln[2] : llm4d_gpt_at(g, dp, LLM4D_P_LN2W);
+    float *dln2b = wg ? wg->dln[3] : llm4d_gpt_at(g, dp, LLM4D_P_LN2B);
+    if (wg) be->zero(be, wg->dln[0], 4 * (size_t)C * sizeof(float));
+#define DW(kind) (wg ? NULL : llm4d_gpt_at(g, dp, kind))
+    const block_dropouts d = dropouts(g, l, mb);
+
+    /* g->dres holds d(out). MLP sublayer: out = x2 + dropout(m) */
+    be->zero(be, g->dres2, NlC * sizeof(float));
+    be->zero(be, g->dproj, NlC * sizeof(float));
+    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);
+    /* GELU's output is the widest activation of a block (N x F/M): recomputing it costs one element-wise pass,
+     * keeping it would cost that much memory per layer (recompute has just refilled it) */
+    if (!g->layout.recompute) be->gelu_forward(be, g->gelu, a->fch, NF);
+    be->zero(be, g->dfch_gelu, NF * sizeof(float));
+    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, g->gelu, w.fcprojw,
+                          N, Nl, Fl, wg ? wg->dmlp : NULL);
+    be->zero(be, g->dfch, NF * sizeof(float));
+    be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
+    const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), g->dfch, a->ln2, w.fcw, N,
+                                                 Nl, Fl, wg ? wg->dfch : NULL);
+    be->layernorm_backward(be, g->dres2, dln2w, dln2b, dln2, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, Nl, C);
+
+    /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
+    be->zero(be, g->dres, NlC * sizeof(float));
+    be->zero(be, g->dproj, NlC * sizeof(float));
+    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, Nl, C, &d.out1);
+    be->zero(be, g->datty, (size_t)N * Cl * sizeof(float));
+    row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), g->dproj, a->atty,
+                          w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
+    be->zero(be, g->dqkv, (size_t)N * 3 * Cl * sizeof(float));
+    be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, mb), &d.attn);
+    const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), g->dqkv, a->ln1, w.qkvw,
+                                                 N, Nl, 3 * Cl, wg ? wg->dqkv : NULL);
+    be->layernorm_backward(be, g->dres, dln1w, dln1b, dln1, x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
+#undef DW
+    llm4d_gpt_release(g, grp, 1);
+    if (!wg) llm4d_gpt_grads_done(g, grp);
+}
+
+void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_block_wgrad *wg, int l,
+                                     const llm4d_micro *mb) {
+    llm4d_backend *be = g->be;
+    const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, Fl = g->Fl, Cl = g->Cl;
+    const int grp = g->group_of_layer[l];
+    float *dp = llm4d_gpt_grads_of(g, grp);
+    /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
+    const size_t own = (size_t)g->tok0 * C;
+    be->gelu_forward(be, g->gelu, a->fch, (size_t)N * Fl);
+    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, g->gelu, NULL, N, Fl, C);
+    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), wg->dmlp + own, Nl, C);
+    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB), wg->dfch,
+                        a->ln2, NULL, N, C, Fl);
+    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL, N, Cl, C);
+    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), wg->dattn + own, Nl, C);
+    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB), wg->dqkv,
+                        a->ln1, NULL, N, C, 3 * Cl);
+    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
+    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);
+    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2W), wg->dln[2], (size_t)C);
+    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2B), wg->dln[3], (size_t)C);
+    llm4d_gpt_grads_done(g, grp);
+}

@@ -1,0 +1,115 @@
+/* flat.c — the whole-buffer storage engine (see flat.h). */
+#include "parallel/flat.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/hash.h"
+
+static llm4d_flat *of(llm4d_engine *e) { return (llm4d_flat *)e; }
+
+static void flat_begin_step(llm4d_engine *e, int n_micro) {
+    (void)n_micro;
+    llm4d_flat *f = of(e);
+    f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+}
+
+static float *flat_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
+    llm4d_flat *f = of(e);
+    const llm4d_param *p = &f->g->table.p[i];
+    *j0 = 0;
+    *j1 = (int64_t)p->numel;
+    return f->g->grads + p->offset;
+}
+
+static double flat_grad_sumsq(llm4d_engine *e) {
+    llm4d_flat *f = of(e);
+    if (!f->counts) return 0.0;
+    const llm4d_param_table *t = &f->g->table;
+    double acc = 0.0;
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].owner) acc += f->be->sumsq(f->be, f->g->grads + t->p[i].offset, t->p[i].numel);
+    return acc;
+}
+
+static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
+    (void)err;
+    llm4d_flat *f = of(e);
+    const llm4d_param_table *t = &f->g->table;
+    llm4d_adamw_next(&f->opt);
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *p = &t->p[i];
+        llm4d_adamw_apply(&f->opt, f->be, f->g->params + p->offset, f->g->grads + p->offset, f->m + p->offset,
+                          f->v + p->offset, p->numel, lr, grad_scale, p->decay);
+    }
+    return LLM4D_OK;
+}
+
+static void flat_state(llm4d_engine *e, llm4d_engine_state *out) {
+    llm4d_flat *f = of(e);
+    *out = (llm4d_engine_state){.n = 1, .lo = &f->range_lo, .hi = &f->range_hi, .params = f->g->params,
+                                .m = f->m, .v = f->v, .params_whole = 1, .writes = f->counts};
+}
+
+static uint64_t flat_param_hash(llm4d_engine *e, int replicated_only) {
+    llm4d_flat *f = of(e);
+    const llm4d_param_table *t = &f->g->table;
+    if (!replicated_only) return llm4d_hash_words(f->g->params, t->total);
+    uint64_t h = LLM4D_HASH_INIT;
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].split_dim < 0) h = llm4d_hash_more(h, f->g->params + t->p[i].offset, t->p[i].numel);
+    return h;
+}
+
+static int64_t flat_adam_steps(llm4d_engine *e, int64_t set) {
+    llm4d_flat *f = of(e);
+    if (set >= 0) f->opt.t = set;
+    return f->opt.t;
+}
+
+static void flat_describe(llm4d_engine *e, char *buf, size_t n) {
+    llm4d_flat *f = of(e);
+    snprintf(buf, n, "parameters, gradients and Adam m, v held whole: %zu elements each",
+             f->g->table.total);
+}
+
+static void flat_destroy(llm4d_engine *e) {
+    llm4d_flat *f = of(e);
+    const size_t bytes = f->g->table.total * sizeof(float);
+    if (f->m) f->be->free(f->be, f->mem, LLM4D_MEM_OPTIM, f->m, bytes);
+    if (f->v) f->be->free(f->be, f->mem, LLM4D_MEM_OPTIM, f->v, bytes);
+    f->m = f->v = NULL;
+}
+
+static const llm4d_engine_ops flat_ops = {
+    .name = "flat",
+    .begin_step = flat_begin_step,
+    .grad_view = flat_grad_view,
+    .grad_sumsq = flat_grad_sumsq,
+    .update = flat_update,
+    .state = flat_state,
+    .param_hash = flat_param_hash,
+    .adam_steps = flat_adam_steps,
+    .describe = flat_describe,
+    .destroy = flat_destroy,
+};
+
+llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int data_replica0, llm4d_err *err) {
+    memset(f, 0, sizeof *f);
+    f->base.ops = &flat_ops;
+    f->g = g;
+    f->be = g->be;
+    f->mem = g->mem;
+    f->opt = opt;
+    f->counts = data_replica0;
+    f->range_hi = g->table.total;
+    LLM4D_ASSERT(g->params && g->grads, "the flat engine needs the model's flat parameter and gradient buffers");
+    const size_t bytes = g->table.total * sizeof(float);
+    f->m = f->be->alloc(f->be, f->mem, LLM4D_MEM_OPTIM, bytes);
+    f->v = f->be->alloc(f->be, f->mem, LLM4D_MEM_OPTIM, bytes);
+    if (!f->m || !f->v) {
+        flat_destroy(&f->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the optimizer states (%zu bytes)", 2 * bytes);
+    }
+    return LLM4D_OK;
+}

@@ -1,0 +1,31 @@
+/* tensor_parallel.h — the reducer engine (engine.h) of tensor parallelism: after backward, the gradients that each
+ * tensor-parallel rank holds only partially are summed over the group.
+ *
+ * Tensor parallelism itself lives in the model (model/tp.h, block.c, embed.c): the split layers and the conjugate
+ * operators' communication. What is left for an engine is the replicated parameters whose gradient is a partial
+ * sum on each rank: with sequence parallelism, each rank's LayerNorms, row-parallel biases and the position
+ * embedding see only its N/M tokens (the entries params.h marks sp_partial). This engine packs the part of those
+ * gradients the storage engine keeps into one buffer, all-reduces it over the tensor-parallel group (one
+ * collective per step, 2 (M-1)/M x the packed bytes), and unpacks it. Without sequence parallelism every replica
+ * computes the full gradient from the same replicated activations, and nothing is sent.
+ *
+ * Clipping counts each element once: replicated entries are `owner` on tensor-parallel rank 0 only (params.h), so
+ * the storage engine's norm share leaves the copies out. */
+#ifndef LLM4D_PARALLEL_TENSOR_PARALLEL_H
+#define LLM4D_PARALLEL_TENSOR_PARALLEL_H
+
+#include "comm/comm.h"
+#include "parallel/engine.h"
+
+typedef struct {
+    llm4d_engine base;
+    llm4d_engine_stack *stack;
+    llm4d_comm *mp;
+    float *pack;
+    size_t pack_len;
+} llm4d_tensor_parallel;
+
+llm4d_code llm4d_tensor_parallel_init(llm4d_tensor_parallel *tp, llm4d_engine_stack *stack, llm4d_comm *mp,
+                                      llm4d_err *err);
+
+#endif
