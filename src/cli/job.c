@@ -2,13 +2,36 @@
 #include "cli/job.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "ckpt/gpt_ckpt.h"
 #include "core/log.h"
 
-llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
-                           llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
+int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg) {
+    *dbg = (llm4d_job_debug){0};
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {
+            dbg->debug_dump = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_inject_inf_step") && i + 1 < argc) {
+            dbg->inject_inf_step = atoll(argv[++i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_check_replicas")) {
+            dbg->check_replicas = 1;
+            continue;
+        }
+        args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    return n;
+}
+
+llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_err *err) {
     llm4d_config_defaults(cfg);
     LLM4D_TRY(llm4d_config_parse_args(cfg, argc - 1, argv + 1, err));
     /* model_name_or_path naming a checkpoint: the model's geometry comes from its meta.json */
@@ -16,7 +39,12 @@ llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int p
     if (cfg->model.name_or_path[0] && stat(cfg->model.name_or_path, &st) == 0 && S_ISDIR(st.st_mode))
         LLM4D_TRY(llm4d_gpt_ckpt_read_model(cfg->model.name_or_path, &cfg->model,
                                             cfg->model.vocab_size_divisible_unit, err));
-    LLM4D_TRY(llm4d_config_finalize(cfg, rt->world_size, err));
+    return llm4d_config_finalize(cfg, world, err);
+}
+
+llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
+                           llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
+    LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, cfg, err));
     LLM4D_TRY(llm4d_topology_init(topo, rt->world_size, rt->rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
                                   cfg->dist.sharding_degree, cfg->dist.mp_degree, err));
     if (print_groups && rt->world_size > 1) {

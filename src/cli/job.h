@@ -7,6 +7,21 @@
 #include "comm/runtime.h"
 #include "comm/topology.h"
 
+/* The test facilities of `llm4d train`, taken out of its arguments before config parsing. */
+typedef struct {
+    const char *debug_dump;     /* --debug_dump DIR: tests/test_torch_parity.sh */
+    int check_replicas;         /* --debug_check_replicas: tests/test_dp.sh, test_sharding.sh, test_tp.sh */
+    long long inject_inf_step;  /* --debug_inject_inf_step N: tests/test_amp.sh */
+} llm4d_job_debug;
+
+/* args (argc + 1 entries) = argv without the debug flags, which go to *dbg; returns the count left. */
+int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg);
+
+/* Defaults, parse argv (argv[0] is the verb), the model geometry of a checkpoint named by model_name_or_path,
+ * finalized for `world` processes: every check a job's configuration gets (the launcher runs it before starting
+ * the processes, so a bad configuration is one line, not one per rank). */
+llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_err *err);
+
 /* On an initialised runtime: defaults, parse argv (argv[0] is the verb), take the model geometry from
  * model_name_or_path when it names a checkpoint directory, finalize for the runtime's world size, build the
  * topology (printed when print_groups and there are several processes) and its communicators. */

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/job.h"
 #include "core/fs.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -268,6 +269,21 @@ int llm4d_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "llm4d launch: the command to launch is `llm4d %s`, which would launch again; give a verb "
                         "such as train\n", argv[cmd]);
         return 2;
+    }
+    if (!strcmp(argv[cmd], "train")) { /* a bad configuration is one line here, not one per rank */
+        char **targs = calloc((size_t)(argc - cmd) + 1, sizeof *targs);
+        llm4d_config *cfg = calloc(1, sizeof *cfg);
+        llm4d_err err = {0};
+        llm4d_job_debug dbg;
+        llm4d_code rc = !targs || !cfg ? llm4d_fail(&err, LLM4D_ENOMEM, "out of memory")
+                                       : llm4d_job_config(llm4d_job_take_debug(argc - cmd, argv + cmd, targs, &dbg),
+                                                          targs, nproc, cfg, &err);
+        free(targs);
+        free(cfg);
+        if (rc != LLM4D_OK) {
+            fprintf(stderr, "llm4d: %s\n", err.msg);
+            return llm4d_exit_code(rc);
+        }
     }
     if (hostfile && access(hostfile, R_OK) != 0) {
         fprintf(stderr, "llm4d launch: cannot read the hostfile %s: %s\n", hostfile, strerror(errno));

@@ -18,29 +18,12 @@ int llm4d_cmd_train(int argc, char **argv) {
             llm4d_config_print_help(stdout);
             return 0;
         }
-    /* --debug_dump DIR and --debug_check_replicas are test facilities, taken out before config parsing. */
-    const char *debug_dump = NULL;
-    int check_replicas = 0;       /* --debug_check_replicas: tests/test_dp.sh */
-    long long inject_inf_step = 0; /* --debug_inject_inf_step N: tests/test_amp.sh */
+    /* --debug_dump DIR, --debug_check_replicas, --debug_inject_inf_step: test facilities (job.h) */
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {
-            debug_dump = argv[++i];
-            continue;
-        }
-        if (!strcmp(argv[i], "--debug_inject_inf_step") && i + 1 < argc) {
-            inject_inf_step = atoll(argv[++i]);
-            continue;
-        }
-        if (!strcmp(argv[i], "--debug_check_replicas")) {
-            check_replicas = 1;
-            continue;
-        }
-        args[n++] = argv[i];
-    }
+    llm4d_job_debug dbg;
+    const int n = llm4d_job_take_debug(argc, argv, args, &dbg);
 
     llm4d_err err = {0};
     llm4d_runtime rt;
@@ -49,8 +32,8 @@ int llm4d_cmd_train(int argc, char **argv) {
     llm4d_comm_groups groups = {0};
     if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
     llm4d_trainer tr;
-    const llm4d_trainer_opts opts = {.debug_dump = debug_dump, .check_replicas = check_replicas,
-                                     .inject_inf_step = inject_inf_step};
+    const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
+                                     .inject_inf_step = dbg.inject_inf_step};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);
