@@ -435,9 +435,11 @@ static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
     if (m->ffn_hidden_size % d->mp_degree)
         return llm4d_fail(err, LLM4D_EUSER, "Model.ffn_hidden_size %d is not divisible by mp_degree %d; choose an "
                           "mp_degree that divides it", m->ffn_hidden_size, d->mp_degree);
-    if (m->num_layers % d->pp_degree)
-        return llm4d_fail(err, LLM4D_EUSER, "Model.num_layers %d is not divisible by pp_degree %d; choose a "
-                          "pp_degree that divides the layers", m->num_layers, d->pp_degree);
+    if (m->virtual_pp_degree < 1)
+        return llm4d_fail(err, LLM4D_EUSER, "Model.virtual_pp_degree must be >= 1, got %d", m->virtual_pp_degree);
+    if (m->virtual_pp_degree > 1 && d->pp_degree == 1)
+        return llm4d_fail(err, LLM4D_EUSER, "virtual_pp_degree %d interleaves pipeline stages, but pp_degree is 1; "
+                          "set pp_degree > 1 or virtual_pp_degree 1", m->virtual_pp_degree);
     int seq = cfg->data.max_seq_len;
     if (seq < 1) return llm4d_fail(err, LLM4D_EUSER, "max_seq_len must be >= 1, got %d", seq);
     if (seq > m->max_position_embeddings)

@@ -36,6 +36,7 @@ typedef struct {
     float initializer_range;
     int use_recompute;
     int sequence_parallel;             /* Model.sequence_parallel: Megatron sequence parallelism (mp_degree > 1) */
+    int virtual_pp_degree;             /* Model.virtual_pp_degree: pipeline chunks per stage (interleaved 1F1B) */
     char recompute_granularity[LLM4D_NAME_MAX]; /* "full" (the only one implemented on CPU) */
     int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
 } llm4d_model_config;
@@ -62,6 +63,9 @@ typedef struct {
     char offload_dir[LLM4D_PATH_MAX]; /* sharding_offload's file: node-local; "" = $TMPDIR, else /var/tmp */
     int save_consolidated;           /* sharded runs: gather and write whole tensors (save_group_sharded_model) */
     int use_sharding;
+    char pp_schedule[LLM4D_NAME_MAX];  /* 1F1B, interleaved, ZBH1 */
+    char pp_layers[256];               /* blocks per virtual stage, "3,3,2,2"; "" = even */
+    int pp_account_embedding_loss;     /* count the embedding and the loss as one block each in an even split */
     int64_t bucket_size_bytes;       /* gradient all-reduce bucket size */
 } llm4d_dist_config;
 

@@ -71,7 +71,7 @@ llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_
     fwrite(b->targets, sizeof(int32_t), rowsT, f);
     fwrite(b->mask, sizeof(float), rowsT, f);
     fclose(f);
-    if (step != 1) return LLM4D_OK;
+    if (step != 1 || tr->pipelined) return LLM4D_OK; /* logits: a whole model's */
     llm4d_gpt_forward(&tr->model, b->tokens, NULL, NULL, b->sample_ids, 1, 0, 0, mb, T);
     return dump_file(tr->debug_dump, "logits_step1.bin", tr->model.logits,
                      (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err);

@@ -17,14 +17,23 @@ llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss_out,
         for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
         LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
         double loss = 0;
-        for (int64_t k = 0; k < c->accumulate_steps; k++) {
-            const size_t off = (size_t)k * mb * T;
-            for (size_t i = 0; i < (size_t)mb * T; i++)
-                tr->dloss[i] = count > 0 ? (float)(b->mask[off + i] / count) : 0;
-            loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
-                                      (uint32_t)step, 0, 0, mb, T);
+        for (size_t i = 0; i < (size_t)b->rows * T; i++) tr->dloss[i] = count > 0 ? (float)(b->mask[i] / count) : 0;
+        if (tr->pipelined) {
+            for (int64_t k = 0; k < c->accumulate_steps; k++) {
+                const size_t off = (size_t)k * mb * T;
+                tr->mbs[k] = (llm4d_micro){b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
+                                           (uint32_t)step, 0, 0, mb, T};
+            }
+            LLM4D_TRY(llm4d_pipeline_run(&tr->pp, tr->mbs, (int)c->accumulate_steps, 1, &loss, err));
+        } else {
+            for (int64_t k = 0; k < c->accumulate_steps; k++) {
+                const size_t off = (size_t)k * mb * T;
+                loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss + off,
+                                          b->sample_ids + k * mb, (uint32_t)step, 0, 0, mb, T);
+            }
         }
-        LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
+        LLM4D_TRY(llm4d_tp_check(&g->tp, err));
+        LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
         total += loss;
     }
     const double loss = total / c->eval_iters, ppl = exp(loss);

@@ -20,6 +20,14 @@ llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err)
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err *err) {
+    /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks (every
+     * tensor-parallel rank computed the same value); with a pipeline only the last stage holds it */
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, loss, 1, LLM4D_COMM_F64, err));
+    if (tr->pipelined) LLM4D_TRY(llm4d_comm_allreduce(tr->groups->axis[LLM4D_AXIS_PIPE], loss, 1, LLM4D_COMM_F64, err));
+    return LLM4D_OK;
+}
+
 /* Forward and backward of one global step's rows; returns the global loss. */
 static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double *loss_out,
                              llm4d_err *err) {
@@ -32,21 +40,28 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
     llm4d_engines_begin_step(&tr->engines, (int)acc);
+    /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
+    const double w = count > 0 ? tr->loss_scale / count : 0;
+    for (size_t i = 0; i < (size_t)b->rows * T; i++) tr->dloss[i] = (float)(b->mask[i] * w);
     double loss = 0;
-    for (int64_t k = 0; k < acc; k++) {
-        const size_t off = (size_t)k * mb * T;
-        /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
-        const double w = count > 0 ? tr->loss_scale / count : 0;
-        for (size_t i = 0; i < (size_t)mb * T; i++) tr->dloss[i] = (float)(b->mask[off + i] * w);
-        loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss, b->sample_ids + k * mb,
-                                  (uint32_t)step, 1, 1, mb, T);
-        llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
+    if (tr->pipelined) { /* the schedule interleaves the micro-batches' forwards and backwards */
+        for (int64_t k = 0; k < acc; k++) {
+            const size_t off = (size_t)k * mb * T;
+            tr->mbs[k] = (llm4d_micro){b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
+                                       (uint32_t)step, 1, 1, mb, T};
+        }
+        LLM4D_TRY(llm4d_pipeline_run(&tr->pp, tr->mbs, (int)acc, 0, &loss, err));
+    } else {
+        for (int64_t k = 0; k < acc; k++) {
+            const size_t off = (size_t)k * mb * T;
+            loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
+                                      (uint32_t)step, 1, 1, mb, T);
+            llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
+        }
     }
     LLM4D_TRY(llm4d_tp_check(&g->tp, err));
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
-    /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks (every
-     * tensor-parallel rank computed the same value) */
-    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &loss, 1, LLM4D_COMM_F64, err));
+    LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
     if (step == tr->inject_inf_step) { /* test facility: an overflow, as an fp16 gradient would produce */
         int64_t j0, j1;
@@ -194,5 +209,16 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
     }
     print_peak_memory(tr);
+    if (tr->pipelined) { /* what the schedule kept alive, against the slots it was given */
+        const llm4d_gpt *g = &tr->model;
+        char line[256];
+        int k = snprintf(line, sizeof line, "pipeline stage %d: most micro-batches alive at once per chunk:",
+                         tr->pp.stage);
+        for (int c = 0; c < g->table.part.n_chunks && k < (int)sizeof line; c++)
+            k += snprintf(line + k, sizeof line - (size_t)k, " %d (of %d slots)", g->slots_peak[c],
+                          g->layout.slots[c] > 0 ? g->layout.slots[c] : 1);
+        llm4d_log_info(&tr->log, "%s; activations %.3f MiB, %.3f MiB per slot", line,
+                       tr->mem.bytes[LLM4D_MEM_ACTIVATIONS] / 1048576.0, g->slot_bytes / 1048576.0);
+    }
     return LLM4D_OK;
 }

@@ -174,8 +174,8 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
     return LLM4D_OK;
 }
 
-/* This rank's part of the model: its tensor-parallel slice of every block (its pipeline stage's blocks, once
- * pipelines exist), laid out as its storage engine wants it. */
+/* This rank's part of the model: its pipeline stage's blocks (and the embedding or the head), its tensor-parallel
+ * slice of them, laid out as its storage engine and its pipeline schedule want it. */
 static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     const llm4d_dist_config *d = &cfg->dist;
@@ -186,6 +186,35 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     part.sequence_parallel = cfg->model.sequence_parallel && part.mp_size > 1;
     llm4d_gpt_layout layout = {.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
                                .recompute = cfg->model.use_recompute};
+    tr->pipelined = d->pp_degree > 1;
+    if (tr->pipelined) {
+        const int P = d->pp_degree, V = cfg->model.virtual_pp_degree, stage = topo->index[LLM4D_AXIS_PIPE];
+        llm4d_pp_kind kind;
+        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &kind, err));
+        int lo[LLM4D_MAX_CHUNKS * 64], hi[LLM4D_MAX_CHUNKS * 64];
+        if (P * V > (int)(sizeof lo / sizeof lo[0]))
+            return llm4d_fail(err, LLM4D_EUSER, "pp_degree %d x virtual_pp_degree %d: llm4d supports at most %d virtual "
+                              "stages", P, V, (int)(sizeof lo / sizeof lo[0]));
+        LLM4D_TRY(llm4d_pp_split(cfg, P, V, lo, hi, err));
+        llm4d_pp_part(P, V, stage, lo, hi, &part);
+        LLM4D_TRY(llm4d_pipeline_slots(kind, P, V, (int)cfg->accumulate_steps, stage, layout.slots, err));
+        layout.split_backward = kind == LLM4D_PP_ZBH1;
+        if (tr->is_writer) { /* the whole split, once: which stage holds which blocks */
+            llm4d_log_info(&tr->log, "pipeline: %d stages x %d chunk%s, %s schedule; every block held once:", P, V,
+                           V > 1 ? "s" : "", d->pp_schedule);
+            for (int st = 0; st < P; st++) {
+                char line[512];
+                int k = snprintf(line, sizeof line, "    stage %d:", st);
+                for (int c = 0; c < V && k < (int)sizeof line; c++)
+                    k += snprintf(line + k, sizeof line - (size_t)k, " blocks [%d, %d)", lo[c * P + st],
+                                  hi[c * P + st]);
+                if (k < (int)sizeof line)
+                    snprintf(line + k, sizeof line - (size_t)k, "%s%s", st == 0 ? " + embeddings" : "",
+                             st == P - 1 ? " + ln_f, LM head, loss" : "");
+                llm4d_log_info(&tr->log, "%s", line);
+            }
+        }
+    }
     tr->sharded = d->sharding_degree > 1;
     if (tr->sharded) llm4d_sharding_part(d->sharding_stage, d->sharding_degree, &cfg->model, &part, &layout);
     const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
@@ -222,6 +251,15 @@ static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(llm4d_tensor_parallel_init(&tr->tp, s, tr->groups->axis[LLM4D_AXIS_MODEL], err));
         llm4d_engines_push(s, &tr->tp.base, 0);
     }
+    if (tr->pipelined) {
+        llm4d_pp_kind kind;
+        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &kind, err));
+        LLM4D_TRY(llm4d_pipeline_init(&tr->pp, s, tr->groups->axis[LLM4D_AXIS_PIPE], cfg->model.virtual_pp_degree,
+                                      kind, (int)cfg->accumulate_steps, err));
+        llm4d_engines_push(s, &tr->pp.base, 0);
+        tr->mbs = calloc((size_t)cfg->accumulate_steps, sizeof *tr->mbs);
+        if (!tr->mbs) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
     llm4d_engines_install(s);
     return LLM4D_OK;
 }
@@ -240,17 +278,11 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
-    const llm4d_dist_config *d = &cfg->dist;
     if (strcmp(cfg->device, "cpu") != 0)
         return llm4d_fail(err, LLM4D_EUSER,
                           "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
                           "yet); use --device cpu",
                           cfg->device);
-    if (d->pp_degree != 1)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "pp_degree %d: pipeline parallelism is not implemented in llm4d yet; use dp_degree, "
-                          "sharding_degree and mp_degree for more processes",
-                          d->pp_degree);
 
     llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
                                      : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
@@ -282,8 +314,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(build_model(tr, err));
     LLM4D_TRY(build_engines(tr, err));
     LLM4D_TRY(init_loaders(tr, opts->eval_only, err));
-    const int T = cfg->data.max_seq_len, mb = (int)cfg->micro_batch_size;
-    tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)mb * T * sizeof(float));
+    const int T = cfg->data.max_seq_len;
+    tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)cfg->local_batch_size * T * sizeof(float));
     if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
@@ -319,7 +351,8 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
     if (tr->metrics) fclose(tr->metrics);
     if (tr->dloss)
         llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
-                       (size_t)tr->cfg->micro_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+                       (size_t)tr->cfg->local_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+    free(tr->mbs);
     if (tr->have_loader) llm4d_loader_free(&tr->loader);
     if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
     if (tr->have_engines) llm4d_engines_destroy(&tr->engines);

@@ -30,6 +30,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/engine.h"
 #include "parallel/flat.h"
+#include "parallel/pipeline.h"
 #include "parallel/sharding.h"
 #include "parallel/tensor_parallel.h"
 
@@ -43,6 +44,9 @@ typedef struct {
     llm4d_sharding sh;         /* storage with sharding_degree > 1 */
     llm4d_dp dp;               /* data parallel without sharding */
     llm4d_tensor_parallel tp;  /* mp_degree > 1 */
+    llm4d_pipeline pp;         /* pp_degree > 1: runs each step's schedule; sums the tied embedding's gradients */
+    int pipelined;
+    llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step (pipeline) */
     llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
     llm4d_loader loader;       /* train split */
     llm4d_loader eval_loader;  /* validation split */
@@ -50,7 +54,7 @@ typedef struct {
     llm4d_lr_schedule lr;
     llm4d_log log;
     FILE *metrics;
-    float *dloss;              /* [micro_batch * T] loss-gradient weights of one micro-batch */
+    float *dloss;              /* [local_batch * T] loss-gradient weights of a step's micro-batches */
     llm4d_topology topo;
     llm4d_comm_groups *groups; /* borrowed */
     int world_size;
@@ -96,6 +100,8 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
                                    llm4d_err *err);
+/* step.c: a step's loss from each rank's share (summed over the data ranks and the pipeline stages) */
+llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err *err);
 /* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
 llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err);
 

@@ -1,0 +1,358 @@
+/* pipeline.c — the stage split, the schedule executor and the tied-embedding engine (see pipeline.h). */
+#include "parallel/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+
+/* ---- the split ---- */
+
+llm4d_code llm4d_pp_split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err) {
+    const int L = cfg->model.num_layers, VP = P * V;
+    int *n = calloc((size_t)VP, sizeof *n);
+    if (!n) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = LLM4D_OK;
+    const char *list = cfg->dist.pp_layers;
+    if (list[0]) { /* the blocks of each virtual stage, as given */
+        int k = 0, sum = 0;
+        const char *p = list;
+        while (*p && rc == LLM4D_OK) {
+            char *end;
+            const long x = strtol(p, &end, 10);
+            if (end == p || x < 0 || x > L) {
+                rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s': '%s' is not a block count; give %d counts, one "
+                                "per virtual stage, that sum to num_layers %d (e.g. pp_layers 3,3,3,3)", list, p, VP,
+                                L);
+                break;
+            }
+            if (k < VP) n[k] = (int)x;
+            k++;
+            sum += (int)x;
+            p = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') {
+                rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s': separate the counts with commas", list);
+                break;
+            }
+        }
+        if (rc == LLM4D_OK && k != VP)
+            rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers gives %d counts, but pp_degree %d x virtual_pp_degree %d = %d "
+                            "virtual stages need one each", k, P, V, VP);
+        if (rc == LLM4D_OK && sum != L)
+            rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s' holds %d blocks, but the model has num_layers %d; make "
+                            "the counts sum to %d", list, sum, L, L);
+    } else if (cfg->dist.pp_account_embedding_loss) { /* the embedding and the loss count as one block each */
+        if ((L + 2) % VP)
+            rc = llm4d_fail(err, LLM4D_EUSER, "pp_account_embedding_loss: num_layers %d + 2 (embedding, loss) = %d is "
+                            "not divisible by pp_degree %d x virtual_pp_degree %d; give pp_layers instead", L, L + 2,
+                            P, V);
+        for (int v = 0; rc == LLM4D_OK && v < VP; v++)
+            n[v] = (L + 2) / VP - (v == 0) - (v == VP - 1);
+        for (int v = 0; rc == LLM4D_OK && v < VP; v++)
+            if (n[v] < 0)
+                rc = llm4d_fail(err, LLM4D_EUSER, "pp_account_embedding_loss: %d blocks over %d virtual stages leave "
+                                "virtual stage %d less than the embedding or the loss; use fewer stages", L, VP, v);
+    } else if (L % VP) {
+        rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d is not divisible by pp_degree %d x virtual_pp_degree %d = %d; "
+                        "give the blocks of each stage with pp_layers (e.g. %d counts summing to %d) for an uneven "
+                        "split", L, P, V, VP, VP, L);
+    } else {
+        for (int v = 0; v < VP; v++) n[v] = L / VP;
+    }
+    /* consecutive ranges, then the proof: every block held exactly once, every virtual stage holds something */
+    int at = 0;
+    for (int v = 0; rc == LLM4D_OK && v < VP; v++) {
+        lo[v] = at;
+        hi[v] = at + n[v];
+        at += n[v];
+        if (n[v] == 0 && v != 0 && v != VP - 1)
+            rc = llm4d_fail(err, LLM4D_EUSER, "virtual stage %d would hold no block (pp_layers %s); give every stage "
+                            "between the first and the last at least one block", v, list);
+    }
+    if (rc == LLM4D_OK) {
+        int *held = calloc((size_t)(L > 0 ? L : 1), sizeof *held);
+        if (!held) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        for (int v = 0; held && v < VP; v++)
+            for (int l = lo[v]; l < hi[v]; l++) held[l]++;
+        for (int l = 0; held && rc == LLM4D_OK && l < L; l++)
+            if (held[l] != 1)
+                rc = llm4d_fail(err, LLM4D_EINTERNAL, "the pipeline split holds block %d %d times", l, held[l]);
+        free(held);
+    }
+    free(n);
+    return rc;
+}
+
+void llm4d_pp_part(int P, int V, int stage, const int *lo, const int *hi, llm4d_model_part *part) {
+    part->n_chunks = V;
+    for (int c = 0; c < V; c++) {
+        part->layer_lo[c] = lo[c * P + stage];
+        part->layer_hi[c] = hi[c * P + stage];
+    }
+    part->embedding = stage == 0;
+    part->head = stage == P - 1;
+}
+
+llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err) {
+    llm4d_pp_schedule s;
+    LLM4D_TRY(llm4d_pp_schedule_build(&s, kind, P, V, M, stage, err));
+    for (int c = 0; c < V; c++) slots[c] = s.peak[c] > 0 ? s.peak[c] : 1;
+    llm4d_pp_schedule_free(&s);
+    return LLM4D_OK;
+}
+
+/* ---- the tied embedding ---- */
+
+static llm4d_pipeline *of(llm4d_engine *e) { return (llm4d_pipeline *)e; }
+
+static llm4d_code pl_finish(llm4d_engine *e, llm4d_err *err) {
+    llm4d_pipeline *pl = of(e);
+    if (!pl->emb) return LLM4D_OK;
+    const double t0 = llm4d_now();
+    const llm4d_param_table *t = &pl->g->table;
+    for (int i = 0; i < t->n; i++) {
+        int64_t j0, j1;
+        if (t->p[i].kind != LLM4D_P_WTE) continue;
+        float *gr = llm4d_engines_grad_view(pl->stack, i, &j0, &j1);
+        if (gr && j1 > j0) LLM4D_TRY(llm4d_comm_allreduce(pl->emb, gr, (size_t)(j1 - j0), LLM4D_COMM_F32, err));
+    }
+    e->comm_wait_s = e->comm_total_s = llm4d_now() - t0;
+    return LLM4D_OK;
+}
+
+/* Open MPI moves a transfer forward only inside MPI calls: test the outstanding ones now and then. */
+static void progress(llm4d_pipeline *pl) {
+    const int ns = pl->V * pl->max_slots * 2;
+    for (int k = 0; k < pl->nrbuf + ns && !pl->failed; k++) {
+        llm4d_comm_req *r = k < pl->nrbuf ? &pl->rreq[k] : &pl->sreq[k - pl->nrbuf];
+        int done = 0;
+        if (r->comm && llm4d_comm_test(r, &done, &pl->err) != LLM4D_OK) pl->failed = 1;
+    }
+}
+
+static void pl_grads_done(llm4d_engine *e, int grp) {
+    (void)grp;
+    progress(of(e));
+}
+
+static void pl_describe(llm4d_engine *e, char *buf, size_t n) {
+    llm4d_pipeline *pl = of(e);
+    const llm4d_model_part *p = &pl->g->table.part;
+    int k = snprintf(buf, n, "pipeline stage %d of %d, %s schedule, %d micro-batches per step: blocks", pl->stage,
+                     pl->P, llm4d_pp_kind_name(pl->train.kind), pl->train.M);
+    for (int c = 0; c < p->n_chunks && k < (int)n; c++)
+        k += snprintf(buf + k, n - (size_t)k, " [%d, %d)%s", p->layer_lo[c], p->layer_hi[c],
+                      c + 1 < p->n_chunks ? "," : "");
+    if (k < (int)n)
+        snprintf(buf + k, n - (size_t)k, "%s%s; activation slots per chunk %d", p->embedding ? ", embeddings" : "",
+                 p->head ? ", ln_f + LM head + loss (tied embedding summed with stage 0)" : "", pl->train.peak[0]);
+}
+
+static void pl_destroy(llm4d_engine *e) {
+    llm4d_pipeline *pl = of(e);
+    llm4d_gpt *g = pl->g;
+    for (int k = 0; k < pl->nrbuf; k++)
+        if (pl->rbuf && pl->rbuf[k])
+            g->be->free(g->be, g->mem, LLM4D_MEM_COMM, pl->rbuf[k], llm4d_gpt_act_elems(g) * sizeof(float));
+    free(pl->rbuf);
+    free(pl->rbuf_busy);
+    free(pl->rreq);
+    free(pl->slot_mb);
+    free(pl->slot_of);
+    free(pl->sreq);
+    llm4d_comm_destroy(pl->emb);
+    llm4d_pp_schedule_free(&pl->train);
+    memset(pl, 0, sizeof *pl);
+}
+
+static const llm4d_engine_ops pipeline_ops = {
+    .name = "pipeline",
+    .grads_done = pl_grads_done,
+    .finish_backward = pl_finish,
+    .describe = pl_describe,
+    .destroy = pl_destroy,
+};
+
+llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
+                               llm4d_pp_kind kind, int M, llm4d_err *err) {
+    memset(pl, 0, sizeof *pl);
+    pl->base.ops = &pipeline_ops;
+    pl->stack = stack;
+    pl->g = stack->g;
+    pl->pp = pp;
+    pl->P = llm4d_comm_size(pp);
+    pl->stage = llm4d_comm_rank(pp);
+    pl->V = V;
+    llm4d_gpt *g = pl->g;
+    LLM4D_TRY(llm4d_pp_schedule_build(&pl->train, kind, pl->P, V, M, pl->stage, err));
+    /* the embedding group: stages 0 and P-1 (the others split off into a group they never use) */
+    const int ends = pl->stage == 0 || pl->stage == pl->P - 1;
+    llm4d_comm *grp = NULL;
+    LLM4D_TRY(llm4d_comm_split(pp, ends ? 0 : 1, pl->stage, "embedding", &grp, err));
+    if (ends) pl->emb = grp;
+    else llm4d_comm_destroy(grp);
+    pl->max_M = M;
+    for (int c = 0; c < V; c++) {
+        const int ns = g->layout.slots[c] > 0 ? g->layout.slots[c] : 1;
+        if (ns > pl->max_slots) pl->max_slots = ns;
+    }
+    pl->nrbuf = 2 * (pl->train.recv_depth > 2 ? pl->train.recv_depth : 2);
+    pl->rbuf = calloc((size_t)pl->nrbuf, sizeof *pl->rbuf);
+    pl->rbuf_busy = calloc((size_t)pl->nrbuf, sizeof *pl->rbuf_busy);
+    pl->rreq = calloc((size_t)pl->nrbuf, sizeof *pl->rreq);
+    pl->slot_mb = malloc((size_t)V * pl->max_slots * sizeof *pl->slot_mb);
+    pl->sreq = calloc((size_t)V * pl->max_slots * 2, sizeof *pl->sreq);
+    int ok = pl->rbuf && pl->rbuf_busy && pl->rreq && pl->slot_mb && pl->sreq;
+    for (int k = 0; ok && k < pl->nrbuf; k++)
+        ok = (pl->rbuf[k] = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_gpt_act_elems(g) * sizeof(float))) !=
+             NULL;
+    if (!ok) {
+        pl_destroy(&pl->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the pipeline's buffers");
+    }
+    return LLM4D_OK;
+}
+
+/* ---- the executor ---- */
+
+#define TRY_P2P(expr)                                                                                            \
+    do {                                                                                                         \
+        if (!pl->failed && (expr) != LLM4D_OK) pl->failed = 1;                                                   \
+    } while (0)
+
+static int tag_of(const llm4d_pipeline *pl, int mb, int v, int dir) {
+    return ((mb % 1024) * pl->V * pl->P + v) * 2 + dir; /* unique among the messages ever in flight together */
+}
+
+static void wait_req(llm4d_pipeline *pl, llm4d_comm_req *r, double *acc) {
+    if (!r->comm) return;
+    const double t0 = llm4d_now();
+    TRY_P2P(llm4d_comm_wait(r, &pl->err));
+    if (acc) *acc += llm4d_now() - t0;
+}
+
+/* A free slot of chunk c for micro-batch mb (its earlier sends finished first). */
+static int take_slot(llm4d_pipeline *pl, int c, int mb, int M) {
+    const int ns = pl->g->layout.slots[c] > 0 ? pl->g->layout.slots[c] : 1;
+    for (int s = 0; s < ns; s++) {
+        int *owner = &pl->slot_mb[c * pl->max_slots + s];
+        if (*owner >= 0) continue;
+        for (int d = 0; d < 2; d++) wait_req(pl, &pl->sreq[(c * pl->max_slots + s) * 2 + d], &pl->idle_s);
+        *owner = mb;
+        pl->slot_of[c * M + mb] = s;
+        return s;
+    }
+    LLM4D_ASSERT(0, "chunk %d: no free activation slot for micro-batch %d (%d slots)", c, mb, ns);
+    return -1;
+}
+
+static int take_rbuf(llm4d_pipeline *pl) {
+    for (int k = 0; k < pl->nrbuf; k++)
+        if (!pl->rbuf_busy[k]) {
+            pl->rbuf_busy[k] = 1;
+            return k;
+        }
+    LLM4D_ASSERT(0, "no free pipeline receive buffer (%d)", pl->nrbuf);
+    return -1;
+}
+
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
+                              llm4d_err *err) {
+    llm4d_gpt *g = pl->g;
+    llm4d_backend *be = g->be;
+    const int P = pl->P, V = pl->V, VP = P * V, stage = pl->stage;
+    const size_t elems = llm4d_gpt_act_elems(g);
+    llm4d_pp_schedule fwd = {0};
+    const llm4d_pp_schedule *s = &pl->train;
+    if (forward_only) {
+        LLM4D_TRY(llm4d_pp_schedule_build(&fwd, LLM4D_PP_FORWARD, P, V, M, stage, err));
+        s = &fwd;
+    } else {
+        LLM4D_ASSERT(M == pl->train.M, "a step of %d micro-batches, the schedule has %d", M, pl->train.M);
+    }
+    int *rbuf_of = malloc((size_t)2 * V * M * sizeof *rbuf_of); /* receive buffer of (dir, chunk, mb) */
+    free(pl->slot_of);
+    pl->slot_of = malloc((size_t)V * M * sizeof *pl->slot_of);
+    if (!rbuf_of || !pl->slot_of) {
+        free(rbuf_of);
+        llm4d_pp_schedule_free(&fwd);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory running the pipeline");
+    }
+    for (int i = 0; i < V * M; i++) pl->slot_of[i] = -1;
+    for (int i = 0; i < V * pl->max_slots; i++) pl->slot_mb[i] = -1;
+    pl->idle_s = pl->busy_s = 0;
+    double sum = 0;
+    for (int k = 0; k < s->n && !pl->failed; k++) {
+        const llm4d_pp_action *a = &s->a[k];
+        const int c = a->chunk, mb = a->mb, v = c * P + stage;
+        const llm4d_micro *m = &mbs[mb];
+        int *rb = &rbuf_of[((a->op == LLM4D_PP_B || a->op == LLM4D_PP_RECV_B) * V + c) * M + mb];
+        const int sl = pl->slot_of[c * M + mb];
+        llm4d_comm_req *sreq = sl >= 0 ? &pl->sreq[(c * pl->max_slots + sl) * 2] : NULL;
+        progress(pl);
+        switch (a->op) {
+        case LLM4D_PP_RECV_F:
+        case LLM4D_PP_RECV_B: {
+            const int fwd_dir = a->op == LLM4D_PP_RECV_F;
+            *rb = take_rbuf(pl);
+            TRY_P2P(llm4d_comm_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32, (v + (fwd_dir ? VP - 1 : 1)) % P,
+                                     tag_of(pl, mb, v, !fwd_dir), &pl->rreq[*rb], &pl->err));
+            break;
+        }
+        case LLM4D_PP_F: {
+            const int slot = take_slot(pl, c, mb, M);
+            if (v > 0) {
+                wait_req(pl, &pl->rreq[*rb], &pl->idle_s);
+                be->copy(be, llm4d_gpt_chunk_input(g, c, slot), pl->rbuf[*rb], elems * sizeof(float));
+                pl->rbuf_busy[*rb] = 0;
+            }
+            const double t0 = llm4d_now();
+            sum += llm4d_gpt_chunk_forward(g, c, slot, m);
+            pl->busy_s += llm4d_now() - t0;
+            if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
+            break;
+        }
+        case LLM4D_PP_SEND_F:
+            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32, (v + 1) % P,
+                                     tag_of(pl, mb, v + 1, 0), &sreq[0], &pl->err));
+            break;
+        case LLM4D_PP_B: {
+            const float *dout = NULL;
+            if (v < VP - 1) {
+                wait_req(pl, &pl->rreq[*rb], &pl->idle_s);
+                dout = pl->rbuf[*rb];
+            }
+            wait_req(pl, &sreq[0], &pl->idle_s); /* backward overwrites the slot's output (recompute) */
+            const double t0 = llm4d_now();
+            llm4d_gpt_chunk_backward(g, c, sl, m, dout, s->split);
+            pl->busy_s += llm4d_now() - t0;
+            if (v < VP - 1) pl->rbuf_busy[*rb] = 0;
+            if (!s->split) pl->slot_mb[c * pl->max_slots + sl] = -1;
+            break;
+        }
+        case LLM4D_PP_SEND_B:
+            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
+                                     (v + VP - 1) % P, tag_of(pl, mb, v - 1, 1), &sreq[1], &pl->err));
+            break;
+        case LLM4D_PP_W: {
+            const double t0 = llm4d_now();
+            llm4d_gpt_chunk_backward_weight(g, c, sl, m);
+            pl->busy_s += llm4d_now() - t0;
+            pl->slot_mb[c * pl->max_slots + sl] = -1;
+            break;
+        }
+        }
+    }
+    for (int i = 0; i < V * pl->max_slots * 2; i++) wait_req(pl, &pl->sreq[i], &pl->idle_s);
+    for (int k = 0; k < pl->nrbuf; k++) wait_req(pl, &pl->rreq[k], &pl->idle_s), pl->rbuf_busy[k] = 0;
+    free(rbuf_of);
+    llm4d_pp_schedule_free(&fwd);
+    if (pl->failed) {
+        pl->failed = 0;
+        *err = pl->err;
+        return err->code;
+    }
+    *loss = sum;
+    return LLM4D_OK;
+}

@@ -1,0 +1,74 @@
+/* pipeline.h — pipeline parallelism: the stage split, the executor of a schedule (schedule.h), and the engine
+ * (engine.h) that keeps the tied embedding's two copies equal.
+ *
+ * The P stages of a pipeline (the ranks of one pipe group) each hold consecutive layers: P x V virtual stages of
+ * consecutive blocks, virtual stage v on stage v mod P (V > 1 interleaves them), the token and position
+ * embeddings on virtual stage 0 (stage 0), ln_f, the LM head and the loss on the last (stage P - 1). The split is
+ * even by default; pp_layers gives the blocks of each virtual stage, and pp_account_embedding_loss counts the
+ * embedding and the loss as one block each of the first and last virtual stage when splitting evenly (Megatron's
+ * --account-for-embedding-in-pipeline-split / -loss-). llm4d_pp_split checks that every block is held exactly once
+ * (a layer left out or held twice is refused, not trained silently wrong).
+ *
+ * The executor runs a step's list of actions: a forward of chunk c for a micro-batch reads its input from the
+ * previous stage (received into a ring of receive buffers, then copied into the chunk's activation slot) and
+ * sends its output to the next; a backward receives its output gradient from the next stage and sends its input
+ * gradient to the previous; every transfer is a non-blocking send or receive, each receive posted one compute
+ * action ahead of the action that needs it. A send's buffer (the slot's output or input gradient) is not reused
+ * before the send completes. The time each stage waits for a receive is its idle time (the bubble, measured).
+ *
+ * The tied embedding: the first and the last stage each hold the token embedding (the lookup on one, the LM head
+ * on the other; params.h), initialised identically; after backward this engine sums their gradients over the
+ * embedding group (the two ranks, one all-reduce of the gradient elements the storage keeps: the whole embedding,
+ * or a ZeRO shard of it), so both apply the same update and stay bit-identical. The first stage's copy is the one
+ * saved and counted in the gradient norm. */
+#ifndef LLM4D_PARALLEL_PIPELINE_H
+#define LLM4D_PARALLEL_PIPELINE_H
+
+#include "comm/comm.h"
+#include "config/config.h"
+#include "parallel/engine.h"
+#include "parallel/schedule.h"
+
+/* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
+ * the problem when the layers cannot be split as asked. */
+llm4d_code llm4d_pp_split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err);
+
+/* This stage's part of the model (its chunks, embedding, head) from the split. */
+void llm4d_pp_part(int P, int V, int stage, const int *lo, const int *hi, llm4d_model_part *part);
+
+typedef struct {
+    llm4d_engine base;         /* the reducer: the tied embedding's gradients over the embedding group */
+    llm4d_engine_stack *stack;
+    llm4d_gpt *g;
+    llm4d_comm *pp;            /* the pipe group: rank = stage */
+    llm4d_comm *emb;           /* the first and last stage (owned); NULL on the other stages or without a pipeline */
+    int P, V, stage;
+    llm4d_pp_schedule train;   /* this stage's list for a training step */
+    float **rbuf;              /* receive ring: [2 x recv_depth] buffers of one activation (inputs, then gradients) */
+    int nrbuf;
+    int *rbuf_busy;
+    llm4d_comm_req *rreq;      /* [nrbuf] */
+    int *slot_mb;              /* [V x slots] micro-batch in each slot, -1 free */
+    int *slot_of;              /* [V x M] slot of each micro-batch per chunk, -1 none */
+    llm4d_comm_req *sreq;      /* [V x slots x 2] pending sends from each slot (output, input gradient) */
+    int max_slots, max_M;
+    double idle_s;             /* this step: time waiting for receives */
+    double busy_s;             /* this step: time computing */
+    llm4d_err err;
+    int failed;
+} llm4d_pipeline;
+
+/* Build the executor for this stage: the training schedule (kind, M micro-batches per step), the buffers, and the
+ * embedding group (split from pp; collective over it). The model must have been created with
+ * llm4d_pipeline_slots' slots. */
+llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
+                               llm4d_pp_kind kind, int M, llm4d_err *err);
+/* Activation slots per chunk that schedule needs (into a model layout). */
+llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err);
+
+/* Run the step's schedule for micro-batches mbs[0..M) (the forward-only schedule when forward_only, for
+ * evaluation: mbs need no grad); returns the summed loss of the micro-batches on the last stage, 0 elsewhere. */
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
+                              llm4d_err *err);
+
+#endif

@@ -1,0 +1,79 @@
+/* schedule.h — pipeline schedules as data: the list of actions each stage runs in a step.
+ *
+ * A pipeline of P stages runs M micro-batches through V chunks per stage (interleaving: the model is cut into P x V
+ * virtual stages, virtual stage v = c P + s on stage s as its local chunk c). A schedule is, per stage, a plain
+ * list of actions: compute (F forward, B backward or, split, its input-gradient half, W the weight-gradient half)
+ * and communication (RECV_F / SEND_F of a chunk's input / output activation, RECV_B / SEND_B of its gradients).
+ * The generator builds the compute order, then places each receive one compute action ahead of the action that
+ * needs it (so it is in flight while that previous action computes) and each send right after the action that
+ * produced the data; the executor (pipeline.h) runs the list with non-blocking point-to-point operations. The lists
+ * are testable without a model (llm4d_pp_schedule_check simulates a whole pipeline).
+ *
+ * The schedules, for stage s (0-based) of P:
+ *   1F1B (Narayanan et al. 2021; Megatron's default): min(P - s - 1, M) warm-up forwards, then one forward and one
+ *       backward in turn, then the remaining backwards. At most P - s micro-batches alive on stage s; bubble
+ *       (P - 1) / M of the ideal step (F = 1, full B = 2: (P - 1) x 3 units per stage).
+ *   interleaved 1F1B (Narayanan et al. 2021, Megatron's virtual pipeline): V chunks per stage, micro-batches in
+ *       groups of P; forward k runs chunk (k / P) mod V of micro-batch (k / (P V)) P + k mod P, backwards mirror it;
+ *       (P - s - 1) 2 + (V - 1) P warm-up forwards. M must be a multiple of P. Bubble (P - 1) / (V M).
+ *   ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", the memory-bounded handcrafted schedule): the
+ *       backward split into B (input gradients, on the critical path) and W (weight gradients); F and B in 1F1B's
+ *       order, and W of micro-batch j deferred until after B of micro-batch j + s, so the W's fill the tail
+ *       bubble. Every stage keeps at most P micro-batches alive (stage 0 as in 1F1B; later stages hold the W
+ *       stash longer); with F = B = W the bubble is (P - 1) units per stage, a third of 1F1B's. Needs M >= P.
+ *   forward-only: every micro-batch's forward in order (evaluation).
+ * "Alive" is from F to the end of B (W when split): the activation slots a chunk needs (peak[c]). */
+#ifndef LLM4D_PARALLEL_SCHEDULE_H
+#define LLM4D_PARALLEL_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "model/params.h"
+
+typedef enum {
+    LLM4D_PP_F = 0, LLM4D_PP_B, LLM4D_PP_W,
+    LLM4D_PP_RECV_F, LLM4D_PP_SEND_F, LLM4D_PP_RECV_B, LLM4D_PP_SEND_B
+} llm4d_pp_op;
+
+typedef enum { LLM4D_PP_1F1B = 0, LLM4D_PP_INTERLEAVED, LLM4D_PP_ZBH1, LLM4D_PP_FORWARD } llm4d_pp_kind;
+
+typedef struct {
+    uint8_t op;      /* llm4d_pp_op */
+    uint8_t chunk;   /* local chunk c (virtual stage c P + stage) */
+    int32_t mb;      /* micro-batch */
+} llm4d_pp_action;
+
+typedef struct {
+    llm4d_pp_kind kind;
+    int P, V, M, stage;
+    int split;                       /* B and W are separate actions */
+    int n;                           /* actions */
+    llm4d_pp_action *a;
+    int peak[LLM4D_MAX_CHUNKS];      /* most micro-batches alive at once on each chunk: its activation slots */
+    int recv_depth;                  /* most receives outstanding at once (per direction): receive buffers */
+} llm4d_pp_schedule;
+
+/* Schedule names as the config writes them: "1F1B", "interleaved" (or "Interleaved1F1B"), "ZBH1" (or "ZB-H1",
+ * "zero_bubble"); case-insensitive. A user error listing the names otherwise. */
+llm4d_code llm4d_pp_kind_parse(const char *name, llm4d_pp_kind *out, llm4d_err *err);
+const char *llm4d_pp_kind_name(llm4d_pp_kind kind);
+
+/* Whether M micro-batches suit the schedule (a user error saying why and what to choose otherwise). */
+llm4d_code llm4d_pp_schedule_fits(llm4d_pp_kind kind, int P, int V, int M, llm4d_err *err);
+
+/* Stage `stage`'s list. */
+llm4d_code llm4d_pp_schedule_build(llm4d_pp_schedule *s, llm4d_pp_kind kind, int P, int V, int M, int stage,
+                                   llm4d_err *err);
+void llm4d_pp_schedule_free(llm4d_pp_schedule *s);
+
+/* Check the P lists of one pipeline by simulating them (unit times F = B = W = 1, a backward that is not split 2,
+ * communication free; a stage runs its next action as soon as its data is there, sends never block): every action
+ * and every micro-batch of every chunk appears as it should, every send meets its receive, and the pipeline
+ * finishes (no deadlock). span: the simulated step time; bubble[s]: stage s's idle time (both may be NULL). */
+llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *stages, int P, int *span, int *bubble, llm4d_err *err);
+
+/* "F3.1" style text of an action (op, micro-batch, local chunk when V > 1), for logs and tests. */
+void llm4d_pp_action_str(const llm4d_pp_schedule *s, const llm4d_pp_action *a, char *buf, int n);
+
+#endif
