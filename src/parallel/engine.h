@@ -69,9 +69,10 @@ typedef struct {
     /* storage only: the checkpoint is done with what state() returned (offloaded states are mapped for it); NULL:
      * nothing to do */
     llm4d_code (*state_done)(llm4d_engine *e, llm4d_err *err);
-    /* storage only: a hash of the parameters this rank holds (replicated_only: of the entries replicated over the
-     * tensor-parallel group, which must be equal on its ranks) */
-    uint64_t (*param_hash)(llm4d_engine *e, int replicated_only);
+    /* storage only: a hash of the parameters this rank holds: all of them (LLM4D_HASH_ALL), the entries replicated
+     * over the tensor-parallel group (LLM4D_HASH_REPLICATED: equal on its ranks), the token embedding
+     * (LLM4D_HASH_EMBEDDING: equal on a pipeline's first and last stage) */
+    uint64_t (*param_hash)(llm4d_engine *e, int which);
     int64_t (*adam_steps)(llm4d_engine *e, int64_t set); /* storage only: Adam's t; set >= 0 sets it */
     void (*describe)(llm4d_engine *e, char *buf, size_t n); /* one line for the start-up log (may be NULL) */
     void (*destroy)(llm4d_engine *e);
@@ -82,6 +83,14 @@ struct llm4d_engine {
     double comm_wait_s;   /* this step: time blocked in the engine's communication */
     double comm_total_s;  /* this step: time inside its communication calls */
 };
+
+enum { LLM4D_HASH_ALL = 0, LLM4D_HASH_REPLICATED, LLM4D_HASH_EMBEDDING };
+
+/* Whether entry p belongs to a hash of kind `which`. */
+static inline int llm4d_hash_takes(const llm4d_param *p, int which) {
+    return which == LLM4D_HASH_ALL || (which == LLM4D_HASH_REPLICATED && p->split_dim < 0) ||
+           (which == LLM4D_HASH_EMBEDDING && p->kind == LLM4D_P_WTE);
+}
 
 #define LLM4D_MAX_ENGINES 8
 

@@ -51,13 +51,13 @@ static void flat_state(llm4d_engine *e, llm4d_engine_state *out) {
                                 .m = f->m, .v = f->v, .params_whole = 1, .writes = f->counts};
 }
 
-static uint64_t flat_param_hash(llm4d_engine *e, int replicated_only) {
+static uint64_t flat_param_hash(llm4d_engine *e, int which) {
     llm4d_flat *f = of(e);
     const llm4d_param_table *t = &f->g->table;
-    if (!replicated_only) return llm4d_hash_words(f->g->params, t->total);
+    if (which == LLM4D_HASH_ALL) return llm4d_hash_words(f->g->params, t->total);
     uint64_t h = LLM4D_HASH_INIT;
     for (int i = 0; i < t->n; i++)
-        if (t->p[i].split_dim < 0) h = llm4d_hash_more(h, f->g->params + t->p[i].offset, t->p[i].numel);
+        if (llm4d_hash_takes(&t->p[i], which)) h = llm4d_hash_more(h, f->g->params + t->p[i].offset, t->p[i].numel);
     return h;
 }
 

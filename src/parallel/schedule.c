@@ -208,6 +208,58 @@ typedef struct {
 
 static int *at(times *x, int op, int v, int mb) { return &x->t[((size_t)op * x->VP + (size_t)v) * x->M + (size_t)mb]; }
 
+typedef struct {
+    const llm4d_pp_schedule *st;
+    int P, VP;
+    times *done;
+    int *pos, *busy, *work;
+} sim;
+
+/* Whether (op, v, mb) finished by time t. */
+static int finished(sim *x, int op, int v, int mb, int t) {
+    const int d = *at(x->done, op, v, mb);
+    return d >= 0 && d <= t;
+}
+
+/* Start the actions of stage s that can start at time t, in order; returns how many. */
+static int start_ready(sim *x, int s, int t) {
+    const llm4d_pp_schedule *st = &x->st[s];
+    int n = 0;
+    while (x->busy[s] <= t && x->pos[s] < st->n) {
+        const llm4d_pp_action *a = &st->a[x->pos[s]];
+        const int v = a->chunk * x->P + s, mb = a->mb, VP = x->VP;
+        int ready = 1, cost = 0;
+        switch (a->op) {
+        case LLM4D_PP_F:
+            ready = v == 0 || finished(x, LLM4D_PP_SEND_F, v - 1, mb, t);
+            cost = 1;
+            break;
+        case LLM4D_PP_B:
+            ready = finished(x, LLM4D_PP_F, v, mb, t) && (v == VP - 1 || finished(x, LLM4D_PP_SEND_B, v + 1, mb, t));
+            cost = st->split ? 1 : 2;
+            break;
+        case LLM4D_PP_W:
+            ready = finished(x, LLM4D_PP_B, v, mb, t);
+            cost = 1;
+            break;
+        case LLM4D_PP_SEND_F: /* a send goes out once the action producing its data is done */
+            ready = finished(x, LLM4D_PP_F, v, mb, t);
+            break;
+        case LLM4D_PP_SEND_B:
+            ready = finished(x, LLM4D_PP_B, v, mb, t);
+            break;
+        default: break; /* posting a receive takes no time */
+        }
+        if (!ready) break;
+        *at(x->done, a->op, v, mb) = t + cost;
+        x->busy[s] = t + cost;
+        x->work[s] += cost;
+        x->pos[s]++;
+        n++;
+    }
+    return n;
+}
+
 llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span_out, int *bubble, llm4d_err *err) {
     const int V = st[0].V, M = st[0].M, VP = V * P;
     times done = {calloc((size_t)7 * VP * M, sizeof(int)), VP, M};
@@ -249,46 +301,21 @@ llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span
                 }
         }
     /* run it: a stage starts its next action when that action's data is there (sends never block) */
+    sim x = {st, P, VP, &done, pos, busy, work};
     int t = 0, left = 0;
     for (int s = 0; s < P; s++) left += st[s].n;
     while (rc == LLM4D_OK && left > 0) {
-        int progressed = 0;
-        for (int s = 0; s < P; s++) {
-            while (busy[s] <= t && pos[s] < st[s].n) {
-                const llm4d_pp_action *a = &st[s].a[pos[s]];
-                const int v = a->chunk * P + s;
-                int ready = 1, cost = 0;
-                switch (a->op) {
-                case LLM4D_PP_F:
-                    ready = v == 0 || (*at(&done, LLM4D_PP_SEND_F, v - 1, a->mb) >= 0 &&
-                                       *at(&done, LLM4D_PP_SEND_F, v - 1, a->mb) <= t);
-                    cost = 1;
-                    break;
-                case LLM4D_PP_B:
-                    ready = *at(&done, LLM4D_PP_F, v, a->mb) >= 0 && *at(&done, LLM4D_PP_F, v, a->mb) <= t &&
-                            (v == VP - 1 || (*at(&done, LLM4D_PP_SEND_B, v + 1, a->mb) >= 0 &&
-                                             *at(&done, LLM4D_PP_SEND_B, v + 1, a->mb) <= t));
-                    cost = st[s].split ? 1 : 2;
-                    break;
-                case LLM4D_PP_W:
-                    ready = *at(&done, LLM4D_PP_B, v, a->mb) >= 0 && *at(&done, LLM4D_PP_B, v, a->mb) <= t;
-                    cost = 1;
-                    break;
-                default: break; /* posting a receive or a send takes no time */
-                }
-                if (!ready) break;
-                *at(&done, a->op, v, a->mb) = t + cost;
-                busy[s] = t + cost;
-                work[s] += cost;
-                pos[s]++;
-                left--;
-                progressed = 1;
-            }
-        }
-        int next = -1; /* the next time anything changes */
+        int started = 0, more;
+        do { /* at time t, until nothing more can start (a send may unblock a stage already looked at) */
+            more = 0;
+            for (int s = 0; s < P; s++) more += start_ready(&x, s, t);
+            started += more;
+        } while (more);
+        left -= started;
+        int next = -1; /* the next time a running action ends */
         for (int s = 0; s < P; s++)
             if (pos[s] < st[s].n && busy[s] > t && (next < 0 || busy[s] < next)) next = busy[s];
-        if (!progressed && next < 0) {
+        if (left > 0 && !started && next < 0) {
             char stuck[512] = "";
             int k = 0;
             for (int s = 0; s < P && k < (int)sizeof stuck - 40; s++)

@@ -374,7 +374,7 @@ static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
     return s->off ? llm4d_offload_unmap(s->off, err) : LLM4D_OK;
 }
 
-static uint64_t sh_param_hash(llm4d_engine *e, int replicated_only) {
+static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     llm4d_sharding *s = of(e);
     const llm4d_param_table *t = &s->g->table;
     const float *p = s->stage < 3 ? s->g->params
@@ -382,13 +382,13 @@ static uint64_t sh_param_hash(llm4d_engine *e, int replicated_only) {
                                   : s->local_params;
     uint64_t h = LLM4D_HASH_INIT;
     if (!p) return 0;
-    if (!replicated_only) {
+    if (which == LLM4D_HASH_ALL) {
         h = llm4d_hash_words(p, s->stage < 3 ? t->total : s->local_total);
     } else {
         for (int i = 0; i < t->n; i++) {
             int64_t j0, j1;
             size_t local;
-            if (t->p[i].split_dim >= 0) continue;
+            if (!llm4d_hash_takes(&t->p[i], which)) continue;
             if (s->stage < 3) h = llm4d_hash_more(h, p + t->p[i].offset, t->p[i].numel);
             else if (own_part(s, i, &j0, &j1, &local)) h = llm4d_hash_more(h, p + local, (size_t)(j1 - j0));
         }

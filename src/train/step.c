@@ -159,9 +159,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
         if (tr->check_replicas) {
             llm4d_engine *e = tr->engines.storage;
-            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx, replicated entries %016llx",
-                           tr->topo.rank, (long long)step, (unsigned long long)e->ops->param_hash(e, 0),
-                           (unsigned long long)e->ops->param_hash(e, 1));
+            char emb[64] = "";
+            if (tr->model.table.wte_first >= 0)
+                snprintf(emb, sizeof emb, ", embedding %016llx",
+                         (unsigned long long)e->ops->param_hash(e, LLM4D_HASH_EMBEDDING));
+            llm4d_log_info(&tr->log, "rank %d parameter hash after step %lld: %016llx, replicated entries %016llx%s",
+                           tr->topo.rank, (long long)step, (unsigned long long)e->ops->param_hash(e, LLM4D_HASH_ALL),
+                           (unsigned long long)e->ops->param_hash(e, LLM4D_HASH_REPLICATED), emb);
         }
         if (tr->metrics) {
             double comm_total = 0;

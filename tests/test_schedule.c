@@ -1,0 +1,200 @@
+/* test_schedule.c — the pipeline schedule generator (parallel/schedule.h) without a model.
+ *
+ *  - the compute order of each stage against tables worked out by hand from the schedules' definitions (1F1B,
+ *    Megatron's interleaved order, ZB-H1's W of micro-batch j after B of j + stage), and one stage's whole list
+ *    with its receives (one compute action ahead) and sends (right after);
+ *  - for many (P, V, M), every stage's list run together by the checker: every action once, every send met by its
+ *    receive, no deadlock;
+ *  - the micro-batches alive at once per stage: 1F1B at most P - s (and reached), ZB-H1 at most P, interleaved at
+ *    most Megatron's warm-up + 1 per stage;
+ *  - the bubble of the simulated step in unit times: 1F1B 3 (P - 1) per stage, ZB-H1 P - 1 (a third), interleaved
+ *    3 (P - 1) units of a V-times finer action (a V-th of 1F1B's share);
+ *  - the checker itself fails on a deadlocking order and on a missing send (negative controls);
+ *  - bad micro-batch counts are refused with the rule in the message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "parallel/schedule.h"
+
+/* The compute actions of a list as text: "F0 F1 B0 ..." (with ".chunk" when V > 1). */
+static void compute_str(const llm4d_pp_schedule *s, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->n && k + 16 < n; i++) {
+        if (s->a[i].op > LLM4D_PP_W) continue;
+        char a[32];
+        llm4d_pp_action_str(s, &s->a[i], a, sizeof a);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " " : "", a);
+    }
+}
+
+static void all_str(const llm4d_pp_schedule *s, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->n && k + 16 < n; i++) {
+        char a[32];
+        llm4d_pp_action_str(s, &s->a[i], a, sizeof a);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " " : "", a);
+    }
+}
+
+static void expect_order(llm4d_pp_kind kind, int P, int V, int M, int stage, const char *want) {
+    llm4d_pp_schedule s;
+    llm4d_err err = {0};
+    char got[1024] = "";
+    if (llm4d_pp_schedule_build(&s, kind, P, V, M, stage, &err) == LLM4D_OK) {
+        compute_str(&s, got, sizeof got);
+        llm4d_pp_schedule_free(&s);
+    }
+    check(!strcmp(got, want), "%s P=%d V=%d M=%d stage %d: %s%s%s", llm4d_pp_kind_name(kind), P, V, M, stage, got,
+          strcmp(got, want) ? " (want " : "", strcmp(got, want) ? want : "");
+    if (strcmp(got, want)) printf("#   want: %s\n", want);
+}
+
+/* Build every stage, check the pipeline, return the bubble of each stage (bubble NULL: not needed). */
+static int check_pipeline(llm4d_pp_kind kind, int P, int V, int M, int *span, int *bubble, int *peak_ok) {
+    llm4d_pp_schedule *st = calloc((size_t)P, sizeof *st);
+    llm4d_err err = {0};
+    int ok = 1;
+    for (int s = 0; s < P && ok; s++) ok = llm4d_pp_schedule_build(&st[s], kind, P, V, M, s, &err) == LLM4D_OK;
+    if (ok) ok = llm4d_pp_schedule_check(st, P, span, bubble, &err) == LLM4D_OK;
+    if (!ok) printf("#   %s P=%d V=%d M=%d: %s\n", llm4d_pp_kind_name(kind), P, V, M, err.msg);
+    *peak_ok = 1;
+    for (int s = 0; s < P && ok; s++) {
+        int total = 0, bound;
+        for (int c = 0; c < V; c++) total += st[s].peak[c];
+        if (kind == LLM4D_PP_1F1B)
+            bound = P - s < M ? P - s : M;
+        else if (kind == LLM4D_PP_ZBH1)
+            bound = P < M ? P : M;
+        else
+            bound = (P - s - 1) * 2 + (V - 1) * P + 1 < M * V ? (P - s - 1) * 2 + (V - 1) * P + 1 : M * V;
+        /* 1F1B reaches its bound exactly; the interleaved per-chunk peaks may sum above the bound only if they are
+         * reached at different times, so check the total alive at once instead (recomputed here) */
+        int alive = 0, most = 0;
+        for (int k = 0; k < st[s].n; k++) {
+            const llm4d_pp_action *a = &st[s].a[k];
+            if (a->op == LLM4D_PP_F) alive++;
+            if ((a->op == LLM4D_PP_B && !st[s].split) || a->op == LLM4D_PP_W) alive--;
+            if (alive > most) most = alive;
+        }
+        if (most > bound || (kind == LLM4D_PP_1F1B && most != bound)) {
+            printf("#   %s P=%d V=%d M=%d stage %d: %d micro-batches alive at once, bound %d (per chunk sum %d)\n",
+                   llm4d_pp_kind_name(kind), P, V, M, s, most, bound, total);
+            *peak_ok = 0;
+        }
+    }
+    for (int s = 0; s < P; s++) llm4d_pp_schedule_free(&st[s]);
+    free(st);
+    return ok;
+}
+
+int main(void) {
+    /* ---- worked tables ---- */
+    expect_order(LLM4D_PP_1F1B, 2, 1, 4, 0, "F0 F1 B0 F2 B1 F3 B2 B3");
+    expect_order(LLM4D_PP_1F1B, 2, 1, 4, 1, "F0 B0 F1 B1 F2 B2 F3 B3");
+    expect_order(LLM4D_PP_1F1B, 4, 1, 6, 0, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+    expect_order(LLM4D_PP_1F1B, 4, 1, 6, 2, "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5");
+    expect_order(LLM4D_PP_1F1B, 4, 1, 2, 0, "F0 F1 B0 B1"); /* fewer micro-batches than stages */
+    /* Megatron's interleaved order, P=2 V=2 M=4 (F<mb>.<chunk>): stage 0 warms up with (2-0-1)*2 + (2-1)*2 = 4 */
+    expect_order(LLM4D_PP_INTERLEAVED, 2, 2, 4, 0,
+                 "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+    expect_order(LLM4D_PP_INTERLEAVED, 2, 2, 4, 1,
+                 "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+    /* ZB-H1: 1F1B's F/B order, W of micro-batch j after B of j + stage */
+    expect_order(LLM4D_PP_ZBH1, 2, 1, 4, 0, "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3");
+    expect_order(LLM4D_PP_ZBH1, 2, 1, 4, 1, "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3");
+    expect_order(LLM4D_PP_ZBH1, 3, 1, 4, 2, "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3");
+    expect_order(LLM4D_PP_FORWARD, 2, 2, 2, 0, "F0.0 F0.1 F1.0 F1.1");
+    {   /* the whole list of 1F1B's stage 0 at P=2 M=4: each receive one compute action ahead, sends right after */
+        llm4d_pp_schedule s;
+        llm4d_err err = {0};
+        char got[1024] = "";
+        if (llm4d_pp_schedule_build(&s, LLM4D_PP_1F1B, 2, 1, 4, 0, &err) == LLM4D_OK) all_str(&s, got, sizeof got);
+        const char *want = "F0 SEND_F0 RECV_B0 F1 SEND_F1 B0 RECV_B1 F2 SEND_F2 B1 RECV_B2 F3 SEND_F3 RECV_B3 B2 B3";
+        check(!strcmp(got, want), "1F1B P=2 M=4 stage 0 with its transfers: %s", got);
+        check(s.recv_depth == 2 && s.peak[0] == 2, "... two receives outstanding at most, two micro-batches alive "
+              "(%d, %d)", s.recv_depth, s.peak[0]);
+        llm4d_pp_schedule_free(&s);
+        if (llm4d_pp_schedule_build(&s, LLM4D_PP_1F1B, 2, 1, 4, 1, &err) == LLM4D_OK) all_str(&s, got, sizeof got);
+        want = "RECV_F0 F0 RECV_F1 B0 SEND_B0 F1 RECV_F2 B1 SEND_B1 F2 RECV_F3 B2 SEND_B2 F3 B3 SEND_B3";
+        check(!strcmp(got, want), "1F1B P=2 M=4 stage 1 with its transfers: %s", got);
+        llm4d_pp_schedule_free(&s);
+    }
+
+    /* ---- whole pipelines: complete, matched, deadlock-free, bounded; unit-time bubbles ---- */
+    const int Ps[] = {1, 2, 3, 4, 8}, Ms[] = {1, 2, 4, 8, 16};
+    int n_ok = 0, n_peak = 0, n = 0;
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            const int P = Ps[a], M = Ms[b];
+            int span, bubble[8], pk;
+            n++;
+            n_ok += check_pipeline(LLM4D_PP_1F1B, P, 1, M, &span, bubble, &pk), n_peak += pk;
+            if (M >= P) n++, n_ok += check_pipeline(LLM4D_PP_ZBH1, P, 1, M, &span, bubble, &pk), n_peak += pk;
+            for (int V = 2; V <= 3 && P > 1 && M % P == 0; V++)
+                n++, n_ok += check_pipeline(LLM4D_PP_INTERLEAVED, P, V, M, &span, bubble, &pk), n_peak += pk;
+        }
+    check(n_ok == n, "%d of %d pipelines (1F1B, ZB-H1, interleaved V=2,3; P up to 8, M up to 16) complete, every "
+          "send met by its receive, no deadlock", n_ok, n);
+    check(n_peak == n, "%d of %d within their alive-micro-batch bounds (1F1B exactly P - s, ZB-H1 P, interleaved "
+          "Megatron's warm-up + 1)", n_peak, n);
+    const struct {
+        llm4d_pp_kind kind;
+        int P, V, M, bubble;
+    } bub[] = {{LLM4D_PP_1F1B, 4, 1, 8, 9},  {LLM4D_PP_1F1B, 4, 1, 16, 9},       {LLM4D_PP_1F1B, 2, 1, 8, 3},
+               {LLM4D_PP_ZBH1, 4, 1, 8, 3},  {LLM4D_PP_ZBH1, 4, 1, 16, 3},       {LLM4D_PP_ZBH1, 2, 1, 8, 1},
+               {LLM4D_PP_INTERLEAVED, 4, 2, 8, 9}, {LLM4D_PP_INTERLEAVED, 2, 2, 8, 3}};
+    for (size_t i = 0; i < sizeof bub / sizeof bub[0]; i++) {
+        int span, bubble[8], pk;
+        check_pipeline(bub[i].kind, bub[i].P, bub[i].V, bub[i].M, &span, bubble, &pk);
+        int all = 1;
+        for (int s = 0; s < bub[i].P; s++) all &= bubble[s] == bub[i].bubble;
+        const int work = 3 * bub[i].M * bub[i].V;
+        check(all, "%s P=%d V=%d M=%d: bubble %d units per stage (want %d) of a %d-unit step: %.3f of the work "
+              "(theory (P-1)/(V M)%s = %.3f)", llm4d_pp_kind_name(bub[i].kind), bub[i].P, bub[i].V, bub[i].M,
+              bubble[0], bub[i].bubble, span, (double)bubble[0] / work,
+              bub[i].kind == LLM4D_PP_ZBH1 ? " / 3" : "",
+              (double)(bub[i].P - 1) / (bub[i].V * bub[i].M) / (bub[i].kind == LLM4D_PP_ZBH1 ? 3 : 1));
+    }
+
+    /* ---- the checker can fail ---- */
+    {
+        llm4d_pp_schedule st[2];
+        llm4d_err err = {0};
+        llm4d_pp_schedule_build(&st[0], LLM4D_PP_1F1B, 2, 1, 4, 0, &err);
+        llm4d_pp_schedule_build(&st[1], LLM4D_PP_1F1B, 2, 1, 4, 1, &err);
+        /* stage 0 waits for B0's gradient before it has sent F0's activation: a cycle */
+        llm4d_pp_action tmp = st[0].a[0];
+        /* F0 SEND_F0 RECV_B0 F1 SEND_F1 B0 -> SEND_F0 RECV_B0 F1 SEND_F1 B0 F0: F0's send and B0 before F0 */
+        memmove(st[0].a, st[0].a + 1, 5 * sizeof tmp);
+        st[0].a[5] = tmp;
+        llm4d_code rc = llm4d_pp_schedule_check(st, 2, NULL, NULL, &err);
+        check(rc != LLM4D_OK && strstr(err.msg, "deadlock"), "negative control: an order waiting on itself is "
+              "reported as a deadlock (%s)", rc ? err.msg : "accepted");
+        llm4d_pp_schedule_free(&st[0]);
+        llm4d_pp_schedule_build(&st[0], LLM4D_PP_1F1B, 2, 1, 4, 0, &err);
+        st[0].a[1] = st[0].a[0]; /* SEND_F0 replaced: F0 twice, no send of micro-batch 0 */
+        rc = llm4d_pp_schedule_check(st, 2, NULL, NULL, &err);
+        check(rc != LLM4D_OK && strstr(err.msg, "times"), "negative control: a lost send is reported (%s)",
+              rc ? err.msg : "accepted");
+        llm4d_pp_schedule_free(&st[0]);
+        llm4d_pp_schedule_free(&st[1]);
+    }
+
+    /* ---- micro-batch counts a schedule cannot take ---- */
+    llm4d_err err = {0};
+    check(llm4d_pp_schedule_fits(LLM4D_PP_INTERLEAVED, 4, 2, 6, &err) == LLM4D_EUSER && strstr(err.msg, "multiple of 4"),
+          "interleaved with 6 micro-batches over 4 stages: %s", err.msg);
+    check(llm4d_pp_schedule_fits(LLM4D_PP_ZBH1, 4, 1, 3, &err) == LLM4D_EUSER && strstr(err.msg, "at least"),
+          "ZB-H1 with 3 micro-batches over 4 stages: %s", err.msg);
+    check(llm4d_pp_schedule_fits(LLM4D_PP_1F1B, 4, 1, 1, &err) == LLM4D_OK, "1F1B takes any micro-batch count");
+    llm4d_pp_kind k;
+    check(llm4d_pp_kind_parse("gpipe", &k, &err) == LLM4D_EUSER && strstr(err.msg, "1F1B"),
+          "an unknown schedule name: %s", err.msg);
+    check(llm4d_pp_kind_parse("zb-h1", &k, &err) == LLM4D_OK && k == LLM4D_PP_ZBH1, "schedule names are "
+          "case-insensitive");
+    return check_summary();
+}
