@@ -199,8 +199,8 @@ static const llm4d_key keys[] = {
     NOEFF("Distributed.pp_recompute_interval", "1", "1", "pipeline recompute interval"),
     EXT("Distributed.pp_schedule", LLM4D_KT_STR, dist.pp_schedule, "1F1B", NULL, "--pp_schedule",
         "pipeline schedule: 1F1B, interleaved (with virtual_pp_degree > 1) or ZBH1 (zero bubble, Qi et al. 2023)"),
-    EXT("Distributed.pp_layers", LLM4D_KT_STR, dist.pp_layers, "", NULL, "--pp_layers",
-        "blocks of each pipeline (virtual) stage, e.g. 3,3,3,1; empty: an even split"),
+    EXT("Distributed.pp_layers", LLM4D_KT_COUNTS, dist.pp_layers, "", NULL, "--pp_layers",
+        "blocks of each pipeline (virtual) stage, e.g. [3, 3, 3, 1]; empty: an even split"),
     EXT("Distributed.pp_account_embedding_loss", LLM4D_KT_BOOL, dist.pp_account_embedding_loss, "False", NULL,
         "--pp_account_embedding_loss", "an even pipeline split counts the embedding and the loss as one block each "
         "(Megatron's --account-for-embedding/loss-in-pipeline-split)"),
@@ -331,6 +331,7 @@ static const char *type_desc(llm4d_key_type t) {
     case LLM4D_KT_BOOL: return "a boolean (true/false/True/False/1/0)";
     case LLM4D_KT_STR: return "a string";
     case LLM4D_KT_SPLIT: return "1 to 3 non-negative numbers such as [949, 50, 1] or '949,50,1'";
+    case LLM4D_KT_COUNTS: return "a list of non-negative whole numbers such as [3, 3, 2] or '3,3,2'";
     case LLM4D_KT_MB: return "a positive number of megabytes";
     case LLM4D_KT_BACKEND: return "cpu or ref";
     default: return "a value";
@@ -436,6 +437,21 @@ static llm4d_code store(llm4d_config *cfg, const llm4d_key *k, const llm4d_pv *v
                 pos += (size_t)snprintf(out + pos, sizeof out - pos, "%s%g", j ? "," : "", it->f);
             else
                 return type_error(k, v, subject, where, err);
+            if (pos >= sizeof out) return type_error(k, v, subject, where, err);
+        }
+        LLM4D_ASSERT(k->size >= sizeof out, "%s", k->key);
+        memcpy(field, out, pos + 1);
+        return LLM4D_OK;
+    }
+    case LLM4D_KT_COUNTS: {
+        const int unset = v->kind == LLM4D_PV_NONE || (v->kind == LLM4D_PV_STR && !v->s[0]);
+        const int n = unset ? 0 : v->kind == LLM4D_PV_LIST ? v->n : 1;
+        char out[256] = "";
+        size_t pos = 0;
+        for (int j = 0; j < n; j++) {
+            const llm4d_pv *it = v->kind == LLM4D_PV_LIST ? &v->items[j] : v;
+            if (it->kind != LLM4D_PV_INT || it->i < 0 || it->i > INT32_MAX) return type_error(k, v, subject, where, err);
+            pos += (size_t)snprintf(out + pos, sizeof out - pos, "%s%lld", j ? "," : "", it->i);
             if (pos >= sizeof out) return type_error(k, v, subject, where, err);
         }
         LLM4D_ASSERT(k->size >= sizeof out, "%s", k->key);

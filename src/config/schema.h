@@ -21,6 +21,7 @@ typedef enum {
     LLM4D_KT_BOOL,     /* int 0/1 */
     LLM4D_KT_STR,      /* char[size] */
     LLM4D_KT_SPLIT,    /* char[size] holding "a,b,c"; given as a list [949, 50, 1] or the string '949,50,1' */
+    LLM4D_KT_COUNTS,   /* char[size] holding "a,b,..."; non-negative integers given as a list [3, 3, 2] or '3,3,2' */
     LLM4D_KT_MB,       /* int64_t bytes, given in megabytes */
     LLM4D_KT_BACKEND,  /* int backend_ref, given as cpu|ref */
     LLM4D_KT_NOEFFECT, /* accepted, no effect in llm4d */

@@ -136,9 +136,12 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const double tokens = (double)c->global_batch_size * T;
     double reader_cost = 0, batch_cost = 0;
     int logged = 0;
+    const int64_t first = tr->start_step;
+    double pp_idle = 0, pp_step = 0; /* pipeline: time waiting for the neighbours, step time (after the first) */
     for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
+        if (tr->pipelined && tr->pp.emb) memset(&tr->pp.emb->stats, 0, sizeof tr->pp.emb->stats);
         const llm4d_batch *b = llm4d_loader_get(&tr->loader, step - 1);
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
@@ -150,13 +153,18 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, err));
         const double t2 = llm4d_now();
         tr->last_loss = loss;
+        if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
+            pp_idle += tr->pp.idle_s;
+            pp_step += t2 - t0;
+        }
 
         reader_cost += t1 - t0;
         batch_cost += t2 - t0;
         logged++;
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
         const double step_cost = t2 - t0;
-        const llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
+        llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
+        if (tr->pipelined && tr->pp.emb) llm4d_comm_stats_add(&cs, &tr->pp.emb->stats); /* the tied embedding */
         if (tr->check_replicas) {
             llm4d_engine *e = tr->engines.storage;
             char emb[64] = "";
@@ -183,12 +191,14 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"mfu\": %s, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
-                    "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f}\n",
+                    "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f, "
+                    "\"pp_idle_s\": %.6f, \"pp_busy_s\": %.6f}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss_s, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf,
-                    tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0);
+                    tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0,
+                    tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0);
             fflush(tr->metrics);
         }
         if (step % c->logging_freq == 0 || step == c->max_steps) {
@@ -223,6 +233,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                           g->layout.slots[c] > 0 ? g->layout.slots[c] : 1);
         llm4d_log_info(&tr->log, "%s; activations %.3f MiB, %.3f MiB per slot", line,
                        tr->mem.bytes[LLM4D_MEM_ACTIVATIONS] / 1048576.0, g->slot_bytes / 1048576.0);
+        if (pp_step > 0)
+            llm4d_log_info(&tr->log, "pipeline stage %d: waited for its neighbours %.1f%% of the step time "
+                           "(steps after the first; the bubble and transfers not hidden)", tr->pp.stage,
+                           100 * pp_idle / pp_step);
     }
     return LLM4D_OK;
 }

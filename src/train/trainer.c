@@ -174,6 +174,15 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
     return LLM4D_OK;
 }
 
+/* The schedule the pipeline runs. ZB-H1 defers each weight-gradient pass (W) to fill the bubble, which needs the
+ * activations W reads kept until then; recompute keeps none (it refills one block's just before that block's
+ * backward), so with recompute W runs inside the backward and ZB-H1's order is 1F1B's: it runs as 1F1B. */
+static llm4d_code pp_kind_of(const llm4d_config *cfg, llm4d_pp_kind *kind, llm4d_err *err) {
+    LLM4D_TRY(llm4d_pp_kind_parse(cfg->dist.pp_schedule, kind, err));
+    if (*kind == LLM4D_PP_ZBH1 && cfg->model.use_recompute) *kind = LLM4D_PP_1F1B;
+    return LLM4D_OK;
+}
+
 /* This rank's part of the model: its pipeline stage's blocks (and the embedding or the head), its tensor-parallel
  * slice of them, laid out as its storage engine and its pipeline schedule want it. */
 static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
@@ -189,8 +198,9 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     tr->pipelined = d->pp_degree > 1;
     if (tr->pipelined) {
         const int P = d->pp_degree, V = cfg->model.virtual_pp_degree, stage = topo->index[LLM4D_AXIS_PIPE];
-        llm4d_pp_kind kind;
-        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &kind, err));
+        llm4d_pp_kind kind, asked;
+        LLM4D_TRY(pp_kind_of(cfg, &kind, err));
+        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &asked, err));
         int lo[LLM4D_MAX_CHUNKS * 64], hi[LLM4D_MAX_CHUNKS * 64];
         if (P * V > (int)(sizeof lo / sizeof lo[0]))
             return llm4d_fail(err, LLM4D_EUSER, "pp_degree %d x virtual_pp_degree %d: llm4d supports at most %d virtual "
@@ -200,13 +210,16 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(llm4d_pipeline_slots(kind, P, V, (int)cfg->accumulate_steps, stage, layout.slots, err));
         layout.split_backward = kind == LLM4D_PP_ZBH1;
         if (tr->is_writer) { /* the whole split, once: which stage holds which blocks */
-            llm4d_log_info(&tr->log, "pipeline: %d stages x %d chunk%s, %s schedule; every block held once:", P, V,
-                           V > 1 ? "s" : "", d->pp_schedule);
+            llm4d_log_info(&tr->log, "pipeline: %d stages x %d chunk%s, %s schedule%s; every block held once:", P, V,
+                           V > 1 ? "s" : "", llm4d_pp_kind_name(kind),
+                           cfg->model.use_recompute && kind == LLM4D_PP_1F1B && asked == LLM4D_PP_ZBH1
+                               ? " (ZB-H1 asked; with recompute the weight gradients are computed in the backward)"
+                               : "");
             for (int st = 0; st < P; st++) {
                 char line[512];
-                int k = snprintf(line, sizeof line, "    stage %d:", st);
+                int k = snprintf(line, sizeof line, "    stage %d: blocks", st);
                 for (int c = 0; c < V && k < (int)sizeof line; c++)
-                    k += snprintf(line + k, sizeof line - (size_t)k, " blocks [%d, %d)", lo[c * P + st],
+                    k += snprintf(line + k, sizeof line - (size_t)k, "%s [%d, %d)", c ? "," : "", lo[c * P + st],
                                   hi[c * P + st]);
                 if (k < (int)sizeof line)
                     snprintf(line + k, sizeof line - (size_t)k, "%s%s", st == 0 ? " + embeddings" : "",
@@ -253,7 +266,7 @@ static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
     }
     if (tr->pipelined) {
         llm4d_pp_kind kind;
-        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &kind, err));
+        LLM4D_TRY(pp_kind_of(cfg, &kind, err));
         LLM4D_TRY(llm4d_pipeline_init(&tr->pp, s, tr->groups->axis[LLM4D_AXIS_PIPE], cfg->model.virtual_pp_degree,
                                       kind, (int)cfg->accumulate_steps, err));
         llm4d_engines_push(s, &tr->pp.base, 0);
