@@ -221,7 +221,7 @@ static const llm4d_key keys[] = {
     NOEFF("Distributed.use_main_grad", "False", "False", "fp32 main gradients"),
     ALIAS("Distributed.seed", "Global.seed"),
     EXT("Distributed.sharding.save_consolidated", LLM4D_KT_BOOL, dist.save_consolidated, "False", NULL,
-        "--save_consolidated", "sharded runs write whole tensors gathered on rank 0 (Paddle's "
+        "--save_consolidated", "sharded runs write the group's tensors gathered on its first rank (Paddle's "
         "save_group_sharded_model) instead of each rank's own slices"),
     EXT("Distributed.use_sharding", LLM4D_KT_BOOL, dist.use_sharding, "False", NULL, "--use_sharding",
         "enable sharding (default: true exactly when sharding_degree > 1)"),

@@ -257,6 +257,14 @@ static int take_rbuf(llm4d_pipeline *pl) {
     return -1;
 }
 
+/* op 0 forward, 1 backward, 2 weight pass, begun at t0 */
+static void computed(llm4d_pipeline *pl, int op, double t0) {
+    const double dt = llm4d_now() - t0;
+    pl->busy_s += dt;
+    pl->op_s[op] += dt;
+    pl->op_n[op]++;
+}
+
 llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
                               llm4d_err *err) {
     llm4d_gpt *g = pl->g;
@@ -282,6 +290,8 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
     for (int i = 0; i < V * M; i++) pl->slot_of[i] = -1;
     for (int i = 0; i < V * pl->max_slots; i++) pl->slot_mb[i] = -1;
     pl->idle_s = pl->busy_s = 0;
+    memset(pl->op_s, 0, sizeof pl->op_s);
+    memset(pl->op_n, 0, sizeof pl->op_n);
     double sum = 0;
     for (int k = 0; k < s->n && !pl->failed; k++) {
         const llm4d_pp_action *a = &s->a[k];
@@ -309,7 +319,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             }
             const double t0 = llm4d_now();
             sum += llm4d_gpt_chunk_forward(g, c, slot, m);
-            pl->busy_s += llm4d_now() - t0;
+            computed(pl, 0, t0);
             if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
             break;
         }
@@ -326,7 +336,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             wait_req(pl, &sreq[0], &pl->idle_s); /* backward overwrites the slot's output (recompute) */
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward(g, c, sl, m, dout, s->split);
-            pl->busy_s += llm4d_now() - t0;
+            computed(pl, 1, t0);
             if (v < VP - 1) pl->rbuf_busy[*rb] = 0;
             if (!s->split) pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
@@ -338,7 +348,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         case LLM4D_PP_W: {
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward_weight(g, c, sl, m);
-            pl->busy_s += llm4d_now() - t0;
+            computed(pl, 2, t0);
             pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
         }

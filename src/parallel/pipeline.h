@@ -54,6 +54,8 @@ typedef struct {
     int max_slots, max_M;
     double idle_s;             /* this step: time waiting for receives */
     double busy_s;             /* this step: time computing */
+    double op_s[3];            /* this step: time in forwards, backwards, weight passes (B includes W unless split) */
+    int op_n[3];               /* and how many of each ran */
     llm4d_err err;
     int failed;
 } llm4d_pipeline;

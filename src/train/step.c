@@ -137,7 +137,9 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     double reader_cost = 0, batch_cost = 0;
     int logged = 0;
     const int64_t first = tr->start_step;
-    double pp_idle = 0, pp_step = 0; /* pipeline: time waiting for the neighbours, step time (after the first) */
+    double pp_idle = 0, pp_busy = 0, pp_step = 0; /* pipeline, steps after the first: waiting, computing, all */
+    double pp_op[3] = {0, 0, 0};
+    int pp_steps = 0, pp_n[3] = {0, 0, 0};
     for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
@@ -155,7 +157,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         tr->last_loss = loss;
         if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
             pp_idle += tr->pp.idle_s;
+            pp_busy += tr->pp.busy_s;
+            for (int k = 0; k < 3; k++) pp_op[k] += tr->pp.op_s[k], pp_n[k] += tr->pp.op_n[k];
             pp_step += t2 - t0;
+            pp_steps++;
         }
 
         reader_cost += t1 - t0;
@@ -233,9 +238,17 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                           g->layout.slots[c] > 0 ? g->layout.slots[c] : 1);
         llm4d_log_info(&tr->log, "%s; activations %.3f MiB, %.3f MiB per slot", line,
                        tr->mem.bytes[LLM4D_MEM_ACTIVATIONS] / 1048576.0, g->slot_bytes / 1048576.0);
+        if (pp_steps > 0) { /* what a schedule's bubble is made of: the times of F, B and W */
+            char w[96] = " (with the weight gradients)";
+            if (pp_n[2]) snprintf(w, sizeof w, " (input gradients), one weight pass %.4f s", pp_op[2] / pp_n[2]);
+            llm4d_log_info(&tr->log, "pipeline stage %d: one forward %.4f s, one backward %.4f s%s (means per "
+                           "micro-batch and chunk)", tr->pp.stage, pp_n[0] ? pp_op[0] / pp_n[0] : 0.0,
+                           pp_n[1] ? pp_op[1] / pp_n[1] : 0.0, w);
+        }
         if (pp_step > 0)
-            llm4d_log_info(&tr->log, "pipeline stage %d: waited for its neighbours %.1f%% of the step time "
-                           "(steps after the first; the bubble and transfers not hidden)", tr->pp.stage,
+            llm4d_log_info(&tr->log, "pipeline stage %d: per step %.4f s, computing %.4f s, waiting for its "
+                           "neighbours %.4f s = %.1f%% of the step (the bubble and transfers not hidden; steps after "
+                           "the first)", tr->pp.stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
                            100 * pp_idle / pp_step);
     }
     return LLM4D_OK;
