@@ -22,6 +22,14 @@ int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *db
             dbg->inject_inf_step = atoll(argv[++i]);
             continue;
         }
+        if (!strcmp(argv[i], "--debug_inject_inf_param") && i + 1 < argc) {
+            dbg->inject_inf_param = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_loss_spike_step") && i + 1 < argc) {
+            dbg->loss_spike_step = atoll(argv[++i]);
+            continue;
+        }
         if (!strcmp(argv[i], "--debug_check_replicas")) {
             dbg->check_replicas = 1;
             continue;

@@ -11,7 +11,9 @@
 typedef struct {
     const char *debug_dump;     /* --debug_dump DIR: tests/test_torch_parity.sh */
     int check_replicas;         /* --debug_check_replicas: tests/test_dp.sh, test_sharding.sh, test_tp.sh */
-    long long inject_inf_step;  /* --debug_inject_inf_step N: tests/test_amp.sh */
+    long long inject_inf_step;  /* --debug_inject_inf_step N: tests/test_amp.sh, test_nonfinite.sh */
+    const char *inject_inf_param; /* --debug_inject_inf_param NAME: the tensor that overflows (default: the first) */
+    long long loss_spike_step;  /* --debug_loss_spike_step N: step N's loss is reported 10 x (test_nonfinite.sh) */
 } llm4d_job_debug;
 
 /* args (argc + 1 entries) = argv without the debug flags, which go to *dbg; returns the count left. */

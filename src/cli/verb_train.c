@@ -18,7 +18,8 @@ int llm4d_cmd_train(int argc, char **argv) {
             llm4d_config_print_help(stdout);
             return 0;
         }
-    /* --debug_dump DIR, --debug_check_replicas, --debug_inject_inf_step: test facilities (job.h) */
+    /* --debug_dump DIR, --debug_check_replicas, --debug_inject_inf_*, --debug_loss_spike_step: test facilities
+     * (job.h) */
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
@@ -33,7 +34,9 @@ int llm4d_cmd_train(int argc, char **argv) {
     if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
     llm4d_trainer tr;
     const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
-                                     .inject_inf_step = dbg.inject_inf_step};
+                                     .inject_inf_step = dbg.inject_inf_step,
+                                     .inject_inf_param = dbg.inject_inf_param,
+                                     .loss_spike_step = dbg.loss_spike_step};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);

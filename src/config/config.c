@@ -514,6 +514,12 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
         return llm4d_fail(err, LLM4D_EUSER, "logging_freq (Engine.logging_freq) must be >= 1, got %d",
                           cfg->logging_freq);
     if (cfg->eval_freq < 0) cfg->eval_freq = 0;
+    if (!(cfg->loss_spike_threshold == 0 || cfg->loss_spike_threshold > 1) || !isfinite(cfg->loss_spike_threshold))
+        return llm4d_fail(err, LLM4D_EUSER, "loss_spike_threshold (Engine.loss_spike_threshold) must be 0 (off) or a "
+                          "factor > 1 such as 3, got %g", cfg->loss_spike_threshold);
+    if (cfg->loss_spike_window < 1 || cfg->loss_spike_window > LLM4D_LOSS_WINDOW_MAX)
+        return llm4d_fail(err, LLM4D_EUSER, "loss_spike_window (Engine.loss_spike_window) must be 1 to %d steps, got "
+                          "%d", LLM4D_LOSS_WINDOW_MAX, cfg->loss_spike_window);
     if (cfg->eval_iters < (cfg->eval_freq > 0 ? 1 : 0))
         return llm4d_fail(err, LLM4D_EUSER, "eval_iters (Engine.eval_iters) must be >= 1 when eval_freq is set, got "
                           "%d", cfg->eval_iters);

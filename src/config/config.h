@@ -18,6 +18,7 @@
 #define LLM4D_PATH_MAX 1024
 #define LLM4D_NAME_MAX 64
 #define LLM4D_MAX_NOEFFECT 128
+#define LLM4D_LOSS_WINDOW_MAX 1000 /* the longest loss_spike_window */
 
 typedef struct {
     /* Model geometry (a preset fills these; explicit keys override the preset). */
@@ -80,6 +81,8 @@ typedef struct {
     int logging_freq;
     int eval_freq;                   /* <= 0 disables evaluation */
     int eval_iters;
+    float loss_spike_threshold;      /* skip an update whose loss exceeds this x the recent mean; 0: off */
+    int loss_spike_window;           /* steps in that mean */
     int64_t save_steps;              /* <= 0 disables periodic saves */
     char output_dir[LLM4D_PATH_MAX];
     char ckpt_dir[LLM4D_PATH_MAX];   /* resume from here when set */

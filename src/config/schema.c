@@ -66,6 +66,11 @@ static const llm4d_key keys[] = {
     KEY("Engine.eval_freq", LLM4D_KT_INT, eval_freq, "0", NULL, "--eval_freq",
         "evaluate every N steps; 0 or negative: never (PaddleFleetX's default is 500)"),
     KEY("Engine.eval_iters", LLM4D_KT_INT, eval_iters, "10", NULL, "--eval_iters", "batches per evaluation"),
+    EXT("Engine.loss_spike_threshold", LLM4D_KT_FLOAT, loss_spike_threshold, "0", "0", "--loss_spike_threshold",
+        "skip the update of a step whose loss exceeds this many times the mean loss of the previous "
+        "loss_spike_window steps (logged); 0: off"),
+    EXT("Engine.loss_spike_window", LLM4D_KT_INT, loss_spike_window, "20", NULL, "--loss_spike_window",
+        "steps in the loss spike guard's recent mean (the guard starts once it has them)"),
     NOEFF("Engine.test_iters", "None", NULL, "llm4d has no test pass after training"),
     NOEFF("Engine.run_mode", "step", "step", "llm4d counts steps, not epochs"),
     KEY("Engine.mix_precision.enable", LLM4D_KT_BOOL, use_amp, "False", NULL, "--use_amp",

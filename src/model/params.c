@@ -270,3 +270,23 @@ void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, s
 void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed) {
     llm4d_param_init_range(t, params, 0, t->total, seed);
 }
+
+/* wte 0, wpe 1, block l's kinds at 2 + l x N_LAYER_SPECS + (kind - LN1W), ln_f's after the last block */
+int64_t llm4d_param_order(const llm4d_param *p, int num_layers) {
+    switch (p->kind) {
+    case LLM4D_P_WTE: return 0;
+    case LLM4D_P_WPE: return 1;
+    case LLM4D_P_LNFW:
+    case LLM4D_P_LNFB: return 2 + (int64_t)num_layers * N_LAYER_SPECS + (p->kind - LLM4D_P_LNFW);
+    default: return 2 + (int64_t)p->layer * N_LAYER_SPECS + (p->kind - LLM4D_P_LN1W);
+    }
+}
+
+void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n) {
+    const int64_t blocks = (int64_t)num_layers * N_LAYER_SPECS;
+    if (order == 0) snprintf(buf, n, "transformer.wte.weight");
+    else if (order == 1) snprintf(buf, n, "transformer.wpe.weight");
+    else if (order - 2 >= blocks) snprintf(buf, n, "transformer.ln_f.%s", order - 2 == blocks ? "weight" : "bias");
+    else snprintf(buf, n, "transformer.h.%lld.%s", (long long)((order - 2) / N_LAYER_SPECS),
+                  layer_specs[(order - 2) % N_LAYER_SPECS].suffix);
+}

@@ -119,6 +119,11 @@ const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name
 /* The entry of kind `kind` in block `layer` (-1: embeddings / final LayerNorm); for split q/k/v entries the first
  * (q), for wte the first block. NULL when this rank does not hold it. */
 const llm4d_param *llm4d_param_of(const llm4d_param_table *t, int layer, llm4d_param_kind kind);
+/* A key ordering the whole model's tensors by use (wte, wpe, block 0's tensors in kind order, ..., ln_f), the same
+ * on every rank whatever its part: a minimum over ranks finds the first tensor of the model with some property. */
+int64_t llm4d_param_order(const llm4d_param *p, int num_layers);
+/* The global name of the tensor with order key `order`. */
+void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n);
 /* The group of block `layer`, of the final LayerNorm (kind LLM4D_G_LNF), of the position embedding (LLM4D_G_WPE);
  * -1 when this rank does not hold it. */
 int llm4d_param_group_of(const llm4d_param_table *t, llm4d_group_kind kind, int layer);

@@ -28,6 +28,10 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     cJSON_AddNumberToObject(meta, "loss", tr->last_loss);
     cJSON_AddNumberToObject(meta, "loss_scale", tr->loss_scale);
     cJSON_AddNumberToObject(meta, "loss_scale_good_steps", (double)tr->good_steps);
+    /* the loss spike guard's window, so a resumed run takes the decisions the uninterrupted one would */
+    cJSON *recent = cJSON_AddArrayToObject(meta, "recent_losses");
+    for (int k = 0; recent && k < tr->n_recent; k++) cJSON_AddItemToArray(recent, cJSON_CreateNumber(tr->recent_loss[k]));
+    cJSON_AddNumberToObject(meta, "loss_spikes_skipped", (double)tr->spikes_skipped);
     cJSON *data = cJSON_AddObjectToObject(meta, "data");
     cJSON_AddStringToObject(data, "input_dir", c->data.input_dir);
     cJSON_AddStringToObject(data, "split", c->data.split);
@@ -158,6 +162,15 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
             tr->good_steps = meta_int(meta, "loss_scale_good_steps", 0);
         }
         e->ops->adam_steps(e, meta_int(meta, "adam_t", step));
+        const cJSON *recent = cJSON_GetObjectItemCaseSensitive(meta, "recent_losses"), *x;
+        const int n = cJSON_IsArray(recent) ? cJSON_GetArraySize(recent) : 0, w = c->loss_spike_window;
+        tr->n_recent = 0;
+        int k = 0;
+        cJSON_ArrayForEach(x, recent) { /* the last loss_spike_window of them */
+            if (k++ < n - w || !cJSON_IsNumber(x)) continue;
+            tr->recent_loss[tr->n_recent++] = x->valuedouble;
+        }
+        tr->spikes_skipped = meta_int(meta, "loss_spikes_skipped", 0);
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(meta, "data");
         if (meta_int(data, "global_batch_size", c->global_batch_size) != c->global_batch_size ||
             meta_int(data, "max_seq_len", c->data.max_seq_len) != c->data.max_seq_len)

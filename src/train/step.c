@@ -28,6 +28,14 @@ llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err 
     return LLM4D_OK;
 }
 
+/* Whether `name` is one of the comma-separated names of `list`. */
+static int name_in_list(const char *name, const char *list) {
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || !p[n])) return 1;
+    return 0;
+}
+
 /* Forward and backward of one global step's rows; returns the global loss. */
 static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double *loss_out,
                              llm4d_err *err) {
@@ -63,24 +71,67 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
     LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
+    if (step == tr->loss_spike_step) *loss_out *= 10; /* test facility: a loss spike */
     if (step == tr->inject_inf_step) { /* test facility: an overflow, as an fp16 gradient would produce */
         int64_t j0, j1;
         for (int i = 0; i < g->table.n; i++) {
+            if (tr->inject_inf_param && !name_in_list(g->table.p[i].name, tr->inject_inf_param)) continue;
             float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
             if (gr && j1 > j0) {
-                gr[0] = (float)INFINITY;
-                break;
+                tr->be->scale(tr->be, gr, (float)INFINITY, 1); /* inf, or NaN where it was 0 */
+                if (!tr->inject_inf_param) break;
             }
         }
     }
     return LLM4D_OK;
 }
 
+/* The first tensor of the model (in order of use) whose gradient is not finite on some rank, by name. */
+static llm4d_code first_nonfinite(llm4d_trainer *tr, char *name, size_t n, llm4d_err *err) {
+    const llm4d_param_table *t = &tr->model.table;
+    int64_t first = -INT64_MAX; /* the maximum of minus the order key is the minimum key */
+    for (int i = 0; i < t->n; i++) {
+        int64_t j0, j1;
+        const float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
+        if (!gr || j1 <= j0 || isfinite(tr->be->sumsq(tr->be, gr, (size_t)(j1 - j0)))) continue;
+        const int64_t key = -llm4d_param_order(&t->p[i], t->num_layers);
+        if (key > first) first = key;
+    }
+    LLM4D_TRY(llm4d_comm_allreduce_max(tr->groups->world, &first, 1, LLM4D_COMM_I64, err));
+    if (first == -INT64_MAX) snprintf(name, n, "(none found: a gradient too large to square)");
+    else llm4d_param_order_name(-first, t->num_layers, name, n);
+    return LLM4D_OK;
+}
+
+/* The loss spike guard: whether this step's loss is more than loss_spike_threshold x the mean of the previous
+ * loss_spike_window steps (once it has them). The loss is the global one, so every rank decides alike. */
+static int loss_spike(llm4d_trainer *tr, double loss, double *trend) {
+    const llm4d_config *c = tr->cfg;
+    if (c->loss_spike_threshold <= 0 || tr->n_recent < c->loss_spike_window) return 0;
+    double sum = 0;
+    for (int k = 0; k < tr->n_recent; k++) sum += tr->recent_loss[k];
+    *trend = sum / tr->n_recent;
+    return loss > c->loss_spike_threshold * *trend;
+}
+
+/* The last loss_spike_window steps' losses (a window kept in step order: oldest first). */
+static void remember_loss(llm4d_trainer *tr, double loss) {
+    const int w = tr->cfg->loss_spike_window;
+    if (tr->n_recent == w) {
+        memmove(tr->recent_loss, tr->recent_loss + 1, (size_t)(w - 1) * sizeof *tr->recent_loss);
+        tr->n_recent--;
+    }
+    tr->recent_loss[tr->n_recent++] = loss;
+}
+
 /* Clip, then AdamW at lr(step). With fp16 loss scaling, a non-finite gradient norm (an overflow somewhere) skips
- * the update and halves the scale; 2000 finite steps in a row double it (Paddle's GradScaler defaults). The norm
- * is the same on every rank (gradients are reduced first), so every rank takes the same decision. */
+ * the update and halves the scale; 2000 finite steps in a row double it (Paddle's GradScaler defaults). In fp32
+ * and bf16 a non-finite loss or gradient norm stops the run before the update, naming the first tensor (in the
+ * model's order) whose gradient is not finite; nothing of the step is applied or saved, so the last checkpoint is
+ * the last good state. The loss spike guard skips the update of a step whose loss is far above the recent mean.
+ * The norm and the loss are the same on every rank (reduced first), so every rank takes the same decision. */
 static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *norm_out, double *lr_out,
-                         int *found_inf, llm4d_err *err) {
+                         int *found_inf, int *spike, llm4d_err *err) {
     /* every element once over the job: each rank's share (engine.h), summed over the world */
     double sumsq = tr->engines.storage->ops->grad_sumsq(tr->engines.storage);
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->world, &sumsq, 1, LLM4D_COMM_F64, err));
@@ -91,14 +142,18 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
     *found_inf = !isfinite(sumsq) || !isfinite(loss);
     if (*found_inf) {
         *norm_out = INFINITY;
-        if (tr->precision != LLM4D_PREC_FP16) {
+        if (tr->precision != LLM4D_PREC_FP16) { /* stop before anything of this step is applied or saved */
+            char saved[64] = "no checkpoint was written yet";
+            if (tr->last_saved > 0) snprintf(saved, sizeof saved, "step_%lld is the last checkpoint",
+                                             (long long)tr->last_saved);
             if (!isfinite(loss))
-                return llm4d_fail(err, LLM4D_EUSER,
-                                  "loss is %f at step %lld; lower max_lr or enable gradient clipping (grad_clip)",
-                                  loss, (long long)step);
-            return llm4d_fail(err, LLM4D_EUSER,
-                              "the gradients overflowed at step %lld; lower max_lr or enable grad_clip",
-                              (long long)step);
+                return llm4d_fail(err, LLM4D_EUSER, "loss is %f at step %lld; the update was not applied (%s); lower "
+                                  "max_lr or enable gradient clipping (grad_clip)", loss, (long long)step, saved);
+            char name[LLM4D_PARAM_NAME_MAX + 64];
+            LLM4D_TRY(first_nonfinite(tr, name, sizeof name, err));
+            return llm4d_fail(err, LLM4D_EUSER, "the gradient norm is not finite at step %lld (the loss, %.6f, is): "
+                              "the first tensor with a non-finite gradient is %s; the update was not applied (%s); "
+                              "lower max_lr or enable grad_clip, then resume", (long long)step, loss, name, saved);
         }
         tr->loss_scale *= 0.5;
         tr->good_steps = 0;
@@ -107,6 +162,17 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
         return LLM4D_OK;
     }
     const double norm = sqrt(sumsq) / tr->loss_scale;
+    double trend = 0;
+    if (loss_spike(tr, loss, &trend)) { /* skipped as an fp16 overflow is: the step's gradients are dropped */
+        tr->spikes_skipped++;
+        llm4d_log_warn(&tr->log, "loss spike at step %lld: loss %.6f > %g x the mean of the last %d steps (%.6f): "
+                       "update skipped (%lld so far)", (long long)step, loss, tr->cfg->loss_spike_threshold,
+                       tr->n_recent, trend, (long long)tr->spikes_skipped);
+        *norm_out = norm;
+        *spike = 1;
+        return LLM4D_OK;
+    }
+    remember_loss(tr, loss);
     const float scale = (float)(llm4d_clip_factor(norm, tr->cfg->optim.grad_clip) / tr->loss_scale);
     LLM4D_TRY(llm4d_engines_update(&tr->engines, (float)lr, scale, err));
     if (tr->precision == LLM4D_PREC_FP16 && ++tr->good_steps >= 2000) {
@@ -148,11 +214,11 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
         double loss, norm, lr;
-        int found_inf = 0;
+        int found_inf = 0, spike = 0;
         LLM4D_TRY(train_step(tr, step, b, &loss, err));
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
         const double scale_used = tr->loss_scale;
-        LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, err));
+        LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, &spike, err));
         const double t2 = llm4d_now();
         tr->last_loss = loss;
         if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
@@ -196,12 +262,12 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"mfu\": %s, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
-                    "\"loss_scale\": %g, \"found_inf\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f, "
+                    "\"loss_scale\": %g, \"found_inf\": %d, \"loss_spike_skipped\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f, "
                     "\"pp_idle_s\": %.6f, \"pp_busy_s\": %.6f}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss_s, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
-                    llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf,
+                    llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf, spike,
                     tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0,
                     tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0);
             fflush(tr->metrics);

@@ -302,6 +302,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     if (rc) return rc;
     tr->loss_scale = 1.0;
     tr->inject_inf_step = opts->inject_inf_step;
+    tr->inject_inf_param = opts->inject_inf_param;
+    tr->loss_spike_step = opts->loss_spike_step;
     if (cfg->use_amp) {
         tr->precision = strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
         if (!tr->be->set_precision)

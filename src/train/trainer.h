@@ -69,6 +69,11 @@ typedef struct {
     double loss_scale;
     int64_t good_steps;        /* finite steps since the scale last changed */
     int64_t inject_inf_step;   /* test facility: make this step's gradients overflow */
+    const char *inject_inf_param; /* ... in this tensor (NULL: the first the rank holds) */
+    int64_t loss_spike_step;   /* test facility: report this step's loss 10 x */
+    double recent_loss[LLM4D_LOSS_WINDOW_MAX]; /* the loss spike guard's ring of the last steps' losses */
+    int n_recent;              /* losses in the ring (at most loss_spike_window) */
+    int64_t spikes_skipped;
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     int have_corpus, have_model, have_engines, have_loader, have_eval;
@@ -80,6 +85,8 @@ typedef struct {
     int check_replicas;
     int eval_only;             /* `llm4d eval`: no training loader, an evaluation loader of eval_iters batches */
     int64_t inject_inf_step;   /* test facility: an overflowing gradient at this step (0: never) */
+    const char *inject_inf_param; /* ... in this tensor (NULL: the first) */
+    int64_t loss_spike_step;   /* test facility: this step's loss reported 10 x (0: never) */
 } llm4d_trainer_opts;
 
 /* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. Loads the
