@@ -11,7 +11,7 @@
 #include "parallel/pipeline.h"
 
 int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg) {
-    *dbg = (llm4d_job_debug){0};
+    *dbg = (llm4d_job_debug){.hang_rank = 1};
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {
@@ -28,6 +28,18 @@ int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *db
         }
         if (!strcmp(argv[i], "--debug_loss_spike_step") && i + 1 < argc) {
             dbg->loss_spike_step = atoll(argv[++i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_hang_step") && i + 1 < argc) {
+            dbg->hang_step = atoll(argv[++i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_mem_available") && i + 1 < argc) {
+            dbg->mem_available = atoll(argv[++i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--debug_hang_rank") && i + 1 < argc) {
+            dbg->hang_rank = atoi(argv[++i]);
             continue;
         }
         if (!strcmp(argv[i], "--debug_check_replicas")) {
@@ -72,6 +84,7 @@ llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg,
 llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
                            llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
     LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, cfg, err));
+    if (rt->world && rt->world->watch) llm4d_watch_set(rt->world->watch, 0, cfg->dist.comm_timeout_first);
     LLM4D_TRY(llm4d_topology_init(topo, rt->world_size, rt->rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
                                   cfg->dist.sharding_degree, cfg->dist.mp_degree, err));
     if (print_groups && rt->world_size > 1) {

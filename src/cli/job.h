@@ -14,6 +14,9 @@ typedef struct {
     long long inject_inf_step;  /* --debug_inject_inf_step N: tests/test_amp.sh, test_nonfinite.sh */
     const char *inject_inf_param; /* --debug_inject_inf_param NAME: the tensor that overflows (default: the first) */
     long long loss_spike_step;  /* --debug_loss_spike_step N: step N's loss is reported 10 x (test_nonfinite.sh) */
+    long long hang_step;        /* --debug_hang_step N [--debug_hang_rank R]: world rank R (default 1) stops */
+    int hang_rank;              /*   answering at step N, as a rank stuck in a kernel would (test_watchdog.sh) */
+    long long mem_available;    /* --debug_mem_available BYTES: the host's available memory (test_memory_plan.sh) */
 } llm4d_job_debug;
 
 /* args (argc + 1 entries) = argv without the debug flags, which go to *dbg; returns the count left. */

@@ -515,6 +515,11 @@ int llm4d_cmd_worker(int argc, char **argv) {
         setenv("OMP_NUM_THREADS", threads, 1);
     }
 
+    /* the watchdog's progress board of the rank (comm/watch.h) lives beside its log; removed when the rank ends */
+    if (!getenv("LLM4D_PROGRESS_DIR")) setenv("LLM4D_PROGRESS_DIR", log_dir, 1);
+    char board[PATH_MAX];
+    snprintf(board, sizeof board, "%s/progress.%d", getenv("LLM4D_PROGRESS_DIR"), rank);
+
     pid_t parent = getpid();
     pid_t child = fork();
     if (child < 0) {
@@ -586,6 +591,7 @@ int llm4d_cmd_worker(int argc, char **argv) {
             }
         }
     }
+    unlink(board); /* a rank that was killed could not remove its own */
     rec.valid = 1;
     write_record(log_dir, &rec);
     if (rec.signaled || rec.value != 0) {

@@ -36,7 +36,10 @@ int llm4d_cmd_train(int argc, char **argv) {
     const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
                                      .inject_inf_step = dbg.inject_inf_step,
                                      .inject_inf_param = dbg.inject_inf_param,
-                                     .loss_spike_step = dbg.loss_spike_step};
+                                     .loss_spike_step = dbg.loss_spike_step,
+                                     .hang_step = dbg.hang_step,
+                                     .hang_rank = dbg.hang_rank,
+                                     .mem_available = dbg.mem_available};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/timer.h"
 
@@ -89,29 +90,126 @@ static void start_req(llm4d_comm *c, llm4d_comm_req *req) {
 /* Wrap a backend error with the operation and group, so the user sees which collective failed where. */
 static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0, llm4d_err *err) {
     c->stats.blocked_s += llm4d_now() - t0;
+    if (rc == LLM4D_ETIMEOUT) return rc; /* the watchdog's line already names the operation and the group */
     if (rc != LLM4D_OK) return llm4d_wrap(err, "%s on the %s group (rank %d of %d)", what, c->name, c->rank,
                                           c->size);
     return LLM4D_OK;
 }
 
+/* ---- the watchdog (watch.h) ---- */
+
+/* Whether waits on c run against the watchdog's deadline (a group of one never waits for anyone). */
+static int watching(const llm4d_comm *c) { return c->watch && c->watch->timeout_s > 0 && c->size > 1; }
+
+/* An operation starts: in the flight recorder and on the progress board. Collectives count per group. */
+static uint64_t begin(llm4d_comm *c, const char *what, int peer, size_t count) {
+    if (!c->watch) return 0;
+    return llm4d_watch_begin(c->watch, what, c->name, c->key, peer < 0 ? ++c->seq : 0, peer, count);
+}
+
+static void end(llm4d_comm *c, uint64_t num) {
+    if (c->watch && num) llm4d_watch_end(c->watch, num);
+}
+
+static llm4d_code timed_out(llm4d_comm *c, const llm4d_comm_req *req, double waited, llm4d_err *err) {
+    llm4d_comm_watch *w = c->watch;
+    const llm4d_flight *f = &w->ring[req->flight % LLM4D_FLIGHT_N];
+    const int known = f->num == req->flight;
+    char who[640], ranks[160];
+    llm4d_watch_report(w, req->flight, c->key, known ? f->seq : 0, known ? f->peer : -1, c->members, c->size, who,
+                       sizeof who);
+    size_t k = 0;
+    for (int i = 0; i < c->size && k < sizeof ranks; i++)
+        k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%d", i ? ", " : "", c->members[i]);
+    char what[96] = "an operation";
+    if (known && f->peer >= 0)
+        snprintf(what, sizeof what, "%s %s rank %d", f->op, strstr(f->op, "recv") ? "from" : "to", f->peer);
+    else if (known)
+        snprintf(what, sizeof what, "%s #%llu", f->op, (unsigned long long)f->seq);
+    return llm4d_fail(err, LLM4D_ETIMEOUT,
+                      "%s on the %s group (world ranks [%s]) at step %lld has not completed after %.0f s "
+                      "(comm_timeout %g s): %s; this rank's last operations are in its log", what, c->name, ranks,
+                      (long long)w->step, waited, w->timeout_s, who);
+}
+
+/* Poll a started operation until it completes or its deadline (timeout_s after it started) passes. */
+static llm4d_code wait_watched(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
+    const llm4d_flight *f = &c->watch->ring[req->flight % LLM4D_FLIGHT_N];
+    const double start = f->num == req->flight ? f->t_start : llm4d_now();
+    for (unsigned spin = 0;; spin++) {
+        int is_done = 0;
+        LLM4D_TRY(c->ops->test(c, req, &is_done, err));
+        if (is_done) {
+            end(c, req->flight);
+            return LLM4D_OK;
+        }
+        const double waited = llm4d_now() - start;
+        if (waited > c->watch->timeout_s) return timed_out(c, req, waited, err);
+        if (spin > 1000) { /* a long wait: let the peers' processes have this core (oversubscribed jobs) */
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The end of a blocking operation started non-blocking: wait for it under the watchdog. */
+static llm4d_code finish(llm4d_comm *c, const char *what, llm4d_code rc, llm4d_comm_req *req, uint64_t num, double t0,
+                         llm4d_err *err) {
+    if (rc == LLM4D_OK) {
+        req->comm = c;
+        req->flight = num;
+        rc = wait_watched(c, req, err);
+    }
+    return done(c, what, rc, t0, err);
+}
+
+/* The end of a blocking backend call (no watchdog, or no non-blocking form). */
+static llm4d_code finish_blocking(llm4d_comm *c, const char *what, llm4d_code rc, uint64_t num, double t0,
+                                  llm4d_err *err) {
+    if (rc == LLM4D_OK) end(c, num);
+    return done(c, what, rc, t0, err);
+}
+
+/* The start of a non-blocking operation: the request remembers the operation for its wait. */
+static llm4d_code started(llm4d_comm *c, const char *what, llm4d_code rc, llm4d_comm_req *req, uint64_t num, double t0,
+                          llm4d_err *err) {
+    if (rc == LLM4D_OK) {
+        req->comm = c;
+        req->flight = num;
+    }
+    return done(c, what, rc, t0, err);
+}
+
 llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
     double t0 = llm4d_now();
     c->stats.calls[LLM4D_COMM_OP_BARRIER]++;
-    return done(c, "barrier", c->ops->barrier(c, err), t0, err);
+    const uint64_t num = begin(c, "barrier", -1, 0);
+    if (watching(c) && c->ops->ibarrier) {
+        llm4d_comm_req r = {0};
+        return finish(c, "barrier", c->ops->ibarrier(c, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, "barrier", c->ops->barrier(c, err), num, t0, err);
+}
+
+static llm4d_code allreduce(llm4d_comm *c, const char *what, void *buf, size_t count, llm4d_comm_dtype dt,
+                            llm4d_comm_reduction op, llm4d_err *err) {
+    LLM4D_TRY(check_count(c, what, count, dt, op == LLM4D_COMM_MAX ? 2 : 1, err));
+    double t0 = llm4d_now();
+    account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
+    const uint64_t num = begin(c, what, -1, count);
+    if (watching(c)) {
+        llm4d_comm_req r = {0};
+        return finish(c, what, c->ops->iallreduce(c, buf, count, dt, op, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, what, c->ops->allreduce(c, buf, count, dt, op, err), num, t0, err);
 }
 
 llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err) {
-    LLM4D_TRY(check_count(c, "allreduce", count, dt, 1, err));
-    double t0 = llm4d_now();
-    account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
-    return done(c, "allreduce", c->ops->allreduce(c, buf, count, dt, LLM4D_COMM_SUM, err), t0, err);
+    return allreduce(c, "allreduce", buf, count, dt, LLM4D_COMM_SUM, err);
 }
 
 llm4d_code llm4d_comm_allreduce_max(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err) {
-    LLM4D_TRY(check_count(c, "allreduce (max)", count, dt, 2, err));
-    double t0 = llm4d_now();
-    account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
-    return done(c, "allreduce (max)", c->ops->allreduce(c, buf, count, dt, LLM4D_COMM_MAX, err), t0, err);
+    return allreduce(c, "allreduce (max)", buf, count, dt, LLM4D_COMM_MAX, err);
 }
 
 llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
@@ -120,9 +218,9 @@ llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_c
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
-    llm4d_code rc = c->ops->iallreduce(c, buf, count, dt, LLM4D_COMM_SUM, req, err);
-    if (rc == LLM4D_OK) req->comm = c;
-    return done(c, "iallreduce", rc, t0, err);
+    const uint64_t num = begin(c, "iallreduce", -1, count);
+    return started(c, "iallreduce", c->ops->iallreduce(c, buf, count, dt, LLM4D_COMM_SUM, req, err), req, num, t0,
+                   err);
 }
 
 static void check_disjoint(const llm4d_comm *c, const char *what, const void *a, size_t a_bytes, const void *b,
@@ -139,7 +237,14 @@ llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv
     check_disjoint(c, "reduce_scatter", send, recv_count * esz * (size_t)c->size, recv, recv_count * esz);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_REDUCE_SCATTER, recv_count, dt);
-    return done(c, "reduce_scatter", c->ops->reduce_scatter(c, send, recv, recv_count, dt, err), t0, err);
+    const uint64_t num = begin(c, "reduce_scatter", -1, recv_count);
+    if (watching(c)) {
+        llm4d_comm_req r = {0};
+        return finish(c, "reduce_scatter", c->ops->ireduce_scatter(c, send, recv, recv_count, dt, &r, err), &r, num,
+                      t0, err);
+    }
+    return finish_blocking(c, "reduce_scatter", c->ops->reduce_scatter(c, send, recv, recv_count, dt, err), num, t0,
+                           err);
 }
 
 llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
@@ -150,9 +255,9 @@ llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *rec
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_REDUCE_SCATTER, recv_count, dt);
-    llm4d_code rc = c->ops->ireduce_scatter(c, send, recv, recv_count, dt, req, err);
-    if (rc == LLM4D_OK) req->comm = c;
-    return done(c, "ireduce_scatter", rc, t0, err);
+    const uint64_t num = begin(c, "ireduce_scatter", -1, recv_count);
+    return started(c, "ireduce_scatter", c->ops->ireduce_scatter(c, send, recv, recv_count, dt, req, err), req, num,
+                   t0, err);
 }
 
 /* send may alias recv's own block (in place) but not partly overlap it. */
@@ -170,7 +275,12 @@ llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, siz
     check_gather_alias(c, "allgather", send, recv, send_count, dt);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
-    return done(c, "allgather", c->ops->allgather(c, send, recv, send_count, dt, err), t0, err);
+    const uint64_t num = begin(c, "allgather", -1, send_count);
+    if (watching(c)) {
+        llm4d_comm_req r = {0};
+        return finish(c, "allgather", c->ops->iallgather(c, send, recv, send_count, dt, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, "allgather", c->ops->allgather(c, send, recv, send_count, dt, err), num, t0, err);
 }
 
 llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
@@ -180,9 +290,8 @@ llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, si
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
-    llm4d_code rc = c->ops->iallgather(c, send, recv, send_count, dt, req, err);
-    if (rc == LLM4D_OK) req->comm = c;
-    return done(c, "iallgather", rc, t0, err);
+    const uint64_t num = begin(c, "iallgather", -1, send_count);
+    return started(c, "iallgather", c->ops->iallgather(c, send, recv, send_count, dt, req, err), req, num, t0, err);
 }
 
 llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
@@ -191,7 +300,12 @@ llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_co
     check_peer(c, "broadcast root", root);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_BROADCAST, count, dt);
-    return done(c, "broadcast", c->ops->broadcast(c, buf, count, dt, root, err), t0, err);
+    const uint64_t num = begin(c, "broadcast", -1, count);
+    if (watching(c) && c->ops->ibroadcast) {
+        llm4d_comm_req r = {0};
+        return finish(c, "broadcast", c->ops->ibroadcast(c, buf, count, dt, root, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, "broadcast", c->ops->broadcast(c, buf, count, dt, root, err), num, t0, err);
 }
 
 llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -201,7 +315,12 @@ llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_c
     LLM4D_ASSERT(tag >= 0, "send on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_SEND, count, dt);
-    return done(c, "send", c->ops->send(c, buf, count, dt, peer, tag, err), t0, err);
+    const uint64_t num = begin(c, "send", peer, count);
+    if (watching(c)) {
+        llm4d_comm_req r = {0};
+        return finish(c, "send", c->ops->isend(c, buf, count, dt, peer, tag, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, "send", c->ops->send(c, buf, count, dt, peer, tag, err), num, t0, err);
 }
 
 llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -211,7 +330,12 @@ llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dt
     LLM4D_ASSERT(tag >= 0, "recv on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_RECV, count, dt);
-    return done(c, "recv", c->ops->recv(c, buf, count, dt, peer, tag, err), t0, err);
+    const uint64_t num = begin(c, "recv", peer, count);
+    if (watching(c)) {
+        llm4d_comm_req r = {0};
+        return finish(c, "recv", c->ops->irecv(c, buf, count, dt, peer, tag, &r, err), &r, num, t0, err);
+    }
+    return finish_blocking(c, "recv", c->ops->recv(c, buf, count, dt, peer, tag, err), num, t0, err);
 }
 
 llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -222,9 +346,8 @@ llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_SEND, count, dt);
-    llm4d_code rc = c->ops->isend(c, buf, count, dt, peer, tag, req, err);
-    if (rc == LLM4D_OK) req->comm = c;
-    return done(c, "isend", rc, t0, err);
+    const uint64_t num = begin(c, "isend", peer, count);
+    return started(c, "isend", c->ops->isend(c, buf, count, dt, peer, tag, req, err), req, num, t0, err);
 }
 
 llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -235,9 +358,8 @@ llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_d
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_RECV, count, dt);
-    llm4d_code rc = c->ops->irecv(c, buf, count, dt, peer, tag, req, err);
-    if (rc == LLM4D_OK) req->comm = c;
-    return done(c, "irecv", rc, t0, err);
+    const uint64_t num = begin(c, "irecv", peer, count);
+    return started(c, "irecv", c->ops->irecv(c, buf, count, dt, peer, tag, req, err), req, num, t0, err);
 }
 
 llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
@@ -247,6 +369,7 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
     double t0 = llm4d_now();
     *is_done = 0;
     llm4d_code rc = c->ops->test(c, req, is_done, err);
+    if (rc == LLM4D_OK && *is_done) end(c, req->flight);
     if (rc != LLM4D_OK || *is_done) req->comm = NULL;
     return done(c, "test", rc, t0, err);
 }
@@ -255,7 +378,13 @@ llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
     if (!req || !req->comm) return LLM4D_OK;
     llm4d_comm *c = req->comm;
     double t0 = llm4d_now();
-    llm4d_code rc = c->ops->wait(c, req, err);
+    llm4d_code rc;
+    if (watching(c)) {
+        rc = wait_watched(c, req, err);
+    } else {
+        rc = c->ops->wait(c, req, err);
+        if (rc == LLM4D_OK) end(c, req->flight);
+    }
     req->comm = NULL;
     return done(c, "wait", rc, t0, err);
 }
@@ -280,14 +409,51 @@ void llm4d_comm_abort(llm4d_comm *c, int code) {
     exit(code); /* a backend's abort should not return; make sure the process ends anyway */
 }
 
+/* The group's key on progress boards: its name, first member and size (the same string on every member). */
+static void set_key(llm4d_comm *c) {
+    snprintf(c->key, sizeof c->key, "%s:%d/%d", c->name, c->members[0], c->size);
+}
+
+llm4d_code llm4d_comm_watch_world(llm4d_comm *world, llm4d_comm_watch *watch, llm4d_err *err) {
+    free(world->members);
+    world->members = malloc((size_t)world->size * sizeof *world->members);
+    if (!world->members) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int i = 0; i < world->size; i++) world->members[i] = i;
+    world->world_rank = world->rank;
+    world->watch = watch;
+    set_key(world);
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out,
                             llm4d_err *err) {
     *out = NULL;
-    return c->ops->split(c, color, key, name, out, err);
+    LLM4D_TRY(c->ops->split(c, color, key, name, out, err));
+    llm4d_comm *s = *out;
+    const int64_t mine = c->members ? c->world_rank : c->rank; /* an unwatched world: its rank is the world rank */
+    s->watch = c->watch;
+    s->world_rank = (int)mine;
+    s->members = malloc((size_t)s->size * sizeof *s->members);
+    /* every member's world rank, for messages and the watchdog's boards (once, when the group is made) */
+    int64_t *all = calloc((size_t)s->size, sizeof *all);
+    llm4d_code rc = s->members && all ? s->ops->allgather(s, &mine, all, 1, LLM4D_COMM_I64, err)
+                                      : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int i = 0; rc == LLM4D_OK && i < s->size; i++) s->members[i] = (int)all[i];
+    free(all);
+    if (rc != LLM4D_OK) {
+        llm4d_comm_destroy(s);
+        *out = NULL;
+        return llm4d_wrap(err, "creating the %s group", name);
+    }
+    set_key(s);
+    return LLM4D_OK;
 }
 
 void llm4d_comm_destroy(llm4d_comm *c) {
-    if (c) c->ops->destroy(c);
+    if (!c) return;
+    free(c->members);
+    c->members = NULL;
+    c->ops->destroy(c);
 }
 
 llm4d_code llm4d_comm_groups_create(llm4d_comm_groups *g, llm4d_comm *world, const llm4d_topology *t,

@@ -39,6 +39,7 @@
 
 #include "core/error.h"
 #include "comm/topology.h"
+#include "comm/watch.h"
 
 typedef enum {
     LLM4D_COMM_F32 = 0,
@@ -85,6 +86,7 @@ typedef struct llm4d_comm llm4d_comm;
  * comm == NULL means "nothing outstanding": waiting on such a request returns at once. */
 typedef struct {
     llm4d_comm *comm;
+    uint64_t flight;                     /* the operation's number in the watch's flight recorder */
     _Alignas(16) unsigned char impl[32]; /* the backend's handle (an MPI_Request) */
 } llm4d_comm_req;
 
@@ -93,6 +95,7 @@ typedef struct {
 typedef struct {
     const char *backend; /* "self", "mpi" */
     llm4d_code (*barrier)(llm4d_comm *c, llm4d_err *err);
+    llm4d_code (*ibarrier)(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err); /* NULL: none */
     llm4d_code (*allreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
                             llm4d_err *err);
     llm4d_code (*iallreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
@@ -106,6 +109,8 @@ typedef struct {
     llm4d_code (*iallgather)(llm4d_comm *c, const void *send, void *recv, size_t send_count, llm4d_comm_dtype dt,
                              llm4d_comm_req *req, llm4d_err *err);
     llm4d_code (*broadcast)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root, llm4d_err *err);
+    llm4d_code (*ibroadcast)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
+                             llm4d_comm_req *req, llm4d_err *err); /* NULL: none */
     llm4d_code (*send)(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                        llm4d_err *err);
     llm4d_code (*recv)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -128,6 +133,12 @@ struct llm4d_comm {
     int rank, size;        /* fixed when the communicator is made */
     char name[24];         /* "world", "dp", "pp", "sharding", "mp", "data": used in messages */
     llm4d_comm_stats stats;
+    /* set by the wrappers (llm4d_comm_watch_world, llm4d_comm_split), not by backends: */
+    llm4d_comm_watch *watch; /* the process's watchdog (shared; NULL: none) */
+    int world_rank;        /* this process's rank in the world */
+    int *members;          /* [size] the members' world ranks, in group rank order */
+    uint64_t seq;          /* collectives started on this group */
+    char key[40];          /* "dp:0/2": the group's name on progress boards, the same on every member */
 };
 
 /* ---- the backends ---- */
@@ -181,6 +192,9 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *done, llm4d_err *err);
 /* Blocks until the request completes, then clears it. A cleared request returns at once. */
 llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err);
 llm4d_code llm4d_comm_waitall(llm4d_comm_req *reqs, int n, llm4d_err *err);
+/* Attach the process's watchdog to the world (every group split from it shares it): from then on, with a timeout
+ * set (llm4d_watch_set), every wait of more than one rank polls against the deadline (watch.h). */
+llm4d_code llm4d_comm_watch_world(llm4d_comm *world, llm4d_comm_watch *watch, llm4d_err *err);
 /* Ends the whole job (every rank) with this exit code, after the caller has printed why. */
 void llm4d_comm_abort(llm4d_comm *c, int code) __attribute__((noreturn));
 llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out,

@@ -81,6 +81,10 @@ static llm4d_code mpi_barrier(llm4d_comm *c, llm4d_err *err) {
     return check(MPI_Barrier(comm_of(c)), "MPI_Barrier", err);
 }
 
+static llm4d_code mpi_ibarrier(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
+    return check(MPI_Ibarrier(comm_of(c), req_of(req)), "MPI_Ibarrier", err);
+}
+
 static llm4d_code mpi_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
                                 llm4d_comm_reduction op, llm4d_err *err) {
     return check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(c, dt), mpi_op(c, dt, op), comm_of(c)),
@@ -133,6 +137,11 @@ static llm4d_code mpi_iallgather(llm4d_comm *c, const void *send, void *recv, si
 static llm4d_code mpi_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
                                 llm4d_err *err) {
     return check(MPI_Bcast(buf, (int)count, mpi_type(c, dt), root, comm_of(c)), "MPI_Bcast", err);
+}
+
+static llm4d_code mpi_ibroadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
+                                 llm4d_comm_req *req, llm4d_err *err) {
+    return check(MPI_Ibcast(buf, (int)count, mpi_type(c, dt), root, comm_of(c), req_of(req)), "MPI_Ibcast", err);
 }
 
 static llm4d_code mpi_send(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
@@ -199,6 +208,7 @@ static void mpi_destroy(llm4d_comm *c) {
 static const llm4d_comm_ops mpi_ops = {
     .backend = "mpi",
     .barrier = mpi_barrier,
+    .ibarrier = mpi_ibarrier,
     .allreduce = mpi_allreduce,
     .iallreduce = mpi_iallreduce,
     .reduce_scatter = mpi_reduce_scatter,
@@ -206,6 +216,7 @@ static const llm4d_comm_ops mpi_ops = {
     .allgather = mpi_allgather,
     .iallgather = mpi_iallgather,
     .broadcast = mpi_broadcast,
+    .ibroadcast = mpi_ibroadcast,
     .send = mpi_send,
     .recv = mpi_recv,
     .isend = mpi_isend,

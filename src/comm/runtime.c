@@ -20,7 +20,8 @@ llm4d_code llm4d_runtime_init(llm4d_runtime *rt, int *argc, char ***argv, llm4d_
     if (!llm4d_runtime_launched_by_mpi()) {
         LLM4D_TRY(llm4d_comm_self_create("world", &rt->world, err));
         rt->world_size = 1;
-        return LLM4D_OK;
+        llm4d_watch_init(&rt->watch, 0, NULL, err);
+        return llm4d_comm_watch_world(rt->world, &rt->watch, err);
     }
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
@@ -42,12 +43,16 @@ llm4d_code llm4d_runtime_init(llm4d_runtime *rt, int *argc, char ***argv, llm4d_
     }
     rt->world_size = rt->world->size;
     rt->rank = rt->world->rank;
-    return LLM4D_OK;
+    rc = llm4d_watch_init(&rt->watch, rt->rank, rt->world_size > 1 ? getenv("LLM4D_PROGRESS_DIR") : NULL, err);
+    if (rc == LLM4D_OK) rc = llm4d_comm_watch_world(rt->world, &rt->watch, err);
+    if (rc != LLM4D_OK) llm4d_runtime_finalize(rt);
+    return rc;
 }
 
 void llm4d_runtime_finalize(llm4d_runtime *rt) {
     llm4d_comm_destroy(rt->world);
     rt->world = NULL;
+    llm4d_watch_free(&rt->watch);
     if (rt->under_mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
@@ -58,7 +63,7 @@ void llm4d_runtime_finalize(llm4d_runtime *rt) {
 
 int llm4d_exit_code(llm4d_code code) {
     if (code == LLM4D_OK) return 0;
-    return code == LLM4D_EUSER || code == LLM4D_EIO ? 2 : 1;
+    return code == LLM4D_EUSER || code == LLM4D_EIO ? 2 : 1; /* a timed-out peer (LLM4D_ETIMEOUT) is not the input's fault */
 }
 
 int llm4d_runtime_fail(llm4d_runtime *rt, const llm4d_err *err) {

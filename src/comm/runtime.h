@@ -26,13 +26,16 @@ typedef struct {
     int world_size;
     int rank;
     llm4d_comm *world;  /* mpi or self; owned by the runtime */
+    llm4d_comm_watch watch; /* the communication watchdog every group shares (off until a timeout is set) */
 } llm4d_runtime;
 
 /* 1 when the environment shows that an MPI launcher started this process. */
 int llm4d_runtime_launched_by_mpi(void);
 
 /* argc/argv may be NULL (MPI-3 allows it). Fails (LLM4D_EINTERNAL) when MPI cannot start or provides less than
- * MPI_THREAD_FUNNELED. */
+ * MPI_THREAD_FUNNELED. In a job of several processes the watchdog's progress board goes to LLM4D_PROGRESS_DIR
+ * when set (llm4d launch sets it to its log directory). The runtime must not move after init (its communicators
+ * point to its watch). */
 llm4d_code llm4d_runtime_init(llm4d_runtime *rt, int *argc, char ***argv, llm4d_err *err);
 
 /* Frees the world communicator and finalizes MPI. Destroy every group communicator (llm4d_comm_groups_destroy)

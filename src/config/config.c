@@ -435,6 +435,10 @@ static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
     if (m->ffn_hidden_size % d->mp_degree)
         return llm4d_fail(err, LLM4D_EUSER, "Model.ffn_hidden_size %d is not divisible by mp_degree %d; choose an "
                           "mp_degree that divides it", m->ffn_hidden_size, d->mp_degree);
+    if (!(d->comm_timeout >= 0 && d->comm_timeout_first >= 0) || !isfinite(d->comm_timeout) ||
+        !isfinite(d->comm_timeout_first))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_timeout %g / comm_timeout_first %g must be seconds >= 0 (0: no "
+                          "watchdog)", d->comm_timeout, d->comm_timeout_first);
     if (m->virtual_pp_degree < 1)
         return llm4d_fail(err, LLM4D_EUSER, "Model.virtual_pp_degree must be >= 1, got %d", m->virtual_pp_degree);
     if (m->virtual_pp_degree > 1 && d->pp_degree == 1)

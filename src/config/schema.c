@@ -217,6 +217,11 @@ static const llm4d_key keys[] = {
     KEY("Distributed.sharding.sharding_offload", LLM4D_KT_BOOL, dist.sharding_offload, "False", NULL,
         "--sharding_offload", "keep the sharded optimizer states (and stage-3 parameter shards) in a file on a "
         "node-local disk, streamed through a small window during the update"),
+    EXT("Distributed.comm_timeout", LLM4D_KT_FLOAT, dist.comm_timeout, "600", "0", "--comm_timeout",
+        "seconds one communication may wait after the first step before the watchdog ends the job, naming the "
+        "operation, the group, the step and the ranks that did not arrive; 0: wait forever"),
+    EXT("Distributed.comm_timeout_first", LLM4D_KT_FLOAT, dist.comm_timeout_first, "1800", "0",
+        "--comm_timeout_first", "the same for start-up, the first step, checkpoint saves and loads"),
     EXT("Distributed.sharding.offload_dir", LLM4D_KT_STR, dist.offload_dir, "", NULL, "--offload_dir",
         "where sharding_offload keeps its file (node-local; empty: $TMPDIR, else /var/tmp)"),
     NOEFF("Distributed.sharding.reduce_overlap", "False", "False", "overlap of gradient reduce (llm4d: buckets)"),

@@ -15,6 +15,7 @@ typedef enum {
     LLM4D_EIO = 3,       /* the system refused (disk full, permission): also reported as exit 2 with the path */
     LLM4D_ENOMEM = 4,    /* an allocation failed */
     LLM4D_EINTERNAL = 5, /* a library we call failed in a way the user cannot fix */
+    LLM4D_ETIMEOUT = 6,  /* a peer did not answer within the communication timeout (comm/watch.h) */
 } llm4d_code;
 
 typedef struct {

@@ -60,11 +60,17 @@ llm4d_dropout llm4d_gpt_dropout(const llm4d_gpt *g, float p, int layer, int site
 typedef struct {
     llm4d_gpt *g;
     int cap, ok;
+    size_t *plan; /* planning (llm4d_gpt_plan): count the bytes per category, allocate nothing */
 } allocator;
 
 static float *alloc_f(allocator *A, llm4d_mem_category c, size_t n) {
     llm4d_gpt *g = A->g;
     if (!A->ok || n == 0) return NULL;
+    if (A->plan) {
+        A->plan[c] += n * sizeof(float);
+        if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += n * sizeof(float);
+        return NULL;
+    }
     if (g->n_allocs == A->cap) {
         int cap = A->cap ? 2 * A->cap : 64;
         struct llm4d_gpt_alloc *na = realloc(g->allocs, (size_t)cap * sizeof *na);
@@ -159,9 +165,10 @@ static void block_offsets(llm4d_gpt *g) {
     g->wpe_group = llm4d_param_group_of(t, LLM4D_G_WPE, -1);
 }
 
-llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
-                            const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
-                            uint64_t seed, llm4d_err *err) {
+/* Everything but the weights' values: the table, the sizes, and every buffer (counted only, when planning). */
+static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
+                        llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout, uint64_t seed,
+                        size_t *plan, llm4d_err *err) {
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->be = be;
@@ -180,7 +187,7 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
     g->Cl = g->C / M, g->Fl = g->F / M, g->NHl = g->NH / M, g->Vl = cfg->padded_vocab_size / M;
     LLM4D_ASSERT(g->BTl * (tp->sp ? M : 1) == g->BT, "sequence parallel: %d tokens over %d ranks", g->BT, M);
     block_offsets(g);
-    allocator A = {.g = g, .ok = g->group_of_layer != NULL};
+    allocator A = {.g = g, .ok = g->group_of_layer != NULL, .plan = plan};
     const size_t N = (size_t)g->BT, Nl = (size_t)g->BTl, C = g->C;
     const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
     if (!layout->no_params) g->params = alloc_f(&A, LLM4D_MEM_PARAMS, g->table.total);
@@ -226,8 +233,24 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
                           "or max_seq_len, or set use_recompute",
                           layout->B, layout->T);
     }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
+                            const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
+                            uint64_t seed, llm4d_err *err) {
+    LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, err));
     if (g->params) llm4d_param_init(&g->table, g->params, seed);
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
+                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_err *err) {
+    llm4d_gpt g;
+    memset(bytes, 0, LLM4D_MEM_NCATEGORIES * sizeof *bytes);
+    llm4d_code rc = build(&g, cfg, part, tp, NULL, NULL, layout, 0, bytes, err);
+    llm4d_gpt_destroy(&g);
+    return rc;
 }
 
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
@@ -239,7 +262,6 @@ llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, l
 }
 
 void llm4d_gpt_destroy(llm4d_gpt *g) {
-    if (!g->be) return;
     for (int i = g->n_allocs - 1; i >= 0; i--)
         g->be->free(g->be, g->mem, g->allocs[i].c, g->allocs[i].p, g->allocs[i].bytes);
     if (g->logits)

@@ -145,6 +145,10 @@ typedef struct {
 llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
                             const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
                             uint64_t seed, llm4d_err *err);
+/* The bytes per memory category llm4d_gpt_create would allocate for the same arguments, without allocating them
+ * (the same code runs, counting): the model's part of a rank's memory plan. */
+llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
+                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_err *err);
 /* The whole model in one process, one slot: what tests and tools use. */
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
                                   int B, int T, int recompute, uint64_t seed, llm4d_err *err);

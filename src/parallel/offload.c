@@ -223,6 +223,16 @@ void llm4d_offload_close(llm4d_offload *o) {
     free(o);
 }
 
+/* Elements of one window for a state of n elements. */
+static size_t window_of(size_t n) {
+    const size_t w = round_up((n + WINDOWS_MIN - 1) / WINDOWS_MIN, ALIGN / sizeof(float));
+    return w > WINDOW_MAX ? WINDOW_MAX : w;
+}
+
+size_t llm4d_offload_memory(size_t n, int nstreams) {
+    return (size_t)NSLOTS * (size_t)nstreams * window_of(n) * sizeof(float);
+}
+
 llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, size_t n, int nstreams,
                               llm4d_backend *be, llm4d_mem *mem, llm4d_err *err) {
     *out = NULL;
@@ -248,8 +258,7 @@ llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, si
     unlink(o->path); /* nothing is left behind, whatever happens to the run */
     struct statfs fs;
     o->tmpfs = fstatfs(o->fd, &fs) == 0 && (unsigned long)fs.f_type == TMPFS_MAGIC_NUMBER;
-    o->window = round_up((n + WINDOWS_MIN - 1) / WINDOWS_MIN, ALIGN / sizeof(float));
-    if (o->window > WINDOW_MAX) o->window = WINDOW_MAX;
+    o->window = window_of(n);
     o->stride = round_up(round_up(n, o->window) * sizeof(float), ALIGN);
     if (ftruncate(o->fd, (off_t)(o->stride * (size_t)nstreams)) != 0) {
         llm4d_code rc = llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot size the offload file to %zu bytes in "

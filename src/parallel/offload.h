@@ -27,6 +27,8 @@ typedef struct llm4d_offload llm4d_offload;
 
 /* A file of nstreams x n floats (zeros) in dir (NULL or "": $TMPDIR, else /var/tmp). A directory that cannot hold
  * it is a user error naming it. */
+/* The bytes of memory llm4d_offload_open(n, nstreams) holds (its windows; accounted as optimizer memory). */
+size_t llm4d_offload_memory(size_t n, int nstreams);
 llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, size_t n, int nstreams,
                               llm4d_backend *be, llm4d_mem *mem, llm4d_err *err);
 void llm4d_offload_close(llm4d_offload *o);

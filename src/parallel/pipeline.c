@@ -174,6 +174,18 @@ static const llm4d_engine_ops pipeline_ops = {
     .destroy = pl_destroy,
 };
 
+/* Receive buffers: the most receives a schedule keeps outstanding per direction (at least 2), both directions. */
+static int rbufs(const llm4d_pp_schedule *s) { return 2 * (s->recv_depth > 2 ? s->recv_depth : 2); }
+
+llm4d_code llm4d_pipeline_plan(llm4d_pp_kind kind, int P, int V, int M, int stage, size_t act_elems, size_t *bytes,
+                               llm4d_err *err) {
+    llm4d_pp_schedule s;
+    LLM4D_TRY(llm4d_pp_schedule_build(&s, kind, P, V, M, stage, err));
+    *bytes = (size_t)rbufs(&s) * act_elems * sizeof(float);
+    llm4d_pp_schedule_free(&s);
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
                                llm4d_pp_kind kind, int M, llm4d_err *err) {
     memset(pl, 0, sizeof *pl);
@@ -197,7 +209,7 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
         const int ns = g->layout.slots[c] > 0 ? g->layout.slots[c] : 1;
         if (ns > pl->max_slots) pl->max_slots = ns;
     }
-    pl->nrbuf = 2 * (pl->train.recv_depth > 2 ? pl->train.recv_depth : 2);
+    pl->nrbuf = rbufs(&pl->train);
     pl->rbuf = calloc((size_t)pl->nrbuf, sizeof *pl->rbuf);
     pl->rbuf_busy = calloc((size_t)pl->nrbuf, sizeof *pl->rbuf_busy);
     pl->rreq = calloc((size_t)pl->nrbuf, sizeof *pl->rreq);

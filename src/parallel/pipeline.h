@@ -65,6 +65,9 @@ typedef struct {
  * llm4d_pipeline_slots' slots. */
 llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
                                llm4d_pp_kind kind, int M, llm4d_err *err);
+/* The bytes of receive buffers llm4d_pipeline_init allocates (activations of act_elems floats; a memory plan). */
+llm4d_code llm4d_pipeline_plan(llm4d_pp_kind kind, int P, int V, int M, int stage, size_t act_elems, size_t *bytes,
+                               llm4d_err *err);
 /* Activation slots per chunk that schedule needs (into a model layout). */
 llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err);
 

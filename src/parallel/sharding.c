@@ -463,6 +463,27 @@ static const llm4d_engine_ops sharding_ops = {
     .destroy = sh_destroy,
 };
 
+/* The sizes the scheme derives from the groups: the elements a rank keeps, the largest group and shard. */
+static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t *max_group, size_t *max_shard) {
+    *local_total = *max_group = *max_shard = 0;
+    for (int grp = 0; grp < t->n_groups; grp++) {
+        const size_t len = t->g[grp].hi - t->g[grp].lo;
+        *local_total += len / (size_t)N;
+        if (len > *max_group) *max_group = len;
+        if (len / (size_t)N > *max_shard) *max_shard = len / (size_t)N;
+    }
+}
+
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, size_t bytes[]) {
+    size_t local, group, shard;
+    sizes(t, N, &local, &group, &shard);
+    const size_t f = sizeof(float);
+    if (offload) bytes[LLM4D_MEM_OPTIM] += llm4d_offload_memory(local, stage >= 3 ? 3 : 2);
+    else bytes[LLM4D_MEM_OPTIM] += 2 * local * f, bytes[LLM4D_MEM_PARAMS] += stage >= 3 ? local * f : 0;
+    if (stage >= 2) bytes[LLM4D_MEM_GRADS] += local * f;
+    bytes[LLM4D_MEM_COMM] += 2 * (shard + (stage >= 2 ? group : 0) + (stage >= 3 ? group : 0)) * f;
+}
+
 static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
     float *p = s->be->alloc(s->be, s->mem, c, n * sizeof(float));
     if (!p) *ok = 0;
@@ -500,17 +521,17 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
+    size_t at = 0;
     for (int grp = 0; grp < G; grp++) {
         const size_t len = group_len(s, grp);
         LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
         s->shard_len[grp] = len / (size_t)s->N;
-        s->shard_off[grp] = s->local_total;
+        s->shard_off[grp] = at;
         s->range_lo[grp] = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
         s->range_hi[grp] = s->range_lo[grp] + s->shard_len[grp];
-        s->local_total += s->shard_len[grp];
-        if (len > s->max_group) s->max_group = len;
-        if (s->shard_len[grp] > s->max_shard) s->max_shard = s->shard_len[grp];
+        at += s->shard_len[grp];
     }
+    sizes(t, s->N, &s->local_total, &s->max_group, &s->max_shard);
     int ok = 1;
     if (offload) {
         llm4d_code rc = llm4d_offload_open(&s->off, offload_dir, llm4d_comm_rank(sharding_comm), s->local_total,

@@ -96,6 +96,8 @@ typedef struct {
 void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_model_part *part,
                          llm4d_gpt_layout *layout);
 
+/* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan). */
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. offload_dir: where the offload
  * file lives (offload only). dp_comm: the pure dp group of hybrid sharding (NULL or size 1: none); dp_index: this
  * rank's index in it. */

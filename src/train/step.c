@@ -1,6 +1,7 @@
 /* step.c — the training loop: one step per global batch, the seeds' log line, metrics.jsonl (see trainer.h). */
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include "core/hash.h"
@@ -47,6 +48,8 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     double count = 0;
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
+    if (step == tr->hang_step && tr->topo.rank == tr->hang_rank) /* test facility: a rank stuck in a kernel */
+        for (;;) pause();
     llm4d_engines_begin_step(&tr->engines, (int)acc);
     /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
     const double w = count > 0 ? tr->loss_scale / count : 0;
@@ -194,6 +197,10 @@ static void print_peak_memory(const llm4d_trainer *tr) {
     llm4d_log_info(log, "backend workspaces (not in the categories): %.2f MiB; peak resident set size: %.2f MiB",
                    (tr->be->workspace_bytes ? tr->be->workspace_bytes(tr->be) : 0) / 1048576.0,
                    ru.ru_maxrss / 1024.0);
+    if (tr->plan_total > 0)
+        llm4d_log_info(log, "memory plan against the run: planned %.2f MiB, peak resident set %.2f MiB (%+.1f%%)",
+                       tr->plan_total / 1048576.0, ru.ru_maxrss / 1024.0,
+                       100.0 * (ru.ru_maxrss * 1024.0 - (double)tr->plan_total) / (double)tr->plan_total);
 }
 
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
@@ -206,7 +213,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     double pp_idle = 0, pp_busy = 0, pp_step = 0; /* pipeline, steps after the first: waiting, computing, all */
     double pp_op[3] = {0, 0, 0};
     int pp_steps = 0, pp_n[3] = {0, 0, 0};
+    llm4d_comm_watch *watch = tr->groups->world->watch;
     for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
+        /* the watchdog: generous for the first step (first-touch allocation, the stage-3 trace), tight after */
+        if (watch) llm4d_watch_set(watch, step, step == first ? c->dist.comm_timeout_first : c->dist.comm_timeout);
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
         if (tr->pipelined && tr->pp.emb) memset(&tr->pp.emb->stats, 0, sizeof tr->pp.emb->stats);
@@ -290,8 +300,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             double eval_loss;
             LLM4D_TRY(llm4d_trainer_eval(tr, step, &eval_loss, err));
         }
-        if ((c->save_steps > 0 && step % c->save_steps == 0) || (step == c->max_steps && c->save_steps >= 0))
+        if ((c->save_steps > 0 && step % c->save_steps == 0) || (step == c->max_steps && c->save_steps >= 0)) {
+            if (watch) llm4d_watch_set(watch, step, c->dist.comm_timeout_first); /* a save waits on the slowest disk */
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
+        }
     }
     print_peak_memory(tr);
     if (tr->pipelined) { /* what the schedule kept alive, against the slots it was given */

@@ -196,9 +196,10 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_gpt_layout layout = {.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
                                .recompute = cfg->model.use_recompute};
     tr->pipelined = d->pp_degree > 1;
+    llm4d_pp_kind kind = LLM4D_PP_1F1B;
     if (tr->pipelined) {
         const int P = d->pp_degree, V = cfg->model.virtual_pp_degree, stage = topo->index[LLM4D_AXIS_PIPE];
-        llm4d_pp_kind kind, asked;
+        llm4d_pp_kind asked;
         LLM4D_TRY(pp_kind_of(cfg, &kind, err));
         LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &asked, err));
         int lo[LLM4D_MAX_CHUNKS * 64], hi[LLM4D_MAX_CHUNKS * 64];
@@ -232,6 +233,7 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     if (tr->sharded) llm4d_sharding_part(d->sharding_stage, d->sharding_degree, &cfg->model, &part, &layout);
     const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
                                       part.sequence_parallel);
+    LLM4D_TRY(llm4d_trainer_plan(tr, &part, &tp, &layout, kind, err));
     LLM4D_TRY(llm4d_gpt_create(&tr->model, &cfg->model, &part, &tp, tr->be, &tr->mem, &layout, cfg->seed, err));
     tr->have_model = 1;
     return LLM4D_OK;
@@ -304,6 +306,9 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->inject_inf_step = opts->inject_inf_step;
     tr->inject_inf_param = opts->inject_inf_param;
     tr->loss_spike_step = opts->loss_spike_step;
+    tr->hang_step = opts->hang_step;
+    tr->hang_rank = opts->hang_rank;
+    tr->mem_available = opts->mem_available;
     if (cfg->use_amp) {
         tr->precision = strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
         if (!tr->be->set_precision)
@@ -326,9 +331,9 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                               "vocabulary or raise Model.vocab_size",
                               tr->corpora.corpus[d].path, (long long)tr->corpora.corpus[d].max_id, m->vocab_size);
 
+    LLM4D_TRY(init_loaders(tr, opts->eval_only, err)); /* before the model: its plan counts what they hold */
     LLM4D_TRY(build_model(tr, err));
     LLM4D_TRY(build_engines(tr, err));
-    LLM4D_TRY(init_loaders(tr, opts->eval_only, err));
     const int T = cfg->data.max_seq_len;
     tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)cfg->local_batch_size * T * sizeof(float));
     if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");

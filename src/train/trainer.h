@@ -71,6 +71,11 @@ typedef struct {
     int64_t inject_inf_step;   /* test facility: make this step's gradients overflow */
     const char *inject_inf_param; /* ... in this tensor (NULL: the first the rank holds) */
     int64_t loss_spike_step;   /* test facility: report this step's loss 10 x */
+    int64_t hang_step;         /* test facility: world rank hang_rank stops answering at this step */
+    int hang_rank;
+    long long mem_available;   /* test facility: the host's available bytes (0: read from the kernel) */
+    size_t plan[LLM4D_MEM_NCATEGORIES]; /* memplan.c: what each category will hold */
+    size_t plan_base, plan_total; /* resident before allocating; the whole plan (bytes) */
     double recent_loss[LLM4D_LOSS_WINDOW_MAX]; /* the loss spike guard's ring of the last steps' losses */
     int n_recent;              /* losses in the ring (at most loss_spike_window) */
     int64_t spikes_skipped;
@@ -87,6 +92,9 @@ typedef struct {
     int64_t inject_inf_step;   /* test facility: an overflowing gradient at this step (0: never) */
     const char *inject_inf_param; /* ... in this tensor (NULL: the first) */
     int64_t loss_spike_step;   /* test facility: this step's loss reported 10 x (0: never) */
+    int64_t hang_step;         /* test facility: world rank hang_rank hangs at this step (0: never) */
+    int hang_rank;
+    long long mem_available;   /* test facility: the host's available bytes for the memory plan (0: the kernel's) */
 } llm4d_trainer_opts;
 
 /* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. Loads the
@@ -97,6 +105,11 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err);
 void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
+
+/* memplan.c: this rank's memory plan for its model part and layout (pp_kind: the pipeline's schedule), logged;
+ * a user error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
+llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
+                              const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err);
 
 /* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
 llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);

@@ -1,0 +1,133 @@
+/* memplan.c — a rank's memory plan, made and checked before its model is allocated.
+ *
+ * A layout that cannot fit should be refused in a second with the numbers, not after minutes of allocation and an
+ * out-of-memory kill (gpt3-175b in one process needs ~2.8 TB of model states). Every buffer of a step is
+ * allocated once, before step 1, by the model (its parameters, gradients, activation slots and workspaces) and
+ * the engines (Adam states, ZeRO shards and buffers, the sequence-parallel and pipeline buffers), so the plan is
+ * exact: the model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each
+ * engine's from the size function its init uses. What is already held (the data indices and batches, libraries,
+ * MPI) is read from the kernel (VmRSS). tests/test_memory_plan.sh checks the plan per category against the memory
+ * arena after allocation, and the total against the measured peak resident set.
+ *
+ * Available memory is the host's MemAvailable (or the cgroup's limit less its usage, if lower) shared by the
+ * ranks on this host; a plan that needs more is refused with one line naming what dominates and what would
+ * shrink it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/pipeline.h"
+#include "parallel/sharding.h"
+#include "parallel/tensor_parallel.h"
+#include "train/trainer.h"
+
+#define MiB (1024.0 * 1024.0)
+
+/* A "Key: N kB" line of a /proc file, in bytes; -1 when absent. */
+static long long proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    long long v = -1;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atoll(line + n + 1) * 1024;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* A cgroup v2 file holding one number ("max": none); -1 when absent. */
+static long long cgroup_value(const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, "/sys/fs/cgroup/%s", name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = "";
+    const int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    return ok && buf[0] >= '0' && buf[0] <= '9' ? atoll(buf) : -1;
+}
+
+/* Bytes this host can still give its processes, and how many ranks of the job run on it. */
+static long long host_available(void) {
+    long long avail = proc_kb("/proc/meminfo", "MemAvailable");
+    const long long max = cgroup_value("memory.max"), cur = cgroup_value("memory.current");
+    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) avail = max - cur;
+    return avail;
+}
+
+static int local_ranks(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int n = v ? atoi(v) : 1;
+    return n > 0 ? n : 1;
+}
+
+static void human(double bytes, char *buf, size_t n) {
+    if (bytes >= 1024.0 * 1024 * MiB) snprintf(buf, n, "%.2f TiB", bytes / (1024.0 * 1024 * MiB));
+    else if (bytes >= 1024.0 * MiB) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * MiB));
+    else snprintf(buf, n, "%.1f MiB", bytes / MiB);
+}
+
+llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
+                              const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err) {
+    const llm4d_config *cfg = tr->cfg;
+    const llm4d_dist_config *d = &cfg->dist;
+    size_t plan[LLM4D_MEM_NCATEGORIES], add = 0;
+    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, err));
+    llm4d_param_table t;
+    LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, part, err));
+    if (tr->sharded) llm4d_sharding_plan(&t, d->sharding_stage, d->sharding_degree, d->sharding_offload, plan);
+    else plan[LLM4D_MEM_OPTIM] += 2 * t.total * sizeof(float); /* Adam m, v (flat.c) */
+    if (part->mp_size > 1) plan[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(&t);
+    llm4d_param_table_free(&t);
+    if (tr->pipelined) {
+        const size_t act = (size_t)(tp->sp ? layout->B * layout->T / tp->size : layout->B * layout->T) *
+                           (size_t)cfg->model.hidden_size;
+        size_t b;
+        LLM4D_TRY(llm4d_pipeline_plan((llm4d_pp_kind)pp_kind, d->pp_degree, cfg->model.virtual_pp_degree,
+                                      (int)cfg->accumulate_steps, tr->topo.index[LLM4D_AXIS_PIPE], act, &b, err));
+        plan[LLM4D_MEM_COMM] += b;
+    }
+    plan[LLM4D_MEM_WORKSPACE] += (size_t)cfg->local_batch_size * cfg->data.max_seq_len * sizeof(float); /* dloss */
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) {
+        add += plan[c];
+        tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
+    }
+    const long long rss = proc_kb("/proc/self/status", "VmRSS");
+    tr->plan_base = rss > 0 ? (size_t)rss : 0;
+    tr->plan_total = tr->plan_base + add;
+    const long long host = tr->mem_available > 0 ? tr->mem_available : host_available();
+    const int ranks = local_ranks();
+
+    char line[512], h[32];
+    int k = snprintf(line, sizeof line, "memory plan of this rank, before allocating:");
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES && k < (int)sizeof line; c++)
+        k += snprintf(line + k, sizeof line - (size_t)k, " %s %.2f MiB%s", llm4d_mem_category_name(c),
+                      tr->plan[c] / MiB, c + 1 < LLM4D_MEM_NCATEGORIES ? "," : "");
+    llm4d_log_info(&tr->log, "%s", line);
+    char avail[48] = "unknown";
+    if (host > 0) human((double)host / ranks, avail, sizeof avail);
+    human((double)tr->plan_total, h, sizeof h);
+    llm4d_log_info(&tr->log, "memory plan: %.1f MiB to allocate on top of %.1f MiB held now (data, libraries, MPI): %s "
+                   "per rank; available: %s for each of the %d rank(s) on this host", add / MiB, tr->plan_base / MiB,
+                   h, avail, ranks);
+    if (host <= 0 || (double)add <= (double)host / ranks) return LLM4D_OK;
+
+    /* refused: say what dominates and what shrinks it */
+    const size_t states = plan[LLM4D_MEM_PARAMS] + plan[LLM4D_MEM_GRADS] + plan[LLM4D_MEM_OPTIM];
+    const size_t per_batch = plan[LLM4D_MEM_ACTIVATIONS] + plan[LLM4D_MEM_WORKSPACE]; /* grow with B x T */
+    const char *fix = states >= per_batch
+                          ? "shard the model states over more ranks (sharding_degree with sharding_stage 3, mp_degree, "
+                            "pp_degree) or offload them (sharding_offload)"
+                          : "lower micro_batch_size or max_seq_len, or set use_recompute";
+    char need[32], st[32], act[32];
+    human((double)add, need, sizeof need);
+    human((double)states, st, sizeof st);
+    human((double)per_batch, act, sizeof act);
+    return llm4d_fail(err, LLM4D_EUSER, "this layout needs %s more memory per rank (model states %s, activations "
+                      "and workspaces %s; the plan is in the log) but %s is available to each of the %d rank(s) on this host; %s",
+                      need, st, act, avail, ranks, fix);
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# test_memory_plan.sh — every rank plans its memory before allocating its model (train/memplan.c):
+#   (a) the plan per category equals what the memory arena holds after allocation and at its peak over the run,
+#       for one process and for dp2, ZeRO stages 1/2/3 (and offload), mp2 with sequence parallelism, pp2 with
+#       ZB-H1, and mp2 x pp2 (interleaved) x sharding2 (8 processes), on every rank;
+#   (b) the whole plan (what it allocates plus what the process held when it planned) is within 5 % of the
+#       measured peak resident set, at GPT-2 124M (one process, and sharding2 stage 3);
+#   (c) gpt3-175b in one process is refused before anything is allocated: one line, exit 2, in under 5 s, with a
+#       peak resident set under 200 MB, naming the model states as what to shard or offload; activations that do
+#       not fit name micro_batch_size and recompute instead;
+#   (d) with the host's available memory set to 3 GiB (--debug_mem_available), GPT-2 124M at dp2 (two whole
+#       copies, 1.9 GiB each) is refused while sharding2 stage 3 (under 1 GiB each) starts.
+set -uo pipefail
+SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
+source "$(dirname "$0")/lib.sh"
+require_exe "$LLM4D"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+TINY=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
+      --global_batch_size 8 --max_steps 3 --logging_freq 1 --save_steps -1 -o Model.num_layers=4)
+GPT2=(train --model_name_or_path gpt2-en --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 64
+      --global_batch_size 2 --micro_batch_size 1 --logging_freq 1 --save_steps -1)
+
+# ---- (a) the plan against the arena -------------------------------------------------------------------------------
+layouts=(
+  "single        1 --micro_batch_size 8"
+  "dp2           2 --micro_batch_size 4 --dp_degree 2"
+  "sh2_s1        2 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 1"
+  "sh2_s2        2 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 2"
+  "sh2_s3        2 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 3"
+  "sh2_s3_off    2 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 3 --sharding_offload true --offload_dir $tmp"
+  "mp2_sp        2 --micro_batch_size 8 --mp_degree 2 --sequence_parallel true"
+  "pp2_zb        2 --micro_batch_size 2 --pp_degree 2 --pp_schedule ZBH1"
+  "mp2_pp2_sh2   8 --micro_batch_size 2 --mp_degree 2 --pp_degree 2 --virtual_pp_degree 2 --sharding_degree 2 --sharding_stage 2"
+)
+for l in "${layouts[@]}"; do
+  read -r name np args <<<"$l"
+  # shellcheck disable=SC2086
+  "$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name" -- "${TINY[@]}" --output_dir "$tmp/$name.out" $args \
+    >"$tmp/$name.stdout" 2>&1 || echo "run $name failed: $(tail -2 "$tmp/$name.stdout")"
+done
+printf '%s\n' "${layouts[@]}" | awk '{print $1, $2}' >"$tmp/layouts"
+/usr/bin/python3 - "$tmp" >"$tmp/a.txt" <<'PY'
+import re, sys
+tmp = sys.argv[1]
+cats = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+for line in open(f"{tmp}/layouts"):
+    name, np_ = line.split()
+    for r in range(int(np_)):
+        try:
+            log = open(f"{tmp}/{name}/workerlog.{r}").read()
+        except OSError:
+            print(f"FAIL {name} rank {r}: no log"); continue
+        m = re.search(r"memory plan of this rank, before allocating: (.*)", log)
+        plan = dict(re.findall(r"(\w+) ([\d.]+) MiB", m.group(1))) if m else {}
+        tables = re.findall(r"memory held by this process, by category:\n((?:    .*\n)+)", log)
+        peaks = re.findall(r"peak memory of this process over the run, by category:\n((?:    .*\n)+)", log)
+        held = dict(re.findall(r"^\s+(\w+)\s+([\d.]+) MiB", tables[0], re.M)) if tables else {}
+        peak = dict((k, v) for k, _, v in re.findall(r"^\s+(\w+)\s+([\d.]+) MiB \(peak\s+([\d.]+) MiB\)", peaks[0], re.M)) if peaks else {}
+        bad = [c for c in cats if c not in plan or plan.get(c) != held.get(c) or plan.get(c) != peak.get(c)]
+        ok = plan and not bad
+        print(("ok   " if ok else "FAIL ") + f"{name} rank {r}: plan = held after allocation = peak over the run, per "
+              f"category ({', '.join(f'{c} {plan.get(c)}' for c in cats)}){' mismatched: ' + str([(c, plan.get(c), held.get(c), peak.get(c)) for c in bad]) if bad else ''}")
+PY
+while read -r verdict rest; do
+  if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi
+done <"$tmp/a.txt"
+
+# ---- (b) the whole plan against the peak resident set ----------------------------------------------------------------
+rss_check() { # name log
+  local line pct
+  line=$(grep -h "memory plan against the run" "$2" | head -1)
+  pct=$(echo "$line" | sed -n 's/.*(\([-+][0-9.]*\)%).*/\1/p')
+  check_if $(yes_if awk -v p="${pct:-100}" 'BEGIN{exit !(p <= 5 && p >= -5)}') "$1: $(echo "$line" | sed 's/.* - //')"
+}
+OMP_NUM_THREADS=2 "$LLM4D" "${GPT2[@]}" --max_steps 2 --output_dir "$tmp/g1" >"$tmp/g1.log" 2>&1
+rss_check "GPT-2 124M, one process" "$tmp/g1.log"
+"$LLM4D" launch --nproc 2 --log_dir "$tmp/g2" -- "${GPT2[@]}" --max_steps 2 --sharding_degree 2 --sharding_stage 3 \
+  --output_dir "$tmp/g2.out" >"$tmp/g2.stdout" 2>&1
+rss_check "GPT-2 124M, sharding2 stage 3, rank 0" "$tmp/g2/workerlog.0"
+rss_check "GPT-2 124M, sharding2 stage 3, rank 1" "$tmp/g2/workerlog.1"
+
+# ---- (c) refused before allocating ---------------------------------------------------------------------------------
+/usr/bin/python3 - "$LLM4D" "$SRC_DIR" "$tmp" >"$tmp/c.txt" <<'PY'
+import resource, subprocess, sys, time
+llm4d, src, tmp = sys.argv[1:4]
+t0 = time.time()
+p = subprocess.run([llm4d, "train", "--model_name_or_path", "gpt3-175b", "--input_dir", f"{src}/data/fortunes_ids.npz",
+                    "--max_seq_len", "1024", "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", "10",
+                    "--output_dir", f"{tmp}/big"], capture_output=True, text=True)
+secs = time.time() - t0
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+lines = p.stderr.strip().splitlines()
+ok = (p.returncode == 2 and len(lines) == 1 and "model states" in lines[0] and "sharding_stage 3" in lines[0]
+      and secs < 5 and rss < 200)
+print(("ok" if ok else "FAIL") + f" gpt3-175b in one process: exit {p.returncode}, {len(lines)} line(s) in {secs:.2f} s, "
+      f"peak resident set {rss:.0f} MiB: {p.stderr.strip()}")
+PY
+read -r verdict rest <"$tmp/c.txt"
+if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi
+refused "activations that do not fit" "lower micro_batch_size or max_seq_len, or set use_recompute" \
+  "$LLM4D" "${TINY[@]}" --output_dir "$tmp/act" --micro_batch_size 8 --max_seq_len 256 --debug_mem_available 60000000
+
+# ---- (d) sharding makes it fit --------------------------------------------------------------------------------------
+GIB3=$((3 * 1024 * 1024 * 1024))
+timeout 120 "$LLM4D" launch --nproc 2 --log_dir "$tmp/d1" -- "${GPT2[@]}" --max_steps 1 --dp_degree 2 \
+  --output_dir "$tmp/d1.out" --debug_mem_available $GIB3 >"$tmp/d1.stdout" 2>"$tmp/d1.err"
+rc=$?
+check_if $(yes_if test $rc = 2 && grep -q "needs 1.9[0-9] GiB more memory per rank .* but 1.50 GiB is available to each of the 2 rank(s)" "$tmp/d1.err") \
+  "3 GiB for 2 ranks: dp2 refused (exit $rc): $(grep '^llm4d: rank' "$tmp/d1.err" | head -1)"
+timeout 300 "$LLM4D" launch --nproc 2 --log_dir "$tmp/d2" -- "${GPT2[@]}" --max_steps 1 --sharding_degree 2 \
+  --sharding_stage 3 --output_dir "$tmp/d2.out" --debug_mem_available $GIB3 >"$tmp/d2.stdout" 2>&1
+rc=$?
+check_if $(yes_if test $rc = 0 && grep -q "global step 1," "$tmp/d2/workerlog.0") \
+  "3 GiB for 2 ranks: sharding2 stage 3 fits and trains (exit $rc): $(grep -h 'memory plan:' "$tmp/d2/workerlog.0" | sed 's/.* - //')"
+finish
