@@ -18,7 +18,7 @@ export OMP_NUM_THREADS=1
 mem_kib=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 COMMON=(--model_name_or_path "$MODEL" --input_dir data/fortunes_ids.npz --max_seq_len 32 --max_steps 3
         --logging_freq 1 --save_steps -1 --micro_batch_size 1)
-echo "# $MODEL, micro-batch 1 x 32, $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
+echo "# $MODEL, micro-batch 1 x 32, $(nproc --all) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
 printf '%-26s %5s %3s %10s %10s %9s %9s %9s %8s\n' layout stage N "states" "formula" "comm" "activ." "peak RSS" "step s"
 printf '%-26s %5s %3s %10s %10s %9s %9s %9s %8s\n' "" "" "" "MiB" "MiB" "MiB" "MiB" "MiB" ""
 run() { # name nproc stage offload
@@ -64,13 +64,13 @@ run "sharding off (1 proc)" 1 0 False
 for stage in 1 2 3; do
   for off in False True; do
     for n in "${NS[@]}"; do
-      name="stage $stage N=$n$([ $off = True ] && echo ' offload')"
+      name="stage $stage N=$n$([ $off = True ] && echo ' offload' || true)"
       if ! fits "$n" "$stage" "$([ $off = True ] && echo 1 || echo 0)"; then
         printf '%-26s %5s %3s skipped: the %d ranks'"'"' states do not fit in %d GiB available\n' "$name" "$stage" "$n" \
           "$n" $((mem_kib / 1048576))
         continue
       fi
-      run "$name" "$n" "$stage" "$off"
+      run "$name" "$n" "$stage" "$off" || true # a layout llm4d's memory plan refuses is listed with its line
     done
   done
 done
