@@ -2,14 +2,15 @@
 # setup.sh — install what llm4d needs (Debian packages; apt-get only when something is missing), then configure
 # and build into build/. Used by both quick-start commands (./quickstart.sh and ./test.sh) and by CI.
 #   LLM4D_SKIP_APT=1   do not call apt-get (the packages are known to be there)
-#   LLM4D_TEST_DEPS=1  also install what only the tests need (PyTorch, numpy, node for the tokenizer oracle)
+#   LLM4D_TEST_DEPS=1  also install what only the tests need (PyTorch, numpy, node for the tokenizer oracle, clang
+#                      and libFuzzer for the fuzzers, iproute2 for the two-host test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libzip-dev zlib1g-dev libpcre2-dev libcjson-dev
       libopenmpi-dev openmpi-bin)
 if [ "${LLM4D_TEST_DEPS:-0}" = 1 ]; then
-  pkgs+=(python3 python3-numpy python3-torch)
+  pkgs+=(python3 python3-numpy python3-torch clang-14 libclang-rt-14-dev libomp-14-dev llvm-14 iproute2)
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 fi
 missing=()
