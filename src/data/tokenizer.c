@@ -330,8 +330,9 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
     /* ids must be exactly 0..n-1: place each key by its id, then lay the bytes out in id order */
     for (cJSON *it = root->child; it; it = it->next) {
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
-        int id = (int)v;
-        if (v < 0 || v >= n || (double)id != v || keys[id]) {
+        /* range first: converting a double outside int's range (or NaN) to int is undefined behaviour */
+        int id = v >= 0 && v < n ? (int)v : -1;
+        if (id < 0 || (double)id != v || keys[id]) {
             rc = llm4d_fail(err, LLM4D_EUSER,
                             "%s: token \"%.40s\" has a bad or repeated id (corrupt file): " FETCH_HINT, path,
                             it->string);
@@ -504,6 +505,7 @@ int32_t llm4d_tokenizer_eos(const llm4d_tokenizer *t) { return t->eos; }
 
 llm4d_code llm4d_tokenizer_bpe_reference(const llm4d_tokenizer *t, const unsigned char *bytes, size_t n,
                                          llm4d_ids *out, llm4d_err *err) {
+    if (n == 0) return LLM4D_OK; /* an empty piece has no ids (and out->v may still be NULL: no offset into it) */
     LLM4D_TRY(llm4d_ids_reserve(out, n, err));
     int32_t *w = out->v + out->n;
     for (size_t i = 0; i < n; i++) w[i] = t->byte_id[bytes[i]];
