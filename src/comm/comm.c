@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "core/timer.h"
 
 size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt) {
@@ -83,6 +84,43 @@ static void start_req(llm4d_comm *c, llm4d_comm_req *req) {
     memset(req, 0, sizeof *req);
 }
 
+/* Fault injection (core/fault.h): LLM4D_FAULT=collective@K makes the first collective operation of the K-th training
+ * step this process runs fail on this rank (every rank, or LLM4D_FAULT_RANK's), as a broken link or a dead peer
+ * would: the caller sees an I/O error from the operation, as from the backend. The trainer resets the groups'
+ * statistics once at the start of every step, and that call is the step count here. The state is process-wide, and
+ * has to be: "the K-th step" spans every group of the process (world, dp, sharding, data ...), which share nothing
+ * a counter could live in without changing the communicator's structure; it is set once from the environment and
+ * only the thread that calls MPI (MPI_THREAD_FUNNELED) touches it. */
+static struct {
+    int init;           /* LLM4D_FAULT read (at the first step) */
+    llm4d_code bad;     /* a malformed LLM4D_FAULT: reported by the first collective */
+    llm4d_err bad_err;
+    llm4d_fault f;
+    long long steps;    /* steps started */
+    int fired;
+} comm_fault;
+
+static void fault_step(int world_rank) {
+    if (!comm_fault.init) {
+        comm_fault.init = 1;
+        comm_fault.bad = llm4d_fault_from_env(&comm_fault.f, world_rank, &comm_fault.bad_err);
+    }
+    comm_fault.steps++;
+}
+
+static llm4d_code fault_check(llm4d_comm *c, const char *what, llm4d_err *err) {
+    if (comm_fault.bad != LLM4D_OK) {
+        if (err) *err = comm_fault.bad_err;
+        return comm_fault.bad;
+    }
+    if (comm_fault.f.op != LLM4D_FAULT_COLLECTIVE || comm_fault.fired || comm_fault.steps != comm_fault.f.at)
+        return LLM4D_OK;
+    comm_fault.fired = 1;
+    llm4d_fail(err, LLM4D_EIO, "%s (injected at step %lld by LLM4D_FAULT=%s)", strerror(comm_fault.f.error),
+               comm_fault.steps, comm_fault.f.spec);
+    return llm4d_wrap(err, "%s on the %s group (rank %d of %d)", what, c->name, c->rank, c->size);
+}
+
 /* Wrap a backend error with the operation and group, so the user sees which collective failed where. */
 static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0, llm4d_err *err) {
     c->stats.blocked_s += llm4d_now() - t0;
@@ -92,6 +130,7 @@ static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0
 }
 
 llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
+    LLM4D_TRY(fault_check(c, "barrier", err));
     double t0 = llm4d_now();
     c->stats.calls[LLM4D_COMM_OP_BARRIER]++;
     return done(c, "barrier", c->ops->barrier(c, err), t0, err);
@@ -99,6 +138,7 @@ llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
 
 llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "allreduce", count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "allreduce", err));
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
     return done(c, "allreduce", c->ops->allreduce(c, buf, count, dt, err), t0, err);
@@ -107,6 +147,7 @@ llm4d_code llm4d_comm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_co
 llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
                                  llm4d_err *err) {
     LLM4D_TRY(check_count(c, "iallreduce", count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "iallreduce", err));
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
@@ -125,6 +166,7 @@ static void check_disjoint(const llm4d_comm *c, const char *what, const void *a,
 llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                      llm4d_comm_dtype dt, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "reduce_scatter", recv_count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "reduce_scatter", err));
     size_t esz = llm4d_comm_dtype_size(dt);
     check_disjoint(c, "reduce_scatter", send, recv_count * esz * (size_t)c->size, recv, recv_count * esz);
     double t0 = llm4d_now();
@@ -135,6 +177,7 @@ llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv
 llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                       llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "ireduce_scatter", recv_count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "ireduce_scatter", err));
     size_t esz = llm4d_comm_dtype_size(dt);
     check_disjoint(c, "ireduce_scatter", send, recv_count * esz * (size_t)c->size, recv, recv_count * esz);
     start_req(c, req);
@@ -157,6 +200,7 @@ static void check_gather_alias(const llm4d_comm *c, const char *what, const void
 llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                 llm4d_comm_dtype dt, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "allgather", send_count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "allgather", err));
     check_gather_alias(c, "allgather", send, recv, send_count, dt);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
@@ -166,6 +210,7 @@ llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, siz
 llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                  llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "iallgather", send_count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "iallgather", err));
     check_gather_alias(c, "iallgather", send, recv, send_count, dt);
     start_req(c, req);
     double t0 = llm4d_now();
@@ -178,6 +223,7 @@ llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, si
 llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
                                 llm4d_err *err) {
     LLM4D_TRY(check_count(c, "broadcast", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "broadcast", err));
     check_peer(c, "broadcast root", root);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_BROADCAST, count, dt);
@@ -187,6 +233,7 @@ llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_co
 llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                            llm4d_err *err) {
     LLM4D_TRY(check_count(c, "send", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "send", err));
     check_peer(c, "send", peer);
     LLM4D_ASSERT(tag >= 0, "send on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
@@ -197,6 +244,7 @@ llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_c
 llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                            llm4d_err *err) {
     LLM4D_TRY(check_count(c, "recv", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "recv", err));
     check_peer(c, "recv", peer);
     LLM4D_ASSERT(tag >= 0, "recv on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
@@ -207,6 +255,7 @@ llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dt
 llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                             llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "isend", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "isend", err));
     check_peer(c, "isend", peer);
     LLM4D_ASSERT(tag >= 0, "isend on %s: tag %d", c->name, tag);
     start_req(c, req);
@@ -220,6 +269,7 @@ llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_
 llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                             llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "irecv", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "irecv", err));
     check_peer(c, "irecv", peer);
     LLM4D_ASSERT(tag >= 0, "irecv on %s: tag %d", c->name, tag);
     start_req(c, req);
@@ -325,6 +375,7 @@ llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g) {
 }
 
 void llm4d_comm_groups_stats_reset(llm4d_comm_groups *g) {
+    if (g->world) fault_step(g->world->rank); /* a step starts (see fault_check) */
     if (g->world) llm4d_comm_stats_reset(g->world);
     for (int a = 0; a < LLM4D_NAXES; a++)
         if (g->axis[a]) llm4d_comm_stats_reset(g->axis[a]);
