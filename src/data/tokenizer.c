@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* JavaScript's \s: [\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]. */
 #define WS \
@@ -197,6 +198,15 @@ const char *llm4d_tokenizer_default_dir(const char *flag, char *buf, size_t bufs
                    "directory holding encoder.json and vocab.bpe"
 
 static llm4d_code read_file(const char *path, char **data, size_t *len, llm4d_err *err) {
+    /* a pipe or a device would be read until memory runs out (or, a pipe, wait forever): only files */
+    struct stat st;
+    const int known = stat(path, &st) == 0; /* when it fails, fopen below reports why */
+    if (known && !S_ISREG(st.st_mode))
+        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %s, not a file: " FETCH_HINT, path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device");
+    if (known && st.st_size > (off_t)1 << 30)
+        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %lld bytes, not a vocabulary (GPT-2's are "
+                          "about 1 MB): " FETCH_HINT, path, (long long)st.st_size);
     FILE *f = fopen(path, "rb");
     if (!f)
         return llm4d_fail(err, LLM4D_EUSER, "cannot open GPT-2 vocabulary file %s (%s): " FETCH_HINT, path,
