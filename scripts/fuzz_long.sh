@@ -9,7 +9,8 @@
 # Builds build-fuzz/ (clang-14, LLM4D_FUZZ=ON: libFuzzer + ASan + UBSan), then runs each harness for SECONDS over a
 # working corpus build-fuzz/corpus/<name> (seeded from fuzz/corpus/<name> and fuzz/regress/<name>; it grows from
 # run to run and is never written into the repository). A crash, leak, sanitizer report, timeout (20 s per input),
-# out-of-memory (2 GB) or broken property stops that harness and leaves the input in build-fuzz/findings/<name>/.
+# out-of-memory (2 GB) or broken property stops that harness and leaves the input in build-fuzz/findings/<name>/
+# (inputs slower than 10 s are left there too as slow-unit-*, listed but not counted: time them alone).
 # Prints one line per harness (executions, coverage, corpus size, findings) and the totals; exits 1 when anything
 # was found. A finding is fixed in the parser, and its input is copied into fuzz/regress/<name>/ under a name that
 # says what it broke, so tests/test_fuzz.sh runs it from then on.
@@ -52,11 +53,15 @@ for n in "${names[@]}"; do
     log=$B/logs/$n.log
     execs=$(awk '/stat::number_of_executed_units/ { print $2 }' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-    nf=$(find "$B/findings/$n" -type f -newer $B/logs/start.marker | wc -l)
+    # crash-, leak-, timeout-, oom- inputs are findings; slow-unit- ones (over 10 s, usually a starved machine) are
+    # only listed
+    nf=$(find "$B/findings/$n" -type f -newer $B/logs/start.marker ! -name 'slow-unit-*' | wc -l)
+    ns=$(find "$B/findings/$n" -type f -newer $B/logs/start.marker -name 'slow-unit-*' | wc -l)
     total=$((total + ${execs:-0}))
     found=$((found + nf))
     printf '%-18s %12s %8s %8s %s\n' "$n" "${execs:-?}" "${cov:-?}" "$(ls "$B/corpus/$n" | wc -l)" \
-        "$nf$([ "$nf" != 0 ] && echo " (build-fuzz/findings/$n/, $(grep -m1 -E 'ERROR|property failed' "$log"))")"
+        "$nf$([ "$nf" != 0 ] && echo " (build-fuzz/findings/$n/, $(grep -m1 -E 'ERROR|property failed' "$log"))")$(
+        )$([ "$ns" != 0 ] && echo " ($ns slow-unit inputs: rerun them alone)")"
 done
 echo "total: $total executions in $(( $(date +%s) - start )) s, $found finding(s)"
 [ "$found" = 0 ]
