@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-SOURCES=(test_save_faults test_fuzz test_special_files test_convert test_generate_cli test_safetensors)
+SOURCES=(test_save_faults test_fuzz test_special_files test_convert test_generate_cli)
 OUT=docs/reliability.md
 [ -x "$B/llm4d" ] || { echo "reliability_table.sh: $B/llm4d is not built; run scripts/setup.sh first" >&2; exit 2; }
 rows=$(mktemp)
@@ -31,7 +31,7 @@ rows = [l.rstrip("\n").split("\t") for l in open(rows_path) if l.strip()]
 bad = [r for r in rows if len(r) != 7]
 rows = [r for r in rows if len(r) == 7]
 # the tests' temporary directories are shown as TMP
-esc = lambda s: re.sub(r"/tmp/tmp\.[A-Za-z0-9]+", "TMP", s).replace("|", "\\|")
+esc = lambda s: re.sub(r"/tmp/(tmp\.|llm4d_[a-z]+_)[A-Za-z0-9]+", "TMP", s).replace("|", "\\|")
 order = ["save under faults", "communication", "fuzzing"]
 rank = lambda area: (order.index(area) if area in order else len(order), area)
 rows.sort(key=lambda r: rank(r[0]))
