@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 B=${LLM4D_ASAN_BUILD:-build-asan}
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DLLM4D_SANITIZE=ON >/dev/null || exit 1
-cmake --build "$B" -j"$(nproc)" >"$B.build.log" 2>&1 || { tail -30 "$B.build.log"; exit 1; }
+cmake --build "$B" -j"$(nproc)" >"$B/build.log" 2>&1 || { tail -30 "$B/build.log"; exit 1; }
 R=$ROOT/$B/sanitizer-reports
 rm -rf "$R" && mkdir -p "$R"
 # Open MPI's components stay mapped until exit, so their leaks can be named and suppressed (scripts/nodlclose.c);
