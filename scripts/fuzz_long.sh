@@ -37,8 +37,9 @@ one() { # NAME: one harness for $secs seconds
     local n=$1 dirs=("fuzz/corpus/$1")
     [ -d "fuzz/regress/$n" ] && dirs+=("fuzz/regress/$n")
     mkdir -p "$B/corpus/$n" "$B/findings/$n"
-    env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS "$B/$n" -max_total_time="$secs" -timeout=20 \
-        -rss_limit_mb=2048 -max_len=65536 -dict="fuzz/dict/$n.dict" -artifact_prefix="$B/findings/$n/" \
+    mkdir -p "$B/scratch" # a harness that crashes leaves its scratch directory here, not in /tmp
+    env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS TMPDIR="$PWD/$B/scratch" \
+        "$B/$n" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 -dict="fuzz/dict/$n.dict" -artifact_prefix="$B/findings/$n/" \
         -print_final_stats=1 "$B/corpus/$n" "${dirs[@]}" >"$B/logs/$n.log" 2>&1
     echo "$n $?"
 }

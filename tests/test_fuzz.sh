@@ -52,7 +52,8 @@ for src in "$SRC_DIR"/fuzz/fuzz_*.c; do
     log=$tmp/$name/log
     t0=$(date +%s.%N)
     # the harnesses carry their own sanitizers and options; a sanitizer run's (scripts/sanitize.sh) are not theirs
-    env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS \
+    # (TMPDIR: a harness that crashes leaves its scratch directory where the trap removes it)
+    env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS TMPDIR="$tmp" \
         "$FB/$name" -seed=1 -runs="$runs" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
         -dict="$SRC_DIR/fuzz/dict/$name.dict" -artifact_prefix="$tmp/$name/art/" -print_final_stats=1 \
         "$tmp/$name/new" "${dirs[@]}" >"$log" 2>&1
