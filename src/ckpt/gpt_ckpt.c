@@ -7,6 +7,7 @@
  * unpadded tensor, and padding reads back as zero. */
 #include "ckpt/gpt_ckpt.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,7 +282,9 @@ static llm4d_code meta_model(const cJSON *meta, const char *what, const cJSON **
 
 static llm4d_code meta_int(const cJSON *mj, const char *what, const char *key, int *out, llm4d_err *err) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(mj, key);
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valuedouble < 1)
+    /* range before the cast: converting a double outside int's range to int is undefined behaviour */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= INT_MAX) ||
+        x->valuedouble != (double)(int)x->valuedouble)
         return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json's model.%s is missing or not a positive integer; the "
                           "checkpoint's meta.json is damaged", what, key);
     *out = (int)x->valuedouble;

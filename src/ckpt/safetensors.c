@@ -302,20 +302,21 @@ oom:
 }
 
 /* Write n bytes and add them to the file's running CRC-32. */
-static int write_crc(int fd, const void *p, size_t n, uLong *crc) {
+static int write_crc(llm4d_fault *f, int fd, const void *p, size_t n, uLong *crc) {
     *crc = crc32_z(*crc, p, n);
-    return llm4d_write_all(fd, p, n);
+    return llm4d_fs_write(f, fd, p, n);
 }
 
-static int fsync_parent_dir(const char *path) {
+static int fsync_parent_dir(llm4d_fault *f, const char *path) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
-    return llm4d_fsync_dir(dirname(tmp));
+    return llm4d_fs_fsync_dir(f, dirname(tmp));
 }
 
 llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *path, int flags,
-                                        uint32_t *crc32_out, uint64_t *bytes_out, llm4d_st_write_hook hook,
-                                        void *hook_ctx, llm4d_err *err) {
+                                        uint32_t *crc32_out, uint64_t *bytes_out, const llm4d_st_write_hooks *hooks,
+                                        llm4d_err *err) {
+    llm4d_fault *fault = hooks ? hooks->fault : NULL;
     char *header = NULL;
     size_t hlen = 0;
     const llm4d_st_tensor **ord = NULL;
@@ -331,11 +332,12 @@ llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *pa
     else snprintf(target, sizeof target, "%s", path);
 
     llm4d_code rc = LLM4D_OK;
-    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = llm4d_fs_create(fault, target, 0644);
     if (fd < 0) {
         int e = errno;
         rc = llm4d_fail(err, (e == ENOSPC || e == EIO) ? LLM4D_EIO : LLM4D_EUSER,
-                        "cannot create %s: %s; check that the directory exists and is writable", target, strerror(e));
+                        "cannot create %s: %s; %s", target, strerror(e),
+                        e == ENOENT || e == ENOTDIR ? "check that the directory exists" : llm4d_fs_fix(e));
         goto out;
     }
     uLong crc = crc32_z(0L, Z_NULL, 0);
@@ -343,13 +345,13 @@ llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *pa
     uint64_t hl = hlen;
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)(hl >> (8 * i));
     uint64_t total = 8 + hlen;
-    int bad = write_crc(fd, len8, 8, &crc) || write_crc(fd, header, hlen, &crc);
-    if (!bad && hook) hook(hook_ctx);
+    int bad = write_crc(fault, fd, len8, 8, &crc) || write_crc(fault, fd, header, hlen, &crc);
+    if (!bad && hooks && hooks->after_header) hooks->after_header(hooks->ctx);
     for (int i = 0; i < w->n && !bad; i++) {
-        bad = write_crc(fd, ord[i]->data, ord[i]->nbytes, &crc);
+        bad = write_crc(fault, fd, ord[i]->data, ord[i]->nbytes, &crc);
         total += ord[i]->nbytes;
     }
-    if (!bad && (flags & (LLM4D_ST_WRITE_FSYNC | LLM4D_ST_WRITE_ATOMIC))) bad = fsync(fd) != 0;
+    if (!bad && (flags & (LLM4D_ST_WRITE_FSYNC | LLM4D_ST_WRITE_ATOMIC))) bad = llm4d_fs_fsync(fault, fd) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
@@ -357,19 +359,19 @@ llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *pa
     }
     if (bad) {
         unlink(target);
-        rc = llm4d_fail(err, LLM4D_EIO, "writing %s: %s; free some disk space or choose another directory", target,
-                        strerror(e));
+        rc = llm4d_fail(err, LLM4D_EIO, "writing %s: %s; %s", target, strerror(e), llm4d_fs_fix(e));
         goto out;
     }
     if (flags & LLM4D_ST_WRITE_ATOMIC) {
-        if (rename(target, path) != 0) {
+        if (llm4d_fs_rename(fault, target, path) != 0) {
             e = errno;
             unlink(target);
-            rc = llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s", target, path, strerror(e));
+            rc = llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s; %s", target, path, strerror(e), llm4d_fs_fix(e));
             goto out;
         }
-        if (fsync_parent_dir(path) != 0) {
-            rc = llm4d_fail(err, LLM4D_EIO, "syncing the directory of %s: %s", path, strerror(errno));
+        if (fsync_parent_dir(fault, path) != 0) {
+            rc = llm4d_fail(err, LLM4D_EIO, "syncing the directory of %s: %s; %s", path, strerror(errno),
+                            llm4d_fs_fix(errno));
             goto out;
         }
     }
@@ -383,7 +385,7 @@ out:
 
 llm4d_code llm4d_st_writer_write(const llm4d_st_writer *w, const char *path, int flags, uint32_t *crc32_out,
                                  uint64_t *bytes_out, llm4d_err *err) {
-    return llm4d_st_writer_write_hooked(w, path, flags, crc32_out, bytes_out, NULL, NULL, err);
+    return llm4d_st_writer_write_hooked(w, path, flags, crc32_out, bytes_out, NULL, err);
 }
 
 /* ---- reader ---- */

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 typedef enum {
     LLM4D_ST_BOOL = 0, LLM4D_ST_U8, LLM4D_ST_I8, LLM4D_ST_U16, LLM4D_ST_I16, LLM4D_ST_F16, LLM4D_ST_BF16,
@@ -82,11 +83,17 @@ llm4d_code llm4d_st_writer_meta(llm4d_st_writer *w, const char *key, const char 
  * size, computed while writing so nobody has to read the file back. Errors name the path. */
 llm4d_code llm4d_st_writer_write(const llm4d_st_writer *w, const char *path, int flags, uint32_t *crc32_out,
                                  uint64_t *bytes_out, llm4d_err *err);
-/* Called after the header is written and before the data, when set (fault injection for the checkpoint tests). */
-typedef void (*llm4d_st_write_hook)(void *ctx);
+/* What a checkpoint saver hooks into a write (store.c), for its crash and fault tests: after_header(ctx) is called
+ * after the header is written and before the data (a kill point), and every create, write, fsync and rename of the
+ * file is counted by fault (core/fault.h), which may make one fail. Any member may be NULL. */
+typedef struct {
+    void (*after_header)(void *ctx);
+    void *ctx;
+    llm4d_fault *fault;
+} llm4d_st_write_hooks;
 llm4d_code llm4d_st_writer_write_hooked(const llm4d_st_writer *w, const char *path, int flags,
-                                        uint32_t *crc32_out, uint64_t *bytes_out, llm4d_st_write_hook hook,
-                                        void *hook_ctx, llm4d_err *err);
+                                        uint32_t *crc32_out, uint64_t *bytes_out, const llm4d_st_write_hooks *hooks,
+                                        llm4d_err *err);
 void llm4d_st_writer_free(llm4d_st_writer *w);
 
 /* ---- reading ---- */

@@ -90,6 +90,7 @@ struct llm4d_ckpt_saver {
     pid_t pid;           /* of the process that names the temporary directory (rank 0 of a collective save) */
     char kill_at[64];
     int kill_here;       /* LLM4D_CKPT_KILL_RANK is unset or names this rank */
+    llm4d_fault fault;   /* LLM4D_FAULT: this save's file operations are counted here (core/fault.h) */
     int nfiles_written;
     int n, cap;
     ck_pending *f;
@@ -138,6 +139,31 @@ static void remove_stale(const llm4d_ckpt_saver *s) {
     closedir(d);
 }
 
+/* After a failed save, say what the user still has: "(the save of step_4 did not complete; out/latest still names
+ * step_2)".
+ * Nothing under a final name changed (store.h), so `latest` is read as it is now. */
+static void note_kept(const char *out_dir, const char *step_name, llm4d_err *err) {
+    if (!err) return;
+    char latest[PBUF], prev[80] = "", msg[sizeof err->msg];
+    snprintf(latest, sizeof latest, "%s/latest", out_dir);
+    FILE *f = fopen(latest, "r");
+    if (f) {
+        if (!fgets(prev, sizeof prev, f)) prev[0] = 0;
+        fclose(f);
+    }
+    prev[strcspn(prev, "\r\n")] = 0;
+    memcpy(msg, err->msg, sizeof msg);
+    if (strcmp(prev, step_name) == 0) /* only the sync after `latest` itself was replaced failed */
+        llm4d_fail(err, err->code, "%s (%s names %s, which is complete, but the storage reported this error; check "
+                   "it before going on)", msg, latest, prev);
+    else if (prev[0])
+        llm4d_fail(err, err->code, "%s (the save of %s did not complete; %s still names %s)", msg, step_name, latest,
+                   prev);
+    else
+        llm4d_fail(err, err->code, "%s (the save of %s did not complete; %s holds no earlier checkpoint)", msg,
+                   step_name, out_dir);
+}
+
 /* A saver with its names set (the temporary directory named after pid), nothing created yet. */
 static llm4d_code saver_new(llm4d_ckpt_saver **out, const char *output_dir, int64_t step, long pid, int rank,
                             llm4d_err *err) {
@@ -160,6 +186,11 @@ static llm4d_code saver_new(llm4d_ckpt_saver **out, const char *output_dir, int6
     if (k) snprintf(s->kill_at, sizeof s->kill_at, "%s", k);
     const char *kr = getenv("LLM4D_CKPT_KILL_RANK");
     s->kill_here = !kr || !kr[0] || atoi(kr) == rank;
+    llm4d_code rc = llm4d_fault_from_env(&s->fault, rank, err);
+    if (rc != LLM4D_OK) {
+        free(s);
+        return rc;
+    }
     *out = s;
     return LLM4D_OK;
 }
@@ -171,7 +202,7 @@ static llm4d_code create_dirs(llm4d_ckpt_saver *s, const char *output_dir, llm4d
                           output_dir, strerror(errno));
     /* A leftover of our own pid (a previous save in this process that was aborted badly) is replaced. */
     rm_tree(s->tmp_dir);
-    if (mkdir(s->tmp_dir, 0755) != 0)
+    if (llm4d_fs_mkdir(&s->fault, s->tmp_dir, 0755) != 0)
         return llm4d_fail(err, LLM4D_EUSER, "output directory %s is not writable (creating a checkpoint there: %s); "
                           "choose a writable output_dir", output_dir, strerror(errno));
     remove_stale(s);
@@ -183,6 +214,7 @@ llm4d_code llm4d_ckpt_save_begin(llm4d_ckpt_saver **out, const char *output_dir,
     LLM4D_TRY(saver_new(&s, output_dir, step, (long)getpid(), 0, err));
     llm4d_code rc = create_dirs(s, output_dir, err);
     if (rc != LLM4D_OK) {
+        note_kept(s->out_dir, s->step_name, err);
         free(s);
         return rc;
     }
@@ -368,16 +400,18 @@ llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const voi
     return LLM4D_OK;
 }
 
-static llm4d_code write_blob(const char *path, const void *data, size_t len, uint32_t *crc, llm4d_err *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s", path, strerror(errno));
-    int bad = llm4d_write_all(fd, data, len) != 0 || fsync(fd) != 0;
+static llm4d_code write_blob(llm4d_fault *f, const char *path, const void *data, size_t len, uint32_t *crc,
+                             llm4d_err *err) {
+    int fd = llm4d_fs_create(f, path, 0644);
+    if (fd < 0)
+        return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s; %s", path, strerror(errno), llm4d_fs_fix(errno));
+    int bad = llm4d_fs_write(f, fd, data, len) != 0 || llm4d_fs_fsync(f, fd) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
         e = errno;
     }
-    if (bad) return llm4d_fail(err, LLM4D_EIO, "writing %s: %s; free some disk space", path, strerror(e));
+    if (bad) return llm4d_fail(err, LLM4D_EIO, "writing %s: %s; %s", path, strerror(e), llm4d_fs_fix(e));
     if (crc) *crc = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), data, len);
     return LLM4D_OK;
 }
@@ -387,7 +421,7 @@ static llm4d_code flush_one(llm4d_ckpt_saver *s, ck_pending *p, llm4d_err *err) 
     char path[PBUF];
     snprintf(path, sizeof path, "%s/%s", s->tmp_dir, p->name);
     if (p->is_blob) {
-        LLM4D_TRY(write_blob(path, p->blob, p->blob_len, &p->crc, err));
+        LLM4D_TRY(write_blob(&s->fault, path, p->blob, p->blob_len, &p->crc, err));
         p->bytes = p->blob_len;
     } else {
         /* transformers refuses a safetensors file whose metadata lacks format "pt" (when it has metadata at all) */
@@ -399,9 +433,9 @@ static llm4d_code flush_one(llm4d_ckpt_saver *s, ck_pending *p, llm4d_err *err) 
             free(text);
             LLM4D_TRY(rc);
         }
-        int first = s->nfiles_written == 0;
-        LLM4D_TRY(llm4d_st_writer_write_hooked(&p->w, path, LLM4D_ST_WRITE_FSYNC, &p->crc, &p->bytes,
-                                               first ? kill_hook : NULL, s, err));
+        const llm4d_st_write_hooks hooks = {.after_header = s->nfiles_written == 0 ? kill_hook : NULL, .ctx = s,
+                                            .fault = &s->fault};
+        LLM4D_TRY(llm4d_st_writer_write_hooked(&p->w, path, LLM4D_ST_WRITE_FSYNC, &p->crc, &p->bytes, &hooks, err));
     }
     p->written = 1;
     s->nfiles_written++;
@@ -450,7 +484,7 @@ static llm4d_code write_meta(llm4d_ckpt_saver *s, const ck_mentry *man, int nman
     text[len] = '\n'; /* replaces the terminator: the file ends with a newline */
     char path[PBUF];
     snprintf(path, sizeof path, "%s/meta.json", s->tmp_dir);
-    llm4d_code rc = write_blob(path, text, len + 1, NULL, err);
+    llm4d_code rc = write_blob(&s->fault, path, text, len + 1, NULL, err);
     free(text);
     return rc;
 oom:
@@ -464,11 +498,13 @@ static llm4d_code write_latest(llm4d_ckpt_saver *s, llm4d_err *err) {
     snprintf(tmp, sizeof tmp, "%s/latest.tmp", s->out_dir);
     snprintf(fin, sizeof fin, "%s/latest", s->out_dir);
     int len = snprintf(text, sizeof text, "%s\n", s->step_name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    int bad = llm4d_write_all(fd, text, (size_t)len / 2) != 0;
+    int fd = llm4d_fs_create(&s->fault, tmp, 0644);
+    if (fd < 0)
+        return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s; %s", tmp, strerror(errno), llm4d_fs_fix(errno));
+    int bad = llm4d_fs_write(&s->fault, fd, text, (size_t)len / 2) != 0;
     if (!bad) maybe_kill(s, "latest_partial");
-    bad = bad || llm4d_write_all(fd, text + len / 2, (size_t)(len - len / 2)) != 0 || fsync(fd) != 0;
+    bad = bad || llm4d_fs_write(&s->fault, fd, text + len / 2, (size_t)(len - len / 2)) != 0 ||
+          llm4d_fs_fsync(&s->fault, fd) != 0;
     int e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
@@ -476,16 +512,16 @@ static llm4d_code write_latest(llm4d_ckpt_saver *s, llm4d_err *err) {
     }
     if (bad) {
         unlink(tmp);
-        return llm4d_fail(err, LLM4D_EIO, "writing %s: %s", tmp, strerror(e));
+        return llm4d_fail(err, LLM4D_EIO, "writing %s: %s; %s", tmp, strerror(e), llm4d_fs_fix(e));
     }
     maybe_kill(s, "before_latest_rename");
-    if (rename(tmp, fin) != 0) {
+    if (llm4d_fs_rename(&s->fault, tmp, fin) != 0) {
         e = errno;
         unlink(tmp);
-        return llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s", tmp, fin, strerror(e));
+        return llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s; %s", tmp, fin, strerror(e), llm4d_fs_fix(e));
     }
-    if (llm4d_fsync_dir(s->out_dir) != 0)
-        return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
+    if (llm4d_fs_fsync_dir(&s->fault, s->out_dir) != 0)
+        return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s; %s", s->out_dir, strerror(errno), llm4d_fs_fix(errno));
     return LLM4D_OK;
 }
 
@@ -536,8 +572,8 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
         return rc;
     }
     maybe_kill(s, "before_dir_fsync");
-    if (llm4d_fsync_dir(s->tmp_dir) != 0) {
-        rc = llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
+    if (llm4d_fs_fsync_dir(&s->fault, s->tmp_dir) != 0) {
+        rc = llm4d_fail(err, LLM4D_EIO, "syncing %s: %s; %s", s->tmp_dir, strerror(errno), llm4d_fs_fix(errno));
         rm_tree(s->tmp_dir);
         return rc;
     }
@@ -545,11 +581,13 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
     char fin[PBUF];
     snprintf(fin, sizeof fin, "%s/%s", s->out_dir, s->step_name);
     int swapped = 0;
-    if (rename(s->tmp_dir, fin) != 0) {
+    if (llm4d_fs_rename(&s->fault, s->tmp_dir, fin) != 0) {
         int e = errno;
         if (e == EEXIST || e == ENOTEMPTY) {
             /* step_<N> exists: swap atomically, the old checkpoint ends up under our temporary name. */
-            if (renameat2(AT_FDCWD, s->tmp_dir, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+            const int inj = llm4d_fault_hit(&s->fault, LLM4D_FAULT_RENAME);
+            if (inj) errno = inj;
+            if (!inj && renameat2(AT_FDCWD, s->tmp_dir, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
                 swapped = 1;
             } else {
                 e = errno;
@@ -559,14 +597,14 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
                 return rc;
             }
         } else {
-            rc = llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s", s->tmp_dir, fin, strerror(e));
+            rc = llm4d_fail(err, LLM4D_EIO, "renaming %s to %s: %s; %s", s->tmp_dir, fin, strerror(e), llm4d_fs_fix(e));
             rm_tree(s->tmp_dir);
             return rc;
         }
     }
     maybe_kill(s, "after_rename");
-    if (llm4d_fsync_dir(s->out_dir) != 0)
-        return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s", s->out_dir, strerror(errno));
+    if (llm4d_fs_fsync_dir(&s->fault, s->out_dir) != 0)
+        return llm4d_fail(err, LLM4D_EIO, "syncing %s: %s; %s", s->out_dir, strerror(errno), llm4d_fs_fix(errno));
     /* From here on step_<N> is complete and in place; a failure of the pointer leaves both for the user. */
     LLM4D_TRY(write_latest(s, err));
     maybe_kill(s, "before_prune");
@@ -601,6 +639,7 @@ llm4d_code llm4d_ckpt_save_commit(llm4d_ckpt_saver *s, const cJSON *meta, int ke
     llm4d_code rc = write_own(s, &man, &nman, err);
     if (rc != LLM4D_OK) rm_tree(s->tmp_dir);
     else rc = publish(s, man, nman, meta, keep_last, err);
+    if (rc != LLM4D_OK) note_kept(s->out_dir, s->step_name, err);
     free(man);
     saver_free(s);
     return rc;
@@ -675,6 +714,9 @@ llm4d_code llm4d_ckpt_save_begin_collective(llm4d_ckpt_saver **out, llm4d_comm *
     }
     free(vals);
     if (rc != LLM4D_OK) {
+        char step_name[64];
+        snprintf(step_name, sizeof step_name, "step_%lld", (long long)step);
+        note_kept(output_dir, step_name, err);
         if (s) saver_free(s);
         return rc;
     }
@@ -726,8 +768,8 @@ llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *m
     /* 1. this rank's files, each synced, then the directory entries naming them */
     if (rc == LLM4D_OK && s->writes) {
         rc = write_own(s, &mine, &nmine, &le);
-        if (rc == LLM4D_OK && nmine > 0 && llm4d_fsync_dir(s->tmp_dir) != 0)
-            rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s", s->tmp_dir, strerror(errno));
+        if (rc == LLM4D_OK && nmine > 0 && llm4d_fs_fsync_dir(&s->fault, s->tmp_dir) != 0)
+            rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s; %s", s->tmp_dir, strerror(errno), llm4d_fs_fix(errno));
     }
     maybe_kill(s, "before_agree");
     /* 2. did every rank succeed? Past this point no rank writes into the temporary directory. */
@@ -772,6 +814,7 @@ llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *m
         rc = llm4d_fail(err, (llm4d_code)res.code, "%s", res.msg);
     }
 done:
+    if (rc != LLM4D_OK) note_kept(s->out_dir, s->step_name, err);
     free(counts);
     free(mine);
     free(send);

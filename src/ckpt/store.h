@@ -59,6 +59,10 @@
  *   before_agree          (collective) this rank's files are written, the status exchange has not started
  * LLM4D_CKPT_KILL_RANK=<r> limits the kill to rank r of a collective saver's communicator (default: every rank
  * that reaches the point; a single-process saver is rank 0).
+ * LLM4D_FAULT=<error>[:<op>]@<N> (core/fault.h) makes the N-th create, write, fsync or rename of each save fail with
+ * ENOSPC, EIO, EACCES, ... (LLM4D_FAULT_RANK=<r>: on rank r only); the saver counts its own operations through
+ * the file layer (core/fs.h), so tests/test_save_faults.sh can fail every operation of a save in turn. Every such
+ * failure is reported as one line naming the path and the error, with what `latest` still names appended.
  *
  * Collective save (several writers, no gathering). Every rank of a communicator (the world, say) opens one saver
  * with llm4d_ckpt_save_begin_collective: rank 0 creates output_dir and the temporary directory

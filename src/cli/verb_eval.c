@@ -34,13 +34,21 @@ int llm4d_cmd_eval(int argc, char **argv) {
     llm4d_err err = {0};
     if (!ckpt) {
         llm4d_fail(&err, LLM4D_EUSER, "llm4d eval needs --ckpt DIR (a checkpoint or an output_dir holding one)");
+        free(cfg), free(args);
         return llm4d_runtime_fail(NULL, &err);
     }
     llm4d_runtime rt;
-    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
+    /* on the early failures below, free what was allocated so far: the sanitizer build's leak check is clean */
+    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) {
+        free(cfg), free(args);
+        return llm4d_runtime_fail(NULL, &err);
+    }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    if (llm4d_job_setup(&rt, n, args, 0, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    if (llm4d_job_setup(&rt, n, args, 0, cfg, &topo, &groups, &err) != LLM4D_OK) {
+        free(cfg), free(args);
+        return llm4d_runtime_fail(&rt, &err);
+    }
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s", ckpt);
     if (cfg->eval_iters < 1) cfg->eval_iters = 10;
     llm4d_trainer tr;

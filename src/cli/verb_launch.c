@@ -20,6 +20,8 @@
  *     termination signal the worker receives is passed on to the rank;
  *   - OMP_NUM_THREADS, unless set, becomes cores / ranks on this host, so N ranks do not each start one
  *     OpenMP thread per core;
+ *   - the first line of DIR/workerlog.<rank> names the host the rank runs on (a multi-host job's logs usually end
+ *     up side by side);
  *   - when the rank ends the worker records how (DIR/.workerexit.<rank>: pid, exit code or signal, whether the
  *     worker had passed a signal on, wall time) and exits with the same status (128 + signal for a signal).
  * mpirun treats a non-zero exit (or MPI_Abort) of any rank as the end of the job and kills the others, so a rank
@@ -477,6 +479,10 @@ int llm4d_cmd_worker(int argc, char **argv) {
         fprintf(stderr, "llm4d __worker: cannot find the llm4d executable through /proc/self/exe\n");
         return 1;
     }
+    /* which host ran this rank: the first thing to know when one rank of a multi-host job misbehaves */
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown (%s)", strerror(errno));
+    dprintf(log_fd, "llm4d worker: rank %d runs on host %s\n", rank, host);
     /* rank 0 only: its stdout and stderr come through pipes that this worker copies to the file and to its own
      * stdout and stderr (which mpirun forwards to the terminal) */
     int pipes[2][2] = {{-1, -1}, {-1, -1}};

@@ -28,10 +28,17 @@ int llm4d_cmd_train(int argc, char **argv) {
 
     llm4d_err err = {0};
     llm4d_runtime rt;
-    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
+    /* on the early failures below, free what was allocated so far: the sanitizer build's leak check is clean */
+    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) {
+        free(cfg), free(args);
+        return llm4d_runtime_fail(NULL, &err);
+    }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) {
+        free(cfg), free(args);
+        return llm4d_runtime_fail(&rt, &err);
+    }
     llm4d_trainer tr;
     const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
                                      .inject_inf_step = dbg.inject_inf_step,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/fault.h"
 #include "core/timer.h"
 
 size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt) {
@@ -85,6 +86,28 @@ static void start_req(llm4d_comm *c, llm4d_comm_req *req) {
     LLM4D_ASSERT(req != NULL && req->comm == NULL, "request on %s still outstanding (wait on it before reuse)",
                  c->name);
     memset(req, 0, sizeof *req);
+}
+
+/* Fault injection (core/fault.h): LLM4D_FAULT=collective@K makes the first collective operation of training step K
+ * fail on this rank (every rank, or LLM4D_FAULT_RANK's), as a broken link or a dead peer would: the caller sees an
+ * I/O error from the operation, as from the backend. The state lives in the process's watch (watch.h), which
+ * every group shares and which knows the step; read from the environment at the first operation. */
+static llm4d_code fault_check(llm4d_comm *c, const char *what, llm4d_err *err) {
+    llm4d_comm_watch *w = c->watch;
+    if (!w) return LLM4D_OK;
+    if (!w->fault_read) {
+        w->fault_read = 1;
+        w->fault_rc = llm4d_fault_from_env(&w->fault, c->world_rank, &w->fault_err);
+    }
+    if (w->fault_rc != LLM4D_OK) {
+        if (err) *err = w->fault_err;
+        return w->fault_rc;
+    }
+    if (w->fault.op != LLM4D_FAULT_COLLECTIVE || w->fault_fired || w->step != w->fault.at) return LLM4D_OK;
+    w->fault_fired = 1;
+    llm4d_fail(err, LLM4D_EIO, "%s (injected at step %lld by LLM4D_FAULT=%s)", strerror(w->fault.error),
+               (long long)w->step, w->fault.spec);
+    return llm4d_wrap(err, "%s on the %s group (rank %d of %d)", what, c->name, c->rank, c->size);
 }
 
 /* Wrap a backend error with the operation and group, so the user sees which collective failed where. */
@@ -181,6 +204,7 @@ static llm4d_code started(llm4d_comm *c, const char *what, llm4d_code rc, llm4d_
 }
 
 llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
+    LLM4D_TRY(fault_check(c, "barrier", err));
     double t0 = llm4d_now();
     c->stats.calls[LLM4D_COMM_OP_BARRIER]++;
     const uint64_t num = begin(c, "barrier", -1, 0);
@@ -194,6 +218,7 @@ llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
 static llm4d_code allreduce(llm4d_comm *c, const char *what, void *buf, size_t count, llm4d_comm_dtype dt,
                             llm4d_comm_reduction op, llm4d_err *err) {
     LLM4D_TRY(check_count(c, what, count, dt, op == LLM4D_COMM_MAX ? 2 : 1, err));
+    LLM4D_TRY(fault_check(c, what, err));
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
     const uint64_t num = begin(c, what, -1, count);
@@ -215,6 +240,7 @@ llm4d_code llm4d_comm_allreduce_max(llm4d_comm *c, void *buf, size_t count, llm4
 llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_req *req,
                                  llm4d_err *err) {
     LLM4D_TRY(check_count(c, "iallreduce", count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "iallreduce", err));
     start_req(c, req);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
@@ -233,6 +259,7 @@ static void check_disjoint(const llm4d_comm *c, const char *what, const void *a,
 llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                      llm4d_comm_dtype dt, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "reduce_scatter", recv_count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "reduce_scatter", err));
     size_t esz = llm4d_comm_dtype_size(dt);
     check_disjoint(c, "reduce_scatter", send, recv_count * esz * (size_t)c->size, recv, recv_count * esz);
     double t0 = llm4d_now();
@@ -250,6 +277,7 @@ llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv
 llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                       llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "ireduce_scatter", recv_count, dt, 1, err));
+    LLM4D_TRY(fault_check(c, "ireduce_scatter", err));
     size_t esz = llm4d_comm_dtype_size(dt);
     check_disjoint(c, "ireduce_scatter", send, recv_count * esz * (size_t)c->size, recv, recv_count * esz);
     start_req(c, req);
@@ -272,6 +300,7 @@ static void check_gather_alias(const llm4d_comm *c, const char *what, const void
 llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                 llm4d_comm_dtype dt, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "allgather", send_count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "allgather", err));
     check_gather_alias(c, "allgather", send, recv, send_count, dt);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
@@ -286,6 +315,7 @@ llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, siz
 llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                  llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "iallgather", send_count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "iallgather", err));
     check_gather_alias(c, "iallgather", send, recv, send_count, dt);
     start_req(c, req);
     double t0 = llm4d_now();
@@ -297,6 +327,7 @@ llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, si
 llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
                                 llm4d_err *err) {
     LLM4D_TRY(check_count(c, "broadcast", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "broadcast", err));
     check_peer(c, "broadcast root", root);
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_BROADCAST, count, dt);
@@ -311,6 +342,7 @@ llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_co
 llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                            llm4d_err *err) {
     LLM4D_TRY(check_count(c, "send", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "send", err));
     check_peer(c, "send", peer);
     LLM4D_ASSERT(tag >= 0, "send on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
@@ -326,6 +358,7 @@ llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_c
 llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                            llm4d_err *err) {
     LLM4D_TRY(check_count(c, "recv", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "recv", err));
     check_peer(c, "recv", peer);
     LLM4D_ASSERT(tag >= 0, "recv on %s: tag %d", c->name, tag);
     double t0 = llm4d_now();
@@ -341,6 +374,7 @@ llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dt
 llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                             llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "isend", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "isend", err));
     check_peer(c, "isend", peer);
     LLM4D_ASSERT(tag >= 0, "isend on %s: tag %d", c->name, tag);
     start_req(c, req);
@@ -353,6 +387,7 @@ llm4d_code llm4d_comm_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_
 llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
                             llm4d_comm_req *req, llm4d_err *err) {
     LLM4D_TRY(check_count(c, "irecv", count, dt, 0, err));
+    LLM4D_TRY(fault_check(c, "irecv", err));
     check_peer(c, "irecv", peer);
     LLM4D_ASSERT(tag >= 0, "irecv on %s: tag %d", c->name, tag);
     start_req(c, req);

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 #define LLM4D_FLIGHT_N 32
 #define LLM4D_WATCH_COMMS 24
@@ -54,6 +55,11 @@ typedef struct llm4d_comm_watch {
     uint64_t n_ops;
     struct llm4d_board *board; /* this rank's board (mapped), NULL without a progress directory */
     char dir[1024];     /* the progress directory ("" without) */
+    /* LLM4D_FAULT=collective@K (core/fault.h), read at the first operation: comm.c fails a collective with it */
+    int fault_read, fault_fired;
+    llm4d_code fault_rc;
+    llm4d_err fault_err;
+    llm4d_fault fault;
 } llm4d_comm_watch;
 
 /* dir NULL or "": no progress board (the watchdog still fires, without saying who did not arrive). */

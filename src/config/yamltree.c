@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #include "config/pyval.h"
@@ -164,6 +165,11 @@ static llm4d_code convert(yaml_document_t *doc, yaml_node_t *yn, const char *fil
 
 static llm4d_code parse_file(const char *path, const char *file_label, llm4d_ynode **out, llm4d_err *err) {
     *out = NULL;
+    /* before opening: fopen of a named pipe waits for a writer, forever; libyaml would read a device endlessly */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return llm4d_fail(err, LLM4D_EUSER, "config file '%s' is %s, not a file; give the path of a YAML file", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device");
     FILE *f = fopen(path, "rb");
     if (!f)
         return llm4d_fail(err, LLM4D_EUSER, "cannot read config file '%s': %s; check the path given with -c",

@@ -1,4 +1,9 @@
-/* error.c — filling llm4d_err messages and failing internal assertions (see error.h). */
+/* error.c — filling llm4d_err messages and failing internal assertions (see error.h).
+ *
+ * Messages quote what the user gave (a YAML key, a tensor name, a token from encoder.json, bytes of a header), and
+ * a bad file can hold anything there: a newline would break the promise of one line per error, an escape sequence
+ * would reach the terminal. So every control character that ends up in a message is replaced by '?', here, once,
+ * rather than at each of the places that quote input (the fuzzers found several). */
 #include "core/error.h"
 
 #include <stdarg.h>
@@ -6,12 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Control characters (C0 and DEL) become '?': a message is one line of printable text. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 llm4d_code llm4d_fail(llm4d_err *err, llm4d_code code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        one_line(err->msg);
         err->code = code;
     }
     return code;
@@ -32,6 +44,7 @@ llm4d_code llm4d_wrap(llm4d_err *err, const char *fmt, ...) {
     for (const char *s = ": "; *s && k < cap; s++) err->msg[k++] = *s;
     for (size_t i = 0; i < no && k < cap; i++) err->msg[k++] = old[i];
     err->msg[k] = 0;
+    one_line(err->msg);
     return err->code;
 }
 

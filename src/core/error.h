@@ -1,9 +1,9 @@
 /* error.h — how llm4d reports failure.
  *
  * Library functions that can fail return an llm4d_code and fill an llm4d_err with one human line that names the
- * problem and, for user errors, the fix. The message is printed once, at the edge (the CLI), which maps
- * LLM4D_EUSER to exit code 2. Internal invariants use LLM4D_ASSERT, which prints file:line and aborts: those are
- * bugs in llm4d, never the user's fault. */
+ * problem and, for user errors, the fix (control characters quoted from input become '?', so it stays one line).
+ * The message is printed once, at the edge (the CLI), which maps LLM4D_EUSER to exit code 2. Internal invariants
+ * use LLM4D_ASSERT, which prints file:line and aborts: those are bugs in llm4d, never the user's fault. */
 #ifndef LLM4D_CORE_ERROR_H
 #define LLM4D_CORE_ERROR_H
 

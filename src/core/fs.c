@@ -1,4 +1,4 @@
-/* fs.c — `mkdir -p`, complete writes, directory fsync (see fs.h). */
+/* fs.c — `mkdir -p`, complete writes, directory fsync, and the fault-counted operations of a save (see fs.h). */
 #include "core/fs.h"
 
 #include <errno.h>
@@ -58,4 +58,46 @@ int llm4d_fsync_dir(const char *dir) {
     close(fd);
     errno = e;
     return rc;
+}
+
+const char *llm4d_fs_fix(int e) {
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT: return "free some disk space or write elsewhere";
+    case EACCES:
+    case EPERM:
+    case EROFS: return "make the directory writable again or write elsewhere";
+    case EIO: return "the storage reported an I/O error: check it (dmesg) or write elsewhere";
+    default: return "check that file system or write elsewhere";
+    }
+}
+
+/* 0 to go on; -1 with errno set when f injects a failure into this operation. */
+static int injected(llm4d_fault *f, llm4d_fault_op op) {
+    const int e = llm4d_fault_hit(f, op);
+    if (!e) return 0;
+    errno = e;
+    return -1;
+}
+
+int llm4d_fs_mkdir(llm4d_fault *f, const char *path, mode_t mode) {
+    return injected(f, LLM4D_FAULT_CREATE) ? -1 : mkdir(path, mode);
+}
+
+int llm4d_fs_create(llm4d_fault *f, const char *path, mode_t mode) {
+    return injected(f, LLM4D_FAULT_CREATE) ? -1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+}
+
+int llm4d_fs_write(llm4d_fault *f, int fd, const void *p, size_t n) {
+    return injected(f, LLM4D_FAULT_WRITE) ? -1 : llm4d_write_all(fd, p, n);
+}
+
+int llm4d_fs_fsync(llm4d_fault *f, int fd) { return injected(f, LLM4D_FAULT_FSYNC) ? -1 : fsync(fd); }
+
+int llm4d_fs_fsync_dir(llm4d_fault *f, const char *dir) {
+    return injected(f, LLM4D_FAULT_FSYNC) ? -1 : llm4d_fsync_dir(dir);
+}
+
+int llm4d_fs_rename(llm4d_fault *f, const char *from, const char *to) {
+    return injected(f, LLM4D_FAULT_RENAME) ? -1 : rename(from, to);
 }

@@ -73,6 +73,8 @@ static llm4d_code list_inputs(file_list *l, const char *const *inputs, int n, ll
         struct stat st;
         if (stat(inputs[i], &st) != 0)
             return llm4d_fail(err, LLM4D_EUSER, "cannot read input %s: %s", inputs[i], strerror(errno));
+        if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) /* /dev/zero would be one endless line */
+            return llm4d_fail(err, LLM4D_EUSER, "input %s is a device; give files, directories or a pipe", inputs[i]);
         if (!S_ISDIR(st.st_mode)) {
             LLM4D_TRY(list_add(l, inputs[i], st.st_size, err));
             continue;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* JavaScript's \s: [\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]. */
 #define WS \
@@ -197,6 +198,15 @@ const char *llm4d_tokenizer_default_dir(const char *flag, char *buf, size_t bufs
                    "directory holding encoder.json and vocab.bpe"
 
 static llm4d_code read_file(const char *path, char **data, size_t *len, llm4d_err *err) {
+    /* a pipe or a device would be read until memory runs out (or, a pipe, wait forever): only files */
+    struct stat st;
+    const int known = stat(path, &st) == 0; /* when it fails, fopen below reports why */
+    if (known && !S_ISREG(st.st_mode))
+        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %s, not a file: " FETCH_HINT, path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device");
+    if (known && st.st_size > (off_t)1 << 30)
+        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %lld bytes, not a vocabulary (GPT-2's are "
+                          "about 1 MB): " FETCH_HINT, path, (long long)st.st_size);
     FILE *f = fopen(path, "rb");
     if (!f)
         return llm4d_fail(err, LLM4D_EUSER, "cannot open GPT-2 vocabulary file %s (%s): " FETCH_HINT, path,
@@ -330,8 +340,9 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
     /* ids must be exactly 0..n-1: place each key by its id, then lay the bytes out in id order */
     for (cJSON *it = root->child; it; it = it->next) {
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
-        int id = (int)v;
-        if (v < 0 || v >= n || (double)id != v || keys[id]) {
+        /* range first: converting a double outside int's range (or NaN) to int is undefined behaviour */
+        int id = v >= 0 && v < n ? (int)v : -1;
+        if (id < 0 || (double)id != v || keys[id]) {
             rc = llm4d_fail(err, LLM4D_EUSER,
                             "%s: token \"%.40s\" has a bad or repeated id (corrupt file): " FETCH_HINT, path,
                             it->string);
@@ -504,6 +515,7 @@ int32_t llm4d_tokenizer_eos(const llm4d_tokenizer *t) { return t->eos; }
 
 llm4d_code llm4d_tokenizer_bpe_reference(const llm4d_tokenizer *t, const unsigned char *bytes, size_t n,
                                          llm4d_ids *out, llm4d_err *err) {
+    if (n == 0) return LLM4D_OK; /* an empty piece has no ids (and out->v may still be NULL: no offset into it) */
     LLM4D_TRY(llm4d_ids_reserve(out, n, err));
     int32_t *w = out->v + out->n;
     for (size_t i = 0; i < n; i++) w[i] = t->byte_id[bytes[i]];
