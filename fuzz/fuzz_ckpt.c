@@ -106,7 +106,7 @@ static void load_model(const llm4d_ckpt *c) {
                      (double)m->num_layers * (4.0 * h * h + 2.0 * h * f + 9.0 * h + f);
     if (p > 2e6) return;
     llm4d_param_table t;
-    if (llm4d_param_table_build(&t, m, &err) != LLM4D_OK) return;
+    if (llm4d_param_table_build(&t, m, NULL, &err) != LLM4D_OK) return;
     float *buf = calloc(3 * t.total + 1, sizeof *buf);
     int has_optim = 0;
     if (buf) (void)llm4d_gpt_ckpt_read(c, m, &t, buf, buf + t.total, buf + 2 * t.total, 0, t.total, &has_optim, &err);
