@@ -52,6 +52,34 @@ typedef struct {
 
 typedef struct llm4d_backend llm4d_backend;
 
+/* Kinds of work the backend's own timers tell apart (work_stats): where a step's time goes, measured by the
+ * backend around its kernels (not by a profiler). Each kernel's time is counted once, in the innermost kind
+ * (the operand conversions inside a linear layer count as LLM4D_WORK_CONVERT, not as its GEMM). */
+typedef enum {
+    LLM4D_WORK_GEMM = 0, /* the linear layers' and the LM head's GEMMs (bias and bias gradient included) */
+    LLM4D_WORK_ATTN,     /* attention forward and backward: its block GEMMs, softmax, dropout */
+    LLM4D_WORK_OPTIM,    /* the optimizer's passes: AdamW (with its fused gradient zeroing and low-precision weight
+                          * copy) and the gradient norm's sum of squares */
+    LLM4D_WORK_LOSS,     /* the softmax cross-entropy */
+    LLM4D_WORK_CONVERT,  /* GEMM operands converted to bf16/fp16 outside the attention */
+    LLM4D_WORK_ELEM,     /* every other kernel: embeddings, LayerNorm, GELU, dropout, zeroing, copies */
+    LLM4D_WORK_N
+} llm4d_work;
+
+/* Cumulative since the backend's creation. */
+typedef struct {
+    double seconds[LLM4D_WORK_N];
+    double calls[LLM4D_WORK_N];
+    double optim_bytes; /* memory traffic the optimizer's passes need: every byte they must read or write once */
+} llm4d_work_stats;
+
+/* Names of the kinds ("gemm", "attention", ...), for logs and metrics. */
+static inline const char *llm4d_work_name(int k) {
+    static const char *const names[LLM4D_WORK_N] = {"gemm", "attention", "optimizer", "loss", "convert",
+                                                    "elementwise"};
+    return k >= 0 && k < LLM4D_WORK_N ? names[k] : "?";
+}
+
 /* Precision of the matmul operands (linear layers, attention GEMMs). Accumulation, LayerNorm, softmax, the loss and
  * every tensor the model keeps stay fp32: bf16/fp16 only round the GEMM inputs (mixed precision with fp32 master
  * weights). */
@@ -165,6 +193,13 @@ struct llm4d_backend {
     /* Bytes the backend holds outside llm4d_mem's books (converted operands, attention scratch, oneDNN
      * scratchpads); NULL: none. */
     size_t (*workspace_bytes)(llm4d_backend *be);
+
+    /* The backend's own timers (llm4d_work): seconds, calls and the optimizer's bytes, cumulative since creation.
+     * NULL: not measured. */
+    void (*work_stats)(llm4d_backend *be, llm4d_work_stats *out);
+    /* One line naming the instruction set and the GEMM implementations the backend's library chose (oneDNN's
+     * "brg:avx512_core_bf16" ...) for the linear layers and for the attention so far. NULL: nothing to say. */
+    void (*describe_gemms)(llm4d_backend *be, char *buf, size_t n);
 
     void (*destroy)(llm4d_backend *be);
 };

@@ -13,9 +13,11 @@
  *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
  *   on the number of threads (oneDNN's GEMMs make no such promise).
  * - oneDNN runs on the same OpenMP runtime, so both share one thread pool; nthreads > 0 sets it at creation. */
+#include <dnnl.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +39,7 @@ static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, vo
 #define PAR_BYTES ((size_t)1 << 20) /* below this a memset/memcpy is not worth waking threads */
 
 static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (bytes < PAR_BYTES) {
         memset(p, 0, bytes);
         return;
@@ -52,7 +54,7 @@ static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
 }
 
 static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const char *s = src;
     char *d = dst;
     /* overlapping copies (memmove semantics) are done serially */
@@ -112,6 +114,7 @@ static void cvt_bf16(uint16_t *d, const float *s, size_t n) {
 
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
     if (cx->prec == LLM4D_PREC_FP32) return src;
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
     const size_t bytes = n * (cx->prec == LLM4D_PREC_BF16 ? 2 : 4);
     if (bytes > cx->cvt_cap[slot]) {
         free(cx->cvt[slot]);
@@ -161,6 +164,7 @@ static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_
 
 static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
                                int N, int C, int OC) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
     llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, OC, C, 0, C, 1, C, OC, 0);
@@ -173,7 +177,7 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
 
 /* db[C] += column sums of dout[N, C]: each task sums whole columns in double, so no thread-count effect. */
 static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     const int ntasks = (C + DB_COLS - 1) / DB_COLS;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < ntasks; t++) {
@@ -189,7 +193,7 @@ static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, i
 }
 
 static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
@@ -200,6 +204,7 @@ static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int 
 
 static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     llm4d_dnnl *d = cx->dnnl;
     const void *g = llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
@@ -219,10 +224,11 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 
 static void cpu_adamw(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_OPTIM);
     const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
     const float lr_t = (float)(lr * sqrt(bc2) / bc1), eps_t = (float)(eps * sqrt(bc2));
     const float decay = lr * wd, omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    ctx_of(be)->optim_bytes += 28.0 * (double)n; /* reads params, grads, m, v; writes params, m, v */
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grads[i] * grad_scale;
@@ -241,7 +247,8 @@ static void cpu_adamw(llm4d_backend *be, float *params, const float *grads, floa
 #define SUMSQ_MAXCHUNKS 4096
 
 static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_OPTIM);
+    ctx_of(be)->optim_bytes += 4.0 * (double)n;
     size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
     if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
     const long nchunks = (long)((n + chunk - 1) / chunk);
@@ -260,7 +267,7 @@ static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
 }
 
 static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
     if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
     const long nchunks = (long)((n + chunk - 1) / chunk);
@@ -284,13 +291,13 @@ static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t 
 }
 
 static void cpu_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
@@ -340,6 +347,37 @@ static size_t cpu_workspace_bytes(llm4d_backend *be) {
            llm4d_dnnl_scratch_bytes(cx->dnnl);
 }
 
+static void cpu_work_stats(llm4d_backend *be, llm4d_work_stats *out) {
+    const cpu_ctx *cx = ctx_of(be);
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < LLM4D_WORK_N; k++) {
+        out->seconds[k] = cx->work_s[k];
+        out->calls[k] = cx->work_calls[k];
+    }
+    out->optim_bytes = cx->optim_bytes;
+}
+
+static const char *isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    default: return "other";
+    }
+}
+
+static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
+    const cpu_ctx *cx = ctx_of(be);
+    char lin[256], att[256];
+    llm4d_dnnl_impls(cx->dnnl, 0, lin, sizeof lin);
+    llm4d_dnnl_impls(cx->dnnl, 1, att, sizeof att);
+    snprintf(buf, n, "oneDNN ISA %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), lin[0] ? lin : "none yet",
+             att[0] ? att : "none yet");
+}
+
 /* ---------------------------------------------------------------------------------------------------------- */
 
 static void cpu_destroy(llm4d_backend *be) {
@@ -365,6 +403,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the CPU backend");
     }
     be->ctx = cx;
+    cx->work_cur = -1;
     llm4d_code rc = llm4d_dnnl_create(&cx->dnnl, err);
     if (rc != LLM4D_OK) {
         cpu_destroy(be);
@@ -393,6 +432,8 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
+    be->work_stats = cpu_work_stats;
+    be->describe_gemms = cpu_describe_gemms;
     be->destroy = cpu_destroy;
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */
