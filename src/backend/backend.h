@@ -172,9 +172,11 @@ struct llm4d_backend {
 
     /* Paddle's AdamW on n elements, step t >= 1:
      *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t)) */
-    void (*adamw)(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int t, float grad_scale);
+     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t))
+     * in one pass over params, grads, m and v; zero_grads: grads[i] = 0 afterwards in the same pass (the storage
+     * is done with them: the next step accumulates from zero). */
+    void (*adamw)(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads);
     /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count) */
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
     /* sum of a[i] * b[i] in double, in a fixed order (the weighted loss of a micro-batch); b NULL: sum of a */

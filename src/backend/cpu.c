@@ -9,6 +9,7 @@
  * - The element-wise kernels (cpu_elem.c) are written so that GCC vectorises them (`omp simd`): exp is a
  *   polynomial rather than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The
  *   results are bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
+ * - The optimizer's passes (cpu_optim.c) are memory-bound: one fused pass per range, at the copy bandwidth.
  * - Our own reductions (sumsq, bias-gradient column sums, LayerNorm dw/db, embedding gradients) are split over
  *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
  *   on the number of threads (oneDNN's GEMMs make no such promise).
@@ -220,51 +221,7 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* optimizer helpers */
-
-static void cpu_adamw(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_OPTIM);
-    const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
-    const float lr_t = (float)(lr * sqrt(bc2) / bc1), eps_t = (float)(eps * sqrt(bc2));
-    const float decay = lr * wd, omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
-    ctx_of(be)->optim_bytes += 28.0 * (double)n; /* reads params, grads, m, v; writes params, m, v */
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float p = params[i] - decay * params[i];
-        float mi = beta1 * m[i] + omb1 * g;
-        float vi = beta2 * v[i] + omb2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p - lr_t * mi / (sqrtf(vi) + eps_t);
-    }
-}
-
-/* Chunks of a size that depends only on n, partial sums added in chunk order: thread count cannot change the
- * result. At most SUMSQ_MAXCHUNKS partials live on the stack. */
-#define SUMSQ_MINCHUNK 16384
-#define SUMSQ_MAXCHUNKS 4096
-
-static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_OPTIM);
-    ctx_of(be)->optim_bytes += 4.0 * (double)n;
-    size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
-    if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
-    const long nchunks = (long)((n + chunk - 1) / chunk);
-    double part[SUMSQ_MAXCHUNKS];
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < nchunks; c++) {
-        const size_t i0 = (size_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
-        part[c] = s;
-    }
-    double total = 0.0;
-    for (long c = 0; c < nchunks; c++) total += part[c];
-    return total;
-}
+/* reductions and small helpers (the optimizer's passes are in cpu_optim.c) */
 
 static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
@@ -424,8 +381,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->attention_forward = llm4d_cpu_attention_forward;
     be->attention_backward = llm4d_cpu_attention_backward;
     llm4d_cpu_elem_install(be);
-    be->adamw = cpu_adamw;
-    be->sumsq = cpu_sumsq;
+    llm4d_cpu_optim_install(be);
     be->dot = cpu_dot;
     be->scale = cpu_scale;
     be->add = cpu_add;

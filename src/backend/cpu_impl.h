@@ -1,9 +1,9 @@
 /* cpu_impl.h — what the files of the fast CPU backend share (private to src/backend/cpu*.c).
  *
- * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, the optimizer
- * helpers, the method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels:
- * embeddings, LayerNorm, GELU, dropout, cross-entropy). They share the context, the vectorisable exp, the dropout
- * mask generator and the GEMM helpers declared here. */
+ * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, reductions, the
+ * method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels: embeddings,
+ * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes). They share the context, the
+ * timers, the vectorisable exp, the dropout mask generator and the GEMM helpers declared here. */
 #ifndef LLM4D_BACKEND_CPU_IMPL_H
 #define LLM4D_BACKEND_CPU_IMPL_H
 
@@ -143,6 +143,11 @@ static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 /* ---------------------------------------------------------------------------------------------------------- */
 /* shared between the files (cpu.c) */
 
+/* Reductions (sumsq, dot) sum chunks of a size that depends only on n and add the partials in chunk order, so the
+ * thread count cannot change the result. At most SUMSQ_MAXCHUNKS partials live on the stack. */
+#define SUMSQ_MINCHUNK 16384
+#define SUMSQ_MAXCHUNKS 4096
+
 /* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
  * fp32 mode. */
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
@@ -162,5 +167,7 @@ void llm4d_cpu_attention_free(cpu_ctx *cx);
 
 /* cpu_elem.c: fills the element-wise entries of the method table */
 void llm4d_cpu_elem_install(llm4d_backend *be);
+/* cpu_optim.c: fills the optimizer's entries (adamw, sumsq) */
+void llm4d_cpu_optim_install(llm4d_backend *be);
 
 #endif
