@@ -1,12 +1,18 @@
-/* test_kernels_optim.c — the fast CPU backend's fused optimizer pass against the reference backend, and the
- * backend's own timers (test_kernels.c covers every other kernel).
+/* test_kernels_optim.c — the fast CPU backend's fused optimizer pass against the reference backend, its
+ * low-precision weight copies, and the backend's own timers (test_kernels.c covers every other kernel).
  *
  * AdamW fused with the gradient zeroing must give the reference's parameters and states (it computes the same
  * float formula in the same order, so to the last bit but for the compiler's contraction choices: 1e-6 relative)
  * and leave the gradients zero, or untouched without zero_grads, over sizes that cross its chunks. The timers must
  * put each kernel's time in its kind (a linear layer in gemm, its operand conversions in convert, LayerNorm in
  * elementwise, the cross-entropy in loss, AdamW and the norm in optimizer), count every second once (nested
- * scopes), and count the optimizer's bytes: 32 per element for AdamW with zeroing, 28 without, 4 for the norm. */
+ * scopes), and count the optimizer's bytes: 32 per element for AdamW with zeroing, 28 without, 4 for the norm.
+ * The weight copies (bf16, and fp16-rounded fp32) must never change a result: every linear layer computed with a
+ * kept copy equals, bit for bit, the same layer on a fresh backend that converts the weight now, after AdamW
+ * rewrote the copy in its pass, after an update that covered only part of a weight (stale: converted again), after
+ * weights_changed for a range or for everything, after memory freed and reused through the backend, and even after
+ * a write nobody announced (the sampled-elements guard); and a kept copy must really be reused (the weight is not
+ * converted again: one conversion per call, the activation's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +148,102 @@ static void test_timers(llm4d_backend *cpu) {
     free(tg);
 }
 
+/* y = x w^T on a fresh backend in precision prec: the reference for the kept copies */
+static void fresh_linear(llm4d_precision prec, float *y, const float *x, const float *w, int N, int C, int OC) {
+    llm4d_backend *be;
+    llm4d_err err = {0};
+    if (llm4d_backend_cpu_create(&be, 0, &err) != LLM4D_OK || be->set_precision(be, prec, &err) != LLM4D_OK) {
+        printf("FAIL - fresh backend: %s\n", err.msg);
+        exit(1);
+    }
+    be->linear_forward(be, y, x, w, NULL, N, C, OC);
+    be->destroy(be);
+}
+
+/* linear forward with cpu's kept copy of w, against a fresh backend: identical, and how many conversions it made */
+static int same_as_fresh(llm4d_backend *cpu, llm4d_precision prec, const float *x, const float *w, int N, int C,
+                         int OC, double *conversions) {
+    float *y1 = falloc((size_t)N * OC), *y2 = falloc((size_t)N * OC);
+    const llm4d_work_stats a = stats(cpu);
+    cpu->linear_forward(cpu, y1, x, w, NULL, N, C, OC);
+    const llm4d_work_stats b = stats(cpu);
+    *conversions = b.calls[LLM4D_WORK_CONVERT] - a.calls[LLM4D_WORK_CONVERT];
+    fresh_linear(prec, y2, x, w, N, C, OC);
+    const int same = memcmp(y1, y2, (size_t)N * OC * sizeof(float)) == 0;
+    free(y1), free(y2);
+    return same;
+}
+
+static void test_weight_copies(llm4d_backend *cpu, llm4d_precision prec, const char *name) {
+    enum { N = 64, C = 200, OC = 96 };
+    const size_t nw = (size_t)OC * C;
+    llm4d_err err = {0};
+    if (cpu->set_precision(cpu, prec, &err) != LLM4D_OK) {
+        check(0, "%s: %s", name, err.msg);
+        return;
+    }
+    llm4d_mem mem = {0};
+    float *x = frand((size_t)N * C, 1.0f), *w = cpu->alloc(cpu, &mem, LLM4D_MEM_PARAMS, nw * sizeof(float));
+    float *g = falloc(nw), *m = falloc(nw), *v = falloc(nw);
+    fill(w, nw, 0.05f);
+    double conv;
+    int ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 2, "%s: first use converts the weight and the activation (%g conversions), result as a "
+          "fresh backend", name, conv);
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 1, "%s: second use reuses the weight's copy (%g conversion: the activation)", name, conv);
+    /* an update through the backend: the copy is rewritten in AdamW's pass */
+    cpu->weights_changed(cpu, NULL, 0);
+    fill(g, nw, 1.0f);
+    const llm4d_work_stats a = stats(cpu);
+    cpu->adamw(cpu, w, g, m, v, nw, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, 1);
+    const llm4d_work_stats b = stats(cpu);
+    const double eb = prec == LLM4D_PREC_BF16 ? 2.0 : 4.0;
+    check(b.optim_bytes - a.optim_bytes == (32.0 + eb) * nw, "%s: AdamW's pass also writes the copy (%.0f bytes per "
+          "element)", name, (b.optim_bytes - a.optim_bytes) / nw);
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 1, "%s: after AdamW the rewritten copy is used (%g conversion), result as fresh", name, conv);
+    /* an update that covers half of the weight (a ZeRO-1/2 shard): the rest comes from elsewhere, stale copy */
+    cpu->weights_changed(cpu, NULL, 0);
+    fill(g, nw, 1.0f);
+    cpu->adamw(cpu, w, g, m, v, nw / 2, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 1.0f, 1);
+    for (size_t i = nw / 2; i < nw; i++) w[i] *= 1.5f; /* "gathered" from another rank */
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 2, "%s: an update of half the weight leaves the copy stale: converted again (%g), as fresh",
+          name, conv);
+    /* a range announced as changed (a ZeRO-3 gather buffer refilled) */
+    for (size_t i = 0; i < nw; i++) w[i] = -w[i];
+    cpu->weights_changed(cpu, w + 10, 4 * sizeof(float));
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 2, "%s: weights_changed(range) makes the copy stale (%g conversions), as fresh", name, conv);
+    /* memory returned through the backend drops its copy; reused with only element 1 changed (which the guard does
+     * not sample), a kept copy would go unnoticed */
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv); /* the copy exists */
+    float *old = falloc(nw);
+    memcpy(old, w, nw * sizeof(float));
+    const size_t ws0 = cpu->workspace_bytes(cpu);
+    cpu->free(cpu, &mem, LLM4D_MEM_PARAMS, w, nw * sizeof(float));
+    const size_t ws1 = cpu->workspace_bytes(cpu);
+    check(ok && ws0 - ws1 >= (size_t)(nw * eb), "%s: memory freed through the backend drops its copy (%zu bytes)",
+          name, ws0 - ws1);
+    float *w2 = cpu->alloc(cpu, &mem, LLM4D_MEM_PARAMS, nw * sizeof(float));
+    memcpy(w2, old, nw * sizeof(float));
+    w2[1] += 1.0f;
+    ok = same_as_fresh(cpu, prec, x, w2, N, C, OC, &conv);
+    check(ok && conv == 2, "%s: memory reused after free (%s address) gets a new copy", name,
+          w2 == w ? "the same" : "another");
+    w = w2;
+    free(old);
+    /* a write nobody announced: caught by the sampled elements */
+    for (size_t i = 0; i < nw; i++) w[i] = 0.02f * (float)(i % 7) - 0.05f;
+    ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
+    check(ok && conv == 2, "%s: an unannounced rewrite is caught by the sampled elements (%g conversions)", name, conv);
+    cpu->free(cpu, &mem, LLM4D_MEM_PARAMS, w, nw * sizeof(float));
+    check(mem.bytes[LLM4D_MEM_PARAMS] == 0, "%s: weights freed", name);
+    cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
+    free(x), free(g), free(m), free(v);
+}
+
 int main(void) {
     llm4d_backend *cpu, *ref;
     llm4d_err err = {0};
@@ -155,6 +257,11 @@ int main(void) {
         for (int zero = 0; zero < 2; zero++) test_adamw_fused(cpu, ref, sizes[i], zero);
     test_optim_bytes(cpu);
     test_timers(cpu);
+    if (__builtin_cpu_supports("avx512bf16"))
+        test_weight_copies(cpu, LLM4D_PREC_BF16, "bf16 weight copies");
+    else
+        printf("# bf16 weight copies not tested: this CPU has no AVX512-BF16\n");
+    test_weight_copies(cpu, LLM4D_PREC_FP16, "fp16 weight copies");
     cpu->destroy(cpu);
     ref->destroy(ref);
     return check_summary();

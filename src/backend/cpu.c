@@ -10,6 +10,8 @@
  *   polynomial rather than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The
  *   results are bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
  * - The optimizer's passes (cpu_optim.c) are memory-bound: one fused pass per range, at the copy bandwidth.
+ * - In mixed precision a weight is converted once per update, not per GEMM (cpu_wcache.c): the optimizer's pass
+ *   writes its bf16 copy beside the new fp32 master.
  * - Our own reductions (sumsq, bias-gradient column sums, LayerNorm dw/db, embedding gradients) are split over
  *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
  *   on the number of threads (oneDNN's GEMMs make no such promise).
@@ -33,7 +35,7 @@ static void *cpu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, 
 }
 
 static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
-    (void)be;
+    llm4d_cpu_wcache_drop(ctx_of(be), p, bytes); /* copies of weights that lived here */
     llm4d_mem_free(mem, c, p, bytes);
 }
 
@@ -104,33 +106,42 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void llm4d_cpu_cvt_bf16_b
     for (; i < n; i++) d[i] = f32_to_bf16(s[i]);
 }
 
-static void cvt_bf16(uint16_t *d, const float *s, size_t n) {
+void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n) {
+    if (prec == LLM4D_PREC_BF16) {
+        llm4d_cpu_cvt_bf16_block(dst, src, n);
+        return;
+    }
+    float *d = dst;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) d[i] = prec == LLM4D_PREC_FP16 ? (float)(_Float16)src[i] : src[i];
+}
+
+void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n) {
+    const size_t es = llm4d_cpu_operand_bytes(prec);
     const long ntasks = (long)((n + CVT_BLOCK - 1) / CVT_BLOCK);
 #pragma omp parallel for schedule(static) if (ntasks > 1)
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * CVT_BLOCK;
-        llm4d_cpu_cvt_bf16_block(d + i0, s + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
+        llm4d_cpu_convert_block(prec, (char *)dst + i0 * es, src + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
     }
 }
 
-const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
-    if (cx->prec == LLM4D_PREC_FP32) return src;
-    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    const size_t bytes = n * (cx->prec == LLM4D_PREC_BF16 ? 2 : 4);
+void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes) {
     if (bytes > cx->cvt_cap[slot]) {
         free(cx->cvt[slot]);
         cx->cvt[slot] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         LLM4D_ASSERT(cx->cvt[slot], "out of memory converting a %zu-byte GEMM operand", bytes);
         cx->cvt_cap[slot] = bytes;
     }
-    if (cx->prec == LLM4D_PREC_BF16) {
-        cvt_bf16(cx->cvt[slot], src, n);
-    } else {
-        float *d = cx->cvt[slot];
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = (float)(_Float16)src[i];
-    }
     return cx->cvt[slot];
+}
+
+const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
+    if (cx->prec == LLM4D_PREC_FP32) return src;
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    void *d = llm4d_cpu_slot(cx, slot, n * llm4d_cpu_operand_bytes(cx->prec));
+    llm4d_cpu_convert(cx->prec, d, src, n);
+    return d;
 }
 
 static llm4d_dnnl_type operand_type(const cpu_ctx *cx) {
@@ -170,7 +181,7 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
     /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
     llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, OC, C, 0, C, 1, C, OC, 0);
     mm.has_bias = b != NULL;
-    const void *a = llm4d_cpu_operand(cx, 0, inp, (size_t)N * C), *bw = llm4d_cpu_operand(cx, 1, w, (size_t)OC * C);
+    const void *a = llm4d_cpu_operand(cx, 0, inp, (size_t)N * C), *bw = llm4d_cpu_weight(cx, w, (size_t)OC * C);
     llm4d_dnnl_matmul(cx->dnnl, &mm, a, bw, b, out);
 }
 
@@ -211,7 +222,7 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
     const void *g = llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
-        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_operand(cx, 1, w, (size_t)OC * C), NULL, dinp);
+        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), NULL, dinp);
     }
     if (dw) {
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
@@ -301,7 +312,11 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
 static size_t cpu_workspace_bytes(llm4d_backend *be) {
     const cpu_ctx *cx = ctx_of(be);
     return cx->cvt_cap[0] + cx->cvt_cap[1] + llm4d_cpu_attention_workspace(cx) +
-           llm4d_dnnl_scratch_bytes(cx->dnnl);
+           llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
+}
+
+static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
+    llm4d_cpu_wcache_changed(ctx_of(be), p, bytes);
 }
 
 static void cpu_work_stats(llm4d_backend *be, llm4d_work_stats *out) {
@@ -343,6 +358,7 @@ static void cpu_destroy(llm4d_backend *be) {
     if (cx) {
         llm4d_dnnl_destroy(cx->dnnl);
         llm4d_cpu_attention_free(cx);
+        llm4d_cpu_wcache_free(cx);
         free(cx->cvt[0]);
         free(cx->cvt[1]);
         free(cx);
@@ -388,6 +404,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
+    be->weights_changed = cpu_weights_changed;
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;
     be->destroy = cpu_destroy;

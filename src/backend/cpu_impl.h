@@ -16,15 +16,18 @@
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
 
+typedef struct llm4d_cpu_wcache llm4d_cpu_wcache;
+
 typedef struct {
     llm4d_dnnl *dnnl;
-    float *work;             /* attention: each thread's blocks (att_thread_floats), grown only for larger shapes */
+    float *work;             /* attention: its blocks and accumulators, grown only for larger shapes */
     size_t work_cap;         /* floats */
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
     llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
     void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
     size_t cvt_cap[2];       /* bytes */
+    llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
     /* the backend's own timers (backend.h, work_stats): exclusive seconds and calls per kind of work */
     double work_s[LLM4D_WORK_N], work_calls[LLM4D_WORK_N];
     double optim_bytes;
@@ -148,6 +151,14 @@ static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 #define SUMSQ_MINCHUNK 16384
 #define SUMSQ_MAXCHUNKS 4096
 
+/* Bytes of one GEMM operand element in precision prec (fp16 operands are fp16-rounded fp32). */
+static inline size_t llm4d_cpu_operand_bytes(llm4d_precision prec) { return prec == LLM4D_PREC_BF16 ? 2 : 4; }
+/* n floats to operand precision prec: on the calling thread (inside parallel regions), or parallelised. */
+void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n);
+void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n);
+/* Conversion slot `slot` (0 or 1) with room for at least `bytes`: the linear layers' operands, the attention's
+ * packed operands. */
+void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
 /* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
  * fp32 mode. */
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
@@ -167,6 +178,26 @@ void llm4d_cpu_attention_free(cpu_ctx *cx);
 
 /* cpu_elem.c: fills the element-wise entries of the method table */
 void llm4d_cpu_elem_install(llm4d_backend *be);
+/* cpu_wcache.c: the weights' low-precision copies */
+/* w (n elements, a linear layer's weight) in the working precision: its copy, made now if it has none or a stale
+ * one; w itself in fp32 mode. */
+const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n);
+void llm4d_cpu_wcache_changed(cpu_ctx *cx, const void *p, size_t bytes); /* p NULL: every copy is stale */
+void llm4d_cpu_wcache_drop(cpu_ctx *cx, const void *p, size_t bytes);    /* the memory is going away */
+/* Elements [lo, hi) of an optimizer range p[0, n) have a copy starting at dst (the copy of element lo). */
+typedef struct {
+    size_t lo, hi;
+    llm4d_precision prec;
+    void *dst;
+} llm4d_cpu_wspan;
+/* The copies overlapping p[0, n), for the optimizer to rewrite in its pass (valid until the next call). */
+int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspan **out);
+/* The optimizer rewrote the copies of p[0, n): they are valid again once wholly rewritten; returns the bytes
+ * written. */
+double llm4d_cpu_wcache_refreshed(cpu_ctx *cx, const float *p, size_t n);
+size_t llm4d_cpu_wcache_bytes(const cpu_ctx *cx);
+void llm4d_cpu_wcache_free(cpu_ctx *cx);
+
 /* cpu_optim.c: fills the optimizer's entries (adamw, sumsq) */
 void llm4d_cpu_optim_install(llm4d_backend *be);
 

@@ -5,7 +5,9 @@
  * is one pass over memory in chunks that stay in L1 while they are worked on, the arithmetic vectorised by GCC
  * (`omp simd`; -fno-math-errno lets sqrtf vectorise), and everything else that must touch the gradients once per
  * update happens inside the same pass: zeroing them for the next step's accumulation (zero_grads) costs the write
- * of a line already in cache instead of a separate pass over the whole buffer. Each pass's traffic is counted
+ * of a line already in cache instead of a separate pass over the whole buffer, and the low-precision copies of the
+ * weights the linear layers read (cpu_wcache.c) are written from the new values while they are in L1, 2 bytes per
+ * parameter instead of a later conversion pass reading 4 and writing 2. Each pass's traffic is counted
  * (optim_bytes) so the trainer and bench/bench_train.sh can hold its time against the copy bandwidth. */
 #include <math.h>
 #include <omp.h>
@@ -45,12 +47,20 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
                             (float)(lr * sqrt(bc2) / bc1), (float)(eps * sqrt(bc2))};
     /* reads params, grads, m, v; writes params, m, v, and the gradients when zeroing them */
     cx->optim_bytes += (zero_grads ? 32.0 : 28.0) * (double)n;
+    llm4d_cpu_wspan *sp;
+    const int nsp = llm4d_cpu_wcache_spans(cx, params, n, &sp); /* low-precision copies to rewrite in the pass */
     const long ntasks = (long)((n + OPT_CHUNK - 1) / OPT_CHUNK);
 #pragma omp parallel for schedule(static) if (ntasks > 1)
     for (long c = 0; c < ntasks; c++) {
         const size_t i0 = (size_t)c * OPT_CHUNK, len = n - i0 < OPT_CHUNK ? n - i0 : OPT_CHUNK;
         adamw_chunk(&k, params + i0, grads + i0, m + i0, v + i0, len, zero_grads);
+        for (int s = 0; s < nsp; s++) { /* the chunk's new parameters are in L1 */
+            const size_t a = sp[s].lo > i0 ? sp[s].lo : i0, b = sp[s].hi < i0 + len ? sp[s].hi : i0 + len;
+            const size_t es = llm4d_cpu_operand_bytes(sp[s].prec);
+            if (a < b) llm4d_cpu_convert_block(sp[s].prec, (char *)sp[s].dst + (a - sp[s].lo) * es, params + a, b - a);
+        }
     }
+    if (nsp) cx->optim_bytes += llm4d_cpu_wcache_refreshed(cx, params, n);
 }
 
 static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {

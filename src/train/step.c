@@ -108,6 +108,9 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
     }
     const double norm = sqrt(sumsq) / tr->loss_scale;
     const float scale = (float)(llm4d_clip_factor(norm, tr->cfg->optim.grad_clip) / tr->loss_scale);
+    /* the update changes every weight: the backend's low-precision copies are stale until its AdamW pass rewrites
+     * them (ZeRO-1/2 then gather the other ranks' shards, whose copies stay stale until converted on first use) */
+    if (tr->be->weights_changed) tr->be->weights_changed(tr->be, NULL, 0);
     LLM4D_TRY(llm4d_engines_update(&tr->engines, (float)lr, scale, err));
     if (tr->precision == LLM4D_PREC_FP16 && ++tr->good_steps >= 2000) {
         tr->loss_scale *= 2.0;
