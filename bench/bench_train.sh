@@ -4,8 +4,12 @@
 # at B=4 T=64 and B=8 T=1024, all in one run so that machine noise affects every column alike. MFU is model FLOPs
 # (6 x params + attention FLOPs per token) per second over the matmul peak bench/matmul_peak measures in the same
 # run, fp32 for fp32 and bf16 for bf16. Memory is each run's peak resident set size.
+# A second table says where llm4d's step goes, per shape and precision, from the backend's own timers
+# (metrics.jsonl's work_s, steps after the first): the share in the big GEMMs (linear layers and LM head), in the
+# attention, in the optimizer, and the rest (operand conversions, element-wise kernels, the loss, and what runs
+# outside the backend), the optimizer's GB/s against the copy bandwidth bench/mem_bandwidth measures in the same
+# run, and the GEMM implementations (ISA) oneDNN chose.
 #   bench/bench_train.sh [threads] [steps] [shape ...]     shape: "B T" (default "4 64" "8 1024")
-# Build first (./scripts/setup.sh). The B=8 T=1024 PyTorch runs take several minutes each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-$(nproc)}
@@ -29,6 +33,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The peak is measured before the runs and again after them, and the higher reading kept: a neighbour's burst on
 # this shared machine can only lower a reading, and an understated peak would overstate MFU.
+build/mem_bandwidth >"$tmp/membw"
+copy_gbps=$(awk '$1 == "copy_gbps:" {print $2}' "$tmp/membw")
+echo "copy bandwidth (bench/mem_bandwidth, $THREADS threads, read + write): $copy_gbps GB/s"
 build/matmul_peak >"$tmp/peak"
 peak_of() { awk -v k="$1_peak_gflops:" '$1 == k {print $2}' "$tmp/peak"; }
 peak32=$(peak_of fp32)
@@ -40,17 +47,22 @@ if [ "$(awk -v p="$peak16" 'BEGIN {print (p > 0)}')" = 0 ]; then
   bf16=0
 fi
 
-# llm4d: median step time of the measured steps (the first is warm-up) -> "sec flops_per_token rss_mib"
+# llm4d: median step time of the measured steps (the first is warm-up) -> "sec flops_per_token rss_mib"; the
+# backend's timers over the same steps go to $tmp/work_<B>_<T>_<amp>.json for the second table
 ours() { # B T amp
   rm -rf "$tmp/out"
   /usr/bin/time -f "%M" -o "$tmp/rss" build/llm4d train --model_name_or_path gpt2-en \
       --input_dir data/fortunes_ids.npz --output_dir "$tmp/out" --max_seq_len "$2" --micro_batch_size "$1" \
       --global_batch_size "$1" --max_steps $((STEPS + 1)) --logging_freq 1000 --save_steps 1000000 \
       --threads "$THREADS" --use_amp "$3" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-  $PY - "$tmp/out/metrics.jsonl" "$(cat "$tmp/rss")" <<'PY'
-import json, statistics, sys
+  $PY - "$tmp/out/metrics.jsonl" "$(cat "$tmp/rss")" "$tmp/log" "$tmp/work_$1_$2_$3.json" <<'PY'
+import json, re, statistics, sys
 m = [json.loads(l) for l in open(sys.argv[1])][1:]
 print(statistics.median(x["batch_cost"] for x in m), m[0]["flops_per_token"], int(sys.argv[2]) // 1024)
+work = {k: sum(x["work_s"][k] for x in m) for k in m[0]["work_s"]}
+isa = [l.split(" - ", 1)[1].strip() for l in open(sys.argv[3]) if "oneDNN ISA" in l]
+json.dump({"step_s": sum(x["batch_cost"] for x in m), "steps": len(m), "work_s": work,
+           "optim_bytes": sum(x["optim_bytes"] for x in m), "isa": isa[-1] if isa else "?"}, open(sys.argv[4], "w"))
 PY
 }
 # PyTorch keeps every layer's T x T attention tensors (scores, probabilities, dropout mask and output): at
@@ -85,9 +97,10 @@ peak32=$(awk -v a="$peak32" -v b="$(peak_of fp32)" 'BEGIN {print (a > b ? a : b)
 peak16=$(awk -v a="$peak16" -v b="$(peak_of bf16)" 'BEGIN {print (a > b ? a : b)}')
 echo "matmul peak, higher of the readings before and after the runs: fp32 $peak32 GFLOP/s, bf16 $peak16 GFLOP/s"
 
-$PY - "$peak32" "$peak16" "${rows[@]}" <<'PY'
-import sys
-peak32, peak16 = float(sys.argv[1]), float(sys.argv[2])
+$PY - "$peak32" "$peak16" "$copy_gbps" "$tmp" "${rows[@]}" <<'PY'
+import json, os, sys
+peak32, peak16, copy_gbps, tmp = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+rows = sys.argv[5:]
 def tps(tok, sec):
     return tok / sec if sec > 0 else 0.0
 print()
@@ -96,7 +109,7 @@ print("matmul peak of that precision; memory is peak RSS in MiB")
 hdr = ("shape", "llm4d_fp32", "torch_fp32", "ratio", "MFU", "llm4d_bf16", "torch_bf16", "ratio", "MFU",
        "bf16/fp32", "MiB_l32", "MiB_t32", "MiB_l16", "MiB_t16")
 print("%-12s %10s %10s %6s %6s %10s %10s %6s %6s %9s %8s %8s %8s %8s" % hdr)
-for r in sys.argv[3:]:
+for r in rows:
     B, T, o32, fpt, orss32, t32, trss32, o16, _, orss16, t16, trss16 = r.split()
     B, T, fpt = int(B), int(T), float(fpt)
     tok = B * T
@@ -106,4 +119,32 @@ for r in sys.argv[3:]:
     print("%-12s %10.1f %10.1f %6.2f %5.1f%% %10.1f %10.1f %6.2f %5.1f%% %9.2f %8s %8s %8s %8s" % (
         "B=%d T=%d" % (B, T), l32, p32, l32 / p32 if p32 else 0, 100 * mfu32, l16, p16, l16 / p16 if p16 else 0,
         100 * mfu16, l16 / l32 if l32 else 0, orss32, trss32, orss16, trss16))
+print()
+print("where llm4d's step goes (backend timers, steps after the first): shares of the step in the big GEMMs (linear")
+print("layers, LM head), the attention, the optimizer, and the rest = conversions (cvt) + element-wise kernels (elem) +")
+print("the loss + what runs outside the backend (out); the optimizer's GB/s of the traffic it needs, and its time over")
+print("the time the copy bandwidth (%.1f GB/s) needs for the same bytes (x_copy, target <= 1.3)" % copy_gbps)
+print("%-12s %-5s %7s %6s %6s %6s %6s | %5s %5s %5s %5s | %7s %6s  %s" % (
+    "shape", "prec", "step_s", "gemm", "attn", "optim", "rest", "cvt", "elem", "loss", "out", "opt_GB/s", "x_copy",
+    "oneDNN"))
+for r in rows:
+    B, T = r.split()[:2]
+    for amp, prec in (("false", "fp32"), ("true", "bf16")):
+        f = os.path.join(tmp, "work_%s_%s_%s.json" % (B, T, amp))
+        if not os.path.exists(f):
+            continue
+        w = json.load(open(f))
+        st, ws = w["step_s"], w["work_s"]
+        if st <= 0:
+            continue
+        share = lambda s: 100.0 * s / st
+        out = st - sum(ws.values())
+        rest = ws["convert"] + ws["elementwise"] + ws["cross_entropy"] + out
+        ob, os_ = w["optim_bytes"], ws["optimizer"]
+        gbps = ob / os_ / 1e9 if os_ > 0 else 0.0
+        xcopy = os_ / (ob / (copy_gbps * 1e9)) if ob > 0 and copy_gbps > 0 else 0.0
+        print("%-12s %-5s %7.3f %5.1f%% %5.1f%% %5.1f%% %5.1f%% | %4.1f%% %4.1f%% %4.1f%% %4.1f%% | %7.1f %6.2f  %s" % (
+            "B=%s T=%s" % (B, T), prec, st / w["steps"], share(ws["gemm"]), share(ws["attention"]), share(os_),
+            share(rest), share(ws["convert"]), share(ws["elementwise"]), share(ws["cross_entropy"]), share(out), gbps, xcopy,
+            w["isa"]))
 PY

@@ -660,7 +660,7 @@ static void test_adamw(llm4d_backend *be, size_t n) {
     for (int t = 1; t <= 3; t++) {
         fill(g, n, 1.0f);
         g[0] = 0.0f; /* v = 0 at step 1: the eps branch */
-        be->adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+        be->adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs, 0);
         double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
         for (size_t i = 0; i < n; i++) {
             double gg = (double)g[i] * gs;

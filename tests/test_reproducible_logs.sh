@@ -4,7 +4,8 @@
 # evaluation, two checkpoints. Compared byte for byte after masking only what measures time: the log lines'
 # timestamps, avg_reader_cost / avg_batch_cost / speed / ips_total / ips, the matmul peak measured at start-up
 # (GFLOP/s), metrics.jsonl's time fields (reader_cost, batch_cost, speed, ips_total, ips, mfu, comm_exposed_s,
-# comm_s, zero_gather_wait_s, zero_reduce_scatter_s, pp_idle_s, pp_busy_s), and what the kernel reports of memory:
+# comm_s, zero_gather_wait_s, zero_reduce_scatter_s, pp_idle_s, pp_busy_s, work_s) and the end-of-run line of
+# the backend timers' shares and the optimizer's GB/s, and what the kernel reports of memory:
 # the peak resident set size at the end, the memory plan's resident and available bytes (page accounting, which
 # moves by a few pages between runs like a timing does; the plan's per-category bytes are compared):
 #   - the training log (rank 0's terminal output; each rank's workerlog for dp2);
@@ -33,7 +34,7 @@ mask() {
     *.jsonl) /usr/bin/python3 -c '
 import json, sys
 T = ("reader_cost", "batch_cost", "speed", "ips_total", "ips", "mfu", "comm_exposed_s", "comm_s",
-     "zero_gather_wait_s", "zero_reduce_scatter_s", "pp_idle_s", "pp_busy_s")
+     "zero_gather_wait_s", "zero_reduce_scatter_s", "pp_idle_s", "pp_busy_s", "work_s")
 for l in open(sys.argv[1]):
     d = json.loads(l)
     print(json.dumps({k: ("T" if k in T else v) for k, v in d.items()}))' "$2" ;;
@@ -41,6 +42,8 @@ for l in open(sys.argv[1]):
                s/[0-9.]+ GFLOP\/s/T GFLOP\/s/
                s/peak resident set size: [0-9.]+ MiB/peak resident set size: T MiB/
                s/on top of [0-9.]+ MiB held now/on top of T MiB held now/
+               s/^(\[T\] \[ *INFO\] - time per step by kind of work).*/\1: T/
+               s/^(\[T\] \[ *INFO\] - optimizer passes: [0-9.]+ GB per step in).*/\1 T/
                s/: [0-9.]+ [GMT]iB per rank; available: [0-9.]+ [GMT]iB/: T per rank; available: T/
                s/planned [0-9.]+ MiB, peak resident set [0-9.]+ MiB \([-+][0-9.]+%\)/planned T, peak resident set T/' "$2" ;;
     esac

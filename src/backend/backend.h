@@ -52,6 +52,35 @@ typedef struct {
 
 typedef struct llm4d_backend llm4d_backend;
 
+/* Kinds of work the backend's own timers tell apart (work_stats): where a step's time goes, measured by the
+ * backend around its kernels (not by a profiler). Each kernel's time is counted once, in the innermost kind
+ * (the operand conversions inside a linear layer count as LLM4D_WORK_CONVERT, not as its GEMM). */
+typedef enum {
+    LLM4D_WORK_GEMM = 0, /* the linear layers' and the LM head's GEMMs (bias and bias gradient included) */
+    LLM4D_WORK_ATTN,     /* attention forward and backward: its block GEMMs, softmax, dropout */
+    LLM4D_WORK_OPTIM,    /* the optimizer's passes: AdamW (with the gradient zeroing and the low-precision weight
+                          * copies fused into its pass) and the gradient norm's sum of squares */
+    LLM4D_WORK_LOSS,     /* the softmax cross-entropy */
+    LLM4D_WORK_CONVERT,  /* GEMM operands converted to bf16/fp16 before a GEMM (activations, and weights whose copy
+                          * was stale); the attention's per-block conversions count as attention */
+    LLM4D_WORK_ELEM,     /* every other kernel: embeddings, LayerNorm, GELU, dropout, zeroing, copies */
+    LLM4D_WORK_N
+} llm4d_work;
+
+/* Cumulative since the backend's creation. */
+typedef struct {
+    double seconds[LLM4D_WORK_N];
+    double calls[LLM4D_WORK_N];
+    double optim_bytes; /* memory traffic the optimizer's passes need: every byte they must read or write once */
+} llm4d_work_stats;
+
+/* Names of the kinds ("gemm", "attention", ...), for logs and metrics. */
+static inline const char *llm4d_work_name(int k) {
+    static const char *const names[LLM4D_WORK_N] = {"gemm", "attention", "optimizer", "cross_entropy", "convert",
+                                                    "elementwise"};
+    return k >= 0 && k < LLM4D_WORK_N ? names[k] : "?";
+}
+
 /* Precision of the matmul operands (linear layers, attention GEMMs). Accumulation, LayerNorm, softmax, the loss and
  * every tensor the model keeps stay fp32: bf16/fp16 only round the GEMM inputs (mixed precision with fp32 master
  * weights). */
@@ -144,9 +173,12 @@ struct llm4d_backend {
 
     /* Paddle's AdamW on n elements, step t >= 1:
      *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t)) */
-    void (*adamw)(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int t, float grad_scale);
+     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t))
+     * in one pass over params, grads, m and v; zero_grads: grads[i] = 0 afterwards in the same pass (the storage
+     * is done with them: the next step accumulates from zero). A backend that keeps low-precision copies of the
+     * weights (weights_changed) rewrites the copies of these parameters in the same pass. */
+    void (*adamw)(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads);
     /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count) */
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
     /* sum of a[i] * b[i] in double, in a fixed order (the weighted loss of a micro-batch); b NULL: sum of a */
@@ -163,8 +195,26 @@ struct llm4d_backend {
      * the model FLOPs utilisation the trainer reports. NULL: unknown (the reference backend). */
     double (*matmul_peak_gflops)(llm4d_backend *be);
     /* Bytes the backend holds outside llm4d_mem's books (converted operands, attention scratch, oneDNN
-     * scratchpads); NULL: none. */
+     * scratchpads, low-precision weight copies); NULL: none. */
     size_t (*workspace_bytes)(llm4d_backend *be);
+
+    /* Weights in low precision. A backend may keep a converted (bf16) copy of each weight a linear layer reads
+     * (the `w` of linear_forward/linear_backward), made on first use and reused until the weight changes, so a
+     * weight is converted once per update instead of once per GEMM. The contract: a linear layer's `w` is a
+     * parameter; `adamw` keeps the copies of what it updates current, and whoever else writes weights says so
+     * before their next GEMM: weights_changed(be, NULL, 0), every copy may be stale (the trainer, before an
+     * optimizer update, whose engine may gather other ranks' updated shards into the weights, and after loading
+     * weights), or weights_changed(be, p, bytes), the copies of weights inside [p, p + bytes) are stale (the model,
+     * when a ZeRO-3 gather buffer was refilled with another group's weights). Memory returned through `free`
+     * drops its copies. NULL: the backend keeps no copies (nothing to tell). */
+    void (*weights_changed)(llm4d_backend *be, const void *p, size_t bytes);
+
+    /* The backend's own timers (llm4d_work): seconds, calls and the optimizer's bytes, cumulative since creation.
+     * NULL: not measured. */
+    void (*work_stats)(llm4d_backend *be, llm4d_work_stats *out);
+    /* One line naming the instruction set and the GEMM implementations the backend's library chose (oneDNN's
+     * "brg:avx512_core_bf16" ...) for the linear layers and for the attention so far. NULL: nothing to say. */
+    void (*describe_gemms)(llm4d_backend *be, char *buf, size_t n);
 
     void (*destroy)(llm4d_backend *be);
 };

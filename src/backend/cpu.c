@@ -9,13 +9,18 @@
  * - The element-wise kernels (cpu_elem.c) are written so that GCC vectorises them (`omp simd`): exp is a
  *   polynomial rather than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The
  *   results are bit-identical RNG words and exp within a few ulp, so the backend agrees with cpu_ref.c to ~1e-6.
+ * - The optimizer's passes (cpu_optim.c) are memory-bound: one fused pass per range, at the copy bandwidth.
+ * - In mixed precision a weight is converted once per update, not per GEMM (cpu_wcache.c): the optimizer's pass
+ *   writes its bf16 copy beside the new fp32 master.
  * - Our own reductions (sumsq, bias-gradient column sums, LayerNorm dw/db, embedding gradients) are split over
  *   fixed columns or fixed-size chunks, never over "whatever rows this thread got", so their bits do not depend
  *   on the number of threads (oneDNN's GEMMs make no such promise).
  * - oneDNN runs on the same OpenMP runtime, so both share one thread pool; nthreads > 0 sets it at creation. */
+#include <dnnl.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,14 +35,14 @@ static void *cpu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, 
 }
 
 static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
-    (void)be;
+    llm4d_cpu_wcache_drop(ctx_of(be), p, bytes); /* copies of weights that lived here */
     llm4d_mem_free(mem, c, p, bytes);
 }
 
 #define PAR_BYTES ((size_t)1 << 20) /* below this a memset/memcpy is not worth waking threads */
 
 static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (bytes < PAR_BYTES) {
         memset(p, 0, bytes);
         return;
@@ -52,7 +57,7 @@ static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
 }
 
 static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const char *s = src;
     char *d = dst;
     /* overlapping copies (memmove semantics) are done serially */
@@ -101,32 +106,42 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void llm4d_cpu_cvt_bf16_b
     for (; i < n; i++) d[i] = f32_to_bf16(s[i]);
 }
 
-static void cvt_bf16(uint16_t *d, const float *s, size_t n) {
+void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n) {
+    if (prec == LLM4D_PREC_BF16) {
+        llm4d_cpu_cvt_bf16_block(dst, src, n);
+        return;
+    }
+    float *d = dst;
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) d[i] = prec == LLM4D_PREC_FP16 ? (float)(_Float16)src[i] : src[i];
+}
+
+void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n) {
+    const size_t es = llm4d_cpu_operand_bytes(prec);
     const long ntasks = (long)((n + CVT_BLOCK - 1) / CVT_BLOCK);
 #pragma omp parallel for schedule(static) if (ntasks > 1)
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * CVT_BLOCK;
-        llm4d_cpu_cvt_bf16_block(d + i0, s + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
+        llm4d_cpu_convert_block(prec, (char *)dst + i0 * es, src + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
     }
 }
 
-const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
-    if (cx->prec == LLM4D_PREC_FP32) return src;
-    const size_t bytes = n * (cx->prec == LLM4D_PREC_BF16 ? 2 : 4);
+void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes) {
     if (bytes > cx->cvt_cap[slot]) {
         free(cx->cvt[slot]);
         cx->cvt[slot] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         LLM4D_ASSERT(cx->cvt[slot], "out of memory converting a %zu-byte GEMM operand", bytes);
         cx->cvt_cap[slot] = bytes;
     }
-    if (cx->prec == LLM4D_PREC_BF16) {
-        cvt_bf16(cx->cvt[slot], src, n);
-    } else {
-        float *d = cx->cvt[slot];
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) d[i] = (float)(_Float16)src[i];
-    }
     return cx->cvt[slot];
+}
+
+const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
+    if (cx->prec == LLM4D_PREC_FP32) return src;
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    void *d = llm4d_cpu_slot(cx, slot, n * llm4d_cpu_operand_bytes(cx->prec));
+    llm4d_cpu_convert(cx->prec, d, src, n);
+    return d;
 }
 
 static llm4d_dnnl_type operand_type(const cpu_ctx *cx) {
@@ -161,11 +176,12 @@ static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_
 
 static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
                                int N, int C, int OC) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     /* out[N,OC] = inp[N,C] . (W[OC,C])^T: W is read as a [C,OC] operand with strides (1, C) */
     llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, OC, C, 0, C, 1, C, OC, 0);
     mm.has_bias = b != NULL;
-    const void *a = llm4d_cpu_operand(cx, 0, inp, (size_t)N * C), *bw = llm4d_cpu_operand(cx, 1, w, (size_t)OC * C);
+    const void *a = llm4d_cpu_operand(cx, 0, inp, (size_t)N * C), *bw = llm4d_cpu_weight(cx, w, (size_t)OC * C);
     llm4d_dnnl_matmul(cx->dnnl, &mm, a, bw, b, out);
 }
 
@@ -173,7 +189,7 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
 
 /* db[C] += column sums of dout[N, C]: each task sums whole columns in double, so no thread-count effect. */
 static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     const int ntasks = (C + DB_COLS - 1) / DB_COLS;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < ntasks; t++) {
@@ -189,7 +205,7 @@ static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, i
 }
 
 static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
@@ -200,12 +216,13 @@ static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int 
 
 static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     llm4d_dnnl *d = cx->dnnl;
     const void *g = llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
-        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_operand(cx, 1, w, (size_t)OC * C), NULL, dinp);
+        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), NULL, dinp);
     }
     if (dw) {
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] inp[N,C] */
@@ -215,52 +232,10 @@ static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* optimizer helpers */
-
-static void cpu_adamw(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
-    (void)be;
-    const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
-    const float lr_t = (float)(lr * sqrt(bc2) / bc1), eps_t = (float)(eps * sqrt(bc2));
-    const float decay = lr * wd, omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grads[i] * grad_scale;
-        float p = params[i] - decay * params[i];
-        float mi = beta1 * m[i] + omb1 * g;
-        float vi = beta2 * v[i] + omb2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p - lr_t * mi / (sqrtf(vi) + eps_t);
-    }
-}
-
-/* Chunks of a size that depends only on n, partial sums added in chunk order: thread count cannot change the
- * result. At most SUMSQ_MAXCHUNKS partials live on the stack. */
-#define SUMSQ_MINCHUNK 16384
-#define SUMSQ_MAXCHUNKS 4096
-
-static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
-    (void)be;
-    size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
-    if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
-    const long nchunks = (long)((n + chunk - 1) / chunk);
-    double part[SUMSQ_MAXCHUNKS];
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < nchunks; c++) {
-        const size_t i0 = (size_t)c * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
-        part[c] = s;
-    }
-    double total = 0.0;
-    for (long c = 0; c < nchunks; c++) total += part[c];
-    return total;
-}
+/* reductions and small helpers (the optimizer's passes are in cpu_optim.c) */
 
 static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
     if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;
     const long nchunks = (long)((n + chunk - 1) / chunk);
@@ -284,13 +259,13 @@ static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t 
 }
 
 static void cpu_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
@@ -337,7 +312,42 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
 static size_t cpu_workspace_bytes(llm4d_backend *be) {
     const cpu_ctx *cx = ctx_of(be);
     return cx->cvt_cap[0] + cx->cvt_cap[1] + llm4d_cpu_attention_workspace(cx) +
-           llm4d_dnnl_scratch_bytes(cx->dnnl);
+           llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
+}
+
+static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
+    llm4d_cpu_wcache_changed(ctx_of(be), p, bytes);
+}
+
+static void cpu_work_stats(llm4d_backend *be, llm4d_work_stats *out) {
+    const cpu_ctx *cx = ctx_of(be);
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < LLM4D_WORK_N; k++) {
+        out->seconds[k] = cx->work_s[k];
+        out->calls[k] = cx->work_calls[k];
+    }
+    out->optim_bytes = cx->optim_bytes;
+}
+
+static const char *isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    default: return "other";
+    }
+}
+
+static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
+    const cpu_ctx *cx = ctx_of(be);
+    char lin[256], att[256];
+    llm4d_dnnl_impls(cx->dnnl, 0, lin, sizeof lin);
+    llm4d_dnnl_impls(cx->dnnl, 1, att, sizeof att);
+    snprintf(buf, n, "oneDNN ISA %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), lin[0] ? lin : "none yet",
+             att[0] ? att : "none yet");
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -348,6 +358,7 @@ static void cpu_destroy(llm4d_backend *be) {
     if (cx) {
         llm4d_dnnl_destroy(cx->dnnl);
         llm4d_cpu_attention_free(cx);
+        llm4d_cpu_wcache_free(cx);
         free(cx->cvt[0]);
         free(cx->cvt[1]);
         free(cx);
@@ -365,6 +376,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the CPU backend");
     }
     be->ctx = cx;
+    cx->work_cur = -1;
     llm4d_code rc = llm4d_dnnl_create(&cx->dnnl, err);
     if (rc != LLM4D_OK) {
         cpu_destroy(be);
@@ -385,14 +397,16 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->attention_forward = llm4d_cpu_attention_forward;
     be->attention_backward = llm4d_cpu_attention_backward;
     llm4d_cpu_elem_install(be);
-    be->adamw = cpu_adamw;
-    be->sumsq = cpu_sumsq;
+    llm4d_cpu_optim_install(be);
     be->dot = cpu_dot;
     be->scale = cpu_scale;
     be->add = cpu_add;
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
+    be->weights_changed = cpu_weights_changed;
+    be->work_stats = cpu_work_stats;
+    be->describe_gemms = cpu_describe_gemms;
     be->destroy = cpu_destroy;
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */

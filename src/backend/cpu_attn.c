@@ -218,6 +218,7 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
  * a block happens while the block is in cache. */
 void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
                                  const llm4d_dropout *drop) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ATTN);
     cpu_ctx *cx = ctx_of(be);
     const att_call ac = att_begin(cx, &s, drop, qkv, NULL);
     const long nbh = (long)s.B * s.NH, ntasks = (long)ac.nblk * nbh;
@@ -308,6 +309,7 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
 
 void llm4d_cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
                                   const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ATTN);
     cpu_ctx *cx = ctx_of(be);
     const att_call ac = att_begin(cx, &s, drop, qkv, dout);
     const size_t per = att_thread_floats(ac.T, ac.HS);

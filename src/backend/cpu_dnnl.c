@@ -10,6 +10,7 @@
 #include <dnnl.h>
 #include <dnnl_debug.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,7 @@ typedef struct {
     size_t scratch_bytes;
     const char *impl;
     int nslots;
+    int mt;                      /* prepared for llm4d_dnnl_run_mt */
     dnnl_memory_t (*mem)[NARGS]; /* [nslots][NARGS] */
 } mm_entry;
 
@@ -199,6 +201,26 @@ done:
 
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d) { return d->n; }
 
+void llm4d_dnnl_impls(const llm4d_dnnl *d, int mt, char *buf, size_t n) {
+    if (n == 0) return;
+    buf[0] = 0;
+    size_t len = 0;
+    for (int i = 0; i < d->n; i++) {
+        const mm_entry *e = d->entries[i];
+        if (e->mt != mt) continue;
+        int seen = 0, count = 0; /* each name once, with its count */
+        for (int j = 0; j < d->n; j++) {
+            const int same = d->entries[j]->mt == mt && strcmp(d->entries[j]->impl, e->impl) == 0;
+            if (j < i) seen |= same;
+            else count += same;
+        }
+        if (seen) continue;
+        int w = snprintf(buf + len, n - len, "%s%s x%d", len ? ", " : "", e->impl, count);
+        if (w < 0 || (size_t)w >= n - len) break;
+        len += (size_t)w;
+    }
+}
+
 size_t llm4d_dnnl_scratch_bytes(const llm4d_dnnl *d) { return d->scratch_cap; }
 
 /* A [batch..., rows, cols] descriptor with only the batch dims larger than 1 (oneDNN picks its fast kernels
@@ -354,6 +376,7 @@ void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, co
 llm4d_dnnl_prim *llm4d_dnnl_get_mt(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
     LLM4D_ASSERT(!omp_in_parallel(), "llm4d_dnnl_get_mt called inside a parallel region%s", "");
     mm_entry *e = get_or_abort(d, mm);
+    e->mt = 1;
     int n = omp_get_max_threads();
     llm4d_err err = {0};
     llm4d_code rc = ensure_threads(d, n, &err);

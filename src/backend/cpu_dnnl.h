@@ -67,6 +67,10 @@ void llm4d_dnnl_run_mt(llm4d_dnnl *d, llm4d_dnnl_prim *p, const void *a, const v
 llm4d_dnnl_mm llm4d_dnnl_mm_2d(int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb, int64_t ldb,
                                int64_t ldc, int accumulate);
 
+/* The implementations oneDNN chose for the cached primitives, "name xcount, ..." (mt = 0: those run by
+ * llm4d_dnnl_matmul; mt = 1: those prepared by llm4d_dnnl_get_mt), written to buf (empty when there are none). */
+void llm4d_dnnl_impls(const llm4d_dnnl *d, int mt, char *buf, size_t n);
+
 /* Number of primitives created so far (tests check that repeated shapes hit the cache). */
 int llm4d_dnnl_cache_size(const llm4d_dnnl *d);
 /* Bytes of the shared scratchpad (the largest any cached primitive needs); memory not in llm4d_mem's books. */

@@ -14,7 +14,7 @@
 
 static void cpu_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
                                   int nrows, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const int r = tokens[n] - row0;
@@ -30,7 +30,7 @@ static void cpu_embedding_forward(llm4d_backend *be, float *out, const int32_t *
 
 static void cpu_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
                                    int nrows, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const int ntasks = (C + ENC_COLS - 1) / ENC_COLS;
 #pragma omp parallel for schedule(static)
     for (int task = 0; task < ntasks; task++) {
@@ -48,7 +48,7 @@ static void cpu_embedding_backward(llm4d_backend *be, float *dw, const float *do
 
 static void cpu_position_forward(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T,
                                  int64_t tok0) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *pe = wpe + (size_t)((tok0 + n) % T) * C;
@@ -60,7 +60,7 @@ static void cpu_position_forward(llm4d_backend *be, float *out, const float *wpe
 
 static void cpu_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T,
                                   int64_t tok0) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const int ntasks = (C + ENC_COLS - 1) / ENC_COLS;
 #pragma omp parallel for schedule(static)
     for (int task = 0; task < ntasks; task++) {
@@ -79,7 +79,7 @@ static void cpu_position_backward(llm4d_backend *be, float *dwpe, const float *d
 
 static void cpu_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                   const float *w, const float *b, int N, int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -104,7 +104,7 @@ static void cpu_layernorm_forward(llm4d_backend *be, float *out, float *mean, fl
 static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                    const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const int ntasks = (C + LN_COLS - 1) / LN_COLS;
 #pragma omp parallel
     {
@@ -155,7 +155,7 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 #define EW_CHUNK 4096              /* elements per element-wise task */
 
 static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < ntasks; t++) {
@@ -169,7 +169,7 @@ static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, si
 }
 
 static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < ntasks; t++) {
@@ -217,6 +217,7 @@ static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, 
 
 static void cpu_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
                                 const llm4d_dropout *drop) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const size_t total = (size_t)N * C;
     if (!drop_on(drop)) {
         if (out != inp) be->copy(be, out, inp, total * sizeof(float));
@@ -229,7 +230,7 @@ static void cpu_dropout_forward(llm4d_backend *be, float *out, const float *inp,
 
 static void cpu_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
                                  const llm4d_dropout *drop) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (!drop_on(drop)) {
         const size_t total = (size_t)N * C;
 #pragma omp parallel for simd schedule(static)
@@ -243,7 +244,7 @@ static void cpu_dropout_backward(llm4d_backend *be, float *dinp, const float *do
 
 static void cpu_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
                                     const llm4d_dropout *drop) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (!drop_on(drop)) {
         const size_t total = (size_t)N * C;
 #pragma omp parallel for simd schedule(static)
@@ -257,7 +258,7 @@ static void cpu_dropout_add_forward(llm4d_backend *be, float *out, const float *
 
 static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
                                      const llm4d_dropout *drop) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (!drop_on(drop)) {
         const size_t total = (size_t)N * C;
 #pragma omp parallel for simd schedule(static)
@@ -299,7 +300,7 @@ static double sum_exp(const float *l, int n, float mx) {
 
 static void cpu_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
                              int Vl, int v0, int V, int merge) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_LOSS);
     const int real = real_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -325,7 +326,7 @@ static void cpu_xent_forward(llm4d_backend *be, float *stats, const float *logit
 }
 
 static void cpu_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_LOSS);
     for (int n = 0; n < N; n++) {
         if (stats[N + n] > 0) stats[N + n] = (float)(stats[N + n] * exp((double)stats[n] - gmax[n]));
         stats[n] = gmax[n];
@@ -335,7 +336,7 @@ static void cpu_xent_rescale(llm4d_backend *be, float *stats, const float *gmax,
 static void cpu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
                               const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
                               int V) {
-    (void)be;
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_LOSS);
     const int real = real_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

@@ -1,13 +1,14 @@
 /* cpu_impl.h — what the files of the fast CPU backend share (private to src/backend/cpu*.c).
  *
- * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, the optimizer
- * helpers, the method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels:
- * embeddings, LayerNorm, GELU, dropout, cross-entropy). They share the context, the vectorisable exp, the dropout
- * mask generator and the GEMM helpers declared here. */
+ * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, reductions, the
+ * method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels: embeddings,
+ * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes). They share the context, the
+ * timers, the vectorisable exp, the dropout mask generator and the GEMM helpers declared here. */
 #ifndef LLM4D_BACKEND_CPU_IMPL_H
 #define LLM4D_BACKEND_CPU_IMPL_H
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,18 +16,54 @@
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
 
+typedef struct llm4d_cpu_wcache llm4d_cpu_wcache;
+
 typedef struct {
     llm4d_dnnl *dnnl;
-    float *work;             /* attention: each thread's blocks (att_thread_floats), grown only for larger shapes */
+    float *work;             /* attention: its blocks and accumulators, grown only for larger shapes */
     size_t work_cap;         /* floats */
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
     llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
     void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
     size_t cvt_cap[2];       /* bytes */
+    llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
+    /* the backend's own timers (backend.h, work_stats): exclusive seconds and calls per kind of work */
+    double work_s[LLM4D_WORK_N], work_calls[LLM4D_WORK_N];
+    double optim_bytes;
+    int work_cur;            /* the kind being timed now, -1 outside any kernel */
 } cpu_ctx;
 
 static inline cpu_ctx *ctx_of(llm4d_backend *be) { return (cpu_ctx *)be->ctx; }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* timers: WORK_SCOPE(cx, kind) at the top of a method times the rest of its body as `kind`. Scopes nest (a linear
+ * layer converting its operands): the inner time is moved from the outer kind to the inner one, so every second
+ * is counted once. Only the calling thread times (never inside a parallel region); one clock read per entry and
+ * exit, tens of nanoseconds against kernels of microseconds at least. */
+
+typedef struct {
+    cpu_ctx *cx;
+    double t0;
+    int outer;
+} work_mark;
+
+static inline work_mark work_enter(cpu_ctx *cx, int kind) {
+    work_mark m = {cx, omp_get_wtime(), cx->work_cur};
+    cx->work_cur = kind;
+    cx->work_calls[kind] += 1;
+    return m;
+}
+
+static inline void work_leave(work_mark *m) {
+    cpu_ctx *cx = m->cx;
+    const double dt = omp_get_wtime() - m->t0;
+    cx->work_s[cx->work_cur] += dt;
+    if (m->outer >= 0) cx->work_s[m->outer] -= dt;
+    cx->work_cur = m->outer;
+}
+
+#define WORK_SCOPE(cx, kind) work_mark work_mark_ __attribute__((cleanup(work_leave), unused)) = work_enter(cx, kind)
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* vectorisable math */
@@ -109,6 +146,19 @@ static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 /* ---------------------------------------------------------------------------------------------------------- */
 /* shared between the files (cpu.c) */
 
+/* Reductions (sumsq, dot) sum chunks of a size that depends only on n and add the partials in chunk order, so the
+ * thread count cannot change the result. At most SUMSQ_MAXCHUNKS partials live on the stack. */
+#define SUMSQ_MINCHUNK 16384
+#define SUMSQ_MAXCHUNKS 4096
+
+/* Bytes of one GEMM operand element in precision prec (fp16 operands are fp16-rounded fp32). */
+static inline size_t llm4d_cpu_operand_bytes(llm4d_precision prec) { return prec == LLM4D_PREC_BF16 ? 2 : 4; }
+/* n floats to operand precision prec: on the calling thread (inside parallel regions), or parallelised. */
+void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n);
+void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n);
+/* Conversion slot `slot` (0 or 1) with room for at least `bytes`: the linear layers' operands, the attention's
+ * packed operands. */
+void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
 /* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
  * fp32 mode. */
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
@@ -128,5 +178,27 @@ void llm4d_cpu_attention_free(cpu_ctx *cx);
 
 /* cpu_elem.c: fills the element-wise entries of the method table */
 void llm4d_cpu_elem_install(llm4d_backend *be);
+/* cpu_wcache.c: the weights' low-precision copies */
+/* w (n elements, a linear layer's weight) in the working precision: its copy, made now if it has none or a stale
+ * one; w itself in fp32 mode. */
+const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n);
+void llm4d_cpu_wcache_changed(cpu_ctx *cx, const void *p, size_t bytes); /* p NULL: every copy is stale */
+void llm4d_cpu_wcache_drop(cpu_ctx *cx, const void *p, size_t bytes);    /* the memory is going away */
+/* Elements [lo, hi) of an optimizer range p[0, n) have a copy starting at dst (the copy of element lo). */
+typedef struct {
+    size_t lo, hi;
+    llm4d_precision prec;
+    void *dst;
+} llm4d_cpu_wspan;
+/* The copies overlapping p[0, n), for the optimizer to rewrite in its pass (valid until the next call). */
+int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspan **out);
+/* The optimizer rewrote the copies of p[0, n): they are valid again once wholly rewritten; returns the bytes
+ * written. */
+double llm4d_cpu_wcache_refreshed(cpu_ctx *cx, const float *p, size_t n);
+size_t llm4d_cpu_wcache_bytes(const cpu_ctx *cx);
+void llm4d_cpu_wcache_free(cpu_ctx *cx);
+
+/* cpu_optim.c: fills the optimizer's entries (adamw, sumsq) */
+void llm4d_cpu_optim_install(llm4d_backend *be);
 
 #endif

@@ -418,8 +418,8 @@ static void ref_xent_backward(llm4d_backend *be, float *losses, float *dlogits, 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* optimizer helpers */
 
-static void ref_adamw(llm4d_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
+static void ref_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
     (void)be;
     double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
     float lr_t = (float)(lr * sqrt(bc2) / bc1), eps_t = (float)(eps * sqrt(bc2));
@@ -429,6 +429,7 @@ static void ref_adamw(llm4d_backend *be, float *params, const float *grads, floa
         m[i] = beta1 * m[i] + (1.0f - beta1) * g;
         v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
         params[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps_t);
+        if (zero_grads) grads[i] = 0.0f;
     }
 }
 

@@ -26,8 +26,14 @@ struct llm4d_gpt_alloc {
 /* ---- parameters and gradients through the hooks ---- */
 
 float *llm4d_gpt_params_of(llm4d_gpt *g, int grp, int pass) {
-    if (g->hooks.params_for) return g->hooks.params_for(g->hooks.ctx, grp, pass);
-    return g->params + g->table.g[grp].lo;
+    if (!g->hooks.params_for) return g->params + g->table.g[grp].lo;
+    float *p = g->hooks.params_for(g->hooks.ctx, grp, pass);
+    /* Weights outside the flat buffer were just gathered (ZeRO-3) into a buffer that other groups' weights also
+     * pass through: the backend's low-precision copies of what was there before are stale (backend.h). */
+    const uintptr_t a = (uintptr_t)p, lo = (uintptr_t)g->params, hi = lo + g->table.total * sizeof(float);
+    const size_t bytes = (g->table.g[grp].hi - g->table.g[grp].lo) * sizeof(float);
+    if (g->be->weights_changed && (!g->params || a < lo || a >= hi)) g->be->weights_changed(g->be, p, bytes);
+    return p;
 }
 void llm4d_gpt_release(llm4d_gpt *g, int grp, int pass) {
     if (g->hooks.release) g->hooks.release(g->hooks.ctx, grp, pass);

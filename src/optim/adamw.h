@@ -23,11 +23,13 @@ static inline llm4d_adamw llm4d_adamw_make(float beta1, float beta2, float eps, 
 }
 
 /* Update n parameters at p from gradients g (scaled by grad_scale: the clip factor, over the loss scale) with
- * states m, v at learning rate lr, for update number o->t (call llm4d_adamw_next once per step first). */
-static inline void llm4d_adamw_apply(const llm4d_adamw *o, llm4d_backend *be, float *p, const float *g, float *m,
-                                     float *v, size_t n, float lr, float grad_scale, int decay) {
+ * states m, v at learning rate lr, for update number o->t (call llm4d_adamw_next once per step first), in one pass
+ * over memory; zero_grads: the same pass leaves g zeroed (a storage whose next step accumulates into g from zero
+ * need not clear it again). */
+static inline void llm4d_adamw_apply(const llm4d_adamw *o, llm4d_backend *be, float *p, float *g, float *m,
+                                     float *v, size_t n, float lr, float grad_scale, int decay, int zero_grads) {
     be->adamw(be, p, g, m, v, n, lr, o->beta1, o->beta2, o->eps, decay ? o->weight_decay : 0.0f, (int)o->t,
-              grad_scale);
+              grad_scale, zero_grads);
 }
 
 static inline void llm4d_adamw_next(llm4d_adamw *o) { o->t++; }

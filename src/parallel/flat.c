@@ -11,7 +11,9 @@ static llm4d_flat *of(llm4d_engine *e) { return (llm4d_flat *)e; }
 static void flat_begin_step(llm4d_engine *e, int n_micro) {
     (void)n_micro;
     llm4d_flat *f = of(e);
-    f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    /* the update zeroes the gradients in its own pass; a skipped update (fp16 overflow) or the first step did not */
+    if (!f->grads_zero) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    f->grads_zero = 0;
 }
 
 static float *flat_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
@@ -37,11 +39,14 @@ static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d
     llm4d_flat *f = of(e);
     const llm4d_param_table *t = &f->g->table;
     llm4d_adamw_next(&f->opt);
+    /* the entries tile the buffer (any padding between them is never written), so zeroing each entry's gradients
+     * in its update pass leaves the whole buffer zero */
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
         llm4d_adamw_apply(&f->opt, f->be, f->g->params + p->offset, f->g->grads + p->offset, f->m + p->offset,
-                          f->v + p->offset, p->numel, lr, grad_scale, p->decay);
+                          f->v + p->offset, p->numel, lr, grad_scale, p->decay, 1);
     }
+    f->grads_zero = 1;
     return LLM4D_OK;
 }
 

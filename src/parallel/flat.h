@@ -18,6 +18,7 @@ typedef struct {
     float *m, *v;
     llm4d_adamw opt;
     int counts;      /* this rank's gradients count in the norm and it saves (data replica 0) */
+    int grads_zero;  /* the last update's pass left every gradient zero: the next step need not clear them */
     size_t range_lo, range_hi; /* the one range of llm4d_engine_state: the whole buffer */
 } llm4d_flat;
 

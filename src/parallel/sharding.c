@@ -324,9 +324,9 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
         const llm4d_param *p = &s->g->table.p[i];
         const size_t flat = p->offset + (size_t)j0 + (a - local); /* its place in the table's layout */
         float *w = s->stage >= 3 ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off) : s->g->params + flat;
-        const float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
+        float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
         llm4d_adamw_apply(&s->opt, s->be, w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
-                          b - a, u->lr, u->grad_scale, p->decay);
+                          b - a, u->lr, u->grad_scale, p->decay, 0);
     }
 }
 

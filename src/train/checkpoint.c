@@ -141,6 +141,8 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
     if (rc == LLM4D_OK)
         rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, st.lo, st.hi, st.n, st.params_whole ? NULL : st.params,
                                         st.params_off, st.m, st.v, st.state_off, &has_optim, err);
+    /* the weights were written behind the backend's back: any low-precision copy it keeps is stale */
+    if (tr->be->weights_changed) tr->be->weights_changed(tr->be, NULL, 0);
     if (e->ops->state_done) {
         llm4d_err e2;
         llm4d_code r2 = e->ops->state_done(e, &e2);

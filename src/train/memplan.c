@@ -71,6 +71,24 @@ static void human(double bytes, char *buf, size_t n) {
     else snprintf(buf, n, "%.1f MiB", bytes / MiB);
 }
 
+/* Bytes of the low-precision copies a mixed-precision backend keeps of the weights its GEMMs read (the cpu
+ * backend's cpu_wcache.c: 2 bytes per element, made on first use, outside the arena's categories): every linear
+ * weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
+ * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
+static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
+    if (!tr->cfg->use_amp || !tr->be->weights_changed) return 0;
+    size_t n = 0;
+    if (tr->sharded && tr->cfg->dist.sharding_stage >= 3) {
+        for (int g = 0; g < t->n_groups; g++)
+            if (t->g[g].hi - t->g[g].lo > n) n = t->g[g].hi - t->g[g].lo;
+        n *= 2;
+    } else {
+        for (int i = 0; i < t->n; i++)
+            if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
+    }
+    return n * 2;
+}
+
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
                               const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
@@ -82,6 +100,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     if (tr->sharded) llm4d_sharding_plan(&t, d->sharding_stage, d->sharding_degree, d->sharding_offload, plan);
     else plan[LLM4D_MEM_OPTIM] += 2 * t.total * sizeof(float); /* Adam m, v (flat.c) */
     if (part->mp_size > 1) plan[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(&t);
+    const size_t copies = weight_copies(tr, &t);
     llm4d_param_table_free(&t);
     if (tr->pipelined) {
         const size_t act = (size_t)(tp->sp ? layout->B * layout->T / tp->size : layout->B * layout->T) *
@@ -96,6 +115,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
         add += plan[c];
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
     }
+    add += copies;
     const long long rss = proc_kb("/proc/self/status", "VmRSS");
     tr->plan_base = rss > 0 ? (size_t)rss : 0;
     tr->plan_total = tr->plan_base + add;
@@ -107,6 +127,9 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES && k < (int)sizeof line; c++)
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %.2f MiB%s", llm4d_mem_category_name(c),
                       tr->plan[c] / MiB, c + 1 < LLM4D_MEM_NCATEGORIES ? "," : "");
+    if (copies)
+        snprintf(line + k, sizeof line - (size_t)k, "; outside them, the backend's bf16 copies of the weights %.2f MiB",
+                 copies / MiB);
     llm4d_log_info(&tr->log, "%s", line);
     char avail[48] = "unknown";
     if (host > 0) human((double)host / ranks, avail, sizeof avail);

@@ -177,6 +177,9 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
     }
     remember_loss(tr, loss);
     const float scale = (float)(llm4d_clip_factor(norm, tr->cfg->optim.grad_clip) / tr->loss_scale);
+    /* the update changes every weight: the backend's low-precision copies are stale until its AdamW pass rewrites
+     * them (ZeRO-1/2 then gather the other ranks' shards, whose copies stay stale until converted on first use) */
+    if (tr->be->weights_changed) tr->be->weights_changed(tr->be, NULL, 0);
     LLM4D_TRY(llm4d_engines_update(&tr->engines, (float)lr, scale, err));
     if (tr->precision == LLM4D_PREC_FP16 && ++tr->good_steps >= 2000) {
         tr->loss_scale *= 2.0;
@@ -203,6 +206,53 @@ static void print_peak_memory(const llm4d_trainer *tr) {
                        100.0 * (ru.ru_maxrss * 1024.0 - (double)tr->plan_total) / (double)tr->plan_total);
 }
 
+/* The backend's timers now (zero when it keeps none). */
+static llm4d_work_stats work_now(llm4d_trainer *tr) {
+    llm4d_work_stats w;
+    memset(&w, 0, sizeof w);
+    if (tr->be->work_stats) tr->be->work_stats(tr->be, &w);
+    return w;
+}
+
+/* a - b, kind by kind */
+static llm4d_work_stats work_delta(const llm4d_work_stats *a, const llm4d_work_stats *b) {
+    llm4d_work_stats d;
+    for (int k = 0; k < LLM4D_WORK_N; k++) {
+        d.seconds[k] = a->seconds[k] - b->seconds[k];
+        d.calls[k] = a->calls[k] - b->calls[k];
+    }
+    d.optim_bytes = a->optim_bytes - b->optim_bytes;
+    return d;
+}
+
+/* Where the steps after the first spent their time, by the backend's own timers, and the GEMM implementations
+ * its library chose: what bench/bench_train.sh reports per shape and precision. */
+static void log_work(const llm4d_trainer *tr, const llm4d_work_stats *w, double step_s, int steps) {
+    if (!tr->be->work_stats || steps <= 0 || step_s <= 0) return;
+    char line[512];
+    double in_backend = 0;
+    int k = snprintf(line, sizeof line, "time per step by kind of work (backend timers, %d steps after the first, "
+                     "%.4f s per step):", steps, step_s / steps);
+    for (int i = 0; i < LLM4D_WORK_N && k < (int)sizeof line; i++) {
+        in_backend += w->seconds[i];
+        k += snprintf(line + k, sizeof line - (size_t)k, " %s %.4f s (%.1f%%),", llm4d_work_name(i),
+                      w->seconds[i] / steps, 100 * w->seconds[i] / step_s);
+    }
+    if (k < (int)sizeof line)
+        snprintf(line + k, sizeof line - (size_t)k, " outside the backend %.4f s (%.1f%%)", (step_s - in_backend) / steps,
+                 100 * (step_s - in_backend) / step_s);
+    llm4d_log_info(&tr->log, "%s", line);
+    const double opt_s = w->seconds[LLM4D_WORK_OPTIM];
+    if (opt_s > 0)
+        llm4d_log_info(&tr->log, "optimizer passes: %.3f GB per step in %.4f s: %.2f GB/s", w->optim_bytes / steps / 1e9,
+                       opt_s / steps, w->optim_bytes / opt_s / 1e9);
+    if (tr->be->describe_gemms) {
+        char d[768];
+        tr->be->describe_gemms(tr->be, d, sizeof d);
+        llm4d_log_info(&tr->log, "%s", d);
+    }
+}
+
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const int T = c->data.max_seq_len;
@@ -213,10 +263,15 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     double pp_idle = 0, pp_busy = 0, pp_step = 0; /* pipeline, steps after the first: waiting, computing, all */
     double pp_op[3] = {0, 0, 0};
     int pp_steps = 0, pp_n[3] = {0, 0, 0};
+    llm4d_work_stats work_sum; /* steps after the first */
+    memset(&work_sum, 0, sizeof work_sum);
+    double work_step_s = 0;
+    int work_steps = 0;
     llm4d_comm_watch *watch = tr->groups->world->watch;
     for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
         /* the watchdog: generous for the first step (first-touch allocation, the stage-3 trace), tight after */
         if (watch) llm4d_watch_set(watch, step, step == first ? c->dist.comm_timeout_first : c->dist.comm_timeout);
+        const llm4d_work_stats w0 = work_now(tr);
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
         if (tr->pipelined && tr->pp.emb) memset(&tr->pp.emb->stats, 0, sizeof tr->pp.emb->stats);
@@ -230,6 +285,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double scale_used = tr->loss_scale;
         LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, &spike, err));
         const double t2 = llm4d_now();
+        const llm4d_work_stats w1 = work_now(tr), wd = work_delta(&w1, &w0);
+        if (step > first) {
+            for (int k = 0; k < LLM4D_WORK_N; k++) work_sum.seconds[k] += wd.seconds[k];
+            work_sum.optim_bytes += wd.optim_bytes;
+            work_step_s += t2 - t0;
+            work_steps++;
+        }
         tr->last_loss = loss;
         if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
             pp_idle += tr->pp.idle_s;
@@ -267,19 +329,24 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             if (tr->peak_gflops > 0)
                 snprintf(mfu_s, sizeof mfu_s, "%.4f",
                          tokens / tr->world_size / step_cost * tr->flops_per_token / (tr->peak_gflops * 1e9));
+            _Static_assert(LLM4D_WORK_N == 6, "metrics.jsonl's work_s names six kinds");
             fprintf(tr->metrics,
                     "{\"step\": %lld, \"epoch\": %lld, \"batch\": %lld, \"loss\": %s, \"reader_cost\": %.6f, "
                     "\"batch_cost\": %.6f, \"speed\": %.4f, \"ips_total\": %.1f, \"ips\": %.1f, "
                     "\"learning_rate\": %.6e, \"lr_used\": %.6e, \"grad_norm\": %s, \"tokens\": %.0f, "
                     "\"flops_per_token\": %.6g, \"mfu\": %s, \"comm_bytes\": %llu, \"comm_exposed_s\": %.6f, \"comm_s\": %.6f, "
-                    "\"loss_scale\": %g, \"found_inf\": %d, \"loss_spike_skipped\": %d, \"zero_gather_wait_s\": %.6f, \"zero_reduce_scatter_s\": %.6f, "
-                    "\"pp_idle_s\": %.6f, \"pp_busy_s\": %.6f}\n",
+                    "\"loss_scale\": %g, \"found_inf\": %d, \"loss_spike_skipped\": %d, \"zero_gather_wait_s\": %.6f, "
+                    "\"zero_reduce_scatter_s\": %.6f, \"pp_idle_s\": %.6f, \"pp_busy_s\": %.6f, \"work_s\": {\"%s\": %.6f, "
+                    "\"%s\": %.6f, \"%s\": %.6f, \"%s\": %.6f, \"%s\": %.6f, \"%s\": %.6f}, \"optim_bytes\": %.0f}\n",
                     (long long)step, (long long)b->epoch, (long long)b->batch, loss_s, t1 - t0, step_cost,
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf, spike,
                     tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0,
-                    tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0);
+                    tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0,
+                    llm4d_work_name(0), wd.seconds[0], llm4d_work_name(1), wd.seconds[1], llm4d_work_name(2),
+                    wd.seconds[2], llm4d_work_name(3), wd.seconds[3], llm4d_work_name(4), wd.seconds[4],
+                    llm4d_work_name(5), wd.seconds[5], wd.optim_bytes);
             fflush(tr->metrics);
         }
         if (step % c->logging_freq == 0 || step == c->max_steps) {
@@ -306,6 +373,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         }
     }
     print_peak_memory(tr);
+    log_work(tr, &work_sum, work_step_s, work_steps);
     if (tr->pipelined) { /* what the schedule kept alive, against the slots it was given */
         const llm4d_gpt *g = &tr->model;
         char line[256];
