@@ -1,4 +1,4 @@
-/* test_ckpt_store.c — checks of the checkpoint directory layer (src/ckpt/store.c).
+/* test_ckpt_store.c — checks of the checkpoint directory layer (src/ckpt/store_*.c).
  *
  * Round trips with tensors split into slices and flat ranges and read back whole, as other slices, and converted;
  * the manifest checked against zlib's crc32 of each file; every way a checkpoint can be bad (flipped byte,

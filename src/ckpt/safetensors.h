@@ -83,7 +83,7 @@ llm4d_code llm4d_st_writer_meta(llm4d_st_writer *w, const char *key, const char 
  * size, computed while writing so nobody has to read the file back. Errors name the path. */
 llm4d_code llm4d_st_writer_write(const llm4d_st_writer *w, const char *path, int flags, uint32_t *crc32_out,
                                  uint64_t *bytes_out, llm4d_err *err);
-/* What a checkpoint saver hooks into a write (store.c), for its crash and fault tests: after_header(ctx) is called
+/* What a checkpoint saver hooks into a write (store_save.c), for its crash and fault tests: after_header(ctx) is called
  * after the header is written and before the data (a kill point), and every create, write, fsync and rename of the
  * file is counted by fault (core/fault.h), which may make one fail. Any member may be NULL. */
 typedef struct {

@@ -13,7 +13,7 @@
  *   LLM4D_FAULT=collective@<K>       the first collective operation of training step K fails (comm/comm.c)
  *   LLM4D_FAULT_RANK=<r>             only rank r injects (default: every rank)
  *
- * Each checkpoint save counts its own operations from 1 (store.c keeps an llm4d_fault in its saver and the file
+ * Each checkpoint save counts its own operations from 1 (store_save.c keeps an llm4d_fault in its saver and the file
  * layer, core/fs.h, counts through it), so "enospc@7" fails the 7th write of every save the process makes; a test
  * loops N = 1, 2, ... until the save succeeds to cover every write. An injected failure looks exactly like the real
  * one (the same errno reaches the same code), which is the point. The state is an explicit value owned by whoever
