@@ -128,6 +128,11 @@ printf '\x55' | dd of="$tmp/flip/model.safetensors" bs=1 seek=5000 conv=notrunc 
 bad "flipped byte" "model.safetensors" "$tmp/flip"
 cp -r "$tmp/resumed/step_10" "$tmp/missing" && rm "$tmp/missing/optim_v.safetensors"
 bad "missing file" "optim_v.safetensors" "$tmp/missing"
+for v in 1e300 -3 2.5 '"ten"'; do # meta.json holds the checksums, so it is checked value by value
+  cp -r "$tmp/resumed/step_10" "$tmp/meta_$v"
+  /usr/bin/python3 -c 'import json, sys; p = sys.argv[1] + "/meta.json"; m = json.load(open(p)); m["step"] = json.loads(sys.argv[2]); json.dump(m, open(p, "w"))' "$tmp/meta_$v" "$v"
+  bad "meta.json step $v" 'meta.json.s "step" is not a whole number' "$tmp/meta_$v"
+done
 "$LLM4D" train "${C[@]}" -o Model.hidden_size=32 --micro_batch_size 4 --max_steps 10 --resume "$tmp/resumed/step_10" \
   --output_dir "$tmp/bad2" >/dev/null 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && grep -qi "different model" "$tmp/e"; then ok "checkpoint of another model (hidden 64 vs 32): $(cat "$tmp/e")"

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,7 +257,9 @@ static llm4d_code cfg_int(const cJSON *j, const char *path, const char *key, int
         if (required) return llm4d_fail(err, LLM4D_EUSER, "%s has no \"%s\"; is it a GPT-2 config.json?", path, key);
         return LLM4D_OK;
     }
-    if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble != (double)(int)x->valuedouble)
+    /* the range first: converting a double outside int's range is undefined */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= INT_MAX) ||
+        x->valuedouble != (double)(int)x->valuedouble)
         return llm4d_fail(err, LLM4D_EUSER, "%s: \"%s\" must be a positive integer", path, key);
     *out = (int)x->valuedouble;
     return LLM4D_OK;

@@ -119,9 +119,55 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-static int64_t meta_int(const cJSON *meta, const char *key, int64_t dflt) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(meta, key);
-    return cJSON_IsNumber(j) ? (int64_t)j->valuedouble : dflt;
+/* A whole number >= 0 of meta.json (dflt when absent). meta.json is not checksummed (it holds the checksums), so an
+ * edited or damaged value is refused rather than cast: converting a double outside int64's range is undefined. */
+static llm4d_code meta_int(const llm4d_ckpt *ck, const cJSON *obj, const char *key, int64_t dflt, int64_t *out,
+                           llm4d_err *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = dflt;
+    if (!j) return LLM4D_OK;
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble <= 9007199254740992.0) ||
+        j->valuedouble != (double)(int64_t)j->valuedouble)
+        return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: meta.json's \"%s\" is not a whole number >= 0; the file "
+                          "was edited or damaged: restore it or resume from another checkpoint", llm4d_ckpt_dir(ck), key);
+    *out = (int64_t)j->valuedouble;
+    return LLM4D_OK;
+}
+
+/* The training progress a resumed run continues from: the step, the evaluation cursor, the fp16 loss scale, Adam's
+ * step count and the loss spike guard's window. */
+static llm4d_code restore_progress(llm4d_trainer *tr, const llm4d_ckpt *ck, llm4d_engine *e, llm4d_err *err) {
+    const llm4d_config *c = tr->cfg;
+    const cJSON *meta = llm4d_ckpt_meta(ck);
+    int64_t step, adam_t;
+    LLM4D_TRY(meta_int(ck, meta, "step", llm4d_ckpt_step(ck), &step, err));
+    tr->start_step = step + 1;
+    tr->last_saved = step;
+    LLM4D_TRY(meta_int(ck, meta, "eval_next", 0, &tr->eval_next, err));
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(meta, "loss_scale");
+    if (tr->precision == LLM4D_PREC_FP16 && cJSON_IsNumber(ls) && ls->valuedouble > 0) {
+        tr->loss_scale = ls->valuedouble;
+        LLM4D_TRY(meta_int(ck, meta, "loss_scale_good_steps", 0, &tr->good_steps, err));
+    }
+    LLM4D_TRY(meta_int(ck, meta, "adam_t", step, &adam_t, err));
+    e->ops->adam_steps(e, adam_t);
+    const cJSON *recent = cJSON_GetObjectItemCaseSensitive(meta, "recent_losses"), *x;
+    const int n = cJSON_IsArray(recent) ? cJSON_GetArraySize(recent) : 0, w = c->loss_spike_window;
+    tr->n_recent = 0;
+    int k = 0;
+    cJSON_ArrayForEach(x, recent) { /* the last loss_spike_window of them */
+        if (k++ < n - w || !cJSON_IsNumber(x)) continue;
+        tr->recent_loss[tr->n_recent++] = x->valuedouble;
+    }
+    LLM4D_TRY(meta_int(ck, meta, "loss_spikes_skipped", 0, &tr->spikes_skipped, err));
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(meta, "data");
+    int64_t gbs, seq;
+    LLM4D_TRY(meta_int(ck, data, "global_batch_size", c->global_batch_size, &gbs, err));
+    LLM4D_TRY(meta_int(ck, data, "max_seq_len", c->data.max_seq_len, &seq, err));
+    if (gbs != c->global_batch_size || seq != c->data.max_seq_len)
+        llm4d_log_warn(&tr->log, "the checkpoint was written with another global_batch_size or max_seq_len: the run "
+                       "continues, but not on the samples an uninterrupted run would have read");
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_optim, llm4d_err *err) {
@@ -153,34 +199,10 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
                         "checkpoint %s holds weights only (no optimizer state), so it cannot be resumed; start a new "
                         "run from its weights with --model_name_or_path %s instead of --resume",
                         llm4d_ckpt_dir(ck), path);
-    if (rc == LLM4D_OK && has_optim) {
-        const int64_t step = meta_int(meta, "step", llm4d_ckpt_step(ck));
-        tr->start_step = step + 1;
-        tr->last_saved = step;
-        tr->eval_next = meta_int(meta, "eval_next", 0);
-        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(meta, "loss_scale");
-        if (tr->precision == LLM4D_PREC_FP16 && cJSON_IsNumber(ls) && ls->valuedouble > 0) {
-            tr->loss_scale = ls->valuedouble;
-            tr->good_steps = meta_int(meta, "loss_scale_good_steps", 0);
-        }
-        e->ops->adam_steps(e, meta_int(meta, "adam_t", step));
-        const cJSON *recent = cJSON_GetObjectItemCaseSensitive(meta, "recent_losses"), *x;
-        const int n = cJSON_IsArray(recent) ? cJSON_GetArraySize(recent) : 0, w = c->loss_spike_window;
-        tr->n_recent = 0;
-        int k = 0;
-        cJSON_ArrayForEach(x, recent) { /* the last loss_spike_window of them */
-            if (k++ < n - w || !cJSON_IsNumber(x)) continue;
-            tr->recent_loss[tr->n_recent++] = x->valuedouble;
-        }
-        tr->spikes_skipped = meta_int(meta, "loss_spikes_skipped", 0);
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(meta, "data");
-        if (meta_int(data, "global_batch_size", c->global_batch_size) != c->global_batch_size ||
-            meta_int(data, "max_seq_len", c->data.max_seq_len) != c->data.max_seq_len)
-            llm4d_log_warn(&tr->log,
-                           "the checkpoint was written with another global_batch_size or max_seq_len: the run "
-                           "continues, but not on the samples an uninterrupted run would have read");
-    }
-    if (rc == LLM4D_OK && !has_optim) tr->last_saved = meta_int(meta, "step", llm4d_ckpt_step(ck));
+    if (rc == LLM4D_OK && has_optim) rc = restore_progress(tr, ck, e, err);
+    int64_t step = 0;
+    if (rc == LLM4D_OK && !has_optim) rc = meta_int(ck, meta, "step", llm4d_ckpt_step(ck), &step, err);
+    if (rc == LLM4D_OK && !has_optim) tr->last_saved = step;
     if (rc == LLM4D_OK)
         llm4d_log_info(&tr->log, "loaded %s from %s", has_optim ? "weights and optimizer state" : "weights",
                        llm4d_ckpt_dir(ck));
