@@ -10,20 +10,6 @@
 #include "data/megatron.h"
 #include "util.h"
 
-static void walk(const llm4d_corpus *c) {
-    if (c->n_docs < 0 || c->doc_start[0] != 0 || c->doc_start[c->n_docs] != c->n_tokens)
-        fz_fail("document index does not cover the tokens");
-    int32_t buf[4096];
-    int64_t limit = c->n_tokens < (1 << 20) ? c->n_tokens : (1 << 20);
-    for (int64_t s = 0; s < limit; s += 4096) {
-        int64_t n = limit - s < 4096 ? limit - s : 4096;
-        llm4d_corpus_read(c, s, n, buf);
-        for (int64_t i = 0; i < n; i++)
-            if (buf[i] < 0 || buf[i] > c->max_id)
-                fz_fail("token %lld = %d outside [0, max_id]", (long long)(s + i), buf[i]);
-    }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_part parts[2];
     int n = fz_split(data, size, parts, 2);
@@ -37,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llm4d_corpus c;
     llm4d_code rc = llm4d_corpus_open_megatron(&c, prefix, &err);
     if (rc == LLM4D_OK) {
-        walk(&c);
+        fz_walk_corpus(&c);
         llm4d_corpus_close(&c);
     } else {
         fz_refused("corpus_open_megatron", rc, &err);

@@ -103,3 +103,17 @@ const char *fz_src_path(const char *rel, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/%s", s && *s ? s : LLM4D_SRC_DIR, rel);
     return buf;
 }
+
+void fz_walk_corpus(const llm4d_corpus *c) {
+    if (c->n_docs < 0 || c->doc_start[0] != 0 || c->doc_start[c->n_docs] != c->n_tokens)
+        fz_fail("document index does not cover the tokens");
+    int32_t buf[4096];
+    int64_t limit = c->n_tokens < (1 << 20) ? c->n_tokens : (1 << 20);
+    for (int64_t s = 0; s < limit; s += 4096) {
+        int64_t n = limit - s < 4096 ? limit - s : 4096;
+        llm4d_corpus_read(c, s, n, buf);
+        for (int64_t i = 0; i < n; i++)
+            if (buf[i] < 0 || buf[i] > c->max_id)
+                fz_fail("token %lld = %d outside [0, max_id]", (long long)(s + i), buf[i]);
+    }
+}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "data/corpus.h"
 
 #define FZ_SEP "\n--8<--\n"
 #define FZ_MAX_PARTS 8
@@ -49,5 +50,8 @@ void fz_refused(const char *what, llm4d_code rc, const llm4d_err *err);
 
 /* Abort with a message: a property the harness checks does not hold (libFuzzer records the input). */
 void fz_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* Read a corpus's tokens (the first 2^20, in windows of 4096) and check its document index against the token
+ * count and every token against max_id: the property of the token-file harnesses (npz, Megatron). */
+void fz_walk_corpus(const llm4d_corpus *c);
 
 #endif
