@@ -69,8 +69,8 @@ while read -r verdict rest; do
 done <"$tmp/a.txt"
 
 # ---- (b) the whole plan against the peak resident set ----------------------------------------------------------------
-# Within 5 % (one process) or 8 % (under MPI: rank 0's peak carries 50-60 MiB more than rank 1's of the same
-# layout, transient heap outside the arena and not yet attributed; rank 1 reads +1.1 %).
+# Within 5 %. Under ZeRO-2/3 the plan of the sharding group's first rank holds Open MPI's reduce-scatter
+# temporaries (rank 0 read +4.3..+6.7 % without them, rank 1 +1.1 %).
 rss_check() { # name log [bound %]
   local line pct bound=${3:-5}
   line=$(grep -h "memory plan against the run" "$2" | head -1)
@@ -89,8 +89,8 @@ check_if $(yes_if grep -q "the backend's bf16 copies of the weights $copies MiB"
 rss_check "GPT-2 124M bf16, one process" "$tmp/b1.log"
 "$LLM4D" launch --nproc 2 --log_dir "$tmp/g2" -- "${GPT2[@]}" --max_steps 2 --sharding_degree 2 --sharding_stage 3 \
   --output_dir "$tmp/g2.out" >"$tmp/g2.stdout" 2>&1
-rss_check "GPT-2 124M, sharding2 stage 3, rank 0" "$tmp/g2/workerlog.0" 8
-rss_check "GPT-2 124M, sharding2 stage 3, rank 1" "$tmp/g2/workerlog.1" 8
+rss_check "GPT-2 124M, sharding2 stage 3, rank 0" "$tmp/g2/workerlog.0"
+rss_check "GPT-2 124M, sharding2 stage 3, rank 1" "$tmp/g2/workerlog.1"
 
 # ---- (c) refused before allocating ---------------------------------------------------------------------------------
 /usr/bin/python3 - "$LLM4D" "$SRC_DIR" "$tmp" >"$tmp/c.txt" <<'PY'
@@ -115,11 +115,15 @@ refused "activations that do not fit" "lower micro_batch_size or max_seq_len, or
 
 # ---- (d) sharding makes it fit --------------------------------------------------------------------------------------
 GIB3=$((3 * 1024 * 1024 * 1024))
+f0=$fail
+t0=$(date +%s.%N)
 timeout 120 "$LLM4D" launch --nproc 2 --log_dir "$tmp/d1" -- "${GPT2[@]}" --max_steps 1 --dp_degree 2 \
   --output_dir "$tmp/d1.out" --debug_mem_available $GIB3 >"$tmp/d1.stdout" 2>"$tmp/d1.err"
 rc=$?
 check_if $(yes_if test $rc = 2 && grep -q "needs 1.9[0-9] GiB more memory per rank .* but 1.50 GiB is available to each of the 2 rank(s)" "$tmp/d1.err") \
   "3 GiB for 2 ranks: dp2 refused (exit $rc): $(grep '^llm4d: rank' "$tmp/d1.err" | head -1)"
+reliability_checked $f0 "bad input (test_memory_plan)" "GPT-2 124M dp2 with 3 GiB for 2 ranks" \
+  "$(grep -m1 '^llm4d: rank' "$tmp/d1.err")" "$rc" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')" -
 timeout 300 "$LLM4D" launch --nproc 2 --log_dir "$tmp/d2" -- "${GPT2[@]}" --max_steps 1 --sharding_degree 2 \
   --sharding_stage 3 --output_dir "$tmp/d2.out" --debug_mem_available $GIB3 >"$tmp/d2.stdout" 2>&1
 rc=$?
