@@ -37,6 +37,13 @@ reliability_row() {
     for f in "$@"; do out+="${f//[$'\t\n\r']/ }"$'\t'; done
     printf '%s\n' "${out%$'\t'}" >>"$LLM4D_RELIABILITY_OUT"
 }
+# reliability_checked FAIL_BEFORE AREA CASE SEEN EXIT STOP_S LOADS: reliability_row whose verdict is that no check
+# failed since the tally of failures read FAIL_BEFORE (the checks behind the row ran in between)
+reliability_checked() {
+    local f0=$1
+    shift
+    reliability_row "$@" "$([ "$fail" = "$f0" ] && echo 1 || echo 0)"
+}
 # refused NAME TEXT CMD...: the command exits 2 with exactly one line on stderr, containing TEXT (also a row of
 # docs/reliability.md: a bad input)
 refused() {

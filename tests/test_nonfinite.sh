@@ -31,12 +31,14 @@ ref=$(losses "$tmp/ref/metrics.jsonl")
 
 # ---- (a), (b) ---------------------------------------------------------------------------------------------
 inf_run() { # name nproc want_name inject args...
-  local name=$1 np=$2 want=$3 inject=$4; shift 4
+  local name=$1 np=$2 want=$3 inject=$4 f0=$fail t0 t1; shift 4
   local run=("$LLM4D")
   [ "$np" = 1 ] || run=("$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name.log" --)
+  t0=$(date +%s.%N)
   timeout 120 "${run[@]}" "${T[@]}" --max_steps 5 --save_steps 2 --output_dir "$tmp/$name" \
     --debug_inject_inf_step 3 --debug_inject_inf_param "$inject" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
   local rc=$? err
+  t1=$(date +%s.%N)
   err=$(cat "$tmp/$name.err")
   if [ "$np" = 1 ]; then # through the launcher, several ranks add its own lines (which rank, where its log is)
     check_if $(yes_if test $rc = 2 -a "$(grep -c . "$tmp/$name.err")" = 1) "$name: exit 2 with one line (got $rc): $err"
@@ -47,6 +49,9 @@ inf_run() { # name nproc want_name inject args...
     "$name: the line names step 3, $want and the last checkpoint"
   check_if $(yes_if test "$(cat "$tmp/$name/latest" 2>/dev/null)" = step_2 -a ! -e "$tmp/$name/step_3") \
     "$name: latest still names step_2 and no step_3 was written"
+  reliability_checked $f0 "training guards" "$name: a gradient made infinite at step 3 ($inject)" \
+    "$(grep -m1 'gradient norm is not finite' "$tmp/$name.err")" "$rc" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" "latest = step_2, no step_3"
 }
 inf_run single 1 transformer.h.1.mlp.c_fc.weight transformer.h.1.mlp.c_fc.weight
 inf_run pp2 2 transformer.h.1.mlp.c_fc.weight transformer.h.1.mlp.c_fc.weight --pp_degree 2

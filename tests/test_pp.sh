@@ -99,6 +99,7 @@ for w in $(children "$mpirun_pid"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
   done
 done
+f0=$fail
 check_if $(yes_if test -n "$victim") "pp2 training running: found the last stage's process ($victim)"
 t0=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
@@ -114,6 +115,8 @@ rc=$?
 check_if $(yes_if test -z "$left" -a $rc != 0) \
   "every process gone $(($(date +%s) - t0)) s after the kill (limit 30 s; left:${left:- none}), exit $rc"
 check_if $(has "$tmp/kill.stderr" "rank 1 (pid $victim) was killed by signal 9") "the launcher names rank 1"
+reliability_checked $f0 communication "pp2: the last stage killed (SIGKILL) mid-schedule" \
+  "$(grep -m1 'killed by signal 9' "$tmp/kill.stderr")" "$rc" "$(($(date +%s) - t0))" -
 
 # ---- bad pipeline settings: one clear line each, exit 2 -------------------------------------------------------
 launch_bad() { # nproc args...

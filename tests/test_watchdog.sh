@@ -57,6 +57,7 @@ ends() {
 wait_step() { for i in $(seq 1 300); do grep -q "global step $2," "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 
 # ---- (a) dp2, rank 1 hangs at step 4 ---------------------------------------------------------------------------
+f0=$fail
 run hang 2 --micro_batch_size 4 --dp_degree 2 --comm_timeout 3 --debug_hang_step 4
 wait_step "$tmp/hang.log/workerlog.1" 3
 pid1=$(rank_pid $launcher 1)
@@ -68,8 +69,10 @@ check_if $(yes_if grep -q "allreduce #[0-9]* on the data group (world ranks \[0,
 check_if $(yes_if grep -q "PENDING" "$tmp/hang.log/workerlog.0") "rank 0's log holds its flight recorder with the pending operation"
 check_if $(yes_if test "$(grep -c '^  op [0-9]*:' "$tmp/hang.log/workerlog.0")" -ge 10) "... and its earlier operations"
 check_if $(yes_if test -z "$(ls "$tmp/hang.log" | grep progress)") "no progress board is left in the log directory"
+reliability_checked $f0 communication "dp2: rank 1 hangs in step 4 (comm_timeout 3)" "$err" "$rc" "$secs" -
 
 # ---- (b) pp2, rank 1 stopped ------------------------------------------------------------------------------------
+f0=$fail
 run stop 2 --micro_batch_size 1 --pp_degree 2 --comm_timeout 3
 wait_step "$tmp/stop.log/workerlog.1" 3
 pid1=$(rank_pid $launcher 1)
@@ -79,13 +82,18 @@ err=$(grep '^llm4d: rank' "$tmp/stop.err")
 check_if $(yes_if test -n "$pid1" -a "$secs" != timeout -a "$rc" != 0) "pp2, rank 1 (pid $pid1) stopped: every process gone in $secs s, exit $rc"
 check_if $(yes_if grep -q "i\?\(recv from\|send to\) rank 1 on the pp group (world ranks \[0, 1\]) at step [0-9]* has not completed .*waiting for rank 1 (pid $pid1, STOPPED" "$tmp/stop.err") \
   "the line names the transfer with rank 1 of the pp group and says it is stopped: $err"
+reliability_checked $f0 communication "pp2: rank 1 stopped (SIGSTOP) mid-schedule (comm_timeout 3)" "$err" "$rc" \
+  "$secs" -
 
 # ---- (c) ZeRO-3 ---------------------------------------------------------------------------------------------------
+f0=$fail
 run zero3 2 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 3 --comm_timeout 3 --debug_hang_step 3
 ends zero3 60
 err=$(grep '^llm4d: rank' "$tmp/zero3.err")
 check_if $(yes_if grep -q "\(allgather\|reduce_scatter\|allreduce\) #[0-9]* on the \(sharding\|data\) group .* at step 3 has not completed .*not arrived: rank 1" "$tmp/zero3.err") \
   "sharding2 stage 3: the hang is seen in a collective of the sharding group at step 3 ($secs s): $err"
+reliability_checked $f0 communication "sharding2 stage 3: rank 1 hangs in step 3 (comm_timeout 3)" "$err" "$rc" \
+  "$secs" -
 
 # ---- (d) the first step's timeout -------------------------------------------------------------------------------------
 run first 2 --micro_batch_size 4 --dp_degree 2 --comm_timeout 60 --comm_timeout_first 3 --debug_hang_step 1
