@@ -5,7 +5,7 @@
 # any rank), with sharding off and at N = 2, 4, 8 processes for each stage, with and without offload; plus the step
 # time (the mean of steps 2..3, all ranks on this machine's cores). Every layout trains 3 steps of micro-batch 1 x 32
 # tokens (no checkpoint). Layouts whose states do not fit in this machine's memory are listed as skipped.
-#   bench/bench_sharding_memory.sh [preset] [N ...]
+#   bench/bench_sharding_memory.sh [preset] [N ...]        (STAGES="3" bench/... runs only those stages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-gpt3-350m}
@@ -61,7 +61,7 @@ if off: per -= (8 if s < 3 else 12) * psi / n
 exit(0 if n * per * 1.3 / 1024 < $mem_kib else 1)"
 }
 run "sharding off (1 proc)" 1 0 False
-for stage in 1 2 3; do
+for stage in ${STAGES:-1 2 3}; do
   for off in False True; do
     for n in "${NS[@]}"; do
       name="stage $stage N=$n$([ $off = True ] && echo ' offload' || true)"
