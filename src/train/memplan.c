@@ -89,18 +89,20 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
     return n * 2;
 }
 
-/* Bytes Open MPI allocates for ZeRO-2/3's reduce-scatters on the sharding group's first rank: its non-blocking
- * MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to that rank and scatters from there, so the rank
- * holds a temporary of the largest group per reduce-scatter in flight (two: the gradient ring), the others none.
- * Measured on GPT-2 124M sharding2 stage 3: rank 0's resident set rises 16-27 MiB during each step's
- * reduce-scatters and ends ~50 MiB above rank 1's. */
+/* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
+ * non-blocking MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to that rank and scatters from there, so
+ * that rank holds a temporary the size of each group being reduce-scattered, at most two at once (the gradient
+ * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
+ * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). */
 static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *t) {
-    const llm4d_dist_config *d = &tr->cfg->dist;
-    if (!tr->sharded || d->sharding_stage < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
-    size_t group = 0;
-    for (int g = 0; g < t->n_groups; g++)
-        if (t->g[g].hi - t->g[g].lo > group) group = t->g[g].hi - t->g[g].lo;
-    return 2 * group * sizeof(float);
+    if (!tr->sharded || tr->cfg->dist.sharding_degree < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
+    size_t first = 0, second = 0;
+    for (int g = 0; g < t->n_groups; g++) {
+        const size_t len = t->g[g].hi - t->g[g].lo;
+        if (len > first) second = first, first = len;
+        else if (len > second) second = len;
+    }
+    return (first + second) * sizeof(float);
 }
 
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
@@ -142,8 +144,8 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %.2f MiB%s", llm4d_mem_category_name(c),
                       tr->plan[c] / MiB, c + 1 < LLM4D_MEM_NCATEGORIES ? "," : "");
     if (copies && k < (int)sizeof line)
-        k += snprintf(line + k, sizeof line - (size_t)k, "; outside them, the backend's bf16 copies of the weights "
-                      "%.2f MiB", copies / MiB);
+        k += snprintf(line + k, sizeof line - (size_t)k, "; outside them, the backend's %s copies of the weights "
+                      "%.2f MiB", strcmp(cfg->amp_dtype, "float16") ? "bf16" : "fp16", copies / MiB);
     if (mpi_tmp && k < (int)sizeof line)
         snprintf(line + k, sizeof line - (size_t)k, "; MPI's reduce-scatter temporaries on the sharding group's root "
                  "%.2f MiB", mpi_tmp / MiB);
