@@ -184,9 +184,31 @@ EOF
     ); then ok "$name: $res"; else bad "$name: $res"; fi
 }
 train_case "train on a directory with an npz corpus and a Megatron corpus" "$MIX" mix
-if grep -q "data: 2 corpora blended" "$TMP/run_mix.log" && grep -q "doc.bin: [0-9]* samples (0\.4" "$TMP/run_mix.log" &&
-   grep -q "fortunes_ids.npz: [0-9]* samples (0\.5" "$TMP/run_mix.log"; then
-    ok "the log lists both corpora and their shares of the train and validation samples"
+# the shares the log gives each corpus's samples against the token counts read from the files themselves (numpy;
+# the Megatron .bin by its size over the .idx's dtype): Megatron weighs a directory's corpora by their tokens
+if grep -q "data: 2 corpora blended" "$TMP/run_mix.log" && share=$("$PY" - "$TMP/run_mix.log" "$MIX" <<'EOF'
+import os, re, sys
+import numpy as np
+log, mix = open(sys.argv[1]).read(), sys.argv[2]
+with open(f"{mix}/doc.idx", "rb") as f:
+    f.read(17)
+    size = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 4, 7: 8, 8: 2}[f.read(1)[0]]
+a = os.path.getsize(f"{mix}/doc.bin") // size
+b = len(np.load(f"{mix}/fortunes_ids.npz")["ids"])
+want = a / (a + b)
+ok = True
+for split in ("train", "validation"):
+    m = re.search(split + r" split .*blended from:\n.*doc\.bin: (\d+) samples.*\n.*fortunes_ids\.npz: (\d+) samples", log)
+    if not m:
+        print(f"no {split} split lines"); sys.exit(1)
+    na, nb = int(m.group(1)), int(m.group(2))
+    got = na / (na + nb)
+    ok &= abs(got - want) <= 1 / (na + nb) + 0.01
+    print(f"{split}: doc.bin {na} of {na + nb} samples = {got:.4f} (tokens {a} / {a + b} = {want:.4f})")
+sys.exit(0 if ok else 1)
+EOF
+); then
+    ok "the log lists both corpora, their samples' shares as their tokens': $(echo $share)"
 else
     bad "the log does not describe the blend:"; grep -A8 "data:" "$TMP/run_mix.log"
 fi

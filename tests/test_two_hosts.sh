@@ -12,7 +12,8 @@
 # (as tests/test_dp.sh compares them); rank 1 ran on hostb (its namespace's hostname in its log) and the gradients
 # crossed the veth (its byte counters grew by at least what llm4d reports sending); the remote-shell command was
 # used for hostb only. Runs only as root with network namespaces available (CI runs as root on this machine); where
-# namespaces cannot be created the test says so and is skipped (exit 77), nothing else skips it.
+# namespaces cannot be created or entered (no CAP_SYS_ADMIN; a chroot) the test says so and is skipped (exit 77),
+# nothing else skips it.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
@@ -33,6 +34,14 @@ cleanup() {
 trap cleanup EXIT
 if ! err=$(ip netns add "$NA" 2>&1); then
     echo "SKIP: network namespaces cannot be created here ($err); the two-host test needs root (CAP_SYS_ADMIN)"
+    echo "0 passed, 0 failed (skipped)"
+    exit 77
+fi
+# entering one remounts / as a slave, which fails where / is not a mount point (a chroot, such as the fresh-root
+# check of the README's commands): the namespaces exist but cannot be used
+if ! err=$(ip -n "$NA" link show lo 2>&1); then
+    echo "SKIP: a network namespace cannot be entered here ($err): / is not a mount point (a chroot?); the" \
+         "two-host test needs a machine's or a container's own root"
     echo "0 passed, 0 failed (skipped)"
     exit 77
 fi
