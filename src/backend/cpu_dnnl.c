@@ -244,7 +244,51 @@ static dnnl_status_t md_init(dnnl_memory_desc_t *md, const llm4d_dnnl_mm *mm, in
 
 static int batch_ndims(const llm4d_dnnl_mm *mm) { return (mm->batch[0] > 1) + (mm->batch[1] > 1); }
 
-static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry **out, llm4d_err *err) {
+/* oneDNN lists the implementations that can run a matmul best first, by its own heuristics. One heuristic is wrong
+ * here: in fp32 with a row-major B (the input-gradient and weight-gradient GEMMs: B is W or the layer's input), its
+ * first choice, brgemm, is erratic in N while its gemm:jit (the MKL-style sgemm) is steady. Measured on Sapphire
+ * Rapids, 2 threads, GPT-2 124M shapes with 8192 tokens: brgemm 178 / 148 GFLOP/s for the MLP projection's two
+ * backward GEMMs (N = 3072; N = 5120 is as bad, 2048 and 4096 are not) against gemm:jit's 382 / 375, and over all
+ * fp32 row-major-B GEMMs of a layer 890 ms (brgemm) against 620 ms (gemm:jit); at 256 tokens gemm:jit is as fast or
+ * faster but for two shapes (-1 %, -5 %). The choice is by rule, not by timing, so that a run's kernels, hence its
+ * bits, do not depend on how busy the machine was when it started. The single-threaded attention blocks (mt) keep
+ * brgemm, which is faster at their size. */
+static int prefer_gemm_jit(const llm4d_dnnl_mm *mm, int mt) {
+    return !mt && mm->ab_type == LLM4D_DNNL_F32 && mm->b_cs == 1 && mm->b_rs != 1 && batch_ndims(mm) == 0;
+}
+
+/* The primitive descriptor for desc: oneDNN's first choice, or its gemm:jit where prefer_gemm_jit says so (and it
+ * is offered). */
+static dnnl_status_t choose_pd(dnnl_primitive_desc_t *pd, const dnnl_matmul_desc_t *desc,
+                               const_dnnl_primitive_attr_t attr, dnnl_engine_t engine, int want_jit) {
+    *pd = NULL;
+    if (!want_jit) return dnnl_primitive_desc_create(pd, desc, attr, engine, NULL);
+    dnnl_primitive_desc_iterator_t it = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, desc, attr, engine, NULL);
+    if (st != dnnl_success) return st;
+    dnnl_primitive_desc_t first = NULL;
+    do {
+        dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+        if (!c) continue;
+        const char *name = NULL;
+        if (dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name &&
+            strncmp(name, "gemm:", 5) == 0) {
+            *pd = c;
+            break;
+        }
+        if (!first) first = c;
+        else dnnl_primitive_desc_destroy(c);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (*pd) {
+        if (first) dnnl_primitive_desc_destroy(first);
+        return dnnl_success;
+    }
+    *pd = first;
+    return first ? dnnl_success : dnnl_unimplemented;
+}
+
+static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, int mt, mm_entry **out, llm4d_err *err) {
     llm4d_code rc = LLM4D_OK;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -281,7 +325,7 @@ static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry 
         DNNL_CHECK(dnnl_post_ops_append_sum(ops, 1.0f), "sum post-op");
         DNNL_CHECK(dnnl_primitive_attr_set_post_ops(attr, ops), "post-ops");
     }
-    DNNL_CHECK(dnnl_primitive_desc_create(&pd, &desc, attr, d->engine, NULL), "matmul primitive desc");
+    DNNL_CHECK(choose_pd(&pd, &desc, attr, d->engine, prefer_gemm_jit(mm, mt)), "matmul primitive desc");
     e->md[ARG_SCRATCH] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     e->scratch_bytes = dnnl_memory_desc_get_size(&e->md[ARG_SCRATCH]);
     e->used[ARG_SCRATCH] = e->scratch_bytes > 0;
@@ -314,11 +358,12 @@ static mm_entry *lookup(llm4d_dnnl *d, const mm_key *k) {
     return NULL;
 }
 
-static llm4d_code get_entry(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry **out, llm4d_err *err) {
+/* mt: for llm4d_dnnl_run_mt (decides the implementation of a new entry; an existing one is reused either way). */
+static llm4d_code get_entry(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, int mt, mm_entry **out, llm4d_err *err) {
     mm_key k = make_key(mm);
     mm_entry *e = lookup(d, &k);
     if (!e) {
-        LLM4D_TRY(entry_create(d, mm, &e, err));
+        LLM4D_TRY(entry_create(d, mm, mt, &e, err));
         if (d->n == d->cap) {
             int cap = d->cap ? 2 * d->cap : 32;
             mm_entry **p = realloc(d->entries, (size_t)cap * sizeof *p);
@@ -338,7 +383,7 @@ static llm4d_code get_entry(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, mm_entry **o
 
 llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char **impl, llm4d_err *err) {
     mm_entry *e;
-    LLM4D_TRY(get_entry(d, mm, &e, err));
+    LLM4D_TRY(get_entry(d, mm, 0, &e, err));
     if (impl) *impl = e->impl;
     return LLM4D_OK;
 }
@@ -359,10 +404,10 @@ static void run(llm4d_dnnl *d, mm_entry *e, int slot, const void *a, const void 
     LLM4D_ASSERT(st == dnnl_success, "oneDNN matmul execution failed: %s", dnnl_status2str(st));
 }
 
-static mm_entry *get_or_abort(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
+static mm_entry *get_or_abort(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, int mt) {
     mm_entry *e;
     llm4d_err err = {0};
-    llm4d_code rc = get_entry(d, mm, &e, &err);
+    llm4d_code rc = get_entry(d, mm, mt, &e, &err);
     LLM4D_ASSERT(rc == LLM4D_OK, "matmul M=%lld N=%lld K=%lld batch=%lldx%lld: %s", (long long)mm->M,
                  (long long)mm->N, (long long)mm->K, (long long)mm->batch[0], (long long)mm->batch[1], err.msg);
     return e;
@@ -370,12 +415,12 @@ static mm_entry *get_or_abort(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
 
 void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
                        float *c) {
-    run(d, get_or_abort(d, mm), 0, a, b, bias, c);
+    run(d, get_or_abort(d, mm, 0), 0, a, b, bias, c);
 }
 
 llm4d_dnnl_prim *llm4d_dnnl_get_mt(llm4d_dnnl *d, const llm4d_dnnl_mm *mm) {
     LLM4D_ASSERT(!omp_in_parallel(), "llm4d_dnnl_get_mt called inside a parallel region%s", "");
-    mm_entry *e = get_or_abort(d, mm);
+    mm_entry *e = get_or_abort(d, mm, 1);
     e->mt = 1;
     int n = omp_get_max_threads();
     llm4d_err err = {0};
