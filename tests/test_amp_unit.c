@@ -2,7 +2,9 @@
  * from the formats: rounding each operand to bf16 (8-bit significand) errs by at most 2^-9 relative, so a product
  * errs by at most ~2^-8 and |y_lowp - y_fp32| <= 2^-8 * sum_k |a_ik b_jk| (+ fp32 accumulation noise); fp16
  * (11-bit significand) gives 2^-10. Also checks the low-precision path is really taken (the error is not zero),
- * and backward (dinp, dw) the same way. */
+ * and backward (dinp, dw) the same way; a layer whose input goes through GELU (linear_forward_act) against the same
+ * bound with gelu(x) in place of x; and the bias gradient, which in low precision is summed while the output
+ * gradient is converted, against the column sums in double (it must not lose precision). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +95,35 @@ int main(void) {
         for (int i = 0; i < N * OC; i++) bias_err = fmax(bias_err, fabs(ylp[i] - ynb[i] - b[i % OC]));
         snprintf(what, sizeof what, "%s bias added in fp32", modes[m].name);
         check(bias_err < 1e-5, what, bias_err, bias_err);
+        /* input through GELU: the bound of y = gelu(x) w^T */
+        static float gx[N * C], yg32[N * OC];
+        for (int i = 0; i < N * C; i++) {
+            const double v = x[i];
+            gx[i] = (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+        }
+        be->set_precision(be, LLM4D_PREC_FP32, &err);
+        be->linear_forward(be, yg32, gx, w, NULL, N, C, OC);
+        be->set_precision(be, modes[m].p, &err);
+        be->linear_forward_act(be, ylp, x, LLM4D_ACT_GELU, w, NULL, N, C, OC);
+        r = worst_ratio(ylp, yg32, gx, w, N, C, OC, modes[m].eps, &maxerr);
+        snprintf(what, sizeof what, "%s linear forward, input through GELU", modes[m].name);
+        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        /* the bias gradient: fp32 column sums of dy whatever the GEMM precision, over a row count that is not a
+         * multiple of the sums' chunk (64 rows) */
+        enum { NB = 150 };
+        static float dyb[NB * OC], xb[NB * C], dxb[NB * C], dwb[OC * C], db[OC];
+        for (int i = 0; i < NB * OC; i++) dyb[i] = frand(&s);
+        for (int i = 0; i < NB * C; i++) xb[i] = frand(&s);
+        memset(db, 0, sizeof db);
+        be->linear_backward(be, dxb, dwb, db, dyb, xb, w, NB, C, OC);
+        double db_err = 0;
+        for (int j = 0; j < OC; j++) {
+            double sum = 0;
+            for (int i = 0; i < NB; i++) sum += dyb[(size_t)i * OC + j];
+            db_err = fmax(db_err, fabs(db[j] - sum) / (fabs(sum) + 1e-3));
+        }
+        snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error)", modes[m].name);
+        check(db_err < 1e-6, what, db_err, db_err);
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
     be->linear_forward(be, ylp, x, w, NULL, N, C, OC);

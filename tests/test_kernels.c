@@ -75,14 +75,29 @@ static void cmp_twice(const char *what, const float *g0, const float *g1, const 
 
 /* ---------------------------------------------------------------------------------------------------------- */
 
-static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int OC, int bias) {
+/* A linear layer, its input read through act (linear_forward_act / linear_backward_act; the plain entry points
+ * for LLM4D_ACT_NONE). */
+static void lin_fwd(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w, const float *b,
+                    int N, int C, int OC) {
+    if (act == LLM4D_ACT_NONE) be->linear_forward(be, out, inp, w, b, N, C, OC);
+    else be->linear_forward_act(be, out, inp, act, w, b, N, C, OC);
+}
+
+static void lin_bwd(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                    llm4d_act act, const float *w, int N, int C, int OC) {
+    if (act == LLM4D_ACT_NONE) be->linear_backward(be, dinp, dw, db, dout, inp, w, N, C, OC);
+    else be->linear_backward_act(be, dinp, dw, db, dout, inp, act, w, N, C, OC);
+}
+
+static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int OC, int bias, llm4d_act act) {
     char tag[128];
-    snprintf(tag, sizeof tag, "linear N=%d C=%d OC=%d bias=%d", N, C, OC, bias);
+    snprintf(tag, sizeof tag, "linear N=%d C=%d OC=%d bias=%d%s", N, C, OC, bias,
+             act == LLM4D_ACT_GELU ? " input through GELU" : "");
     float *inp = frand((size_t)N * C, 1.0f), *w = frand((size_t)OC * C, 0.1f), *b = bias ? frand(OC, 0.5f) : NULL;
     float *o1 = falloc((size_t)N * OC), *o2 = falloc((size_t)N * OC);
     fill(o1, (size_t)N * OC, 1.0f); /* forward must overwrite */
-    cpu->linear_forward(cpu, o1, inp, w, b, N, C, OC);
-    ref->linear_forward(ref, o2, inp, w, b, N, C, OC);
+    lin_fwd(cpu, o1, inp, act, w, b, N, C, OC);
+    lin_fwd(ref, o2, inp, act, w, b, N, C, OC);
     char what[192];
     snprintf(what, sizeof what, "%s forward", tag);
     cmp(what, o1, o2, (size_t)N * OC, TOL);
@@ -91,8 +106,8 @@ static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, in
     float *dinp0 = frand((size_t)N * C, 1.0f), *dw0 = frand((size_t)OC * C, 1.0f), *db0 = frand(OC, 1.0f);
     float *dinp1 = fdup(dinp0, (size_t)N * C), *dw1 = fdup(dw0, (size_t)OC * C), *db1 = fdup(db0, OC);
     float *dinp2 = fdup(dinp0, (size_t)N * C), *dw2 = fdup(dw0, (size_t)OC * C), *db2 = fdup(db0, OC);
-    cpu->linear_backward(cpu, dinp1, dw1, db1, dout, inp, w, N, C, OC);
-    ref->linear_backward(ref, dinp2, dw2, db2, dout, inp, w, N, C, OC);
+    lin_bwd(cpu, dinp1, dw1, db1, dout, inp, act, w, N, C, OC);
+    lin_bwd(ref, dinp2, dw2, db2, dout, inp, act, w, N, C, OC);
     snprintf(what, sizeof what, "%s backward dinp", tag);
     cmp(what, dinp1, dinp2, (size_t)N * C, TOL);
     snprintf(what, sizeof what, "%s backward dw", tag);
@@ -101,7 +116,7 @@ static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, in
     cmp(what, db1, db2, OC, TOL);
     /* twice */
     float *dinp3 = fdup(dinp1, (size_t)N * C), *dw3 = fdup(dw1, (size_t)OC * C), *db3 = fdup(db1, OC);
-    cpu->linear_backward(cpu, dinp3, dw3, db3, dout, inp, w, N, C, OC);
+    lin_bwd(cpu, dinp3, dw3, db3, dout, inp, act, w, N, C, OC);
     snprintf(what, sizeof what, "%s dinp", tag);
     cmp_twice(what, dinp0, dinp1, dinp3, (size_t)N * C);
     snprintf(what, sizeof what, "%s dw", tag);
@@ -110,7 +125,7 @@ static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, in
     cmp_twice(what, db0, db1, db3, OC);
     /* dinp and db may be NULL: dw alone */
     float *dw4 = fdup(dw0, (size_t)OC * C);
-    cpu->linear_backward(cpu, NULL, dw4, NULL, dout, inp, w, N, C, OC);
+    lin_bwd(cpu, NULL, dw4, NULL, dout, inp, act, w, N, C, OC);
     snprintf(what, sizeof what, "%s backward dw only (dinp, db NULL)", tag);
     cmp(what, dw4, dw2, (size_t)OC * C, TOL);
     free(inp), free(w), free(b), free(o1), free(o2), free(dout);
@@ -239,6 +254,15 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     cpu->gelu_backward(cpu, d3, x, dout, n);
     cmp_twice("gelu dinp", d0, d1, d3, n);
     free(x), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
+    /* the derivative over [-30, 30] with unit output gradients: in the tails it is the tanh's sech^2 (tiny) times a
+     * large polynomial derivative, where a clamped or cancelling tanh errs by ~1e-4 */
+    const size_t m = 6001;
+    float *xt = falloc(m), *g = falloc(m), *t1 = falloc(m), *t2 = falloc(m);
+    for (size_t i = 0; i < m; i++) xt[i] = -30.0f + 0.01f * (float)i, g[i] = 1.0f, t1[i] = t2[i] = 0.0f;
+    cpu->gelu_backward(cpu, t1, xt, g, m);
+    ref->gelu_backward(ref, t2, xt, g, m);
+    cmp("gelu derivative on [-30, 30]", t1, t2, m, TOL);
+    free(xt), free(g), free(t1), free(t2);
 }
 
 static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p, float qscale) {
@@ -743,11 +767,13 @@ int main(void) {
     }
     printf("# cpu backend, %d threads\n", cpu->nthreads);
     test_dnnl_cache();
-    test_linear(cpu, ref, 1, 1, 1, 1);
-    test_linear(cpu, ref, 37, 50, 23, 1);
-    test_linear(cpu, ref, 136, 64, 200, 0);
-    test_linear(cpu, ref, 257, 192, 515, 1);
-    test_linear(cpu, ref, 2048, 40, 96, 1);
+    test_linear(cpu, ref, 1, 1, 1, 1, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 37, 50, 23, 1, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 136, 64, 200, 0, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 257, 192, 515, 1, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 2048, 40, 96, 1, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 37, 50, 23, 1, LLM4D_ACT_GELU);
+    test_linear(cpu, ref, 257, 4100, 65, 1, LLM4D_ACT_GELU); /* more elements than one conversion task (4096) */
     test_embedding(cpu, ref, 51, 45, 11, 1);
     test_embedding(cpu, ref, 128, 130, 300, 3);
     test_position(cpu, ref, 51, 45, 17, 0);

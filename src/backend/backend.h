@@ -52,6 +52,9 @@ typedef struct {
 
 typedef struct llm4d_backend llm4d_backend;
 
+/* An element-wise activation a linear layer applies to its input as it reads it (linear_forward_act). */
+typedef enum { LLM4D_ACT_NONE = 0, LLM4D_ACT_GELU } llm4d_act;
+
 /* Kinds of work the backend's own timers tell apart (work_stats): where a step's time goes, measured by the
  * backend around its kernels (not by a profiler). Each kernel's time is counted once, in the innermost kind
  * (the operand conversions inside a linear layer count as LLM4D_WORK_CONVERT, not as its GEMM). */
@@ -104,6 +107,14 @@ struct llm4d_backend {
      * NULL (not computed): zero-bubble pipelines compute dinp first and dw, db later. */
     void (*linear_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
+    /* The same with the input read through an activation: out = act(inp) W^T + b; dinp += dout W (the gradient
+     * with respect to act(inp), the layer's real input), dw += dout^T act(inp), db as above. act(inp) is never
+     * stored: the backend applies it while making its GEMM operand, so the MLP's second layer, which reads GELU of
+     * the first layer's output, costs no pass that writes the GELU output, forward or backward. */
+    void (*linear_forward_act)(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
+                               const float *b, int N, int C, int OC);
+    void (*linear_backward_act)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, llm4d_act act, const float *w, int N, int C, int OC);
 
     /* Token embedding over the vocabulary rows [row0, row0 + nrows) held in w[nrows, C]:
      * out[n] += w[tokens[n] - row0] for the tokens in that range; the other rows of out are left as they are

@@ -151,7 +151,6 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 /* ---------------------------------------------------------------------------------------------------------- */
 /* GELU */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define EW_CHUNK 4096              /* elements per element-wise task */
 
 static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
@@ -161,10 +160,7 @@ static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, si
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
 #pragma omp simd
-        for (size_t i = i0; i < i1; i++) {
-            float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + vtanh(GELU_K * (x + 0.044715f * x * x * x)));
-        }
+        for (size_t i = i0; i < i1; i++) out[i] = vgelu(inp[i]);
     }
 }
 
@@ -175,12 +171,7 @@ static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, 
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
 #pragma omp simd
-        for (size_t i = i0; i < i1; i++) {
-            float x = inp[i];
-            float th = vtanh(GELU_K * (x + 0.044715f * x * x * x));
-            float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-            dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * dth) * dout[i];
-        }
+        for (size_t i = i0; i < i1; i++) dinp[i] += vgelu_grad(inp[i]) * dout[i];
     }
 }
 

@@ -27,6 +27,8 @@ typedef struct {
     llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
     void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
     size_t cvt_cap[2];       /* bytes */
+    double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
+    size_t colsum_cap;       /* doubles */
     llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
     /* the backend's own timers (backend.h, work_stats): exclusive seconds and calls per kind of work */
     double work_s[LLM4D_WORK_N], work_calls[LLM4D_WORK_N];
@@ -71,7 +73,10 @@ static inline void work_leave(work_mark *m) {
 /* exp(x) for x in [-87, 88] (clamped outside): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6
  * Taylor polynomial (truncation < 1.3e-7 relative) and 2^n built in the exponent bits. */
 static inline float vexp(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* two plain clamps, not a nested conditional: GCC makes VMAXPS/VMINPS of these, but if-converted the nested
+     * form into mask arithmetic through general registers (GELU's backward 40 % slower) */
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
     /* n = round(x / ln2) by the 1.5*2^23 trick: ternaries and this trick vectorise, libm's floorf/fminf may not */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f;
@@ -89,10 +94,22 @@ static inline float vexp(float x) {
     return p * scale;
 }
 
-/* tanh(u) = 1 - 2/(exp(2u)+1); |u| is clamped at 9 where tanh is 1 to float precision. */
-static inline float vtanh(float u) {
-    u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
-    return 1.0f - 2.0f / (vexp(2.0f * u) + 1.0f);
+/* GELU, tanh approximation (GPT-2): gelu(x) = 0.5 x (1 + tanh u) = x sigmoid(2u), u = K (x + 0.044715 x^3).
+ * With e = exp(-2|u|) <= 1 and q = 1/(1 + e): sigmoid(2u) = q for u >= 0, e q for u < 0, and
+ * sigmoid(2u) (1 - sigmoid(2u)) = e q^2 for both signs. No overflow, no clamp beyond vexp's own, and no
+ * cancellation: 1 - tanh^2 u computed as 1 - th*th lost the derivative's digits where |tanh u| is near 1, and
+ * tanh clamped at |u| <= 9 left sech^2(9) = 6e-8 times a polynomial derivative of ~120 (x = -30: 9e-5 absolute
+ * error in the gradient). Both functions agree with the double-precision formulas to 6e-7 absolute on [-60, 60]. */
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+static inline float vgelu(float x) {
+    const float u = GELU_K * (x + 0.044715f * x * x * x), e = vexp(-2.0f * fabsf(u)), q = 1.0f / (1.0f + e);
+    return x * (u >= 0.0f ? q : e * q);
+}
+/* d gelu / dx = s + x 2 s (1 - s) du/dx, s = sigmoid(2u) */
+static inline float vgelu_grad(float x) {
+    const float u = GELU_K * (x + 0.044715f * x * x * x), e = vexp(-2.0f * fabsf(u)), q = 1.0f / (1.0f + e);
+    const float s = u >= 0.0f ? q : e * q;
+    return s + 2.0f * x * e * q * q * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -213,6 +230,8 @@ void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
 /* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
  * fp32 mode. */
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
+/* The operand act(src), the activation applied in the conversion's pass (src itself for LLM4D_ACT_NONE in fp32). */
+const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_t n, llm4d_act act);
 /* A 2-D GEMM (llm4d_dnnl_mm_2d's arguments) whose operands are in the working precision. */
 llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
                                 int64_t ldb, int64_t ldc, int accumulate);

@@ -49,19 +49,33 @@ static float drop_mult(const llm4d_dropout *d, uint64_t pos) {
 /* ---------------------------------------------------------------------------------------------------------- */
 /* linear */
 
-static void ref_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
-                               int N, int C, int OC) {
+/* GELU, tanh approximation, in double */
+#define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
+static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(GELU_K * (x + 0.044715 * x * x * x))); }
+
+/* element i of a linear layer's input as the layer reads it */
+static double ref_in(const float *inp, size_t i, llm4d_act act) {
+    return act == LLM4D_ACT_GELU ? ref_gelu(inp[i]) : (double)inp[i];
+}
+
+static void ref_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
+                                   const float *b, int N, int C, int OC) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double acc = b ? b[o] : 0.0;
-            for (int c = 0; c < C; c++) acc += (double)inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+            for (int c = 0; c < C; c++) acc += ref_in(inp, (size_t)n * C + c, act) * w[(size_t)o * C + c];
             out[(size_t)n * OC + o] = (float)acc;
         }
 }
 
-static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC) {
+static void ref_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
+                               int N, int C, int OC) {
+    ref_linear_forward_act(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
+}
+
+static void ref_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                    const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
     (void)be;
     if (dinp)
         for (int n = 0; n < N; n++)
@@ -73,7 +87,7 @@ static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
     for (int o = 0; o < OC; o++) {
         for (int c = 0; dw && c < C; c++) {
             double acc = 0.0;
-            for (int n = 0; n < N; n++) acc += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+            for (int n = 0; n < N; n++) acc += (double)dout[(size_t)n * OC + o] * ref_in(inp, (size_t)n * C + c, act);
             dw[(size_t)o * C + c] += (float)acc;
         }
         if (db) {
@@ -82,6 +96,11 @@ static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float
             db[o] += (float)acc;
         }
     }
+}
+
+static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC) {
+    ref_linear_backward_act(be, dinp, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -187,14 +206,9 @@ static void ref_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 /* ---------------------------------------------------------------------------------------------------------- */
 /* GELU, tanh approximation */
 
-#define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
-
 static void ref_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (float)(0.5 * x * (1.0 + tanh(GELU_K * (x + 0.044715 * x * x * x))));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = (float)ref_gelu(inp[i]);
 }
 
 static void ref_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
@@ -470,6 +484,8 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->copy = ref_copy;
     be->linear_forward = ref_linear_forward;
     be->linear_backward = ref_linear_backward;
+    be->linear_forward_act = ref_linear_forward_act;
+    be->linear_backward_act = ref_linear_backward_act;
     be->embedding_forward = ref_embedding_forward;
     be->embedding_backward = ref_embedding_backward;
     be->position_forward = ref_position_forward;

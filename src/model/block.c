@@ -82,17 +82,17 @@ static void ln_gather(llm4d_gpt *g, float *out, float *mean, float *rstd, const 
     llm4d_tp_allgather(&g->tp, g->dlocal, out, (size_t)Nl * C);
 }
 
-/* Row-parallel linear + g: out = (inp[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens.
+/* Row-parallel linear + g: out = (act(inp)[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens.
  * Returns where it is ([Nl, C]): g->full or g->dlocal. */
-static const float *row_parallel(llm4d_gpt *g, const float *inp, const float *w, const float *b, int N, int Nl,
-                                 int K) {
+static const float *row_parallel(llm4d_gpt *g, const float *inp, llm4d_act act, const float *w, const float *b,
+                                 int N, int Nl, int K) {
     llm4d_backend *be = g->be;
     const int C = g->C;
     if (g->tp.size == 1) {
-        be->linear_forward(be, g->full, inp, w, b, N, K, C);
+        be->linear_forward_act(be, g->full, inp, act, w, b, N, K, C);
         return g->full;
     }
-    be->linear_forward(be, g->full, inp, w, NULL, N, K, C);
+    be->linear_forward_act(be, g->full, inp, act, w, NULL, N, K, C);
     float *out = g->full;
     if (g->tp.sp) {
         llm4d_tp_reduce_scatter(&g->tp, g->full, g->dlocal, (size_t)Nl * C);
@@ -115,22 +115,22 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, 
     ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, Nl);
     be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
     be->attention_forward(be, a->atty, a->lse, a->qkv, attn_shape(g, mb), &d.attn);
-    const float *att = row_parallel(g, a->atty, w.attprojw, w.attprojb, N, Nl, g->Cl);
+    const float *att = row_parallel(g, a->atty, LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
     be->dropout_add_forward(be, a->res2, x, att, Nl, C, &d.out1);
 
     ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, Nl);
     be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, g->Fl);
-    be->gelu_forward(be, g->gelu, a->fch, (size_t)N * g->Fl);
-    const float *mlp = row_parallel(g, g->gelu, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored */
+    const float *mlp = row_parallel(g, a->fch, LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
     be->dropout_add_forward(be, out, a->res2, mlp, Nl, C, &d.out2);
     llm4d_gpt_release(g, grp, 0);
 }
 
 /* Backward of row-parallel + g: dloc [Nl, C] is the gradient of this rank's tokens of the output. Adds the input
- * gradient to dinp [N, K] and (unless split) the weight and bias gradients; with split, keeps the output gradient
- * of all tokens in keep [N, C]. */
+ * gradient (with respect to act(inp)) to dinp [N, K] and (unless split) the weight and bias gradients; with split,
+ * keeps the output gradient of all tokens in keep [N, C]. */
 static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *db, const float *dloc,
-                                  const float *inp, const float *w, int N, int Nl, int K, float *keep) {
+                                  const float *inp, llm4d_act act, const float *w, int N, int Nl, int K, float *keep) {
     llm4d_backend *be = g->be;
     const int C = g->C;
     const float *dfull = dloc;
@@ -140,11 +140,11 @@ static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *d
     }
     if (keep) be->copy(be, keep, dfull, (size_t)N * C * sizeof(float));
     if (g->tp.size == 1) {
-        be->linear_backward(be, dinp, dw, db, dfull, inp, w, N, K, C);
+        be->linear_backward_act(be, dinp, dw, db, dfull, inp, act, w, N, K, C);
         return;
     }
     if (db) be->bias_backward(be, db, dloc, Nl, C);
-    be->linear_backward(be, dinp, dw, NULL, dfull, inp, w, N, K, C);
+    be->linear_backward_act(be, dinp, dw, NULL, dfull, inp, act, w, N, K, C);
 }
 
 /* Backward of f + column-parallel linear: dout [N, OC] is the gradient of this rank's output features. Adds the
@@ -187,12 +187,11 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     be->zero(be, g->dres2, NlC * sizeof(float));
     be->zero(be, g->dproj, NlC * sizeof(float));
     be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);
-    /* GELU's output is the widest activation of a block (N x F/M): recomputing it costs one element-wise pass,
-     * keeping it would cost that much memory per layer (recompute has just refilled it) */
-    if (!g->layout.recompute) be->gelu_forward(be, g->gelu, a->fch, NF);
+    /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
+     * activation of a block, N x F/M) */
     be->zero(be, g->dfch_gelu, NF * sizeof(float));
-    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, g->gelu, w.fcprojw,
-                          N, Nl, Fl, wg ? wg->dmlp : NULL);
+    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, a->fch,
+                          LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : NULL);
     be->zero(be, g->dfch, NF * sizeof(float));
     be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
     const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), g->dfch, a->ln2, w.fcw, N,
@@ -205,7 +204,7 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, Nl, C, &d.out1);
     be->zero(be, g->datty, (size_t)N * Cl * sizeof(float));
     row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), g->dproj, a->atty,
-                          w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
+                          LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
     be->zero(be, g->dqkv, (size_t)N * 3 * Cl * sizeof(float));
     be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, mb), &d.attn);
     const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), g->dqkv, a->ln1, w.qkvw,
@@ -224,8 +223,8 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
     float *dp = llm4d_gpt_grads_of(g, grp);
     /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
     const size_t own = (size_t)g->tok0 * C;
-    be->gelu_forward(be, g->gelu, a->fch, (size_t)N * Fl);
-    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, g->gelu, NULL, N, Fl, C);
+    be->linear_backward_act(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch, LLM4D_ACT_GELU,
+                            NULL, N, Fl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), wg->dmlp + own, Nl, C);
     be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB), wg->dfch,
                         a->ln2, NULL, N, C, Fl);

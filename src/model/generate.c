@@ -44,7 +44,6 @@ static int gen_bufs(llm4d_gen *g, gen_buf *b) {
     b[k++] = (gen_buf){&g->atty, R * C, W};
     b[k++] = (gen_buf){&g->proj, R * C, W};
     b[k++] = (gen_buf){&g->fch, R * F, W};
-    b[k++] = (gen_buf){&g->fch_gelu, R * F, W};
     b[k++] = (gen_buf){&g->scores, R * NH * T, W};
     b[k++] = (gen_buf){&g->logits, R * Vp, W};
     b[k++] = (gen_buf){&g->last_logits, Vp, W};
@@ -168,8 +167,7 @@ static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
         add_rows(g->x, g->proj, (size_t)n * C);
         be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln2w, w->ln2b, n, C);
         be->linear_forward(be, g->fch, g->ln, w->fcw, w->fcb, n, C, F);
-        be->gelu_forward(be, g->fch_gelu, g->fch, (size_t)n * F);
-        be->linear_forward(be, g->proj, g->fch_gelu, w->fcprojw, w->fcprojb, n, F, C);
+        be->linear_forward_act(be, g->proj, g->fch, LLM4D_ACT_GELU, w->fcprojw, w->fcprojb, n, F, C);
         add_rows(g->x, g->proj, (size_t)n * C);
     }
     g->pos += n;

@@ -38,7 +38,7 @@ typedef struct {
     int pos;            /* positions in the cache */
     float *kc, *vc;     /* [L, T_max, C] */
     /* scratch for `chunk` rows */
-    float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *fch_gelu, *scores, *logits;
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *scores, *logits;
     float *last_logits; /* [Vp]: the logits of the last position fed */
     size_t cache_bytes;
 } llm4d_gen;

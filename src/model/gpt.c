@@ -221,7 +221,6 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
         g->lnf = alloc_f(&A, W, N * C);
         if (tp->sp) g->dlnf_full = alloc_f(&A, W, N * C);
     }
-    g->gelu = alloc_f(&A, W, N * g->Fl);
     g->full = alloc_f(&A, W, N * C);
     g->dres = alloc_f(&A, W, Nl * C);
     g->dres2 = alloc_f(&A, W, Nl * C);

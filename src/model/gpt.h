@@ -131,7 +131,7 @@ typedef struct {
     float *lnf;              /* [BT,C] ln_f's output as the head reads it */
     float *dlnf_full;        /* [BT,C] the head's partial d(ln_f output) before the tensor-parallel reduction */
     /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
-    float *gelu, *full;      /* [BT,F/M], [BT,C] (a row-parallel output before its reduction; a gathered input) */
+    float *full;             /* [BT,C] (a row-parallel output before its reduction; a gathered input) */
     float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *dlocal;
     size_t act_bytes;        /* bytes of activations held (for the report) */
     int n_allocs;            /* everything allocated at creation, freed by destroy */
