@@ -21,10 +21,15 @@ PY=/usr/bin/python3
 export OMP_NUM_THREADS=$THREADS
 # The peer must use an optimized BLAS: Debian's python3-torch calls the system libblas.so.3, which is the slow
 # reference BLAS unless OpenBLAS provides it (the OpenMP build shares one thread pool, as llm4d's kernels do).
-if ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed"; then
-  echo "bench: installing libopenblas0-openmp so that PyTorch does not run on the reference BLAS"
+# The peer itself is Debian's python3-torch (what `LLM4D_TEST_DEPS=1 scripts/setup.sh`, i.e. ./test.sh, installs).
+need=()
+for p in python3-torch python3-numpy libopenblas0-openmp; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bench: installing ${need[*]} (the PyTorch peer, on an optimized BLAS)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q libopenblas0-openmp >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
 $PY -c "import torch, time; torch.set_num_threads($THREADS); a = torch.randn(2048, 2048); a @ a; t = time.time(); a @ a; \
 print('PyTorch fp32 matmul (2048^3, %d threads): %.1f GFLOP/s' % ($THREADS, 2 * 2048**3 / (time.time() - t) / 1e9))"
@@ -147,4 +152,29 @@ for r in rows:
             "B=%s T=%s" % (B, T), prec, st / w["steps"], share(ws["gemm"]), share(ws["attention"]), share(os_),
             share(rest), share(ws["convert"]), share(ws["elementwise"]), share(ws["cross_entropy"]), share(out), gbps, xcopy,
             w["isa"]))
+
+# The throughput targets (issue 16) against this run's figures, so that one run on a machine says which hold there.
+# The bf16 targets are the AMX machine's; "non-GEMM" counts the attention as GEMM work (its block GEMMs dominate
+# it at T = 1024) and everything else as not.
+print()
+print("targets, this run (measured / target):")
+amx = any("amx" in json.load(open(os.path.join(tmp, f))).get("isa", "") for f in os.listdir(tmp)
+          if f.startswith("work_") and f.endswith("_true.json"))
+for r in rows:
+    B, T, o32, fpt, _, t32, _, o16, _, _, t16, _ = r.split()
+    B, T, fpt, o32, o16, t16 = int(B), int(T), float(fpt), float(o32), float(o16), float(t16)
+    big = T >= 1024
+    line = ["B=%d T=%d:" % (B, T)]
+    mfu32 = B * T / o32 * fpt / (peak32 * 1e9) if o32 > 0 else 0.0
+    line.append("fp32 MFU %.1f%% / %d%%" % (100 * mfu32, 85 if big else 75))
+    if o16 > 0:
+        line.append("bf16 step %.2fx fp32 / %dx%s" % (o32 / o16, 4 if big else 3, "" if amx else " (AMX target; no AMX here)"))
+        if t16 > 0:
+            line.append("bf16 %.2fx PyTorch bf16 / 5x%s" % (t16 / o16, "" if amx else " (AMX target)"))
+    f = os.path.join(tmp, "work_%d_%d_false.json" % (B, T))
+    if big and os.path.exists(f):
+        w = json.load(open(f))
+        non = w["step_s"] - w["work_s"]["gemm"] - w["work_s"]["attention"]
+        line.append("non-GEMM share of the fp32 step %.1f%% / 10%%" % (100 * non / w["step_s"]))
+    print("  " + "; ".join(line))
 PY
