@@ -164,7 +164,7 @@ for r in rows:
     B, T, o32, fpt, _, t32, _, o16, _, _, t16, _ = r.split()
     B, T, fpt, o32, o16, t16 = int(B), int(T), float(fpt), float(o32), float(o16), float(t16)
     big = T >= 1024
-    line = ["B=%d T=%d:" % (B, T)]
+    line = []
     mfu32 = B * T / o32 * fpt / (peak32 * 1e9) if o32 > 0 else 0.0
     line.append("fp32 MFU %.1f%% / %d%%" % (100 * mfu32, 85 if big else 75))
     if o16 > 0:
@@ -176,5 +176,5 @@ for r in rows:
         w = json.load(open(f))
         non = w["step_s"] - w["work_s"]["gemm"] - w["work_s"]["attention"]
         line.append("non-GEMM share of the fp32 step %.1f%% / 10%%" % (100 * non / w["step_s"]))
-    print("  " + "; ".join(line))
+    print("  B=%d T=%d: %s" % (B, T, "; ".join(line)))
 PY

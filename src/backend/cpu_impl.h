@@ -190,7 +190,8 @@ static inline void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, floa
                            _pdep_u64(_mm512_cmpge_epu32_mask(c1, thr), 0x2222222222222222ull) |
                            _pdep_u64(_mm512_cmpge_epu32_mask(c2, thr), 0x4444444444444444ull) |
                            _pdep_u64(_mm512_cmpge_epu32_mask(c3, thr), 0x8888888888888888ull);
-        for (int q = 0; q < 4; q++) _mm512_storeu_ps(buf + 16 * q, _mm512_maskz_mov_ps((__mmask16)(m >> (16 * q)), keep));
+        for (int q = 0; q < 4; q++)
+            _mm512_storeu_ps(buf + 16 * q, _mm512_maskz_mov_ps((__mmask16)(m >> (16 * q)), keep));
         const int from = j == 0 ? off : 0, cnt = 64 - from < n - done ? 64 - from : n - done;
         memcpy(mult + done, buf + from, (size_t)cnt * sizeof(float));
         done += cnt;
