@@ -6,7 +6,9 @@
  * vocabularies (Vp > V). Gradient buffers start with random values so that "accumulates (+=)" is tested, not
  * assumed, and a second backward call must double the increment. Dropout is checked against core/rng.h's definition
  * directly (not only cpu vs ref), on token slices (sequence parallel) and for its drop rate. The embedding and the
- * cross-entropy are also checked in vocabulary parts (vocabulary-parallel ranks, ZeRO blocks) against the whole. AdamW is checked against a double-precision loop,
+ * cross-entropy are also checked in vocabulary parts (vocabulary-parallel ranks, ZeRO blocks) against the whole.
+ * Linear layers also with their input read through GELU (linear_forward_act), and GELU's derivative over [-30, 30],
+ * where its tails are a tiny sech^2 times a large polynomial. AdamW is checked against a double-precision loop,
  * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
  * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7); the attention with bf16 / fp16
  * GEMM operands against per-element bounds derived from the formats (test_attention_lowp). */
