@@ -718,6 +718,29 @@ static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
     check(fabs(s1 - sr) <= 1e-12 * sr, "sumsq cpu vs ref (%.17g vs %.17g)", s1, sr);
     check(cpu->sumsq(cpu, x, 0) == 0.0 && cpu->sumsq(cpu, x, 1) == (double)x[0] * x[0], "sumsq n=0 and n=1");
 
+    /* the bias gradient's column sums (plain, and in bf16 fused into the output gradient's conversion) do not
+     * depend on the thread count either: 1001 rows x 2997 columns */
+    for (int lowp = 0; lowp < 2; lowp++) {
+        llm4d_err err = {0};
+        if (lowp && (!__builtin_cpu_supports("avx512bf16") || cpu->set_precision(cpu, LLM4D_PREC_BF16, &err)))
+            continue;
+        const int R = 1001, K = 2997;
+        float *db[3], *w = frand(K, 0.1f), *dx = falloc(R);
+        for (int t = 0; t < 3; t++) {
+            db[t] = falloc(K);
+            memset(db[t], 0, K * sizeof(float));
+            omp_set_num_threads(t + 1);
+            if (lowp) cpu->linear_backward(cpu, dx, NULL, db[t], x, x, w, R, 1, K); /* fused with dout's conversion */
+            else cpu->bias_backward(cpu, db[t], x, R, K);
+        }
+        omp_set_num_threads(saved);
+        if (lowp) cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
+        check(memcmp(db[0], db[1], K * sizeof(float)) == 0 && memcmp(db[0], db[2], K * sizeof(float)) == 0,
+              "bias gradient%s bit-identical with 1, 2, 3 threads", lowp ? " (bf16, fused)" : "");
+        for (int t = 0; t < 3; t++) free(db[t]);
+        free(w), free(dx);
+    }
+
     float *y1 = fdup(x, n), *y2 = fdup(x, n);
     cpu->scale(cpu, y1, 0.37f, n);
     ref->scale(ref, y2, 0.37f, n);

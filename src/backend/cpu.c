@@ -167,20 +167,18 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
     return dst;
 }
 
-/* Rows per chunk of the column sums fused into an output gradient's conversion. */
+/* Column sums (bias gradients): rows per chunk, and columns per task of the chunks' final sum. */
 #define COLSUM_ROWS 64
-#define COLSUM_COLS 64 /* columns per task of the chunks' final sum */
+#define COLSUM_COLS 64
 
-/* dout [N, OC] in the working precision in conversion slot `slot`, and db[OC] += its column sums, in one pass over
- * dout instead of two (the bias gradient of a linear layer, which otherwise reads the whole output gradient
- * again). Deterministic like cpu_bias_backward: the sums are in double over fixed chunks of COLSUM_ROWS rows, the
- * chunks' partial sums added in chunk order, so the thread count does not change the bits. Not in fp32 mode,
- * where there is no conversion pass to join. */
-static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int N, int OC, float *db) {
-    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+/* db[OC] += the column sums of dout [N, OC], and, when dst is not NULL, dout in the working precision written to
+ * dst in the same pass: a linear layer's bias gradient rides on the conversion of its output gradient instead of
+ * reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
+ * fixed chunks of COLSUM_ROWS rows, and the chunks' partial sums are added in chunk order, so the thread count
+ * does not change the bits. */
+static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst) {
     const llm4d_precision prec = cx->prec;
     const size_t es = llm4d_cpu_operand_bytes(prec);
-    char *dst = llm4d_cpu_slot(cx, slot, (size_t)N * OC * es);
     const long nch = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     if ((size_t)nch * OC > cx->colsum_cap) {
         free(cx->colsum);
@@ -196,7 +194,7 @@ static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int 
         memset(p, 0, (size_t)OC * sizeof(double));
         for (int r = r0; r < r1; r++) {
             const float *row = dout + (size_t)r * OC;
-            llm4d_cpu_convert_block(prec, dst + (size_t)r * OC * es, row, (size_t)OC);
+            if (dst) llm4d_cpu_convert_block(prec, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
 #pragma omp simd
             for (int o = 0; o < OC; o++) p[o] += row[o];
         }
@@ -213,6 +211,14 @@ static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int 
         }
         for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
     }
+}
+
+/* dout [N, OC] in the working precision in conversion slot `slot`, with db += its column sums (not in fp32 mode,
+ * where there is no conversion pass to join). */
+static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int N, int OC, float *db) {
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    void *dst = llm4d_cpu_slot(cx, slot, (size_t)N * OC * llm4d_cpu_operand_bytes(cx->prec));
+    colsum(cx, db, dout, N, OC, dst);
     return dst;
 }
 
@@ -262,23 +268,10 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
     cpu_linear_forward_act(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
 }
 
-#define DB_COLS 128 /* columns per bias-gradient task */
-
-/* db[C] += column sums of dout[N, C]: each task sums whole columns in double, so no thread-count effect. */
+/* db[C] += column sums of dout[N, C] */
 static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    const int ntasks = (C + DB_COLS - 1) / DB_COLS;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < ntasks; t++) {
-        const int o0 = t * DB_COLS, len = C - o0 < DB_COLS ? C - o0 : DB_COLS;
-        double acc[DB_COLS] = {0}; /* N is thousands of rows: float would drift from the reference */
-        for (int n = 0; n < N; n++) {
-            const float *row = dout + (size_t)n * C + o0;
-#pragma omp simd
-            for (int j = 0; j < len; j++) acc[j] += row[j];
-        }
-        for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
-    }
+    colsum(ctx_of(be), db, dout, N, C, NULL);
 }
 
 static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
