@@ -92,6 +92,12 @@ OMP_NUM_THREADS=2 "$LLM4D" "${GPT2[@]}" --max_steps 2 --use_amp true --output_di
 copies=$(/usr/bin/python3 -c 'print(f"{2 * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}")')
 check_if $(yes_if grep -q "the backend's bf16 copies of the weights $copies MiB" "$tmp/b1.log") \
   "bf16: the plan holds the weights' bf16 copies: $copies MiB (2 bytes per linear and token-embedding weight)"
+# and the operands it converts: two conversion slots as large as the largest operand a GEMM reads, here the LM
+# head's logits gradient for a chunk of 64 tokens x 50304 (2 bytes each in bf16), and the bias gradients' partial
+# sums (a double per 64 elements of the widest activation, 64 tokens x 3072)
+ops=$(/usr/bin/python3 -c 'print(f"{(2 * 2 * 64 * 50304 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}")')
+check_if $(yes_if grep -q "the backend's converted GEMM operands $ops MiB" "$tmp/b1.log") \
+  "bf16: the plan holds the backend's converted GEMM operands: $ops MiB (two slots of the largest operand)"
 rss_check "GPT-2 124M bf16, one process" "$tmp/b1.log"
 "$LLM4D" launch --nproc 2 --log_dir "$tmp/g2" -- "${GPT2[@]}" --max_steps 2 --sharding_degree 2 --sharding_stage 3 \
   --output_dir "$tmp/g2.out" >"$tmp/g2.stdout" 2>&1

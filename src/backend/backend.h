@@ -52,6 +52,14 @@ typedef struct {
 
 typedef struct llm4d_backend llm4d_backend;
 
+/* The largest GEMM operands of a step, in elements (for the memory plan: operand_workspace). made: the largest a
+ * backend may have to materialise itself in any precision (an activation applied to a layer's input, attention's
+ * packed panels); read: the largest any GEMM reads (made, or the LM head's logits gradient), which a backend
+ * converts in low precision. */
+typedef struct {
+    size_t made, read;
+} llm4d_operand_sizes;
+
 /* An element-wise activation a linear layer applies to its input as it reads it (linear_forward_act). */
 typedef enum { LLM4D_ACT_NONE = 0, LLM4D_ACT_GELU } llm4d_act;
 
@@ -208,6 +216,9 @@ struct llm4d_backend {
     /* Bytes the backend holds outside llm4d_mem's books (converted operands, attention scratch, oneDNN
      * scratchpads, low-precision weight copies); NULL: none. */
     size_t (*workspace_bytes)(llm4d_backend *be);
+    /* The memory plan's estimate of the operand part of that: the bytes the backend will hold for the GEMM operands
+     * it converts or makes in precision prec, for a step whose largest operands are `s`. NULL: none. */
+    size_t (*operand_workspace)(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec);
 
     /* Weights in low precision. A backend may keep a converted (bf16) copy of each weight a linear layer reads
      * (the `w` of linear_forward/linear_backward), made on first use and reused until the weight changes, so a

@@ -396,6 +396,16 @@ static size_t cpu_workspace_bytes(llm4d_backend *be) {
            llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
 }
 
+/* The two conversion slots, each as large as the largest operand they hold: in fp32 only what the backend makes
+ * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
+ * precision every converted operand; and the bias gradients' partial sums (a double per 64 elements of an output
+ * gradient, at most the widest activation's). */
+static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
+    (void)be;
+    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read;
+    return 2 * slot * llm4d_cpu_operand_bytes(prec) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
+}
+
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
     llm4d_cpu_wcache_changed(ctx_of(be), p, bytes);
 }
@@ -488,6 +498,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
+    be->operand_workspace = cpu_operand_workspace;
     be->weights_changed = cpu_weights_changed;
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;

@@ -215,12 +215,20 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
         g->head_rows = (int)(N < HEAD_ROWS ? N : HEAD_ROWS);
         const size_t nch = (N + (size_t)g->head_rows - 1) / (size_t)g->head_rows;
         g->head = alloc_f(&A, W, (size_t)g->head_rows * (size_t)widest);
+        g->operands.read = (size_t)g->head_rows * (size_t)widest; /* the head's logits gradient, a chunk at a time */
         g->xstats = alloc_f(&A, W, nch * 3 * (size_t)g->head_rows);
         g->xmax = alloc_f(&A, W, (size_t)g->head_rows);
         g->losses = alloc_f(&A, W, N);
         g->lnf = alloc_f(&A, W, N * C);
         if (tp->sp) g->dlnf_full = alloc_f(&A, W, N * C);
     }
+    /* every block's GEMMs read [N, 3C/M], [N, C], [N, F/M] inputs and gradients; the widest may have to be made by
+     * the backend in any precision (GELU applied to c_proj's input, the attention's packed Q, K, V) */
+    int widest = g->Fl;
+    if (3 * g->Cl > widest) widest = 3 * g->Cl;
+    if (g->C > widest) widest = g->C;
+    g->operands.made = N * (size_t)widest;
+    if (g->operands.made > g->operands.read) g->operands.read = g->operands.made;
     g->full = alloc_f(&A, W, N * C);
     g->dres = alloc_f(&A, W, Nl * C);
     g->dres2 = alloc_f(&A, W, Nl * C);
@@ -250,10 +258,12 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
 }
 
 llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
-                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_err *err) {
+                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES],
+                          llm4d_operand_sizes *operands, llm4d_err *err) {
     llm4d_gpt g;
     memset(bytes, 0, LLM4D_MEM_NCATEGORIES * sizeof *bytes);
     llm4d_code rc = build(&g, cfg, part, tp, NULL, NULL, layout, 0, bytes, err);
+    if (operands) *operands = g.operands;
     llm4d_gpt_destroy(&g);
     return rc;
 }

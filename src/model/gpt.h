@@ -134,6 +134,7 @@ typedef struct {
     float *full;             /* [BT,C] (a row-parallel output before its reduction; a gathered input) */
     float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *dlocal;
     size_t act_bytes;        /* bytes of activations held (for the report) */
+    llm4d_operand_sizes operands; /* the largest GEMM operands of a step (the memory plan's backend estimate) */
     int n_allocs;            /* everything allocated at creation, freed by destroy */
     struct llm4d_gpt_alloc *allocs;
     size_t slot_bytes;       /* bytes of one slot of each chunk, summed over chunks */
@@ -146,9 +147,11 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
                             const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
                             uint64_t seed, llm4d_err *err);
 /* The bytes per memory category llm4d_gpt_create would allocate for the same arguments, without allocating them
- * (the same code runs, counting): the model's part of a rank's memory plan. */
+ * (the same code runs, counting): the model's part of a rank's memory plan. operands (may be NULL): the sizes of
+ * the step's largest GEMM operands, for the backend's share of the plan (backend.h operand_workspace). */
 llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
-                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_err *err);
+                          const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES],
+                          llm4d_operand_sizes *operands, llm4d_err *err);
 /* The whole model in one process, one slot: what tests and tools use. */
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
                                   int B, int T, int recompute, uint64_t seed, llm4d_err *err);

@@ -110,7 +110,10 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     const llm4d_config *cfg = tr->cfg;
     const llm4d_dist_config *d = &cfg->dist;
     size_t plan[LLM4D_MEM_NCATEGORIES], add = 0;
-    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, err));
+    llm4d_operand_sizes sizes = {0, 0};
+    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, &sizes, err));
+    /* the backend's converted operands: outside the arena's categories, like the weight copies */
+    const size_t operands = tr->be->operand_workspace ? tr->be->operand_workspace(tr->be, sizes, tr->precision) : 0;
     llm4d_param_table t;
     LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, part, err));
     if (tr->sharded) llm4d_sharding_plan(&t, d->sharding_stage, d->sharding_degree, d->sharding_offload, plan);
@@ -131,7 +134,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
         add += plan[c];
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
     }
-    add += copies + mpi_tmp;
+    add += copies + mpi_tmp + operands;
     const long long rss = proc_kb("/proc/self/status", "VmRSS");
     tr->plan_base = rss > 0 ? (size_t)rss : 0;
     tr->plan_total = tr->plan_base + add;
@@ -146,6 +149,9 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     if (copies && k < (int)sizeof line)
         k += snprintf(line + k, sizeof line - (size_t)k, "; outside them, the backend's %s copies of the weights "
                       "%.2f MiB", strcmp(cfg->amp_dtype, "float16") ? "bf16" : "fp16", copies / MiB);
+    if (operands && k < (int)sizeof line)
+        k += snprintf(line + k, sizeof line - (size_t)k, "%s the backend's converted GEMM operands %.2f MiB",
+                      copies ? " and" : "; outside them,", operands / MiB);
     if (mpi_tmp && k < (int)sizeof line)
         snprintf(line + k, sizeof line - (size_t)k, "; MPI's reduce-scatter temporaries on the sharding group's root "
                  "%.2f MiB", mpi_tmp / MiB);
