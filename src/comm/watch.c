@@ -220,7 +220,20 @@ void llm4d_watch_report(llm4d_comm_watch *w, uint64_t num, const char *key, uint
         k += (size_t)snprintf(who + k, who_n - k, "%s %s", missing ? ";" : "", d);
         missing++;
     }
-    if (!missing) snprintf(who, who_n, "every visible rank of the group entered it (a transfer is stuck)");
+    if (!missing) {
+        /* Every peer entered the collective, yet it does not finish: a peer may have been stopped or died inside
+         * it (its board still says it is in there), which the kernel's view of its process tells apart from a
+         * transfer stuck in the network. */
+        k = (size_t)snprintf(who, who_n, "every visible rank of the group entered it");
+        int halted = 0;
+        for (int i = 0; i < n && k < who_n; i++) {
+            if (members[i] == w->world_rank || !read_board(w, members[i], &b) || !process_state(&b)[0]) continue;
+            describe(&b, now, d, sizeof d);
+            k += (size_t)snprintf(who + k, who_n - k, "%s %s", halted ? ";" : ", but", d);
+            halted++;
+        }
+        if (!halted && k < who_n) snprintf(who + k, who_n - k, " (a transfer is stuck)");
+    }
     if (unknown && k < who_n)
         snprintf(who + strlen(who), who_n - strlen(who), " (%d rank(s) not visible from this host)", unknown);
 }
