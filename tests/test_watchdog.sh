@@ -5,8 +5,8 @@
 #       group and its world ranks, step 4, and rank 1 with its pid as not arrived; rank 0's log holds the flight
 #       recorder with the pending operation; every process is gone within 30 s; no progress board is left;
 #   (b) pp2: rank 1 is SIGSTOPped mid-schedule: stage 0 times out in a point-to-point transfer from rank 1 of the
-#       pp group (or in the embedding group's all-reduce, when rank 1 stopped inside it) and says that rank 1 is
-#       STOPPED; the stopped process is gone too;
+#       pp group (or in a collective such as the tied embedding's all-reduce, when rank 1 stopped there) and says
+#       that rank 1 is STOPPED; the stopped process is gone too;
 #   (c) ZeRO-3 (sharding2 stage 3): the hang is seen in a parameter gather or gradient reduce-scatter of the
 #       sharding group, started non-blocking in the model's hooks;
 #   (d) the first step has its own, generous timeout: a hang at step 1 with comm_timeout 60 and
@@ -81,9 +81,9 @@ pid1=$(rank_pid $launcher 1)
 ends stop 40
 err=$(grep '^llm4d: rank' "$tmp/stop.err")
 check_if $(yes_if test -n "$pid1" -a "$secs" != timeout -a "$rc" != 0) "pp2, rank 1 (pid $pid1) stopped: every process gone in $secs s, exit $rc"
-# Rank 0 waits either in a transfer from rank 1 or, when rank 1 was stopped inside it, in the tied embedding's
-# all-reduce at the end of the step: either way the line names the operation and says that rank 1 is stopped.
-check_if $(yes_if grep -q "\(i\?\(recv from\|send to\) rank 1 on the pp group\|#[0-9]* on the embedding group\) (world ranks \[0, 1\]) at step [0-9]* has not completed .*rank 1 (pid $pid1, STOPPED" "$tmp/stop.err") \
+# Rank 0 waits in a transfer from rank 1 or, when rank 1 was stopped there, in a collective of the step (the tied
+# embedding's all-reduce, the gradient norm's): either way the line names the operation and says rank 1 is stopped.
+check_if $(yes_if grep -q "\(i\?\(recv from\|send to\) rank 1 on the pp group\|#[0-9]* on the [a-z]* group\) (world ranks \[0, 1\]) at step [0-9]* has not completed .*rank 1 (pid $pid1, STOPPED" "$tmp/stop.err") \
   "the line names the transfer or collective with rank 1 and says rank 1 is stopped: $err"
 reliability_checked $f0 communication "pp2: rank 1 stopped (SIGSTOP) mid-schedule (comm_timeout 3)" "$err" "$rc" \
   "$secs" -
