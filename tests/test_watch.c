@@ -69,6 +69,17 @@ static void report(llm4d_comm_watch *w, uint64_t seq, int p2p, char *who, size_t
 
 static int has(const char *s, const char *part) { return strstr(s, part) != NULL; }
 
+/* Reports (a collective of sequence 1, or point to point) and checks that the line holds `want` with the peer's
+ * pid filled in; returns the line for further checks. */
+static const char *said(llm4d_comm_watch *w, pid_t pid, int p2p, const char *want, const char *what) {
+    static char who[512];
+    char part[96];
+    report(w, p2p ? 0 : 1, p2p, who, sizeof who);
+    snprintf(part, sizeof part, want, (int)pid);
+    check(has(who, part), "%s: %s", what, who);
+    return who;
+}
+
 int main(void) {
     char dir[] = "/tmp/llm4d_test_watch.XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -76,42 +87,32 @@ int main(void) {
     llm4d_err err = {0};
     if (llm4d_watch_init(&w, 0, dir, &err) != LLM4D_OK) return 1;
     llm4d_watch_set(&w, 5, 3);
-    char who[512], want[96];
 
     pid_t p = peer(dir, 0, 0, 0, 0);
-    report(&w, 1, 0, who, sizeof who);
-    snprintf(want, sizeof want, "not arrived: rank 1 (pid %d): step 5, computing", (int)p);
-    check(has(who, want), "a computing peer that has not entered the collective: %s", who);
+    said(&w, p, 0, "not arrived: rank 1 (pid %d): step 5, computing", "a computing peer that has not entered it");
     kill(p, SIGSTOP);
     waitpid(p, NULL, WUNTRACED);
-    report(&w, 1, 0, who, sizeof who);
-    snprintf(want, sizeof want, "not arrived: rank 1 (pid %d, STOPPED", (int)p);
-    check(has(who, want), "... stopped: %s", who);
+    said(&w, p, 0, "not arrived: rank 1 (pid %d, STOPPED", "... stopped");
     end_peer(p);
 
     p = peer(dir, 1, 0, 0, 0);
-    report(&w, 1, 0, who, sizeof who);
-    check(!strcmp(who, "every visible rank of the group entered it (a transfer is stuck)"),
-          "a running peer inside the same collective: %s", who);
+    const char *who = said(&w, p, 0, "every visible rank of the group entered it (a transfer is stuck)",
+                           "a running peer inside the same collective");
+    check(!has(who, "pid"), "... names no peer: it is running");
     end_peer(p);
 
     p = peer(dir, 1, 0, 1, 0);
-    report(&w, 1, 0, who, sizeof who);
-    snprintf(want, sizeof want, "entered it, but rank 1 (pid %d, STOPPED", (int)p);
-    check(has(who, want) && has(who, "in allreduce #1 on data group") && !has(who, "a transfer is stuck"),
-          "a peer stopped inside the same collective is named as stopped: %s", who);
+    who = said(&w, p, 0, "entered it, but rank 1 (pid %d, STOPPED", "a peer stopped inside the same collective");
+    check(has(who, "in allreduce #1 on data group") && !has(who, "a transfer is stuck"),
+          "... is said to be stopped in it, not a stuck transfer");
     end_peer(p);
 
     p = peer(dir, 0, 1, 1, 0);
-    report(&w, 0, 1, who, sizeof who);
-    snprintf(want, sizeof want, "waiting for rank 1 (pid %d, STOPPED", (int)p);
-    check(has(who, want), "point to point with a stopped peer: %s", who);
+    said(&w, p, 1, "waiting for rank 1 (pid %d, STOPPED", "point to point with a stopped peer");
     end_peer(p);
 
     p = peer(dir, 1, 0, 0, 1);
-    report(&w, 1, 0, who, sizeof who);
-    snprintf(want, sizeof want, "but rank 1 (pid %d, no longer running)", (int)p);
-    check(has(who, want), "a peer that died inside the collective, its board left behind: %s", who);
+    said(&w, p, 0, "but rank 1 (pid %d, no longer running)", "a peer that died inside the collective, its board left");
 
     llm4d_watch_free(&w);
     char path[sizeof dir + 16];
@@ -122,8 +123,7 @@ int main(void) {
     llm4d_comm_watch plain;
     if (llm4d_watch_init(&plain, 0, NULL, &err) != LLM4D_OK) return 1;
     llm4d_watch_set(&plain, 5, 3);
-    report(&plain, 1, 0, who, sizeof who);
-    check(has(who, "its ranks are world ranks 0 1"), "no progress directory: the group's ranks are listed: %s", who);
+    said(&plain, 0, 0, "its ranks are world ranks 0 1", "no progress directory: the group's ranks are listed");
     llm4d_watch_free(&plain);
     return check_summary();
 }
