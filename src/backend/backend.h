@@ -146,7 +146,9 @@ struct llm4d_backend {
                                const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                int C);
 
-    /* GELU, tanh approximation (GPT-2). */
+    /* GELU, tanh approximation (GPT-2). The model applies GELU inside linear_forward_act and calls only the
+     * backward; the forward stays for the tests (each backend's kernel against the reference, and the objective
+     * whose finite differences check gelu_backward). */
     void (*gelu_forward)(llm4d_backend *be, float *out, const float *inp, size_t n);
     void (*gelu_backward)(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
 

@@ -130,7 +130,8 @@ typedef struct {
     float *losses;           /* [BT] per-token loss */
     float *lnf;              /* [BT,C] ln_f's output as the head reads it */
     float *dlnf_full;        /* [BT,C] the head's partial d(ln_f output) before the tensor-parallel reduction */
-    /* scratch shared by all blocks: GELU's output (c_proj's input, refilled from fch in backward), gradients */
+    /* scratch shared by all blocks: a row-parallel output or gathered input, and gradients (GELU's output is never
+     * stored: c_proj reads fch through it, backend.h linear_forward_act) */
     float *full;             /* [BT,C] (a row-parallel output before its reduction; a gathered input) */
     float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *dlocal;
     size_t act_bytes;        /* bytes of activations held (for the report) */
