@@ -7,7 +7,8 @@
  * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
- * Usage: matmul_peak [--ops [--no-lmhead]] [--reps N]. On a shared machine take the best of many runs.
+ * Usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N]. On a shared machine take the best of many
+ * runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
  *
  * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192): linear forward and
  * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
@@ -181,16 +182,18 @@ static void bench_attention(llm4d_backend *be, float p, const char *prec, double
 }
 
 int main(int argc, char **argv) {
-    int ops = 0, lmhead = 1, reps = 5;
+    int ops = 0, lmhead = 1, linear = 1, reps = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ops") == 0)
             ops = 1;
         else if (strcmp(argv[i], "--no-lmhead") == 0)
             lmhead = 0;
+        else if (strcmp(argv[i], "--attention") == 0)
+            ops = 1, linear = 0, lmhead = 0;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead]] [--reps N (best of N, default 5)]\n");
+            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N (best of N, default 5)]\n");
             return 2;
         }
     }
@@ -218,10 +221,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = 8192\n", be->nthreads);
-    bench_linear(be, 8192, 768, 2304, 1, f32, reps); /* qkv */
-    bench_linear(be, 8192, 768, 768, 1, f32, reps);  /* attention projection */
-    bench_linear(be, 8192, 768, 3072, 1, f32, reps); /* MLP up */
-    bench_linear(be, 8192, 3072, 768, 1, f32, reps); /* MLP down */
+    if (linear) {
+        bench_linear(be, 8192, 768, 2304, 1, f32, reps); /* qkv */
+        bench_linear(be, 8192, 768, 768, 1, f32, reps);  /* attention projection */
+        bench_linear(be, 8192, 768, 3072, 1, f32, reps); /* MLP up */
+        bench_linear(be, 8192, 3072, 768, 1, f32, reps); /* MLP down */
+    }
     fflush(stdout);
     bench_attention(be, 0.0f, "fp32", f32, reps);
     bench_attention(be, 0.1f, "fp32", f32, reps);
