@@ -271,7 +271,7 @@ void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, cons
 
 /* One backward task: all of head h of batch row b (dK and dV of a key block receive a contribution from every
  * row block at or below it, so a head's blocks run in order on one thread, accumulating dQ, dK, dV in the
- * thread's dense panels, added into dqkv at the end; different heads write disjoint columns of dqkv). */
+ * thread's dense panels, written into dqkv at the end; different heads write disjoint columns of dqkv). */
 static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, float *dqkv,
                               const float *dout, const float *out, const float *lse) {
     const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
@@ -342,9 +342,9 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
         const float *q = dQ + (size_t)t * HS, *k = dK + (size_t)t * HS, *v = dV + (size_t)t * HS;
 #pragma omp simd
         for (int c = 0; c < HS; c++) {
-            row[c] += q[c];
-            row[C + c] += k[c];
-            row[2 * C + c] += v[c];
+            row[c] = q[c];
+            row[C + c] = k[c];
+            row[2 * C + c] = v[c];
         }
     }
 }

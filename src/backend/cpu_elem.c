@@ -171,7 +171,7 @@ static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, 
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
 #pragma omp simd
-        for (size_t i = i0; i < i1; i++) dinp[i] += vgelu_grad(inp[i]) * dout[i];
+        for (size_t i = i0; i < i1; i++) dinp[i] = vgelu_grad(inp[i]) * dout[i];
     }
 }
 
@@ -254,15 +254,15 @@ static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, 
         const size_t total = (size_t)N * C;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < total; i++) {
-            dres[i] += dout[i];
-            dx[i] += dout[i];
+            dres[i] = dout[i];
+            dx[i] = dout[i];
         }
         return;
     }
     DROP_FOREACH(N, C, drop, {
         _Pragma("omp simd") for (int i = 0; i < n; i++) {
-            dres[k0 + i] += dout[k0 + i];
-            dx[k0 + i] += dout[k0 + i] * mult[i];
+            dres[k0 + i] = dout[k0 + i];
+            dx[k0 + i] = dout[k0 + i] * mult[i];
         }
     });
 }

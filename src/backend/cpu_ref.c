@@ -217,7 +217,7 @@ static void ref_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, 
         double x = inp[i];
         double t = tanh(GELU_K * (x + 0.044715 * x * x * x));
         double dt = (1.0 - t * t) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x);
-        dinp[i] += (float)((0.5 * (1.0 + t) + 0.5 * x * dt) * dout[i]);
+        dinp[i] = (float)((0.5 * (1.0 + t) + 0.5 * x * dt) * dout[i]);
     }
 }
 
@@ -286,6 +286,7 @@ static void ref_attention_backward(llm4d_backend *be, float *dqkv, const float *
     const int T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
     const double scale = 1.0 / sqrt((double)HS);
     double *a = att_rows_alloc(T), *datt = a + T; /* this row's probabilities and dL/d(probabilities) */
+    memset(dqkv, 0, (size_t)s.B * T * C3 * sizeof(float)); /* written, not added (backend.h); rows accumulate */
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < NH; h++)
             for (int t1 = 0; t1 < T; t1++) {
@@ -368,8 +369,8 @@ static void ref_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, 
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)n * C + c;
-            dres[k] += dout[k];
-            dx[k] += dout[k] * act_mult(drop, n, C, c);
+            dres[k] = dout[k];
+            dx[k] = dout[k] * act_mult(drop, n, C, c);
         }
 }
 

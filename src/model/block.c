@@ -169,7 +169,7 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
                               const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, Fl = g->Fl, Cl = g->Cl;
-    const size_t NlC = (size_t)Nl * C, NF = (size_t)N * Fl;
+    const size_t NF = (size_t)N * Fl;
     const int grp = g->group_of_layer[l];
     const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 1));
     /* split: no parameter gradient now (they go to the engines in one window, in the weight pass), the LayerNorms'
@@ -184,28 +184,22 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     const block_dropouts d = dropouts(g, l, mb);
 
     /* g->dres holds d(out). MLP sublayer: out = x2 + dropout(m) */
-    be->zero(be, g->dres2, NlC * sizeof(float));
-    be->zero(be, g->dproj, NlC * sizeof(float));
     be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);
     /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
      * activation of a block, N x F/M) */
     be->zero(be, g->dfch_gelu, NF * sizeof(float));
     row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, a->fch,
                           LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : NULL);
-    be->zero(be, g->dfch, NF * sizeof(float));
     be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
     const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), g->dfch, a->ln2, w.fcw, N,
                                                  Nl, Fl, wg ? wg->dfch : NULL);
     be->layernorm_backward(be, g->dres2, dln2w, dln2b, dln2, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, Nl, C);
 
     /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
-    be->zero(be, g->dres, NlC * sizeof(float));
-    be->zero(be, g->dproj, NlC * sizeof(float));
     be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, Nl, C, &d.out1);
     be->zero(be, g->datty, (size_t)N * Cl * sizeof(float));
     row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), g->dproj, a->atty,
                           LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
-    be->zero(be, g->dqkv, (size_t)N * 3 * Cl * sizeof(float));
     be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, mb), &d.attn);
     const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), g->dqkv, a->ln1, w.qkvw,
                                                  N, Nl, 3 * Cl, wg ? wg->dqkv : NULL);
