@@ -117,7 +117,7 @@ static void lin_fwd(void *p) {
 
 static void lin_bwd(void *p) {
     lin_args *a = p;
-    a->be->linear_backward(a->be, a->dinp, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+    a->be->linear_backward(a->be, a->dinp, LLM4D_ADD, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
 }
 
 static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, double fp32_peak, int reps) {

@@ -63,7 +63,7 @@ int main(void) {
         for (int k = 0; k < C; k++) wt[(size_t)k * OC + j] = w[(size_t)j * C + k];
 
     be->linear_forward(be, y32, x, w, NULL, N, C, OC);
-    be->linear_backward(be, dx32, dw32, NULL, dy, x, w, N, C, OC);
+    be->linear_backward(be, dx32, LLM4D_ADD, dw32, NULL, dy, x, w, N, C, OC);
     const struct { llm4d_precision p; const char *name; double eps; } modes[] = {
         {LLM4D_PREC_BF16, "bf16", 1.0 / 256}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024}};
     for (int m = 0; m < 2; m++) {
@@ -80,7 +80,7 @@ int main(void) {
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
         memset(dxlp, 0, sizeof dxlp);
         memset(dwlp, 0, sizeof dwlp);
-        be->linear_backward(be, dxlp, dwlp, NULL, dy, x, w, N, C, OC);
+        be->linear_backward(be, dxlp, LLM4D_ADD, dwlp, NULL, dy, x, w, N, C, OC);
         r = worst_ratio(dxlp, dx32, dy, wt, N, OC, C, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear backward dinp", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
@@ -115,7 +115,7 @@ int main(void) {
         for (int i = 0; i < NB * OC; i++) dyb[i] = frand(&s);
         for (int i = 0; i < NB * C; i++) xb[i] = frand(&s);
         memset(db, 0, sizeof db);
-        be->linear_backward(be, dxb, dwb, db, dyb, xb, w, NB, C, OC);
+        be->linear_backward(be, dxb, LLM4D_ADD, dwb, db, dyb, xb, w, NB, C, OC);
         double db_err = 0;
         for (int j = 0; j < OC; j++) {
             double sum = 0;

@@ -96,7 +96,7 @@ static void test_linear(llm4d_backend *be) {
     c.inp = frand((size_t)c.N * c.C, 1.0f), c.w = frand((size_t)c.OC * c.C, 0.5f), c.b = frand(c.OC, 0.5f);
     c.out = falloc((size_t)c.N * c.OC), c.R = frand((size_t)c.N * c.OC, 1.0f);
     float *dinp = falloc((size_t)c.N * c.C), *dw = falloc((size_t)c.OC * c.C), *db = falloc(c.OC);
-    be->linear_backward(be, dinp, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
+    be->linear_backward(be, dinp, LLM4D_WRITE, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
     gradcheck("linear dinp", c.inp, (size_t)c.N * c.C, dinp, linear_obj, &c);
     gradcheck("linear dw", c.w, (size_t)c.OC * c.C, dw, linear_obj, &c);
     gradcheck("linear db", c.b, c.OC, db, linear_obj, &c);

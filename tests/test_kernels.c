@@ -92,10 +92,15 @@ static void lin_fwd(llm4d_backend *be, float *out, const float *inp, llm4d_act a
     else be->linear_forward_act(be, out, inp, act, w, b, N, C, OC);
 }
 
+static void lin_bwd_store(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db, const float *dout,
+                          const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
+    if (act == LLM4D_ACT_NONE) be->linear_backward(be, dinp, st, dw, db, dout, inp, w, N, C, OC);
+    else be->linear_backward_act(be, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
+}
+
 static void lin_bwd(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                     llm4d_act act, const float *w, int N, int C, int OC) {
-    if (act == LLM4D_ACT_NONE) be->linear_backward(be, dinp, dw, db, dout, inp, w, N, C, OC);
-    else be->linear_backward_act(be, dinp, dw, db, dout, inp, act, w, N, C, OC);
+    lin_bwd_store(be, dinp, LLM4D_ADD, dw, db, dout, inp, act, w, N, C, OC);
 }
 
 static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int OC, int bias, llm4d_act act) {
@@ -137,9 +142,19 @@ static void test_linear(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, in
     lin_bwd(cpu, NULL, dw4, NULL, dout, inp, act, w, N, C, OC);
     snprintf(what, sizeof what, "%s backward dw only (dinp, db NULL)", tag);
     cmp(what, dw4, dw2, (size_t)OC * C, TOL);
+    /* LLM4D_WRITE: dinp over random contents is the reference's gradient from zero, and again the same bits */
+    float *dinp5 = fdup(dinp0, (size_t)N * C), *dinp6 = falloc((size_t)N * C);
+    memset(dinp6, 0, (size_t)N * C * sizeof(float));
+    lin_bwd_store(cpu, dinp5, LLM4D_WRITE, NULL, NULL, dout, inp, act, w, N, C, OC);
+    lin_bwd(ref, dinp6, NULL, NULL, dout, inp, act, w, N, C, OC);
+    snprintf(what, sizeof what, "%s backward dinp written", tag);
+    cmp(what, dinp5, dinp6, (size_t)N * C, TOL);
+    float *dinp7 = fdup(dinp5, (size_t)N * C);
+    lin_bwd_store(cpu, dinp7, LLM4D_WRITE, NULL, NULL, dout, inp, act, w, N, C, OC);
+    cmp_overwrites(what, dinp5, dinp7, (size_t)N * C);
     free(inp), free(w), free(b), free(o1), free(o2), free(dout);
     free(dinp0), free(dw0), free(db0), free(dinp1), free(dw1), free(db1), free(dinp2), free(dw2), free(db2);
-    free(dinp3), free(dw3), free(db3), free(dw4);
+    free(dinp3), free(dw3), free(db3), free(dw4), free(dinp5), free(dinp6), free(dinp7);
 }
 
 /* Token embedding over vocabulary parts: the sum of the parts [row0, row0 + nrows) that tile the vocabulary is the
@@ -737,7 +752,7 @@ static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
             db[t] = falloc(K);
             memset(db[t], 0, K * sizeof(float));
             omp_set_num_threads(t + 1);
-            if (lowp) cpu->linear_backward(cpu, dx, NULL, db[t], x, x, w, R, 1, K); /* fused with dout's conversion */
+            if (lowp) cpu->linear_backward(cpu, dx, LLM4D_WRITE, NULL, db[t], x, x, w, R, 1, K); /* fused with dout's conversion */
             else cpu->bias_backward(cpu, db[t], x, R, K);
         }
         omp_set_num_threads(saved);

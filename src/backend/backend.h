@@ -60,6 +60,9 @@ typedef struct {
     size_t made, read;
 } llm4d_operand_sizes;
 
+/* How a kernel stores a result: over what the output held, or added to it (a gradient with several parts). */
+typedef enum { LLM4D_WRITE = 0, LLM4D_ADD } llm4d_store;
+
 /* An element-wise activation a linear layer applies to its input as it reads it (linear_forward_act). */
 typedef enum { LLM4D_ACT_NONE = 0, LLM4D_ACT_GELU } llm4d_act;
 
@@ -111,18 +114,21 @@ struct llm4d_backend {
     /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
     void (*linear_forward)(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
                            int C, int OC);
-    /* dinp[N,C] += dout W;  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp, dw, db may be
-     * NULL (not computed): zero-bubble pipelines compute dinp first and dw, db later. */
-    void (*linear_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC);
-    /* The same with the input read through an activation: out = act(inp) W^T + b; dinp += dout W (the gradient
+    /* dinp[N,C] (=|+=) dout W (dinp_store);  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp,
+     * dw, db may be NULL (not computed): zero-bubble pipelines compute dinp first and dw, db later. A block's
+     * layers write their input gradient (LLM4D_WRITE: no buffer to clear first, and the GEMM does not read it);
+     * the LM head adds each vocabulary block's part (LLM4D_ADD). */
+    void (*linear_backward)(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                            const float *dout, const float *inp, const float *w, int N, int C, int OC);
+    /* The same with the input read through an activation: out = act(inp) W^T + b; dinp (=|+=) dout W (the gradient
      * with respect to act(inp), the layer's real input), dw += dout^T act(inp), db as above. act(inp) is never
      * stored: the backend applies it while making its GEMM operand, so the MLP's second layer, which reads GELU of
      * the first layer's output, costs no pass that writes the GELU output, forward or backward. */
     void (*linear_forward_act)(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
                                const float *b, int N, int C, int OC);
-    void (*linear_backward_act)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, llm4d_act act, const float *w, int N, int C, int OC);
+    void (*linear_backward_act)(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                                const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+                                int OC);
 
     /* Token embedding over the vocabulary rows [row0, row0 + nrows) held in w[nrows, C]:
      * out[n] += w[tokens[n] - row0] for the tokens in that range; the other rows of out are left as they are

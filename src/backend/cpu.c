@@ -284,8 +284,9 @@ static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int 
     }
 }
 
-static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                    const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
+static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                                    const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+                                    int OC) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     llm4d_dnnl *d = cx->dnnl;
@@ -297,7 +298,8 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, f
     const int fused_db = db && cx->prec != LLM4D_PREC_FP32;
     const void *g = fused_db ? operand_colsum(cx, 0, dout, N, OC, db) : llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, 1); /* dinp += dout[N,OC] W[OC,C] */
+        /* dinp (=|+=) dout[N,OC] W[OC,C] */
+        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, dinp_store == LLM4D_ADD);
         llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), NULL, dinp);
     }
     if (dw) {
@@ -307,9 +309,9 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, f
     if (db && !fused_db) cpu_bias_backward(be, db, dout, N, OC);
 }
 
-static void cpu_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC) {
-    cpu_linear_backward_act(be, dinp, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
+static void cpu_linear_backward(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                                const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+    cpu_linear_backward_act(be, dinp, dinp_store, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

@@ -74,15 +74,17 @@ static void ref_linear_forward(llm4d_backend *be, float *out, const float *inp, 
     ref_linear_forward_act(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
 }
 
-static void ref_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                    const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
+static void ref_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                                    const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+                                    int OC) {
     (void)be;
     if (dinp)
         for (int n = 0; n < N; n++)
             for (int c = 0; c < C; c++) {
                 double acc = 0.0;
                 for (int o = 0; o < OC; o++) acc += (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
-                dinp[(size_t)n * C + c] += (float)acc;
+                float *d = &dinp[(size_t)n * C + c];
+                *d = dinp_store == LLM4D_ADD ? *d + (float)acc : (float)acc;
             }
     for (int o = 0; o < OC; o++) {
         for (int c = 0; dw && c < C; c++) {
@@ -98,9 +100,9 @@ static void ref_linear_backward_act(llm4d_backend *be, float *dinp, float *dw, f
     }
 }
 
-static void ref_linear_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                const float *inp, const float *w, int N, int C, int OC) {
-    ref_linear_backward_act(be, dinp, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
+static void ref_linear_backward(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
+                                const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+    ref_linear_backward_act(be, dinp, dinp_store, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

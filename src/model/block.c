@@ -140,11 +140,11 @@ static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *d
     }
     if (keep) be->copy(be, keep, dfull, (size_t)N * C * sizeof(float));
     if (g->tp.size == 1) {
-        be->linear_backward_act(be, dinp, dw, db, dfull, inp, act, w, N, K, C);
+        be->linear_backward_act(be, dinp, LLM4D_WRITE, dw, db, dfull, inp, act, w, N, K, C);
         return;
     }
     if (db) be->bias_backward(be, db, dloc, Nl, C);
-    be->linear_backward_act(be, dinp, dw, NULL, dfull, inp, act, w, N, K, C);
+    be->linear_backward_act(be, dinp, LLM4D_WRITE, dw, NULL, dfull, inp, act, w, N, K, C);
 }
 
 /* Backward of f + column-parallel linear: dout [N, OC] is the gradient of this rank's output features. Adds the
@@ -155,8 +155,7 @@ static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db,
     llm4d_backend *be = g->be;
     const int C = g->C;
     if (keep) be->copy(be, keep, dout, (size_t)N * OC * sizeof(float));
-    be->zero(be, g->dln, (size_t)N * C * sizeof(float));
-    be->linear_backward(be, g->dln, dw, db, dout, inp, w, N, C, OC);
+    be->linear_backward(be, g->dln, LLM4D_WRITE, dw, db, dout, inp, w, N, C, OC);
     if (g->tp.sp) {
         llm4d_tp_reduce_scatter(&g->tp, g->dln, g->dlocal, (size_t)Nl * C);
         return g->dlocal;
@@ -187,7 +186,6 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);
     /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
      * activation of a block, N x F/M) */
-    be->zero(be, g->dfch_gelu, NF * sizeof(float));
     row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, a->fch,
                           LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : NULL);
     be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
@@ -197,7 +195,6 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
 
     /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
     be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, Nl, C, &d.out1);
-    be->zero(be, g->datty, (size_t)N * Cl * sizeof(float));
     row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), g->dproj, a->atty,
                           LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
     be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, mb), &d.attn);
@@ -217,14 +214,14 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
     float *dp = llm4d_gpt_grads_of(g, grp);
     /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
     const size_t own = (size_t)g->tok0 * C;
-    be->linear_backward_act(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch, LLM4D_ACT_GELU,
+    be->linear_backward_act(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch, LLM4D_ACT_GELU,
                             NULL, N, Fl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), wg->dmlp + own, Nl, C);
-    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB), wg->dfch,
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB), wg->dfch,
                         a->ln2, NULL, N, C, Fl);
-    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL, N, Cl, C);
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL, N, Cl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), wg->dattn + own, Nl, C);
-    be->linear_backward(be, NULL, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB), wg->dqkv,
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB), wg->dqkv,
                         a->ln1, NULL, N, C, 3 * Cl);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);

@@ -130,7 +130,7 @@ double llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const
                 if (!grads) continue;
                 be->xent_backward(be, NULL, g->head, g->head, st, mb->targets + r0, mb->weight ? mb->weight + r0 : NULL,
                                   n, rows, v0, V);
-                be->linear_backward(be, dlnf + (size_t)r0 * C, dw, NULL, g->head, xin, w, n, C, rows);
+                be->linear_backward(be, dlnf + (size_t)r0 * C, LLM4D_ADD, dw, NULL, g->head, xin, w, n, C, rows);
             }
             llm4d_gpt_release(g, grp, 0);
             if (grads) llm4d_gpt_grads_done(g, grp);
