@@ -4,7 +4,11 @@
  * (11-bit significand) gives 2^-10. Also checks the low-precision path is really taken (the error is not zero),
  * and backward (dinp, dw) the same way; a layer whose input goes through GELU (linear_forward_act) against the same
  * bound with gelu(x) in place of x; and the bias gradient, which in low precision is summed while the output
- * gradient is converted, against the column sums in double (it must not lose precision). */
+ * gradient is converted, against the column sums in double (it must not lose precision). And that the forward
+ * computes exactly the format's products whatever the CPU stores (bf16 for AVX512-BF16 kernels, or fp32 holding
+ * rounded values on CPUs without): equal, to fp32 accumulation error (C x 2^-24 relative), to x~ w~^T in double
+ * with x~, w~ rounded to the format's significand by this test's own arithmetic. */
+#include <fenv.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +45,37 @@ static double worst_ratio(const float *got, const float *ref, const float *x, co
     return worst;
 }
 
+/* v rounded to nearest (ties to even: the default rounding mode) with a `bits`-bit significand */
+static float round_sig(float v, int bits) {
+    if (v == 0.0f || !isfinite(v)) return v;
+    int e;
+    const double f = frexp((double)v, &e); /* v = f 2^e, 0.5 <= |f| < 1 */
+    return (float)ldexp(nearbyint(ldexp(f, bits)), e - bits);
+}
+
+/* The low-precision forward against x~ w~^T in double: the worst |got - exact| / (C 2^-24 sum |x~ w~|). */
+static double exact_ratio(const float *got, const float *x, const float *w, int N, int C, int OC, int bits,
+                          double *maxerr) {
+    double worst = 0;
+    *maxerr = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < OC; j++) {
+            double acc = 0, mag = 0;
+            for (int k = 0; k < C; k++) {
+                const double p = (double)round_sig(x[(size_t)i * C + k], bits) * round_sig(w[(size_t)j * C + k], bits);
+                acc += p;
+                mag += fabs(p);
+            }
+            const double e = fabs(got[(size_t)i * OC + j] - acc);
+            if (e > *maxerr) *maxerr = e;
+            const double r = e / (C * 0x1p-24 * mag + 1e-30);
+            if (r > worst) worst = r;
+        }
+    return worst;
+}
+
 int main(void) {
+    if (fegetround() != FE_TONEAREST) return fprintf(stderr, "rounding mode is not to-nearest\n"), 1;
     llm4d_err err = {0};
     llm4d_backend *be;
     if (llm4d_backend_cpu_create(&be, 2, &err) != LLM4D_OK) return fprintf(stderr, "%s\n", err.msg), 1;
@@ -64,8 +98,8 @@ int main(void) {
 
     be->linear_forward(be, y32, x, w, NULL, N, C, OC);
     be->linear_backward(be, dx32, LLM4D_ADD, dw32, NULL, dy, x, w, N, C, OC);
-    const struct { llm4d_precision p; const char *name; double eps; } modes[] = {
-        {LLM4D_PREC_BF16, "bf16", 1.0 / 256}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024}};
+    const struct { llm4d_precision p; const char *name; double eps; int bits; } modes[] = {
+        {LLM4D_PREC_BF16, "bf16", 1.0 / 256, 8}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024, 11}};
     for (int m = 0; m < 2; m++) {
         if (be->set_precision(be, modes[m].p, &err) != LLM4D_OK) {
             printf("FAIL %s: %s\n", modes[m].name, err.msg);
@@ -78,6 +112,9 @@ int main(void) {
         r = worst_ratio(ylp, y32, x, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        r = exact_ratio(ylp, x, w, N, C, OC, modes[m].bits, &maxerr);
+        snprintf(what, sizeof what, "%s linear forward = the rounded operands' products", modes[m].name);
+        check(r <= 1.0, what, r, maxerr);
         memset(dxlp, 0, sizeof dxlp);
         memset(dwlp, 0, sizeof dwlp);
         be->linear_backward(be, dxlp, LLM4D_ADD, dwlp, NULL, dy, x, w, N, C, OC);

@@ -88,14 +88,16 @@ OMP_NUM_THREADS=2 "$LLM4D" "${GPT2[@]}" --max_steps 2 --output_dir "$tmp/g1" >"$
 rss_check "GPT-2 124M, one process" "$tmp/g1.log"
 # bf16: the backend's copies of the weights (outside the arena's categories) are in the plan
 OMP_NUM_THREADS=2 "$LLM4D" "${GPT2[@]}" --max_steps 2 --use_amp true --output_dir "$tmp/b1" >"$tmp/b1.log" 2>&1
-# 2 bytes x (12 blocks x 768 x (2304 + 768 + 3072 + 3072) linear weights + the padded 50304 x 768 token embedding)
-copies=$(/usr/bin/python3 -c 'print(f"{2 * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}")')
+# es bytes x (12 blocks x 768 x (2304 + 768 + 3072 + 3072) linear weights + the padded 50304 x 768 token
+# embedding): a bf16 operand is 2 bytes on CPUs with AVX512-BF16, a bf16-rounded fp32 (4 bytes) on the others
+es=4; grep -qw avx512_bf16 /proc/cpuinfo && es=2
+copies=$(/usr/bin/python3 -c "print(f'{$es * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}')")
 check_if $(yes_if grep -q "the backend's bf16 copies of the weights $copies MiB" "$tmp/b1.log") \
-  "bf16: the plan holds the weights' bf16 copies: $copies MiB (2 bytes per linear and token-embedding weight)"
+  "bf16: the plan holds the weights' bf16 copies: $copies MiB ($es bytes per linear and token-embedding weight)"
 # and the operands it converts: two conversion slots as large as the largest operand a GEMM reads, here the LM
-# head's logits gradient for a chunk of 64 tokens x 50304 (2 bytes each in bf16), and the bias gradients' partial
+# head's logits gradient for a chunk of 64 tokens x 50304 ($es bytes each), and the bias gradients' partial
 # sums (a double per 64 elements of the widest activation, 64 tokens x 3072)
-ops=$(/usr/bin/python3 -c 'print(f"{(2 * 2 * 64 * 50304 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}")')
+ops=$(/usr/bin/python3 -c "print(f'{(2 * $es * 64 * 50304 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}')")
 check_if $(yes_if grep -q "the backend's converted GEMM operands $ops MiB" "$tmp/b1.log") \
   "bf16: the plan holds the backend's converted GEMM operands: $ops MiB (two slots of the largest operand)"
 rss_check "GPT-2 124M bf16, one process" "$tmp/b1.log"

@@ -244,6 +244,9 @@ struct llm4d_backend {
      * when a ZeRO-3 gather buffer was refilled with another group's weights). Memory returned through `free`
      * drops its copies. NULL: the backend keeps no copies (nothing to tell). */
     void (*weights_changed)(llm4d_backend *be, const void *p, size_t bytes);
+    /* Bytes of one element of such a copy (and of a converted operand) in precision prec: the memory plan's size
+     * of the copies. NULL only where weights_changed is. */
+    size_t (*operand_bytes)(llm4d_backend *be, llm4d_precision prec);
 
     /* The backend's own timers (llm4d_work): seconds, calls and the optimizer's bytes, cumulative since creation.
      * NULL: not measured. */

@@ -75,12 +75,21 @@ static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* mixed precision: the GEMM operands of the linear layers and of the attention are rounded to bf16 (oneDNN's
- * bf16 kernels, fp32 accumulation and output) or to fp16 precision (no fp16 GEMM on CPUs without AVX512-FP16: the
- * operands are rounded to fp16 and multiplied in fp32, which reproduces fp16 inputs' numerics). In the attention
+/* mixed precision: the GEMM operands of the linear layers and of the attention are rounded to bf16 or fp16 and
+ * stored as cpu_impl.h's llm4d_cpu_fmt says: bf16 for oneDNN's bf16 kernels (fp32 accumulation and output) where
+ * the CPU has AVX512-BF16, otherwise fp32 holding the rounded values, multiplied in fp32, which reproduces the
+ * format's numerics (an AVX2-only CPU trains in bf16 as an AMX one does, at fp32 GEMM speed). In the attention
  * that means Q, K, V, dout and the per-block probabilities and score gradients; its softmax statistics
  * (max, sum, log-sum-exp), D and every output stay fp32. Master weights, gradients and every other kernel stay
  * fp32. */
+
+llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p) {
+    switch (p) {
+    case LLM4D_PREC_BF16: return __builtin_cpu_supports("avx512bf16") ? LLM4D_CPU_BF16 : LLM4D_CPU_FP32_BF16;
+    case LLM4D_PREC_FP16: return LLM4D_CPU_FP32_FP16;
+    default: return LLM4D_CPU_FP32;
+    }
+}
 
 static uint16_t f32_to_bf16(float f) {
     uint32_t u;
@@ -90,7 +99,7 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* bf16 mode is only entered on CPUs with AVX512-BF16 (cpu_set_precision), whose VCVTNE2PS2BF16 rounds 32 floats
+/* The bf16 format is only used on CPUs with AVX512-BF16 (llm4d_cpu_fmt_of), whose VCVTNE2PS2BF16 rounds 32 floats
  * to nearest-even per instruction: converting the GEMM operands is memory-bound instead of ~1 ns per element.
  * It flushes fp32 subnormals (|x| < 1.2e-38) to zero, which no GEMM operand of a GPT notices. The target attribute
  * lets the file build with any -march; the scalar loop finishes the tail. */
@@ -106,23 +115,41 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void llm4d_cpu_cvt_bf16_b
     for (; i < n; i++) d[i] = f32_to_bf16(s[i]);
 }
 
-void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n) {
-    if (prec == LLM4D_PREC_BF16) {
-        llm4d_cpu_cvt_bf16_block(dst, src, n);
-        return;
-    }
-    float *d = dst;
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) d[i] = prec == LLM4D_PREC_FP16 ? (float)(_Float16)src[i] : src[i];
+/* f rounded to bf16 precision (nearest even; NaN stays NaN), kept in fp32: the 16 bits f32_to_bf16 keeps */
+static inline float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);
+    const uint32_t k = r & 0xffff0000u;
+    memcpy(&f, &k, 4);
+    return f;
 }
 
-void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n) {
-    const size_t es = llm4d_cpu_operand_bytes(prec);
+void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n) {
+    float *d = dst;
+    switch (fmt) {
+    case LLM4D_CPU_BF16: llm4d_cpu_cvt_bf16_block(dst, src, n); return;
+    case LLM4D_CPU_FP32_BF16:
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) d[i] = bf16_round(src[i]);
+        return;
+    case LLM4D_CPU_FP32_FP16:
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) d[i] = (float)(_Float16)src[i];
+        return;
+    case LLM4D_CPU_FP32:
+        if (d != src) memcpy(d, src, n * sizeof(float));
+        return;
+    }
+}
+
+void llm4d_cpu_convert(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n) {
+    const size_t es = llm4d_cpu_operand_bytes(fmt);
     const long ntasks = (long)((n + CVT_BLOCK - 1) / CVT_BLOCK);
 #pragma omp parallel for schedule(static) if (ntasks > 1)
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * CVT_BLOCK;
-        llm4d_cpu_convert_block(prec, (char *)dst + i0 * es, src + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
+        llm4d_cpu_convert_block(fmt, (char *)dst + i0 * es, src + i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
     }
 }
 
@@ -137,10 +164,10 @@ void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes) {
 }
 
 const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
-    if (cx->prec == LLM4D_PREC_FP32) return src;
+    if (cx->fmt == LLM4D_CPU_FP32) return src;
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    void *d = llm4d_cpu_slot(cx, slot, n * llm4d_cpu_operand_bytes(cx->prec));
-    llm4d_cpu_convert(cx->prec, d, src, n);
+    void *d = llm4d_cpu_slot(cx, slot, n * llm4d_cpu_operand_bytes(cx->fmt));
+    llm4d_cpu_convert(cx->fmt, d, src, n);
     return d;
 }
 
@@ -152,8 +179,8 @@ const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n)
 const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_t n, llm4d_act act) {
     if (act == LLM4D_ACT_NONE) return llm4d_cpu_operand(cx, slot, src, n);
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    const llm4d_precision prec = cx->prec;
-    const size_t es = llm4d_cpu_operand_bytes(prec);
+    const llm4d_cpu_fmt fmt = cx->fmt;
+    const size_t es = llm4d_cpu_operand_bytes(fmt);
     char *dst = llm4d_cpu_slot(cx, slot, n * es);
     const long ntasks = (long)((n + ACT_BLOCK - 1) / ACT_BLOCK);
 #pragma omp parallel for schedule(static)
@@ -162,7 +189,7 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
         float a[ACT_BLOCK];
 #pragma omp simd
         for (size_t i = 0; i < len; i++) a[i] = vgelu(src[i0 + i]);
-        llm4d_cpu_convert_block(prec, dst + i0 * es, a, len);
+        llm4d_cpu_convert_block(fmt, dst + i0 * es, a, len);
     }
     return dst;
 }
@@ -177,8 +204,8 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
  * fixed chunks of COLSUM_ROWS rows, and the chunks' partial sums are added in chunk order, so the thread count
  * does not change the bits. */
 static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst) {
-    const llm4d_precision prec = cx->prec;
-    const size_t es = llm4d_cpu_operand_bytes(prec);
+    const llm4d_cpu_fmt fmt = cx->fmt;
+    const size_t es = llm4d_cpu_operand_bytes(fmt);
     const long nch = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     if ((size_t)nch * OC > cx->colsum_cap) {
         free(cx->colsum);
@@ -194,7 +221,7 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
         memset(p, 0, (size_t)OC * sizeof(double));
         for (int r = r0; r < r1; r++) {
             const float *row = dout + (size_t)r * OC;
-            if (dst) llm4d_cpu_convert_block(prec, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
+            if (dst) llm4d_cpu_convert_block(fmt, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
 #pragma omp simd
             for (int o = 0; o < OC; o++) p[o] += row[o];
         }
@@ -217,13 +244,13 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
  * where there is no conversion pass to join). */
 static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int N, int OC, float *db) {
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    void *dst = llm4d_cpu_slot(cx, slot, (size_t)N * OC * llm4d_cpu_operand_bytes(cx->prec));
+    void *dst = llm4d_cpu_slot(cx, slot, (size_t)N * OC * llm4d_cpu_operand_bytes(cx->fmt));
     colsum(cx, db, dout, N, OC, dst);
     return dst;
 }
 
 static llm4d_dnnl_type operand_type(const cpu_ctx *cx) {
-    return cx->prec == LLM4D_PREC_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
+    return cx->fmt == LLM4D_CPU_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
 }
 
 llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
@@ -235,17 +262,14 @@ llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t
 
 static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
     cpu_ctx *cx = ctx_of(be);
-    if (p == LLM4D_PREC_BF16 && !__builtin_cpu_supports("avx512bf16"))
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "use_amp with bfloat16 needs a CPU with AVX512-BF16 (this one has none); train in fp32 "
-                          "(--use_amp false) or use Engine.mix_precision.dtype float16");
-    if (p != LLM4D_PREC_FP32) {
+    const llm4d_cpu_fmt fmt = llm4d_cpu_fmt_of(p);
+    if (fmt == LLM4D_CPU_BF16) {
         /* create the bf16 primitives now, where errors can be reported */
         llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);
-        probe.ab_type = p == LLM4D_PREC_BF16 ? LLM4D_DNNL_BF16 : LLM4D_DNNL_F32;
+        probe.ab_type = LLM4D_DNNL_BF16;
         LLM4D_TRY(llm4d_dnnl_prepare(cx->dnnl, &probe, NULL, err));
     }
-    cx->prec = p;
+    cx->fmt = fmt;
     return LLM4D_OK;
 }
 
@@ -295,7 +319,7 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store 
         return;
     }
     /* in low precision the bias gradient comes with dout's conversion */
-    const int fused_db = db && cx->prec != LLM4D_PREC_FP32;
+    const int fused_db = db && cx->fmt != LLM4D_CPU_FP32;
     const void *g = fused_db ? operand_colsum(cx, 0, dout, N, OC, db) : llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
     if (dinp) {
         /* dinp (=|+=) dout[N,OC] W[OC,C] */
@@ -405,7 +429,12 @@ static size_t cpu_workspace_bytes(llm4d_backend *be) {
 static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
     (void)be;
     const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read;
-    return 2 * slot * llm4d_cpu_operand_bytes(prec) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
+    return 2 * slot * llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec)) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
+}
+
+static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
+    (void)be;
+    return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec));
 }
 
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
@@ -439,8 +468,10 @@ static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
     char lin[256], att[256];
     llm4d_dnnl_impls(cx->dnnl, 0, lin, sizeof lin);
     llm4d_dnnl_impls(cx->dnnl, 1, att, sizeof att);
-    snprintf(buf, n, "oneDNN ISA %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), lin[0] ? lin : "none yet",
-             att[0] ? att : "none yet");
+    static const char *const fmt[] = {"fp32", "bf16", "fp32 holding bf16-rounded values (no AVX512-BF16)",
+                                      "fp32 holding fp16-rounded values"};
+    snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), fmt[cx->fmt],
+             lin[0] ? lin : "none yet", att[0] ? att : "none yet");
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -501,6 +532,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
     be->operand_workspace = cpu_operand_workspace;
+    be->operand_bytes = cpu_operand_bytes;
     be->weights_changed = cpu_weights_changed;
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;

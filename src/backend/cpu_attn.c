@@ -55,7 +55,7 @@ typedef struct {
     const llm4d_dropout *drop; /* NULL when not dropping */
     int T, HS, C, C3, nblk, nkb;
     float scale;
-    llm4d_precision prec;
+    llm4d_cpu_fmt fmt;
     size_t esz;            /* bytes of one GEMM operand element */
     const void *qkv;       /* Q, K, V packed: [3][B][NH][T][HS] in the operand precision */
     const void *dout;      /* backward: dout packed, [B][NH][T][HS] */
@@ -106,9 +106,9 @@ static size_t att_thread_floats(int T, int HS) {
  * operand precision: every head's panel dense. */
 static void *att_pack(cpu_ctx *cx, int slot, const float *src, const llm4d_attn_shape *s, int nparts) {
     const int T = s->T, HS = s->HS, NH = s->NH, C = NH * HS, rowlen = nparts * C;
-    const size_t es = llm4d_cpu_operand_bytes(cx->prec), panel = (size_t)T * HS;
+    const size_t es = llm4d_cpu_operand_bytes(cx->fmt), panel = (size_t)T * HS;
     char *dst = llm4d_cpu_slot(cx, slot, (size_t)s->B * T * rowlen * es);
-    const llm4d_precision prec = cx->prec;
+    const llm4d_cpu_fmt fmt = cx->fmt;
     const long rows = (long)s->B * T;
 #pragma omp parallel for schedule(static)
     for (long bt = 0; bt < rows; bt++) {
@@ -116,7 +116,7 @@ static void *att_pack(cpu_ctx *cx, int slot, const float *src, const llm4d_attn_
         for (int p = 0; p < nparts; p++)
             for (int h = 0; h < NH; h++) {
                 const size_t e = (((size_t)p * s->B + (size_t)b) * NH + (size_t)h) * panel + (size_t)t * HS;
-                llm4d_cpu_convert_block(prec, dst + e * es, src + (size_t)bt * rowlen + (size_t)p * C + (size_t)h * HS,
+                llm4d_cpu_convert_block(fmt, dst + e * es, src + (size_t)bt * rowlen + (size_t)p * C + (size_t)h * HS,
                                         (size_t)HS);
             }
     }
@@ -132,8 +132,8 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
     ac.nblk = (ac.T + ATT_TB - 1) / ATT_TB;
     ac.nkb = (ac.T + ATT_KB - 1) / ATT_KB;
     ac.scale = 1.0f / sqrtf((float)ac.HS);
-    ac.prec = cx->prec;
-    ac.esz = cx->prec == LLM4D_PREC_BF16 ? 2 : 4;
+    ac.fmt = cx->fmt;
+    ac.esz = llm4d_cpu_operand_bytes(cx->fmt);
     /* the linear layers' conversion slots are free between kernels: Q, K, V are packed once per call */
     {
         WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
@@ -166,23 +166,12 @@ static const void *att_row(const att_call *ac, const void *base, int p, int b, i
     return (const char *)base + e * ac->esz;
 }
 
-/* Row of n operand-precision elements from fp32 src, whose first lim entries are valid and the rest zero. dst may
- * be src itself in fp32 mode. fp16 mode rounds to fp16 precision in fp32, as the linear layers do. */
+/* Row of n operand-format elements from fp32 src, whose first lim entries are valid and the rest zero. dst may
+ * be src itself in the fp32 formats (the rounding is element by element). Single-threaded: called inside the
+ * tasks' parallel region. */
 static void att_store_row(const att_call *ac, void *dst, const float *src, int lim, int n) {
-    if (ac->prec == LLM4D_PREC_BF16) {
-        uint16_t *d = dst;
-        llm4d_cpu_cvt_bf16_block(d, src, (size_t)lim); /* single-threaded: called inside the tasks' parallel region */
-        for (int t = lim; t < n; t++) d[t] = 0;
-        return;
-    }
-    float *d = dst;
-    if (ac->prec == LLM4D_PREC_FP16) {
-#pragma omp simd
-        for (int t = 0; t < lim; t++) d[t] = (float)(_Float16)src[t];
-    } else if (d != src) {
-        memcpy(d, src, (size_t)lim * sizeof(float));
-    }
-    for (int t = lim; t < n; t++) d[t] = 0.0f;
+    llm4d_cpu_convert_block(ac->fmt, dst, src, (size_t)lim);
+    memset((char *)dst + (size_t)lim * ac->esz, 0, (size_t)(n - lim) * ac->esz);
 }
 
 /* One forward task: rows [r0, r1) of head h of batch row b. */
@@ -195,7 +184,7 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
     memset(O, 0, (size_t)m * HS * sizeof(float));
     for (int r = 0; r < m; r++) rmax[r] = -INFINITY, rsum[r] = 0.0f;
     /* fp32 without dropout multiplies the exponentials in place; otherwise P~ goes to the operand block */
-    const int in_place = ac->prec == LLM4D_PREC_FP32 && !ac->drop;
+    const int in_place = ac->fmt == LLM4D_CPU_FP32 && !ac->drop;
     void *pa = in_place ? (void *)S : (void *)Pop;
     for (int j = 0; j * ATT_KB < r1; j++) {
         const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
@@ -289,7 +278,7 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
         for (int c = 0; c < HS; c++) d += dy[c] * y[c];
         D[t] = d;
     }
-    const int in_place = ac->prec == LLM4D_PREC_FP32;          /* dS overwrites dP */
+    const int in_place = ac->fmt == LLM4D_CPU_FP32;          /* dS overwrites dP */
     const int p_in_place = in_place && !ac->drop;              /* P~ is P, in S */
     void *pa = p_in_place ? (void *)S : (void *)Pop, *da = in_place ? (void *)dP : (void *)dSop;
     for (int i = 0; i < ac->nblk; i++) {

@@ -18,13 +18,27 @@
 
 typedef struct llm4d_cpu_wcache llm4d_cpu_wcache;
 
+/* How the GEMM operands are stored. bf16 goes to oneDNN's bf16 kernels (2 bytes an element) on CPUs with
+ * AVX512-BF16. Elsewhere, and for fp16 (no CPU here multiplies fp16), an operand is fp32 holding values rounded to
+ * the format's precision: the product of two such values (8- or 11-bit significands) is exact in fp32 and the
+ * accumulation is fp32, so the GEMM computes what the format's own kernel would, up to the order of summation,
+ * at fp32 speed plus the rounding pass. */
+typedef enum {
+    LLM4D_CPU_FP32 = 0,  /* fp32 training: operands read in place */
+    LLM4D_CPU_BF16,      /* bf16 storage, oneDNN bf16 kernels */
+    LLM4D_CPU_FP32_BF16, /* fp32 storage of bf16-rounded values (CPUs without AVX512-BF16) */
+    LLM4D_CPU_FP32_FP16, /* fp32 storage of fp16-rounded values */
+} llm4d_cpu_fmt;
+/* The format for precision p on this CPU. */
+llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p);
+
 typedef struct {
     llm4d_dnnl *dnnl;
     float *work;             /* attention: its blocks and accumulators, grown only for larger shapes */
     size_t work_cap;         /* floats */
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
-    llm4d_precision prec;    /* operands of all GEMMs: fp32, bf16, or fp16-rounded fp32 */
+    llm4d_cpu_fmt fmt;       /* how the operands of all GEMMs are stored */
     void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
     size_t cvt_cap[2];       /* bytes */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
@@ -220,11 +234,11 @@ static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 #define SUMSQ_MINCHUNK 16384
 #define SUMSQ_MAXCHUNKS 4096
 
-/* Bytes of one GEMM operand element in precision prec (fp16 operands are fp16-rounded fp32). */
-static inline size_t llm4d_cpu_operand_bytes(llm4d_precision prec) { return prec == LLM4D_PREC_BF16 ? 2 : 4; }
-/* n floats to operand precision prec: on the calling thread (inside parallel regions), or parallelised. */
-void llm4d_cpu_convert_block(llm4d_precision prec, void *dst, const float *src, size_t n);
-void llm4d_cpu_convert(llm4d_precision prec, void *dst, const float *src, size_t n);
+/* Bytes of one GEMM operand element in format fmt. */
+static inline size_t llm4d_cpu_operand_bytes(llm4d_cpu_fmt fmt) { return fmt == LLM4D_CPU_BF16 ? 2 : 4; }
+/* n floats to operand format fmt: on the calling thread (inside parallel regions), or parallelised. */
+void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
+void llm4d_cpu_convert(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
 /* Conversion slot `slot` (0 or 1) with room for at least `bytes`: the linear layers' operands, the attention's
  * packed operands. */
 void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
@@ -236,7 +250,7 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
 /* A 2-D GEMM (llm4d_dnnl_mm_2d's arguments) whose operands are in the working precision. */
 llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
                                 int64_t ldb, int64_t ldc, int accumulate);
-/* n floats to bf16 on the calling thread (AVX512-BF16; only called in bf16 mode, which checks for it). */
+/* n floats to bf16 on the calling thread (AVX512-BF16: only called in format LLM4D_CPU_BF16). */
 void llm4d_cpu_cvt_bf16_block(uint16_t *d, const float *s, size_t n);
 
 /* cpu_attn.c */
@@ -258,7 +272,7 @@ void llm4d_cpu_wcache_drop(cpu_ctx *cx, const void *p, size_t bytes);    /* the 
 /* Elements [lo, hi) of an optimizer range p[0, n) have a copy starting at dst (the copy of element lo). */
 typedef struct {
     size_t lo, hi;
-    llm4d_precision prec;
+    llm4d_cpu_fmt fmt;
     void *dst;
 } llm4d_cpu_wspan;
 /* The copies overlapping p[0, n), for the optimizer to rewrite in its pass (valid until the next call). */

@@ -56,8 +56,8 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
         adamw_chunk(&k, params + i0, grads + i0, m + i0, v + i0, len, zero_grads);
         for (int s = 0; s < nsp; s++) { /* the chunk's new parameters are in L1 */
             const size_t a = sp[s].lo > i0 ? sp[s].lo : i0, b = sp[s].hi < i0 + len ? sp[s].hi : i0 + len;
-            const size_t es = llm4d_cpu_operand_bytes(sp[s].prec);
-            if (a < b) llm4d_cpu_convert_block(sp[s].prec, (char *)sp[s].dst + (a - sp[s].lo) * es, params + a, b - a);
+            const size_t es = llm4d_cpu_operand_bytes(sp[s].fmt);
+            if (a < b) llm4d_cpu_convert_block(sp[s].fmt, (char *)sp[s].dst + (a - sp[s].lo) * es, params + a, b - a);
         }
     }
     if (nsp) cx->optim_bytes += llm4d_cpu_wcache_refreshed(cx, params, n);

@@ -26,7 +26,7 @@
 typedef struct {
     const float *src;   /* the fp32 master */
     size_t n;
-    llm4d_precision prec;
+    llm4d_cpu_fmt fmt;
     void *dst;          /* n operand elements */
     size_t bytes;
     int valid;
@@ -70,11 +70,11 @@ static int overlaps(const wc_entry *e, const void *p, size_t bytes) {
 }
 
 const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n) {
-    if (cx->prec == LLM4D_PREC_FP32 || n == 0) return w;
+    if (cx->fmt == LLM4D_CPU_FP32 || n == 0) return w;
     llm4d_cpu_wcache *wc = wc_of(cx);
     wc_entry *e = NULL;
     for (int i = 0; i < wc->n && !e; i++)
-        if (wc->e[i].src == w && wc->e[i].n == n && wc->e[i].prec == cx->prec) e = &wc->e[i];
+        if (wc->e[i].src == w && wc->e[i].n == n && wc->e[i].fmt == cx->fmt) e = &wc->e[i];
     if (e && e->valid && samples_match(e)) return e->dst;
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
     if (!e) {
@@ -100,13 +100,13 @@ const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n) {
         memset(e, 0, sizeof *e);
         e->src = w;
         e->n = n;
-        e->prec = cx->prec;
-        e->bytes = (n * llm4d_cpu_operand_bytes(cx->prec) + 63) & ~(size_t)63;
+        e->fmt = cx->fmt;
+        e->bytes = (n * llm4d_cpu_operand_bytes(cx->fmt) + 63) & ~(size_t)63;
         e->dst = aligned_alloc(64, e->bytes);
         LLM4D_ASSERT(e->dst != NULL, "out of memory for a %zu-byte weight copy", e->bytes);
         wc->bytes += e->bytes;
     }
-    llm4d_cpu_convert(e->prec, e->dst, w, n);
+    llm4d_cpu_convert(e->fmt, e->dst, w, n);
     take_samples(e);
     e->valid = 1;
     e->refreshed = 0;
@@ -154,7 +154,7 @@ int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspa
         const size_t lo = e->src > p ? (size_t)(e->src - p) : 0;
         const size_t hi = e->src + e->n < p + n ? (size_t)(e->src + e->n - p) : n;
         const size_t off = (size_t)(p + lo - e->src);
-        wc->spans[k++] = (llm4d_cpu_wspan){lo, hi, e->prec, (char *)e->dst + off * llm4d_cpu_operand_bytes(e->prec)};
+        wc->spans[k++] = (llm4d_cpu_wspan){lo, hi, e->fmt, (char *)e->dst + off * llm4d_cpu_operand_bytes(e->fmt)};
     }
     *out = wc->spans;
     return k;
@@ -168,7 +168,7 @@ double llm4d_cpu_wcache_refreshed(cpu_ctx *cx, const float *p, size_t n) {
         wc_entry *e = &wc->e[i];
         if (!overlaps(e, p, n * sizeof(float))) continue;
         const float *lo = e->src > p ? e->src : p, *hi = e->src + e->n < p + n ? e->src + e->n : p + n;
-        bytes += (double)(hi - lo) * (double)llm4d_cpu_operand_bytes(e->prec);
+        bytes += (double)(hi - lo) * (double)llm4d_cpu_operand_bytes(e->fmt);
         if (e->valid) { /* rewritten in step with its master: still valid */
             take_samples(e);
             continue;

@@ -72,7 +72,7 @@ static void human(double bytes, char *buf, size_t n) {
 }
 
 /* Bytes of the low-precision copies a mixed-precision backend keeps of the weights its GEMMs read (the cpu
- * backend's cpu_wcache.c: 2 bytes per element, made on first use, outside the arena's categories): every linear
+ * backend's cpu_wcache.c: operand_bytes per element, made on first use, outside the arena's categories): every linear
  * weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
 static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
@@ -86,7 +86,7 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
         for (int i = 0; i < t->n; i++)
             if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
     }
-    return n * 2;
+    return n * tr->be->operand_bytes(tr->be, tr->precision);
 }
 
 /* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
