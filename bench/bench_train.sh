@@ -48,7 +48,8 @@ peak16=$(peak_of bf16)
 echo "matmul peak (oneDNN, $THREADS threads), first reading: fp32 $peak32 GFLOP/s, bf16 $peak16 GFLOP/s"
 bf16=1
 if [ "$(awk -v p="$peak16" 'BEGIN {print (p > 0)}')" = 0 ]; then
-  echo "bench: this CPU has no AVX512-BF16: llm4d's bf16 runs fp32 GEMMs on bf16-rounded operands (no faster than fp32); bf16 columns skipped"
+  echo "bench: this CPU has no AVX512-BF16: llm4d's bf16 runs fp32 GEMMs on bf16-rounded operands" \
+       "(no faster than fp32); bf16 columns skipped"
   bf16=0
 fi
 

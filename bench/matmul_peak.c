@@ -193,7 +193,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N (best of N, default 5)]\n");
+            fprintf(stderr,
+                    "usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N (best of N, default 5)]\n");
             return 2;
         }
     }

@@ -754,7 +754,8 @@ static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
             db[t] = falloc(K);
             memset(db[t], 0, K * sizeof(float));
             omp_set_num_threads(t + 1);
-            if (lowp) cpu->linear_backward(cpu, dx, LLM4D_WRITE, NULL, db[t], x, x, w, R, 1, K); /* fused with dout's conversion */
+            /* in low precision the bias gradient is fused with dout's conversion */
+            if (lowp) cpu->linear_backward(cpu, dx, LLM4D_WRITE, NULL, db[t], x, x, w, R, 1, K);
             else cpu->bias_backward(cpu, db[t], x, R, K);
         }
         omp_set_num_threads(saved);

@@ -134,21 +134,19 @@ static void test_timers(llm4d_backend *cpu) {
     llm4d_err err = {0};
     check(cpu->set_precision(cpu, LLM4D_PREC_BF16, &err) == LLM4D_OK, "set_precision(bf16) on this CPU: %s",
           err.msg[0] ? err.msg : "accepted");
-    {
-        s0 = stats(cpu);
-        cpu->linear_forward(cpu, y, x, w, b, N, C, OC);
-        const llm4d_work_stats s4 = stats(cpu);
-        check(s4.calls[LLM4D_WORK_CONVERT] > s0.calls[LLM4D_WORK_CONVERT] &&
-                  s4.seconds[LLM4D_WORK_CONVERT] > s0.seconds[LLM4D_WORK_CONVERT] &&
-                  s4.calls[LLM4D_WORK_GEMM] == s0.calls[LLM4D_WORK_GEMM] + 1,
-              "bf16 linear forward: its operand conversions are timed as convert, nested inside one gemm call");
-        cpu->describe_gemms(cpu, d, sizeof d);
-        /* the format follows the CPU: bf16 storage with AVX512-BF16, bf16-rounded fp32 without */
-        const int native = __builtin_cpu_supports("avx512bf16");
-        check(strstr(d, native ? "operands bf16;" : "operands fp32 holding bf16-rounded values") != NULL,
-              "bf16 operands stored as this CPU allows (%s AVX512-BF16): %s", native ? "with" : "without", d);
-        cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
-    }
+    s0 = stats(cpu);
+    cpu->linear_forward(cpu, y, x, w, b, N, C, OC);
+    const llm4d_work_stats s4 = stats(cpu);
+    check(s4.calls[LLM4D_WORK_CONVERT] > s0.calls[LLM4D_WORK_CONVERT] &&
+              s4.seconds[LLM4D_WORK_CONVERT] > s0.seconds[LLM4D_WORK_CONVERT] &&
+              s4.calls[LLM4D_WORK_GEMM] == s0.calls[LLM4D_WORK_GEMM] + 1,
+          "bf16 linear forward: its operand conversions are timed as convert, nested inside one gemm call");
+    cpu->describe_gemms(cpu, d, sizeof d);
+    /* the format follows the CPU: bf16 storage with AVX512-BF16, bf16-rounded fp32 without */
+    const int native = __builtin_cpu_supports("avx512bf16");
+    check(strstr(d, native ? "operands bf16;" : "operands fp32 holding bf16-rounded values") != NULL,
+          "bf16 operands stored as this CPU allows (%s AVX512-BF16): %s", native ? "with" : "without", d);
+    cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
     free(x), free(w), free(b), free(y), free(lnw), free(lnb), free(mean), free(rstd), free(logits), free(st);
     free(tg);
 }

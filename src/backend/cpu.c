@@ -426,15 +426,14 @@ static size_t cpu_workspace_bytes(llm4d_backend *be) {
  * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
  * precision every converted operand; and the bias gradients' partial sums (a double per 64 elements of an output
  * gradient, at most the widest activation's). */
-static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
-    (void)be;
-    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read;
-    return 2 * slot * llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec)) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
-}
-
 static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
     (void)be;
     return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec));
+}
+
+static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
+    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read;
+    return 2 * slot * cpu_operand_bytes(be, prec) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
 }
 
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
@@ -468,8 +467,9 @@ static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
     char lin[256], att[256];
     llm4d_dnnl_impls(cx->dnnl, 0, lin, sizeof lin);
     llm4d_dnnl_impls(cx->dnnl, 1, att, sizeof att);
-    static const char *const fmt[] = {"fp32", "bf16", "fp32 holding bf16-rounded values (no AVX512-BF16)",
-                                      "fp32 holding fp16-rounded values"};
+    static const char *const fmt[] = {[LLM4D_CPU_FP32] = "fp32", [LLM4D_CPU_BF16] = "bf16",
+                                      [LLM4D_CPU_FP32_BF16] = "fp32 holding bf16-rounded values (no AVX512-BF16)",
+                                      [LLM4D_CPU_FP32_FP16] = "fp32 holding fp16-rounded values"};
     snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), fmt[cx->fmt],
              lin[0] ? lin : "none yet", att[0] ? att : "none yet");
 }

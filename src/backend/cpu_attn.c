@@ -278,7 +278,7 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
         for (int c = 0; c < HS; c++) d += dy[c] * y[c];
         D[t] = d;
     }
-    const int in_place = ac->fmt == LLM4D_CPU_FP32;          /* dS overwrites dP */
+    const int in_place = ac->fmt == LLM4D_CPU_FP32;            /* dS overwrites dP */
     const int p_in_place = in_place && !ac->drop;              /* P~ is P, in S */
     void *pa = p_in_place ? (void *)S : (void *)Pop, *da = in_place ? (void *)dP : (void *)dSop;
     for (int i = 0; i < ac->nblk; i++) {

@@ -214,15 +214,16 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
     float *dp = llm4d_gpt_grads_of(g, grp);
     /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
     const size_t own = (size_t)g->tok0 * C;
-    be->linear_backward_act(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch, LLM4D_ACT_GELU,
-                            NULL, N, Fl, C);
+    be->linear_backward_act(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch,
+                            LLM4D_ACT_GELU, NULL, N, Fl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), wg->dmlp + own, Nl, C);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB), wg->dfch,
-                        a->ln2, NULL, N, C, Fl);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL, N, Cl, C);
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB),
+                        wg->dfch, a->ln2, NULL, N, C, Fl);
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL,
+                        N, Cl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), wg->dattn + own, Nl, C);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB), wg->dqkv,
-                        a->ln1, NULL, N, C, 3 * Cl);
+    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB),
+                        wg->dqkv, a->ln1, NULL, N, C, 3 * Cl);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2W), wg->dln[2], (size_t)C);

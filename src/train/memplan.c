@@ -72,8 +72,8 @@ static void human(double bytes, char *buf, size_t n) {
 }
 
 /* Bytes of the low-precision copies a mixed-precision backend keeps of the weights its GEMMs read (the cpu
- * backend's cpu_wcache.c: operand_bytes per element, made on first use, outside the arena's categories): every linear
- * weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
+ * backend's cpu_wcache.c: operand_bytes per element, made on first use, outside the arena's categories): every
+ * linear weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
 static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
     if (!tr->cfg->use_amp || !tr->be->weights_changed) return 0;
