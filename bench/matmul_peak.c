@@ -10,7 +10,7 @@
  * Usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N]. On a shared machine take the best of many
  * runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
  *
- * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192): linear forward and
+ * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192, or --tokens N): linear forward and
  * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
  * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak; with
  * avx512_bf16 the attention again with bf16 GEMM operands ("attention bf16 ...", against the bf16 peak). */
@@ -182,7 +182,7 @@ static void bench_attention(llm4d_backend *be, float p, const char *prec, double
 }
 
 int main(int argc, char **argv) {
-    int ops = 0, lmhead = 1, linear = 1, reps = 5;
+    int ops = 0, lmhead = 1, linear = 1, reps = 5, ntok = 8192;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ops") == 0)
             ops = 1;
@@ -192,9 +192,11 @@ int main(int argc, char **argv) {
             ops = 1, linear = 0, lmhead = 0;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
+            ops = 1, ntok = atoi(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N (best of N, default 5)]\n");
+                    "usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N (best of N, default 5)]\n");
             return 2;
         }
     }
@@ -221,12 +223,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "matmul_peak: %s\n", err.msg);
         return 1;
     }
-    printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = 8192\n", be->nthreads);
+    printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = %d\n", be->nthreads, ntok);
     if (linear) {
-        bench_linear(be, 8192, 768, 2304, 1, f32, reps); /* qkv */
-        bench_linear(be, 8192, 768, 768, 1, f32, reps);  /* attention projection */
-        bench_linear(be, 8192, 768, 3072, 1, f32, reps); /* MLP up */
-        bench_linear(be, 8192, 3072, 768, 1, f32, reps); /* MLP down */
+        bench_linear(be, ntok, 768, 2304, 1, f32, reps); /* qkv */
+        bench_linear(be, ntok, 768, 768, 1, f32, reps);  /* attention projection */
+        bench_linear(be, ntok, 768, 3072, 1, f32, reps); /* MLP up */
+        bench_linear(be, ntok, 3072, 768, 1, f32, reps); /* MLP down */
     }
     fflush(stdout);
     bench_attention(be, 0.0f, "fp32", f32, reps);
@@ -238,7 +240,7 @@ int main(int argc, char **argv) {
         be->set_precision(be, LLM4D_PREC_FP32, &err);
         fflush(stdout);
     }
-    if (lmhead) bench_linear(be, 8192, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
+    if (lmhead) bench_linear(be, ntok, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
     be->destroy(be);
     return 0;
 }

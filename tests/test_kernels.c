@@ -824,6 +824,12 @@ int main(void) {
     test_linear(cpu, ref, 2048, 40, 96, 1, LLM4D_ACT_NONE);
     test_linear(cpu, ref, 37, 50, 23, 1, LLM4D_ACT_GELU);
     test_linear(cpu, ref, 257, 4100, 65, 1, LLM4D_ACT_GELU); /* more elements than one conversion task (4096) */
+    /* few tokens and a row stride of a multiple of 2 KiB: on AVX2 the input gradient goes through blocks of the
+     * transposed weight (cpu.c dinp_by_blocks): one block with ragged 8 x 8 tiles (OC = 37), two blocks (a 4 MiB
+     * block holds 1496 columns of 701 rows), three blocks of 688, 688 and 672 columns */
+    test_linear(cpu, ref, 60, 1024, 37, 1, LLM4D_ACT_NONE);
+    test_linear(cpu, ref, 30, 1536, 701, 0, LLM4D_ACT_GELU);
+    test_linear(cpu, ref, 20, 2048, 1500, 1, LLM4D_ACT_NONE);
     test_embedding(cpu, ref, 51, 45, 11, 1);
     test_embedding(cpu, ref, 128, 130, 300, 3);
     test_position(cpu, ref, 51, 45, 17, 0);

@@ -308,6 +308,75 @@ static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int 
     }
 }
 
+/* The input gradient through a transposed weight.
+ *
+ * dinp = dout W reads W [OC, C] as a row-major B operand. oneDNN 2.6's sgemm (gemm:jit) packs neither operand when
+ * the tokens are few (its "no-copy" kernels: 1/N + 1/C >= 0.0038, N up to ~260), and on AVX2 that kernel walks
+ * W's rows at a stride of C floats: when that stride is a multiple of 2 KiB (C = 1024, 1536, 2048, 3072, ...) the
+ * GEMM runs at half speed (rows that far apart compete for the same cache sets, the likely cause). Measured on a Zen 3, 2 threads,
+ * N = 256 tokens, OC = 768 (bench/matmul_peak --tokens 256 shows it in the GPT-2 MLP projection's backward):
+ * C = 3072 90 GFLOP/s, C = 2304 175; the same products with W^T as a [C, OC] operand (the forward's orientation,
+ * its rows contiguous) 160-180 at every C. So there the backend copies W^T a block of columns at a time into a
+ * buffer of at most WT_BLOCK_BYTES (the block stays in cache for its GEMM) and multiplies by it: GPT-2 124M's MLP
+ * projection, dinp 13.5 -> 7.5 ms, of which the transposition is 0.7 ms. The copies are exact, so the result is
+ * the same product (summed in another kernel's order). Not on AVX-512 machines: oneDNN's AVX-512 sgemm has its own
+ * rules for such leading dimensions, and the case is unmeasured there. */
+#define WT_BLOCK_BYTES ((size_t)4 << 20)
+
+#define WT_MIN_COLS 64 /* narrower blocks would cost the GEMM more than the stride does */
+
+static int dinp_transposed(const cpu_ctx *cx, int N, int C, int OC) {
+    return cx->wt_rule && llm4d_cpu_operand_bytes(cx->fmt) == sizeof(float) && C >= 1024 && C % 512 == 0 &&
+           1.0 / N + 1.0 / C >= 0.0038 && WT_BLOCK_BYTES / ((size_t)OC * sizeof(float)) >= WT_MIN_COLS;
+}
+
+/* wt[j, r] = w[r, j] for r < R, j < cols: w is R rows of row stride ld, wt cols rows of R floats */
+static void transpose_block(float *wt, const float *w, int R, int ld, int cols) {
+    const int R8 = R & ~7, cols8 = cols & ~7;
+#pragma omp parallel for schedule(static)
+    for (int j0 = 0; j0 < cols; j0 += 8) {
+        int r0 = 0;
+#ifdef __AVX__
+        if (j0 < cols8) /* 8 x 8 tiles in registers: unpack pairs, shuffle quads, swap 128-bit halves */
+            for (; r0 < R8; r0 += 8) {
+                const float *s = w + (size_t)r0 * ld + j0;
+                float *d = wt + (size_t)j0 * R + r0;
+                __m256 a[8], b[8];
+                for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(s + (size_t)i * ld);
+                for (int i = 0; i < 8; i += 2)
+                    b[i] = _mm256_unpacklo_ps(a[i], a[i + 1]), b[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
+                a[0] = _mm256_shuffle_ps(b[0], b[2], 0x44), a[1] = _mm256_shuffle_ps(b[0], b[2], 0xEE);
+                a[2] = _mm256_shuffle_ps(b[1], b[3], 0x44), a[3] = _mm256_shuffle_ps(b[1], b[3], 0xEE);
+                a[4] = _mm256_shuffle_ps(b[4], b[6], 0x44), a[5] = _mm256_shuffle_ps(b[4], b[6], 0xEE);
+                a[6] = _mm256_shuffle_ps(b[5], b[7], 0x44), a[7] = _mm256_shuffle_ps(b[5], b[7], 0xEE);
+                for (int i = 0; i < 4; i++) {
+                    _mm256_storeu_ps(d + (size_t)i * R, _mm256_permute2f128_ps(a[i], a[i + 4], 0x20));
+                    _mm256_storeu_ps(d + (size_t)(i + 4) * R, _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
+                }
+            }
+#endif
+        const int j1 = j0 + 8 < cols ? j0 + 8 : cols;
+        for (int j = j0; j < j1; j++)
+            for (int r = r0; r < R; r++) wt[(size_t)j * R + r] = w[(size_t)r * ld + j];
+    }
+}
+
+/* dinp (=|+=) g[N,OC] W[OC,C] with W^T copied a block of columns at a time (dinp_transposed) */
+static void dinp_by_blocks(cpu_ctx *cx, float *dinp, int accumulate, const void *g, const float *w, int N, int C,
+                           int OC) {
+    const int maxcols = (int)(WT_BLOCK_BYTES / ((size_t)OC * sizeof(float))) & ~7;
+    const int nblk = (C + maxcols - 1) / maxcols;
+    const int cols = ((C + nblk - 1) / nblk + 7) & ~7; /* equal blocks of a multiple of 8 columns, <= maxcols */
+    float *wt = llm4d_cpu_slot(cx, 2, (size_t)cols * OC * sizeof(float));
+    for (int c0 = 0; c0 < C; c0 += cols) {
+        const int n = C - c0 < cols ? C - c0 : cols;
+        transpose_block(wt, w + c0, OC, C, n);
+        /* dinp[:, c0:c0+n] (=|+=) g[N,OC] (W^T[c0:c0+n, OC])^T */
+        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, n, OC, 0, OC, 1, OC, C, accumulate);
+        llm4d_dnnl_matmul(cx->dnnl, &mm, g, wt, NULL, dinp + c0);
+    }
+}
+
 static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
                                     const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
                                     int OC) {
@@ -321,7 +390,9 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store 
     /* in low precision the bias gradient comes with dout's conversion */
     const int fused_db = db && cx->fmt != LLM4D_CPU_FP32;
     const void *g = fused_db ? operand_colsum(cx, 0, dout, N, OC, db) : llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
-    if (dinp) {
+    if (dinp && dinp_transposed(cx, N, C, OC)) {
+        dinp_by_blocks(cx, dinp, dinp_store == LLM4D_ADD, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), N, C, OC);
+    } else if (dinp) {
         /* dinp (=|+=) dout[N,OC] W[OC,C] */
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, dinp_store == LLM4D_ADD);
         llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), NULL, dinp);
@@ -418,22 +489,25 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
 
 static size_t cpu_workspace_bytes(llm4d_backend *be) {
     const cpu_ctx *cx = ctx_of(be);
-    return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->colsum_cap * sizeof(double) + llm4d_cpu_attention_workspace(cx) +
-           llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
+    return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->cvt_cap[2] + cx->colsum_cap * sizeof(double) +
+           llm4d_cpu_attention_workspace(cx) + llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
 }
 
-/* The two conversion slots, each as large as the largest operand they hold: in fp32 only what the backend makes
- * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
- * precision every converted operand; and the bias gradients' partial sums (a double per 64 elements of an output
- * gradient, at most the widest activation's). */
 static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
     (void)be;
     return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec));
 }
 
+/* The two conversion slots, each as large as the largest operand they hold: in fp32 only what the backend makes
+ * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
+ * precision every converted operand; the bias gradients' partial sums (a double per 64 elements of an output
+ * gradient, at most the widest activation's); and where input gradients may go through a transposed weight
+ * (dinp_transposed: fp32 operands on an AVX2 CPU), its block, at most WT_BLOCK_BYTES (the plan does not know
+ * whether the model's shapes will call for it, so it counts it whenever they might). */
 static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
-    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read;
-    return 2 * slot * cpu_operand_bytes(be, prec) + (s.made / COLSUM_ROWS + 1) * sizeof(double);
+    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read, es = cpu_operand_bytes(be, prec);
+    const size_t wt = ctx_of(be)->wt_rule && es == sizeof(float) ? WT_BLOCK_BYTES : 0;
+    return 2 * slot * es + (s.made / COLSUM_ROWS + 1) * sizeof(double) + wt;
 }
 
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
@@ -483,8 +557,7 @@ static void cpu_destroy(llm4d_backend *be) {
         llm4d_dnnl_destroy(cx->dnnl);
         llm4d_cpu_attention_free(cx);
         llm4d_cpu_wcache_free(cx);
-        free(cx->cvt[0]);
-        free(cx->cvt[1]);
+        for (int k = 0; k < 3; k++) free(cx->cvt[k]);
         free(cx->colsum);
         free(cx);
     }
@@ -509,6 +582,9 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     }
     /* oneDNN parallelises on the same OpenMP runtime, so this one setting governs both */
     if (nthreads > 0) omp_set_num_threads(nthreads);
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    cx->wt_rule = (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
+                  (isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core; /* measured there only */
     be->name = "cpu";
     be->nthreads = omp_get_max_threads();
     be->alloc = cpu_alloc;

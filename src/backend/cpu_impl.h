@@ -39,8 +39,10 @@ typedef struct {
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
     llm4d_cpu_fmt fmt;       /* how the operands of all GEMMs are stored */
-    void *cvt[2];            /* converted copies of the two GEMM operands (attention: qkv and dout) */
-    size_t cvt_cap[2];       /* bytes */
+    void *cvt[3];            /* converted copies of the two GEMM operands (attention: qkv and dout); slot 2 a block
+                              * of a transposed weight (cpu.c, dinp_by_blocks) */
+    size_t cvt_cap[3];       /* bytes */
+    int wt_rule;             /* input gradients of few tokens go through a transposed weight (cpu.c) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
     size_t colsum_cap;       /* doubles */
     llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
@@ -239,8 +241,8 @@ static inline size_t llm4d_cpu_operand_bytes(llm4d_cpu_fmt fmt) { return fmt == 
 /* n floats to operand format fmt: on the calling thread (inside parallel regions), or parallelised. */
 void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
 void llm4d_cpu_convert(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
-/* Conversion slot `slot` (0 or 1) with room for at least `bytes`: the linear layers' operands, the attention's
- * packed operands. */
+/* Conversion slot `slot` (0, 1 or 2) with room for at least `bytes`: the linear layers' operands, the attention's
+ * packed operands, a transposed weight block. */
 void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
 /* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
  * fp32 mode. */
