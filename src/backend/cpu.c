@@ -83,9 +83,18 @@ static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes
  * (max, sum, log-sum-exp), D and every output stay fp32. Master weights, gradients and every other kernel stay
  * fp32. */
 
+/* bf16 storage needs oneDNN's bf16 kernels and our AVX512-BF16 conversion. oneDNN's ISA, not the CPU's flags,
+ * decides, so that capping it (ONEDNN_MAX_CPU_ISA=AVX2, oneDNN's own setting) runs an AVX-512 machine the way an
+ * AVX2-only one runs: the tests use that to cover the emulated bf16 and the AVX2 GEMM rules on every CPU. */
+static int native_bf16(void) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16 &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
 llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p) {
     switch (p) {
-    case LLM4D_PREC_BF16: return __builtin_cpu_supports("avx512bf16") ? LLM4D_CPU_BF16 : LLM4D_CPU_FP32_BF16;
+    case LLM4D_PREC_BF16: return native_bf16() ? LLM4D_CPU_BF16 : LLM4D_CPU_FP32_BF16;
     case LLM4D_PREC_FP16: return LLM4D_CPU_FP32_FP16;
     default: return LLM4D_CPU_FP32;
     }
