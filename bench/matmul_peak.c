@@ -7,11 +7,11 @@
  * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
- * Usage: matmul_peak [--ops [--no-lmhead] | --attention] [--reps N]. On a shared machine take the best of many
- * runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
+ * Usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N]. On a shared machine take the
+ * best of many runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
  *
- * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192, or --tokens N): linear forward and
- * backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
+ * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192, or --tokens N): linear
+ * forward and backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
  * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak; with
  * avx512_bf16 the attention again with bf16 GEMM operands ("attention bf16 ...", against the bf16 peak). */
 #include <dnnl.h>
@@ -195,8 +195,8 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             ops = 1, ntok = atoi(argv[++i]);
         else {
-            fprintf(stderr,
-                    "usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N (best of N, default 5)]\n");
+            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] "
+                            "[--reps N (best of N, default 5)]\n");
             return 2;
         }
     }

@@ -285,17 +285,22 @@ static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_
 /* ---------------------------------------------------------------------------------------------------------- */
 /* linear */
 
-/* oneDNN's sgemm in its no-copy regime (few tokens: see dinp_transposed below) is also slow for very wide outputs on
- * AVX2: the LM head's logits, 256 tokens x 50304 x 768, 125-128 ms at once against 114 ms in blocks of 2048
- * output columns (Zen 3, 2 threads; outputs up to 3072 wide gain nothing). So a forward wider than WIDE_COLS
- * runs a block of WIDE_COLS columns at a time (rows of W, columns of the output): the same dot products, each
- * summed by the same kind of kernel over the same K. */
+/* oneDNN 2.6's sgemm (gemm:jit) packs neither operand when one side of the output is short (its "no-copy" kernels,
+ * chosen when 1/m + 1/n >= 0.0038: N up to ~260 tokens), and on AVX2 those kernels are slow in two of the shapes a
+ * GPT step has; the backend goes around them there (dinp_transposed, forward_in_blocks), where it was measured
+ * (cx->avx2_nocopy: oneDNN's ISA is AVX2 without AVX-512, whose sgemm has its own rules) and the operands are
+ * 4-byte (fp32, or fp32 holding rounded values). */
+static int nocopy_fp32(const cpu_ctx *cx, int m, int n) {
+    return cx->avx2_nocopy && llm4d_cpu_operand_bytes(cx->fmt) == sizeof(float) && 1.0 / m + 1.0 / n >= 0.0038;
+}
+
+/* Very wide outputs: the LM head's logits, 256 tokens x 50304 x 768, take 125-128 ms at once against 114 ms in
+ * blocks of 2048 output columns (Zen 3, 2 threads; outputs up to 3072 wide gain nothing). So a forward wider than
+ * 2 WIDE_COLS in the no-copy regime runs a block of WIDE_COLS columns at a time (rows of W, columns of the output):
+ * the same dot products, each summed by the same kind of kernel over the same K. */
 #define WIDE_COLS 2048
 
-static int forward_in_blocks(const cpu_ctx *cx, int N, int OC) {
-    return cx->wt_rule && llm4d_cpu_operand_bytes(cx->fmt) == sizeof(float) && OC > 2 * WIDE_COLS &&
-           1.0 / N + 1.0 / OC >= 0.0038;
-}
+static int forward_in_blocks(const cpu_ctx *cx, int N, int OC) { return OC > 2 * WIDE_COLS && nocopy_fp32(cx, N, OC); }
 
 static void cpu_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
                                    const float *b, int N, int C, int OC) {
@@ -337,24 +342,22 @@ static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int 
 
 /* The input gradient through a transposed weight.
  *
- * dinp = dout W reads W [OC, C] as a row-major B operand. oneDNN 2.6's sgemm (gemm:jit) packs neither operand when
- * the tokens are few (its "no-copy" kernels: 1/N + 1/C >= 0.0038, N up to ~260), and on AVX2 that kernel walks
- * W's rows at a stride of C floats: when that stride is a multiple of 2 KiB (C = 1024, 1536, 2048, 3072, ...) the
- * GEMM runs at half speed (rows that far apart compete for the same cache sets, the likely cause). Measured on a Zen 3, 2 threads,
- * N = 256 tokens, OC = 768 (bench/matmul_peak --tokens 256 shows it in the GPT-2 MLP projection's backward):
- * C = 3072 90 GFLOP/s, C = 2304 175; the same products with W^T as a [C, OC] operand (the forward's orientation,
- * its rows contiguous) 160-180 at every C. So there the backend copies W^T a block of columns at a time into a
- * buffer of at most WT_BLOCK_BYTES (the block stays in cache for its GEMM) and multiplies by it: GPT-2 124M's MLP
- * projection, dinp 13.5 -> 7.5 ms, of which the transposition is 0.7 ms. The copies are exact, so the result is
- * the same product (summed in another kernel's order). Not on AVX-512 machines: oneDNN's AVX-512 sgemm has its own
- * rules for such leading dimensions, and the case is unmeasured there. */
+ * dinp = dout W reads W [OC, C] as a row-major B operand, and in the no-copy regime (nocopy_fp32) the AVX2 kernel
+ * walks W's rows at a stride of C floats: when that stride is a multiple of 2 KiB (C = 1024, 1536, 2048, 3072, ...)
+ * the GEMM runs at half speed (rows that far apart compete for the same cache sets, the likely cause). Measured on
+ * a Zen 3, 2 threads, N = 256 tokens, OC = 768 (bench/matmul_peak --tokens 256 shows it in the GPT-2 MLP
+ * projection's backward): C = 3072 90 GFLOP/s, C = 2304 175; the same products with W^T as a [C, OC] operand (the
+ * forward's orientation, its rows contiguous) 160-180 at every C. So there the backend copies W^T a block of columns
+ * at a time into a buffer of at most WT_BLOCK_BYTES (the block stays in cache for its GEMM) and multiplies by it:
+ * GPT-2 124M's MLP projection, dinp 13.5 -> 7.5 ms, of which the transposition is 0.7 ms. The copies are exact, so
+ * the result is the same product (summed in another kernel's order). */
 #define WT_BLOCK_BYTES ((size_t)4 << 20)
 
 #define WT_MIN_COLS 64 /* narrower blocks would cost the GEMM more than the stride does */
 
 static int dinp_transposed(const cpu_ctx *cx, int N, int C, int OC) {
-    return cx->wt_rule && llm4d_cpu_operand_bytes(cx->fmt) == sizeof(float) && C >= 1024 && C % 512 == 0 &&
-           1.0 / N + 1.0 / C >= 0.0038 && WT_BLOCK_BYTES / ((size_t)OC * sizeof(float)) >= WT_MIN_COLS;
+    return C >= 1024 && C % 512 == 0 && WT_BLOCK_BYTES / ((size_t)OC * sizeof(float)) >= WT_MIN_COLS &&
+           nocopy_fp32(cx, N, C);
 }
 
 /* wt[j, r] = w[r, j] for r < R, j < cols: w is R rows of row stride ld, wt cols rows of R floats */
@@ -417,12 +420,14 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store 
     /* in low precision the bias gradient comes with dout's conversion */
     const int fused_db = db && cx->fmt != LLM4D_CPU_FP32;
     const void *g = fused_db ? operand_colsum(cx, 0, dout, N, OC, db) : llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
-    if (dinp && dinp_transposed(cx, N, C, OC)) {
-        dinp_by_blocks(cx, dinp, dinp_store == LLM4D_ADD, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), N, C, OC);
-    } else if (dinp) {
-        /* dinp (=|+=) dout[N,OC] W[OC,C] */
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, dinp_store == LLM4D_ADD);
-        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_weight(cx, w, (size_t)OC * C), NULL, dinp);
+    if (dinp) {
+        const void *wop = llm4d_cpu_weight(cx, w, (size_t)OC * C);
+        if (dinp_transposed(cx, N, C, OC)) {
+            dinp_by_blocks(cx, dinp, dinp_store == LLM4D_ADD, g, wop, N, C, OC);
+        } else { /* dinp (=|+=) dout[N,OC] W[OC,C] */
+            llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, dinp_store == LLM4D_ADD);
+            llm4d_dnnl_matmul(d, &mm, g, wop, NULL, dinp);
+        }
     }
     if (dw) {
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] act(inp)[N,C] */
@@ -533,7 +538,7 @@ static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
  * whether the model's shapes will call for it, so it counts it whenever they might). */
 static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
     const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read, es = cpu_operand_bytes(be, prec);
-    const size_t wt = ctx_of(be)->wt_rule && es == sizeof(float) ? WT_BLOCK_BYTES : 0;
+    const size_t wt = ctx_of(be)->avx2_nocopy && es == sizeof(float) ? WT_BLOCK_BYTES : 0;
     return 2 * slot * es + (s.made / COLSUM_ROWS + 1) * sizeof(double) + wt;
 }
 
@@ -610,8 +615,8 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     /* oneDNN parallelises on the same OpenMP runtime, so this one setting governs both */
     if (nthreads > 0) omp_set_num_threads(nthreads);
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    cx->wt_rule = (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
-                  (isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core; /* measured there only */
+    cx->avx2_nocopy = (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
+                      (isa & dnnl_cpu_isa_avx512_core) != dnnl_cpu_isa_avx512_core;
     be->name = "cpu";
     be->nthreads = omp_get_max_threads();
     be->alloc = cpu_alloc;

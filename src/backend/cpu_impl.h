@@ -42,7 +42,7 @@ typedef struct {
     void *cvt[3];            /* converted copies of the two GEMM operands (attention: qkv and dout); slot 2 a block
                               * of a transposed weight (cpu.c, dinp_by_blocks) */
     size_t cvt_cap[3];       /* bytes */
-    int wt_rule;             /* input gradients of few tokens go through a transposed weight (cpu.c) */
+    int avx2_nocopy;         /* oneDNN's sgemm is its AVX2 one: go around its no-copy kernels (cpu.c nocopy_fp32) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
     size_t colsum_cap;       /* doubles */
     llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
