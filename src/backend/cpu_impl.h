@@ -3,7 +3,7 @@
  * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, reductions, the
  * method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels: embeddings,
  * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes). They share the context, the
- * timers, the vectorisable exp, the dropout mask generator and the GEMM helpers declared here. */
+ * timers, the vectorisable exp and the GEMM helpers declared here, and the dropout masks of cpu_drop.h. */
 #ifndef LLM4D_BACKEND_CPU_IMPL_H
 #define LLM4D_BACKEND_CPU_IMPL_H
 
@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_dnnl.h"
+#include "backend/cpu_drop.h"
 #include "core/rng.h"
 
 typedef struct llm4d_cpu_wcache llm4d_cpu_wcache;
@@ -127,106 +128,6 @@ static inline float vgelu_grad(float x) {
     const float s = u >= 0.0f ? q : e * q;
     return s + 2.0f * x * e * q * q * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* dropout masks: Philox words for a run of consecutive positions */
-
-/* Words of blocks blk0 .. blk0+nb-1 of the stream, interleaved (4 per block) exactly as llm4d_rng_block. */
-static inline void philox_blocks(uint64_t seed, uint64_t stream, uint64_t blk0, int nb, uint32_t *out) {
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
-#pragma omp simd
-    for (int j = 0; j < nb; j++) {
-        uint64_t blk = blk0 + (uint64_t)j;
-        uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = s0, c3 = s1;
-        uint32_t key0 = k0, key1 = k1;
-        for (int round = 0; round < 10; round++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ key0;
-            uint32_t n1 = (uint32_t)p1;
-            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ key1;
-            uint32_t n3 = (uint32_t)p0;
-            c0 = n0;
-            c1 = n1;
-            c2 = n2;
-            c3 = n3;
-            key0 += 0x9E3779B9u;
-            key1 += 0xBB67AE85u;
-        }
-        out[4 * j + 0] = c0;
-        out[4 * j + 1] = c1;
-        out[4 * j + 2] = c2;
-        out[4 * j + 3] = c3;
-    }
-}
-
-#define DROP_CHUNK 256 /* positions per mask chunk (stack buffers) */
-
-#if defined(__AVX512F__) && defined(__BMI2__)
-#include <immintrin.h>
-/* The same words with AVX-512, 16 blocks per vector in structure-of-arrays form: a 32 x 32 -> 64-bit product of
- * 16 lanes is two VPMULUDQs (even and odd lanes) blended, the two XORs of a round one VPTERNLOGD. The mask of a
- * word is an integer comparison: llm4d_rng_u01(w) >= p exactly when (w >> 8) >= ceil(p 2^24), as (w >> 8) 2^-24 is
- * exact in float; the four words' comparison masks are interleaved into positions 4i + k with PDEP. 1.7x the
- * throughput of the portable loop (Sapphire Rapids: 0.56 against 0.95 ns per position). */
-static inline void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, float *mult) {
-    const uint64_t blk0 = pos0 >> 2;
-    const int off = (int)(pos0 & 3), nb = (off + n + 3) >> 2;
-    const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
-    const __m512i s0 = _mm512_set1_epi32((int)(uint32_t)d->stream);
-    const __m512i s1 = _mm512_set1_epi32((int)(uint32_t)(d->stream >> 32));
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i thr = _mm512_set1_epi32((int)((uint32_t)ceilf(d->p * 16777216.0f) << 8));
-    const __m512 keep = _mm512_set1_ps(1.0f / (1.0f - d->p));
-    float buf[64];
-    int done = 0;
-    for (int j = 0; j < nb; j += 16) {
-        const uint64_t b = blk0 + (uint64_t)j;
-        const __m512i lo = _mm512_set1_epi32((int)(uint32_t)b), hi = _mm512_set1_epi32((int)(uint32_t)(b >> 32));
-        __m512i c0 = _mm512_add_epi32(lo, lane);
-        __m512i c1 = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(c0, lo), hi, _mm512_set1_epi32(1)); /* carry */
-        __m512i c2 = s0, c3 = s1;
-        uint32_t key0 = (uint32_t)d->seed, key1 = (uint32_t)(d->seed >> 32);
-        for (int round = 0; round < 10; round++) {
-            const __m512i pe0 = _mm512_mul_epu32(c0, M0), po0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), M0);
-            const __m512i pe1 = _mm512_mul_epu32(c2, M1), po1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), M1);
-            const __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe0, 32), po0);
-            const __m512i lo0 = _mm512_mask_blend_epi32(0xAAAA, pe0, _mm512_slli_epi64(po0, 32));
-            const __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe1, 32), po1);
-            const __m512i lo1 = _mm512_mask_blend_epi32(0xAAAA, pe1, _mm512_slli_epi64(po1, 32));
-            c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32((int)key0), 0x96); /* hi1 ^ c1 ^ key0 */
-            c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32((int)key1), 0x96);
-            c1 = lo1;
-            c3 = lo0;
-            key0 += 0x9E3779B9u;
-            key1 += 0xBB67AE85u;
-        }
-        const uint64_t m = _pdep_u64(_mm512_cmpge_epu32_mask(c0, thr), 0x1111111111111111ull) |
-                           _pdep_u64(_mm512_cmpge_epu32_mask(c1, thr), 0x2222222222222222ull) |
-                           _pdep_u64(_mm512_cmpge_epu32_mask(c2, thr), 0x4444444444444444ull) |
-                           _pdep_u64(_mm512_cmpge_epu32_mask(c3, thr), 0x8888888888888888ull);
-        for (int q = 0; q < 4; q++)
-            _mm512_storeu_ps(buf + 16 * q, _mm512_maskz_mov_ps((__mmask16)(m >> (16 * q)), keep));
-        const int from = j == 0 ? off : 0, cnt = 64 - from < n - done ? 64 - from : n - done;
-        memcpy(mult + done, buf + from, (size_t)cnt * sizeof(float));
-        done += cnt;
-    }
-}
-#else
-/* mult[i] = 1/(1-p) if position pos0+i is kept, else 0, for n <= DROP_CHUNK positions. */
-static inline void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, float *mult) {
-    uint32_t words[DROP_CHUNK + 8];
-    uint64_t blk0 = pos0 >> 2;
-    int off = (int)(pos0 & 3), nb = (off + n + 3) >> 2;
-    philox_blocks(d->seed, d->stream, blk0, nb, words);
-    const float p = d->p, s = 1.0f / (1.0f - d->p);
-#pragma omp simd
-    for (int i = 0; i < n; i++) mult[i] = llm4d_rng_u01(words[off + i]) >= p ? s : 0.0f;
-}
-#endif
-
-static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* shared between the files (cpu.c) */
