@@ -31,34 +31,10 @@
 
 #define DROP_CHUNK 256 /* positions per mask chunk (stack buffers) */
 
-/* Words of blocks blk0 .. blk0+nb-1 of the stream, interleaved (4 per block) exactly as llm4d_rng_block. */
+/* Words of blocks blk0 .. blk0+nb-1 of the stream, 4 per block (GCC vectorises the inlined rounds). */
 static inline void philox_blocks(uint64_t seed, uint64_t stream, uint64_t blk0, int nb, uint32_t *out) {
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    const uint32_t s0 = (uint32_t)stream, s1 = (uint32_t)(stream >> 32);
 #pragma omp simd
-    for (int j = 0; j < nb; j++) {
-        uint64_t blk = blk0 + (uint64_t)j;
-        uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = s0, c3 = s1;
-        uint32_t key0 = k0, key1 = k1;
-        for (int round = 0; round < 10; round++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-            uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ key0;
-            uint32_t n1 = (uint32_t)p1;
-            uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ key1;
-            uint32_t n3 = (uint32_t)p0;
-            c0 = n0;
-            c1 = n1;
-            c2 = n2;
-            c3 = n3;
-            key0 += 0x9E3779B9u;
-            key1 += 0xBB67AE85u;
-        }
-        out[4 * j + 0] = c0;
-        out[4 * j + 1] = c1;
-        out[4 * j + 2] = c2;
-        out[4 * j + 3] = c3;
-    }
+    for (int j = 0; j < nb; j++) llm4d_rng_block(seed, stream, blk0 + (uint64_t)j, out + 4 * j);
 }
 
 /* mult[i] = 1/(1-p) if position pos0+i is kept, else 0, for 0 < n <= DROP_CHUNK positions. */
