@@ -167,6 +167,7 @@ static inline void drop_mults_avx2(const llm4d_dropout *d, uint64_t pos0, int n,
     int done = 0;
     for (int j = 0; j < nb;) {
         const int G = nb - j > 16 ? 3 : nb - j > 8 ? 2 : 1;
+        /* one call per width, each with a constant G, so that each is inlined with its vectors in registers */
         if (G == 3)
             drop_vectors_avx2(3, d, blk0 + (uint64_t)j, buf);
         else if (G == 2)
