@@ -16,6 +16,10 @@ check() {
 check_if() { if [ "$1" = 1 ]; then ok "$2"; else bad "$2"; fi; }
 yes_if() { "$@" && echo 1 || echo 0; }
 has() { yes_if grep -q -- "$2" "$1"; } # has FILE TEXT
+# rank_is PID RANK: PID's environment makes it MPI rank RANK. grep reads /proc/PID/environ itself (-z: the entries
+# end in NUL): `tr ... | grep -q` under pipefail fails whenever grep quits before tr has written everything (tr
+# gets SIGPIPE), a race once the environment outgrows one write; CI lost a test_watchdog run to it
+rank_is() { grep -qxzF "OMPI_COMM_WORLD_RANK=$2" "/proc/$1/environ" 2>/dev/null; }
 finish() {
     echo "$pass passed, $fail failed"
     [ $fail = 0 ]

@@ -54,7 +54,7 @@ victim=""
 for w in $workers; do
     for p in $(children "$w"); do
         ranks="$ranks $p"
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+        rank_is "$p" 1 && victim=$p
     done
 done
 check_if $(yes_if test -n "$victim" -a -n "$mpirun_pid") "found rank 1's pid ($victim) under mpirun $mpirun_pid, workers $workers"

@@ -96,7 +96,7 @@ for w in $(children "$mpirun_pid"); do
   procs="$procs $w"
   for p in $(children "$w"); do
     procs="$procs $p"
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
+    rank_is "$p" 1 && victim=$p
   done
 done
 f0=$fail

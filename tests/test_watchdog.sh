@@ -26,12 +26,17 @@ T=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.
    --global_batch_size 8 --logging_freq 1 --seed 7 --max_steps 100000 --decay_steps 100000 --save_steps -1)
 alive() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
 descendants() { local p; for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$p"; descendants "$p"; done; }
-rank_pid() { # launcher_pid rank: the pid of the rank's `llm4d train`
-  local p
-  for p in $(descendants "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-      grep -q "train" "/proc/$p/cmdline" 2>/dev/null && ! grep -q "__worker" "/proc/$p/cmdline" && echo "$p" && return
+rank_pid() { # launcher_pid rank: the pid of the rank's `llm4d train`; a few tries, then the process tree on stderr
+  local p try
+  for try in $(seq 1 20); do
+    for p in $(descendants "$1"); do
+      rank_is "$p" "$2" &&
+        grep -q "train" "/proc/$p/cmdline" 2>/dev/null && ! grep -q "__worker" "/proc/$p/cmdline" && echo "$p" && return
+    done
+    sleep 0.1
   done
+  echo "no process of rank $2 under launcher $1:" >&2
+  for p in $(descendants "$1"); do echo "  $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)" >&2; done
 }
 # run NAME NPROC ARGS...: a launched job in the background; sets launcher, t0
 run() {
@@ -75,7 +80,7 @@ reliability_checked $f0 communication "dp2: rank 1 hangs in step 4 (comm_timeout
 # ---- (b) pp2, rank 1 stopped ------------------------------------------------------------------------------------
 f0=$fail
 run stop 2 --micro_batch_size 1 --pp_degree 2 --comm_timeout 3
-wait_step "$tmp/stop.log/workerlog.1" 3
+wait_step "$tmp/stop.log/workerlog.1" 3 || echo "rank 1 of pp2 has not logged step 3 after 30 s" >&2
 pid1=$(rank_pid $launcher 1)
 [ -n "$pid1" ] && kill -STOP "$pid1"
 ends stop 40
