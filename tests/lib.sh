@@ -1,7 +1,7 @@
 # lib.sh — what the shell tests share, sourced (never run) after `set -u`: the pass/fail tally and the closing
 # line `N passed, N failed` that ctest's log and CI read, the check that bad input gets one line and exit 2, the
-# rows of docs/reliability.md, and the lookup of the GPT-2 vocabulary. It defines functions and the two counters
-# only.
+# rows of docs/reliability.md, the lookup of the GPT-2 vocabulary, and what the multi-process tests use to watch a
+# job's processes and logs. It defines functions and the two counters only.
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
@@ -16,6 +16,23 @@ check() {
 check_if() { if [ "$1" = 1 ]; then ok "$2"; else bad "$2"; fi; }
 yes_if() { "$@" && echo 1 || echo 0; }
 has() { yes_if grep -q -- "$2" "$1"; } # has FILE TEXT
+# alive PID: the process is running (a zombie waiting for its parent to collect its status has already ended)
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+# children PID: its child processes' pids, one per line
+children() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' '; }
+# wait_for FILE SECONDS PATTERN: waits (at most SECONDS) until FILE has a line matching PATTERN
+wait_for() {
+    local i
+    for i in $(seq 1 $(($2 * 10))); do
+        grep -q -- "$3" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
 # rank_is PID RANK: PID's environment makes it MPI rank RANK. grep reads /proc/PID/environ itself (-z: the entries
 # end in NUL): `tr ... | grep -q` under pipefail fails whenever grep quits before tr has written everything (tr
 # gets SIGPIPE), a race once the environment outgrows one write; CI lost a test_watchdog run to it

@@ -22,21 +22,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 export OMP_NUM_THREADS=1
-# running (a zombie waiting for its parent to collect its status has already ended)
-alive() {
-    local state
-    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
-    [ -n "$state" ] && [ "$state" != Z ]
-}
-children() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' '; }
-wait_for() { # file seconds pattern
-    local i
-    for i in $(seq 1 $(($2 * 10))); do
-        grep -q -- "$3" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}'; }
 TRAIN=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
        --global_batch_size 8 --micro_batch_size 4 --logging_freq 1 --seed 7 --dp_degree 2)

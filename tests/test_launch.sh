@@ -12,21 +12,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 hasnt() { yes_if test "$(has "$1" "$2")" = 0; }
-# running (a zombie waiting for its parent to collect its status has already ended)
-alive() {
-    local state
-    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)
-    [ -n "$state" ] && [ "$state" != Z ]
-}
-# wait (at most $2 s) until file $1 has a line matching $3
-wait_for() {
-    local i
-    for i in $(seq 1 $(($2 * 10))); do
-        grep -q -- "$3" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
 rank_pid() { sed -n 's/^llm4d commtest: rank [0-9]* of [0-9]*, pid \([0-9]*\),.*/\1/p' "$1" | head -1; }
 parent_of() { awk '{print $4}' "/proc/$1/stat" 2>/dev/null; }
 

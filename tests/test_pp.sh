@@ -83,13 +83,11 @@ resume resume_pp4_zb 4 --micro_batch_size 2 --pp_degree 4 --pp_schedule ZBH1
 resume resume_pp2_mp2 4 --micro_batch_size 4 --pp_degree 2 --mp_degree 2
 
 # ---- a rank killed mid-schedule: the job ends within 30 s, naming it ------------------------------------------
-alive() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
-children() { ps -o pid= --ppid "$1" 2>/dev/null | tr -d ' '; }
 "$LLM4D" launch --nproc 2 --log_dir "$tmp/kill/log" -- train "${COMMON[@]}" --pp_degree 2 --micro_batch_size 1 \
   --max_steps 100000 --decay_steps 100000 --eval_freq 0 --save_steps -1 --output_dir "$tmp/kill/out" \
   >"$tmp/kill.stdout" 2>"$tmp/kill.stderr" &
 launcher=$!
-for i in $(seq 1 400); do grep -q "global step 3," "$tmp/kill/log/workerlog.1" 2>/dev/null && break; sleep 0.1; done
+wait_for "$tmp/kill/log/workerlog.1" 40 "global step 3,"
 mpirun_pid=$(children $launcher | head -1)
 victim="" procs="$launcher $mpirun_pid"
 for w in $(children "$mpirun_pid"); do

@@ -24,8 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 T=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
    --global_batch_size 8 --logging_freq 1 --seed 7 --max_steps 100000 --decay_steps 100000 --save_steps -1)
-alive() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ]; }
-descendants() { local p; for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$p"; descendants "$p"; done; }
+descendants() { local p; for p in $(children "$1"); do echo "$p"; descendants "$p"; done; }
 rank_pid() { # launcher_pid rank: the pid of the rank's `llm4d train`; a few tries, then the process tree on stderr
   local p try
   for try in $(seq 1 20); do
@@ -60,12 +59,11 @@ ends() {
   wait $launcher 2>/dev/null
   rc=$?
 }
-wait_step() { for i in $(seq 1 300); do grep -q "global step $2," "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 
 # ---- (a) dp2, rank 1 hangs at step 4 ---------------------------------------------------------------------------
 f0=$fail
 run hang 2 --micro_batch_size 4 --dp_degree 2 --comm_timeout 3 --debug_hang_step 4
-wait_step "$tmp/hang.log/workerlog.1" 3
+wait_for "$tmp/hang.log/workerlog.1" 30 "global step 3,"
 pid1=$(rank_pid $launcher 1)
 ends hang 40
 err=$(grep '^llm4d: rank' "$tmp/hang.err")
@@ -80,7 +78,7 @@ reliability_checked $f0 communication "dp2: rank 1 hangs in step 4 (comm_timeout
 # ---- (b) pp2, rank 1 stopped ------------------------------------------------------------------------------------
 f0=$fail
 run stop 2 --micro_batch_size 1 --pp_degree 2 --comm_timeout 3
-wait_step "$tmp/stop.log/workerlog.1" 3 || echo "rank 1 of pp2 has not logged step 3 after 30 s" >&2
+wait_for "$tmp/stop.log/workerlog.1" 30 "global step 3," || echo "rank 1 of pp2 has not logged step 3 after 30 s" >&2
 pid1=$(rank_pid $launcher 1)
 [ -n "$pid1" ] && kill -STOP "$pid1"
 ends stop 40
