@@ -120,7 +120,8 @@ static void lin_bwd(void *p) {
     a->be->linear_backward(a->be, a->dinp, LLM4D_ADD, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
 }
 
-static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, double fp32_peak, int reps) {
+/* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
+static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, const char *prec, double peak, int reps) {
     lin_args a = {be, N, C, OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     a.inp = xalloc((size_t)N * C * 4), a.w = xalloc((size_t)OC * C * 4), a.b = bias ? xalloc((size_t)OC * 4) : NULL;
     a.out = xalloc((size_t)N * OC * 4), a.dout = xalloc((size_t)N * OC * 4), a.dinp = xalloc((size_t)N * C * 4);
@@ -133,10 +134,10 @@ static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, doub
     memset(a.dw, 0, (size_t)OC * C * 4);
     double flop = 2.0 * N * C * OC;
     double tf = best_of(reps, lin_fwd, &a), tb = best_of(reps, lin_bwd, &a);
-    printf("linear N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
+    printf("linear%s%s N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
            "GFLOP/s (%.0f%%)\n",
-           N, C, OC, bias, tf * 1e3, flop / tf / 1e9, 100 * flop / tf / 1e9 / fp32_peak, tb * 1e3,
-           2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / fp32_peak);
+           strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", N, C, OC, bias, tf * 1e3,
+           flop / tf / 1e9, 100 * flop / tf / 1e9 / peak, tb * 1e3, 2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / peak);
     free(a.inp), free(a.w), free(a.b), free(a.out), free(a.dout), free(a.dinp), free(a.dw), free(a.db);
 }
 
@@ -225,10 +226,18 @@ int main(int argc, char **argv) {
     }
     printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = %d\n", be->nthreads, ntok);
     if (linear) {
-        bench_linear(be, ntok, 768, 2304, 1, f32, reps); /* qkv */
-        bench_linear(be, ntok, 768, 768, 1, f32, reps);  /* attention projection */
-        bench_linear(be, ntok, 768, 3072, 1, f32, reps); /* MLP up */
-        bench_linear(be, ntok, 3072, 768, 1, f32, reps); /* MLP down */
+        bench_linear(be, ntok, 768, 2304, 1, "fp32", f32, reps); /* qkv */
+        bench_linear(be, ntok, 768, 768, 1, "fp32", f32, reps);  /* attention projection */
+        bench_linear(be, ntok, 768, 3072, 1, "fp32", f32, reps); /* MLP up */
+        bench_linear(be, ntok, 3072, 768, 1, "fp32", f32, reps); /* MLP down */
+        if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
+            bench_linear(be, ntok, 768, 2304, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 768, 768, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 768, 3072, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 3072, 768, 1, "bf16", bf16, reps);
+            if (lmhead) bench_linear(be, ntok < 512 ? ntok : 512, 768, 50304, 0, "bf16", bf16, reps);
+            be->set_precision(be, LLM4D_PREC_FP32, &err);
+        }
     }
     fflush(stdout);
     bench_attention(be, 0.0f, "fp32", f32, reps);
@@ -240,7 +249,7 @@ int main(int argc, char **argv) {
         be->set_precision(be, LLM4D_PREC_FP32, &err);
         fflush(stdout);
     }
-    if (lmhead) bench_linear(be, ntok, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
+    if (lmhead) bench_linear(be, ntok, 768, 50304, 0, "fp32", f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
     be->destroy(be);
     return 0;
 }

@@ -216,6 +216,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
         const size_t nch = (N + (size_t)g->head_rows - 1) / (size_t)g->head_rows;
         g->head = alloc_f(&A, W, (size_t)g->head_rows * (size_t)widest);
         g->operands.read = (size_t)g->head_rows * (size_t)widest; /* the head's logits gradient, a chunk at a time */
+        g->operands.cols = (size_t)widest;
         g->xstats = alloc_f(&A, W, nch * 3 * (size_t)g->head_rows);
         g->xmax = alloc_f(&A, W, (size_t)g->head_rows);
         g->losses = alloc_f(&A, W, N);
@@ -229,6 +230,8 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     if (g->C > widest) widest = g->C;
     g->operands.made = N * (size_t)widest;
     if (g->operands.made > g->operands.read) g->operands.read = g->operands.made;
+    if ((size_t)widest > g->operands.cols) g->operands.cols = (size_t)widest;
+    g->operands.rows = N;
     g->full = alloc_f(&A, W, N * C);
     g->dres = alloc_f(&A, W, Nl * C);
     g->dres2 = alloc_f(&A, W, Nl * C);
