@@ -4,7 +4,8 @@
  * here the same way the backend runs its GEMMs (a cached oneDNN primitive, cpu_dnnl.h), on large shapes: a
  * 2048^3 square and the GPT-2 124M MLP shape (8192 x 768 x 3072, both orientations). Best of several runs after
  * a warm-up. fp32 always; bf16 inputs with fp32 accumulation and output when the CPU has avx512_bf16 (oneDNN's
- * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
+ * brg:avx512_core_bf16 kernel), and on AMX CPUs llm4d's own AMX kernel (src/backend/cpu_amx.h), the bf16 peak being
+ * the faster of the two. Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
  * Usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N]. On a shared machine take the
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_amx.h"
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -86,6 +88,35 @@ static double peak(llm4d_dnnl *d, llm4d_dnnl_type t, const char *name, int reps)
         printf("# %s M=%lld N=%lld K=%lld: %.1f GFLOP/s (%s)\n", name, (long long)shapes[i][0],
                (long long)shapes[i][1], (long long)shapes[i][2], g, impl);
         if (g > best) best = g;
+    }
+    return best;
+}
+
+/* llm4d's AMX kernel (src/backend/cpu_amx.h) on the same shapes, operands packed as the backend packs them: on AMX
+ * machines the bf16 peak is the faster of the two, since the linear layers run on it. */
+static double amx_peak(int reps) {
+    static const int shapes[][3] = {{2048, 2048, 2048}, {8192, 3072, 768}, {8192, 768, 3072}};
+    double best = 0.0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        float *x = xalloc((size_t)M * K * 4), *w = xalloc((size_t)N * K * 4), *c = xalloc((size_t)M * N * 4);
+        uint16_t *a = xalloc(llm4d_amx_a_elems(M, K) * 2), *b = xalloc(llm4d_amx_b_elems(K, N) * 2);
+        fill_f32(x, (size_t)M * K, 1);
+        fill_f32(w, (size_t)N * K, 2);
+        llm4d_amx_pack_a(a, x, K, M, K, LLM4D_ACT_NONE);
+        llm4d_amx_pack_b_t(b, w, K, N, K);
+        llm4d_amx_gemm(c, N, a, b, NULL, M, N, K, 0); /* warm-up */
+        double t = 1e30;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = llm4d_now();
+            llm4d_amx_gemm(c, N, a, b, NULL, M, N, K, 0);
+            const double dt = llm4d_now() - t0;
+            if (dt < t) t = dt;
+        }
+        const double g = 2.0 * M * N * K / t / 1e9;
+        printf("# bf16 M=%d N=%d K=%d: %.1f GFLOP/s (llm4d's AMX kernel)\n", M, N, K, g);
+        if (g > best) best = g;
+        free(x), free(w), free(c), free(a), free(b);
     }
     return best;
 }
@@ -211,6 +242,10 @@ int main(int argc, char **argv) {
     int has_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
     double f32 = peak(d, LLM4D_DNNL_F32, "fp32", reps);
     double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16", reps) : 0.0;
+    if (has_bf16 && (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx && llm4d_amx_usable()) {
+        const double amx = amx_peak(reps);
+        if (amx > bf16) bf16 = amx;
+    }
     if (!has_bf16) printf("# bf16: the CPU lacks avx512_bf16 (oneDNN ISA 0x%x)\n", (unsigned)isa);
     printf("# oneDNN scratchpad for these shapes: %.1f MiB\n", llm4d_dnnl_scratch_bytes(d) / 1048576.0);
     printf("fp32_peak_gflops: %.1f\n", f32);

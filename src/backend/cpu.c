@@ -550,10 +550,10 @@ static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
 /* what the machine can do, and what the backend holds */
 
 /* A 1024^3 GEMM (large enough for oneDNN's blocked kernels to reach their steady rate, small enough to cost
- * ~10 ms) in the operand precision of the linear layers, the best of at least PEAK_REPS runs after a warm-up and
- * of as many as fit in PEAK_SECONDS: on a shared machine the best run is the closest to what the hardware can do,
- * and a quarter of a second gives it the chance to see one that no other process slowed down (an underestimated
- * peak would report a utilisation above 1). */
+ * ~10 ms) in the operand precision of the linear layers, on their kernel (oneDNN's, or on the AMX path ours), the
+ * best of at least PEAK_REPS runs after a warm-up and of as many as fit in PEAK_SECONDS: on a shared machine the
+ * best run is the closest to what the hardware can do, and a quarter of a second gives it the chance to see one
+ * that no other process slowed down (an underestimated peak would report a utilisation above 1). */
 #define PEAK_DIM 1024
 #define PEAK_REPS 5
 #define PEAK_SECONDS 0.25
@@ -569,12 +569,23 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
             a[i] = (float)(i % 97) * 0.01f;
             b[i] = (float)(i % 89) * 0.01f;
         }
+        /* the linear layers' kernel in the working precision, operands prepared as they are for it */
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, PEAK_DIM, PEAK_DIM, PEAK_DIM, 0, PEAK_DIM, 1, PEAK_DIM, PEAK_DIM, 0);
-        const void *pa = llm4d_cpu_operand(cx, 0, a, n), *pb = llm4d_cpu_operand(cx, 1, b, n);
+        const void *pa, *pb;
+        if (cx->amx) {
+            uint16_t *ta = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
+            uint16_t *tb = llm4d_cpu_slot(cx, 1, llm4d_amx_b_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
+            llm4d_amx_pack_a(ta, a, PEAK_DIM, PEAK_DIM, PEAK_DIM, LLM4D_ACT_NONE);
+            llm4d_amx_pack_b_t(tb, b, PEAK_DIM, PEAK_DIM, PEAK_DIM);
+            pa = ta, pb = tb;
+        } else {
+            pa = llm4d_cpu_operand(cx, 0, a, n), pb = llm4d_cpu_operand(cx, 1, b, n);
+        }
         const double start = omp_get_wtime();
         for (int r = 0; r <= PEAK_REPS || (omp_get_wtime() - start < PEAK_SECONDS && r < 100); r++) {
             const double t0 = omp_get_wtime();
-            llm4d_dnnl_matmul(cx->dnnl, &mm, pa, pb, NULL, c);
+            if (cx->amx) llm4d_amx_gemm(c, PEAK_DIM, pa, pb, NULL, PEAK_DIM, PEAK_DIM, PEAK_DIM, 0);
+            else llm4d_dnnl_matmul(cx->dnnl, &mm, pa, pb, NULL, c);
             const double gf = 2.0 * PEAK_DIM * PEAK_DIM * PEAK_DIM / (omp_get_wtime() - t0) / 1e9;
             if (r > 0 && gf > best) best = gf;
         }
