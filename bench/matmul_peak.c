@@ -8,13 +8,16 @@
  * the faster of the two. Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
- * Usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N]. On a shared machine take the
- * best of many runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
+ * Usage: matmul_peak [--ops | --linear | --attention] [--no-lmhead] [--tokens N] [--reps N]. On a shared machine
+ * take the best of many runs. --attention: the peaks, then only the attention's timings (a quick loop for work on
+ * cpu_attn.c); --linear: the peaks, then only the linear layers (and the LM head unless --no-lmhead).
  *
  * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192, or --tokens N): linear
  * forward and backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
  * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak; with
- * avx512_bf16 the attention again with bf16 GEMM operands ("attention bf16 ...", against the bf16 peak). */
+ * avx512_bf16 the linear layers (the LM head for a chunk of at most 512 tokens, as the model runs it) and the
+ * attention again with bf16 GEMM operands ("linear bf16 ...", "attention bf16 ...", against the bf16 peak); a bf16
+ * linear layer's time includes its operand conversions, as in a training step. */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,7 +217,7 @@ static void bench_attention(llm4d_backend *be, float p, const char *prec, double
 }
 
 int main(int argc, char **argv) {
-    int ops = 0, lmhead = 1, linear = 1, reps = 5, ntok = 8192;
+    int ops = 0, lmhead = 1, linear = 1, attention = 1, reps = 5, ntok = 8192;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ops") == 0)
             ops = 1;
@@ -222,12 +225,14 @@ int main(int argc, char **argv) {
             lmhead = 0;
         else if (strcmp(argv[i], "--attention") == 0)
             ops = 1, linear = 0, lmhead = 0;
+        else if (strcmp(argv[i], "--linear") == 0)
+            ops = 1, attention = 0;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             ops = 1, ntok = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] "
+            fprintf(stderr, "usage: matmul_peak [--ops | --linear | --attention] [--no-lmhead] [--tokens N] "
                             "[--reps N (best of N, default 5)]\n");
             return 2;
         }
@@ -275,10 +280,10 @@ int main(int argc, char **argv) {
         }
     }
     fflush(stdout);
-    bench_attention(be, 0.0f, "fp32", f32, reps);
-    bench_attention(be, 0.1f, "fp32", f32, reps);
+    if (attention) bench_attention(be, 0.0f, "fp32", f32, reps);
+    if (attention) bench_attention(be, 0.1f, "fp32", f32, reps);
     fflush(stdout);
-    if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
+    if (attention && has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
         bench_attention(be, 0.0f, "bf16", bf16, reps);
         bench_attention(be, 0.1f, "bf16", bf16, reps);
         be->set_precision(be, LLM4D_PREC_FP32, &err);
