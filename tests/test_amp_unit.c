@@ -152,7 +152,8 @@ int main(void) {
         for (int i = 0; i < NB * OC; i++) dyb[i] = frand(&s);
         for (int i = 0; i < NB * C; i++) xb[i] = frand(&s);
         memset(db, 0, sizeof db);
-        be->linear_backward(be, dxb, LLM4D_ADD, dwb, db, dyb, xb, w, NB, C, OC);
+        memset(dwb, 0, sizeof dwb);
+        be->linear_backward(be, dxb, LLM4D_WRITE, dwb, db, dyb, xb, w, NB, C, OC);
         double db_err = 0;
         for (int j = 0; j < OC; j++) {
             double sum = 0;
@@ -161,6 +162,36 @@ int main(void) {
         }
         snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error)", modes[m].name);
         check(db_err < 1e-6, what, db_err, db_err);
+        /* and the input and weight gradients of that call, whose output gradient is converted in the same pass as
+         * the sums (on AMX CPUs also transposed for the weight gradient, chunk by chunk): against the products in
+         * double, within the format's bound */
+        double wb = 0, wx = 0, eb = 0, ex = 0;
+        for (int i = 0; i < NB; i++)
+            for (int k = 0; k < C; k++) {
+                double acc = 0, mag = 0;
+                for (int j = 0; j < OC; j++) {
+                    const double p = (double)dyb[(size_t)i * OC + j] * w[(size_t)j * C + k];
+                    acc += p, mag += fabs(p);
+                }
+                const double e = fabs(dxb[(size_t)i * C + k] - acc), r = e / (modes[m].eps * mag + 1e-30);
+                if (r > wx) wx = r;
+                if (e > ex) ex = e;
+            }
+        for (int j = 0; j < OC; j++)
+            for (int k = 0; k < C; k++) {
+                double acc = 0, mag = 0;
+                for (int i = 0; i < NB; i++) {
+                    const double p = (double)dyb[(size_t)i * OC + j] * xb[(size_t)i * C + k];
+                    acc += p, mag += fabs(p);
+                }
+                const double e = fabs(dwb[(size_t)j * C + k] - acc), r = e / (modes[m].eps * mag + 1e-30);
+                if (r > wb) wb = r;
+                if (e > eb) eb = e;
+            }
+        snprintf(what, sizeof what, "%s linear backward dinp, %d rows, bias gradient fused", modes[m].name, NB);
+        check(wx <= 1.0, what, wx, ex);
+        snprintf(what, sizeof what, "%s linear backward dweight, %d rows, bias gradient fused", modes[m].name, NB);
+        check(wb <= 1.0, what, wb, eb);
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
     be->linear_forward(be, ylp, x, w, NULL, N, C, OC);

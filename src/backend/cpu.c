@@ -213,17 +213,20 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
 /* Column sums (bias gradients): rows per chunk, and columns per task of the chunks' final sum. */
 #define COLSUM_ROWS 64
 #define COLSUM_COLS 64
+_Static_assert(COLSUM_ROWS % LLM4D_AMX_KB == 0, "a chunk of rows is whole K tiles of the transposed pack");
 
-/* db[OC] += the column sums of dout [N, OC], and, when dst is not NULL, dout in the working precision written to
- * dst in the same pass (on the AMX path as the kernel's A tiles): a linear layer's bias gradient rides on the conversion of its output gradient instead of
- * reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
+/* db[OC] += the column sums of dout [N, OC] (db may be NULL: none), and, when dst is not NULL, dout in the working
+ * precision written to dst in the same pass (on the AMX path as the kernel's A tiles); on the AMX path, when dst_t
+ * is not NULL, also dout^T's A tiles (the weight gradient's operand), each chunk's while its rows are in cache: one
+ * read of dout for all three. A linear layer's bias gradient rides on the conversion of its output gradient instead
+ * of reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
  * fixed chunks of COLSUM_ROWS rows, and the chunks' partial sums are added in chunk order, so the thread count
  * does not change the bits. */
-static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst) {
+static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst, uint16_t *dst_t) {
     const llm4d_cpu_fmt fmt = cx->fmt;
     const size_t es = llm4d_cpu_operand_bytes(fmt);
     const long nch = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    if ((size_t)nch * OC > cx->colsum_cap) {
+    if (db && (size_t)nch * OC > cx->colsum_cap) {
         free(cx->colsum);
         cx->colsum = aligned_alloc(64, ((size_t)nch * OC * sizeof(double) + 63) & ~(size_t)63);
         LLM4D_ASSERT(cx->colsum, "out of memory for %ld x %d partial bias-gradient sums", nch, OC);
@@ -232,17 +235,21 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
     double *part = cx->colsum;
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < nch; ch++) {
-        double *p = part + (size_t)ch * OC;
+        double *p = db ? part + (size_t)ch * OC : NULL;
         const int r0 = (int)ch * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
-        memset(p, 0, (size_t)OC * sizeof(double));
+        if (p) memset(p, 0, (size_t)OC * sizeof(double));
         for (int r = r0; r < r1; r++) {
             const float *row = dout + (size_t)r * OC;
             if (dst && cx->amx) llm4d_amx_pack_a_row(dst, OC, r, row);
             else if (dst) llm4d_cpu_convert_block(fmt, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
+            if (!p) continue;
 #pragma omp simd
             for (int o = 0; o < OC; o++) p[o] += row[o];
         }
+        if (dst_t) llm4d_amx_pack_a_t_ktiles(dst_t, dout, OC, OC, N, r0 / 32, (r1 + 31) / 32);
     }
+    if (dst && cx->amx) llm4d_amx_pack_a_pad_rows(dst, N, OC);
+    if (!db) return;
     const int ncb = (OC + COLSUM_COLS - 1) / COLSUM_COLS;
 #pragma omp parallel for schedule(static)
     for (int cb = 0; cb < ncb; cb++) {
@@ -255,7 +262,6 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
         }
         for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
     }
-    if (dst && cx->amx) llm4d_amx_pack_a_pad_rows(dst, N, OC);
 }
 
 /* dout [N, OC] in the working precision in conversion slot `slot`, with db += its column sums (not in fp32 mode,
@@ -264,7 +270,7 @@ static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int 
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
     const size_t elems = cx->amx ? llm4d_amx_a_elems(N, OC) : (size_t)N * OC;
     void *dst = llm4d_cpu_slot(cx, slot, elems * llm4d_cpu_operand_bytes(cx->fmt));
-    colsum(cx, db, dout, N, OC, dst);
+    colsum(cx, db, dout, N, OC, dst, NULL);
     return dst;
 }
 
@@ -335,25 +341,20 @@ static void amx_forward(cpu_ctx *cx, float *out, const float *inp, llm4d_act act
 
 static void amx_backward(cpu_ctx *cx, float *dinp, llm4d_store dinp_store, float *dw, float *db, const float *dout,
                          const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
-    if (dinp) {
-        const void *g = db ? operand_colsum(cx, 0, dout, N, OC, db) : NULL;
-        if (!g) {
-            WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-            uint16_t *a = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, OC) * sizeof(uint16_t));
-            llm4d_amx_pack_a(a, dout, OC, N, OC, LLM4D_ACT_NONE);
-            g = a;
-        }
+    uint16_t *g = NULL, *gt = NULL, *x = NULL;
+    {
+        /* dout's packs (the A tiles for dinp, their transpose for dw) and its column sums in one pass */
+        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+        if (dinp) g = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, OC) * sizeof(uint16_t));
+        if (dw) gt = llm4d_cpu_slot(cx, 1, llm4d_amx_a_elems(OC, N) * sizeof(uint16_t));
+        colsum(cx, db, dout, N, OC, g, gt);
+    }
+    if (dinp)
         llm4d_amx_gemm(dinp, C, g, llm4d_cpu_weight_tiles(cx, w, OC, C, LLM4D_CPU_TILES_W), NULL, N, C, OC,
                        dinp_store == LLM4D_ADD);
-    } else if (db) {
-        colsum(cx, db, dout, N, OC, NULL);
-    }
     if (!dw) return;
-    uint16_t *gt, *x;
     {
         WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-        gt = llm4d_cpu_slot(cx, 1, llm4d_amx_a_elems(OC, N) * sizeof(uint16_t));
-        llm4d_amx_pack_a_t(gt, dout, OC, OC, N);
         x = llm4d_cpu_slot(cx, 2, llm4d_amx_b_elems(N, C) * sizeof(uint16_t));
         llm4d_amx_pack_b(x, inp, C, N, C, act);
     }
@@ -389,7 +390,7 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
 /* db[C] += column sums of dout[N, C] */
 static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    colsum(ctx_of(be), db, dout, N, C, NULL);
+    colsum(ctx_of(be), db, dout, N, C, NULL, NULL);
 }
 
 static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {

@@ -72,6 +72,9 @@ void llm4d_amx_pack_a_row(uint16_t *dst, int K, int r, const float *row);
 void llm4d_amx_pack_a_pad_rows(uint16_t *dst, int M, int K);
 /* A tiles of G^T, G [K, M] with row stride ld (A[m][k] = G[k][m]). Parallel. */
 void llm4d_amx_pack_a_t(uint16_t *dst, const float *g, int64_t ld, int M, int K);
+/* The same for the K tiles [kt0, kt1) only (rows [32 kt0, 32 kt1) of G), single-threaded: a pass over G's rows
+ * that packs them as A tiles too (pack_a_row) writes their transpose while they are in cache. */
+void llm4d_amx_pack_a_t_ktiles(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1);
 /* B tiles of act(X), X [K, N] with row stride ld. Parallel. */
 void llm4d_amx_pack_b(uint16_t *dst, const float *x, int64_t ld, int K, int N, llm4d_act act);
 /* B tiles of W^T, W [N, K] with row stride ld (B[k][n] = W[n][k]). Parallel. */
