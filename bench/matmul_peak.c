@@ -196,7 +196,9 @@ static void att_bwd(void *p) {
 static void bench_attention(llm4d_backend *be, float p, const char *prec, double peak, int reps) {
     llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0};
+    /* as the model runs it: with dropout, the mask drawn in forward is kept as bits for backward */
+    uint32_t *bits = p > 0.0f ? xalloc((size_t)s.B * s.NH * s.T * LLM4D_MASK_WORDS(s.T) * sizeof(uint32_t)) : NULL;
+    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, bits};
     const size_t C = (size_t)s.NH * s.HS, nqkv = (size_t)s.B * s.T * 3 * C, nout = (size_t)s.B * s.T * C;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(nlse * 4), xalloc(nout * 4),
@@ -213,7 +215,7 @@ static void bench_attention(llm4d_backend *be, float p, const char *prec, double
            "(%.1f causal GFLOP/s, %.0f%% of %s peak)\n",
            strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", s.B, s.T, s.NH, s.HS, p, tf * 1e3,
            tb * 1e3, (tf + tb) * 1e3, 6 * prod / (tf + tb) / 1e9, 100 * 6 * prod / (tf + tb) / 1e9 / peak, prec);
-    free(a.qkv), free(a.out), free(a.lse), free(a.dout), free(a.dqkv);
+    free(a.qkv), free(a.out), free(a.lse), free(a.dout), free(a.dqkv), free(bits);
 }
 
 int main(int argc, char **argv) {

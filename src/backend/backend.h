@@ -39,7 +39,15 @@ typedef struct {
     const int64_t *sample_ids;  /* [B] global sample index of each batch row */
     int T;                      /* sequence length (tokens per batch row) */
     int64_t tok0;               /* first token of the activation in the flattened micro-batch */
+    /* The attention's dropout only, may be NULL: [B][NH][T][LLM4D_MASK_WORDS(T)] words in which attention_forward
+     * stores the mask it draws, bit t2 % 32 of word t2 / 32 of row (b, h, t1) set where probability (t1, t2) is
+     * kept (t2 <= t1; the other bits are unspecified), and from which attention_backward reads it back instead of
+     * drawing it again. A backend may ignore it (draw the mask in backward too): the bits are the same draws. */
+    uint32_t *bits;
 } llm4d_dropout;
+
+/* Words of one attention row's mask bits (llm4d_dropout.bits). */
+#define LLM4D_MASK_WORDS(T) (((size_t)(T) + 31) / 32)
 
 /* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads). */
 typedef struct {

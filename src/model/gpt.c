@@ -107,6 +107,11 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
     a->qkv = alloc_f(A, X, N * 3 * g->Cl);
     a->atty = alloc_f(A, X, N * g->Cl);
     a->lse = alloc_f(A, X, (size_t)g->B * g->NHl * g->T);
+    /* the attention dropout's mask, kept so backward reads it instead of drawing its Philox words again (a bit per
+     * probability: 1/32 of the scores a non-flash attention would keep) */
+    a->attn_bits = g->cfg.attention_probs_dropout_prob > 0.0f
+                       ? (uint32_t *)alloc_f(A, X, (size_t)g->B * g->NHl * g->T * LLM4D_MASK_WORDS(g->T))
+                       : NULL;
     a->res2 = alloc_f(A, X, Nl * C);
     a->ln2 = alloc_f(A, X, N * C);
     a->ln2_mean = alloc_f(A, X, Nl);
