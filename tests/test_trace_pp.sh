@@ -17,6 +17,7 @@
 #   - the optimizer and data spans of each traced step are there;
 #   - tracing changes no number: the traced pp2 run's losses equal the untraced one's, and the untraced run wrote
 #     no trace and run.json says trace_dir null;
+#   - llm4d report --merge_trace writes one file holding every rank's events;
 #   - bad trace settings get one line and exit 2: a malformed --trace_steps, steps after the run's last, and a
 #     directory that cannot be written.
 set -uo pipefail
@@ -41,6 +42,8 @@ run pp2_off 2 --pp_degree 2 --micro_batch_size 2
 run zb 2 --pp_degree 2 --pp_schedule ZBH1 --micro_batch_size 2 --trace "$tmp/zb/trace" --trace_steps 2
 run v2 2 --pp_degree 2 --virtual_pp_degree 2 --micro_batch_size 2 --trace "$tmp/v2/trace" --trace_steps 2
 run dp2 2 --dp_degree 2 --micro_batch_size 2 -o Global.trace="$tmp/dp2/trace" -o Global.trace_steps=2
+check "the merged trace written" "$LLM4D" report "$tmp/pp2/out" -o "$tmp/pp2/report.html" \
+  --merge_trace "$tmp/pp2/merged.json"
 params=$(grep -m1 -o 'parameters, gradients and Adam m, v held whole: [0-9]* elements' "$tmp/dp2/log/workerlog.0" |
   grep -o '[0-9]*' | tail -1)
 
@@ -158,6 +161,11 @@ for name, steps, oracle in [("pp2", [2, 3], lambda s: one_f1b(2, 4, s)), ("zb", 
                   f"dp2 rank {r}: gradient all-reduces on the data group of {total} bytes = 4 x {params} "
                   f"parameters; passes {names}")
 
+merged = json.load(open(os.path.join(tmp, "pp2", "merged.json")))
+pids = sorted({e["pid"] for e in merged["traceEvents"]})
+singles = sum(len(d["traceEvents"]) for d in load("pp2").values())
+check(pids == [0, 1] and len(merged["traceEvents"]) == singles,
+      f"the merged trace holds both ranks' {singles} events as processes {pids}")
 
 def losses(name):
     rows = [json.loads(l) for l in open(os.path.join(tmp, name, "out", "metrics.jsonl"))]
