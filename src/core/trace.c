@@ -85,7 +85,7 @@ void llm4d_trace_destroy(llm4d_trace *t) {
 llm4d_trace_event *llm4d_trace_add(llm4d_trace *t, llm4d_trace_kind kind, const char *name, double t0, double t1) {
     if (t->n == t->cap) {
         const size_t cap = t->cap ? 2 * t->cap : 4096;
-        llm4d_trace_event *ev = realloc(t->ev, cap * sizeof *ev);
+        llm4d_trace_event *ev = t->n < LLM4D_TRACE_MAX_SPANS ? realloc(t->ev, cap * sizeof *ev) : NULL;
         if (!ev) {
             t->lost++;
             return NULL;
@@ -179,7 +179,7 @@ llm4d_code llm4d_trace_write(llm4d_trace *t, llm4d_err *err) {
     if (!f) return llm4d_fail(err, LLM4D_EUSER, "cannot write the trace %s: %s; choose a writable --trace directory",
                               tmp, strerror(errno));
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"rank\": %d, \"steps\": [%" PRId64 ", %" PRId64 "], "
-            "\"lost_spans\": %d%s%s},\n\"traceEvents\": [\n", t->rank, t->first,
+            "\"lost_spans\": %" PRId64 "%s%s},\n\"traceEvents\": [\n", t->rank, t->first,
             t->last == INT64_MAX ? (int64_t)-1 : t->last, t->lost, t->other[0] ? ", " : "", t->other);
     /* metadata: the process's name and place in a merged view, the thread's name */
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"ts\": 0, \"pid\": %d, \"tid\": 0, \"args\": {\"name\": "

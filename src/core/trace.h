@@ -33,6 +33,10 @@
 #include "core/error.h"
 #include "core/timer.h"
 
+/* The most spans a trace keeps (about 27 MB): later ones are counted as lost, not kept, so tracing "5-" (to the
+ * end) of a long run cannot take the host's memory; viewers do not open much larger files anyway. */
+#define LLM4D_TRACE_MAX_SPANS (1 << 18)
+
 /* What a span is; its category in the file ("cat") and the meaning of its numbers a, b, c. */
 typedef enum {
     LLM4D_TR_STEP = 0, /* cat "step":       a the step */
@@ -62,7 +66,7 @@ typedef struct llm4d_trace {
     double origin;            /* the llm4d_now() value written as ts 0 */
     llm4d_trace_event *ev;
     size_t n, cap;
-    int lost;                 /* spans dropped because the array could not grow (said in the file) */
+    int64_t lost;             /* spans dropped: past LLM4D_TRACE_MAX_SPANS or out of memory (said in the file) */
     int written;              /* the file holds every span recorded so far */
     uint64_t pending_bytes;   /* the payload of the communication call being started (comm_trace.h) */
     char path[1100];          /* DIR/trace.rank<R>.json */
@@ -89,8 +93,8 @@ static inline void llm4d_trace_arm(llm4d_trace *t, int64_t step) {
     if (t) t->on = step >= t->first && step <= t->last;
 }
 
-/* Append a span (t must be recording); NULL when the array cannot grow (the span is counted as lost). The name is
- * truncated to fit. */
+/* Append a span (t must be recording); NULL when the trace is full or the array cannot grow (the span is counted as
+ * lost). The name is truncated to fit. */
 llm4d_trace_event *llm4d_trace_add(llm4d_trace *t, llm4d_trace_kind kind, const char *name, double t0, double t1);
 
 /* A span of kind from t0 to now, with number a (the step, for STEP, DATA, OPTIM and CKPT). Returns now (0 when

@@ -61,7 +61,10 @@ llm4d_code llm4d_trainer_trace_step_end(llm4d_trainer *tr, int64_t step, double 
     if (step < t->last && step < tr->cfg->max_steps) return LLM4D_OK;
     t->on = 0;
     LLM4D_TRY(llm4d_trainer_agree(tr, llm4d_trace_write(t, err), err));
-    llm4d_log_info(&tr->log, "trace written: %s (%zu spans%s)", t->path, t->n, t->lost ? ", some lost: out of memory" : "");
+    if (t->lost)
+        llm4d_log_warn(&tr->log, "trace written: %s, %zu spans; %lld more were not kept (a trace keeps at most %d): "
+                       "trace fewer steps", t->path, t->n, (long long)t->lost, LLM4D_TRACE_MAX_SPANS);
+    else llm4d_log_info(&tr->log, "trace written: %s (%zu spans)", t->path, t->n);
     return LLM4D_OK;
 }
 
