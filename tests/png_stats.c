@@ -58,7 +58,8 @@ int main(int argc, char **argv) {
     int (*want)[3] = calloc((size_t)(nc > 0 ? nc : 1), sizeof *want);
     for (int i = 0; i < nc; i++) {
         unsigned v = 0;
-        if (sscanf(argv[2 + i], "#%6x", &v) != 1) return fprintf(stderr, "png_stats: colour %s is not #rrggbb\n", argv[2 + i]), 2;
+        if (sscanf(argv[2 + i], "#%6x", &v) != 1)
+            return fprintf(stderr, "png_stats: colour %s is not #rrggbb\n", argv[2 + i]), 2;
         want[i][0] = (int)(v >> 16), want[i][1] = (int)(v >> 8 & 255), want[i][2] = (int)(v & 255);
     }
     unsigned char *prev = calloc(stride, 1);
@@ -67,7 +68,11 @@ int main(int argc, char **argv) {
         const int filter = line[-1];
         for (size_t i = 0; i < stride; i++) { /* undo the row's filter (PNG specification, section 9) */
             const int a = i >= (size_t)ch ? line[i - ch] : 0, b = prev[i], c = i >= (size_t)ch ? prev[i - ch] : 0;
-            const int p = filter == 1 ? a : filter == 2 ? b : filter == 3 ? (a + b) / 2 : filter == 4 ? paeth(a, b, c) : 0;
+            const int p = filter == 1   ? a
+                          : filter == 2 ? b
+                          : filter == 3 ? (a + b) / 2
+                          : filter == 4 ? paeth(a, b, c)
+                                        : 0;
             line[i] = (unsigned char)(line[i] + p);
         }
         for (uint32_t x = 0; x < w; x++) {

@@ -122,7 +122,8 @@ int main(void) {
     /* a parent and a child whose ends differ by a fraction of a nanosecond, and a child starting with its parent */
     llm4d_trace_add(t, LLM4D_TR_STEP, "parent", origin + 10.0000000004, origin + 10.0000010006);
     llm4d_trace_add(t, LLM4D_TR_DATA, "child", origin + 10.0000000004, origin + 10.0000010004);
-    for (int i = 0; i < 6000; i++) llm4d_trace_add(t, LLM4D_TR_DATA, "many", origin + 20 + i * 1e-6, origin + 20 + i * 1e-6);
+    for (int i = 0; i < 6000; i++)
+        llm4d_trace_add(t, LLM4D_TR_DATA, "many", origin + 20 + i * 1e-6, origin + 20 + i * 1e-6);
     check(t->lost == 0 && t->n == 6000 + 2 + 9, "every span kept as the array grew: %zu spans", t->n);
     /* what a span costs when recording (two clock reads and a record; bench/bench_trace.sh has the whole step):
      * loose enough for a loaded machine, tight enough to catch I/O or formatting per span */
@@ -132,7 +133,8 @@ int main(void) {
     const double per = (llm4d_now() - c0) / 100000;
     check(per < 2e-6 && t->n == before + 100000, "a recorded pass costs %.0f ns (under 2 us)", per * 1e9);
     while (t->n < LLM4D_TRACE_MAX_SPANS && llm4d_trace_add(t, LLM4D_TR_DATA, "full", origin + 30, origin + 30)) {}
-    for (int i = 0; i < 5; i++) /* past the cap: kept no more, counted */ llm4d_trace_add(t, LLM4D_TR_DATA, "full", origin + 30, origin + 30);
+    for (int i = 0; i < 5; i++) /* past the cap: kept no more, counted */
+        llm4d_trace_add(t, LLM4D_TR_DATA, "full", origin + 30, origin + 30);
     check(t->n == LLM4D_TRACE_MAX_SPANS && t->lost == 5, "at most %d spans kept, the rest counted as lost (%zu kept, "
           "%lld lost)", LLM4D_TRACE_MAX_SPANS, t->n, (long long)t->lost);
     t->n = before;
@@ -171,8 +173,9 @@ int main(void) {
               arg(b21, "chunk") == 1 && !strcmp(cJSON_GetObjectItem(b21, "cat")->valuestring, "compute"),
           "passes named F3, B2.1, W0 with their micro-batch and chunk");
     const cJSON *ar = event_named(events, "allreduce"), *wt = event_named(events, "wait iallreduce");
-    check(ar && arg(ar, "bytes") == 32 && !strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(ar, "args"), "group")->valuestring,
-                                                  "world:0/1") && arg(ar, "seq") == 1,
+    const cJSON *group = ar ? cJSON_GetObjectItem(cJSON_GetObjectItem(ar, "args"), "group") : NULL;
+    check(ar && arg(ar, "bytes") == 32 && cJSON_IsString(group) && !strcmp(group->valuestring, "world:0/1") &&
+              arg(ar, "seq") == 1,
           "the blocking all-reduce: group world:0/1, 32 payload bytes (4 doubles), collective #1");
     int posts = 0, tests = 0;
     cJSON_ArrayForEach(e, events) {

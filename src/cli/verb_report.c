@@ -76,7 +76,8 @@ int llm4d_cmd_report(int argc, char **argv) {
             return fail(msg);
         }
     }
-    if (!o.run_dir) return fail("give the run's output_dir: llm4d report RUN_DIR [-o report.html] (--help for the options)");
+    if (!o.run_dir)
+        return fail("give the run's output_dir: llm4d report RUN_DIR [-o report.html] (--help for the options)");
     llm4d_err err = {0};
     char written[PATH_MAX + 32];
     if (llm4d_report_write(&o, written, sizeof written, &err) != LLM4D_OK) {

@@ -20,7 +20,8 @@
 
 static const char *const mem_names[LLM4D_MEM_NCATEGORIES + 2] = {
     "parameters", "gradients", "optimizer states", "activations", "communication buffers", "workspaces",
-    "outside the categories (backend copies and operands, MPI temporaries)", "the rest of the process (libraries, MPI, data)"};
+    "outside the categories (backend copies and operands, MPI temporaries)",
+    "the rest of the process (libraries, MPI, data)"};
 static const char *const mem_colors[LLM4D_MEM_NCATEGORIES + 2] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                                                   "#9467bd", "#8c564b", "#e377c2", "#c7c7c7"};
 
@@ -114,8 +115,8 @@ static void grid_svg(FILE *f, const cJSON *ranks, int P, int D, int S, int M) {
             "viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"the 4D grid\"><text class=\"title\" x=\"%d\" y=\"14\">"
             "Ranks by pipeline stage (columns) and data replica (rows)</text>\n", w, h, w, h, left);
     for (int p = 0; p < cols; p++)
-        fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"32\" text-anchor=\"middle\">stage %d</text>\n", left + p * cw + cw / 2,
-                p);
+        fprintf(f, "<text class=\"axis\" x=\"%d\" y=\"32\" text-anchor=\"middle\">stage %d</text>\n",
+                left + p * cw + cw / 2, p);
     for (int q = 0; q < rows; q++)
         if (S > 1) fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%d\" text-anchor=\"end\">dp %d, shard %d</text>\n",
                            left - 6, top + q * rh + 21, q / S, q % S);
@@ -129,8 +130,8 @@ static void grid_svg(FILE *f, const cJSON *ranks, int P, int D, int S, int M) {
         if (pp >= cols || row >= rows) continue;
         const double bw = (double)(cw - 12) / M;
         const double x = left + pp * cw + 6 + mp * bw, y = top + row * rh + 4;
-        fprintf(f, "<rect class=\"box\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>rank %d: dp %d, "
-                "pp %d, sharding %d, mp %d</title></rect><text class=\"boxlabel\" x=\"%.1f\" y=\"%d\" "
+        fprintf(f, "<rect class=\"box\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>rank %d: "
+                "dp %d, pp %d, sharding %d, mp %d</title></rect><text class=\"boxlabel\" x=\"%.1f\" y=\"%d\" "
                 "text-anchor=\"middle\">r%d</text>\n", x, (int)y, bw - 2, rh - 8, llm4d_svg_color(pp), rank, dp, pp,
                 sh, mp, x + (bw - 2) / 2, (int)y + 16, rank);
     }
@@ -220,7 +221,8 @@ void llm4d_rp_context(FILE *f, const llm4d_rp_run *r) {
         llm4d_html_row(f, "host of rank 0", "%s", llm4d_rp_str(in, "machine.host", "?"));
         llm4d_html_row(f, "CPU", "%s, %.0f cores, %.1f GiB", llm4d_rp_str(in, "machine.cpu", "?"),
                        llm4d_rp_num(in, "machine.cores", 0), llm4d_rp_num(in, "machine.memory_gib", 0));
-        llm4d_html_row(f, "system", "%s; %s", llm4d_rp_str(in, "machine.os", "?"), llm4d_rp_str(in, "machine.kernel", "?"));
+        llm4d_html_row(f, "system", "%s; %s", llm4d_rp_str(in, "machine.os", "?"),
+                       llm4d_rp_str(in, "machine.kernel", "?"));
         llm4d_html_row(f, "compiler", "%s", llm4d_rp_str(in, "machine.compiler", "?"));
         llm4d_html_row(f, "backend", "%s, %.0f threads per rank, %s", llm4d_rp_str(in, "machine.backend", "?"),
                        llm4d_rp_num(in, "machine.threads_per_rank", 0), llm4d_rp_str(in, "machine.precision", "?"));

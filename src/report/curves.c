@@ -94,9 +94,11 @@ static void loss_chart(FILE *f, llm4d_rp_run *const *runs, int n) {
 /* How far each compared run's losses are from the first run's, at the steps both have. */
 static void equivalence(FILE *f, llm4d_rp_run *const *runs, int n) {
     const llm4d_rp_run *a = runs[0];
-    fprintf(f, "<h3>Loss equivalence against %s</h3>\n<table id=\"equivalence\"><tr><th>run</th><th>steps in common</th><th>max |&Delta; "
-            "loss|</th><th>at step</th><th>mean |&Delta; loss|</th><th>evaluations in common</th><th>max |&Delta; "
-            "eval loss|</th></tr>\n", "the first run");
+    fprintf(f, "<h3>Loss equivalence against ");
+    llm4d_svg_escape(f, a->label);
+    fprintf(f, "</h3>\n<table id=\"equivalence\"><tr><th>run</th><th>steps in common</th><th>max |&Delta; loss|</th>"
+            "<th>at step</th><th>mean |&Delta; loss|</th><th>evaluations in common</th><th>max |&Delta; eval loss|</th>"
+            "</tr>\n");
     llm4d_svg_series s[LLM4D_RP_MAX_RUNS] = {0};
     double *buf[2 * LLM4D_RP_MAX_RUNS] = {0};
     int k = 0;
@@ -169,8 +171,8 @@ static void breakdown(FILE *f, const llm4d_rp_run *r) {
     if (ok && hidden && n > 0) {
         llm4d_svg_series over = {"communication hidden (in calls that did not wait)", "#000000", x, hidden, n,
                                  LLM4D_SVG_DASHED};
-        llm4d_svg_chart c = {.id = "chart-step-time", .title = "Time of each step by kind of work (rank 0)", .xlabel = "step",
-                             .ylabel = "seconds", .w = 1100, .h = 300, .vline = NAN};
+        llm4d_svg_chart c = {.id = "chart-step-time", .title = "Time of each step by kind of work (rank 0)",
+                             .xlabel = "step", .ylabel = "seconds", .w = 1100, .h = 300, .vline = NAN};
         llm4d_svg_stack(f, &c, x, n, (const double *const *)y, names, colors, K, &over, 1);
         double total = 0;
         for (int k = 0; k < K; k++) mean[k] /= counted > 0 ? counted : 1, total += mean[k];

@@ -50,7 +50,9 @@ typedef struct {
 } frame;
 
 static double px(const frame *fr, double x) { return ML + (x - fr->x0) / (fr->x1 - fr->x0) * (fr->w - ML - MR); }
-static double py(const frame *fr, double y) { return fr->h - MB - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->h - fr->mt - MB); }
+static double py(const frame *fr, double y) {
+    return fr->h - MB - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->h - fr->mt - MB);
+}
 
 /* Widen degenerate bounds, round the y bounds out to ticks. */
 static void settle(frame *fr, int zero) {
@@ -125,7 +127,8 @@ static void legend(FILE *f, const frame *fr, const char *const *names, const cha
         if (!names[i]) continue;
         const double wtext = 6.6 * (double)strlen(names[i]) + 28;
         if (x + wtext > fr->w - MR && x > ML) x = ML, y += 13;
-        if (i < squares) fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"8\" fill=\"%s\"/>", x, y - 7, colors[i]);
+        if (i < squares)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"8\" fill=\"%s\"/>", x, y - 7, colors[i]);
         else fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>", x,
                      x + 12, y - 3, y - 3, colors[i]);
         fprintf(f, "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", x + 16, y);
