@@ -74,6 +74,26 @@ static double exact_ratio(const float *got, const float *x, const float *w, int 
     return worst;
 }
 
+/* worst |got - exact| / (eps sum |a b|) over C[r][c] = sum_t a[r ars + t acs] b[t brs + c bcs] (R x Cc, K terms),
+ * the exact product in double */
+static double worst_product(const float *got, const float *a, int ars, int acs, const float *b, int brs, int bcs,
+                            int R, int Cc, int K, double eps, double *maxerr) {
+    double worst = 0;
+    *maxerr = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) {
+            double acc = 0, mag = 0;
+            for (int t = 0; t < K; t++) {
+                const double p = (double)a[(size_t)r * ars + (size_t)t * acs] * b[(size_t)t * brs + (size_t)c * bcs];
+                acc += p, mag += fabs(p);
+            }
+            const double e = fabs(got[(size_t)r * Cc + c] - acc), q = e / (eps * mag + 1e-30);
+            if (q > worst) worst = q;
+            if (e > *maxerr) *maxerr = e;
+        }
+    return worst;
+}
+
 int main(void) {
     if (fegetround() != FE_TONEAREST) return fprintf(stderr, "rounding mode is not to-nearest\n"), 1;
     llm4d_err err = {0};
@@ -165,29 +185,9 @@ int main(void) {
         /* and the input and weight gradients of that call, whose output gradient is converted in the same pass as
          * the sums (on AMX CPUs also transposed for the weight gradient, chunk by chunk): against the products in
          * double, within the format's bound */
-        double wb = 0, wx = 0, eb = 0, ex = 0;
-        for (int i = 0; i < NB; i++)
-            for (int k = 0; k < C; k++) {
-                double acc = 0, mag = 0;
-                for (int j = 0; j < OC; j++) {
-                    const double p = (double)dyb[(size_t)i * OC + j] * w[(size_t)j * C + k];
-                    acc += p, mag += fabs(p);
-                }
-                const double e = fabs(dxb[(size_t)i * C + k] - acc), r = e / (modes[m].eps * mag + 1e-30);
-                if (r > wx) wx = r;
-                if (e > ex) ex = e;
-            }
-        for (int j = 0; j < OC; j++)
-            for (int k = 0; k < C; k++) {
-                double acc = 0, mag = 0;
-                for (int i = 0; i < NB; i++) {
-                    const double p = (double)dyb[(size_t)i * OC + j] * xb[(size_t)i * C + k];
-                    acc += p, mag += fabs(p);
-                }
-                const double e = fabs(dwb[(size_t)j * C + k] - acc), r = e / (modes[m].eps * mag + 1e-30);
-                if (r > wb) wb = r;
-                if (e > eb) eb = e;
-            }
+        double ex, eb;
+        const double wx = worst_product(dxb, dyb, OC, 1, w, C, 1, NB, C, OC, modes[m].eps, &ex);
+        const double wb = worst_product(dwb, dyb, 1, OC, xb, C, 1, OC, C, NB, modes[m].eps, &eb);
         snprintf(what, sizeof what, "%s linear backward dinp, %d rows, bias gradient fused", modes[m].name, NB);
         check(wx <= 1.0, what, wx, ex);
         snprintf(what, sizeof what, "%s linear backward dweight, %d rows, bias gradient fused", modes[m].name, NB);
