@@ -32,6 +32,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/cli.h"
 #include "core/fs.h"
+#include "core/shape.h"
 #include "config/config.h"
 #include "core/rng.h"
 
@@ -121,13 +122,6 @@ static llm4d_code write_file_atomic(const char *path, const char *data, size_t l
 }
 
 /* ---- export ---- */
-
-static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
 
 static cJSON *hf_config(const llm4d_model_config *m) {
     cJSON *j = cJSON_CreateObject();
@@ -453,8 +447,8 @@ static int import_hf(const char *hf_dir, const char *out) {
             const int nd = hf_shape(p, s);
             if (x->ndim != nd || x->shape[0] != s[0] || (nd == 2 && x->shape[1] != s[1])) {
                 char a[96], b[96];
-                fmt_shape(a, sizeof a, x->ndim, x->shape);
-                fmt_shape(b, sizeof b, nd, s);
+                llm4d_fmt_shape(a, sizeof a, x->ndim, x->shape);
+                llm4d_fmt_shape(b, sizeof b, nd, s);
                 CHECK(llm4d_fail(&err, LLM4D_EUSER, "%s: tensor '%s' has shape %s but config.json implies %s; the "
                                  "weights and config.json do not belong together", f->path, x->name, a, b));
             }

@@ -31,8 +31,8 @@
  * MPI operation), for callers that want half the bytes. Counts are elements of the given type; one call moves at
  * most INT_MAX elements per rank block (an MPI limit) — larger buffers are refused with an internal error, so split
  * them into buckets. */
-#ifndef LLM4D_DIST_COMM_H
-#define LLM4D_DIST_COMM_H
+#ifndef LLM4D_COMM_COMM_H
+#define LLM4D_COMM_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -237,6 +237,15 @@ static const llm4d_key keys[] = {
         "enable sharding (default: true exactly when sharding_degree > 1)"),
     EXT("Distributed.bucket_size_mb", LLM4D_KT_MB, dist.bucket_size_bytes, "25", NULL, "--bucket_size_mb",
         "gradient all-reduce bucket size in MB"),
+    EXT("Distributed.dp_overlap", LLM4D_KT_STR, dist.dp_overlap, "on", NULL, "--dp_overlap",
+        "data parallel: on (bucket all-reduces start during backward), off (all blocking after backward: the "
+        "yardstick of what overlap hides) or alternate (odd steps on, even steps off; bench/bench_dp.sh)"),
+    EXT("Distributed.dp_trace", LLM4D_KT_BOOL, dist.dp_trace, "False", NULL, "--dp_trace",
+        "data parallel: print one line per step with each bucket's size and start and end times (bench)"),
+    EXT("Distributed.sharding.prefetch", LLM4D_KT_BOOL, dist.zero_prefetch, "True", NULL, "--zero_prefetch",
+        "ZeRO-3: gather the next group while one computes (off: every gather blocking, for measurement)"),
+    EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
+        "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
 
     /* Sections of other PaddleFleetX GPT configs */
     NOEFF("FusedPasses.enable", "False", "False", "auto-parallel fused passes"),

@@ -51,7 +51,7 @@ static void dp_grads_done(llm4d_engine *e, int group) {
 
 static void dp_begin_step(llm4d_engine *e, int n_micro) {
     llm4d_dp *dp = of(e);
-    /* LLM4D_DP_OVERLAP=alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
+    /* dp_overlap alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
      * benchmark compares both under the same machine load */
     if (dp->overlap_mode == 2) dp->overlap = dp->n_steps % 2 == 0;
     dp->n_steps++;
@@ -66,7 +66,7 @@ static void dp_begin_step(llm4d_engine *e, int n_micro) {
     }
 }
 
-/* One line per step (LLM4D_DP_TRACE): where each bucket's reduction ran relative to backward. */
+/* One line per step (dp_trace): where each bucket's reduction ran relative to backward. */
 static void print_trace(const llm4d_dp *dp) {
     printf("llm4d dp trace: rank %d %s backward %.4f s, %d progress calls, wait %.4f s, comm %.4f s, buckets "
            "(MB start done):",
@@ -134,7 +134,8 @@ static const llm4d_engine_ops dp_ops = {
     .destroy = dp_destroy,
 };
 
-llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err) {
+llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
+                         int trace, llm4d_err *err) {
     memset(dp, 0, sizeof *dp);
     dp->base.ops = &dp_ops;
     dp->g = g;
@@ -168,9 +169,8 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
     }
     for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
-    const char *ov = getenv("LLM4D_DP_OVERLAP"), *tr = getenv("LLM4D_DP_TRACE");
-    dp->overlap_mode = !ov || strcmp(ov, "0") ? (ov && !strcmp(ov, "alternate") ? 2 : 1) : 0;
+    dp->overlap_mode = !strcmp(overlap, "off") ? 0 : !strcmp(overlap, "alternate") ? 2 : 1;
     dp->overlap = dp->overlap_mode != 0;
-    dp->trace = tr && strcmp(tr, "0") && *tr;
+    dp->trace = trace;
     return LLM4D_OK;
 }

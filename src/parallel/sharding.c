@@ -490,14 +490,14 @@ static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok
     return p;
 }
 
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
-                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt,
-                               uint64_t seed, llm4d_err *err) {
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
+                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err) {
     memset(s, 0, sizeof *s);
     s->base.ops = &sharding_ops;
-    const char *pf = getenv("LLM4D_ZERO_PREFETCH"), *ov = getenv("LLM4D_ZERO_OVERLAP");
-    s->prefetch_on = !(pf && !strcmp(pf, "0"));
-    s->overlap_on = !(ov && !strcmp(ov, "0"));
+    const int stage = d->sharding_stage, offload = d->sharding_offload;
+    const char *offload_dir = d->offload_dir;
+    s->prefetch_on = d->zero_prefetch;
+    s->overlap_on = d->zero_overlap;
     s->opt = opt;
     s->stage = stage;
     s->N = llm4d_comm_size(sharding_comm);

@@ -250,15 +250,15 @@ static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_engines_init(s, &tr->model);
     tr->have_engines = 1;
     if (tr->sharded) {
-        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d->sharding_stage, d->sharding_offload, d->offload_dir,
-                                      tr->groups->axis[LLM4D_AXIS_SHARDING], tr->groups->axis[LLM4D_AXIS_DATA],
+        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d, tr->groups->axis[LLM4D_AXIS_SHARDING], tr->groups->axis[LLM4D_AXIS_DATA],
                                       topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, err));
         llm4d_engines_push(s, &tr->sh.base, 1);
     } else {
         LLM4D_TRY(llm4d_flat_init(&tr->flat, &tr->model, opt, topo->data_rank == 0, err));
         llm4d_engines_push(s, &tr->flat.base, 1);
         if (topo->data_world > 1) {
-            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, tr->groups->data, (size_t)d->bucket_size_bytes, err));
+            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, tr->groups->data, (size_t)d->bucket_size_bytes,
+                                    d->dp_overlap, d->dp_trace, err));
             llm4d_engines_push(s, &tr->dp.base, 0);
         }
     }
