@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend/cpu_impl.h"
+#include "backend/host.h"
 #include "core/bf16.h"
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -628,6 +629,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;
     be->destroy = cpu_destroy;
+    llm4d_host_install(be);
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */
     llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);

@@ -506,6 +506,7 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     llm4d_err err = {0};
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     llm4d_param_table t = {0};
+    llm4d_backend *be = NULL; /* the reference backend: its device memory is this host memory */
     float *params = NULL;
     int rc = 0;
     if (!cfg) return fprintf(stderr, "llm4d convert: out of memory\n"), 1;
@@ -516,7 +517,8 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     CHECK(llm4d_param_table_build(&t, &cfg->model, NULL, &err));
     params = calloc(t.total, sizeof(float));
     if (!params) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for %zu parameters", t.total));
-    llm4d_param_init(&t, params, cfg->seed);
+    CHECK(llm4d_backend_ref_create(&be, &err));
+    llm4d_param_init(&t, be, params, cfg->seed);
     if (noise != 0) {
         for (int i = 0; i < t.n; i++) {
             const llm4d_param *p = &t.p[i];
@@ -538,6 +540,7 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
            "parameters)\n", out, (unsigned long long)cfg->seed, cfg->model.num_layers, cfg->model.hidden_size,
            cfg->model.vocab_size, t.total_real);
 done:
+    if (be) be->destroy(be);
     free(params);
     llm4d_param_table_free(&t);
     free(cfg);

@@ -45,7 +45,8 @@
 static const llm4d_key keys[] = {
     /* Global */
     KEY("Global.device", LLM4D_KT_STR, device, "cpu", NULL, "--device",
-        "cpu or gpu (PaddleFleetX's default is gpu)"),
+        "cpu, gpu or guard (the cpu kernels on memory the host cannot touch: a test of the device boundary; "
+        "PaddleFleetX's default is gpu)"),
     KEY("Global.seed", LLM4D_KT_U64, seed, "1024", NULL, "--seed", "seed of weights, dropout and data order"),
     KEY("Global.global_batch_size", LLM4D_KT_I64, global_batch_size, "0", NULL, "--global_batch_size",
         "samples per optimizer step over all ranks; 0/empty: local_batch_size x dp_degree x sharding_degree"),

@@ -253,7 +253,7 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
                             const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
                             uint64_t seed, llm4d_err *err) {
     LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, err));
-    if (g->params) llm4d_param_init(&g->table, g->params, seed);
+    if (g->params) llm4d_param_init(&g->table, be, g->params, seed);
     return LLM4D_OK;
 }
 

@@ -559,7 +559,7 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     if (stage >= 3) { /* the same numbers as the whole model's init (keyed by global name and index) */
         float *p = s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : s->local_params;
         for (int grp = 0; p && grp < G; grp++)
-            llm4d_param_init_range(t, p + s->shard_off[grp], s->range_lo[grp], s->range_hi[grp], seed);
+            llm4d_param_init_range(t, s->be, p + s->shard_off[grp], s->range_lo[grp], s->range_hi[grp], seed);
         if (!p || (s->off && llm4d_offload_unmap(s->off, err) != LLM4D_OK)) {
             sh_destroy(&s->base);
             return p ? err->code : llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot map the offload file");

@@ -293,15 +293,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
-    if (strcmp(cfg->device, "cpu") != 0)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
-                          "yet); use --device cpu",
-                          cfg->device);
-
-    llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
-                                     : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
-    if (rc) return rc;
+    LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
     tr->loss_scale = 1.0;
     tr->inject_inf_step = opts->inject_inf_step;
     tr->inject_inf_param = opts->inject_inf_param;
