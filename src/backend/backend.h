@@ -167,7 +167,7 @@ struct llm4d_backend {
     int host_addressable; /* 1: device memory is host memory (a host view is the tensor itself) */
 
     /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
-     * memory. alloc_host: pinned host memory, zeroed, accounted alike. */
+     * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */
     void *(*alloc)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
     void (*free)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
     void *(*alloc_host)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
@@ -360,6 +360,8 @@ struct llm4d_backend {
     /* One line naming the instruction set and the GEMM implementations the backend's library chose (oneDNN's
      * "brg:avx512_core_bf16" ...) for the linear layers and for the attention so far. NULL: nothing to say. */
     void (*describe_gemms)(llm4d_backend *be, char *buf, size_t n);
+    /* One line saying where the device memory is, for the start-up log. NULL: host memory, nothing to say. */
+    void (*describe_memory)(llm4d_backend *be, char *buf, size_t n);
 
     void (*destroy)(llm4d_backend *be);
 };

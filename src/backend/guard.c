@@ -101,7 +101,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     char line[200];
     const int n = snprintf(line, sizeof line, "llm4d guard: segmentation fault at address %p: if that is in the "
-                           "device arena this start-up logged, the host touched a tensor outside the backend; stack:\n",
+                           "device arena (the start-up log names it), the host touched a tensor; stack:\n",
                            si->si_addr);
     if (write(2, line, (size_t)n) < 0) { /* nothing more to do about it */
     }
@@ -192,7 +192,7 @@ static void *g_alloc_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category 
         g->pin = b;
         g->cappin = cap;
     }
-    void *p = llm4d_mem_alloc(mem, c, bytes);
+    void *p = g->in->alloc_host(g->in, mem, c, bytes);
     if (p) g->pin[g->npin++] = (pinned_buf){p, bytes ? bytes : 1};
     return p;
 }
@@ -204,7 +204,7 @@ static void g_free_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c,
             g->pin[k] = g->pin[--g->npin];
             break;
         }
-    llm4d_mem_free(mem, c, p, bytes);
+    g->in->free_host(g->in, mem, c, p, bytes);
 }
 
 /* ---- the methods: the cpu backend's, with the arena open ---- */
@@ -522,6 +522,13 @@ static void g_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
     gctx(be)->in->describe_gemms(gctx(be)->in, buf, n);
 }
 
+static void g_describe_memory(llm4d_backend *be, char *buf, size_t n) {
+    const guard_ctx *g = gctx(be);
+    snprintf(buf, n, "device memory: the guard's arena [%p, %p) of reserved address space, closed (PROT_NONE) "
+             "outside backend methods; a host access to it is a segmentation fault with a stack", (void *)g->base,
+             (void *)(g->base + RESERVE));
+}
+
 static void g_destroy(llm4d_backend *be) {
     if (!be) return;
     guard_ctx *g = gctx(be);
@@ -556,6 +563,8 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
         return llm4d_fail(err, LLM4D_ENOMEM, "the guard backend cannot reserve %zu GiB of address space", RESERVE >> 30);
     }
     g->base = base;
+    void *warm[1];
+    backtrace(warm, 1); /* loads the unwinder now: the signal handler must not be the first to (it allocates) */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_segv;
@@ -588,7 +597,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->set_precision = g_set_precision, be->matmul_peak_gflops = g_matmul_peak_gflops;
     be->workspace_bytes = g_workspace_bytes, be->operand_workspace = g_operand_workspace;
     be->weights_changed = g_weights_changed, be->operand_bytes = g_operand_bytes;
-    be->work_stats = g_work_stats, be->describe_gemms = g_describe_gemms;
+    be->work_stats = g_work_stats, be->describe_gemms = g_describe_gemms, be->describe_memory = g_describe_memory;
     be->destroy = g_destroy;
     *out = be;
     return LLM4D_OK;

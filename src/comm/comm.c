@@ -405,7 +405,10 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
     *is_done = 0;
     llm4d_code rc = c->ops->test(c, req, is_done, err);
     if (rc == LLM4D_OK && *is_done) end(c, req->flight);
-    if (rc != LLM4D_OK || *is_done) req->comm = NULL;
+    if (rc != LLM4D_OK || *is_done) {
+        req->comm = NULL;
+        llm4d_comm_dev_finish(req, rc == LLM4D_OK); /* a staged operation's result to the device */
+    }
     return done(c, "test", rc, t0, err);
 }
 
@@ -421,6 +424,7 @@ llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
         if (rc == LLM4D_OK) end(c, req->flight);
     }
     req->comm = NULL;
+    llm4d_comm_dev_finish(req, rc == LLM4D_OK);
     return done(c, "wait", rc, t0, err);
 }
 
@@ -465,6 +469,7 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
     *out = NULL;
     LLM4D_TRY(c->ops->split(c, color, key, name, out, err));
     llm4d_comm *s = *out;
+    s->dev = c->dev; /* the data plane's device too */
     const int64_t mine = c->members ? c->world_rank : c->rank; /* an unwatched world: its rank is the world rank */
     s->watch = c->watch;
     s->world_rank = (int)mine;

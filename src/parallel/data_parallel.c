@@ -9,11 +9,11 @@
 
 static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
 
-static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b) {
+static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b, const llm4d_event *ready) {
     if (dp->failed) return;
     const double t0 = llm4d_now();
-    if (llm4d_comm_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, &b->req, &dp->err) !=
-        LLM4D_OK)
+    if (llm4d_comm_dev_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, ready, &b->req,
+                                  &dp->err) != LLM4D_OK)
         dp->failed = 1;
     b->started = 1;
     b->t_start = t0 - dp->t_arm;
@@ -34,7 +34,7 @@ static void progress(llm4d_dp *dp) {
     dp->base.comm_total_s += llm4d_now() - t0;
 }
 
-static void dp_grads_done(llm4d_engine *e, int group) {
+static void dp_grads_done(llm4d_engine *e, int group, const llm4d_event *ready) {
     llm4d_dp *dp = of(e);
     LLM4D_ASSERT(dp->windows_left[group] > 0, "group %d: more gradient windows than the step has", group);
     if (--dp->windows_left[group] > 0) return; /* not final yet: later micro-batches add to it */
@@ -45,7 +45,7 @@ static void dp_grads_done(llm4d_engine *e, int group) {
      * no compute left to hide behind: llm4d_dp_finish reduces it with a blocking all-reduce, which MPI libraries
      * implement better than their non-blocking one (Open MPI 4.1's libnbc does a binomial reduce to rank 0 then a
      * broadcast for fewer than 4 ranks or in-place buffers; measured in bench/bench_dp.sh). */
-    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b);
+    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b, ready);
     progress(dp);
 }
 
@@ -89,8 +89,8 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
         llm4d_dp_bucket *b = &dp->buckets[i];
         if (!dp->overlap || i == dp->n_buckets - 1) {
             b->t_start = llm4d_now() - dp->t_arm;
-            if (llm4d_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, &dp->err) !=
-                LLM4D_OK)
+            if (llm4d_comm_dev_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, LLM4D_COMM_SUM,
+                                         &dp->err) != LLM4D_OK)
                 dp->failed = 1;
             b->t_done = llm4d_now() - dp->t_arm;
             continue;

@@ -29,24 +29,46 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/view.h"
 #include "model/gpt.h"
 
 typedef struct llm4d_engine llm4d_engine;
 
+/* One buffer of a storage engine's state: len elements at p, in device memory, or host memory where the engine
+ * keeps it there (offloaded states, mapped from their file for the duration of a checkpoint). */
+typedef struct {
+    float *p;
+    size_t len;
+    int host;
+} llm4d_state_buf;
+
 /* The state a storage engine keeps, for checkpoints (the placement of ckpt/gpt_ckpt.h's *_ranges functions): n
- * ranges [lo[k], hi[k]) of the table's flat layout; range k's parameters at params + params_off[k] (params_off
- * NULL: placed like m and v), its Adam m and v at m + state_off[k], v + state_off[k] (state_off NULL: back to back).
- * params_whole: the parameters are the whole flat buffer (every entry is read on load, not only the ranges). */
+ * boxes, the ranges [lo[k], hi[k]) of the table's flat layout; range k's parameters at params + params_off[k]
+ * (params_off NULL: placed like m and v), its Adam m and v at m + state_off[k], v + state_off[k] (state_off NULL:
+ * back to back). params_whole: the parameters are the whole flat buffer (every entry is read on load, not only the
+ * ranges). The buffers are read and written on the host only through llm4d_engine_state_open: the one place where a
+ * checkpoint stages device memory. */
 typedef struct {
     int n;
     const size_t *lo, *hi;
-    float *params;
+    llm4d_state_buf params, m, v;
     const size_t *params_off;
-    float *m, *v;
     const size_t *state_off;
     int params_whole;
     int writes; /* 0: this rank keeps a data-parallel replica of what another rank saves */
 } llm4d_engine_state;
+
+/* Host views of a state's three buffers (backend/view.h): the device buffers themselves where the backend is
+ * host-addressable or the engine keeps them on the host, else staged copies (read: filled from the device; write:
+ * copied back at close). */
+typedef struct {
+    float *params, *m, *v;
+    llm4d_view view[3];
+} llm4d_state_host;
+
+llm4d_code llm4d_engine_state_open(const llm4d_engine_state *st, llm4d_backend *be, llm4d_mem *mem, int mode,
+                                   llm4d_state_host *h, llm4d_err *err);
+void llm4d_engine_state_close(llm4d_state_host *h, llm4d_backend *be, llm4d_mem *mem);
 
 typedef struct {
     const char *name;
@@ -54,7 +76,7 @@ typedef struct {
     float *(*params_for)(llm4d_engine *e, int grp, int pass);
     void (*release)(llm4d_engine *e, int grp, int pass);
     float *(*grads_for)(llm4d_engine *e, int grp);
-    void (*grads_done)(llm4d_engine *e, int grp);
+    void (*grads_done)(llm4d_engine *e, int grp, const llm4d_event *ready);
     /* the step protocol */
     void (*begin_step)(llm4d_engine *e, int n_micro);
     llm4d_code (*finish_backward)(llm4d_engine *e, llm4d_err *err);
@@ -113,6 +135,11 @@ llm4d_code llm4d_engines_finish_backward(llm4d_engine_stack *s, llm4d_err *err);
 llm4d_code llm4d_engines_update(llm4d_engine_stack *s, float lr, float grad_scale, llm4d_err *err);
 /* Time blocked in communication this step, summed over the engines. */
 double llm4d_engines_comm_wait(const llm4d_engine_stack *s);
+
+/* The squares of the gradient elements a storage engine keeps (its grad_view of every entry, or of the entries whose
+ * `owner` flag is set), summed per entry in one fused pass of the backend (sumsq_many: one read-back): each[i] for
+ * entry i (0 where it keeps none; each may be NULL), and their sum taken in entry order. */
+double llm4d_engine_grad_sumsq(llm4d_engine *storage, llm4d_gpt *g, int owners_only, double *each);
 
 /* The gradient elements the storage keeps of entry i (see grad_view). */
 static inline float *llm4d_engines_grad_view(llm4d_engine_stack *s, int i, int64_t *j0, int64_t *j1) {

@@ -26,12 +26,7 @@ static float *flat_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
 
 static double flat_grad_sumsq(llm4d_engine *e) {
     llm4d_flat *f = of(e);
-    if (!f->counts) return 0.0;
-    const llm4d_param_table *t = &f->g->table;
-    double acc = 0.0;
-    for (int i = 0; i < t->n; i++)
-        if (t->p[i].owner) acc += f->be->sumsq(f->be, f->g->grads + t->p[i].offset, t->p[i].numel);
-    return acc;
+    return f->counts ? llm4d_engine_grad_sumsq(e, f->g, 1, NULL) : 0.0;
 }
 
 static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
@@ -52,17 +47,25 @@ static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d
 
 static void flat_state(llm4d_engine *e, llm4d_engine_state *out) {
     llm4d_flat *f = of(e);
-    *out = (llm4d_engine_state){.n = 1, .lo = &f->range_lo, .hi = &f->range_hi, .params = f->g->params,
-                                .m = f->m, .v = f->v, .params_whole = 1, .writes = f->counts};
+    const size_t n = f->g->table.total;
+    *out = (llm4d_engine_state){.n = 1, .lo = &f->range_lo, .hi = &f->range_hi, .params = {f->g->params, n, 0},
+                                .m = {f->m, n, 0}, .v = {f->v, n, 0}, .params_whole = 1, .writes = f->counts};
 }
 
 static uint64_t flat_param_hash(llm4d_engine *e, int which) {
     llm4d_flat *f = of(e);
     const llm4d_param_table *t = &f->g->table;
-    if (which == LLM4D_HASH_ALL) return llm4d_hash_words(f->g->params, t->total);
+    llm4d_view v;
+    llm4d_err err;
+    if (llm4d_view_open(&v, f->be, f->mem, f->g->params, t->total * sizeof(float), LLM4D_VIEW_READ, &err) != LLM4D_OK)
+        return 0; /* no memory to stage the parameters: no hash (a test facility) */
+    const float *p = v.host;
     uint64_t h = LLM4D_HASH_INIT;
-    for (int i = 0; i < t->n; i++)
-        if (llm4d_hash_takes(&t->p[i], which)) h = llm4d_hash_more(h, f->g->params + t->p[i].offset, t->p[i].numel);
+    if (which == LLM4D_HASH_ALL) h = llm4d_hash_words(p, t->total);
+    else
+        for (int i = 0; i < t->n; i++)
+            if (llm4d_hash_takes(&t->p[i], which)) h = llm4d_hash_more(h, p + t->p[i].offset, t->p[i].numel);
+    llm4d_view_close(&v, f->be, f->mem);
     return h;
 }
 

@@ -1,6 +1,7 @@
 /* pipeline.c — the stage split, the schedule executor and the tied-embedding engine (see pipeline.h). */
 #include "parallel/pipeline.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,9 @@ llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int sta
     return LLM4D_OK;
 }
 
+/* the executor's table, defined with the executor below */
+static const llm4d_executor_ops pipeline_exec_ops;
+
 /* ---- the tied embedding ---- */
 
 static llm4d_pipeline *of(llm4d_engine *e) { return (llm4d_pipeline *)e; }
@@ -115,7 +119,8 @@ static llm4d_code pl_finish(llm4d_engine *e, llm4d_err *err) {
         int64_t j0, j1;
         if (t->p[i].kind != LLM4D_P_WTE) continue;
         float *gr = llm4d_engines_grad_view(pl->stack, i, &j0, &j1);
-        if (gr && j1 > j0) LLM4D_TRY(llm4d_comm_allreduce(pl->emb, gr, (size_t)(j1 - j0), LLM4D_COMM_F32, err));
+        if (gr && j1 > j0)
+            LLM4D_TRY(llm4d_comm_dev_allreduce(pl->emb, gr, (size_t)(j1 - j0), LLM4D_COMM_F32, LLM4D_COMM_SUM, err));
     }
     e->comm_wait_s = e->comm_total_s = llm4d_now() - t0;
     return LLM4D_OK;
@@ -131,8 +136,8 @@ static void progress(llm4d_pipeline *pl) {
     }
 }
 
-static void pl_grads_done(llm4d_engine *e, int grp) {
-    (void)grp;
+static void pl_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
+    (void)grp, (void)ready;
     progress(of(e));
 }
 
@@ -190,6 +195,7 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
                                llm4d_pp_kind kind, int M, llm4d_err *err) {
     memset(pl, 0, sizeof *pl);
     pl->base.ops = &pipeline_ops;
+    pl->exec.ops = &pipeline_exec_ops;
     pl->stack = stack;
     pl->g = stack->g;
     pl->pp = pp;
@@ -277,8 +283,7 @@ static void computed(llm4d_pipeline *pl, int op, double t0) {
     pl->op_n[op]++;
 }
 
-llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
-                              llm4d_err *err) {
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err) {
     llm4d_gpt *g = pl->g;
     llm4d_backend *be = g->be;
     const int P = pl->P, V = pl->V, VP = P * V, stage = pl->stage;
@@ -304,7 +309,6 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
     pl->idle_s = pl->busy_s = 0;
     memset(pl->op_s, 0, sizeof pl->op_s);
     memset(pl->op_n, 0, sizeof pl->op_n);
-    double sum = 0;
     for (int k = 0; k < s->n && !pl->failed; k++) {
         const llm4d_pp_action *a = &s->a[k];
         const int c = a->chunk, mb = a->mb, v = c * P + stage;
@@ -318,7 +322,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         case LLM4D_PP_RECV_B: {
             const int fwd_dir = a->op == LLM4D_PP_RECV_F;
             *rb = take_rbuf(pl);
-            TRY_P2P(llm4d_comm_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32, (v + (fwd_dir ? VP - 1 : 1)) % P,
+            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32, (v + (fwd_dir ? VP - 1 : 1)) % P,
                                      tag_of(pl, mb, v, !fwd_dir), &pl->rreq[*rb], &pl->err));
             break;
         }
@@ -330,13 +334,13 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
                 pl->rbuf_busy[*rb] = 0;
             }
             const double t0 = llm4d_now();
-            sum += llm4d_gpt_chunk_forward(g, c, slot, m);
+            llm4d_gpt_chunk_forward(g, c, slot, m);
             computed(pl, 0, t0);
             if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
             break;
         }
         case LLM4D_PP_SEND_F:
-            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32, (v + 1) % P,
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32, (v + 1) % P,
                                      tag_of(pl, mb, v + 1, 0), &sreq[0], &pl->err));
             break;
         case LLM4D_PP_B: {
@@ -354,7 +358,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             break;
         }
         case LLM4D_PP_SEND_B:
-            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
                                      (v + VP - 1) % P, tag_of(pl, mb, v - 1, 1), &sreq[1], &pl->err));
             break;
         case LLM4D_PP_W: {
@@ -375,6 +379,12 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         *err = pl->err;
         return err->code;
     }
-    *loss = sum;
     return LLM4D_OK;
 }
+
+static llm4d_code pl_exec_run(llm4d_executor *x, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err) {
+    llm4d_pipeline *pl = (llm4d_pipeline *)(void *)((char *)x - offsetof(llm4d_pipeline, exec));
+    return llm4d_pipeline_run(pl, mbs, M, forward_only, err);
+}
+
+static const llm4d_executor_ops pipeline_exec_ops = {.name = "pipeline", .run = pl_exec_run};

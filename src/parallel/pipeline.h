@@ -27,6 +27,7 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "parallel/engine.h"
+#include "parallel/executor.h"
 #include "parallel/schedule.h"
 
 /* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
@@ -38,6 +39,7 @@ void llm4d_pp_part(int P, int V, int stage, const int *lo, const int *hi, llm4d_
 
 typedef struct {
     llm4d_engine base;         /* the reducer: the tied embedding's gradients over the embedding group */
+    llm4d_executor exec;       /* the executor (executor.h): runs a step's schedule */
     llm4d_engine_stack *stack;
     llm4d_gpt *g;
     llm4d_comm *pp;            /* the pipe group: rank = stage */
@@ -72,8 +74,7 @@ llm4d_code llm4d_pipeline_plan(llm4d_pp_kind kind, int P, int V, int M, int stag
 llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err);
 
 /* Run the step's schedule for micro-batches mbs[0..M) (the forward-only schedule when forward_only, for
- * evaluation: mbs need no grad); returns the summed loss of the micro-batches on the last stage, 0 elsewhere. */
-llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
-                              llm4d_err *err);
+ * evaluation: mbs need no grad); the last stage's model accumulates their losses. pl->exec runs this. */
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err);
 
 #endif

@@ -60,11 +60,11 @@ static void gather_start(llm4d_sharding *s, int k, int grp, int blocking) {
     }
     const double t0 = llm4d_now();
     if (blocking) {
-        HOOK_TRY(llm4d_comm_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
+        HOOK_TRY(llm4d_comm_dev_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
         s->gather_wait_s += llm4d_now() - t0;
         return;
     }
-    HOOK_TRY(llm4d_comm_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
+    HOOK_TRY(llm4d_comm_dev_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
     r->busy = 1;
 }
 
@@ -190,17 +190,17 @@ static llm4d_ring_slot *grad_slot(llm4d_sharding *s) {
     return NULL;
 }
 
-static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp) {
+static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp, const llm4d_event *ready) {
     r->group = grp;
     const size_t n = s->shard_len[grp];
     const double t0 = llm4d_now();
     if (!s->overlap_on) {
-        HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
+        HOOK_TRY(llm4d_comm_dev_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
         s->rs_wait_s += llm4d_now() - t0;
         grad_complete(s, r);
         return;
     }
-    HOOK_TRY(llm4d_comm_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &r->req, &s->err));
+    HOOK_TRY(llm4d_comm_dev_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, ready, &r->req, &s->err));
     r->busy = 1;
 }
 
@@ -214,16 +214,16 @@ static float *sh_grads_for(llm4d_engine *e, int grp) {
     return r->buf;
 }
 
-static void sh_grads_done(llm4d_engine *e, int grp) {
+static void sh_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
     llm4d_sharding *s = of(e);
     LLM4D_ASSERT(s->windows_left[grp] > 0, "group %d: more gradient windows than the step has", grp);
     s->windows_left[grp]--;
     if (s->stage < 2) {
-        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp);
+        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp, ready);
     } else {
         llm4d_ring_slot *r = &s->grad_ring[s->grad_open];
         s->grad_open = -1;
-        rs_start(s, r, r->buf, grp);
+        rs_start(s, r, r->buf, grp, ready);
     }
     progress(s);
 }
@@ -260,10 +260,11 @@ static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
     s->base.comm_wait_s = s->rs_wait_s + s->gather_wait_s;
     if (!s->dp) return LLM4D_OK;
     /* hybrid dp: only the owned shards cross between the dp replicas */
-    if (s->stage >= 2) return llm4d_comm_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, err);
+    if (s->stage >= 2)
+        return llm4d_comm_dev_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, LLM4D_COMM_SUM, err);
     for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allreduce(s->dp, flat_shard(s, s->g->grads, grp), s->shard_len[grp], LLM4D_COMM_F32,
-                                       err));
+        LLM4D_TRY(llm4d_comm_dev_allreduce(s->dp, flat_shard(s, s->g->grads, grp), s->shard_len[grp], LLM4D_COMM_F32,
+                                           LLM4D_COMM_SUM, err));
     return LLM4D_OK;
 }
 
@@ -291,15 +292,7 @@ static float *sh_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
 
 static double sh_grad_sumsq(llm4d_engine *e) {
     llm4d_sharding *s = of(e);
-    if (!s->counts) return 0.0;
-    double acc = 0.0;
-    for (int i = 0; i < s->g->table.n; i++) {
-        int64_t j0, j1;
-        if (!s->g->table.p[i].owner) continue;
-        const float *gr = sh_grad_view(e, i, &j0, &j1);
-        if (gr) acc += s->be->sumsq(s->be, gr, (size_t)(j1 - j0));
-    }
-    return acc;
+    return s->counts ? llm4d_engine_grad_sumsq(e, s->g, 1, NULL) : 0.0;
 }
 
 /* The AdamW update of local elements [off, off + len) (a window of the offloaded states, or everything), the
@@ -350,22 +343,24 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
     if (s->stage >= 3) return LLM4D_OK; /* parameters are gathered when used */
     for (int grp = 0; grp < s->n_groups; grp++) {
         float *full = s->g->params + group_lo(s, grp);
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full, s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
+        LLM4D_TRY(llm4d_comm_dev_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full,
+                                           s->shard_len[grp], LLM4D_COMM_F32, err));
     }
     return LLM4D_OK;
 }
 
 static void sh_state(llm4d_engine *e, llm4d_engine_state *out) {
     llm4d_sharding *s = of(e);
+    const size_t n = s->local_total;
     *out = (llm4d_engine_state){.n = s->n_groups, .lo = s->range_lo, .hi = s->range_hi,
-                                .params = s->stage >= 3 ? s->local_params : s->g->params,
-                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = s->m, .v = s->v,
+                                .params = s->stage >= 3 ? (llm4d_state_buf){s->local_params, n, 0}
+                                                        : (llm4d_state_buf){s->g->params, s->g->table.total, 0},
+                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = {s->m, n, 0}, .v = {s->v, n, 0},
                                 .state_off = s->shard_off, .params_whole = s->stage < 3, .writes = s->counts};
-    if (s->off) { /* the offloaded states, mapped from their file for the duration of a save or load */
-        out->m = llm4d_offload_map(s->off, LLM4D_OFFLOAD_M);
-        out->v = llm4d_offload_map(s->off, LLM4D_OFFLOAD_V);
-        if (s->stage >= 3) out->params = llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS);
+    if (s->off) { /* the offloaded states, mapped from their file (host memory) for the duration of a save or load */
+        out->m = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_M), n, 1};
+        out->v = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_V), n, 1};
+        if (s->stage >= 3) out->params = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS), n, 1};
     }
 }
 
@@ -377,9 +372,15 @@ static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
 static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     llm4d_sharding *s = of(e);
     const llm4d_param_table *t = &s->g->table;
-    const float *p = s->stage < 3 ? s->g->params
-                     : s->off     ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS)
-                                  : s->local_params;
+    llm4d_view v = {0};
+    llm4d_err verr;
+    const float *p = s->stage >= 3 && s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : NULL; /* host */
+    if (!p) { /* device memory: through a host view */
+        float *dev = s->stage < 3 ? s->g->params : s->local_params;
+        const size_t n = s->stage < 3 ? t->total : s->local_total;
+        if (llm4d_view_open(&v, s->be, s->mem, dev, n * sizeof(float), LLM4D_VIEW_READ, &verr) != LLM4D_OK) return 0;
+        p = v.host;
+    }
     uint64_t h = LLM4D_HASH_INIT;
     if (!p) return 0;
     if (which == LLM4D_HASH_ALL) {
@@ -395,6 +396,7 @@ static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     }
     llm4d_err ignored;
     if (s->off && s->stage >= 3) llm4d_offload_unmap(s->off, &ignored);
+    llm4d_view_close(&v, s->be, s->mem);
     return h;
 }
 
@@ -484,6 +486,28 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
     bytes[LLM4D_MEM_COMM] += 2 * (shard + (stage >= 2 ? group : 0) + (stage >= 3 ? group : 0)) * f;
 }
 
+/* The initial parameters of local elements [off, off + len) into dst (the elements from off on): each group's
+ * shard is a range of the table's flat layout, drawn where it lies. */
+static void init_local(llm4d_sharding *s, float *dst, size_t off, size_t len, uint64_t seed) {
+    for (int grp = 0; grp < s->n_groups; grp++) {
+        const size_t lo = s->shard_off[grp], hi = lo + s->shard_len[grp];
+        const size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
+        if (a >= b) continue;
+        llm4d_param_init_range(&s->g->table, s->be, dst + (a - off), s->range_lo[grp] + (a - lo),
+                               s->range_lo[grp] + (b - lo), seed);
+    }
+}
+
+typedef struct {
+    llm4d_sharding *s;
+    uint64_t seed;
+} init_ctx;
+
+static void init_window(void *ctx, size_t off, size_t len, float **bufs) {
+    const init_ctx *ic = ctx;
+    init_local(ic->s, bufs[LLM4D_OFFLOAD_PARAMS], off, len, ic->seed);
+}
+
 static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
     float *p = s->be->alloc(s->be, s->mem, c, n * sizeof(float));
     if (!p) *ok = 0;
@@ -557,12 +581,13 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded states");
     }
     if (stage >= 3) { /* the same numbers as the whole model's init (keyed by global name and index) */
-        float *p = s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : s->local_params;
-        for (int grp = 0; p && grp < G; grp++)
-            llm4d_param_init_range(t, s->be, p + s->shard_off[grp], s->range_lo[grp], s->range_hi[grp], seed);
-        if (!p || (s->off && llm4d_offload_unmap(s->off, err) != LLM4D_OK)) {
+        init_ctx ic = {s, seed};
+        llm4d_code rc = LLM4D_OK;
+        if (s->off) rc = llm4d_offload_stream(s->off, init_window, &ic, err); /* window by window into the file */
+        else init_local(s, s->local_params, 0, s->local_total, seed);
+        if (rc != LLM4D_OK) {
             sh_destroy(&s->base);
-            return p ? err->code : llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot map the offload file");
+            return rc;
         }
     }
     return LLM4D_OK;

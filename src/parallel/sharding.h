@@ -104,7 +104,7 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
 llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
                                llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err);
 /* Gather the sharding group's shards of a local buffer (m, v or stage-3 parameters) into a whole buffer of the
- * table's layout (consolidated checkpoints). */
+ * table's layout (consolidated checkpoints): both in host memory (the host views of the engine's state). */
 llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err);
 
 #endif

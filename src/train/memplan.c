@@ -129,7 +129,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
                                       (int)cfg->accumulate_steps, tr->topo.index[LLM4D_AXIS_PIPE], act, &b, err));
         plan[LLM4D_MEM_COMM] += b;
     }
-    plan[LLM4D_MEM_WORKSPACE] += (size_t)cfg->local_batch_size * cfg->data.max_seq_len * sizeof(float); /* dloss */
+    plan[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) {
         add += plan[c];
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */

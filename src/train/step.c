@@ -1,5 +1,6 @@
 /* step.c — the training loop: one step per global batch, the seeds' log line, metrics.jsonl (see trainer.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -29,6 +30,17 @@ llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err 
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double w, int train,
+                                   double *loss, llm4d_err *err) {
+    const int acc = (int)tr->cfg->accumulate_steps, mb = (int)tr->cfg->micro_batch_size;
+    llm4d_devbatch_upload(&tr->batch, b, w);
+    for (int k = 0; k < acc; k++) tr->mbs[k] = llm4d_devbatch_micro(&tr->batch, k, mb, (uint32_t)step, train);
+    LLM4D_TRY(llm4d_executor_run(tr->exec, tr->mbs, acc, !train, err));
+    LLM4D_TRY(llm4d_tp_check(&tr->model.tp, err));
+    *loss = llm4d_gpt_loss_take(&tr->model);
+    return LLM4D_OK;
+}
+
 /* Whether `name` is one of the comma-separated names of `list`. */
 static int name_in_list(const char *name, const char *list) {
     const size_t n = strlen(name);
@@ -42,35 +54,17 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
                              llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     llm4d_gpt *g = &tr->model;
-    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
-    const int64_t acc = c->accumulate_steps;
+    const int T = c->data.max_seq_len;
     /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
     double count = 0;
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
     if (step == tr->hang_step && tr->topo.rank == tr->hang_rank) /* test facility: a rank stuck in a kernel */
         for (;;) pause();
-    llm4d_engines_begin_step(&tr->engines, (int)acc);
+    llm4d_engines_begin_step(&tr->engines, (int)c->accumulate_steps);
     /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
-    const double w = count > 0 ? tr->loss_scale / count : 0;
-    for (size_t i = 0; i < (size_t)b->rows * T; i++) tr->dloss[i] = (float)(b->mask[i] * w);
-    double loss = 0;
-    if (tr->pipelined) { /* the schedule interleaves the micro-batches' forwards and backwards */
-        for (int64_t k = 0; k < acc; k++) {
-            const size_t off = (size_t)k * mb * T;
-            tr->mbs[k] = (llm4d_micro){b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
-                                       (uint32_t)step, 1, 1, mb, T};
-        }
-        LLM4D_TRY(llm4d_pipeline_run(&tr->pp, tr->mbs, (int)acc, 0, &loss, err));
-    } else {
-        for (int64_t k = 0; k < acc; k++) {
-            const size_t off = (size_t)k * mb * T;
-            loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
-                                      (uint32_t)step, 1, 1, mb, T);
-            llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
-        }
-    }
-    LLM4D_TRY(llm4d_tp_check(&g->tp, err));
+    double loss;
+    LLM4D_TRY(llm4d_trainer_run_batch(tr, step, b, count > 0 ? tr->loss_scale / count : 0, 1, &loss, err));
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
     LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
@@ -93,13 +87,15 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
 static llm4d_code first_nonfinite(llm4d_trainer *tr, char *name, size_t n, llm4d_err *err) {
     const llm4d_param_table *t = &tr->model.table;
     int64_t first = -INT64_MAX; /* the maximum of minus the order key is the minimum key */
+    double *each = malloc((size_t)t->n * sizeof *each);
+    if (!each) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_engine_grad_sumsq(tr->engines.storage, &tr->model, 0, each);
     for (int i = 0; i < t->n; i++) {
-        int64_t j0, j1;
-        const float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
-        if (!gr || j1 <= j0 || isfinite(tr->be->sumsq(tr->be, gr, (size_t)(j1 - j0)))) continue;
+        if (isfinite(each[i])) continue;
         const int64_t key = -llm4d_param_order(&t->p[i], t->num_layers);
         if (key > first) first = key;
     }
+    free(each);
     LLM4D_TRY(llm4d_comm_allreduce_max(tr->groups->world, &first, 1, LLM4D_COMM_I64, err));
     if (first == -INT64_MAX) snprintf(name, n, "(none found: a gradient too large to square)");
     else llm4d_param_order_name(-first, t->num_layers, name, n);

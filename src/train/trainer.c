@@ -52,6 +52,11 @@ static void print_startup(llm4d_trainer *tr) {
     const llm4d_model_config *m = &c->model;
     const llm4d_log *log = &tr->log;
     llm4d_log_info(log, "llm4d train: device %s, backend %s, %d threads", c->device, tr->be->name, tr->be->nthreads);
+    if (tr->be->describe_memory) {
+        char d[256];
+        tr->be->describe_memory(tr->be, d, sizeof d);
+        llm4d_log_info(log, "%s", d);
+    }
     llm4d_log_info(log, "model: vocab %d (padded %d), hidden %d, layers %d, heads %d, ffn %d, max_position %d",
                    m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
                    m->ffn_hidden_size, m->max_position_embeddings);
@@ -272,9 +277,13 @@ static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(llm4d_pipeline_init(&tr->pp, s, tr->groups->axis[LLM4D_AXIS_PIPE], cfg->model.virtual_pp_degree,
                                       kind, (int)cfg->accumulate_steps, err));
         llm4d_engines_push(s, &tr->pp.base, 0);
-        tr->mbs = calloc((size_t)cfg->accumulate_steps, sizeof *tr->mbs);
-        if (!tr->mbs) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        tr->exec = &tr->pp.exec;
+    } else {
+        llm4d_sequential_init(&tr->seq, &tr->model);
+        tr->exec = &tr->seq.base;
     }
+    tr->mbs = calloc((size_t)cfg->accumulate_steps, sizeof *tr->mbs);
+    if (!tr->mbs) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     llm4d_engines_install(s);
     return LLM4D_OK;
 }
@@ -294,6 +303,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
     LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
+    LLM4D_TRY(llm4d_comm_device_create(&tr->comm_dev, tr->be, &tr->mem, err));
+    llm4d_comm_groups_attach(groups, tr->comm_dev); /* tensor buffers are this backend's device memory */
     tr->loss_scale = 1.0;
     tr->inject_inf_step = opts->inject_inf_step;
     tr->inject_inf_param = opts->inject_inf_param;
@@ -327,8 +338,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(build_model(tr, err));
     LLM4D_TRY(build_engines(tr, err));
     const int T = cfg->data.max_seq_len;
-    tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)cfg->local_batch_size * T * sizeof(float));
-    if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    LLM4D_TRY(llm4d_devbatch_init(&tr->batch, tr->be, &tr->mem, (int)cfg->local_batch_size, T, err));
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
@@ -361,14 +371,16 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
 void llm4d_trainer_free(llm4d_trainer *tr) {
     if (!tr->cfg) return;
     if (tr->metrics) fclose(tr->metrics);
-    if (tr->dloss)
-        llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
-                       (size_t)tr->cfg->local_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+    llm4d_devbatch_free(&tr->batch);
     free(tr->mbs);
     if (tr->have_loader) llm4d_loader_free(&tr->loader);
     if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
     if (tr->have_engines) llm4d_engines_destroy(&tr->engines);
     if (tr->have_model) llm4d_gpt_destroy(&tr->model);
+    if (tr->comm_dev) {
+        llm4d_comm_groups_attach(tr->groups, NULL);
+        llm4d_comm_device_destroy(tr->comm_dev);
+    }
     if (tr->have_corpus) llm4d_corpora_close(&tr->corpora);
     if (tr->be) tr->be->destroy(tr->be);
     memset(tr, 0, sizeof *tr);

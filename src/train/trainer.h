@@ -27,8 +27,10 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/lr.h"
+#include "train/devbatch.h"
 #include "parallel/data_parallel.h"
 #include "parallel/engine.h"
+#include "parallel/executor.h"
 #include "parallel/flat.h"
 #include "parallel/pipeline.h"
 #include "parallel/sharding.h"
@@ -45,8 +47,11 @@ typedef struct {
     llm4d_dp dp;               /* data parallel without sharding */
     llm4d_tensor_parallel tp;  /* mp_degree > 1 */
     llm4d_pipeline pp;         /* pp_degree > 1: runs each step's schedule; sums the tied embedding's gradients */
+    llm4d_sequential seq;      /* without a pipeline: the micro-batches one after another */
+    llm4d_executor *exec;      /* what runs a step's micro-batches: &pp.exec or &seq.base */
     int pipelined;
-    llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step (pipeline) */
+    llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step */
+    llm4d_devbatch batch;      /* the step's rows in device memory */
     llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
     llm4d_loader loader;       /* train split */
     llm4d_loader eval_loader;  /* validation split */
@@ -54,9 +59,9 @@ typedef struct {
     llm4d_lr_schedule lr;
     llm4d_log log;
     FILE *metrics;
-    float *dloss;              /* [local_batch * T] loss-gradient weights of a step's micro-batches */
     llm4d_topology topo;
     llm4d_comm_groups *groups; /* borrowed */
+    llm4d_comm_device *comm_dev; /* the data plane's device, attached to the groups for the run */
     int world_size;
     int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
     double flops_per_token;
@@ -120,6 +125,10 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
                                    llm4d_err *err);
+/* step.c: upload b with loss-gradient weights mask x w and run its micro-batches through the executor (train:
+ * forward and backward with dropout; else forward only); *loss: this rank's share of the weighted loss */
+llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double w, int train,
+                                   double *loss, llm4d_err *err);
 /* step.c: a step's loss from each rank's share (summed over the data ranks and the pipeline stages) */
 llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err *err);
 /* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
