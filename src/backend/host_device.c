@@ -6,7 +6,8 @@
  * ones taken in order, so that their bits equal what a loop over sumsq or dot gives. */
 #include "backend/host.h"
 
-#include <stdio.h>
+#include "core/proc.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,38 +33,10 @@ static void host_free_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category
     llm4d_mem_free(mem, c, p, bytes);
 }
 
-/* A "Key: N kB" line of a /proc file, in bytes; -1 when absent. */
-static long long proc_kb(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[256];
-    long long v = -1;
-    const size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = atoll(line + n + 1) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* A cgroup v2 file holding one number ("max": none); -1 when absent. */
-static long long cgroup_value(const char *name) {
-    char path[128];
-    snprintf(path, sizeof path, "/sys/fs/cgroup/%s", name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = "";
-    const int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    return ok && buf[0] >= '0' && buf[0] <= '9' ? atoll(buf) : -1;
-}
-
 void llm4d_host_mem_info(size_t *free_bytes, size_t *total_bytes) {
-    long long avail = proc_kb("/proc/meminfo", "MemAvailable");
-    long long total = proc_kb("/proc/meminfo", "MemTotal");
-    const long long max = cgroup_value("memory.max"), cur = cgroup_value("memory.current");
+    long long avail = llm4d_proc_kb("/proc/meminfo", "MemAvailable");
+    long long total = llm4d_proc_kb("/proc/meminfo", "MemTotal");
+    const long long max = llm4d_cgroup_value("memory.max"), cur = llm4d_cgroup_value("memory.current");
     if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) avail = max - cur;
     if (max > 0 && (total < 0 || max < total)) total = max;
     *free_bytes = avail > 0 ? (size_t)avail : 0;

@@ -60,10 +60,26 @@ void llm4d_engines_install(llm4d_engine_stack *s) {
 }
 
 void llm4d_engines_destroy(llm4d_engine_stack *s) {
-    for (int i = s->n - 1; i >= 0; i--)
+    for (int i = s->n - 1; i >= 0; i--) {
         if (s->e[i]->ops->destroy) s->e[i]->ops->destroy(s->e[i]);
+        free(s->e[i]);
+    }
     if (s->g && s->g->hooks.ctx == s) s->g->hooks = (llm4d_gpt_hooks){0};
     memset(s, 0, sizeof *s);
+}
+
+llm4d_executor *llm4d_engines_executor(llm4d_engine_stack *s) {
+    llm4d_engine *e = FIRST_WITH(s, executor);
+    if (e) return e->ops->executor(e);
+    llm4d_sequential_init(&s->seq, s->g);
+    return &s->seq.base;
+}
+
+void llm4d_engines_stats(llm4d_engine_stack *s, llm4d_engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->pp_stage = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->e[i]->ops->stats) s->e[i]->ops->stats(s->e[i], out);
 }
 
 void llm4d_engines_begin_step(llm4d_engine_stack *s, int n_micro) {

@@ -30,7 +30,9 @@
 #include <stdint.h>
 
 #include "backend/view.h"
+#include "comm/comm.h"
 #include "model/gpt.h"
+#include "parallel/executor.h"
 
 typedef struct llm4d_engine llm4d_engine;
 
@@ -70,6 +72,18 @@ llm4d_code llm4d_engine_state_open(const llm4d_engine_state *st, llm4d_backend *
                                    llm4d_state_host *h, llm4d_err *err);
 void llm4d_engine_state_close(llm4d_state_host *h, llm4d_backend *be, llm4d_mem *mem);
 
+/* What the engines measured in a step (their stats op adds what applies to it; the trainer writes it to
+ * metrics.jsonl and the end-of-run report). */
+typedef struct {
+    double zero_gather_wait_s;   /* ZeRO-3: blocked waiting for parameter gathers */
+    double zero_rs_wait_s;       /* ZeRO: blocked in or waiting for gradient reduce-scatters */
+    double pp_idle_s, pp_busy_s; /* pipeline: waiting for the neighbours, computing */
+    double pp_op_s[3];           /* pipeline: time in forwards, backwards, weight passes ... */
+    int pp_op_n[3];              /* ... and how many ran */
+    int pp_stage;                /* pipeline: this rank's stage (-1: no pipeline) */
+    llm4d_comm_stats comm;       /* traffic on groups the engines own (the pipeline's embedding group) */
+} llm4d_engine_stats;
+
 typedef struct {
     const char *name;
     /* the model's hooks (gpt.h); NULL: not this engine's business */
@@ -96,7 +110,15 @@ typedef struct {
      * (LLM4D_HASH_EMBEDDING: equal on a pipeline's first and last stage) */
     uint64_t (*param_hash)(llm4d_engine *e, int which);
     int64_t (*adam_steps)(llm4d_engine *e, int64_t set); /* storage only: Adam's t; set >= 0 sets it */
+    /* storage only: the state's shards gathered over the engine's group into whole buffers of the table's layout
+     * (host memory, from the state's host views h; params NULL where the state's parameters are whole already),
+     * for a consolidated checkpoint; *writes: whether this rank writes it. NULL: the state is whole. */
+    llm4d_code (*gather_state)(llm4d_engine *e, const llm4d_state_host *h, float *params, float *m, float *v,
+                               int *writes, llm4d_err *err);
     void (*describe)(llm4d_engine *e, char *buf, size_t n); /* one line for the start-up log (may be NULL) */
+    void (*stats)(llm4d_engine *e, llm4d_engine_stats *out); /* this step's measurements, added (may be NULL) */
+    /* the executor that runs a step's micro-batches, if this engine brings one (the pipeline); NULL otherwise */
+    llm4d_executor *(*executor)(llm4d_engine *e);
     void (*destroy)(llm4d_engine *e);
 } llm4d_engine_ops;
 
@@ -117,18 +139,24 @@ static inline int llm4d_hash_takes(const llm4d_param *p, int which) {
 #define LLM4D_MAX_ENGINES 8
 
 typedef struct {
-    llm4d_engine *e[LLM4D_MAX_ENGINES];
+    llm4d_engine *e[LLM4D_MAX_ENGINES]; /* owned: heap-allocated engines, freed by llm4d_engines_destroy */
     int n;
     llm4d_engine *storage;
     llm4d_gpt *g;
+    llm4d_sequential seq;               /* the executor when no engine brings one */
 } llm4d_engine_stack;
 
-/* Start a stack on model g; push the storage engine first, then the reducers. */
+/* Start a stack on model g; push the storage engine first, then the reducers. The stack takes e (allocated with
+ * malloc): destroying the stack destroys and frees it. */
 void llm4d_engines_init(llm4d_engine_stack *s, llm4d_gpt *g);
 void llm4d_engines_push(llm4d_engine_stack *s, llm4d_engine *e, int is_storage);
 /* Point the model's hooks at the stack (call after every push). */
 void llm4d_engines_install(llm4d_engine_stack *s);
 void llm4d_engines_destroy(llm4d_engine_stack *s);
+/* The executor of a step's micro-batches: the one an engine brings (the pipeline's), else the sequential one. */
+llm4d_executor *llm4d_engines_executor(llm4d_engine_stack *s);
+/* What the engines measured this step (every field summed over them; pp_stage -1 without a pipeline). */
+void llm4d_engines_stats(llm4d_engine_stack *s, llm4d_engine_stats *out);
 
 void llm4d_engines_begin_step(llm4d_engine_stack *s, int n_micro);
 llm4d_code llm4d_engines_finish_backward(llm4d_engine_stack *s, llm4d_err *err);

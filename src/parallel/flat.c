@@ -2,6 +2,7 @@
 #include "parallel/flat.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/hash.h"
@@ -33,14 +34,10 @@ static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d
     (void)err;
     llm4d_flat *f = of(e);
     const llm4d_param_table *t = &f->g->table;
-    llm4d_adamw_next(&f->opt);
+    llm4d_optimizer_next(&f->opt);
     /* the entries tile the buffer (any padding between them is never written), so zeroing each entry's gradients
      * in its update pass leaves the whole buffer zero */
-    for (int i = 0; i < t->n; i++) {
-        const llm4d_param *p = &t->p[i];
-        llm4d_adamw_apply(&f->opt, f->be, f->g->params + p->offset, f->g->grads + p->offset, f->m + p->offset,
-                          f->v + p->offset, p->numel, lr, grad_scale, p->decay, 1);
-    }
+    llm4d_optimizer_apply(&f->opt, f->ranges, t->n, lr, grad_scale, 1);
     f->grads_zero = 1;
     return LLM4D_OK;
 }
@@ -71,8 +68,8 @@ static uint64_t flat_param_hash(llm4d_engine *e, int which) {
 
 static int64_t flat_adam_steps(llm4d_engine *e, int64_t set) {
     llm4d_flat *f = of(e);
-    if (set >= 0) f->opt.t = set;
-    return f->opt.t;
+    if (set >= 0) f->opt.hp.t = set;
+    return f->opt.hp.t;
 }
 
 static void flat_describe(llm4d_engine *e, char *buf, size_t n) {
@@ -87,6 +84,8 @@ static void flat_destroy(llm4d_engine *e) {
     if (f->m) f->be->free(f->be, f->mem, LLM4D_MEM_OPTIM, f->m, bytes);
     if (f->v) f->be->free(f->be, f->mem, LLM4D_MEM_OPTIM, f->v, bytes);
     f->m = f->v = NULL;
+    free(f->ranges);
+    f->ranges = NULL;
 }
 
 static const llm4d_engine_ops flat_ops = {
@@ -108,16 +107,22 @@ llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int dat
     f->g = g;
     f->be = g->be;
     f->mem = g->mem;
-    f->opt = opt;
+    f->opt = llm4d_optimizer_make(opt, g->be);
     f->counts = data_replica0;
     f->range_hi = g->table.total;
     LLM4D_ASSERT(g->params && g->grads, "the flat engine needs the model's flat parameter and gradient buffers");
     const size_t bytes = g->table.total * sizeof(float);
     f->m = f->be->alloc(f->be, f->mem, LLM4D_MEM_OPTIM, bytes);
     f->v = f->be->alloc(f->be, f->mem, LLM4D_MEM_OPTIM, bytes);
-    if (!f->m || !f->v) {
+    f->ranges = calloc((size_t)g->table.n, sizeof *f->ranges);
+    if (!f->m || !f->v || !f->ranges) {
         flat_destroy(&f->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the optimizer states (%zu bytes)", 2 * bytes);
+    }
+    for (int i = 0; i < g->table.n; i++) {
+        const llm4d_param *p = &g->table.p[i];
+        f->ranges[i] = (llm4d_opt_range){g->params + p->offset, g->grads + p->offset, f->m + p->offset,
+                                         f->v + p->offset, p->numel, p->decay};
     }
     return LLM4D_OK;
 }

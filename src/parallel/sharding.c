@@ -306,6 +306,7 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
     update_ctx *u = ctx;
     llm4d_sharding *s = u->s;
     const size_t end = off + len;
+    int n = 0;
     for (int i = 0; i < s->g->table.n; i++) {
         int64_t j0, j1;
         size_t local;
@@ -318,9 +319,10 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
         const size_t flat = p->offset + (size_t)j0 + (a - local); /* its place in the table's layout */
         float *w = s->stage >= 3 ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off) : s->g->params + flat;
         float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
-        llm4d_adamw_apply(&s->opt, s->be, w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
-                          b - a, u->lr, u->grad_scale, p->decay, 0);
+        s->ranges[n++] = (llm4d_opt_range){w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
+                                           b - a, p->decay};
     }
+    llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
 }
 
 static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
@@ -332,7 +334,7 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
     LLM4D_TRY(check_failed(s, err));
     if (s->in_step && !s->traced && s->stage >= 3) s->traced = 1; /* the first step's order is the schedule's */
     s->in_step = 0;
-    llm4d_adamw_next(&s->opt);
+    llm4d_optimizer_next(&s->opt);
     update_ctx u = {s, lr, grad_scale};
     if (s->off) {
         LLM4D_TRY(llm4d_offload_stream(s->off, update_window, &u, err));
@@ -402,8 +404,8 @@ static uint64_t sh_param_hash(llm4d_engine *e, int which) {
 
 static int64_t sh_adam_steps(llm4d_engine *e, int64_t set) {
     llm4d_sharding *s = of(e);
-    if (set >= 0) s->opt.t = set;
-    return s->opt.t;
+    if (set >= 0) s->opt.hp.t = set;
+    return s->opt.hp.t;
 }
 
 static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
@@ -417,6 +419,31 @@ static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
              s->stage >= 2 ? "sharded (per-window buckets reduce-scattered during backward)"
                            : "whole, reduce-scattered during backward",
              s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off);
+}
+
+static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
+    llm4d_sharding *s = of(e);
+    out->zero_gather_wait_s += s->gather_wait_s;
+    out->zero_rs_wait_s += s->rs_wait_s;
+}
+
+/* The sharding group's shards of a local buffer (host memory) into a whole buffer of the table's layout. */
+static llm4d_code gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
+    for (int grp = 0; grp < s->n_groups; grp++)
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
+                                       LLM4D_COMM_F32, err));
+    return LLM4D_OK;
+}
+
+/* A consolidated checkpoint: the group's first rank (of the first data replica) writes whole tensors. */
+static llm4d_code sh_gather_state(llm4d_engine *e, const llm4d_state_host *h, float *params, float *m, float *v,
+                                  int *writes, llm4d_err *err) {
+    llm4d_sharding *s = of(e);
+    *writes = s->rank == 0 && s->counts;
+    LLM4D_TRY(gather_full(s, h->m, m, err));
+    LLM4D_TRY(gather_full(s, h->v, v, err));
+    if (params) LLM4D_TRY(gather_full(s, h->params, params, err));
+    return LLM4D_OK;
 }
 
 static void sh_destroy(llm4d_engine *e) {
@@ -443,6 +470,7 @@ static void sh_destroy(llm4d_engine *e) {
     free(s->range_hi);
     free(s->windows_left);
     free(s->trace);
+    free(s->ranges);
     memset(s, 0, sizeof *s);
 }
 
@@ -461,7 +489,9 @@ static const llm4d_engine_ops sharding_ops = {
     .state_done = sh_state_done,
     .param_hash = sh_param_hash,
     .adam_steps = sh_adam_steps,
+    .gather_state = sh_gather_state,
     .describe = sh_describe,
+    .stats = sh_stats,
     .destroy = sh_destroy,
 };
 
@@ -522,7 +552,7 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     const char *offload_dir = d->offload_dir;
     s->prefetch_on = d->zero_prefetch;
     s->overlap_on = d->zero_overlap;
-    s->opt = opt;
+    s->opt = llm4d_optimizer_make(opt, g->be);
     s->stage = stage;
     s->N = llm4d_comm_size(sharding_comm);
     s->rank = llm4d_comm_rank(sharding_comm);
@@ -541,7 +571,8 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     s->range_lo = calloc((size_t)G, sizeof *s->range_lo);
     s->range_hi = calloc((size_t)G, sizeof *s->range_hi);
     s->windows_left = calloc((size_t)G, sizeof *s->windows_left);
-    if (!s->shard_len || !s->shard_off || !s->range_lo || !s->range_hi || !s->windows_left) {
+    s->ranges = calloc((size_t)t->n, sizeof *s->ranges);
+    if (!s->shard_len || !s->shard_off || !s->range_lo || !s->range_hi || !s->windows_left || !s->ranges) {
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
@@ -590,12 +621,5 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
             return rc;
         }
     }
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
-    for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
     return LLM4D_OK;
 }

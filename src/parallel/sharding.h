@@ -41,7 +41,7 @@
 #define LLM4D_PARALLEL_SHARDING_H
 
 #include "comm/comm.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/engine.h"
 
 struct llm4d_offload;
@@ -64,7 +64,8 @@ typedef struct {
     llm4d_gpt *g;
     llm4d_backend *be;
     llm4d_mem *mem;
-    llm4d_adamw opt;
+    llm4d_optimizer opt;
+    llm4d_opt_range *ranges; /* [table entries]: scratch for the ranges of one update window */
     int n_groups;
     size_t *shard_len;       /* [G] elements of each group's shard */
     size_t *shard_off;       /* [G] offset of each group's shard in the local buffers */
@@ -103,8 +104,5 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
  * sharding (NULL or size 1: none); dp_index: this rank's index in it. */
 llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
                                llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err);
-/* Gather the sharding group's shards of a local buffer (m, v or stage-3 parameters) into a whole buffer of the
- * table's layout (consolidated checkpoints): both in host memory (the host views of the engine's state). */
-llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err);
 
 #endif

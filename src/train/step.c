@@ -26,7 +26,7 @@ llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err 
     /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks (every
      * tensor-parallel rank computed the same value); with a pipeline only the last stage holds it */
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, loss, 1, LLM4D_COMM_F64, err));
-    if (tr->pipelined) LLM4D_TRY(llm4d_comm_allreduce(tr->groups->axis[LLM4D_AXIS_PIPE], loss, 1, LLM4D_COMM_F64, err));
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->axis[LLM4D_AXIS_PIPE], loss, 1, LLM4D_COMM_F64, err));
     return LLM4D_OK;
 }
 
@@ -258,7 +258,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const int64_t first = tr->start_step;
     double pp_idle = 0, pp_busy = 0, pp_step = 0; /* pipeline, steps after the first: waiting, computing, all */
     double pp_op[3] = {0, 0, 0};
-    int pp_steps = 0, pp_n[3] = {0, 0, 0};
+    int pp_steps = 0, pp_n[3] = {0, 0, 0}, pp_stage = -1;
     llm4d_work_stats work_sum; /* steps after the first */
     memset(&work_sum, 0, sizeof work_sum);
     double work_step_s = 0;
@@ -270,7 +270,6 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const llm4d_work_stats w0 = work_now(tr);
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
-        if (tr->pipelined && tr->pp.emb) memset(&tr->pp.emb->stats, 0, sizeof tr->pp.emb->stats);
         const llm4d_batch *b = llm4d_loader_get(&tr->loader, step - 1);
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
@@ -289,10 +288,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             work_steps++;
         }
         tr->last_loss = loss;
-        if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
-            pp_idle += tr->pp.idle_s;
-            pp_busy += tr->pp.busy_s;
-            for (int k = 0; k < 3; k++) pp_op[k] += tr->pp.op_s[k], pp_n[k] += tr->pp.op_n[k];
+        llm4d_engine_stats es; /* what the engines measured in this step */
+        llm4d_engines_stats(&tr->engines, &es);
+        pp_stage = es.pp_stage;
+        if (es.pp_stage >= 0 && step > first) { /* the first step warms caches and allocators: not a bubble */
+            pp_idle += es.pp_idle_s;
+            pp_busy += es.pp_busy_s;
+            for (int k = 0; k < 3; k++) pp_op[k] += es.pp_op_s[k], pp_n[k] += es.pp_op_n[k];
             pp_step += t2 - t0;
             pp_steps++;
         }
@@ -303,7 +305,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
         const double step_cost = t2 - t0;
         llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
-        if (tr->pipelined && tr->pp.emb) llm4d_comm_stats_add(&cs, &tr->pp.emb->stats); /* the tied embedding */
+        llm4d_comm_stats_add(&cs, &es.comm); /* groups the engines own: the tied embedding's */
         if (tr->check_replicas) {
             llm4d_engine *e = tr->engines.storage;
             char emb[64] = "";
@@ -338,8 +340,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf, spike,
-                    tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0,
-                    tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0,
+                    es.zero_gather_wait_s, es.zero_rs_wait_s, es.pp_idle_s, es.pp_busy_s,
                     llm4d_work_name(0), wd.seconds[0], llm4d_work_name(1), wd.seconds[1], llm4d_work_name(2),
                     wd.seconds[2], llm4d_work_name(3), wd.seconds[3], llm4d_work_name(4), wd.seconds[4],
                     llm4d_work_name(5), wd.seconds[5], wd.optim_bytes);
@@ -370,11 +371,11 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     }
     print_peak_memory(tr);
     log_work(tr, &work_sum, work_step_s, work_steps);
-    if (tr->pipelined) { /* what the schedule kept alive, against the slots it was given */
+    if (pp_stage >= 0) { /* what the schedule kept alive, against the slots it was given */
         const llm4d_gpt *g = &tr->model;
         char line[256];
         int k = snprintf(line, sizeof line, "pipeline stage %d: most micro-batches alive at once per chunk:",
-                         tr->pp.stage);
+                         pp_stage);
         for (int c = 0; c < g->table.part.n_chunks && k < (int)sizeof line; c++)
             k += snprintf(line + k, sizeof line - (size_t)k, " %d (of %d slots)", g->slots_peak[c],
                           g->layout.slots[c] > 0 ? g->layout.slots[c] : 1);
@@ -384,13 +385,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             char w[96] = " (with the weight gradients)";
             if (pp_n[2]) snprintf(w, sizeof w, " (input gradients), one weight pass %.4f s", pp_op[2] / pp_n[2]);
             llm4d_log_info(&tr->log, "pipeline stage %d: one forward %.4f s, one backward %.4f s%s (means per "
-                           "micro-batch and chunk)", tr->pp.stage, pp_n[0] ? pp_op[0] / pp_n[0] : 0.0,
+                           "micro-batch and chunk)", pp_stage, pp_n[0] ? pp_op[0] / pp_n[0] : 0.0,
                            pp_n[1] ? pp_op[1] / pp_n[1] : 0.0, w);
         }
         if (pp_step > 0)
             llm4d_log_info(&tr->log, "pipeline stage %d: per step %.4f s, computing %.4f s, waiting for its "
                            "neighbours %.4f s = %.1f%% of the step (the bubble and transfers not hidden; steps after "
-                           "the first)", tr->pp.stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
+                           "the first)", pp_stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
                            100 * pp_idle / pp_step);
     }
     return LLM4D_OK;

@@ -28,28 +28,18 @@
 #include "optim/adamw.h"
 #include "optim/lr.h"
 #include "train/devbatch.h"
-#include "parallel/data_parallel.h"
 #include "parallel/engine.h"
 #include "parallel/executor.h"
-#include "parallel/flat.h"
-#include "parallel/pipeline.h"
-#include "parallel/sharding.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/pp_plan.h"
 
 typedef struct {
     const llm4d_config *cfg;
     llm4d_backend *be;
     llm4d_mem mem;
     llm4d_gpt model;
-    llm4d_engine_stack engines;  /* what the trainer drives; the engines below are its members */
-    llm4d_flat flat;           /* storage without sharding */
-    llm4d_sharding sh;         /* storage with sharding_degree > 1 */
-    llm4d_dp dp;               /* data parallel without sharding */
-    llm4d_tensor_parallel tp;  /* mp_degree > 1 */
-    llm4d_pipeline pp;         /* pp_degree > 1: runs each step's schedule; sums the tied embedding's gradients */
-    llm4d_sequential seq;      /* without a pipeline: the micro-batches one after another */
-    llm4d_executor *exec;      /* what runs a step's micro-batches: &pp.exec or &seq.base */
-    int pipelined;
+    llm4d_engine_stack engines;  /* what the trainer drives (parallel/stack.h builds it from the configuration) */
+    llm4d_pp_plan ppplan;      /* the pipeline's schedule and split, decided once (parallel/pp_plan.h; P = 1: none) */
+    llm4d_executor *exec;      /* what runs a step's micro-batches (the stack's: the pipeline's or the sequential) */
     llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step */
     llm4d_devbatch batch;      /* the step's rows in device memory */
     llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
@@ -87,7 +77,6 @@ typedef struct {
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     int have_corpus, have_model, have_engines, have_loader, have_eval;
-    int sharded;               /* the storage is the sharding engine */
 } llm4d_trainer;
 
 typedef struct {
@@ -111,10 +100,10 @@ void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
-/* memplan.c: this rank's memory plan for its model part and layout (pp_kind: the pipeline's schedule), logged;
- * a user error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
+/* memplan.c: this rank's memory plan for its model part and layout (and tr->ppplan's pipeline), logged; a user
+ * error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
-                              const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err);
+                              const llm4d_gpt_layout *layout, llm4d_err *err);
 
 /* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
 llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);
