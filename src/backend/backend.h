@@ -22,7 +22,8 @@
  *   the streams: event_record marks the point reached on a stream, stream_wait makes a stream wait for an event,
  *   event_sync and stream_sync make the host wait. Whoever hands a buffer from one stream to the other records and
  *   waits: the model records the event of a gradient's last kernel and gives it to the engines with grads_done; the
- *   communicator's data plane (comm/comm.h) makes COMPUTE wait for its copies before a received buffer is used.
+ *   communicator's data plane (comm/comm.h) has finished its copies back to the device before it returns a
+ *   received buffer (a blocking call returns, or test/wait reports the operation complete).
  * Copies. copy is device to device on COMPUTE. copy_async / copy_2d take a kind: H2D, D2H, D2D. The host side of
  *   an H2D or D2H copy may be pinned (then the copy is asynchronous: the host must not touch that memory until
  *   an event recorded after the copy has completed) or ordinary host memory (then the call returns once the host

@@ -77,9 +77,10 @@ static int in_arena(const guard_ctx *g, const void *p) {
 }
 
 static int is_pinned(const guard_ctx *g, const void *p) {
-    for (int k = 0; k < g->npin; k++)
-        if ((const char *)p >= (const char *)g->pin[k].p && (const char *)p < (const char *)g->pin[k].p + g->pin[k].bytes)
-            return 1;
+    for (int k = 0; k < g->npin; k++) {
+        const char *a = g->pin[k].p;
+        if ((const char *)p >= a && (const char *)p < a + g->pin[k].bytes) return 1;
+    }
     return 0;
 }
 
@@ -560,7 +561,8 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     void *base = mmap(NULL, RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
         g_destroy(be);
-        return llm4d_fail(err, LLM4D_ENOMEM, "the guard backend cannot reserve %zu GiB of address space", RESERVE >> 30);
+        return llm4d_fail(err, LLM4D_ENOMEM, "the guard backend cannot reserve %zu GiB of address space",
+                          RESERVE >> 30);
     }
     g->base = base;
     void *warm[1];
