@@ -3,10 +3,10 @@
 # dp = 2 (two ranks of 1 thread, through `llm4d launch`), then the step time, the bytes each rank sends per step
 # against the ring all-reduce formula, the all-reduce time and how much of it is hidden behind backward.
 #
-# The dp = 2 job runs with LLM4D_DP_OVERLAP=alternate (data_parallel.h): odd steps overlap the bucket all-reduces
+# The dp = 2 job runs with --dp_overlap alternate (data_parallel.h): odd steps overlap the bucket all-reduces
 # with backward as training does, even steps reduce the same buckets with blocking all-reduces after backward.
 # The blocking steps give the standalone all-reduce time A; the overlapped steps the exposed wait E; both come
-# from the `llm4d dp trace` lines (LLM4D_DP_TRACE=1) of every rank. Measuring both modes in one job, step by
+# from the `llm4d dp trace` lines (--dp_trace true) of every rank. Measuring both modes in one job, step by
 # step, keeps the comparison fair on a machine whose load changes from minute to minute. A second dp = 2 job
 # forces Open MPI's ring algorithm for the non-blocking all-reduce (its default for 2-3 ranks or in-place
 # buffers is a binomial reduce to rank 0 plus a broadcast, which leaves rank 0 all the reduction work); skip it
@@ -39,8 +39,9 @@ dp2() { # name [env...]
   local name=$1
   shift
   echo "bench_dp: dp2 x 1 thread $* ..." >&2
-  env "$@" LLM4D_DP_TRACE=1 LLM4D_DP_OVERLAP=alternate OMP_NUM_THREADS=1 "$LLM4D" launch --nproc 2 \
+  env "$@" OMP_NUM_THREADS=1 "$LLM4D" launch --nproc 2 \
     --log_dir "$tmp/$name/log" -- train "${COMMON[@]}" --global_batch_size $((2 * MB)) --dp_degree 2 --threads 1 \
+    --dp_trace true --dp_overlap alternate \
     --output_dir "$tmp/$name/out" >"$tmp/$name.log" 2>&1 || { tail -5 "$tmp/$name.log"; return 1; }
 }
 single dp1t1 1

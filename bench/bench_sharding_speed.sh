@@ -4,7 +4,7 @@
 # each rank sends per step, the time blocked in parameter gathers and in gradient reduce-scatters. Each stage runs
 # twice: with its collectives non-blocking (reduce-scatters started as each gradient window closes and waited on
 # only when the buffer is needed again; stage 3's next gather prefetched) and with every one of them blocking
-# (LLM4D_ZERO_OVERLAP=0 LLM4D_ZERO_PREFETCH=0). The fraction hidden is 1 - (blocked time overlapped) / (blocked time
+# (--zero_overlap false --zero_prefetch false). The fraction hidden is 1 - (blocked time overlapped) / (blocked time
 # blocking).
 #
 # What 2 ranks on 2 cores can hide: Open MPI's shared-memory transport moves the bytes with the CPU of the ranks
@@ -28,9 +28,8 @@ for l in "dp2 --dp_degree 2" \
          "stage3 --sharding_degree 2 --sharding_stage 3" "stage3_blocking --sharding_degree 2 --sharding_stage 3"; do
   set -- $l
   name=$1; shift
-  env=()
-  case $name in *_blocking) env=(LLM4D_ZERO_OVERLAP=0 LLM4D_ZERO_PREFETCH=0) ;; esac
-  env "${env[@]}" build/llm4d launch --nproc 2 --log_dir "$tmp/$name.log" -- train "${C[@]}" "$@" \
+  case $name in *_blocking) set -- "$@" --zero_overlap false --zero_prefetch false ;; esac
+  build/llm4d launch --nproc 2 --log_dir "$tmp/$name.log" -- train "${C[@]}" "$@" \
     --output_dir "$tmp/$name" >/dev/null 2>&1 || { echo "$name: run failed (see $tmp/$name.log)"; exit 1; }
   /usr/bin/python3 - "$tmp/$name/metrics.jsonl" "$name" <<'PY'
 import json, statistics, sys

@@ -2,8 +2,8 @@
 """dp_report.py — the report of bench/bench_dp.sh, from the runs it made.
 
 Each run directory holds out/metrics.jsonl (rank 0: step time, bytes sent per step) and, for data-parallel runs,
-log/workerlog.<rank> with the `llm4d dp trace` lines that data_parallel.c prints when LLM4D_DP_TRACE=1. Those runs
-use LLM4D_DP_OVERLAP=alternate: odd steps overlap the bucket all-reduces with backward, even steps run the same
+log/workerlog.<rank> with the `llm4d dp trace` lines that data_parallel.c prints with --dp_trace true. Those runs
+use --dp_overlap alternate: odd steps overlap the bucket all-reduces with backward, even steps run the same
 buckets as blocking all-reduces after backward, so both modes are measured in one job under the same machine
 load. Every figure is a median over the steps after the warm-up (the machine is shared; single steps are noisy).
 

@@ -92,7 +92,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_gen gen;
     llm4d_sampler smp;
     llm4d_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
-    llm4d_sampler_init(&smp, &greedy, V, &err);
+    llm4d_sampler_init(&smp, be, &mem, &greedy, V, &err);
     for (int chunk = 64; chunk >= 3; chunk = chunk == 64 ? 3 : 0) {
         if (llm4d_gen_create(&gen, &mc, &g.table, g.params, be, &mem, TMAX, chunk, &err)) {
             check(T, 0, "create the generator", err.msg);
@@ -174,8 +174,8 @@ static void model_checks(tally *T, llm4d_backend *be) {
             llm4d_sampling a = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 7};
             llm4d_sampling b = a;
             b.seed = 8;
-            llm4d_sampler_init(&s1, &a, V, &err);
-            llm4d_sampler_init(&s2, &b, V, &err);
+            llm4d_sampler_init(&s1, be, &mem, &a, V, &err);
+            llm4d_sampler_init(&s2, be, &mem, &b, V, &err);
             int32_t o1[NEW], o2[NEW], o3[NEW];
             int n1, n2, n3;
             llm4d_generate(&gen, &s1, prompt, 5, NEW, -1, NULL, NULL, NULL, o1, &n1, &stats, &err);
@@ -192,8 +192,9 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_gpt_destroy(&g);
 }
 
-static void sampler_checks(tally *T) {
+static void sampler_checks(tally *T, llm4d_backend *be) {
     llm4d_err err = {0};
+    llm4d_mem mem = {0};
     const float logits[5] = {logf(1), logf(2), logf(3), logf(4), -INFINITY};
     struct {
         llm4d_sampling s;
@@ -212,7 +213,7 @@ static void sampler_checks(tally *T) {
     const int draws = 40000;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         llm4d_sampler smp;
-        llm4d_sampler_init(&smp, &cases[c].s, 5, &err);
+        llm4d_sampler_init(&smp, be, &mem, &cases[c].s, 5, &err);
         int count[5] = {0};
         for (int j = 0; j < draws; j++) count[llm4d_sampler_pick(&smp, logits, (uint64_t)j)]++;
         double worst = 0;
@@ -241,7 +242,7 @@ static void sampler_checks(tally *T) {
         }
         llm4d_sampler smp;
         llm4d_sampling s = {1.0f, K, 1.0f, 11};
-        llm4d_sampler_init(&smp, &s, BIGV, &err);
+        llm4d_sampler_init(&smp, be, &mem, &s, BIGV, &err);
         int outside = 0, seen[K] = {0}, distinct = 0;
         for (int j = 0; j < 20000; j++) {
             const int32_t id = llm4d_sampler_pick(&smp, big, (uint64_t)j);
@@ -256,7 +257,7 @@ static void sampler_checks(tally *T) {
     llm4d_sampler smp;
     llm4d_sampling bad[] = {{-1.0f, 0, 1.0f, 0}, {1.0f, -2, 1.0f, 0}, {1.0f, 0, 0.0f, 0}, {1.0f, 0, 1.5f, 0}};
     int refused = 0;
-    for (int i = 0; i < 4; i++) refused += llm4d_sampler_init(&smp, &bad[i], 5, &err) == LLM4D_EUSER;
+    for (int i = 0; i < 4; i++) refused += llm4d_sampler_init(&smp, be, &mem, &bad[i], 5, &err) == LLM4D_EUSER;
     check(T, refused == 4, "negative temperature, negative top_k, top_p 0 or above 1 are refused", err.msg);
 }
 
@@ -270,7 +271,7 @@ int main(void) {
     }
     model_checks(&T, cpu);
     model_checks(&T, ref);
-    sampler_checks(&T);
+    sampler_checks(&T, cpu);
     cpu->destroy(cpu);
     ref->destroy(ref);
     return tally_summary(&T);

@@ -1,19 +1,47 @@
-/* backend.h — the kernel method table.
+/* backend.h — the kernel method table, and the contract between the backend and everything above it.
  *
- * The model never calls oneDNN, OpenMP or (later) cuBLAS directly: it calls `be->op(be, ...)` on a table of
- * function pointers with an opaque context (ggml style). Two CPU tables exist: `cpu` (oneDNN matmul + OpenMP
- * kernels, the fast path) and `ref` (plain loops, written for obviousness, kept as the oracle every fast kernel
- * is tested against). A CUDA table will implement the same operations on device memory.
+ * The model never calls oneDNN, OpenMP or cuBLAS directly: it calls `be->op(be, ...)` on a table of function
+ * pointers with an opaque context (ggml style). The tables: `cpu` (oneDNN matmul + OpenMP kernels, the fast path),
+ * `ref` (plain loops, written for obviousness, the oracle every fast kernel is tested against) and `guard` (cpu's
+ * kernels on memory the host cannot touch outside backend calls: the proof of the contract below, backend/guard.c).
+ * A CUDA table implements the same operations on device memory.
  *
- * Conventions (llm.c's): outputs first, then inputs, then sizes. Forward functions overwrite their outputs.
- * Backward functions ACCUMULATE (+=) into every gradient they write, activations' gradients included, so a
- * tensor used twice (the residual stream, the tied embedding) simply receives two contributions; the caller
- * zeroes gradient buffers when a new accumulation starts. Shapes are row-major; a weight of a linear layer is
- * [OC, C] (out features, in features) and y = x W^T + b.
+ * THE CONTRACT
+ * Memory. `alloc` returns DEVICE memory: every tensor (parameters, gradients, optimizer states, activations,
+ *   communication buffers, batches once uploaded) lives there. `alloc_host` returns PINNED HOST memory: the host
+ *   may read and write it, asynchronous copies may use it, kernels may read and write it (zero-copy; slow on a
+ *   device across a bus, used for offloaded optimizer states and staging). Every pointer a kernel or a copy receives
+ *   is one of the two, except the host side of a copy (below). Nothing outside src/backend reads or writes device
+ *   memory with the CPU: it copies to or from host memory, or asks for a host view (backend/view.h), which is the
+ *   tensor itself when `host_addressable` is set (cpu, ref: device memory is host memory) and a staged copy
+ *   otherwise (guard, CUDA).
+ * Streams and order. Work goes to a stream (LLM4D_STREAM_COMPUTE: every kernel; LLM4D_STREAM_COMM: the
+ *   communicator's copies) and runs in the order given there; the two streams are independent. Every kernel
+ *   method is enqueued on COMPUTE and may return before it has run (asynchronous). Methods returning a value to the
+ *   host (dot, sumsq, sumsq_many, sample) wait for the work before them on COMPUTE and for their own. Events order
+ *   the streams: event_record marks the point reached on a stream, stream_wait makes a stream wait for an event,
+ *   event_sync and stream_sync make the host wait. Whoever hands a buffer from one stream to the other records and
+ *   waits: the model records the event of a gradient's last kernel and gives it to the engines with grads_done; the
+ *   communicator's data plane (comm/comm.h) has finished its copies back to the device before it returns a
+ *   received buffer (a blocking call returns, or test/wait reports the operation complete).
+ * Copies. copy is device to device on COMPUTE. copy_async / copy_2d take a kind: H2D, D2H, D2D. The host side of
+ *   an H2D or D2H copy may be pinned (then the copy is asynchronous: the host must not touch that memory until
+ *   an event recorded after the copy has completed) or ordinary host memory (then the call returns once the host
+ *   memory may be reused, H2D, or holds the data, D2H: synchronous, as CUDA's pageable copies are).
+ * Write or add. Forward kernels overwrite their outputs. A gradient is written where nothing else contributes to
+ *   it and added to where several things do: gelu_backward, attention_backward and dropout_add_backward write; the
+ *   linear layers' input gradient is written or added as the caller says (llm4d_store); the weight, bias,
+ *   LayerNorm and embedding gradients, dropout_backward's input gradient and layernorm_backward's input gradient
+ *   add (+=) (micro-batches, vocabulary blocks and the residual stream accumulate into them); the caller zeroes a
+ *   gradient buffer when a new accumulation starts. Each method's comment below says which.
+ *
+ * Conventions (llm.c's): outputs first, then inputs, then sizes. Shapes are row-major; a weight of a linear layer
+ * is [OC, C] (out features, in features) and y = x W^T + b.
  *
  * Randomness (dropout) is a pure function of (seed, stream, global position) (core/rng.h). Kernels receive, per
- * batch row, the global index of its sample (`sample_ids`), so a mask does not depend on which rank or thread
- * computes it, and backward recomputes the mask instead of storing it.
+ * batch row, the global index of its sample (`sample_ids`, device memory), so a mask does not depend on which rank
+ * or thread computes it, and backward recomputes the mask instead of storing it. Initial weights are the same kind
+ * of function (init_param), so every backend and every layout draws the same numbers.
  *
  * Parallelism needs the kernels to work on slices: an activation of a micro-batch is [N, C] tokens, possibly a
  * contiguous run of the flattened [B*T] tokens (sequence parallel splits them over the tensor-parallel ranks), so
@@ -110,16 +138,72 @@ static inline const char *llm4d_work_name(int k) {
  * weights). */
 typedef enum { LLM4D_PREC_FP32 = 0, LLM4D_PREC_BF16, LLM4D_PREC_FP16 } llm4d_precision;
 
+/* The two streams every backend has (the contract above). */
+typedef enum { LLM4D_STREAM_COMPUTE = 0, LLM4D_STREAM_COMM, LLM4D_NSTREAMS } llm4d_stream;
+
+/* Which side of a copy is where: host to device, device to host, device to device. */
+typedef enum { LLM4D_H2D = 0, LLM4D_D2H, LLM4D_D2D } llm4d_copy_kind;
+
+/* A point on a stream (event_record); each backend defines what it holds. */
+typedef struct llm4d_event llm4d_event;
+
+/* How init_param draws one parameter entry (model/params.h): element j of the entry (a box of a global tensor,
+ * row-major, `cols` columns) is global element g = (off0 + j / cols) * gcols + off1 + j % cols; its value is
+ * std * N(0, 1) from Philox (seed, stream, g) for g < real and 0 beyond (the embedding's padding rows), or `value`
+ * for every element when std == 0 (LayerNorm weights 1, biases 0). */
+typedef struct {
+    float std, value;
+    uint64_t seed, stream;
+    int64_t off0, off1, cols, gcols, real;
+} llm4d_init_spec;
+
+/* How sample draws a token (model/generate.h has the rules): temperature 0 (or top_k 1) is greedy, else the logits
+ * over the temperature, cut to the top_k largest (0: no cut) and to the smallest most probable set reaching top_p
+ * (1: no cut); the draw is Philox (seed, LLM4D_RNG_SAMPLE) at counter j. */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+    uint64_t seed;
+} llm4d_sampling;
+
+/* Bytes of device scratch sample needs for a vocabulary of V: a (logit, id) candidate and a probability per id. */
+#define LLM4D_SAMPLE_SCRATCH(V) ((size_t)(V) * 16)
+
 struct llm4d_backend {
     const char *name;   /* "cpu", "ref", "cuda" */
     void *ctx;
     int nthreads;
 
-    /* Memory (host memory for CPU backends). alloc returns zeroed memory or NULL. */
+    int host_addressable; /* 1: device memory is host memory (a host view is the tensor itself) */
+
+    /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
+     * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */
     void *(*alloc)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
     void (*free)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
+    void *(*alloc_host)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
+    void (*free_host)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
+    /* The device's free and total bytes now (the memory plan's budget; a CPU backend: the host's available
+     * memory, the cgroup's limit if lower, and its total). */
+    void (*mem_info)(llm4d_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* Device memory set to zero, and copied device to device (memmove semantics), on COMPUTE. */
     void (*zero)(llm4d_backend *be, void *p, size_t bytes);
     void (*copy)(llm4d_backend *be, void *dst, const void *src, size_t bytes);
+    /* bytes from src to dst, the sides as kind says, on stream s (asynchronous where the host side is pinned). */
+    void (*copy_async)(llm4d_backend *be, void *dst, const void *src, size_t bytes, llm4d_copy_kind kind,
+                       llm4d_stream s);
+    /* rows of `width` bytes, rows apart by spitch in src and dpitch in dst (a column block of a matrix). */
+    void (*copy_2d)(llm4d_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                    size_t rows, llm4d_copy_kind kind, llm4d_stream s);
+
+    /* Streams and events (the contract). event_create returns NULL when out of memory. */
+    llm4d_event *(*event_create)(llm4d_backend *be);
+    void (*event_destroy)(llm4d_backend *be, llm4d_event *ev);
+    void (*event_record)(llm4d_backend *be, llm4d_event *ev, llm4d_stream s);
+    void (*stream_wait)(llm4d_backend *be, llm4d_stream s, const llm4d_event *ev);
+    void (*event_sync)(llm4d_backend *be, const llm4d_event *ev);
+    void (*stream_sync)(llm4d_backend *be, llm4d_stream s);
 
     /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
     void (*linear_forward)(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
@@ -155,7 +239,8 @@ struct llm4d_backend {
     void (*bias_forward)(llm4d_backend *be, float *out, const float *b, int N, int C);
     void (*bias_backward)(llm4d_backend *be, float *db, const float *dout, int N, int C);
 
-    /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. */
+    /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. Backward adds (+=) to dinp,
+     * dw and db (the residual stream's gradient, and every micro-batch's part of the weights'). */
     void (*layernorm_forward)(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     void (*layernorm_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
@@ -222,14 +307,36 @@ struct llm4d_backend {
      * weights (weights_changed) rewrites the copies of these parameters in the same pass. */
     void (*adamw)(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads);
-    /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count) */
+    /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count); returned
+     * to the host (synchronises) */
     double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
-    /* sum of a[i] * b[i] in double, in a fixed order (the weighted loss of a micro-batch); b NULL: sum of a */
+    /* The fused form the gradient norm uses: the sums of squares of n tensors x[k] of len[k] elements, in one pass
+     * and one read-back; each (NULL: not wanted) receives every tensor's, the return value is their sum taken in k
+     * order (each[k] equal to sumsq of that tensor, so the norm's bits do not depend on which form ran). */
+    double (*sumsq_many)(llm4d_backend *be, int n, const float *const *x, const size_t *len, double *each);
+    /* sum of a[i] * b[i] in double, in a fixed order; b NULL: sum of a. dot returns it to the host (synchronises);
+     * dot_acc adds it to *acc, a double in device memory, on COMPUTE (the loss of each micro-batch, read back once
+     * per step). */
     double (*dot)(llm4d_backend *be, const float *a, const float *b, size_t n);
+    void (*dot_acc)(llm4d_backend *be, double *acc, const float *a, const float *b, size_t n);
     /* dst[i] += src[i] */
     void (*add)(llm4d_backend *be, float *dst, const float *src, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
+
+    /* Initial weights: dst[j - j0] for elements [j0, j1) of a parameter entry, as spec says (init_param's type). */
+    void (*init_param)(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1);
+
+    /* Generation over a key/value cache (model/generate.h): n new query rows at positions p0 .. p0 + n - 1, row i
+     * of qkv [n, 3C] holding its Q, K, V (C = NH x HS, heads side by side), attend causally over the cache rows
+     * [0, p0 + i] of kc, vc [T_max, C] (the new rows' keys and values already copied there), no dropout:
+     * out[i, h] = softmax_j (q_ih . k_jh / sqrt(HS)) v_jh. scores: scratch of n x NH x ld floats, ld >= p0 + n. */
+    void (*attention_cached)(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc, int n,
+                             int p0, int NH, int HS, float *scores, int ld);
+    /* The token drawn from logits[V] (device memory) for draw j as s says; scratch: LLM4D_SAMPLE_SCRATCH(V) bytes
+     * of device memory. Returned to the host (synchronises). */
+    int32_t (*sample)(llm4d_backend *be, const float *logits, int V, const llm4d_sampling *s, uint64_t j,
+                      void *scratch);
 
     /* Switch the matmul precision; a CPU without the needed instructions is a user error saying so. NULL: fp32 only. */
     llm4d_code (*set_precision)(llm4d_backend *be, llm4d_precision p, llm4d_err *err);
@@ -265,6 +372,8 @@ struct llm4d_backend {
     /* One line naming the instruction set and the GEMM implementations the backend's library chose (oneDNN's
      * "brg:avx512_core_bf16" ...) for the linear layers and for the attention so far. NULL: nothing to say. */
     void (*describe_gemms)(llm4d_backend *be, char *buf, size_t n);
+    /* One line saying where the device memory is, for the start-up log. NULL: host memory, nothing to say. */
+    void (*describe_memory)(llm4d_backend *be, char *buf, size_t n);
 
     void (*destroy)(llm4d_backend *be);
 };
@@ -273,5 +382,11 @@ struct llm4d_backend {
 llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err *err);
 /* The naive reference backend: plain loops, the oracle for tests. */
 llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err);
+/* The guard backend (backend/guard.c): the cpu backend's kernels on device memory the host cannot touch outside
+ * backend calls, so that any host access to a tensor crashes with a stack. */
+llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_err *err);
+/* The backend a run names: device "cpu" (with ref: the reference kernels) or "guard"; anything else is a user error
+ * naming the devices this build has. */
+llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err);
 
 #endif

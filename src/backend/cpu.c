@@ -26,6 +26,8 @@
 
 #include "backend/cpu_amx.h"
 #include "backend/cpu_impl.h"
+#include "backend/host.h"
+#include "core/bf16.h"
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* memory */
@@ -107,14 +109,6 @@ int llm4d_cpu_amx_for(llm4d_precision p) {
            (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx && llm4d_amx_usable();
 }
 
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
 /* The bf16 format is only used on CPUs with AVX512-BF16 (llm4d_cpu_fmt_of), whose VCVTNE2PS2BF16 rounds 32 floats
  * to nearest-even per instruction: converting the GEMM operands is memory-bound instead of ~1 ns per element.
  * It flushes fp32 subnormals (|x| < 1.2e-38) to zero, which no GEMM operand of a GPT notices. The target attribute
@@ -128,17 +122,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void llm4d_cpu_cvt_bf16_b
         const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + i + 16), _mm512_loadu_ps(s + i));
         _mm512_storeu_si512((void *)(d + i), (__m512i)r);
     }
-    for (; i < n; i++) d[i] = f32_to_bf16(s[i]);
-}
-
-/* f rounded to bf16 precision (nearest even; NaN stays NaN), kept in fp32: the 16 bits f32_to_bf16 keeps */
-static inline float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    const uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);
-    const uint32_t k = r & 0xffff0000u;
-    memcpy(&f, &k, 4);
-    return f;
+    for (; i < n; i++) d[i] = llm4d_bf16_from_f32(s[i]);
 }
 
 void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n) {
@@ -147,7 +131,7 @@ void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, siz
     case LLM4D_CPU_BF16: llm4d_cpu_cvt_bf16_block(dst, src, n); return;
     case LLM4D_CPU_FP32_BF16:
 #pragma omp simd
-        for (size_t i = 0; i < n; i++) d[i] = bf16_round(src[i]);
+        for (size_t i = 0; i < n; i++) d[i] = llm4d_bf16_round(src[i]);
         return;
     case LLM4D_CPU_FP32_FP16:
 #pragma omp simd
@@ -734,6 +718,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;
     be->destroy = cpu_destroy;
+    llm4d_host_install(be);
     /* A first GEMM proves the oneDNN installation works (and reports it here, where there is an error path,
      * rather than in the hot path, where a failure can only abort). */
     llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host.h"
 #include "core/rng.h"
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -514,6 +515,7 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->scale = ref_scale;
     be->add = ref_add;
     be->destroy = ref_destroy;
+    llm4d_host_install(be);
     *out = be;
     return LLM4D_OK;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/shape.h"
+
 #define FORMAT_NAME "llm4d-gpt"
 #define FORMAT_VERSION 1
 
@@ -341,13 +343,6 @@ llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const
 
 /* ---- loading ---- */
 
-static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
-
 /* Every tensor the range needs is there with the expected global shape (checked before anything is written). */
 static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm4d_param_table *t, size_t lo,
                                 size_t hi, llm4d_err *err) {
@@ -362,8 +357,8 @@ static llm4d_code check_present(const llm4d_ckpt *c, const char *stem, const llm
                               "was written for a different model or is incomplete", llm4d_ckpt_dir(c), p->name, stem);
         if (info.ndim != nd || memcmp(info.shape, shape, (size_t)nd * sizeof(int64_t)) != 0) {
             char a[96], w[96];
-            fmt_shape(a, sizeof a, info.ndim, info.shape);
-            fmt_shape(w, sizeof w, nd, shape);
+            llm4d_fmt_shape(a, sizeof a, info.ndim, info.shape);
+            llm4d_fmt_shape(w, sizeof w, nd, shape);
             return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: tensor '%s' has shape %s but the model expects %s; the "
                               "checkpoint was written for a different model configuration", llm4d_ckpt_dir(c),
                               p->name, a, w);

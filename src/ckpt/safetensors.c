@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/bf16.h"
 #include "core/fs.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
@@ -109,15 +110,6 @@ static uint16_t f32_to_f16(float f) {
     return (uint16_t)(o | (sign >> 16));
 }
 
-static float bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* keep nan a (quiet) nan */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* Element loads and stores go through memcpy: tensors in files from other writers need not be aligned, and a
  * misaligned float pointer is undefined behaviour the vectorizer is entitled to exploit. */
 static double load_float(const uint8_t *src, llm4d_st_dtype dt, size_t i) {
@@ -126,7 +118,7 @@ static double load_float(const uint8_t *src, llm4d_st_dtype dt, size_t i) {
     double d;
     switch (dt) {
     case LLM4D_ST_F16: memcpy(&h, src + 2 * i, 2); return f16_to_f32(h);
-    case LLM4D_ST_BF16: memcpy(&h, src + 2 * i, 2); return bf16_to_f32(h);
+    case LLM4D_ST_BF16: memcpy(&h, src + 2 * i, 2); return llm4d_bf16_to_f32(h);
     case LLM4D_ST_F32: memcpy(&f, src + 4 * i, 4); return f;
     default: memcpy(&d, src + 8 * i, 8); return d;
     }
@@ -147,7 +139,7 @@ int llm4d_st_convert(void *dst, llm4d_st_dtype dst_dt, const void *src, llm4d_st
         float f;
         switch (dst_dt) {
         case LLM4D_ST_F16: h = f32_to_f16((float)v); memcpy(o + 2 * i, &h, 2); break;
-        case LLM4D_ST_BF16: h = f32_to_bf16((float)v); memcpy(o + 2 * i, &h, 2); break;
+        case LLM4D_ST_BF16: h = llm4d_bf16_from_f32((float)v); memcpy(o + 2 * i, &h, 2); break;
         case LLM4D_ST_F32: f = (float)v; memcpy(o + 4 * i, &f, 4); break;
         default: memcpy(o + 8 * i, &v, 8); break;
         }

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/shape.h"
+
 /* ---- loading ---- */
 
 typedef struct {
@@ -450,13 +452,6 @@ const void *llm4d_ckpt_blob(const llm4d_ckpt *c, const char *file, size_t *len) 
     return NULL;
 }
 
-static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
-
 /* Copy the part of slice e inside the requested box [off, off+shp) into out; returns the elements copied. */
 static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off, const int64_t *shp,
                                  llm4d_st_dtype dt, uint8_t *out) {
@@ -536,19 +531,19 @@ static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, cons
     const ck_entry *e0 = sel[0];
     for (int i = 1; i < n; i++)
         if (sel[i]->ndim != e0->ndim || memcmp(sel[i]->gshape, e0->gshape, sizeof e0->gshape) != 0) {
-            fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
-            fmt_shape(b, sizeof b, sel[i]->ndim, sel[i]->gshape);
+            llm4d_fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
+            llm4d_fmt_shape(b, sizeof b, sel[i]->ndim, sel[i]->gshape);
             return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: slices of '%s' disagree on its shape (%s in %s, %s in "
                               "%s)", c->dir, name, a, c->files[e0->file].name, b, c->files[sel[i]->file].name);
         }
     if (expect_shape && (ndim != e0->ndim || memcmp(expect_shape, e0->gshape, (size_t)ndim * sizeof(int64_t)) != 0)) {
-        fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
-        fmt_shape(b, sizeof b, ndim, expect_shape);
+        llm4d_fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
+        llm4d_fmt_shape(b, sizeof b, ndim, expect_shape);
         return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: tensor '%s' has shape %s but the model expects %s; the "
                           "checkpoint was written for a different model configuration", c->dir, name, a, b);
     }
     if (ndim != e0->ndim) {
-        fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
+        llm4d_fmt_shape(a, sizeof a, e0->ndim, e0->gshape);
         return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: tensor '%s' has shape %s, not %d dimensions", c->dir,
                           name, a, ndim);
     }
@@ -557,7 +552,7 @@ static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, cons
         off[d] = offset ? offset[d] : 0;
         shp[d] = shape ? shape[d] : e0->gshape[d];
         if (off[d] < 0 || shp[d] < 0 || off[d] + shp[d] > e0->gshape[d]) {
-            fmt_shape(a, sizeof a, ndim, e0->gshape);
+            llm4d_fmt_shape(a, sizeof a, ndim, e0->gshape);
             return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: requested [%lld, %lld) of dim %d of tensor '%s', "
                               "whose shape is %s", c->dir, (long long)off[d], (long long)(off[d] + shp[d]), d, name, a);
         }
@@ -606,8 +601,8 @@ static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, cons
     if (covered != vol) {
         int64_t endv[LLM4D_ST_MAX_DIMS];
         for (int d = 0; d < ndim; d++) endv[d] = off[d] + shp[d];
-        fmt_shape(a, sizeof a, ndim, off);
-        fmt_shape(b, sizeof b, ndim, endv);
+        llm4d_fmt_shape(a, sizeof a, ndim, off);
+        llm4d_fmt_shape(b, sizeof b, ndim, endv);
         return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s: the slices of tensor '%s' cover %lld of the %lld elements "
                           "of the box %s..%s; a slice file is missing or the save was incomplete", c->dir, name,
                           (long long)covered, (long long)vol, a, b);

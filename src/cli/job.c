@@ -62,23 +62,12 @@ llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg,
                                             cfg->model.vocab_size_divisible_unit, err));
     LLM4D_TRY(llm4d_config_finalize(cfg, world, err));
     if (cfg->dist.pp_degree == 1 && !cfg->dist.pp_layers[0]) return LLM4D_OK;
-    /* the pipeline: its schedule for this many micro-batches, and a split of the layers that holds each once */
-    const int P = cfg->dist.pp_degree, V = cfg->model.virtual_pp_degree;
-    llm4d_pp_kind kind = LLM4D_PP_1F1B; /* pp_degree 1 with pp_layers: only the split is checked */
-    if (P > 1) LLM4D_TRY(llm4d_pp_kind_parse(cfg->dist.pp_schedule, &kind, err));
-    if (V > 1 && kind == LLM4D_PP_1F1B) { /* Paddle's virtual_pp_degree > 1 means the interleaved schedule */
-        kind = LLM4D_PP_INTERLEAVED;
-        snprintf(cfg->dist.pp_schedule, sizeof cfg->dist.pp_schedule, "interleaved");
-    }
-    if (kind == LLM4D_PP_INTERLEAVED && V == 1)
-        return llm4d_fail(err, LLM4D_EUSER, "the interleaved schedule needs virtual_pp_degree > 1 (chunks per stage); "
-                          "set --virtual_pp_degree 2 or use pp_schedule 1F1B");
-    if (P > 1) LLM4D_TRY(llm4d_pp_schedule_fits(kind, P, V, (int)cfg->accumulate_steps, err));
-    int *lo = calloc((size_t)P * V, sizeof *lo), *hi = calloc((size_t)P * V, sizeof *hi);
-    llm4d_code rc = lo && hi ? llm4d_pp_split(cfg, P, V, lo, hi, err) : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    free(lo);
-    free(hi);
-    return rc;
+    /* the pipeline: its schedule for this many micro-batches, and a split of the layers that holds each once (the
+     * trainer makes the same plan; here it is refused before any rank starts) */
+    llm4d_pp_plan plan;
+    LLM4D_TRY(llm4d_pp_plan_make(&plan, cfg, err));
+    llm4d_pp_plan_free(&plan);
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,

@@ -32,6 +32,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/cli.h"
 #include "core/fs.h"
+#include "core/shape.h"
 #include "config/config.h"
 #include "core/rng.h"
 
@@ -121,13 +122,6 @@ static llm4d_code write_file_atomic(const char *path, const char *data, size_t l
 }
 
 /* ---- export ---- */
-
-static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
 
 static cJSON *hf_config(const llm4d_model_config *m) {
     cJSON *j = cJSON_CreateObject();
@@ -453,8 +447,8 @@ static int import_hf(const char *hf_dir, const char *out) {
             const int nd = hf_shape(p, s);
             if (x->ndim != nd || x->shape[0] != s[0] || (nd == 2 && x->shape[1] != s[1])) {
                 char a[96], b[96];
-                fmt_shape(a, sizeof a, x->ndim, x->shape);
-                fmt_shape(b, sizeof b, nd, s);
+                llm4d_fmt_shape(a, sizeof a, x->ndim, x->shape);
+                llm4d_fmt_shape(b, sizeof b, nd, s);
                 CHECK(llm4d_fail(&err, LLM4D_EUSER, "%s: tensor '%s' has shape %s but config.json implies %s; the "
                                  "weights and config.json do not belong together", f->path, x->name, a, b));
             }
@@ -512,6 +506,7 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     llm4d_err err = {0};
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     llm4d_param_table t = {0};
+    llm4d_backend *be = NULL; /* the reference backend: its device memory is this host memory */
     float *params = NULL;
     int rc = 0;
     if (!cfg) return fprintf(stderr, "llm4d convert: out of memory\n"), 1;
@@ -522,7 +517,8 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     CHECK(llm4d_param_table_build(&t, &cfg->model, NULL, &err));
     params = calloc(t.total, sizeof(float));
     if (!params) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for %zu parameters", t.total));
-    llm4d_param_init(&t, params, cfg->seed);
+    CHECK(llm4d_backend_ref_create(&be, &err));
+    llm4d_param_init(&t, be, params, cfg->seed);
     if (noise != 0) {
         for (int i = 0; i < t.n; i++) {
             const llm4d_param *p = &t.p[i];
@@ -544,6 +540,7 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
            "parameters)\n", out, (unsigned long long)cfg->seed, cfg->model.num_layers, cfg->model.hidden_size,
            cfg->model.vocab_size, t.total_real);
 done:
+    if (be) be->destroy(be);
     free(params);
     llm4d_param_table_free(&t);
     free(cfg);

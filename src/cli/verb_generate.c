@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/view.h"
 #include "ckpt/gpt_ckpt.h"
 #include "cli/cli.h"
 #include "data/tokenizer.h"
@@ -40,10 +41,12 @@ static const char *const usage_text =
     "  --print_ids           print token ids instead of text\n"
     "  --threads N           CPU threads; 0: all cores (default 0)\n"
     "  --backend cpu|ref     kernels: oneDNN/OpenMP (default) or the naive reference ones\n"
+    "  --device cpu|guard    where the tensors live: host memory (default), or the guard backend's arena, which the\n"
+    "                        host cannot touch (a test of the device boundary, backend.h)\n"
     "  --dump_logits FILE    (testing) write the logits of every position but the last, float32 [n, vocab_size]\n";
 
 typedef struct {
-    const char *ckpt, *prompt, *prompt_ids, *vocab_dir, *dump, *backend;
+    const char *ckpt, *prompt, *prompt_ids, *vocab_dir, *dump, *backend, *device;
     int max_new, top_k, threads, ignore_eos, print_ids;
     float temperature, top_p;
     uint64_t seed;
@@ -75,7 +78,8 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, int 
 }
 
 static int parse_args(int argc, char **argv, gen_args *a) {
-    *a = (gen_args){.max_new = 50, .top_k = 50, .temperature = 1.0f, .top_p = 1.0f, .seed = 42, .backend = "cpu"};
+    *a = (gen_args){.max_new = 50, .top_k = 50, .temperature = 1.0f, .top_p = 1.0f, .seed = 42, .backend = "cpu",
+                    .device = "cpu"};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--ignore_eos")) { a->ignore_eos = 1; continue; }
@@ -87,13 +91,14 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             return usage_error(msg);
         }
         const char *val = argv[++i];
-        double x;
+        double x = 0;
         if (!strcmp(f, "--ckpt")) a->ckpt = val;
         else if (!strcmp(f, "--prompt")) a->prompt = val;
         else if (!strcmp(f, "--prompt_ids")) a->prompt_ids = val;
         else if (!strcmp(f, "--vocab_dir")) a->vocab_dir = val;
         else if (!strcmp(f, "--dump_logits")) a->dump = val;
         else if (!strcmp(f, "--backend")) a->backend = val;
+        else if (!strcmp(f, "--device")) a->device = val;
         else if (!strcmp(f, "--max_new_tokens")) {
             if (parse_num(f, val, 0, 1e9, 1, &x)) return 2;
             a->max_new = (int)x;
@@ -121,12 +126,13 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->ckpt) return usage_error("--ckpt DIR is required");
     if (!a->prompt == !a->prompt_ids) return usage_error("give exactly one of --prompt TEXT and --prompt_ids IDS");
     if (strcmp(a->backend, "cpu") && strcmp(a->backend, "ref")) return usage_error("--backend must be cpu or ref");
+    if (strcmp(a->device, "cpu") && strcmp(a->device, "guard")) return usage_error("--device must be cpu or guard");
     if (a->prompt_ids) a->print_ids = 1;
     /* the sampler's own checks, before anything is loaded */
     llm4d_sampler smp;
     llm4d_err err = {0};
     const llm4d_sampling s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
-    if (llm4d_sampler_init(&smp, &s, 1, &err)) return usage_error(err.msg);
+    if (llm4d_sampler_init(&smp, NULL, NULL, &s, 1, &err)) return usage_error(err.msg);
     llm4d_sampler_free(&smp);
     return 0;
 }
@@ -253,8 +259,7 @@ static int run(const gen_args *a) {
         rc = report(&err);
         goto done;
     }
-    CHECK(!strcmp(a->backend, "ref") ? llm4d_backend_ref_create(&be, &err)
-                                     : llm4d_backend_cpu_create(&be, a->threads, &err));
+    CHECK(llm4d_backend_create(&be, a->device, !strcmp(a->backend, "ref"), a->threads, &err));
     CHECK(llm4d_param_table_build(&table, &mc, NULL, &err));
     params = be->alloc(be, &mem, LLM4D_MEM_PARAMS, table.total * sizeof(float));
     if (!params) {
@@ -262,7 +267,11 @@ static int run(const gen_args *a) {
         rc = report(&err);
         goto done;
     }
-    CHECK(llm4d_gpt_ckpt_read(ck, &mc, &table, params, NULL, NULL, 0, table.total, NULL, &err));
+    llm4d_view view;
+    CHECK(llm4d_view_open(&view, be, &mem, params, table.total * sizeof(float), LLM4D_VIEW_WRITE, &err));
+    llm4d_code read_rc = llm4d_gpt_ckpt_read(ck, &mc, &table, view.host, NULL, NULL, 0, table.total, NULL, &err);
+    llm4d_view_close(&view, be, &mem);
+    CHECK(read_rc);
     llm4d_ckpt_close(ck);
     ck = NULL;
 
@@ -271,7 +280,7 @@ static int run(const gen_args *a) {
     const int T_max = want < mc.max_position_embeddings ? (int)want : mc.max_position_embeddings;
     CHECK(llm4d_gen_create(&gen, &mc, &table, params, be, &mem, T_max, 64, &err));
     const llm4d_sampling s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
-    CHECK(llm4d_sampler_init(&smp, &s, mc.vocab_size, &err));
+    CHECK(llm4d_sampler_init(&smp, be, &mem, &s, mc.vocab_size, &err));
     out = malloc(((size_t)a->max_new + 1) * sizeof *out);
     if (a->dump) {
         plog = malloc((size_t)n_prompt * mc.padded_vocab_size * sizeof(float));

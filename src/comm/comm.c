@@ -197,11 +197,33 @@ static llm4d_code finish_blocking(llm4d_comm *c, const char *what, llm4d_code rc
 }
 
 /* The start of a non-blocking operation: the request remembers the operation for its wait. */
+/* The operations outstanding on a communicator, for llm4d_comm_progress (a request the list cannot hold for want of
+ * memory is only left out of progress: its wait still completes it). */
+static void track(llm4d_comm *c, llm4d_comm_req *req) {
+    if (c->n_pending == c->cap_pending) {
+        const int cap = c->cap_pending ? 2 * c->cap_pending : 16;
+        llm4d_comm_req **p = realloc(c->pending, (size_t)cap * sizeof *p);
+        if (!p) return;
+        c->pending = p;
+        c->cap_pending = cap;
+    }
+    c->pending[c->n_pending++] = req;
+}
+
+static void untrack(llm4d_comm *c, const llm4d_comm_req *req) {
+    for (int i = 0; i < c->n_pending; i++)
+        if (c->pending[i] == req) {
+            c->pending[i] = c->pending[--c->n_pending];
+            return;
+        }
+}
+
 static llm4d_code started(llm4d_comm *c, const char *what, llm4d_code rc, llm4d_comm_req *req, uint64_t num, double t0,
                           llm4d_err *err) {
     if (rc == LLM4D_OK) {
         req->comm = c;
         req->flight = num;
+        track(c, req);
     }
     return done(c, what, rc, t0, err);
 }
@@ -408,8 +430,22 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
     *is_done = 0;
     llm4d_code rc = c->ops->test(c, req, is_done, err);
     if (rc == LLM4D_OK && *is_done) end(c, req->flight);
-    if (rc != LLM4D_OK || *is_done) req->comm = NULL;
+    if (rc != LLM4D_OK || *is_done) {
+        untrack(c, req);
+        req->comm = NULL;
+        llm4d_comm_dev_finish(req, rc == LLM4D_OK); /* a staged operation's result to the device */
+    }
     return done(c, "test", rc, t0, err);
+}
+
+llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err) {
+    /* downwards: a request seen complete leaves the list, the last one taking its place */
+    for (int i = c->n_pending - 1; i >= 0; i--) {
+        if (i >= c->n_pending) continue;
+        int is_done = 0;
+        LLM4D_TRY(llm4d_comm_test(c->pending[i], &is_done, err));
+    }
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
@@ -423,7 +459,9 @@ llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
         rc = c->ops->wait(c, req, err);
         if (rc == LLM4D_OK) end(c, req->flight);
     }
+    untrack(c, req);
     req->comm = NULL;
+    llm4d_comm_dev_finish(req, rc == LLM4D_OK);
     return done(c, "wait", rc, t0, err);
 }
 
@@ -468,6 +506,7 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
     *out = NULL;
     LLM4D_TRY(c->ops->split(c, color, key, name, out, err));
     llm4d_comm *s = *out;
+    s->dev = c->dev; /* the data plane's device too */
     const int64_t mine = c->members ? c->world_rank : c->rank; /* an unwatched world: its rank is the world rank */
     s->watch = c->watch;
     s->world_rank = (int)mine;
@@ -491,6 +530,8 @@ void llm4d_comm_destroy(llm4d_comm *c) {
     if (!c) return;
     free(c->members);
     c->members = NULL;
+    free(c->pending);
+    c->pending = NULL;
     c->ops->destroy(c);
 }
 

@@ -1,11 +1,20 @@
-/* comm.h — the communicator method table.
+/* comm.h — the communicator: a method table, and its control plane and data plane.
  *
- * A communicator is a group of ranks plus a table of collective operations on CPU buffers (ggml style: a struct
+ * A communicator is a group of ranks plus a table of collective operations on host buffers (ggml style: a struct
  * of function pointers and an opaque backend context). Backends: `self` (a world of one process, comm_self.c:
  * collectives are copies or nothing), `mpi` (comm_mpi.c: one MPI communicator per group); a `nccl` backend will
  * fill the same table with device buffers. Callers never call the table directly: they call the llm4d_comm_*
  * functions below, which check arguments, time the call and count the bytes it moved, so every backend is
  * measured the same way.
+ *
+ * Two planes. The CONTROL plane (llm4d_comm_allreduce, ... on host memory) carries host scalars and host buffers:
+ * the loss, token counts, norms, agreement on failures, the hashes and checkpoint gathers done on host views. The
+ * DATA plane (llm4d_comm_dev_*, comm_dev.c) carries tensor buffers, device memory of the backend attached to the
+ * communicator (llm4d_comm_attach): it orders each operation after the kernels that produce its buffer (an event,
+ * or everything so far on the compute stream), and where the device is not host memory and the transport needs
+ * host buffers (MPI) it stages them through pinned buffers of its pool: copied to the host before the operation, and
+ * back to the device when it completes (llm4d_comm_test / llm4d_comm_wait finish a staged request). A group of one
+ * moves nothing: its data plane copies on the device when the operation copies at all.
  *
  * Bytes moved are counted per rank with the cost of the standard bandwidth-optimal algorithms (what an NCCL/MPI
  * ring sends), for an operation on `bytes` of payload over n ranks:
@@ -31,12 +40,13 @@
  * MPI operation), for callers that want half the bytes. Counts are elements of the given type; one call moves at
  * most INT_MAX elements per rank block (an MPI limit) — larger buffers are refused with an internal error, so split
  * them into buckets. */
-#ifndef LLM4D_DIST_COMM_H
-#define LLM4D_DIST_COMM_H
+#ifndef LLM4D_COMM_COMM_H
+#define LLM4D_COMM_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "comm/topology.h"
 #include "comm/watch.h"
@@ -84,10 +94,17 @@ typedef struct llm4d_comm llm4d_comm;
 
 /* An outstanding non-blocking operation. Owned by the caller (a gradient bucket embeds one); zero-initialise it.
  * comm == NULL means "nothing outstanding": waiting on such a request returns at once. */
+typedef struct llm4d_comm_device llm4d_comm_device;
+
 typedef struct {
     llm4d_comm *comm;
     uint64_t flight;                     /* the operation's number in the watch's flight recorder */
     _Alignas(16) unsigned char impl[32]; /* the backend's handle (an MPI_Request) */
+    /* a staged data-plane operation (comm_dev.c): the pinned buffers it holds, and where the received one goes */
+    llm4d_comm_device *dev;              /* NULL: nothing staged */
+    void *stage[2];                      /* send, receive */
+    size_t stage_bytes[2];
+    void *dst;                           /* device memory receiving stage[1] at completion (NULL: none) */
 } llm4d_comm_req;
 
 /* The method table. Arguments have been checked by the llm4d_comm_* wrappers (counts in range, roots and peers
@@ -139,6 +156,9 @@ struct llm4d_comm {
     int *members;          /* [size] the members' world ranks, in group rank order */
     uint64_t seq;          /* collectives started on this group */
     char key[40];          /* "dp:0/2": the group's name on progress boards, the same on every member */
+    llm4d_comm_device *dev; /* the data plane's device (borrowed; NULL: tensor buffers are host memory) */
+    llm4d_comm_req **pending; /* the non-blocking operations started and not yet seen complete (llm4d_comm_progress) */
+    int n_pending, cap_pending;
 };
 
 /* ---- the backends ---- */
@@ -189,6 +209,11 @@ llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_d
                             llm4d_comm_req *req, llm4d_err *err);
 /* *done = 1 when the request has completed (it is then cleared); drives progress of the operation. */
 llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *done, llm4d_err *err);
+/* Advance every non-blocking operation outstanding on c, finishing those that completed as llm4d_comm_test does
+ * (their requests cleared; a staged one's data on the device). A transport driven by the host (Open MPI moves a
+ * non-blocking collective only inside its own calls) needs this now and then to overlap anything; the engines call it
+ * from the model's hooks, between kernels, instead of testing their own requests. */
+llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err);
 /* Blocks until the request completes, then clears it. A cleared request returns at once. */
 llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err);
 llm4d_code llm4d_comm_waitall(llm4d_comm_req *reqs, int n, llm4d_err *err);
@@ -202,6 +227,7 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
 void llm4d_comm_destroy(llm4d_comm *c); /* NULL is fine */
 
 static inline void llm4d_comm_stats_reset(llm4d_comm *c) { c->stats = (llm4d_comm_stats){0}; }
+
 static inline llm4d_comm_stats llm4d_comm_stats_read(const llm4d_comm *c) { return c->stats; }
 
 /* ---- the groups of a topology ---- */
@@ -227,5 +253,39 @@ void llm4d_comm_groups_destroy(llm4d_comm_groups *g);
 /* Statistics summed over world and every group (what a step moved), and their reset. */
 llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g);
 void llm4d_comm_groups_stats_reset(llm4d_comm_groups *g);
+
+/* ---- the data plane (comm_dev.c): tensor buffers in the attached device's memory ----
+ * The same operations and rules as the control plane's functions of the same name. ready: the event after which
+ * the buffer to send holds its data (NULL: everything enqueued on the compute stream so far). A received buffer is
+ * ready for the compute stream once the operation has completed (the blocking calls return, or test/wait saw it). */
+
+/* The device of the data plane: its backend and the pinned staging pool (LLM4D_MEM_COMM in mem). */
+llm4d_code llm4d_comm_device_create(llm4d_comm_device **out, llm4d_backend *be, llm4d_mem *mem, llm4d_err *err);
+void llm4d_comm_device_destroy(llm4d_comm_device *d); /* NULL is fine; every staged request finished first */
+/* Attach d to c (NULL detaches); groups split from c afterwards inherit it. */
+void llm4d_comm_attach(llm4d_comm *c, llm4d_comm_device *d);
+/* Attach d to every group of g and its world (NULL detaches them). */
+void llm4d_comm_groups_attach(llm4d_comm_groups *g, llm4d_comm_device *d);
+
+llm4d_code llm4d_comm_dev_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
+                                    llm4d_comm_reduction op, llm4d_err *err);
+llm4d_code llm4d_comm_dev_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
+                                     const llm4d_event *ready, llm4d_comm_req *req, llm4d_err *err);
+llm4d_code llm4d_comm_dev_reduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                         llm4d_comm_dtype dt, llm4d_err *err);
+llm4d_code llm4d_comm_dev_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
+                                          llm4d_comm_dtype dt, const llm4d_event *ready, llm4d_comm_req *req,
+                                          llm4d_err *err);
+llm4d_code llm4d_comm_dev_allgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
+                                    llm4d_comm_dtype dt, llm4d_err *err);
+llm4d_code llm4d_comm_dev_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
+                                     llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err);
+llm4d_code llm4d_comm_dev_isend(llm4d_comm *c, const void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                                llm4d_comm_req *req, llm4d_err *err);
+llm4d_code llm4d_comm_dev_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int peer, int tag,
+                                llm4d_comm_req *req, llm4d_err *err);
+/* comm.c calls this when a staged request completes or fails: the received data to the device, the staging back
+ * to the pool. */
+void llm4d_comm_dev_finish(llm4d_comm_req *req, int completed);
 
 #endif

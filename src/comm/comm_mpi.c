@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/bf16.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((llm4d_comm_req *)0)->impl), "MPI_Request must fit in impl");
 
@@ -44,27 +45,12 @@ static MPI_Op mpi_op(const llm4d_comm *c, llm4d_comm_dtype dt, llm4d_comm_reduct
     return op == LLM4D_COMM_MAX ? MPI_MAX : MPI_SUM;
 }
 
-static float bf16_to_f32(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                         /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
 /* MPI_User_function: inout[i] = bf16(in[i] + inout[i]) */
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = llm4d_bf16_from_f32(llm4d_bf16_to_f32(a[i]) + llm4d_bf16_to_f32(b[i]));
 }
 
 static MPI_Request *req_of(llm4d_comm_req *req) { return (MPI_Request *)(void *)req->impl; }

@@ -14,8 +14,8 @@
  * of one it finalizes MPI if needed and returns the code for main to return. Because it aborts, it is for errors
  * only — a rank that succeeds returns normally and calls llm4d_runtime_finalize. Every rank typically fails the
  * same config check at the same time; each prints the message and the first abort wins, which is harmless. */
-#ifndef LLM4D_DIST_RUNTIME_H
-#define LLM4D_DIST_RUNTIME_H
+#ifndef LLM4D_COMM_RUNTIME_H
+#define LLM4D_COMM_RUNTIME_H
 
 #include "core/error.h"
 #include "comm/comm.h"

@@ -17,8 +17,8 @@
  * The value is built once from the configured degrees and the world rank, validated once, and passed to whoever
  * communicates; nothing here is global. Member lists are computed on demand, so the value stays small and
  * copyable for any world size. */
-#ifndef LLM4D_DIST_TOPOLOGY_H
-#define LLM4D_DIST_TOPOLOGY_H
+#ifndef LLM4D_COMM_TOPOLOGY_H
+#define LLM4D_COMM_TOPOLOGY_H
 
 #include "core/error.h"
 #include "core/log.h"

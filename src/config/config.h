@@ -70,10 +70,13 @@ typedef struct {
     float comm_timeout_first;          /* s for start-up, the first step, saves and loads */
     int pp_account_embedding_loss;     /* count the embedding and the loss as one block each in an even split */
     int64_t bucket_size_bytes;       /* gradient all-reduce bucket size */
+    char dp_overlap[LLM4D_NAME_MAX];   /* on, off, alternate (data_parallel.h) */
+    int dp_trace;                      /* data parallel: a line per step of bucket timings */
+    int zero_prefetch, zero_overlap;   /* ZeRO: the stage-3 prefetch, the non-blocking reduce-scatters (sharding.h) */
 } llm4d_dist_config;
 
 typedef struct {
-    char device[LLM4D_NAME_MAX];     /* "cpu" ("gpu" is refused until the CUDA backend exists) */
+    char device[LLM4D_NAME_MAX];     /* "cpu", "guard" ("gpu" is refused until the CUDA backend exists) */
     uint64_t seed;
     int64_t global_batch_size;       /* 0 in the input: derived from local x dp x sharding */
     int64_t local_batch_size;        /* per data-parallel rank; 0 in the input: derived */

@@ -45,7 +45,8 @@
 static const llm4d_key keys[] = {
     /* Global */
     KEY("Global.device", LLM4D_KT_STR, device, "cpu", NULL, "--device",
-        "cpu or gpu (PaddleFleetX's default is gpu)"),
+        "cpu, gpu or guard (the cpu kernels on memory the host cannot touch: a test of the device boundary; "
+        "PaddleFleetX's default is gpu)"),
     KEY("Global.seed", LLM4D_KT_U64, seed, "1024", NULL, "--seed", "seed of weights, dropout and data order"),
     KEY("Global.global_batch_size", LLM4D_KT_I64, global_batch_size, "0", NULL, "--global_batch_size",
         "samples per optimizer step over all ranks; 0/empty: local_batch_size x dp_degree x sharding_degree"),
@@ -242,6 +243,15 @@ static const llm4d_key keys[] = {
         "enable sharding (default: true exactly when sharding_degree > 1)"),
     EXT("Distributed.bucket_size_mb", LLM4D_KT_MB, dist.bucket_size_bytes, "25", NULL, "--bucket_size_mb",
         "gradient all-reduce bucket size in MB"),
+    EXT("Distributed.dp_overlap", LLM4D_KT_STR, dist.dp_overlap, "on", NULL, "--dp_overlap",
+        "data parallel: on (bucket all-reduces start during backward), off (all blocking after backward: the "
+        "yardstick of what overlap hides) or alternate (odd steps on, even steps off; bench/bench_dp.sh)"),
+    EXT("Distributed.dp_trace", LLM4D_KT_BOOL, dist.dp_trace, "False", NULL, "--dp_trace",
+        "data parallel: print one line per step with each bucket's size and start and end times (bench)"),
+    EXT("Distributed.sharding.prefetch", LLM4D_KT_BOOL, dist.zero_prefetch, "True", NULL, "--zero_prefetch",
+        "ZeRO-3: gather the next group while one computes (off: every gather blocking, for measurement)"),
+    EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
+        "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
 
     /* Sections of other PaddleFleetX GPT configs */
     NOEFF("FusedPasses.enable", "False", "False", "auto-parallel fused passes"),

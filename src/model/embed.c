@@ -104,7 +104,7 @@ static void final_ln(llm4d_gpt *g, llm4d_slot *s, const float *x, int N, int Nl)
     if (g->tp.sp) llm4d_tp_allgather(&g->tp, g->dlocal, g->lnf, (size_t)Nl * C);
 }
 
-double llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb) {
+void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, V = g->cfg.vocab_size;
     const int K = g->table.wte_groups, grad = mb->grad, nch = (N + g->head_rows - 1) / g->head_rows;
@@ -150,7 +150,7 @@ double llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const
         else
             llm4d_tp_allreduce(&g->tp, dlnf, (size_t)N * C);
     }
-    return be->dot(be, g->losses, mb->weight, (size_t)N);
+    be->dot_acc(be, g->loss_acc, g->losses, mb->weight, (size_t)N);
 }
 
 void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, const float *x) {

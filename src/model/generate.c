@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "core/timer.h"
+
 
 static const float *param_ptr(const llm4d_param_table *t, const float *params, int layer, llm4d_param_kind kind) {
     for (int i = 0; i < t->n; i++)
@@ -92,6 +92,13 @@ llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_model_config *cfg, const l
                               "fewer tokens (--max_new_tokens) or use a shorter prompt", T_max);
         }
     }
+    const size_t vp_bytes = (size_t)cfg->padded_vocab_size * sizeof(float);
+    g->tok = be->alloc(be, mem, LLM4D_MEM_WORKSPACE, (size_t)g->chunk * sizeof *g->tok);
+    if (!be->host_addressable) g->host_logits = be->alloc_host(be, mem, LLM4D_MEM_WORKSPACE, vp_bytes);
+    if (!g->tok || (!be->host_addressable && !g->host_logits)) {
+        llm4d_gen_destroy(g);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory setting up generation");
+    }
     g->cache_bytes = b[0].n * sizeof(float) * 2;
     return LLM4D_OK;
 }
@@ -102,73 +109,42 @@ void llm4d_gen_destroy(llm4d_gen *g) {
     const int nb = gen_bufs(g, b);
     for (int i = 0; i < nb; i++)
         if (*b[i].p) g->be->free(g->be, g->mem, b[i].c, *b[i].p, b[i].n * sizeof(float));
+    if (g->tok) g->be->free(g->be, g->mem, LLM4D_MEM_WORKSPACE, g->tok, (size_t)g->chunk * sizeof *g->tok);
+    if (g->host_logits)
+        g->be->free_host(g->be, g->mem, LLM4D_MEM_WORKSPACE, g->host_logits,
+                         (size_t)g->cfg.padded_vocab_size * sizeof(float));
     free(g->layers);
     memset(g, 0, sizeof *g);
 }
 
 void llm4d_gen_reset(llm4d_gen *g) { g->pos = 0; }
 
-/* Single-query attention of rows [0, n) (positions p0 + i) over the layer's cache rows [0, p0 + i]. */
-static void cached_attention(llm4d_gen *g, int l, int p0, int n) {
-    const int C = g->cfg.hidden_size, NH = g->cfg.num_attention_heads, HS = C / NH, T = g->T_max;
-    const float scale = 1.0f / sqrtf((float)HS);
-    const float *K = g->kc + (size_t)l * T * C, *V = g->vc + (size_t)l * T * C;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int r = 0; r < n * NH; r++) {
-        const int i = r / NH, h = r % NH, last = p0 + i;
-        const float *q = g->qkv + (size_t)i * 3 * C + h * HS;
-        float *s = g->scores + (size_t)r * T;
-        float mx = -INFINITY;
-        for (int j = 0; j <= last; j++) {
-            const float *k = K + (size_t)j * C + h * HS;
-            float dot = 0.0f;
-            for (int d = 0; d < HS; d++) dot += q[d] * k[d];
-            s[j] = dot * scale;
-            if (s[j] > mx) mx = s[j];
-        }
-        float sum = 0.0f;
-        for (int j = 0; j <= last; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += s[j];
-        }
-        const float inv = 1.0f / sum;
-        float *o = g->atty + (size_t)i * C + h * HS;
-        for (int d = 0; d < HS; d++) o[d] = 0.0f;
-        for (int j = 0; j <= last; j++) {
-            const float a = s[j] * inv, *v = V + (size_t)j * C + h * HS;
-            for (int d = 0; d < HS; d++) o[d] += a * v[d];
-        }
-    }
-}
-
-static void add_rows(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
-
 /* Feed n <= chunk tokens; logits for all rows into g->logits when all, else the last row only. */
 static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
     llm4d_backend *be = g->be;
     const int C = g->cfg.hidden_size, F = g->cfg.ffn_hidden_size, T = g->T_max, Vp = g->cfg.padded_vocab_size;
+    const int NH = g->cfg.num_attention_heads;
     const int p0 = g->pos;
+    be->copy_async(be, g->tok, tokens, (size_t)n * sizeof *tokens, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
     be->zero(be, g->x, (size_t)n * C * sizeof(float));
-    be->embedding_forward(be, g->x, tokens, g->wte, 0, Vp, n, C);
+    be->embedding_forward(be, g->x, g->tok, g->wte, 0, Vp, n, C);
     be->position_forward(be, g->x, g->wpe + (size_t)p0 * C, n, C, n, 0); /* positions p0 .. p0+n-1 */
     for (int l = 0; l < g->cfg.num_layers; l++) {
         const llm4d_gen_layer *w = &g->layers[l];
         be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln1w, w->ln1b, n, C);
         be->linear_forward(be, g->qkv, g->ln, w->qkvw, w->qkvb, n, C, 3 * C);
-        float *K = g->kc + ((size_t)l * T + p0) * C, *V = g->vc + ((size_t)l * T + p0) * C;
-        for (int i = 0; i < n; i++) {
-            memcpy(K + (size_t)i * C, g->qkv + (size_t)i * 3 * C + C, (size_t)C * sizeof(float));
-            memcpy(V + (size_t)i * C, g->qkv + (size_t)i * 3 * C + 2 * C, (size_t)C * sizeof(float));
-        }
-        cached_attention(g, l, p0, n);
+        float *K = g->kc + (size_t)l * T * C, *V = g->vc + (size_t)l * T * C;
+        const size_t row = (size_t)C * sizeof(float); /* the new rows' K and V columns of qkv into the cache */
+        be->copy_2d(be, K + (size_t)p0 * C, row, g->qkv + C, 3 * row, row, (size_t)n, LLM4D_D2D, LLM4D_STREAM_COMPUTE);
+        be->copy_2d(be, V + (size_t)p0 * C, row, g->qkv + 2 * C, 3 * row, row, (size_t)n, LLM4D_D2D,
+                    LLM4D_STREAM_COMPUTE);
+        be->attention_cached(be, g->atty, g->qkv, K, V, n, p0, NH, C / NH, g->scores, T);
         be->linear_forward(be, g->proj, g->atty, w->attprojw, w->attprojb, n, C, C);
-        add_rows(g->x, g->proj, (size_t)n * C);
+        be->add(be, g->x, g->proj, (size_t)n * C);
         be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln2w, w->ln2b, n, C);
         be->linear_forward(be, g->fch, g->ln, w->fcw, w->fcb, n, C, F);
         be->linear_forward_act(be, g->proj, g->fch, LLM4D_ACT_GELU, w->fcprojw, w->fcprojb, n, F, C);
-        add_rows(g->x, g->proj, (size_t)n * C);
+        be->add(be, g->x, g->proj, (size_t)n * C);
     }
     g->pos += n;
     /* The LM head is the costliest product of a decode step (Vp x C); for the prompt only its last row is needed
@@ -176,7 +152,7 @@ static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
     const int first = all ? 0 : n - 1, rows = n - first;
     be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x + (size_t)first * C, g->lnfw, g->lnfb, rows, C);
     be->linear_forward(be, g->logits, g->ln, g->wte, NULL, rows, C, Vp);
-    memcpy(g->last_logits, g->logits + (size_t)(rows - 1) * Vp, (size_t)Vp * sizeof(float));
+    be->copy(be, g->last_logits, g->logits + (size_t)(rows - 1) * Vp, (size_t)Vp * sizeof(float));
 }
 
 llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *logits_all, llm4d_err *err) {
@@ -193,7 +169,9 @@ llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *log
     for (int done = 0; done < n;) {
         const int k = n - done < g->chunk ? n - done : g->chunk;
         feed_chunk(g, tokens + done, k, logits_all != NULL);
-        if (logits_all) memcpy(logits_all + (size_t)done * Vp, g->logits, (size_t)k * Vp * sizeof(float));
+        if (logits_all)
+            g->be->copy_async(g->be, logits_all + (size_t)done * Vp, g->logits, (size_t)k * Vp * sizeof(float),
+                              LLM4D_D2H, LLM4D_STREAM_COMPUTE);
         done += k;
     }
     return LLM4D_OK;
@@ -201,7 +179,8 @@ llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *log
 
 /* ---- sampling ---- */
 
-llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V, llm4d_err *err) {
+llm4d_code llm4d_sampler_init(llm4d_sampler *smp, llm4d_backend *be, llm4d_mem *mem, const llm4d_sampling *s, int V,
+                              llm4d_err *err) {
     memset(smp, 0, sizeof *smp);
     if (!(s->temperature >= 0.0f) || !isfinite(s->temperature))
         return llm4d_fail(err, LLM4D_EUSER, "--temperature must be >= 0 (0: greedy), got %g", s->temperature);
@@ -210,9 +189,11 @@ llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V
         return llm4d_fail(err, LLM4D_EUSER, "--top_p must be in (0, 1] (1: no cut), got %g", s->top_p);
     smp->s = *s;
     smp->V = V;
-    smp->cand = malloc((size_t)V * sizeof *smp->cand);
-    smp->prob = malloc((size_t)V * sizeof *smp->prob);
-    if (!smp->cand || !smp->prob) {
+    if (!be) return LLM4D_OK;
+    smp->be = be;
+    smp->mem = mem;
+    smp->scratch = be->alloc(be, mem, LLM4D_MEM_WORKSPACE, LLM4D_SAMPLE_SCRATCH(V));
+    if (!smp->scratch) {
         llm4d_sampler_free(smp);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory setting up sampling");
     }
@@ -220,102 +201,25 @@ llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V
 }
 
 void llm4d_sampler_free(llm4d_sampler *smp) {
-    free(smp->cand);
-    free(smp->prob);
+    if (smp->scratch) smp->be->free(smp->be, smp->mem, LLM4D_MEM_WORKSPACE, smp->scratch, LLM4D_SAMPLE_SCRATCH(smp->V));
     memset(smp, 0, sizeof *smp);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-/* Descending by logit, ties by ascending id, so the order (and so the draw) is fully determined. */
-static int by_logit_desc(const void *a, const void *b) {
-    const llm4d_sample_cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-static int better(const llm4d_sample_cand *x, const llm4d_sample_cand *y) { return by_logit_desc(x, y) < 0; }
-
-static void swap_cand(llm4d_sample_cand *a, llm4d_sample_cand *b) {
-    const llm4d_sample_cand t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Quickselect: afterwards c[0..k) are the k best candidates (in some order). The order is total (ties broken by
- * id), so which candidates are selected does not depend on the pivots. */
-static void select_best(llm4d_sample_cand *c, int n, int k) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        /* median of three as the pivot, moved to hi */
-        if (better(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
-        if (better(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
-        if (better(&c[mid], &c[hi])) swap_cand(&c[mid], &c[hi]);
-        const llm4d_sample_cand pivot = c[hi];
-        int store = lo;
-        for (int i = lo; i < hi; i++)
-            if (better(&c[i], &pivot)) swap_cand(&c[i], &c[store++]);
-        swap_cand(&c[store], &c[hi]);
-        if (store == k - 1 || store == k) return;
-        if (store < k) lo = store + 1;
-        else hi = store - 1;
-    }
-}
-
 int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j) {
-    const llm4d_sampling *s = &smp->s;
-    const int V = smp->V;
-    if (s->temperature == 0.0f || s->top_k == 1) return argmax(logits, V);
-    llm4d_sample_cand *c = smp->cand;
-    for (int i = 0; i < V; i++) c[i] = (llm4d_sample_cand){logits[i], i};
-    int n = V;
-    const int cut_k = s->top_k > 0 && s->top_k < V;
-    if (cut_k) {
-        /* the k best to the front in O(V), then only those sorted: a full sort of GPT-2's 50257 logits per token
-         * would cost more than the small models' forward */
-        select_best(c, V, s->top_k);
-        n = s->top_k;
-    }
-    if (cut_k || s->top_p < 1.0f) qsort(c, (size_t)n, sizeof *c, by_logit_desc);
-    const double mx = logits[argmax(logits, V)];
-    double total = 0.0;
-    for (int i = 0; i < n; i++) {
-        smp->prob[i] = exp(((double)c[i].logit - mx) / s->temperature);
-        total += smp->prob[i];
-    }
-    if (s->top_p < 1.0f) { /* the smallest most-probable prefix whose mass reaches top_p */
-        double cum = 0.0;
-        int keep = n;
-        for (int i = 0; i < n; i++) {
-            cum += smp->prob[i];
-            if (cum >= s->top_p * total) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-        total = 0.0;
-        for (int i = 0; i < n; i++) total += smp->prob[i];
-    }
-    uint32_t w[4];
-    llm4d_rng_block(s->seed, llm4d_rng_stream(LLM4D_RNG_SAMPLE, 0, 0, 0), j, w);
-    const uint64_t bits = ((uint64_t)w[1] << 32 | w[0]) >> 11; /* 53 random bits */
-    const double u = (double)bits * (1.0 / 9007199254740992.0) * total;
-    double cum = 0.0;
-    for (int i = 0; i < n; i++) {
-        cum += smp->prob[i];
-        if (u < cum) return c[i].id;
-    }
-    return c[n - 1].id;
+    LLM4D_ASSERT(smp->be, "a sampler made without a backend only checks its settings");
+    return smp->be->sample(smp->be, logits, smp->V, &smp->s, j, smp->scratch);
 }
 
 /* ---- the loop ---- */
+
+/* The last position's logits where the host can read them (the token callback's argument). */
+static const float *host_logits(llm4d_gen *g) {
+    if (!g->host_logits) return g->last_logits; /* device memory is host memory */
+    g->be->copy_async(g->be, g->host_logits, g->last_logits, (size_t)g->cfg.padded_vocab_size * sizeof(float),
+                      LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    g->be->stream_sync(g->be, LLM4D_STREAM_COMPUTE);
+    return g->host_logits;
+}
 
 llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *prompt, int n_prompt, int max_new,
                           int eos_id, float *prompt_logits, llm4d_gen_token_fn on_token, void *ctx, int32_t *out,
@@ -337,7 +241,7 @@ llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *promp
         const int32_t id = llm4d_sampler_pick(smp, g->last_logits, (uint64_t)k);
         out[k] = id;
         *n_out = k + 1;
-        if (on_token) on_token(ctx, id, g->last_logits);
+        if (on_token) on_token(ctx, id, host_logits(g));
         if (id == eos_id) {
             stats->stopped_at_eos = 1;
             break;

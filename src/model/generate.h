@@ -4,9 +4,10 @@
  * each layer keeps the keys and values of every position seen so far (K and V caches of [T_max, C] per layer,
  * heads side by side as in c_attn's output), so feeding a new token costs one position: its query attends over
  * the cache. The prompt is fed in chunks of several positions at once (matrix-matrix products), each position
- * attending causally over the cache up to itself. LayerNorm, the linear layers and GELU are the backend's kernels;
- * the attention over the cache is a plain loop (one query row per head, parallel over rows and heads). Eval mode:
- * no dropout. The weights are borrowed from the caller's flat parameter buffer (params.h layout).
+ * attending causally over the cache up to itself. Everything runs on the backend: LayerNorm, the linear layers,
+ * GELU, the attention over the cache (backend.h attention_cached) and the draw of the next token (backend.h
+ * sample); the host sends the tokens and reads back the token drawn (and the logits, when a caller asks). Eval mode:
+ * no dropout. The weights are borrowed from the caller's flat parameter buffer (params.h layout, device memory).
  *
  * Sampling draws token j of a generation from the counter-based generator (core/rng.h, purpose LLM4D_RNG_SAMPLE),
  * keyed by (seed, j), so a run is reproducible and does not depend on threads. temperature 0 (or top_k 1) is greedy
@@ -39,7 +40,9 @@ typedef struct {
     float *kc, *vc;     /* [L, T_max, C] */
     /* scratch for `chunk` rows */
     float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *scores, *logits;
-    float *last_logits; /* [Vp]: the logits of the last position fed */
+    int32_t *tok;       /* [chunk] the tokens being fed, uploaded */
+    float *last_logits; /* [Vp]: the logits of the last position fed (device memory) */
+    float *host_logits; /* [Vp] pinned: last_logits for the token callback, where the device is not host memory */
     size_t cache_bytes;
 } llm4d_gen;
 
@@ -52,35 +55,28 @@ void llm4d_gen_destroy(llm4d_gen *g);
 /* Forget the cached positions (start a new sequence). */
 void llm4d_gen_reset(llm4d_gen *g);
 
-/* Feed n tokens at positions pos .. pos+n-1 (any n; chunked internally). Afterwards g->last_logits holds the
- * logits ([padded_vocab_size]) of the last position; logits_all, when not NULL, receives [n, padded_vocab_size]
- * logits, one row per position fed. A token outside the vocabulary or a sequence longer than T_max is a user
- * error. */
+/* Feed n tokens (host memory) at positions pos .. pos+n-1 (any n; chunked internally). Afterwards g->last_logits
+ * holds the logits ([padded_vocab_size], device memory) of the last position; logits_all (host memory), when not
+ * NULL, receives [n, padded_vocab_size] logits, one row per position fed. A token outside the vocabulary or a
+ * sequence longer than T_max is a user error. */
 llm4d_code llm4d_gen_feed(llm4d_gen *g, const int32_t *tokens, int n, float *logits_all, llm4d_err *err);
 
-typedef struct {
-    float temperature;  /* 0: greedy */
-    int top_k;          /* 0: no cut */
-    float top_p;        /* 1: no cut */
-    uint64_t seed;
-} llm4d_sampling;
-
-typedef struct {
-    float logit;
-    int32_t id;
-} llm4d_sample_cand;
-
+/* The settings (backend.h llm4d_sampling: temperature 0 greedy, top_k 0 no cut, top_p 1 no cut, seed) on a backend,
+ * with the device scratch its sample operation needs. */
 typedef struct {
     llm4d_sampling s;
     int V;                   /* real vocabulary: ids 0 .. V-1 */
-    llm4d_sample_cand *cand; /* [V] scratch */
-    double *prob;            /* [V] scratch */
+    llm4d_backend *be;
+    llm4d_mem *mem;
+    void *scratch;           /* LLM4D_SAMPLE_SCRATCH(V) bytes of device memory */
 } llm4d_sampler;
 
-/* Check the settings (temperature >= 0, top_k >= 0, 0 < top_p <= 1): a bad one is a user error naming it. */
-llm4d_code llm4d_sampler_init(llm4d_sampler *smp, const llm4d_sampling *s, int V, llm4d_err *err);
+/* Check the settings (temperature >= 0, top_k >= 0, 0 < top_p <= 1): a bad one is a user error naming it. be NULL:
+ * only the check (nothing is allocated; such a sampler cannot pick). */
+llm4d_code llm4d_sampler_init(llm4d_sampler *smp, llm4d_backend *be, llm4d_mem *mem, const llm4d_sampling *s, int V,
+                              llm4d_err *err);
 void llm4d_sampler_free(llm4d_sampler *smp);
-/* The token drawn for generated token number j from logits (at least V of them). */
+/* The token drawn for generated token number j from logits (device memory, at least V of them). */
 int32_t llm4d_sampler_pick(llm4d_sampler *smp, const float *logits, uint64_t j);
 
 typedef struct {
@@ -89,7 +85,7 @@ typedef struct {
     int stopped_at_eos, stopped_at_limit;
 } llm4d_gen_stats;
 
-/* Called for each generated token with the logits it was drawn from ([padded_vocab_size]). */
+/* Called for each generated token with the logits it was drawn from ([padded_vocab_size], host memory). */
 typedef void (*llm4d_gen_token_fn)(void *ctx, int32_t id, const float *logits);
 
 /* Reset, feed the prompt (n_prompt >= 1; prompt_logits, when not NULL, receives its [n_prompt, padded_vocab_size]

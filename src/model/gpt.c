@@ -43,7 +43,9 @@ float *llm4d_gpt_grads_of(llm4d_gpt *g, int grp) {
     return g->grads + g->table.g[grp].lo;
 }
 void llm4d_gpt_grads_done(llm4d_gpt *g, int grp) {
-    if (g->hooks.grads_done) g->hooks.grads_done(g->hooks.ctx, grp);
+    if (!g->hooks.grads_done) return;
+    g->be->event_record(g->be, g->grads_ready, LLM4D_STREAM_COMPUTE);
+    g->hooks.grads_done(g->hooks.ctx, grp, g->grads_ready);
 }
 
 int llm4d_gpt_windows(const llm4d_gpt *g, int grp) {
@@ -185,6 +187,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     g->be = be;
     g->mem = mem;
     g->tp = *tp;
+    g->tp.be = be;
     g->layout = *layout;
     g->seed = seed;
     LLM4D_ASSERT(tp->size == part->mp_size && tp->rank == part->mp_rank, "tensor-parallel context %d/%d, part %d/%d",
@@ -225,6 +228,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
         g->xstats = alloc_f(&A, W, nch * 3 * (size_t)g->head_rows);
         g->xmax = alloc_f(&A, W, (size_t)g->head_rows);
         g->losses = alloc_f(&A, W, N);
+        g->loss_acc = (double *)(void *)alloc_f(&A, W, 2); /* one double */
         g->lnf = alloc_f(&A, W, N * C);
         if (tp->sp) g->dlnf_full = alloc_f(&A, W, N * C);
     }
@@ -261,7 +265,11 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
                             const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
                             uint64_t seed, llm4d_err *err) {
     LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, err));
-    if (g->params) llm4d_param_init(&g->table, g->params, seed);
+    if (!(g->grads_ready = be->event_create(be))) {
+        llm4d_gpt_destroy(g);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the model's event");
+    }
+    if (g->params) llm4d_param_init(&g->table, be, g->params, seed);
     return LLM4D_OK;
 }
 
@@ -285,6 +293,7 @@ llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, l
 }
 
 void llm4d_gpt_destroy(llm4d_gpt *g) {
+    if (g->grads_ready) g->be->event_destroy(g->be, g->grads_ready);
     for (int i = g->n_allocs - 1; i >= 0; i--)
         g->be->free(g->be, g->mem, g->allocs[i].c, g->allocs[i].p, g->allocs[i].bytes);
     if (g->logits)
@@ -323,7 +332,7 @@ static llm4d_block_acts *acts_of(llm4d_gpt *g, llm4d_slot *s, int i) {
     return g->layout.recompute ? &g->racts : &s->acts[i];
 }
 
-double llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb) {
+void llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb) {
     LLM4D_ASSERT(mb->B <= g->B && mb->T <= g->T, "micro batch %dx%d exceeds the allocated %dx%d", mb->B, mb->T, g->B,
                  g->T);
     LLM4D_ASSERT(!mb->grad || (mb->B == g->B && mb->T == g->T), "a training micro batch is %dx%d, not %dx%d", mb->B,
@@ -338,10 +347,17 @@ double llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int si, const llm4d_micro *m
     if (is_first(g, c)) llm4d_gpt_embed_forward(g, s->res[0], mb);
     const int l0 = g->table.part.layer_lo[c];
     for (int i = 0; i < g->nl[c]; i++) llm4d_gpt_block_forward(g, acts_of(g, s, i), s->res[i], s->res[i + 1], l0 + i, mb);
-    if (!is_last(g, c)) return 0.0;
-    if (mb->targets) return llm4d_gpt_head_forward(g, s, s->res[g->nl[c]], mb);
-    llm4d_gpt_head_logits(g, s, s->res[g->nl[c]], mb->B, mb->T);
-    return 0.0;
+    if (!is_last(g, c)) return;
+    if (mb->targets) llm4d_gpt_head_forward(g, s, s->res[g->nl[c]], mb);
+    else llm4d_gpt_head_logits(g, s, s->res[g->nl[c]], mb->B, mb->T);
+}
+
+double llm4d_gpt_loss_take(llm4d_gpt *g) {
+    if (!g->loss_acc) return 0.0;
+    double loss;
+    g->be->copy_async(g->be, &loss, g->loss_acc, sizeof loss, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    g->be->zero(g->be, g->loss_acc, sizeof loss);
+    return loss;
 }
 
 void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb, const float *dout, int split) {
@@ -383,7 +399,8 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
     const llm4d_micro mb = {tokens, targets, weight, sample_ids, step, train, grad, B, T};
     LLM4D_ASSERT(g->table.part.n_chunks == 1 && g->table.part.embedding && g->table.part.head,
                  "llm4d_gpt_forward runs a whole model");
-    return llm4d_gpt_chunk_forward(g, 0, 0, &mb);
+    llm4d_gpt_chunk_forward(g, 0, 0, &mb);
+    return llm4d_gpt_loss_take(g);
 }
 
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,

@@ -71,17 +71,20 @@ typedef struct {
  * grads_done; data parallel starts a bucket's all-reduce in grads_done. pass is 0 in forward, 1 in backward
  * (recompute re-reads in backward). A gradient "window" is one grads_for ... grads_done: every group has one per
  * micro-batch, except the tied token embedding on a rank holding both ends of the model, which has two (the LM
- * head's, inside forward, and the lookup's, at the end of backward): llm4d_gpt_windows. */
+ * head's, inside forward, and the lookup's, at the end of backward): llm4d_gpt_windows. grads_done carries the event
+ * the model recorded on the compute stream after the window's last kernel: an engine reducing the gradient on the
+ * communicator's data plane orders the reduction after it (comm.h), at once or when its bucket is full. */
 typedef struct {
     void *ctx;
     float *(*params_for)(void *ctx, int group, int pass);
     void (*release)(void *ctx, int group, int pass);
     float *(*grads_for)(void *ctx, int group);
-    void (*grads_done)(void *ctx, int group);
+    void (*grads_done)(void *ctx, int group, const llm4d_event *ready);
 } llm4d_gpt_hooks;
 
 /* One micro-batch: tokens, targets, weight [B*T] (the whole micro-batch on every rank; the model takes its
- * sequence-parallel share itself). weight[i] weighs token i's loss (NULL: all 1). */
+ * sequence-parallel share itself), all in device memory (uploaded: train/devbatch.h). weight[i] weighs token i's
+ * loss (NULL: all 1). */
 typedef struct {
     const int32_t *tokens, *targets;
     const float *weight;
@@ -107,6 +110,7 @@ typedef struct {
     llm4d_param_table table;
     llm4d_backend *be;
     llm4d_mem *mem;
+    llm4d_event *grads_ready; /* recorded at every gradient window's end (the hooks' grads_done) */
     llm4d_tp tp;
     float *params;   /* flat, table.total elements (NULL with layout.no_params) */
     float *grads;    /* same layout (NULL with layout.no_grads) */
@@ -130,6 +134,7 @@ typedef struct {
     float *xstats;           /* [BT/head_rows chunks][3 x head_rows] softmax statistics (backend.h, xent_forward) */
     float *xmax;             /* [head_rows] the group's maximum of a chunk's row maxima (vocabulary parallel) */
     float *losses;           /* [BT] per-token loss */
+    double *loss_acc;        /* [1] the weighted losses of the micro-batches forwarded since the last take */
     float *lnf;              /* [BT,C] ln_f's output as the head reads it */
     float *dlnf_full;        /* [BT,C] the head's partial d(ln_f output) before the tensor-parallel reduction */
     /* scratch shared by all blocks: a row-parallel output or gathered input, and gradients (GELU's output is never
@@ -175,11 +180,15 @@ const float *llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int slot);
 size_t llm4d_gpt_act_elems(const llm4d_gpt *g);
 
 /* Forward of chunk c for micro-batch mb into `slot` (marked busy). The model's first chunk embeds mb->tokens; any
- * other reads llm4d_gpt_chunk_input. The model's last chunk returns the loss, sum_i losses[i] * weight[i] (every
- * tensor-parallel rank returns the same value), and with mb->grad runs the LM head's backward right there: the
- * [BT, V] logits never exist, each chunk of them becomes its gradient (d loss = weight), d(ln_f output) waits in the
- * slot for backward and d(wte) goes to the embedding's gradients. Other chunks return 0. */
-double llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb);
+ * other reads llm4d_gpt_chunk_input. The model's last chunk adds the loss, sum_i losses[i] * weight[i], to the
+ * model's loss accumulator in device memory (every tensor-parallel rank adds the same value; llm4d_gpt_loss_take
+ * reads it back), and with mb->grad runs the LM head's backward right there: the [BT, V] logits never exist, each
+ * chunk of them becomes its gradient (d loss = weight), d(ln_f output) waits in the slot for backward and d(wte)
+ * goes to the embedding's gradients. */
+void llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb);
+/* The losses the last chunk accumulated since the last take (0 on a rank without the last chunk), read back to the
+ * host once (this synchronises), and the accumulator cleared. */
+double llm4d_gpt_loss_take(llm4d_gpt *g);
 /* Backward of the same micro-batch: dout is the gradient of chunk c's output ([BTl, C]; NULL for the last chunk).
  * With split (and the layout's split_backward), only input gradients (and the cheap LayerNorm, bias and embedding
  * gradients) are computed now, and llm4d_gpt_chunk_backward_weight must follow; the slot stays busy until then. */
@@ -190,7 +199,8 @@ void llm4d_gpt_chunk_backward_weight(llm4d_gpt *g, int c, int slot, const llm4d_
 
 /* ---- the whole model (one chunk, slot 0) ---- */
 
-/* Forward a micro-batch. targets NULL: no loss, g->logits receives this rank's vocabulary slice of the logits. */
+/* Forward a micro-batch (device memory, as llm4d_micro); returns its loss (llm4d_gpt_loss_take: anything accumulated
+ * before is included). targets NULL: no loss, g->logits receives this rank's vocabulary slice of the logits. */
 double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
                          const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T);
 /* Backward of the last forward (same arguments), accumulating into the gradients. */
@@ -222,7 +232,7 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
 
 void llm4d_gpt_embed_forward(llm4d_gpt *g, float *out, const llm4d_micro *mb);
 void llm4d_gpt_embed_backward(llm4d_gpt *g, const float *dout, const llm4d_micro *mb);
-double llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb);
+void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb);
 void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, const float *x);
 void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, const float *x, int B, int T);
 

@@ -245,30 +245,24 @@ static uint32_t name_hash(const char *s) {
     return h;
 }
 
-void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, size_t hi, uint64_t seed) {
-    for (size_t j = 0; j < hi - lo; j++) dst[j] = 0.0f; /* alignment padding between groups */
+void llm4d_param_init_range(const llm4d_param_table *t, llm4d_backend *be, float *dst, size_t lo, size_t hi,
+                            uint64_t seed) {
+    be->zero(be, dst, (hi - lo) * sizeof(float)); /* alignment padding between groups */
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];
         const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
         if (a >= b) continue;
-        float *w = dst + (a - lo);
-        const int64_t j0 = (int64_t)(a - p->offset), j1 = (int64_t)(b - p->offset);
-        if (p->init_std == 0.0f) {
-            for (int64_t j = j0; j < j1; j++) w[j - j0] = p->init_const;
-            continue;
-        }
-        const uint64_t stream = llm4d_rng_stream(LLM4D_RNG_INIT, 0, 0, name_hash(p->name));
-        const int64_t cols = p->ndim == 2 ? p->gshape[1] : 1, real = p->rows_real * cols;
-#pragma omp parallel for schedule(static)
-        for (int64_t j = j0; j < j1; j++) {
-            const int64_t gi = llm4d_param_global_index(p, j);
-            w[j - j0] = gi < real ? p->init_std * llm4d_rng_normal(seed, stream, (uint64_t)gi) : 0.0f;
-        }
+        const int64_t gcols = p->ndim == 2 ? p->gshape[1] : 1;
+        const llm4d_init_spec spec = {.std = p->init_std, .value = p->init_const, .seed = seed,
+                                      .stream = llm4d_rng_stream(LLM4D_RNG_INIT, 0, 0, name_hash(p->name)),
+                                      .off0 = p->off[0], .off1 = p->off[1], .cols = p->shape[1], .gcols = gcols,
+                                      .real = p->rows_real * gcols};
+        be->init_param(be, dst + (a - lo), &spec, (int64_t)(a - p->offset), (int64_t)(b - p->offset));
     }
 }
 
-void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed) {
-    llm4d_param_init_range(t, params, 0, t->total, seed);
+void llm4d_param_init(const llm4d_param_table *t, llm4d_backend *be, float *params, uint64_t seed) {
+    llm4d_param_init_range(t, be, params, 0, t->total, seed);
 }
 
 /* wte 0, wpe 1, block l's kinds at 2 + l x N_LAYER_SPECS + (kind - LN1W), ln_f's after the last block */

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "config/config.h"
 
 #define LLM4D_PARAM_NAME_MAX 96
@@ -128,13 +129,15 @@ void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n);
  * -1 when this rank does not hold it. */
 int llm4d_param_group_of(const llm4d_param_table *t, llm4d_group_kind kind, int layer);
 
-/* Fill the flat buffer with the initial weights: normal(0, init_range), output projections normal(0,
- * init_range/sqrt(2*num_layers)), LayerNorm (1, 0), biases 0, padding rows 0. Each element is drawn from the
- * counter-based generator keyed by (seed, global name, index of the element in the GLOBAL tensor), so the weights
- * do not depend on padding, threads, the tensor-parallel split or the pipeline stage. */
-void llm4d_param_init(const llm4d_param_table *t, float *params, uint64_t seed);
+/* Fill the flat buffer (device memory of be) with the initial weights: normal(0, init_range), output projections
+ * normal(0, init_range/sqrt(2*num_layers)), LayerNorm (1, 0), biases 0, padding rows 0. Each element is drawn from
+ * the counter-based generator keyed by (seed, global name, index of the element in the GLOBAL tensor), so the
+ * weights do not depend on padding, threads, the tensor-parallel split, the pipeline stage or the backend (the
+ * backend's init_param draws them where they live). */
+void llm4d_param_init(const llm4d_param_table *t, llm4d_backend *be, float *params, uint64_t seed);
 /* The same numbers for the flat positions [lo, hi) only, written to dst[0 .. hi-lo) (a ZeRO-3 shard). */
-void llm4d_param_init_range(const llm4d_param_table *t, float *dst, size_t lo, size_t hi, uint64_t seed);
+void llm4d_param_init_range(const llm4d_param_table *t, llm4d_backend *be, float *dst, size_t lo, size_t hi,
+                            uint64_t seed);
 
 /* The global C-order index of local element j of entry p. */
 static inline int64_t llm4d_param_global_index(const llm4d_param *p, int64_t j) {

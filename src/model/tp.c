@@ -1,8 +1,6 @@
 /* tp.c — the tensor-parallel group's communication operators (see tp.h). */
 #include "model/tp.h"
 
-#include <string.h>
-
 llm4d_tp llm4d_tp_make(llm4d_comm *comm, int sequence_parallel) {
     llm4d_tp tp = {.comm = comm, .size = 1};
     if (comm) {
@@ -20,27 +18,32 @@ static void record(llm4d_tp *tp, llm4d_code rc) {
 }
 
 void llm4d_tp_allreduce(llm4d_tp *tp, float *x, size_t n) {
-    if (active(tp)) record(tp, llm4d_comm_allreduce(tp->comm, x, n, LLM4D_COMM_F32, &tp->err));
+    if (active(tp)) record(tp, llm4d_comm_dev_allreduce(tp->comm, x, n, LLM4D_COMM_F32, LLM4D_COMM_SUM, &tp->err));
 }
 
 void llm4d_tp_allreduce_max(llm4d_tp *tp, float *x, size_t n) {
-    if (active(tp)) record(tp, llm4d_comm_allreduce_max(tp->comm, x, n, LLM4D_COMM_F32, &tp->err));
+    if (active(tp)) record(tp, llm4d_comm_dev_allreduce(tp->comm, x, n, LLM4D_COMM_F32, LLM4D_COMM_MAX, &tp->err));
+}
+
+/* A group of one: the tokens are all here already, copied on the device when they are elsewhere. */
+static void alone(llm4d_tp *tp, float *dst, const float *src, size_t n) {
+    if (dst != src) tp->be->copy(tp->be, dst, src, n * sizeof(float));
 }
 
 void llm4d_tp_allgather(llm4d_tp *tp, const float *local, float *full, size_t n) {
     if (tp->size == 1) {
-        if (full != local) memmove(full, local, n * sizeof(float));
+        alone(tp, full, local, n);
         return;
     }
-    if (active(tp)) record(tp, llm4d_comm_allgather(tp->comm, local, full, n, LLM4D_COMM_F32, &tp->err));
+    if (active(tp)) record(tp, llm4d_comm_dev_allgather(tp->comm, local, full, n, LLM4D_COMM_F32, &tp->err));
 }
 
 void llm4d_tp_reduce_scatter(llm4d_tp *tp, const float *full, float *local, size_t n) {
     if (tp->size == 1) {
-        if (full != local) memmove(local, full, n * sizeof(float));
+        alone(tp, local, full, n);
         return;
     }
-    if (active(tp)) record(tp, llm4d_comm_reduce_scatter(tp->comm, full, local, n, LLM4D_COMM_F32, &tp->err));
+    if (active(tp)) record(tp, llm4d_comm_dev_reduce_scatter(tp->comm, full, local, n, LLM4D_COMM_F32, &tp->err));
 }
 
 llm4d_code llm4d_tp_check(llm4d_tp *tp, llm4d_err *err) {

@@ -14,6 +14,7 @@
  * An all-reduce is a reduce-scatter followed by an all-gather, so both move the same bytes; sequence parallelism
  * only stops every rank from holding (and computing) the LayerNorm/dropout activations of all tokens.
  *
+ * The activations are device memory: the operators are the communicator's data plane (comm.h).
  * Every call records the first communication failure in the context instead of returning it (the model's forward
  * and backward run inside the trainer's step and report through llm4d_tp_check afterwards); later calls do
  * nothing, so a failed step ends quickly. With M == 1 every operator is the identity and costs nothing. */
@@ -27,6 +28,7 @@
 
 typedef struct {
     llm4d_comm *comm;  /* the tensor-parallel group; NULL: none (M = 1) */
+    llm4d_backend *be; /* where the activations live (set by the model): a group of one copies with it */
     int size, rank;    /* M, and this rank's index in the group */
     int sp;            /* sequence parallel */
     llm4d_err err;     /* the first failure */

@@ -9,32 +9,30 @@
 
 static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
 
-static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b) {
+static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b, const llm4d_event *ready) {
     if (dp->failed) return;
     const double t0 = llm4d_now();
-    if (llm4d_comm_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, &b->req, &dp->err) !=
-        LLM4D_OK)
+    if (llm4d_comm_dev_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, ready, &b->req,
+                                  &dp->err) != LLM4D_OK)
         dp->failed = 1;
     b->started = 1;
     b->t_start = t0 - dp->t_arm;
     dp->base.comm_total_s += llm4d_now() - t0;
 }
 
-/* Drive the outstanding reductions forward (Open MPI progresses non-blocking collectives only inside MPI calls). */
+/* Drive the outstanding reductions forward (comm.h llm4d_comm_progress); a bucket seen complete gets its time. */
 static void progress(llm4d_dp *dp) {
     const double t0 = llm4d_now();
-    for (int i = 0; i < dp->n_buckets && !dp->failed; i++) {
+    if (!dp->failed && llm4d_comm_progress(dp->comm, &dp->err) != LLM4D_OK) dp->failed = 1;
+    for (int i = 0; i < dp->n_buckets; i++) {
         llm4d_dp_bucket *b = &dp->buckets[i];
-        if (!b->started || !b->req.comm) continue;
-        int done = 0;
-        if (llm4d_comm_test(&b->req, &done, &dp->err) != LLM4D_OK) dp->failed = 1;
-        if (done) b->t_done = llm4d_now() - dp->t_arm;
+        if (b->started && !b->req.comm && b->t_done < 0) b->t_done = llm4d_now() - dp->t_arm;
     }
     dp->tests++;
     dp->base.comm_total_s += llm4d_now() - t0;
 }
 
-static void dp_grads_done(llm4d_engine *e, int group) {
+static void dp_grads_done(llm4d_engine *e, int group, const llm4d_event *ready) {
     llm4d_dp *dp = of(e);
     LLM4D_ASSERT(dp->windows_left[group] > 0, "group %d: more gradient windows than the step has", group);
     if (--dp->windows_left[group] > 0) return; /* not final yet: later micro-batches add to it */
@@ -45,13 +43,13 @@ static void dp_grads_done(llm4d_engine *e, int group) {
      * no compute left to hide behind: llm4d_dp_finish reduces it with a blocking all-reduce, which MPI libraries
      * implement better than their non-blocking one (Open MPI 4.1's libnbc does a binomial reduce to rank 0 then a
      * broadcast for fewer than 4 ranks or in-place buffers; measured in bench/bench_dp.sh). */
-    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b);
+    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b, ready);
     progress(dp);
 }
 
 static void dp_begin_step(llm4d_engine *e, int n_micro) {
     llm4d_dp *dp = of(e);
-    /* LLM4D_DP_OVERLAP=alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
+    /* dp_overlap alternate: odd steps overlapped, even steps blocking (the same on every rank), so a
      * benchmark compares both under the same machine load */
     if (dp->overlap_mode == 2) dp->overlap = dp->n_steps % 2 == 0;
     dp->n_steps++;
@@ -66,7 +64,7 @@ static void dp_begin_step(llm4d_engine *e, int n_micro) {
     }
 }
 
-/* One line per step (LLM4D_DP_TRACE): where each bucket's reduction ran relative to backward. */
+/* One line per step (dp_trace): where each bucket's reduction ran relative to backward. */
 static void print_trace(const llm4d_dp *dp) {
     printf("llm4d dp trace: rank %d %s backward %.4f s, %d progress calls, wait %.4f s, comm %.4f s, buckets "
            "(MB start done):",
@@ -89,8 +87,8 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
         llm4d_dp_bucket *b = &dp->buckets[i];
         if (!dp->overlap || i == dp->n_buckets - 1) {
             b->t_start = llm4d_now() - dp->t_arm;
-            if (llm4d_comm_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, &dp->err) !=
-                LLM4D_OK)
+            if (llm4d_comm_dev_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, LLM4D_COMM_SUM,
+                                         &dp->err) != LLM4D_OK)
                 dp->failed = 1;
             b->t_done = llm4d_now() - dp->t_arm;
             continue;
@@ -134,7 +132,8 @@ static const llm4d_engine_ops dp_ops = {
     .destroy = dp_destroy,
 };
 
-llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err) {
+llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
+                         int trace, llm4d_err *err) {
     memset(dp, 0, sizeof *dp);
     dp->base.ops = &dp_ops;
     dp->g = g;
@@ -168,9 +167,8 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
     }
     for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
-    const char *ov = getenv("LLM4D_DP_OVERLAP"), *tr = getenv("LLM4D_DP_TRACE");
-    dp->overlap_mode = !ov || strcmp(ov, "0") ? (ov && !strcmp(ov, "alternate") ? 2 : 1) : 0;
+    dp->overlap_mode = !strcmp(overlap, "off") ? 0 : !strcmp(overlap, "alternate") ? 2 : 1;
     dp->overlap = dp->overlap_mode != 0;
-    dp->trace = tr && strcmp(tr, "0") && *tr;
+    dp->trace = trace;
     return LLM4D_OK;
 }

@@ -10,18 +10,19 @@
  * final LayerNorm, block L-1, ..., block 0, then the embeddings (whose tied weight receives its last contribution
  * from the embedding lookup at the very end). A group's gradient is final after its last window of the step
  * (n_micro x llm4d_gpt_windows: the model's grads_done hook counts them, so any schedule's order works); when all of
- * a bucket's groups are final, the bucket's non-blocking all-reduce starts; outstanding buckets are tested after
- * every group so that Open MPI progresses them while backward computes; all are waited on before the optimizer
- * step. The last bucket (the embeddings) is complete only when backward ends, so there is nothing left to hide it
+ * a bucket's groups are final, the bucket's non-blocking all-reduce starts (on the data plane, after the event of
+ * its last gradient kernel); the communicator moves the outstanding ones forward after every group
+ * (llm4d_comm_progress) so that Open MPI progresses them while backward computes; all are waited on before the
+ * optimizer step. The last bucket (the embeddings) is complete only when backward ends, so there is nothing left to hide it
  * behind: finish reduces it with a blocking all-reduce, which is cheaper than MPI's non-blocking one
  * (bench/bench_dp.sh shows the figures).
  *
- * Measurement facilities (bench/bench_dp.sh), read once by llm4d_dp_init from the environment:
- *   LLM4D_DP_OVERLAP=0  nothing starts during backward; finish runs a BLOCKING all-reduce of each
+ * Measurement facilities (bench/bench_dp.sh), configuration keys (config/schema.c):
+ *   dp_overlap off      nothing starts during backward; finish runs a BLOCKING all-reduce of each
  *                       bucket in the same order, so comm_wait_s is the standalone all-reduce time of the buckets
- *                       (the yardstick for how much of it the overlapped mode hides); =alternate: steps
+ *                       (the yardstick for how much of it the overlapped mode hides); alternate: steps
  *                       1, 3, 5, ... overlapped and 2, 4, 6, ... blocking, to compare both under the same load;
- *   LLM4D_DP_TRACE=1    finish prints one line per step on stdout: per bucket its size and the times,
+ *   dp_trace            finish prints one line per step on stdout: per bucket its size and the times,
  *                       from the start of the last backward, at which it started and was seen complete. */
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
@@ -49,15 +50,17 @@ typedef struct {
     llm4d_err err;          /* first communication failure inside a hook, reported by finish */
     int failed;
     int overlap;            /* this step: 0 = blocking all-reduces in finish */
-    int overlap_mode;       /* LLM4D_DP_OVERLAP: 0 never, 1 always (default), 2 alternate */
+    int overlap_mode;       /* dp_overlap: 0 off, 1 on (default), 2 alternate */
     long n_steps;           /* steps begun so far (the step count for the alternate mode) */
-    int trace;              /* LLM4D_DP_TRACE=1 */
+    int trace;              /* dp_trace */
     double t_arm, t_backward_end; /* arm time; time of the last grads_done (seconds since arm) */
     int tests;              /* progress calls this step */
 } llm4d_dp;
 
 /* Plan buckets of about bucket_bytes over the table's groups (the engine's comm_wait_s: time blocked in the final
- * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). */
-llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, llm4d_err *err);
+ * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). overlap: "on", "off"
+ * or "alternate"; trace: the per-step line (both above). */
+llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
+                         int trace, llm4d_err *err);
 
 #endif

@@ -7,7 +7,7 @@
 #ifndef LLM4D_PARALLEL_FLAT_H
 #define LLM4D_PARALLEL_FLAT_H
 
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/engine.h"
 
 typedef struct {
@@ -16,7 +16,8 @@ typedef struct {
     llm4d_backend *be;
     llm4d_mem *mem;
     float *m, *v;
-    llm4d_adamw opt;
+    llm4d_optimizer opt;
+    llm4d_opt_range *ranges; /* [table entries]: every entry's parameters, gradients, m and v (fixed buffers) */
     int counts;      /* this rank's gradients count in the norm and it saves (data replica 0) */
     int grads_zero;  /* the last update's pass left every gradient zero: the next step need not clear them */
     size_t range_lo, range_hi; /* the one range of llm4d_engine_state: the whole buffer */

@@ -152,6 +152,7 @@ llm4d_code llm4d_offload_stream(llm4d_offload *o, void (*fn)(void *ctx, size_t o
         float *bufs[MAX_STREAMS] = {0};
         for (int s = 0; s < o->nstreams; s++) bufs[s] = o->win[w % NSLOTS][s];
         fn(ctx, off, len, bufs);
+        o->be->stream_sync(o->be, LLM4D_STREAM_COMPUTE); /* the kernels fn enqueued on the window have run */
         submit(o, 1, (int)(w % NSLOTS), off, len);
     }
     wait_all(o);
@@ -159,13 +160,30 @@ llm4d_code llm4d_offload_stream(llm4d_offload *o, void (*fn)(void *ctx, size_t o
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_offload_read(llm4d_offload *o, int stream, size_t off, size_t n, float *dst, llm4d_err *err) {
-    if (o->map[stream]) { /* a mapped stream may hold newer data than the file (a load in progress) */
+/* elements [off, off + n) of a stream into host memory: from the mapping when there is one (it may hold newer data
+ * than the file: a load in progress), else from the file */
+static llm4d_code read_host(llm4d_offload *o, int stream, size_t off, size_t n, float *dst, llm4d_err *err) {
+    if (o->map[stream]) {
         memcpy(dst, o->map[stream] + off, n * sizeof(float));
         return LLM4D_OK;
     }
     const int e = io(o, o->fd, 0, stream, off, n, dst);
     if (e) return io_error(o, "reading", e, err);
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_offload_read(llm4d_offload *o, int stream, size_t off, size_t n, float *dst, llm4d_err *err) {
+    llm4d_backend *be = o->be;
+    if (be->host_addressable) return read_host(o, stream, off, n, dst, err); /* device memory is host memory */
+    /* through a window (idle outside llm4d_offload_stream), a window's length at a time */
+    float *bounce = o->win[0][0];
+    for (size_t done = 0; done < n;) {
+        const size_t k = n - done < o->window ? n - done : o->window;
+        be->stream_sync(be, LLM4D_STREAM_COMPUTE); /* the window's last upload has been read */
+        LLM4D_TRY(read_host(o, stream, off + done, k, bounce, err));
+        be->copy_async(be, dst + done, bounce, k * sizeof(float), LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+        done += k;
+    }
     return LLM4D_OK;
 }
 
@@ -212,10 +230,7 @@ void llm4d_offload_close(llm4d_offload *o) {
     llm4d_offload_unmap(o, &ignored);
     for (int k = 0; k < NSLOTS; k++)
         for (int s = 0; s < o->nstreams; s++)
-            if (o->win[k][s]) {
-                free(o->win[k][s]);
-                llm4d_mem_account(o->mem, LLM4D_MEM_OPTIM, -(long long)(o->window * sizeof(float)));
-            }
+            if (o->win[k][s]) o->be->free_host(o->be, o->mem, LLM4D_MEM_OPTIM, o->win[k][s], o->window * sizeof(float));
     if (o->fd_direct >= 0) close(o->fd_direct);
     if (o->fd >= 0) close(o->fd);
     pthread_mutex_destroy(&o->mu);
@@ -271,16 +286,11 @@ llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, si
     snprintf(self, sizeof self, "/proc/self/fd/%d", o->fd); /* the unlinked file, opened again for direct I/O */
     o->fd_direct = open(self, O_RDWR | O_DIRECT);
     for (int k = 0; k < NSLOTS; k++)
-        for (int s = 0; s < nstreams; s++) { /* page-aligned: direct I/O needs it */
-            void *p = NULL;
-            if (posix_memalign(&p, ALIGN, o->window * sizeof(float)) != 0) {
+        for (int s = 0; s < nstreams; s++) /* pinned (the optimizer's kernels read them), page-aligned (direct I/O) */
+            if (!(o->win[k][s] = be->alloc_host(be, mem, LLM4D_MEM_OPTIM, o->window * sizeof(float)))) {
                 llm4d_offload_close(o);
                 return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the offload window");
             }
-            memset(p, 0, o->window * sizeof(float));
-            o->win[k][s] = p;
-            llm4d_mem_account(mem, LLM4D_MEM_OPTIM, (long long)(o->window * sizeof(float)));
-        }
     if (pthread_create(&o->thread, NULL, worker, o) != 0) {
         llm4d_offload_close(o);
         return llm4d_fail(err, LLM4D_EINTERNAL, "sharding_offload: cannot start the I/O thread");

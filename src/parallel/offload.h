@@ -10,8 +10,10 @@
  * bytes really leave memory (a file in the page cache would only move them from the process to the kernel). A
  * tmpfs offload_dir is memory itself: the start-up line says so.
  *
- * Stage-3 gathers read one group's parameter shard directly (llm4d_offload_read). Checkpoints map a stream for the
- * duration of a save or load (llm4d_offload_map): file-backed pages, which the kernel can drop again. */
+ * The windows are pinned host memory of the backend (backend.h alloc_host): the optimizer's kernels update them
+ * in place. Stage-3 gathers read one group's parameter shard into device memory (llm4d_offload_read: directly where
+ * device memory is host memory, else through a window). Checkpoints map a stream for the duration of a save or load
+ * (llm4d_offload_map): file-backed host pages, which the kernel can drop again. */
 #ifndef LLM4D_PARALLEL_OFFLOAD_H
 #define LLM4D_PARALLEL_OFFLOAD_H
 
@@ -37,7 +39,7 @@ void llm4d_offload_close(llm4d_offload *o);
  * which fn may change; every window is written back. */
 llm4d_code llm4d_offload_stream(llm4d_offload *o, void (*fn)(void *ctx, size_t off, size_t len, float **bufs),
                                 void *ctx, llm4d_err *err);
-/* Stream s's elements [off, off + n) into dst. */
+/* Stream s's elements [off, off + n) into dst (device memory of the backend). */
 llm4d_code llm4d_offload_read(llm4d_offload *o, int stream, size_t off, size_t n, float *dst, llm4d_err *err);
 /* Stream s as memory (read-write, file-backed) until llm4d_offload_unmap; NULL on failure. */
 float *llm4d_offload_map(llm4d_offload *o, int stream);

@@ -1,6 +1,7 @@
 /* pipeline.c — the stage split, the schedule executor and the tied-embedding engine (see pipeline.h). */
 #include "parallel/pipeline.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,100 +9,8 @@
 #include "comm/comm_trace.h"
 #include "core/timer.h"
 
-/* ---- the split ---- */
-
-llm4d_code llm4d_pp_split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err) {
-    const int L = cfg->model.num_layers, VP = P * V;
-    int *n = calloc((size_t)VP, sizeof *n);
-    if (!n) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    llm4d_code rc = LLM4D_OK;
-    const char *list = cfg->dist.pp_layers;
-    if (list[0]) { /* the blocks of each virtual stage, as given */
-        int k = 0, sum = 0;
-        const char *p = list;
-        while (*p && rc == LLM4D_OK) {
-            char *end;
-            const long x = strtol(p, &end, 10);
-            if (end == p || x < 0 || x > L) {
-                rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s': '%s' is not a block count; give %d counts, one "
-                                "per virtual stage, that sum to num_layers %d (e.g. pp_layers 3,3,3,3)", list, p, VP,
-                                L);
-                break;
-            }
-            if (k < VP) n[k] = (int)x;
-            k++;
-            sum += (int)x;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') {
-                rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s': separate the counts with commas", list);
-                break;
-            }
-        }
-        if (rc == LLM4D_OK && k != VP)
-            rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers gives %d counts, but pp_degree %d x virtual_pp_degree %d = %d "
-                            "virtual stages need one each", k, P, V, VP);
-        if (rc == LLM4D_OK && sum != L)
-            rc = llm4d_fail(err, LLM4D_EUSER, "pp_layers '%s' holds %d blocks, but the model has num_layers %d; make "
-                            "the counts sum to %d", list, sum, L, L);
-    } else if (cfg->dist.pp_account_embedding_loss) { /* the embedding and the loss count as one block each */
-        if ((L + 2) % VP)
-            rc = llm4d_fail(err, LLM4D_EUSER, "pp_account_embedding_loss: num_layers %d + 2 (embedding, loss) = %d is "
-                            "not divisible by pp_degree %d x virtual_pp_degree %d; give pp_layers instead", L, L + 2,
-                            P, V);
-        for (int v = 0; rc == LLM4D_OK && v < VP; v++)
-            n[v] = (L + 2) / VP - (v == 0) - (v == VP - 1);
-        for (int v = 0; rc == LLM4D_OK && v < VP; v++)
-            if (n[v] < 0)
-                rc = llm4d_fail(err, LLM4D_EUSER, "pp_account_embedding_loss: %d blocks over %d virtual stages leave "
-                                "virtual stage %d less than the embedding or the loss; use fewer stages", L, VP, v);
-    } else if (L % VP) {
-        rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d is not divisible by pp_degree %d x virtual_pp_degree %d = %d; "
-                        "give the blocks of each stage with pp_layers (e.g. %d counts summing to %d) for an uneven "
-                        "split", L, P, V, VP, VP, L);
-    } else {
-        for (int v = 0; v < VP; v++) n[v] = L / VP;
-    }
-    /* consecutive ranges, then the proof: every block held exactly once, every virtual stage holds something */
-    int at = 0;
-    for (int v = 0; rc == LLM4D_OK && v < VP; v++) {
-        lo[v] = at;
-        hi[v] = at + n[v];
-        at += n[v];
-        if (n[v] == 0 && v != 0 && v != VP - 1)
-            rc = llm4d_fail(err, LLM4D_EUSER, "virtual stage %d would hold no block (pp_layers %s); give every stage "
-                            "between the first and the last at least one block", v, list);
-    }
-    if (rc == LLM4D_OK) {
-        int *held = calloc((size_t)(L > 0 ? L : 1), sizeof *held);
-        if (!held) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-        for (int v = 0; held && v < VP; v++)
-            for (int l = lo[v]; l < hi[v]; l++) held[l]++;
-        for (int l = 0; held && rc == LLM4D_OK && l < L; l++)
-            if (held[l] != 1)
-                rc = llm4d_fail(err, LLM4D_EINTERNAL, "the pipeline split holds block %d %d times", l, held[l]);
-        free(held);
-    }
-    free(n);
-    return rc;
-}
-
-void llm4d_pp_part(int P, int V, int stage, const int *lo, const int *hi, llm4d_model_part *part) {
-    part->n_chunks = V;
-    for (int c = 0; c < V; c++) {
-        part->layer_lo[c] = lo[c * P + stage];
-        part->layer_hi[c] = hi[c * P + stage];
-    }
-    part->embedding = stage == 0;
-    part->head = stage == P - 1;
-}
-
-llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err) {
-    llm4d_pp_schedule s;
-    LLM4D_TRY(llm4d_pp_schedule_build(&s, kind, P, V, M, stage, err));
-    for (int c = 0; c < V; c++) slots[c] = s.peak[c] > 0 ? s.peak[c] : 1;
-    llm4d_pp_schedule_free(&s);
-    return LLM4D_OK;
-}
+/* the executor's table, defined with the executor below */
+static const llm4d_executor_ops pipeline_exec_ops;
 
 /* ---- the tied embedding ---- */
 
@@ -116,26 +25,40 @@ static llm4d_code pl_finish(llm4d_engine *e, llm4d_err *err) {
         int64_t j0, j1;
         if (t->p[i].kind != LLM4D_P_WTE) continue;
         float *gr = llm4d_engines_grad_view(pl->stack, i, &j0, &j1);
-        if (gr && j1 > j0) LLM4D_TRY(llm4d_comm_allreduce(pl->emb, gr, (size_t)(j1 - j0), LLM4D_COMM_F32, err));
+        if (gr && j1 > j0)
+            LLM4D_TRY(llm4d_comm_dev_allreduce(pl->emb, gr, (size_t)(j1 - j0), LLM4D_COMM_F32, LLM4D_COMM_SUM, err));
     }
     e->comm_wait_s = e->comm_total_s = llm4d_now() - t0;
     return LLM4D_OK;
 }
 
-/* Open MPI moves a transfer forward only inside MPI calls: test the outstanding ones now and then. */
+/* The transfers in flight, moved forward now and then (comm.h llm4d_comm_progress). */
 static void progress(llm4d_pipeline *pl) {
-    const int ns = pl->V * pl->max_slots * 2;
-    for (int k = 0; k < pl->nrbuf + ns && !pl->failed; k++) {
-        llm4d_comm_req *r = k < pl->nrbuf ? &pl->rreq[k] : &pl->sreq[k - pl->nrbuf];
-        int done = 0;
-        if (r->comm && llm4d_comm_test(r, &done, &pl->err) != LLM4D_OK) pl->failed = 1;
-    }
+    if (!pl->failed && llm4d_comm_progress(pl->pp, &pl->err) != LLM4D_OK) pl->failed = 1;
 }
 
-static void pl_grads_done(llm4d_engine *e, int grp) {
-    (void)grp;
+static void pl_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
+    (void)grp, (void)ready;
     progress(of(e));
 }
+
+/* The embedding group's traffic is counted per step, like the groups the trainer resets. */
+static void pl_begin_step(llm4d_engine *e, int n_micro) {
+    (void)n_micro;
+    llm4d_pipeline *pl = of(e);
+    if (pl->emb) llm4d_comm_stats_reset(pl->emb);
+}
+
+static void pl_stats(llm4d_engine *e, llm4d_engine_stats *out) {
+    llm4d_pipeline *pl = of(e);
+    out->pp_idle_s += pl->idle_s;
+    out->pp_busy_s += pl->busy_s;
+    for (int k = 0; k < 3; k++) out->pp_op_s[k] += pl->op_s[k], out->pp_op_n[k] += pl->op_n[k];
+    out->pp_stage = pl->stage;
+    if (pl->emb) llm4d_comm_stats_add(&out->comm, &pl->emb->stats);
+}
+
+static llm4d_executor *pl_executor(llm4d_engine *e) { return &of(e)->exec; }
 
 static void pl_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_pipeline *pl = of(e);
@@ -170,27 +93,31 @@ static void pl_destroy(llm4d_engine *e) {
 static const llm4d_engine_ops pipeline_ops = {
     .name = "pipeline",
     .grads_done = pl_grads_done,
+    .begin_step = pl_begin_step,
     .finish_backward = pl_finish,
     .describe = pl_describe,
+    .stats = pl_stats,
+    .executor = pl_executor,
     .destroy = pl_destroy,
 };
 
 /* Receive buffers: the most receives a schedule keeps outstanding per direction (at least 2), both directions. */
 static int rbufs(const llm4d_pp_schedule *s) { return 2 * (s->recv_depth > 2 ? s->recv_depth : 2); }
 
-llm4d_code llm4d_pipeline_plan(llm4d_pp_kind kind, int P, int V, int M, int stage, size_t act_elems, size_t *bytes,
-                               llm4d_err *err) {
+llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_elems, size_t *bytes, llm4d_err *err) {
     llm4d_pp_schedule s;
-    LLM4D_TRY(llm4d_pp_schedule_build(&s, kind, P, V, M, stage, err));
+    LLM4D_TRY(llm4d_pp_schedule_build(&s, plan->runs->kind, plan->P, plan->V, plan->M, stage, err));
     *bytes = (size_t)rbufs(&s) * act_elems * sizeof(float);
     llm4d_pp_schedule_free(&s);
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
-                               llm4d_pp_kind kind, int M, llm4d_err *err) {
+llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, const llm4d_pp_plan *plan,
+                               llm4d_err *err) {
+    const int V = plan->V, M = plan->M;
     memset(pl, 0, sizeof *pl);
     pl->base.ops = &pipeline_ops;
+    pl->exec.ops = &pipeline_exec_ops;
     pl->stack = stack;
     pl->g = stack->g;
     pl->pp = pp;
@@ -198,9 +125,10 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
     pl->stage = llm4d_comm_rank(pp);
     pl->V = V;
     llm4d_gpt *g = pl->g;
-    LLM4D_TRY(llm4d_pp_schedule_build(&pl->train, kind, pl->P, V, M, pl->stage, err));
-    /* the embedding group: stages 0 and P-1 (the others split off into a group they never use) */
-    const int ends = pl->stage == 0 || pl->stage == pl->P - 1;
+    LLM4D_TRY(llm4d_pp_schedule_build(&pl->train, plan->runs->kind, pl->P, V, M, pl->stage, err));
+    /* the embedding group: the stages of the first and the last virtual stage (the others split off into a group
+     * they never use) */
+    const int ends = pl->stage == llm4d_pp_stage_of(pl->P, 0) || pl->stage == llm4d_pp_stage_of(pl->P, pl->P * V - 1);
     llm4d_comm *grp = NULL;
     LLM4D_TRY(llm4d_comm_split(pp, ends ? 0 : 1, pl->stage, "embedding", &grp, err));
     if (ends) pl->emb = grp;
@@ -278,8 +206,7 @@ static void computed(llm4d_pipeline *pl, int op, double t0) {
     pl->op_n[op]++;
 }
 
-llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
-                              llm4d_err *err) {
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err) {
     llm4d_gpt *g = pl->g;
     llm4d_backend *be = g->be;
     const int P = pl->P, V = pl->V, VP = P * V, stage = pl->stage;
@@ -305,10 +232,9 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
     pl->idle_s = pl->busy_s = 0;
     memset(pl->op_s, 0, sizeof pl->op_s);
     memset(pl->op_n, 0, sizeof pl->op_n);
-    double sum = 0;
     for (int k = 0; k < s->n && !pl->failed; k++) {
         const llm4d_pp_action *a = &s->a[k];
-        const int c = a->chunk, mb = a->mb, v = c * P + stage;
+        const int c = a->chunk, mb = a->mb, v = llm4d_pp_vstage(P, c, stage);
         const llm4d_micro *m = &mbs[mb];
         int *rb = &rbuf_of[((a->op == LLM4D_PP_B || a->op == LLM4D_PP_RECV_B) * V + c) * M + mb];
         const int sl = pl->slot_of[c * M + mb];
@@ -319,7 +245,8 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         case LLM4D_PP_RECV_B: {
             const int fwd_dir = a->op == LLM4D_PP_RECV_F;
             *rb = take_rbuf(pl);
-            TRY_P2P(llm4d_comm_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32, (v + (fwd_dir ? VP - 1 : 1)) % P,
+            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32,
+                                         llm4d_pp_neighbour(P, V, v, fwd_dir ? -1 : 1),
                                      tag_of(pl, mb, v, !fwd_dir), &pl->rreq[*rb], &pl->err));
             break;
         }
@@ -331,14 +258,15 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
                 pl->rbuf_busy[*rb] = 0;
             }
             const double t0 = llm4d_now();
-            sum += llm4d_gpt_chunk_forward(g, c, slot, m);
+            llm4d_gpt_chunk_forward(g, c, slot, m);
             computed(pl, 0, t0);
             llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_FORWARD, mb, V > 1 ? c : -1, t0);
             if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
             break;
         }
         case LLM4D_PP_SEND_F:
-            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32, (v + 1) % P,
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32,
+                                         llm4d_pp_neighbour(P, V, v, 1),
                                      tag_of(pl, mb, v + 1, 0), &sreq[0], &pl->err));
             break;
         case LLM4D_PP_B: {
@@ -357,8 +285,8 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             break;
         }
         case LLM4D_PP_SEND_B:
-            TRY_P2P(llm4d_comm_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
-                                     (v + VP - 1) % P, tag_of(pl, mb, v - 1, 1), &sreq[1], &pl->err));
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
+                                     llm4d_pp_neighbour(P, V, v, -1), tag_of(pl, mb, v - 1, 1), &sreq[1], &pl->err));
             break;
         case LLM4D_PP_W: {
             const double t0 = llm4d_now();
@@ -379,6 +307,12 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         *err = pl->err;
         return err->code;
     }
-    *loss = sum;
     return LLM4D_OK;
 }
+
+static llm4d_code pl_exec_run(llm4d_executor *x, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err) {
+    llm4d_pipeline *pl = (llm4d_pipeline *)(void *)((char *)x - offsetof(llm4d_pipeline, exec));
+    return llm4d_pipeline_run(pl, mbs, M, forward_only, err);
+}
+
+static const llm4d_executor_ops pipeline_exec_ops = {.name = "pipeline", .run = pl_exec_run};

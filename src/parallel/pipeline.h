@@ -1,13 +1,5 @@
-/* pipeline.h — pipeline parallelism: the stage split, the executor of a schedule (schedule.h), and the engine
- * (engine.h) that keeps the tied embedding's two copies equal.
- *
- * The P stages of a pipeline (the ranks of one pipe group) each hold consecutive layers: P x V virtual stages of
- * consecutive blocks, virtual stage v on stage v mod P (V > 1 interleaves them), the token and position
- * embeddings on virtual stage 0 (stage 0), ln_f, the LM head and the loss on the last (stage P - 1). The split is
- * even by default; pp_layers gives the blocks of each virtual stage, and pp_account_embedding_loss counts the
- * embedding and the loss as one block each of the first and last virtual stage when splitting evenly (Megatron's
- * --account-for-embedding-in-pipeline-split / -loss-). llm4d_pp_split checks that every block is held exactly once
- * (a layer left out or held twice is refused, not trained silently wrong).
+/* pipeline.h — pipeline parallelism: the executor of a schedule (schedule.h), and the engine (engine.h) that keeps
+ * the tied embedding's two copies equal. Which stage holds what is the plan's (pp_plan.h).
  *
  * The executor runs a step's list of actions: a forward of chunk c for a micro-batch reads its input from the
  * previous stage (received into a ring of receive buffers, then copied into the chunk's activation slot) and
@@ -27,17 +19,13 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "parallel/engine.h"
+#include "parallel/executor.h"
+#include "parallel/pp_plan.h"
 #include "parallel/schedule.h"
-
-/* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
- * the problem when the layers cannot be split as asked. */
-llm4d_code llm4d_pp_split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err);
-
-/* This stage's part of the model (its chunks, embedding, head) from the split. */
-void llm4d_pp_part(int P, int V, int stage, const int *lo, const int *hi, llm4d_model_part *part);
 
 typedef struct {
     llm4d_engine base;         /* the reducer: the tied embedding's gradients over the embedding group */
+    llm4d_executor exec;       /* the executor (executor.h): runs a step's schedule */
     llm4d_engine_stack *stack;
     llm4d_gpt *g;
     llm4d_comm *pp;            /* the pipe group: rank = stage */
@@ -60,20 +48,16 @@ typedef struct {
     int failed;
 } llm4d_pipeline;
 
-/* Build the executor for this stage: the training schedule (kind, M micro-batches per step), the buffers, and the
- * embedding group (split from pp; collective over it). The model must have been created with
- * llm4d_pipeline_slots' slots. */
-llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, int V,
-                               llm4d_pp_kind kind, int M, llm4d_err *err);
-/* The bytes of receive buffers llm4d_pipeline_init allocates (activations of act_elems floats; a memory plan). */
-llm4d_code llm4d_pipeline_plan(llm4d_pp_kind kind, int P, int V, int M, int stage, size_t act_elems, size_t *bytes,
+/* Build the executor for this stage: the plan's training schedule, the buffers, and the embedding group (split from
+ * pp; collective over it). The model must have been created with the plan's part and layout (llm4d_pp_plan_stage). */
+llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, const llm4d_pp_plan *plan,
                                llm4d_err *err);
-/* Activation slots per chunk that schedule needs (into a model layout). */
-llm4d_code llm4d_pipeline_slots(llm4d_pp_kind kind, int P, int V, int M, int stage, int *slots, llm4d_err *err);
+/* The bytes of receive buffers llm4d_pipeline_init allocates for `stage` (activations of act_elems floats; a memory
+ * plan). */
+llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_elems, size_t *bytes, llm4d_err *err);
 
 /* Run the step's schedule for micro-batches mbs[0..M) (the forward-only schedule when forward_only, for
- * evaluation: mbs need no grad); returns the summed loss of the micro-batches on the last stage, 0 elsewhere. */
-llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, double *loss,
-                              llm4d_err *err);
+ * evaluation: mbs need no grad); the last stage's model accumulates their losses. pl->exec runs this. */
+llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M, int forward_only, llm4d_err *err);
 
 #endif

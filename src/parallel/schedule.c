@@ -25,15 +25,19 @@ llm4d_code llm4d_pp_kind_parse(const char *name, llm4d_pp_kind *out, llm4d_err *
                       "virtual_pp_degree > 1) or ZBH1", name);
 }
 
-const char *llm4d_pp_kind_name(llm4d_pp_kind kind) {
-    switch (kind) {
-    case LLM4D_PP_1F1B: return "1F1B";
-    case LLM4D_PP_INTERLEAVED: return "interleaved 1F1B";
-    case LLM4D_PP_ZBH1: return "ZB-H1";
-    case LLM4D_PP_FORWARD: return "forward-only";
-    }
-    return "?";
+static const llm4d_pp_props props[] = {
+    [LLM4D_PP_1F1B] = {LLM4D_PP_1F1B, "1F1B", 0, 0, LLM4D_PP_1F1B},
+    [LLM4D_PP_INTERLEAVED] = {LLM4D_PP_INTERLEAVED, "interleaved 1F1B", 0, 1, LLM4D_PP_INTERLEAVED},
+    [LLM4D_PP_ZBH1] = {LLM4D_PP_ZBH1, "ZB-H1", 1, 0, LLM4D_PP_1F1B},
+    [LLM4D_PP_FORWARD] = {LLM4D_PP_FORWARD, "forward-only", 0, 0, LLM4D_PP_FORWARD},
+};
+
+const llm4d_pp_props *llm4d_pp_props_of(llm4d_pp_kind kind) {
+    LLM4D_ASSERT(kind >= 0 && (size_t)kind < sizeof props / sizeof props[0], "schedule kind %d", (int)kind);
+    return &props[kind];
 }
+
+const char *llm4d_pp_kind_name(llm4d_pp_kind kind) { return llm4d_pp_props_of(kind)->name; }
 
 llm4d_code llm4d_pp_schedule_fits(llm4d_pp_kind kind, int P, int V, int M, llm4d_err *err) {
     if (M < 1) return llm4d_fail(err, LLM4D_EUSER, "a pipeline needs at least one micro-batch per step");
@@ -140,16 +144,16 @@ llm4d_code llm4d_pp_schedule_build(llm4d_pp_schedule *s, llm4d_pp_kind kind, int
     for (int k = 0; ok && k < comp.n; k++) {
         const llm4d_pp_action *a = &comp.a[k];
         if (k == 0) {
-            const int r = recv_of(a, a->chunk * P + stage, VP);
+            const int r = recv_of(a, llm4d_pp_vstage(P, a->chunk, stage), VP);
             if (r >= 0) ok &= push(&out, r, a->chunk, a->mb);
         }
         if (k + 1 < comp.n) {
             const llm4d_pp_action *b = &comp.a[k + 1];
-            const int r = recv_of(b, b->chunk * P + stage, VP);
+            const int r = recv_of(b, llm4d_pp_vstage(P, b->chunk, stage), VP);
             if (r >= 0) ok &= push(&out, r, b->chunk, b->mb);
         }
         ok &= push(&out, a->op, a->chunk, a->mb);
-        const int snd = send_of(a, a->chunk * P + stage, VP);
+        const int snd = send_of(a, llm4d_pp_vstage(P, a->chunk, stage), VP);
         if (snd >= 0) ok &= push(&out, snd, a->chunk, a->mb);
     }
     free(comp.a);
@@ -166,11 +170,11 @@ llm4d_code llm4d_pp_schedule_build(llm4d_pp_schedule *s, llm4d_pp_kind kind, int
         switch (a->op) {
         case LLM4D_PP_F:
             if (++alive[a->chunk] > s->peak[a->chunk]) s->peak[a->chunk] = alive[a->chunk];
-            if (a->chunk * P + stage > 0) pending[0]--;
+            if (llm4d_pp_vstage(P, a->chunk, stage) > 0) pending[0]--;
             break;
         case LLM4D_PP_B:
             if (!s->split) alive[a->chunk]--;
-            if (a->chunk * P + stage < VP - 1) pending[1]--;
+            if (llm4d_pp_vstage(P, a->chunk, stage) < VP - 1) pending[1]--;
             break;
         case LLM4D_PP_W: alive[a->chunk]--; break;
         case LLM4D_PP_RECV_F:
@@ -283,7 +287,7 @@ llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span
                                 a->mb);
                 break;
             }
-            (*at(&(times){count, VP, M}, a->op, a->chunk * P + s, a->mb))++;
+            (*at(&(times){count, VP, M}, a->op, llm4d_pp_vstage(P, a->chunk, s), a->mb))++;
         }
     }
     const int need_w = st[0].split, fwd = st[0].kind == LLM4D_PP_FORWARD;
@@ -294,8 +298,9 @@ llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span
                 if (*at(&(times){count, VP, M}, op, v, mb) != want[op]) {
                     char what[32];
                     llm4d_pp_action a = {(uint8_t)op, (uint8_t)(v / P), mb};
-                    llm4d_pp_action_str(&st[v % P], &a, what, sizeof what);
-                    rc = llm4d_fail(err, LLM4D_EINTERNAL, "stage %d runs %s %d times, not %d", v % P, what,
+                    llm4d_pp_action_str(&st[llm4d_pp_stage_of(P, v)], &a, what, sizeof what);
+                    rc = llm4d_fail(err, LLM4D_EINTERNAL, "stage %d runs %s %d times, not %d", llm4d_pp_stage_of(P, v),
+                                    what,
                                     *at(&(times){count, VP, M}, op, v, mb), want[op]);
                     break;
                 }

@@ -38,6 +38,28 @@ typedef enum {
 
 typedef enum { LLM4D_PP_1F1B = 0, LLM4D_PP_INTERLEAVED, LLM4D_PP_ZBH1, LLM4D_PP_FORWARD } llm4d_pp_kind;
 
+/* What a schedule is, as data (schedule.c has the table): whether it splits the backward into B and W (the model
+ * then keeps the linear layers' output gradients until W: gpt.h split_backward), whether it interleaves V > 1
+ * chunks per stage, and what runs in its place when the run recomputes activations: ZB-H1's deferred W would need
+ * the very activations recompute drops, so with recompute W runs inside the backward and ZB-H1's order is 1F1B's. */
+typedef struct {
+    llm4d_pp_kind kind;
+    const char *name;
+    int split_backward;
+    int interleaved;
+    llm4d_pp_kind with_recompute;
+} llm4d_pp_props;
+
+const llm4d_pp_props *llm4d_pp_props_of(llm4d_pp_kind kind);
+
+/* Placement: virtual stage v = c P + s is local chunk c of stage s (so the model's chunks go round the stages V
+ * times); its input comes from virtual stage v - 1 and its output goes to v + 1. The first virtual stage (the
+ * embedding's) is on stage 0, the last (the head's) on stage P - 1. */
+static inline int llm4d_pp_vstage(int P, int chunk, int stage) { return chunk * P + stage; }
+static inline int llm4d_pp_stage_of(int P, int v) { return v % P; }
+/* The stage of virtual stage v's neighbour before (dir -1) or after (dir +1) it, of V P virtual stages. */
+static inline int llm4d_pp_neighbour(int P, int V, int v, int dir) { return (v + V * P + dir) % P; }
+
 typedef struct {
     uint8_t op;      /* llm4d_pp_op */
     uint8_t chunk;   /* local chunk c (virtual stage c P + stage) */

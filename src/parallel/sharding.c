@@ -60,11 +60,11 @@ static void gather_start(llm4d_sharding *s, int k, int grp, int blocking) {
     }
     const double t0 = llm4d_now();
     if (blocking) {
-        HOOK_TRY(llm4d_comm_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
+        HOOK_TRY(llm4d_comm_dev_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
         s->gather_wait_s += llm4d_now() - t0;
         return;
     }
-    HOOK_TRY(llm4d_comm_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
+    HOOK_TRY(llm4d_comm_dev_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
     r->busy = 1;
 }
 
@@ -76,17 +76,8 @@ static void slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
     r->busy = 0;
 }
 
-/* Open MPI advances a non-blocking collective only inside MPI calls: the hooks call this between kernels. */
-static void progress(llm4d_sharding *s) {
-    for (int k = 0; k < 2; k++) {
-        llm4d_ring_slot *r[2] = {&s->gather[k], &s->grad_ring[k]};
-        for (int j = 0; j < 2; j++) {
-            if (!r[j]->busy || !r[j]->req.comm || s->failed) continue;
-            int done = 0;
-            HOOK_TRY(llm4d_comm_test(&r[j]->req, &done, &s->err));
-        }
-    }
-}
+/* The gathers and reduce-scatters in flight, moved forward between kernels (comm.h llm4d_comm_progress). */
+static void progress(llm4d_sharding *s) { HOOK_TRY(llm4d_comm_progress(s->sh, &s->err)); }
 
 /* The group the recorded order says comes after the current position, -1 when none is known. */
 static int predicted_next(const llm4d_sharding *s) {
@@ -190,17 +181,17 @@ static llm4d_ring_slot *grad_slot(llm4d_sharding *s) {
     return NULL;
 }
 
-static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp) {
+static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp, const llm4d_event *ready) {
     r->group = grp;
     const size_t n = s->shard_len[grp];
     const double t0 = llm4d_now();
     if (!s->overlap_on) {
-        HOOK_TRY(llm4d_comm_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
+        HOOK_TRY(llm4d_comm_dev_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
         s->rs_wait_s += llm4d_now() - t0;
         grad_complete(s, r);
         return;
     }
-    HOOK_TRY(llm4d_comm_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &r->req, &s->err));
+    HOOK_TRY(llm4d_comm_dev_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, ready, &r->req, &s->err));
     r->busy = 1;
 }
 
@@ -214,16 +205,16 @@ static float *sh_grads_for(llm4d_engine *e, int grp) {
     return r->buf;
 }
 
-static void sh_grads_done(llm4d_engine *e, int grp) {
+static void sh_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
     llm4d_sharding *s = of(e);
     LLM4D_ASSERT(s->windows_left[grp] > 0, "group %d: more gradient windows than the step has", grp);
     s->windows_left[grp]--;
     if (s->stage < 2) {
-        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp);
+        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp, ready);
     } else {
         llm4d_ring_slot *r = &s->grad_ring[s->grad_open];
         s->grad_open = -1;
-        rs_start(s, r, r->buf, grp);
+        rs_start(s, r, r->buf, grp, ready);
     }
     progress(s);
 }
@@ -260,10 +251,11 @@ static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
     s->base.comm_wait_s = s->rs_wait_s + s->gather_wait_s;
     if (!s->dp) return LLM4D_OK;
     /* hybrid dp: only the owned shards cross between the dp replicas */
-    if (s->stage >= 2) return llm4d_comm_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, err);
+    if (s->stage >= 2)
+        return llm4d_comm_dev_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, LLM4D_COMM_SUM, err);
     for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allreduce(s->dp, flat_shard(s, s->g->grads, grp), s->shard_len[grp], LLM4D_COMM_F32,
-                                       err));
+        LLM4D_TRY(llm4d_comm_dev_allreduce(s->dp, flat_shard(s, s->g->grads, grp), s->shard_len[grp], LLM4D_COMM_F32,
+                                           LLM4D_COMM_SUM, err));
     return LLM4D_OK;
 }
 
@@ -291,15 +283,7 @@ static float *sh_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
 
 static double sh_grad_sumsq(llm4d_engine *e) {
     llm4d_sharding *s = of(e);
-    if (!s->counts) return 0.0;
-    double acc = 0.0;
-    for (int i = 0; i < s->g->table.n; i++) {
-        int64_t j0, j1;
-        if (!s->g->table.p[i].owner) continue;
-        const float *gr = sh_grad_view(e, i, &j0, &j1);
-        if (gr) acc += s->be->sumsq(s->be, gr, (size_t)(j1 - j0));
-    }
-    return acc;
+    return s->counts ? llm4d_engine_grad_sumsq(e, s->g, 1, NULL) : 0.0;
 }
 
 /* The AdamW update of local elements [off, off + len) (a window of the offloaded states, or everything), the
@@ -313,6 +297,7 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
     update_ctx *u = ctx;
     llm4d_sharding *s = u->s;
     const size_t end = off + len;
+    int n = 0;
     for (int i = 0; i < s->g->table.n; i++) {
         int64_t j0, j1;
         size_t local;
@@ -325,9 +310,10 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
         const size_t flat = p->offset + (size_t)j0 + (a - local); /* its place in the table's layout */
         float *w = s->stage >= 3 ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off) : s->g->params + flat;
         float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
-        llm4d_adamw_apply(&s->opt, s->be, w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
-                          b - a, u->lr, u->grad_scale, p->decay, 0);
+        s->ranges[n++] = (llm4d_opt_range){w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
+                                           b - a, p->decay};
     }
+    llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
 }
 
 static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
@@ -339,7 +325,7 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
     LLM4D_TRY(check_failed(s, err));
     if (s->in_step && !s->traced && s->stage >= 3) s->traced = 1; /* the first step's order is the schedule's */
     s->in_step = 0;
-    llm4d_adamw_next(&s->opt);
+    llm4d_optimizer_next(&s->opt);
     update_ctx u = {s, lr, grad_scale};
     if (s->off) {
         LLM4D_TRY(llm4d_offload_stream(s->off, update_window, &u, err));
@@ -350,22 +336,24 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
     if (s->stage >= 3) return LLM4D_OK; /* parameters are gathered when used */
     for (int grp = 0; grp < s->n_groups; grp++) {
         float *full = s->g->params + group_lo(s, grp);
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full, s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
+        LLM4D_TRY(llm4d_comm_dev_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full,
+                                           s->shard_len[grp], LLM4D_COMM_F32, err));
     }
     return LLM4D_OK;
 }
 
 static void sh_state(llm4d_engine *e, llm4d_engine_state *out) {
     llm4d_sharding *s = of(e);
+    const size_t n = s->local_total;
     *out = (llm4d_engine_state){.n = s->n_groups, .lo = s->range_lo, .hi = s->range_hi,
-                                .params = s->stage >= 3 ? s->local_params : s->g->params,
-                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = s->m, .v = s->v,
+                                .params = s->stage >= 3 ? (llm4d_state_buf){s->local_params, n, 0}
+                                                        : (llm4d_state_buf){s->g->params, s->g->table.total, 0},
+                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = {s->m, n, 0}, .v = {s->v, n, 0},
                                 .state_off = s->shard_off, .params_whole = s->stage < 3, .writes = s->counts};
-    if (s->off) { /* the offloaded states, mapped from their file for the duration of a save or load */
-        out->m = llm4d_offload_map(s->off, LLM4D_OFFLOAD_M);
-        out->v = llm4d_offload_map(s->off, LLM4D_OFFLOAD_V);
-        if (s->stage >= 3) out->params = llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS);
+    if (s->off) { /* the offloaded states, mapped from their file (host memory) for the duration of a save or load */
+        out->m = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_M), n, 1};
+        out->v = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_V), n, 1};
+        if (s->stage >= 3) out->params = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS), n, 1};
     }
 }
 
@@ -377,9 +365,15 @@ static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
 static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     llm4d_sharding *s = of(e);
     const llm4d_param_table *t = &s->g->table;
-    const float *p = s->stage < 3 ? s->g->params
-                     : s->off     ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS)
-                                  : s->local_params;
+    llm4d_view v = {0};
+    llm4d_err verr;
+    const float *p = s->stage >= 3 && s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : NULL; /* host */
+    if (!p) { /* device memory: through a host view */
+        float *dev = s->stage < 3 ? s->g->params : s->local_params;
+        const size_t n = s->stage < 3 ? t->total : s->local_total;
+        if (llm4d_view_open(&v, s->be, s->mem, dev, n * sizeof(float), LLM4D_VIEW_READ, &verr) != LLM4D_OK) return 0;
+        p = v.host;
+    }
     uint64_t h = LLM4D_HASH_INIT;
     if (!p) return 0;
     if (which == LLM4D_HASH_ALL) {
@@ -395,13 +389,14 @@ static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     }
     llm4d_err ignored;
     if (s->off && s->stage >= 3) llm4d_offload_unmap(s->off, &ignored);
+    llm4d_view_close(&v, s->be, s->mem);
     return h;
 }
 
 static int64_t sh_adam_steps(llm4d_engine *e, int64_t set) {
     llm4d_sharding *s = of(e);
-    if (set >= 0) s->opt.t = set;
-    return s->opt.t;
+    if (set >= 0) s->opt.hp.t = set;
+    return s->opt.hp.t;
 }
 
 static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
@@ -415,6 +410,31 @@ static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
              s->stage >= 2 ? "sharded (per-window buckets reduce-scattered during backward)"
                            : "whole, reduce-scattered during backward",
              s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off);
+}
+
+static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
+    llm4d_sharding *s = of(e);
+    out->zero_gather_wait_s += s->gather_wait_s;
+    out->zero_rs_wait_s += s->rs_wait_s;
+}
+
+/* The sharding group's shards of a local buffer (host memory) into a whole buffer of the table's layout. */
+static llm4d_code gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
+    for (int grp = 0; grp < s->n_groups; grp++)
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
+                                       LLM4D_COMM_F32, err));
+    return LLM4D_OK;
+}
+
+/* A consolidated checkpoint: the group's first rank (of the first data replica) writes whole tensors. */
+static llm4d_code sh_gather_state(llm4d_engine *e, const llm4d_state_host *h, float *params, float *m, float *v,
+                                  int *writes, llm4d_err *err) {
+    llm4d_sharding *s = of(e);
+    *writes = s->rank == 0 && s->counts;
+    LLM4D_TRY(gather_full(s, h->m, m, err));
+    LLM4D_TRY(gather_full(s, h->v, v, err));
+    if (params) LLM4D_TRY(gather_full(s, h->params, params, err));
+    return LLM4D_OK;
 }
 
 static void sh_destroy(llm4d_engine *e) {
@@ -441,6 +461,7 @@ static void sh_destroy(llm4d_engine *e) {
     free(s->range_hi);
     free(s->windows_left);
     free(s->trace);
+    free(s->ranges);
     memset(s, 0, sizeof *s);
 }
 
@@ -459,7 +480,9 @@ static const llm4d_engine_ops sharding_ops = {
     .state_done = sh_state_done,
     .param_hash = sh_param_hash,
     .adam_steps = sh_adam_steps,
+    .gather_state = sh_gather_state,
     .describe = sh_describe,
+    .stats = sh_stats,
     .destroy = sh_destroy,
 };
 
@@ -484,21 +507,43 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
     bytes[LLM4D_MEM_COMM] += 2 * (shard + (stage >= 2 ? group : 0) + (stage >= 3 ? group : 0)) * f;
 }
 
+/* The initial parameters of local elements [off, off + len) into dst (the elements from off on): each group's
+ * shard is a range of the table's flat layout, drawn where it lies. */
+static void init_local(llm4d_sharding *s, float *dst, size_t off, size_t len, uint64_t seed) {
+    for (int grp = 0; grp < s->n_groups; grp++) {
+        const size_t lo = s->shard_off[grp], hi = lo + s->shard_len[grp];
+        const size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
+        if (a >= b) continue;
+        llm4d_param_init_range(&s->g->table, s->be, dst + (a - off), s->range_lo[grp] + (a - lo),
+                               s->range_lo[grp] + (b - lo), seed);
+    }
+}
+
+typedef struct {
+    llm4d_sharding *s;
+    uint64_t seed;
+} init_ctx;
+
+static void init_window(void *ctx, size_t off, size_t len, float **bufs) {
+    const init_ctx *ic = ctx;
+    init_local(ic->s, bufs[LLM4D_OFFLOAD_PARAMS], off, len, ic->seed);
+}
+
 static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
     float *p = s->be->alloc(s->be, s->mem, c, n * sizeof(float));
     if (!p) *ok = 0;
     return p;
 }
 
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
-                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt,
-                               uint64_t seed, llm4d_err *err) {
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
+                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err) {
     memset(s, 0, sizeof *s);
     s->base.ops = &sharding_ops;
-    const char *pf = getenv("LLM4D_ZERO_PREFETCH"), *ov = getenv("LLM4D_ZERO_OVERLAP");
-    s->prefetch_on = !(pf && !strcmp(pf, "0"));
-    s->overlap_on = !(ov && !strcmp(ov, "0"));
-    s->opt = opt;
+    const int stage = d->sharding_stage, offload = d->sharding_offload;
+    const char *offload_dir = d->offload_dir;
+    s->prefetch_on = d->zero_prefetch;
+    s->overlap_on = d->zero_overlap;
+    s->opt = llm4d_optimizer_make(opt, g->be);
     s->stage = stage;
     s->N = llm4d_comm_size(sharding_comm);
     s->rank = llm4d_comm_rank(sharding_comm);
@@ -517,7 +562,8 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
     s->range_lo = calloc((size_t)G, sizeof *s->range_lo);
     s->range_hi = calloc((size_t)G, sizeof *s->range_hi);
     s->windows_left = calloc((size_t)G, sizeof *s->windows_left);
-    if (!s->shard_len || !s->shard_off || !s->range_lo || !s->range_hi || !s->windows_left) {
+    s->ranges = calloc((size_t)t->n, sizeof *s->ranges);
+    if (!s->shard_len || !s->shard_off || !s->range_lo || !s->range_hi || !s->windows_left || !s->ranges) {
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
@@ -557,20 +603,14 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int o
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded states");
     }
     if (stage >= 3) { /* the same numbers as the whole model's init (keyed by global name and index) */
-        float *p = s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : s->local_params;
-        for (int grp = 0; p && grp < G; grp++)
-            llm4d_param_init_range(t, p + s->shard_off[grp], s->range_lo[grp], s->range_hi[grp], seed);
-        if (!p || (s->off && llm4d_offload_unmap(s->off, err) != LLM4D_OK)) {
+        init_ctx ic = {s, seed};
+        llm4d_code rc = LLM4D_OK;
+        if (s->off) rc = llm4d_offload_stream(s->off, init_window, &ic, err); /* window by window into the file */
+        else init_local(s, s->local_params, 0, s->local_total, seed);
+        if (rc != LLM4D_OK) {
             sh_destroy(&s->base);
-            return p ? err->code : llm4d_fail(err, LLM4D_EUSER, "sharding_offload: cannot map the offload file");
+            return rc;
         }
     }
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
-    for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
     return LLM4D_OK;
 }

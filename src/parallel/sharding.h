@@ -15,8 +15,9 @@
  *            when the window closes. Model states 4 Psi + 12 Psi/N.
  *   stage 3  parameters are sharded too: a group is all-gathered into a gather buffer right before it is used and
  *            released right after. While a group computes, the next one's all-gather is already in flight (in a
- *            second buffer, driven by test calls from the hooks); the order of use is recorded in the first step
- *            and replayed (a schedule's order, the head's passes over vocabulary blocks). Model states 16 Psi/N.
+ *            second buffer, moved forward from the hooks by the communicator); the order of use is recorded in the
+ *            first step and replayed (a schedule's order, the head's passes over vocabulary blocks). Model states
+ *            16 Psi/N.
  *
  * No buffer the size of the embedding exists at stages 2 and 3: the token embedding is cut into vocabulary blocks
  * no larger than the largest block group (and at least 2^20 elements; llm4d_sharding_part), which the lookup and
@@ -41,7 +42,7 @@
 #define LLM4D_PARALLEL_SHARDING_H
 
 #include "comm/comm.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/engine.h"
 
 struct llm4d_offload;
@@ -64,7 +65,8 @@ typedef struct {
     llm4d_gpt *g;
     llm4d_backend *be;
     llm4d_mem *mem;
-    llm4d_adamw opt;
+    llm4d_optimizer opt;
+    llm4d_opt_range *ranges; /* [table entries]: scratch for the ranges of one update window */
     int n_groups;
     size_t *shard_len;       /* [G] elements of each group's shard */
     size_t *shard_off;       /* [G] offset of each group's shard in the local buffers */
@@ -81,8 +83,8 @@ typedef struct {
     int cur;                 /* stage 3: the gather slot of the group in use, -1 none */
     int *trace;              /* stage 3: the order of parameter use recorded in the first step */
     int trace_n, trace_cap, trace_pos, traced, in_step;
-    int prefetch_on;         /* 0 with LLM4D_ZERO_PREFETCH=0 (measurement: every gather blocking) */
-    int overlap_on;          /* 0 with LLM4D_ZERO_OVERLAP=0 (measurement: every reduce-scatter blocking) */
+    int prefetch_on;         /* zero_prefetch; off: every gather blocking (measurement) */
+    int overlap_on;          /* zero_overlap; off: every reduce-scatter blocking (measurement) */
     int64_t prefetch_hits, gathers;
     double gather_wait_s;    /* this step: time blocked waiting for parameter gathers (stage 3) */
     double rs_wait_s;        /* this step: time blocked in or waiting for gradient reduce-scatters */
@@ -98,14 +100,10 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
 
 /* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan). */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, size_t bytes[]);
-/* The model must have been created with llm4d_sharding_part's part and layout. offload_dir: where the offload
- * file lives (offload only). dp_comm: the pure dp group of hybrid sharding (NULL or size 1: none); dp_index: this
- * rank's index in it. */
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, int stage, int offload, const char *offload_dir,
-                               llm4d_comm *sharding_comm, llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt,
-                               uint64_t seed, llm4d_err *err);
-/* Gather the sharding group's shards of a local buffer (m, v or stage-3 parameters) into a whole buffer of the
- * table's layout (consolidated checkpoints). */
-llm4d_code llm4d_sharding_gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err);
+/* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
+ * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
+ * sharding (NULL or size 1: none); dp_index: this rank's index in it. */
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
+                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err);
 
 #endif

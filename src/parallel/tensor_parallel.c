@@ -35,7 +35,7 @@ static llm4d_code tp_finish(llm4d_engine *e, llm4d_err *err) {
     if (!tp->pack) return LLM4D_OK;
     const double t0 = llm4d_now();
     const size_t n = pack(tp, 0);
-    if (n) LLM4D_TRY(llm4d_comm_allreduce(tp->mp, tp->pack, n, LLM4D_COMM_F32, err));
+    if (n) LLM4D_TRY(llm4d_comm_dev_allreduce(tp->mp, tp->pack, n, LLM4D_COMM_F32, LLM4D_COMM_SUM, err));
     pack(tp, 1);
     e->comm_wait_s = e->comm_total_s = llm4d_now() - t0;
     return LLM4D_OK;

@@ -58,37 +58,38 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     return meta;
 }
 
-/* save_consolidated: the states are gathered over the sharding group into whole buffers for the duration of the
- * save (a temporary of 2 or 3 x the model part on every rank), then the first rank of each sharding group (of the
- * first data replica) writes whole tensors. */
+/* save_consolidated: the storage engine gathers its state over its group into whole buffers for the duration of
+ * the save (a temporary of 2 or 3 x the model part on every rank), and the rank it names writes whole tensors. */
 static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const llm4d_param_table *t = &tr->model.table;
-    llm4d_sharding *s = &tr->sh;
+    llm4d_engine *e = tr->engines.storage;
     const size_t bytes = t->total * sizeof(float);
     llm4d_engine_state st;
-    s->base.ops->state(&s->base, &st);
-    float *tmp[3] = {NULL, NULL, NULL};
-    llm4d_code rc = LLM4D_OK;
-    for (int k = 0; k < (s->stage >= 3 ? 3 : 2) && rc == LLM4D_OK; k++)
+    e->ops->state(e, &st);
+    float *tmp[3] = {NULL, NULL, NULL}; /* m, v, parameters (when the state's are not whole) */
+    llm4d_state_host h;
+    llm4d_code rc = llm4d_engine_state_open(&st, tr->be, &tr->mem, LLM4D_VIEW_READ, &h, err);
+    const int opened = rc == LLM4D_OK;
+    for (int k = 0; k < (st.params_whole ? 2 : 3) && rc == LLM4D_OK; k++)
         if (!(tmp[k] = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, bytes)))
             rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory gathering the checkpoint (%zu bytes)", bytes);
-    if (rc == LLM4D_OK) rc = llm4d_sharding_gather_full(s, st.m, tmp[0], err);
-    if (rc == LLM4D_OK) rc = llm4d_sharding_gather_full(s, st.v, tmp[1], err);
-    if (rc == LLM4D_OK && s->stage >= 3) rc = llm4d_sharding_gather_full(s, st.params, tmp[2], err);
-    if (s->base.ops->state_done) {
+    int writes = 0;
+    if (rc == LLM4D_OK) rc = e->ops->gather_state(e, &h, tmp[2], tmp[0], tmp[1], &writes, err);
+    if (e->ops->state_done) {
         llm4d_err e2;
-        llm4d_code r2 = s->base.ops->state_done(&s->base, &e2);
+        llm4d_code r2 = e->ops->state_done(e, &e2);
         if (rc == LLM4D_OK && r2 != LLM4D_OK) rc = r2, *err = e2;
     }
-    LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
+    rc = llm4d_trainer_agree(tr, rc, err);
     const size_t lo = 0, hi = t->total;
-    const int writes = s->rank == 0 && s->counts;
-    rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, &lo, &hi, 1,
-                                        s->stage >= 3 ? tmp[2] : tr->model.params, NULL, tmp[0], tmp[1], NULL,
-                                        tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+    if (rc == LLM4D_OK)
+        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, &lo, &hi, 1,
+                                            st.params_whole ? h.params : tmp[2], NULL, tmp[0], tmp[1], NULL,
+                                            tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
     for (int k = 0; k < 3; k++)
         if (tmp[k]) llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tmp[k], bytes);
+    if (opened) llm4d_engine_state_close(&h, tr->be, &tr->mem);
     return rc;
 }
 
@@ -99,14 +100,19 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     llm4d_code rc = LLM4D_OK;
     const double t0 = llm4d_trace_now(tr->trace);
     cJSON *meta = build_meta(tr, step);
-    if (tr->sharded && c->dist.save_consolidated) {
+    if (e->ops->gather_state && c->dist.save_consolidated) {
         rc = save_consolidated(tr, step, meta, err);
     } else {
         llm4d_engine_state st;
         e->ops->state(e, &st);
-        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, st.writes, &c->model, t, st.lo,
-                                            st.hi, st.n, st.params, st.params_off, st.m, st.v, st.state_off,
-                                            tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+        llm4d_state_host h;
+        rc = llm4d_engine_state_open(&st, tr->be, &tr->mem, LLM4D_VIEW_READ, &h, err);
+        if (rc == LLM4D_OK) {
+            rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, st.writes, &c->model, t,
+                                                st.lo, st.hi, st.n, h.params, st.params_off, h.m, h.v, st.state_off,
+                                                tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+            llm4d_engine_state_close(&h, tr->be, &tr->mem);
+        }
         if (e->ops->state_done) {
             llm4d_err e2;
             llm4d_code r2 = e->ops->state_done(e, &e2);
@@ -183,12 +189,15 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
     llm4d_engine_state st;
     e->ops->state(e, &st);
     const size_t lo = 0, hi = t->total;
-    llm4d_code rc = LLM4D_OK;
-    if (st.params_whole) /* every entry of this rank's part, then the states of the ranges it keeps */
-        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, &lo, &hi, 1, st.params, NULL, NULL, NULL, NULL, NULL, err);
+    llm4d_state_host h; /* read as well as written: what the checkpoint leaves out keeps its value */
+    llm4d_code rc = llm4d_engine_state_open(&st, tr->be, &tr->mem, LLM4D_VIEW_READ | LLM4D_VIEW_WRITE, &h, err);
+    const int opened = rc == LLM4D_OK;
+    if (rc == LLM4D_OK && st.params_whole) /* every entry of this rank's part, then the states of its ranges */
+        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, &lo, &hi, 1, h.params, NULL, NULL, NULL, NULL, NULL, err);
     if (rc == LLM4D_OK)
-        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, st.lo, st.hi, st.n, st.params_whole ? NULL : st.params,
-                                        st.params_off, st.m, st.v, st.state_off, &has_optim, err);
+        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, st.lo, st.hi, st.n, st.params_whole ? NULL : h.params,
+                                        st.params_off, h.m, h.v, st.state_off, &has_optim, err);
+    if (opened) llm4d_engine_state_close(&h, tr->be, &tr->mem);
     /* the weights were written behind the backend's back: any low-precision copy it keeps is stale */
     if (tr->be->weights_changed) tr->be->weights_changed(tr->be, NULL, 0);
     if (e->ops->state_done) {

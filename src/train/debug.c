@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "backend/view.h"
 #include "train/trainer.h"
 
 static llm4d_code dump_file(const char *dir, const char *name, const void *data, size_t bytes, llm4d_err *err) {
@@ -16,6 +17,15 @@ static llm4d_code dump_file(const char *dir, const char *name, const void *data,
     }
     fclose(f);
     return LLM4D_OK;
+}
+
+/* A tensor in device memory, through a host view (backend/view.h). */
+static llm4d_code dump_tensor(llm4d_trainer *tr, const char *name, void *dev, size_t bytes, llm4d_err *err) {
+    llm4d_view v;
+    LLM4D_TRY(llm4d_view_open(&v, tr->be, &tr->mem, dev, bytes, LLM4D_VIEW_READ, err));
+    const llm4d_code rc = dump_file(tr->debug_dump, name, v.host, bytes, err);
+    llm4d_view_close(&v, tr->be, &tr->mem);
+    return rc;
 }
 
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
@@ -50,7 +60,7 @@ llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
     fprintf(f, "]}\n");
     fclose(f);
     if (!tr->model.params) return LLM4D_OK;
-    return dump_file(tr->debug_dump, "params_init.bin", tr->model.params, t->total * sizeof(float), err);
+    return dump_tensor(tr, "params_init.bin", tr->model.params, t->total * sizeof(float), err);
 }
 
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
@@ -60,8 +70,7 @@ llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_
     const size_t rowsT = (size_t)b->rows * T;
     if (after_backward) {
         if (step != 1 || !tr->model.grads) return LLM4D_OK;
-        return dump_file(tr->debug_dump, "grads_step1.bin", tr->model.grads, tr->model.table.total * sizeof(float),
-                         err);
+        return dump_tensor(tr, "grads_step1.bin", tr->model.grads, tr->model.table.total * sizeof(float), err);
     }
     char path[LLM4D_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/batch_step%lld.bin", tr->debug_dump, (long long)step);
@@ -71,8 +80,10 @@ llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_
     fwrite(b->targets, sizeof(int32_t), rowsT, f);
     fwrite(b->mask, sizeof(float), rowsT, f);
     fclose(f);
-    if (step != 1 || tr->pipelined) return LLM4D_OK; /* logits: a whole model's */
-    llm4d_gpt_forward(&tr->model, b->tokens, NULL, NULL, b->sample_ids, 1, 0, 0, mb, T);
-    return dump_file(tr->debug_dump, "logits_step1.bin", tr->model.logits,
-                     (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err);
+    const llm4d_model_part *part = &tr->model.table.part;
+    if (step != 1 || part->n_chunks != 1 || !part->embedding || !part->head) return LLM4D_OK; /* a whole model's */
+    llm4d_devbatch_upload(&tr->batch, b, 0);
+    llm4d_gpt_forward(&tr->model, tr->batch.tokens, NULL, NULL, tr->batch.sample_ids, 1, 0, 0, mb, T);
+    return dump_tensor(tr, "logits_step1.bin", tr->model.logits,
+                       (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err);
 }

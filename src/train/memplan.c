@@ -9,55 +9,18 @@
  * MPI) is read from the kernel (VmRSS). tests/test_memory_plan.sh checks the plan per category against the memory
  * arena after allocation, and the total against the measured peak resident set.
  *
- * Available memory is the host's MemAvailable (or the cgroup's limit less its usage, if lower) shared by the
- * ranks on this host; a plan that needs more is refused with one line naming what dominates and what would
+ * Available memory is the device's free memory (backend.h mem_info; on the CPU backends the host's MemAvailable, or
+ * the cgroup's limit less its usage if lower) shared by the ranks on this host; a plan that needs more is refused with one line naming what dominates and what would
  * shrink it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/pipeline.h"
-#include "parallel/sharding.h"
-#include "parallel/tensor_parallel.h"
+#include "core/proc.h"
+#include "parallel/stack.h"
 #include "train/trainer.h"
 
 #define MiB (1024.0 * 1024.0)
-
-/* A "Key: N kB" line of a /proc file, in bytes; -1 when absent. */
-static long long proc_kb(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[256];
-    long long v = -1;
-    const size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = atoll(line + n + 1) * 1024;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* A cgroup v2 file holding one number ("max": none); -1 when absent. */
-static long long cgroup_value(const char *name) {
-    char path[128];
-    snprintf(path, sizeof path, "/sys/fs/cgroup/%s", name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char buf[64] = "";
-    const int ok = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    return ok && buf[0] >= '0' && buf[0] <= '9' ? atoll(buf) : -1;
-}
-
-/* Bytes this host can still give its processes, and how many ranks of the job run on it. */
-static long long host_available(void) {
-    long long avail = proc_kb("/proc/meminfo", "MemAvailable");
-    const long long max = cgroup_value("memory.max"), cur = cgroup_value("memory.current");
-    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) avail = max - cur;
-    return avail;
-}
 
 static int local_ranks(void) {
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -78,7 +41,7 @@ static void human(double bytes, char *buf, size_t n) {
 static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
     if (!tr->cfg->use_amp || !tr->be->weights_changed) return 0;
     size_t n = 0;
-    if (tr->sharded && tr->cfg->dist.sharding_stage >= 3) {
+    if (tr->cfg->dist.sharding_degree > 1 && tr->cfg->dist.sharding_stage >= 3) {
         for (int g = 0; g < t->n_groups; g++)
             if (t->g[g].hi - t->g[g].lo > n) n = t->g[g].hi - t->g[g].lo;
         n *= 2;
@@ -95,7 +58,7 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
  * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
  * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). */
 static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *t) {
-    if (!tr->sharded || tr->cfg->dist.sharding_degree < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
+    if (tr->cfg->dist.sharding_degree < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;
@@ -106,9 +69,8 @@ static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *
 }
 
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
-                              const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err) {
+                              const llm4d_gpt_layout *layout, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
-    const llm4d_dist_config *d = &cfg->dist;
     size_t plan[LLM4D_MEM_NCATEGORIES], add = 0;
     llm4d_operand_sizes sizes = {0, 0, 0, 0};
     LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, &sizes, err));
@@ -116,29 +78,24 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     const size_t operands = tr->be->operand_workspace ? tr->be->operand_workspace(tr->be, sizes, tr->precision) : 0;
     llm4d_param_table t;
     LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, part, err));
-    if (tr->sharded) llm4d_sharding_plan(&t, d->sharding_stage, d->sharding_degree, d->sharding_offload, plan);
-    else plan[LLM4D_MEM_OPTIM] += 2 * t.total * sizeof(float); /* Adam m, v (flat.c) */
-    if (part->mp_size > 1) plan[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(&t);
+    const size_t crossing = (size_t)(tp->sp ? layout->B * layout->T / tp->size : layout->B * layout->T) *
+                            (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
+    const llm4d_code rc = llm4d_stack_bytes(cfg, &tr->topo, &tr->ppplan, &t, crossing, plan, err);
     const size_t copies = weight_copies(tr, &t), mpi_tmp = mpi_temporaries(tr, &t);
     llm4d_param_table_free(&t);
-    if (tr->pipelined) {
-        const size_t act = (size_t)(tp->sp ? layout->B * layout->T / tp->size : layout->B * layout->T) *
-                           (size_t)cfg->model.hidden_size;
-        size_t b;
-        LLM4D_TRY(llm4d_pipeline_plan((llm4d_pp_kind)pp_kind, d->pp_degree, cfg->model.virtual_pp_degree,
-                                      (int)cfg->accumulate_steps, tr->topo.index[LLM4D_AXIS_PIPE], act, &b, err));
-        plan[LLM4D_MEM_COMM] += b;
-    }
-    plan[LLM4D_MEM_WORKSPACE] += (size_t)cfg->local_batch_size * cfg->data.max_seq_len * sizeof(float); /* dloss */
+    LLM4D_TRY(rc);
+    plan[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) {
         add += plan[c];
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
     }
     add += copies + mpi_tmp + operands;
-    const long long rss = proc_kb("/proc/self/status", "VmRSS");
+    const long long rss = llm4d_proc_kb("/proc/self/status", "VmRSS");
     tr->plan_base = rss > 0 ? (size_t)rss : 0;
     tr->plan_total = tr->plan_base + add;
-    const long long host = tr->mem_available > 0 ? tr->mem_available : host_available();
+    size_t dev_free = 0, dev_total = 0; /* the device's memory: on the CPU backends the host's */
+    tr->be->mem_info(tr->be, &dev_free, &dev_total);
+    const long long host = tr->mem_available > 0 ? tr->mem_available : (long long)dev_free;
     const int ranks = local_ranks();
 
     char line[512], h[32];

@@ -85,16 +85,18 @@ static llm4d_code add_layout(cJSON *root, const llm4d_trainer *tr, llm4d_err *er
     cJSON_AddNumberToObject(l, "world_size", me->world_size);
     cJSON *deg = cJSON_AddObjectToObject(l, "degrees");
     for (int a = 0; a < LLM4D_NAXES; a++) cJSON_AddNumberToObject(deg, llm4d_axis_name((llm4d_axis)a), me->degree[a]);
-    cJSON_AddNumberToObject(l, "sharding_stage", tr->sharded ? c->dist.sharding_stage : 0);
-    cJSON_AddBoolToObject(l, "sharding_offload", tr->sharded && c->dist.sharding_offload);
+    const int sharded = c->dist.sharding_degree > 1, pipelined = tr->ppplan.P > 1;
+    cJSON_AddNumberToObject(l, "sharding_stage", sharded ? c->dist.sharding_stage : 0);
+    cJSON_AddBoolToObject(l, "sharding_offload", sharded && c->dist.sharding_offload);
     cJSON_AddBoolToObject(l, "sequence_parallel", c->model.sequence_parallel && me->degree[LLM4D_AXIS_MODEL] > 1);
-    cJSON_AddStringToObject(l, "pp_schedule", tr->pipelined ? llm4d_pp_kind_name(tr->pp.train.kind) : "none");
+    cJSON_AddStringToObject(l, "pp_schedule", pipelined ? tr->ppplan.runs->name : "none");
     cJSON_AddNumberToObject(l, "virtual_pp_degree", V);
     cJSON_AddNumberToObject(l, "micro_batches", (double)c->accumulate_steps);
-    int *lo = calloc((size_t)P * V, sizeof *lo), *hi = calloc((size_t)P * V, sizeof *hi);
-    llm4d_code rc = lo && hi ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (rc == LLM4D_OK && P > 1) rc = llm4d_pp_split(c, P, V, lo, hi, err);
-    else if (rc == LLM4D_OK) lo[0] = 0, hi[0] = L;
+    /* the split decided once for the run (parallel/pp_plan.h); no pipeline: one stage of every block */
+    const int whole[2] = {0, L};
+    const int *lo = pipelined ? tr->ppplan.lo : whole, *hi = pipelined ? tr->ppplan.hi : whole + 1;
+    llm4d_code rc = LLM4D_OK;
+    (void)err;
     cJSON *ranks = cJSON_AddArrayToObject(l, "ranks");
     for (int r = 0; rc == LLM4D_OK && r < me->world_size; r++) {
         llm4d_topology t;
@@ -106,17 +108,15 @@ static llm4d_code add_layout(cJSON *root, const llm4d_trainer *tr, llm4d_err *er
         for (int a = 0; a < LLM4D_NAXES; a++) cJSON_AddNumberToObject(o, llm4d_axis_name((llm4d_axis)a), t.index[a]);
         const int s = t.index[LLM4D_AXIS_PIPE];
         cJSON *blocks = cJSON_AddArrayToObject(o, "blocks");
-        for (int ch = 0; ch < (P > 1 ? V : 1); ch++) {
-            const int v = ch * P + s;
-            const int pair[2] = {lo[P > 1 ? v : 0], hi[P > 1 ? v : 0]};
+        for (int ch = 0; ch < (pipelined ? V : 1); ch++) {
+            const int v = pipelined ? llm4d_pp_vstage(P, ch, s) : 0;
+            const int pair[2] = {lo[v], hi[v]};
             cJSON_AddItemToArray(blocks, cJSON_CreateIntArray(pair, 2));
         }
         cJSON_AddBoolToObject(o, "embedding", s == 0);
         cJSON_AddBoolToObject(o, "head", s == P - 1);
         cJSON_AddItemToArray(ranks, o);
     }
-    free(lo);
-    free(hi);
     return rc;
 }
 

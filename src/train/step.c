@@ -1,5 +1,6 @@
 /* step.c — the training loop: one step per global batch, the seeds' log line, metrics.jsonl (see trainer.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/resource.h>
@@ -25,7 +26,18 @@ llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err 
     /* each rank's sum is already divided by the global count: the global loss is the sum over data ranks (every
      * tensor-parallel rank computed the same value); with a pipeline only the last stage holds it */
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, loss, 1, LLM4D_COMM_F64, err));
-    if (tr->pipelined) LLM4D_TRY(llm4d_comm_allreduce(tr->groups->axis[LLM4D_AXIS_PIPE], loss, 1, LLM4D_COMM_F64, err));
+    LLM4D_TRY(llm4d_comm_allreduce(tr->groups->axis[LLM4D_AXIS_PIPE], loss, 1, LLM4D_COMM_F64, err));
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double w, int train,
+                                   double *loss, llm4d_err *err) {
+    const int acc = (int)tr->cfg->accumulate_steps, mb = (int)tr->cfg->micro_batch_size;
+    llm4d_devbatch_upload(&tr->batch, b, w);
+    for (int k = 0; k < acc; k++) tr->mbs[k] = llm4d_devbatch_micro(&tr->batch, k, mb, (uint32_t)step, train);
+    LLM4D_TRY(llm4d_executor_run(tr->exec, tr->mbs, acc, !train, err));
+    LLM4D_TRY(llm4d_tp_check(&tr->model.tp, err));
+    *loss = llm4d_gpt_loss_take(&tr->model);
     return LLM4D_OK;
 }
 
@@ -42,38 +54,17 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
                              llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     llm4d_gpt *g = &tr->model;
-    const int T = c->data.max_seq_len, mb = (int)c->micro_batch_size;
-    const int64_t acc = c->accumulate_steps;
+    const int T = c->data.max_seq_len;
     /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
     double count = 0;
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
     if (step == tr->hang_step && tr->topo.rank == tr->hang_rank) /* test facility: a rank stuck in a kernel */
         for (;;) pause();
-    llm4d_engines_begin_step(&tr->engines, (int)acc);
+    llm4d_engines_begin_step(&tr->engines, (int)c->accumulate_steps);
     /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
-    const double w = count > 0 ? tr->loss_scale / count : 0;
-    for (size_t i = 0; i < (size_t)b->rows * T; i++) tr->dloss[i] = (float)(b->mask[i] * w);
-    double loss = 0;
-    if (tr->pipelined) { /* the schedule interleaves the micro-batches' forwards and backwards */
-        for (int64_t k = 0; k < acc; k++) {
-            const size_t off = (size_t)k * mb * T;
-            tr->mbs[k] = (llm4d_micro){b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
-                                       (uint32_t)step, 1, 1, mb, T};
-        }
-        LLM4D_TRY(llm4d_pipeline_run(&tr->pp, tr->mbs, (int)acc, 0, &loss, err));
-    } else {
-        for (int64_t k = 0; k < acc; k++) {
-            const size_t off = (size_t)k * mb * T;
-            const double tf = llm4d_trace_now(tr->trace);
-            loss += llm4d_gpt_forward(g, b->tokens + off, b->targets + off, tr->dloss + off, b->sample_ids + k * mb,
-                                      (uint32_t)step, 1, 1, mb, T);
-            const double tb = llm4d_trace_pass(tr->trace, LLM4D_TR_FORWARD, (int)k, -1, tf);
-            llm4d_gpt_backward(g, b->tokens + off, b->sample_ids + k * mb, (uint32_t)step, 1, mb, T);
-            llm4d_trace_pass(tr->trace, LLM4D_TR_BACKWARD, (int)k, -1, tb);
-        }
-    }
-    LLM4D_TRY(llm4d_tp_check(&g->tp, err));
+    double loss;
+    LLM4D_TRY(llm4d_trainer_run_batch(tr, step, b, count > 0 ? tr->loss_scale / count : 0, 1, &loss, err));
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
     LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
@@ -96,13 +87,15 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
 static llm4d_code first_nonfinite(llm4d_trainer *tr, char *name, size_t n, llm4d_err *err) {
     const llm4d_param_table *t = &tr->model.table;
     int64_t first = -INT64_MAX; /* the maximum of minus the order key is the minimum key */
+    double *each = malloc((size_t)t->n * sizeof *each);
+    if (!each) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_engine_grad_sumsq(tr->engines.storage, &tr->model, 0, each);
     for (int i = 0; i < t->n; i++) {
-        int64_t j0, j1;
-        const float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
-        if (!gr || j1 <= j0 || isfinite(tr->be->sumsq(tr->be, gr, (size_t)(j1 - j0)))) continue;
+        if (isfinite(each[i])) continue;
         const int64_t key = -llm4d_param_order(&t->p[i], t->num_layers);
         if (key > first) first = key;
     }
+    free(each);
     LLM4D_TRY(llm4d_comm_allreduce_max(tr->groups->world, &first, 1, LLM4D_COMM_I64, err));
     if (first == -INT64_MAX) snprintf(name, n, "(none found: a gradient too large to square)");
     else llm4d_param_order_name(-first, t->num_layers, name, n);
@@ -265,7 +258,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const int64_t first = tr->start_step;
     double pp_idle = 0, pp_busy = 0, pp_step = 0; /* pipeline, steps after the first: waiting, computing, all */
     double pp_op[3] = {0, 0, 0};
-    int pp_steps = 0, pp_n[3] = {0, 0, 0};
+    int pp_steps = 0, pp_n[3] = {0, 0, 0}, pp_stage = -1;
     llm4d_work_stats work_sum; /* steps after the first */
     memset(&work_sum, 0, sizeof work_sum);
     double work_step_s = 0;
@@ -278,7 +271,6 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const llm4d_work_stats w0 = work_now(tr);
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
-        if (tr->pipelined && tr->pp.emb) memset(&tr->pp.emb->stats, 0, sizeof tr->pp.emb->stats);
         const llm4d_batch *b = llm4d_loader_get(&tr->loader, step - 1);
         const double t1 = llm4d_now();
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
@@ -299,10 +291,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             work_steps++;
         }
         tr->last_loss = loss;
-        if (tr->pipelined && step > first) { /* the first step warms caches and allocators: not a bubble */
-            pp_idle += tr->pp.idle_s;
-            pp_busy += tr->pp.busy_s;
-            for (int k = 0; k < 3; k++) pp_op[k] += tr->pp.op_s[k], pp_n[k] += tr->pp.op_n[k];
+        llm4d_engine_stats es; /* what the engines measured in this step */
+        llm4d_engines_stats(&tr->engines, &es);
+        pp_stage = es.pp_stage;
+        if (es.pp_stage >= 0 && step > first) { /* the first step warms caches and allocators: not a bubble */
+            pp_idle += es.pp_idle_s;
+            pp_busy += es.pp_busy_s;
+            for (int k = 0; k < 3; k++) pp_op[k] += es.pp_op_s[k], pp_n[k] += es.pp_op_n[k];
             pp_step += t2 - t0;
             pp_steps++;
         }
@@ -313,7 +308,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
         const double step_cost = t2 - t0;
         llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
-        if (tr->pipelined && tr->pp.emb) llm4d_comm_stats_add(&cs, &tr->pp.emb->stats); /* the tied embedding */
+        llm4d_comm_stats_add(&cs, &es.comm); /* groups the engines own: the tied embedding's */
         if (tr->check_replicas) {
             llm4d_engine *e = tr->engines.storage;
             char emb[64] = "";
@@ -348,8 +343,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                     1.0 / step_cost, tokens / step_cost, tokens / step_cost / tr->world_size, lr_printed, lr, norm_s,
                     tokens, tr->flops_per_token, mfu_s, (unsigned long long)llm4d_comm_stats_sent(&cs),
                     llm4d_engines_comm_wait(&tr->engines), comm_total, scale_used, found_inf, spike,
-                    tr->sharded ? tr->sh.gather_wait_s : 0.0, tr->sharded ? tr->sh.rs_wait_s : 0.0,
-                    tr->pipelined ? tr->pp.idle_s : 0.0, tr->pipelined ? tr->pp.busy_s : 0.0,
+                    es.zero_gather_wait_s, es.zero_rs_wait_s, es.pp_idle_s, es.pp_busy_s,
                     llm4d_work_name(0), wd.seconds[0], llm4d_work_name(1), wd.seconds[1], llm4d_work_name(2),
                     wd.seconds[2], llm4d_work_name(3), wd.seconds[3], llm4d_work_name(4), wd.seconds[4],
                     llm4d_work_name(5), wd.seconds[5], wd.optim_bytes);
@@ -381,11 +375,11 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     }
     print_peak_memory(tr);
     log_work(tr, &work_sum, work_step_s, work_steps);
-    if (tr->pipelined) { /* what the schedule kept alive, against the slots it was given */
+    if (pp_stage >= 0) { /* what the schedule kept alive, against the slots it was given */
         const llm4d_gpt *g = &tr->model;
         char line[256];
         int k = snprintf(line, sizeof line, "pipeline stage %d: most micro-batches alive at once per chunk:",
-                         tr->pp.stage);
+                         pp_stage);
         for (int c = 0; c < g->table.part.n_chunks && k < (int)sizeof line; c++)
             k += snprintf(line + k, sizeof line - (size_t)k, " %d (of %d slots)", g->slots_peak[c],
                           g->layout.slots[c] > 0 ? g->layout.slots[c] : 1);
@@ -395,13 +389,13 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             char w[96] = " (with the weight gradients)";
             if (pp_n[2]) snprintf(w, sizeof w, " (input gradients), one weight pass %.4f s", pp_op[2] / pp_n[2]);
             llm4d_log_info(&tr->log, "pipeline stage %d: one forward %.4f s, one backward %.4f s%s (means per "
-                           "micro-batch and chunk)", tr->pp.stage, pp_n[0] ? pp_op[0] / pp_n[0] : 0.0,
+                           "micro-batch and chunk)", pp_stage, pp_n[0] ? pp_op[0] / pp_n[0] : 0.0,
                            pp_n[1] ? pp_op[1] / pp_n[1] : 0.0, w);
         }
         if (pp_step > 0)
             llm4d_log_info(&tr->log, "pipeline stage %d: per step %.4f s, computing %.4f s, waiting for its "
                            "neighbours %.4f s = %.1f%% of the step (the bubble and transfers not hidden; steps after "
-                           "the first)", tr->pp.stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
+                           "the first)", pp_stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
                            100 * pp_idle / pp_step);
     }
     return LLM4D_OK;

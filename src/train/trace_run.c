@@ -37,12 +37,13 @@ llm4d_code llm4d_trainer_trace_open(llm4d_trainer *tr, llm4d_err *err) {
              llm4d_version(), tp->world_size, tp->index[LLM4D_AXIS_DATA], tp->index[LLM4D_AXIS_PIPE],
              tp->index[LLM4D_AXIS_SHARDING], tp->index[LLM4D_AXIS_MODEL], tp->degree[LLM4D_AXIS_DATA],
              tp->degree[LLM4D_AXIS_PIPE], tp->degree[LLM4D_AXIS_SHARDING], tp->degree[LLM4D_AXIS_MODEL],
-             tr->pipelined ? llm4d_pp_kind_name(tr->pp.train.kind) : "none", c->model.virtual_pp_degree,
+             tr->ppplan.P > 1 ? tr->ppplan.runs->name : "none", c->model.virtual_pp_degree,
              (long long)c->accumulate_steps, -earliest);
     const llm4d_code rc = llm4d_trace_create(&tr->trace, c->trace_dir, tp->rank, c->trace_first, c->trace_last,
                                              origin, process, other, err);
     LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
     if (tr->groups->world->watch) tr->groups->world->watch->trace = tr->trace; /* the communicators' spans */
+    tr->exec->trace = tr->trace;                                                /* the executor's passes */
     char last[32] = "the end";
     if (c->trace_last < c->max_steps) snprintf(last, sizeof last, "%lld", (long long)c->trace_last);
     llm4d_log_info(&tr->log, "tracing steps %lld to %s into %s/trace.rank%d.json (Chrome Trace Event format)",
@@ -71,6 +72,7 @@ llm4d_code llm4d_trainer_trace_step_end(llm4d_trainer *tr, int64_t step, double 
 void llm4d_trainer_trace_close(llm4d_trainer *tr) {
     if (!tr->trace) return;
     if (tr->groups && tr->groups->world && tr->groups->world->watch) tr->groups->world->watch->trace = NULL;
+    if (tr->exec) tr->exec->trace = NULL;
     if (tr->trace->n && !tr->trace->written) { /* the run stopped inside its traced steps: keep what it recorded */
         llm4d_err e;
         if (llm4d_trace_write(tr->trace, &e) == LLM4D_OK)

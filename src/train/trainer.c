@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
+#include "parallel/stack.h"
 
 static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
     if (llm4d_mkdir_p(path, 0777) == 0) return LLM4D_OK;
@@ -28,7 +29,7 @@ static int is_dir(const char *path) {
 static void print_memory_plan(const llm4d_trainer *tr) {
     const llm4d_config *c = tr->cfg;
     const double psi = (double)tr->model.table.total, N = c->dist.sharding_degree;
-    const int stage = tr->sharded ? c->dist.sharding_stage : 0;
+    const int stage = c->dist.sharding_degree > 1 ? c->dist.sharding_stage : 0;
     const double formula = stage == 0   ? 16 * psi
                            : stage == 1 ? 8 * psi + 8 * psi / N
                            : stage == 2 ? 4 * psi + 12 * psi / N
@@ -52,6 +53,11 @@ static void print_startup(llm4d_trainer *tr) {
     const llm4d_model_config *m = &c->model;
     const llm4d_log *log = &tr->log;
     llm4d_log_info(log, "llm4d train: device %s, backend %s, %d threads", c->device, tr->be->name, tr->be->nthreads);
+    if (tr->be->describe_memory) {
+        char d[256];
+        tr->be->describe_memory(tr->be, d, sizeof d);
+        llm4d_log_info(log, "%s", d);
+    }
     llm4d_log_info(log, "model: vocab %d (padded %d), hidden %d, layers %d, heads %d, ffn %d, max_position %d",
                    m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
                    m->ffn_hidden_size, m->max_position_embeddings);
@@ -174,108 +180,30 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
     return LLM4D_OK;
 }
 
-/* The schedule the pipeline runs. ZB-H1 defers each weight-gradient pass (W) to fill the bubble, which needs the
- * activations W reads kept until then; recompute keeps none (it refills one block's just before that block's
- * backward), so with recompute W runs inside the backward and ZB-H1's order is 1F1B's: it runs as 1F1B. */
-static llm4d_code pp_kind_of(const llm4d_config *cfg, llm4d_pp_kind *kind, llm4d_err *err) {
-    LLM4D_TRY(llm4d_pp_kind_parse(cfg->dist.pp_schedule, kind, err));
-    if (*kind == LLM4D_PP_ZBH1 && cfg->model.use_recompute) *kind = LLM4D_PP_1F1B;
-    return LLM4D_OK;
-}
-
 /* This rank's part of the model: its pipeline stage's blocks (and the embedding or the head), its tensor-parallel
- * slice of them, laid out as its storage engine and its pipeline schedule want it. */
+ * slice of them, laid out as its storage engine and its pipeline schedule want it (parallel/stack.h). */
 static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
-    const llm4d_dist_config *d = &cfg->dist;
-    const llm4d_topology *topo = &tr->topo;
-    llm4d_model_part part = llm4d_model_part_whole(&cfg->model);
-    part.mp_size = topo->degree[LLM4D_AXIS_MODEL];
-    part.mp_rank = topo->index[LLM4D_AXIS_MODEL];
-    part.sequence_parallel = cfg->model.sequence_parallel && part.mp_size > 1;
-    llm4d_gpt_layout layout = {.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
-                               .recompute = cfg->model.use_recompute};
-    tr->pipelined = d->pp_degree > 1;
-    llm4d_pp_kind kind = LLM4D_PP_1F1B;
-    if (tr->pipelined) {
-        const int P = d->pp_degree, V = cfg->model.virtual_pp_degree, stage = topo->index[LLM4D_AXIS_PIPE];
-        llm4d_pp_kind asked;
-        LLM4D_TRY(pp_kind_of(cfg, &kind, err));
-        LLM4D_TRY(llm4d_pp_kind_parse(d->pp_schedule, &asked, err));
-        int lo[LLM4D_MAX_CHUNKS * 64], hi[LLM4D_MAX_CHUNKS * 64];
-        if (P * V > (int)(sizeof lo / sizeof lo[0]))
-            return llm4d_fail(err, LLM4D_EUSER, "pp_degree %d x virtual_pp_degree %d: llm4d supports at most %d virtual "
-                              "stages", P, V, (int)(sizeof lo / sizeof lo[0]));
-        LLM4D_TRY(llm4d_pp_split(cfg, P, V, lo, hi, err));
-        llm4d_pp_part(P, V, stage, lo, hi, &part);
-        LLM4D_TRY(llm4d_pipeline_slots(kind, P, V, (int)cfg->accumulate_steps, stage, layout.slots, err));
-        layout.split_backward = kind == LLM4D_PP_ZBH1;
-        if (tr->is_writer) { /* the whole split, once: which stage holds which blocks */
-            llm4d_log_info(&tr->log, "pipeline: %d stages x %d chunk%s, %s schedule%s; every block held once:", P, V,
-                           V > 1 ? "s" : "", llm4d_pp_kind_name(kind),
-                           cfg->model.use_recompute && kind == LLM4D_PP_1F1B && asked == LLM4D_PP_ZBH1
-                               ? " (ZB-H1 asked; with recompute the weight gradients are computed in the backward)"
-                               : "");
-            for (int st = 0; st < P; st++) {
-                char line[512];
-                int k = snprintf(line, sizeof line, "    stage %d: blocks", st);
-                for (int c = 0; c < V && k < (int)sizeof line; c++)
-                    k += snprintf(line + k, sizeof line - (size_t)k, "%s [%d, %d)", c ? "," : "", lo[c * P + st],
-                                  hi[c * P + st]);
-                if (k < (int)sizeof line)
-                    snprintf(line + k, sizeof line - (size_t)k, "%s%s", st == 0 ? " + embeddings" : "",
-                             st == P - 1 ? " + ln_f, LM head, loss" : "");
-                llm4d_log_info(&tr->log, "%s", line);
-            }
-        }
-    }
-    tr->sharded = d->sharding_degree > 1;
-    if (tr->sharded) llm4d_sharding_part(d->sharding_stage, d->sharding_degree, &cfg->model, &part, &layout);
+    LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
+    if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, cfg->model.use_recompute, &tr->log);
+    llm4d_model_part part;
+    llm4d_gpt_layout layout;
+    LLM4D_TRY(llm4d_stack_layout(cfg, &tr->topo, &tr->ppplan, &part, &layout, err));
     const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
                                       part.sequence_parallel);
-    LLM4D_TRY(llm4d_trainer_plan(tr, &part, &tp, &layout, kind, err));
+    LLM4D_TRY(llm4d_trainer_plan(tr, &part, &tp, &layout, err));
     LLM4D_TRY(llm4d_gpt_create(&tr->model, &cfg->model, &part, &tp, tr->be, &tr->mem, &layout, cfg->seed, err));
     tr->have_model = 1;
     return LLM4D_OK;
 }
 
-/* The engine stack: storage (sharding or flat), then the reducers the degrees call for. */
+/* The engine stack the configuration asks for, and the executor it runs a step with. */
 static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
-    const llm4d_config *cfg = tr->cfg;
-    const llm4d_dist_config *d = &cfg->dist;
-    const llm4d_topology *topo = &tr->topo;
-    const llm4d_optim_config *o = &cfg->optim;
-    const llm4d_adamw opt = llm4d_adamw_make(o->beta1, o->beta2, o->epsilon, o->weight_decay);
-    llm4d_engine_stack *s = &tr->engines;
-    llm4d_engines_init(s, &tr->model);
     tr->have_engines = 1;
-    if (tr->sharded) {
-        LLM4D_TRY(llm4d_sharding_init(&tr->sh, &tr->model, d->sharding_stage, d->sharding_offload, d->offload_dir,
-                                      tr->groups->axis[LLM4D_AXIS_SHARDING], tr->groups->axis[LLM4D_AXIS_DATA],
-                                      topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, err));
-        llm4d_engines_push(s, &tr->sh.base, 1);
-    } else {
-        LLM4D_TRY(llm4d_flat_init(&tr->flat, &tr->model, opt, topo->data_rank == 0, err));
-        llm4d_engines_push(s, &tr->flat.base, 1);
-        if (topo->data_world > 1) {
-            LLM4D_TRY(llm4d_dp_init(&tr->dp, &tr->model, tr->groups->data, (size_t)d->bucket_size_bytes, err));
-            llm4d_engines_push(s, &tr->dp.base, 0);
-        }
-    }
-    if (topo->degree[LLM4D_AXIS_MODEL] > 1) {
-        LLM4D_TRY(llm4d_tensor_parallel_init(&tr->tp, s, tr->groups->axis[LLM4D_AXIS_MODEL], err));
-        llm4d_engines_push(s, &tr->tp.base, 0);
-    }
-    if (tr->pipelined) {
-        llm4d_pp_kind kind;
-        LLM4D_TRY(pp_kind_of(cfg, &kind, err));
-        LLM4D_TRY(llm4d_pipeline_init(&tr->pp, s, tr->groups->axis[LLM4D_AXIS_PIPE], cfg->model.virtual_pp_degree,
-                                      kind, (int)cfg->accumulate_steps, err));
-        llm4d_engines_push(s, &tr->pp.base, 0);
-        tr->mbs = calloc((size_t)cfg->accumulate_steps, sizeof *tr->mbs);
-        if (!tr->mbs) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    }
-    llm4d_engines_install(s);
+    LLM4D_TRY(llm4d_stack_build(&tr->engines, &tr->model, tr->cfg, &tr->topo, tr->groups, &tr->ppplan, err));
+    tr->exec = llm4d_engines_executor(&tr->engines);
+    tr->mbs = calloc((size_t)tr->cfg->accumulate_steps, sizeof *tr->mbs);
+    if (!tr->mbs) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     return LLM4D_OK;
 }
 
@@ -293,15 +221,9 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     const llm4d_model_config *m = &cfg->model;
-    if (strcmp(cfg->device, "cpu") != 0)
-        return llm4d_fail(err, LLM4D_EUSER,
-                          "--device %s: this build of llm4d trains on the CPU only (the CUDA backend is not built "
-                          "yet); use --device cpu",
-                          cfg->device);
-
-    llm4d_code rc = cfg->backend_ref ? llm4d_backend_ref_create(&tr->be, err)
-                                     : llm4d_backend_cpu_create(&tr->be, cfg->threads, err);
-    if (rc) return rc;
+    LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
+    LLM4D_TRY(llm4d_comm_device_create(&tr->comm_dev, tr->be, &tr->mem, err));
+    llm4d_comm_groups_attach(groups, tr->comm_dev); /* tensor buffers are this backend's device memory */
     tr->loss_scale = 1.0;
     tr->inject_inf_step = opts->inject_inf_step;
     tr->inject_inf_param = opts->inject_inf_param;
@@ -335,8 +257,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(build_model(tr, err));
     LLM4D_TRY(build_engines(tr, err));
     const int T = cfg->data.max_seq_len;
-    tr->dloss = llm4d_mem_alloc(&tr->mem, LLM4D_MEM_WORKSPACE, (size_t)cfg->local_batch_size * T * sizeof(float));
-    if (!tr->dloss) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    LLM4D_TRY(llm4d_devbatch_init(&tr->batch, tr->be, &tr->mem, (int)cfg->local_batch_size, T, err));
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
@@ -372,14 +293,17 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
     if (!tr->cfg) return;
     llm4d_trainer_trace_close(tr);
     if (tr->metrics) fclose(tr->metrics);
-    if (tr->dloss)
-        llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tr->dloss,
-                       (size_t)tr->cfg->local_batch_size * tr->cfg->data.max_seq_len * sizeof(float));
+    llm4d_devbatch_free(&tr->batch);
     free(tr->mbs);
+    llm4d_pp_plan_free(&tr->ppplan);
     if (tr->have_loader) llm4d_loader_free(&tr->loader);
     if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
     if (tr->have_engines) llm4d_engines_destroy(&tr->engines);
     if (tr->have_model) llm4d_gpt_destroy(&tr->model);
+    if (tr->comm_dev) {
+        llm4d_comm_groups_attach(tr->groups, NULL);
+        llm4d_comm_device_destroy(tr->comm_dev);
+    }
     if (tr->have_corpus) llm4d_corpora_close(&tr->corpora);
     if (tr->be) tr->be->destroy(tr->be);
     memset(tr, 0, sizeof *tr);

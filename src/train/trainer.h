@@ -28,26 +28,21 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/lr.h"
-#include "parallel/data_parallel.h"
+#include "train/devbatch.h"
 #include "parallel/engine.h"
-#include "parallel/flat.h"
-#include "parallel/pipeline.h"
-#include "parallel/sharding.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/executor.h"
+#include "parallel/pp_plan.h"
 
 typedef struct {
     const llm4d_config *cfg;
     llm4d_backend *be;
     llm4d_mem mem;
     llm4d_gpt model;
-    llm4d_engine_stack engines;  /* what the trainer drives; the engines below are its members */
-    llm4d_flat flat;           /* storage without sharding */
-    llm4d_sharding sh;         /* storage with sharding_degree > 1 */
-    llm4d_dp dp;               /* data parallel without sharding */
-    llm4d_tensor_parallel tp;  /* mp_degree > 1 */
-    llm4d_pipeline pp;         /* pp_degree > 1: runs each step's schedule; sums the tied embedding's gradients */
-    int pipelined;
-    llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step (pipeline) */
+    llm4d_engine_stack engines;  /* what the trainer drives (parallel/stack.h builds it from the configuration) */
+    llm4d_pp_plan ppplan;      /* the pipeline's schedule and split, decided once (parallel/pp_plan.h; P = 1: none) */
+    llm4d_executor *exec;      /* what runs a step's micro-batches (the stack's: the pipeline's or the sequential) */
+    llm4d_micro *mbs;          /* [accumulate_steps] the micro-batches of a step */
+    llm4d_devbatch batch;      /* the step's rows in device memory */
     llm4d_corpora corpora;     /* the corpora input_dir names (data/blend.h), read by both loaders */
     llm4d_loader loader;       /* train split */
     llm4d_loader eval_loader;  /* validation split */
@@ -55,9 +50,9 @@ typedef struct {
     llm4d_lr_schedule lr;
     llm4d_log log;
     FILE *metrics;
-    float *dloss;              /* [local_batch * T] loss-gradient weights of a step's micro-batches */
     llm4d_topology topo;
     llm4d_comm_groups *groups; /* borrowed */
+    llm4d_comm_device *comm_dev; /* the data plane's device, attached to the groups for the run */
     int world_size;
     int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
     double flops_per_token;
@@ -84,7 +79,6 @@ typedef struct {
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     llm4d_trace *trace;        /* --trace: this rank's timeline of the traced steps (trace_run.c); NULL: off */
     int have_corpus, have_model, have_engines, have_loader, have_eval;
-    int sharded;               /* the storage is the sharding engine */
 } llm4d_trainer;
 
 typedef struct {
@@ -108,10 +102,10 @@ void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
-/* memplan.c: this rank's memory plan for its model part and layout (pp_kind: the pipeline's schedule), logged;
- * a user error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
+/* memplan.c: this rank's memory plan for its model part and layout (and tr->ppplan's pipeline), logged; a user
+ * error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
-                              const llm4d_gpt_layout *layout, int pp_kind, llm4d_err *err);
+                              const llm4d_gpt_layout *layout, llm4d_err *err);
 
 /* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
 llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);
@@ -122,6 +116,10 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
                                    llm4d_err *err);
+/* step.c: upload b with loss-gradient weights mask x w and run its micro-batches through the executor (train:
+ * forward and backward with dropout; else forward only); *loss: this rank's share of the weighted loss */
+llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double w, int train,
+                                   double *loss, llm4d_err *err);
 /* step.c: a step's loss from each rank's share (summed over the data ranks and the pipeline stages) */
 llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err *err);
 /* trace_run.c: open this rank's trace when --trace is set (collective: the ranks agree on a time origin); after

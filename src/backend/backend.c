@@ -1,0 +1,18 @@
+/* backend.c — choosing the backend a run names (backend.h llm4d_backend_create): the one place that maps a device
+ * name to a table, so the trainer and the generate verb accept the same names and refuse the others alike. */
+#include <string.h>
+
+#include "backend/backend.h"
+
+llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err) {
+    *out = NULL;
+    if (!strcmp(device, "cpu"))
+        return ref ? llm4d_backend_ref_create(out, err) : llm4d_backend_cpu_create(out, nthreads, err);
+    if (!strcmp(device, "guard")) {
+        if (ref)
+            return llm4d_fail(err, LLM4D_EUSER, "--device guard runs the cpu backend's kernels; drop --backend ref");
+        return llm4d_backend_guard_create(out, nthreads, err);
+    }
+    return llm4d_fail(err, LLM4D_EUSER, "--device %s: this build of llm4d has the devices cpu and guard (the CUDA "
+                      "backend is not built yet); use --device cpu", device);
+}

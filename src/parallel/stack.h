@@ -1,0 +1,30 @@
+/* stack.h — the engine stack a configuration asks for (engine.h), as functions of the configuration and the
+ * topology: the model part and layout the stack needs (llm4d_stack_layout), the memory its engines will hold
+ * (llm4d_stack_bytes: the memory plan's share, computed before anything is allocated), and the stack itself
+ * (llm4d_stack_build). The stack:
+ *   storage:  sharding (ZeRO, sharding_degree > 1) or flat;
+ *   reducers: data_parallel (flat storage over a data group of more than one rank), tensor_parallel (mp_degree > 1),
+ *             pipeline (pp_degree > 1: it also brings the executor).
+ * The trainer holds only the stack; it never names an engine or tests a layout flag. */
+#ifndef LLM4D_PARALLEL_STACK_H
+#define LLM4D_PARALLEL_STACK_H
+
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "parallel/engine.h"
+#include "parallel/pp_plan.h"
+
+/* This rank's model part (tensor-parallel slice, pipeline stage, ZeRO alignment and vocabulary blocks) and layout
+ * (micro-batch shape, activation slots, split backward, flat buffers or not). */
+llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
+                              llm4d_model_part *part, llm4d_gpt_layout *layout, llm4d_err *err);
+/* Adds to bytes[category] what the engines of the stack will allocate for the table t (act_elems: the elements
+ * of one activation crossing a pipeline stage). */
+llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
+                             const llm4d_param_table *t, size_t act_elems, size_t bytes[LLM4D_MEM_NCATEGORIES],
+                             llm4d_err *err);
+/* The stack on model g (made with llm4d_stack_layout's part and layout), its hooks installed. */
+llm4d_code llm4d_stack_build(llm4d_engine_stack *s, llm4d_gpt *g, const llm4d_config *cfg, const llm4d_topology *topo,
+                             llm4d_comm_groups *groups, const llm4d_pp_plan *plan, llm4d_err *err);
+
+#endif

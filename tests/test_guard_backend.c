@@ -1,0 +1,149 @@
+/* test_guard_backend.c — the guard backend (src/backend/guard.c) refuses what the device boundary forbids, and only
+ * that. Each forbidden act runs in a forked child, whose death is the check:
+ *   - the host reading a tensor (device memory) outside a backend call dies of SIGSEGV, and the guard's handler
+ *     printed the faulting address and a stack;
+ *   - the host writing one dies the same way;
+ *   - a kernel given a host pointer (not device, not pinned memory) is refused by name and aborts;
+ *   - a D2H copy whose host side is device memory aborts.
+ * And what is allowed works: kernels and copies on device memory, the host on pinned memory, a copy's pageable host
+ * side, memory freed and allocated again reads as zeros, and the values computed equal the cpu backend's. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tally.h"
+#include "backend/backend.h"
+
+/* Run fn(be) in a child whose stderr goes to a pipe; the signal it died of (0: exited) and what it printed. */
+static int in_child(void (*fn)(llm4d_backend *), llm4d_backend *be, char *out, size_t n) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(be);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(fd[0], out + got, n - 1 - got)) > 0) got += (size_t)r;
+    out[got] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+
+static llm4d_mem mem;
+
+/* after a backend method has opened and closed the arena: the host is locked out again */
+static void host_reads(llm4d_backend *be) {
+    volatile float *p = be->alloc(be, &mem, LLM4D_MEM_PARAMS, 4096);
+    be->zero(be, (void *)p, 4096);
+    printf("%f\n", p[3]); /* the fault is here */
+}
+
+static void host_writes(llm4d_backend *be) {
+    float *p = be->alloc(be, &mem, LLM4D_MEM_PARAMS, 4096);
+    be->scale(be, p, 2.0f, 1024);
+    p[0] = 1.0f;
+}
+
+static void kernel_gets_host_memory(llm4d_backend *be) {
+    float *dev = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 64 * sizeof(float));
+    static float host[64];
+    be->add(be, dev, host, 64);
+}
+
+static void d2h_into_device(llm4d_backend *be) {
+    float *a = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256), *b = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256);
+    be->copy_async(be, b, a, 256, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+}
+
+static void nothing_forbidden(llm4d_backend *be) {
+    float *dev = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 64 * sizeof(float));
+    float *pin = be->alloc_host(be, &mem, LLM4D_MEM_WORKSPACE, 64 * sizeof(float));
+    pin[0] = 1.0f;
+    be->add(be, dev, pin, 64);
+    be->free(be, &mem, LLM4D_MEM_ACTIVATIONS, dev, 64 * sizeof(float));
+    be->free_host(be, &mem, LLM4D_MEM_WORKSPACE, pin, 64 * sizeof(float));
+}
+
+int main(void) {
+    tally T = {0, 0};
+    llm4d_err err = {0};
+    llm4d_backend *g = NULL, *cpu = NULL;
+    if (llm4d_backend_guard_create(&g, 1, &err) || llm4d_backend_cpu_create(&cpu, 1, &err)) {
+        printf("backend: %s\n0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    char out[8192], detail[300];
+    struct {
+        void (*fn)(llm4d_backend *);
+        int sig;
+        const char *says, *what;
+    } cases[] = {
+        {host_reads, SIGSEGV, "segmentation fault at address",
+         "the host reading a tensor dies of SIGSEGV, with a stack"},
+        {host_writes, SIGSEGV, "segmentation fault at address", "the host writing a tensor dies of SIGSEGV"},
+        {kernel_gets_host_memory, SIGABRT, "add was given", "a kernel given host memory is refused by name"},
+        {d2h_into_device, SIGABRT, "D2H with device memory on the host side", "a D2H copy into device memory aborts"},
+        {nothing_forbidden, 0, "", "kernels on device and pinned memory, the host on pinned memory: no fault"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int sig = in_child(cases[k].fn, g, out, sizeof out);
+        const int ok = sig == cases[k].sig && strstr(out, cases[k].says) != NULL &&
+                       (cases[k].sig != SIGSEGV || strstr(out, "stack"));
+        snprintf(detail, sizeof detail, "signal %d (want %d): %.200s", sig, cases[k].sig, out);
+        check(&T, ok, cases[k].what, detail);
+    }
+
+    /* what is allowed, against the cpu backend: a linear layer, a reduction, copies both ways */
+    enum { N = 8, C = 16, OC = 24 };
+    float x[N * C], w[OC * C], b[OC], y_cpu[N * OC], y_g[N * OC];
+    uint32_t st = 7;
+    for (int i = 0; i < N * C; i++) st = st * 1664525u + 1013904223u, x[i] = (float)(st >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < OC * C; i++) st = st * 1664525u + 1013904223u, w[i] = (float)(st >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < OC; i++) b[i] = 0.01f * (float)i;
+    cpu->linear_forward(cpu, y_cpu, x, w, b, N, C, OC);
+    float *dx = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof x), *dw = g->alloc(g, &mem, LLM4D_MEM_PARAMS, sizeof w);
+    float *db = g->alloc(g, &mem, LLM4D_MEM_PARAMS, sizeof b), *dy = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);
+    g->copy_async(g, dx, x, sizeof x, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+    g->copy_async(g, dw, w, sizeof w, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+    g->copy_async(g, db, b, sizeof b, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+    g->linear_forward(g, dy, dx, dw, db, N, C, OC);
+    g->copy_async(g, y_g, dy, sizeof y_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    check(&T, !memcmp(y_cpu, y_g, sizeof y_g), "a linear layer on the guard equals the cpu backend's, bit for bit", "");
+    const double s_cpu = cpu->sumsq(cpu, y_cpu, N * OC), s_g = g->sumsq(g, dy, N * OC);
+    const float *many[2] = {dy, dx};
+    const size_t len[2] = {N * OC, N * C};
+    double each[2];
+    const double s_many = g->sumsq_many(g, 2, many, len, each);
+    snprintf(detail, sizeof detail, "%.17g %.17g %.17g", s_cpu, s_g, each[0]);
+    check(&T, s_cpu == s_g && each[0] == s_g && s_many == each[0] + each[1] && each[1] == g->sumsq(g, dx, N * C),
+          "sumsq and the fused sumsq_many read back the cpu backend's sums", detail);
+    /* freed and allocated again: zeros, as alloc promises */
+    g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dy, sizeof y_g);
+    float *again = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);
+    g->copy_async(g, y_g, again, sizeof y_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    int zeros = 1;
+    for (int i = 0; i < N * OC; i++) zeros &= y_g[i] == 0.0f;
+    check(&T, zeros, "device memory freed and allocated again reads as zeros", "");
+    check(&T, !g->host_addressable && cpu->host_addressable, "the guard says its device is not host memory", "");
+    g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, again, sizeof y_g);
+    g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dx, sizeof x);
+    g->free(g, &mem, LLM4D_MEM_PARAMS, dw, sizeof w);
+    g->free(g, &mem, LLM4D_MEM_PARAMS, db, sizeof b);
+    size_t held = 0;
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) held += mem.bytes[c];
+    check(&T, held == 0, "every byte allocated is accounted and given back", "");
+    g->destroy(g);
+    cpu->destroy(cpu);
+    return tally_summary(&T);
+}
