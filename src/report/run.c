@@ -99,7 +99,7 @@ static void make_label(llm4d_rp_run *r) {
         if (d > 1) k += (size_t)snprintf(layout + k, sizeof layout - k, "%s%s%d", k ? " " : "", axes[a], d);
     }
     if (!k && r->info) snprintf(layout, sizeof layout, "1 process");
-    snprintf(r->label, sizeof r->label, "%.100s%s%s%s", base, layout[0] ? " (" : "", layout, layout[0] ? ")" : "");
+    snprintf(r->label, sizeof r->label, "%.60s%s%.90s%s", base, layout[0] ? " (" : "", layout, layout[0] ? ")" : "");
 }
 
 /* Did this rank end the job, rather than being ended by it (the launcher's own rule)? */
