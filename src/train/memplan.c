@@ -119,7 +119,10 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     llm4d_log_info(&tr->log, "memory plan: %.1f MiB to allocate on top of %.1f MiB held now (data, libraries, MPI): %s "
                    "per rank; available: %s for each of the %d rank(s) on this host", add / MiB, tr->plan_base / MiB,
                    h, avail, ranks);
-    if (host <= 0 || (double)add <= (double)host / ranks) return LLM4D_OK;
+    if (host <= 0 || (double)add <= (double)host / ranks) {
+        if (tr->be->reserve) tr->be->reserve(tr->be, add); /* a device backend takes it in one piece now */
+        return LLM4D_OK;
+    }
 
     /* refused: say what dominates and what shrinks it */
     const size_t states = plan[LLM4D_MEM_PARAMS] + plan[LLM4D_MEM_GRADS] + plan[LLM4D_MEM_OPTIM];
