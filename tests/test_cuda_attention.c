@@ -41,7 +41,7 @@ static void free_result(att_result *r) { free(r->out), free(r->lse), free(r->dqk
 
 static void test_attention(llm4d_attn_shape s, float p) {
     int64_t sids[4] = {6, 2, 0, 11};
-    llm4d_dropout d = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0};
+    llm4d_dropout d = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, NULL};
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);

@@ -28,7 +28,7 @@ static float *frand(size_t n, float scale, uint64_t stream) {
 /* dropout of an [N, C] slice: the word kidx picks keeps exactly what ref keeps */
 static void test_act_dropout(llm4d_backend *ref, int N, int C, int T, int64_t tok0) {
     int64_t sids[6] = {9, 0, 4, 13, 2, 7};
-    llm4d_dropout d = {0.3f, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_MLP_OUT, 5), sids, T, tok0};
+    llm4d_dropout d = {0.3f, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_MLP_OUT, 5), sids, T, tok0, NULL};
     const size_t n = (size_t)N * C;
     float *ones = falloc(n), *out = falloc(n);
     for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
@@ -51,7 +51,7 @@ static void test_att_dropout(llm4d_backend *ref) {
     const int B = 2, T = 12, NH = 2, HS = 16, C = NH * HS, C3 = 3 * C;
     int64_t sids[2] = {5, 3};
     llm4d_attn_shape s = {B, T, NH, HS, 1, 4};
-    llm4d_dropout d = {0.25f, 11, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 9), sids, T, 0};
+    llm4d_dropout d = {0.25f, 11, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 9), sids, T, 0, NULL};
     float *qkv = frand((size_t)B * T * C3, 0.5f, 1), *out = falloc((size_t)B * T * C), *lse = falloc((size_t)B * NH * T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)

@@ -160,7 +160,7 @@ static void test_layernorm_gelu_bias(int N, int C) {
 
 static void test_dropout(int N, int C, int T, int64_t tok0, float p) {
     int64_t sids[8] = {11, 2, 40, 3, 7, 0, 25, 6};
-    llm4d_dropout d = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids, T, tok0};
+    llm4d_dropout d = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids, T, tok0, NULL};
     llm4d_dropout gd = d;
     gd.sample_ids = up_bytes(sids, sizeof sids);
     const size_t n = (size_t)N * C;

@@ -45,11 +45,12 @@ layouts=(
   "pp2_1f1b  2   --pp_degree 2 --pp_schedule 1F1B --micro_batch_size 2 --eval_freq 3 --eval_iters 1"
   "pp2_v2    2   --pp_degree 2 --virtual_pp_degree 2 --pp_schedule interleaved --micro_batch_size 2"
   "pp2_zbh1  2   --pp_degree 2 --pp_schedule ZBH1 --micro_batch_size 2"
-  "4d        16  --dp_degree 2 --sharding_degree 2 --sharding_stage 3 --mp_degree 2 --sequence_parallel True --pp_degree 2 --micro_batch_size 1"
+  "4d        16  --dp_degree 2 --sharding_degree 2 --sharding_stage 3 --mp_degree 2 --sequence_parallel True
+                 --pp_degree 2 --micro_batch_size 1"
 )
 mkdir -p "$tmp/cpu" "$tmp/guard"
 for l in "${layouts[@]}"; do
-  read -r name np args <<<"$l"
+  read -r -d '' name np args <<<"$l" # the whole entry (it may span lines)
   for dev in cpu guard; do run "$dev" "$name" "$np" $args; done
 done
 # checkpoints across the boundary: each device resumes the other's step 2
@@ -64,7 +65,8 @@ for l in "${layouts[@]}" "resume"; do
   a="$tmp/cpu/$name/metrics.jsonl" b="$tmp/guard/$name/metrics.jsonl"
   if [ -s "$a" ] && [ -s "$b" ] && cmp -s <(grep -o '"\(loss\|eval_loss\|grad_norm\)": [^,]*' "$a") \
        <(grep -o '"\(loss\|eval_loss\|grad_norm\)": [^,]*' "$b"); then
-    ok "$name: guard losses, evaluation losses and gradient norms equal the cpu backend's ($(grep -c '"loss"' "$b") steps)"
+    ok "$name: guard losses, evaluation losses and gradient norms equal the cpu backend's ($(grep -c '"loss"' \
+       "$b") steps)"
   else
     bad "$name: the guard's metrics differ from the cpu backend's (or a run failed)"
     diff <(grep -o '"\(loss\|eval_loss\|grad_norm\)": [^,]*' "$a" 2>/dev/null) \

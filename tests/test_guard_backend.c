@@ -89,7 +89,8 @@ int main(void) {
         int sig;
         const char *says, *what;
     } cases[] = {
-        {host_reads, SIGSEGV, "segmentation fault at address", "the host reading a tensor dies of SIGSEGV, with a stack"},
+        {host_reads, SIGSEGV, "segmentation fault at address",
+         "the host reading a tensor dies of SIGSEGV, with a stack"},
         {host_writes, SIGSEGV, "segmentation fault at address", "the host writing a tensor dies of SIGSEGV"},
         {kernel_gets_host_memory, SIGABRT, "add was given", "a kernel given host memory is refused by name"},
         {d2h_into_device, SIGABRT, "D2H with device memory on the host side", "a D2H copy into device memory aborts"},

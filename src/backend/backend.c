@@ -6,7 +6,8 @@
 
 llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err) {
     *out = NULL;
-    if (!strcmp(device, "cpu")) return ref ? llm4d_backend_ref_create(out, err) : llm4d_backend_cpu_create(out, nthreads, err);
+    if (!strcmp(device, "cpu"))
+        return ref ? llm4d_backend_ref_create(out, err) : llm4d_backend_cpu_create(out, nthreads, err);
     if (!strcmp(device, "guard")) {
         if (ref)
             return llm4d_fail(err, LLM4D_EUSER, "--device guard runs the cpu backend's kernels; drop --backend ref");

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm_trace.h"
 #include "core/fault.h"
 #include "core/timer.h"
 
@@ -61,6 +62,7 @@ static uint64_t cost_bytes(llm4d_comm_op op, uint64_t n, uint64_t block_bytes) {
 static void account(llm4d_comm *c, llm4d_comm_op op, size_t count, llm4d_comm_dtype dt) {
     c->stats.calls[op]++;
     c->stats.bytes[op] += cost_bytes(op, (uint64_t)c->size, (uint64_t)count * llm4d_comm_dtype_size(dt));
+    llm4d_comm_trace_bytes(c, (uint64_t)count * llm4d_comm_dtype_size(dt));
 }
 
 /* reduce: 0 data movement, 1 a sum, 2 a maximum */
@@ -113,6 +115,7 @@ static llm4d_code fault_check(llm4d_comm *c, const char *what, llm4d_err *err) {
 /* Wrap a backend error with the operation and group, so the user sees which collective failed where. */
 static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0, llm4d_err *err) {
     c->stats.blocked_s += llm4d_now() - t0;
+    llm4d_comm_trace(c, what, t0);
     if (rc == LLM4D_ETIMEOUT) return rc; /* the watchdog's line already names the operation and the group */
     if (rc != LLM4D_OK) return llm4d_wrap(err, "%s on the %s group (rank %d of %d)", what, c->name, c->rank,
                                           c->size);
@@ -194,11 +197,33 @@ static llm4d_code finish_blocking(llm4d_comm *c, const char *what, llm4d_code rc
 }
 
 /* The start of a non-blocking operation: the request remembers the operation for its wait. */
+/* The operations outstanding on a communicator, for llm4d_comm_progress (a request the list cannot hold for want of
+ * memory is only left out of progress: its wait still completes it). */
+static void track(llm4d_comm *c, llm4d_comm_req *req) {
+    if (c->n_pending == c->cap_pending) {
+        const int cap = c->cap_pending ? 2 * c->cap_pending : 16;
+        llm4d_comm_req **p = realloc(c->pending, (size_t)cap * sizeof *p);
+        if (!p) return;
+        c->pending = p;
+        c->cap_pending = cap;
+    }
+    c->pending[c->n_pending++] = req;
+}
+
+static void untrack(llm4d_comm *c, const llm4d_comm_req *req) {
+    for (int i = 0; i < c->n_pending; i++)
+        if (c->pending[i] == req) {
+            c->pending[i] = c->pending[--c->n_pending];
+            return;
+        }
+}
+
 static llm4d_code started(llm4d_comm *c, const char *what, llm4d_code rc, llm4d_comm_req *req, uint64_t num, double t0,
                           llm4d_err *err) {
     if (rc == LLM4D_OK) {
         req->comm = c;
         req->flight = num;
+        track(c, req);
     }
     return done(c, what, rc, t0, err);
 }
@@ -406,10 +431,23 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
     llm4d_code rc = c->ops->test(c, req, is_done, err);
     if (rc == LLM4D_OK && *is_done) end(c, req->flight);
     if (rc != LLM4D_OK || *is_done) {
+        untrack(c, req);
         req->comm = NULL;
         llm4d_comm_dev_finish(req, rc == LLM4D_OK); /* a staged operation's result to the device */
     }
     return done(c, "test", rc, t0, err);
+}
+
+llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err) {
+    /* downwards: a request seen complete leaves the list, the last one taking its place */
+    for (int i = c->n_pending - 1; i >= 0; i--) {
+        if (i >= c->n_pending) continue;
+        int is_done = 0;
+        LLM4D_TRY(llm4d_comm_test(c->pending[i], &is_done, err));
+    }
+    /* the data plane's collectives on the group's NCCL communicator are outstanding there (comm/nccl/) */
+    if (c->nccl) LLM4D_TRY(llm4d_comm_progress(c->nccl, err));
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
@@ -423,6 +461,7 @@ llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
         rc = c->ops->wait(c, req, err);
         if (rc == LLM4D_OK) end(c, req->flight);
     }
+    untrack(c, req);
     req->comm = NULL;
     llm4d_comm_dev_finish(req, rc == LLM4D_OK);
     return done(c, "wait", rc, t0, err);
@@ -494,6 +533,8 @@ void llm4d_comm_destroy(llm4d_comm *c) {
     llm4d_comm_destroy(c->nccl);
     free(c->members);
     c->members = NULL;
+    free(c->pending);
+    c->pending = NULL;
     c->ops->destroy(c);
 }
 

@@ -159,6 +159,8 @@ struct llm4d_comm {
     llm4d_comm_device *dev; /* the data plane's device (borrowed; NULL: tensor buffers are host memory) */
     llm4d_comm *nccl;      /* owned: the group's NCCL communicator for its data plane's collectives (comm/nccl/),
                             * a communicator of the same members whose buffers are device memory; NULL: none */
+    llm4d_comm_req **pending; /* the non-blocking operations started and not yet seen complete (llm4d_comm_progress) */
+    int n_pending, cap_pending;
 };
 
 /* ---- the backends ---- */
@@ -209,6 +211,11 @@ llm4d_code llm4d_comm_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_d
                             llm4d_comm_req *req, llm4d_err *err);
 /* *done = 1 when the request has completed (it is then cleared); drives progress of the operation. */
 llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *done, llm4d_err *err);
+/* Advance every non-blocking operation outstanding on c, finishing those that completed as llm4d_comm_test does
+ * (their requests cleared; a staged one's data on the device). A transport driven by the host (Open MPI moves a
+ * non-blocking collective only inside its own calls) needs this now and then to overlap anything; the engines call it
+ * from the model's hooks, between kernels, instead of testing their own requests. */
+llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err);
 /* Blocks until the request completes, then clears it. A cleared request returns at once. */
 llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err);
 llm4d_code llm4d_comm_waitall(llm4d_comm_req *reqs, int n, llm4d_err *err);

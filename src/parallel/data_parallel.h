@@ -10,9 +10,10 @@
  * final LayerNorm, block L-1, ..., block 0, then the embeddings (whose tied weight receives its last contribution
  * from the embedding lookup at the very end). A group's gradient is final after its last window of the step
  * (n_micro x llm4d_gpt_windows: the model's grads_done hook counts them, so any schedule's order works); when all of
- * a bucket's groups are final, the bucket's non-blocking all-reduce starts; outstanding buckets are tested after
- * every group so that Open MPI progresses them while backward computes; all are waited on before the optimizer
- * step. The last bucket (the embeddings) is complete only when backward ends, so there is nothing left to hide it
+ * a bucket's groups are final, the bucket's non-blocking all-reduce starts (on the data plane, after the event of
+ * its last gradient kernel); the communicator moves the outstanding ones forward after every group
+ * (llm4d_comm_progress) so that Open MPI progresses them while backward computes; all are waited on before the
+ * optimizer step. The last bucket (the embeddings) is complete only when backward ends, so there is nothing left to hide it
  * behind: finish reduces it with a blocking all-reduce, which is cheaper than MPI's non-blocking one
  * (bench/bench_dp.sh shows the figures).
  *

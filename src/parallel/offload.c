@@ -286,7 +286,7 @@ llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, si
     snprintf(self, sizeof self, "/proc/self/fd/%d", o->fd); /* the unlinked file, opened again for direct I/O */
     o->fd_direct = open(self, O_RDWR | O_DIRECT);
     for (int k = 0; k < NSLOTS; k++)
-        for (int s = 0; s < nstreams; s++) /* pinned (the optimizer's kernels read them) and page-aligned (direct I/O) */
+        for (int s = 0; s < nstreams; s++) /* pinned (the optimizer's kernels read them), page-aligned (direct I/O) */
             if (!(o->win[k][s] = be->alloc_host(be, mem, LLM4D_MEM_OPTIM, o->window * sizeof(float)))) {
                 llm4d_offload_close(o);
                 return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the offload window");

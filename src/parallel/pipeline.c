@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_trace.h"
 #include "core/timer.h"
 
 /* the executor's table, defined with the executor below */
@@ -31,14 +32,9 @@ static llm4d_code pl_finish(llm4d_engine *e, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-/* Open MPI moves a transfer forward only inside MPI calls: test the outstanding ones now and then. */
+/* The transfers in flight, moved forward now and then (comm.h llm4d_comm_progress). */
 static void progress(llm4d_pipeline *pl) {
-    const int ns = pl->V * pl->max_slots * 2;
-    for (int k = 0; k < pl->nrbuf + ns && !pl->failed; k++) {
-        llm4d_comm_req *r = k < pl->nrbuf ? &pl->rreq[k] : &pl->sreq[k - pl->nrbuf];
-        int done = 0;
-        if (r->comm && llm4d_comm_test(r, &done, &pl->err) != LLM4D_OK) pl->failed = 1;
-    }
+    if (!pl->failed && llm4d_comm_progress(pl->pp, &pl->err) != LLM4D_OK) pl->failed = 1;
 }
 
 static void pl_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
@@ -249,7 +245,8 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         case LLM4D_PP_RECV_B: {
             const int fwd_dir = a->op == LLM4D_PP_RECV_F;
             *rb = take_rbuf(pl);
-            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32, llm4d_pp_neighbour(P, V, v, fwd_dir ? -1 : 1),
+            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32,
+                                         llm4d_pp_neighbour(P, V, v, fwd_dir ? -1 : 1),
                                      tag_of(pl, mb, v, !fwd_dir), &pl->rreq[*rb], &pl->err));
             break;
         }
@@ -263,11 +260,13 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_forward(g, c, slot, m);
             computed(pl, 0, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_FORWARD, mb, V > 1 ? c : -1, t0);
             if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
             break;
         }
         case LLM4D_PP_SEND_F:
-            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32, llm4d_pp_neighbour(P, V, v, 1),
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32,
+                                         llm4d_pp_neighbour(P, V, v, 1),
                                      tag_of(pl, mb, v + 1, 0), &sreq[0], &pl->err));
             break;
         case LLM4D_PP_B: {
@@ -280,6 +279,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward(g, c, sl, m, dout, s->split);
             computed(pl, 1, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_BACKWARD, mb, V > 1 ? c : -1, t0);
             if (v < VP - 1) pl->rbuf_busy[*rb] = 0;
             if (!s->split) pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
@@ -292,6 +292,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward_weight(g, c, sl, m);
             computed(pl, 2, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_WEIGHT, mb, V > 1 ? c : -1, t0);
             pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
         }

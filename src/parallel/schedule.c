@@ -299,7 +299,8 @@ llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span
                     char what[32];
                     llm4d_pp_action a = {(uint8_t)op, (uint8_t)(v / P), mb};
                     llm4d_pp_action_str(&st[llm4d_pp_stage_of(P, v)], &a, what, sizeof what);
-                    rc = llm4d_fail(err, LLM4D_EINTERNAL, "stage %d runs %s %d times, not %d", llm4d_pp_stage_of(P, v), what,
+                    rc = llm4d_fail(err, LLM4D_EINTERNAL, "stage %d runs %s %d times, not %d", llm4d_pp_stage_of(P, v),
+                                    what,
                                     *at(&(times){count, VP, M}, op, v, mb), want[op]);
                     break;
                 }

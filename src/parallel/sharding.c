@@ -76,17 +76,8 @@ static void slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
     r->busy = 0;
 }
 
-/* Open MPI advances a non-blocking collective only inside MPI calls: the hooks call this between kernels. */
-static void progress(llm4d_sharding *s) {
-    for (int k = 0; k < 2; k++) {
-        llm4d_ring_slot *r[2] = {&s->gather[k], &s->grad_ring[k]};
-        for (int j = 0; j < 2; j++) {
-            if (!r[j]->busy || !r[j]->req.comm || s->failed) continue;
-            int done = 0;
-            HOOK_TRY(llm4d_comm_test(&r[j]->req, &done, &s->err));
-        }
-    }
-}
+/* The gathers and reduce-scatters in flight, moved forward between kernels (comm.h llm4d_comm_progress). */
+static void progress(llm4d_sharding *s) { HOOK_TRY(llm4d_comm_progress(s->sh, &s->err)); }
 
 /* The group the recorded order says comes after the current position, -1 when none is known. */
 static int predicted_next(const llm4d_sharding *s) {

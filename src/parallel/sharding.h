@@ -15,8 +15,9 @@
  *            when the window closes. Model states 4 Psi + 12 Psi/N.
  *   stage 3  parameters are sharded too: a group is all-gathered into a gather buffer right before it is used and
  *            released right after. While a group computes, the next one's all-gather is already in flight (in a
- *            second buffer, driven by test calls from the hooks); the order of use is recorded in the first step
- *            and replayed (a schedule's order, the head's passes over vocabulary blocks). Model states 16 Psi/N.
+ *            second buffer, moved forward from the hooks by the communicator); the order of use is recorded in the
+ *            first step and replayed (a schedule's order, the head's passes over vocabulary blocks). Model states
+ *            16 Psi/N.
  *
  * No buffer the size of the embedding exists at stages 2 and 3: the token embedding is cut into vocabulary blocks
  * no larger than the largest block group (and at least 2^20 elements; llm4d_sharding_part), which the lookup and

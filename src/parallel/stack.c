@@ -22,7 +22,8 @@ llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *top
     *layout = (llm4d_gpt_layout){.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
                                  .recompute = cfg->model.use_recompute};
     if (plan->P > 1) LLM4D_TRY(llm4d_pp_plan_stage(plan, topo->index[LLM4D_AXIS_PIPE], part, layout, err));
-    if (sharded(cfg)) llm4d_sharding_part(cfg->dist.sharding_stage, cfg->dist.sharding_degree, &cfg->model, part, layout);
+    if (sharded(cfg))
+        llm4d_sharding_part(cfg->dist.sharding_stage, cfg->dist.sharding_degree, &cfg->model, part, layout);
     return LLM4D_OK;
 }
 

@@ -324,10 +324,11 @@ static size_t cu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm
     return ops + (s.read / LLM4D_CUDA_COL_ROWS + 1) * 3 * sizeof(float);
 }
 
-static size_t cu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
+/* one bf16 or fp16 copy per weight element (2 bytes); fp32 and tf32 read the masters: no copies */
+static size_t cu_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
     (void)be;
     const llm4d_cuda_fmt f = llm4d_cuda_fmt_of(prec);
-    return f == LLM4D_CUDA_F32 ? 0 : llm4d_cuda_fmt_bytes(f); /* fp32 and tf32 read the masters: no copies */
+    return f == LLM4D_CUDA_F32 ? 0 : llm4d_cuda_fmt_bytes(f);
 }
 
 static void cu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
@@ -357,7 +358,7 @@ void llm4d_cuda_gemm_install(llm4d_backend *be) {
     be->set_precision = cu_set_precision;
     be->matmul_peak_gflops = cu_matmul_peak_gflops;
     be->operand_workspace = cu_operand_workspace;
-    be->operand_bytes = cu_operand_bytes;
+    be->weight_copy_bytes = cu_weight_copy_bytes;
     be->weights_changed = cu_weights_changed;
     be->describe_gemms = cu_describe_gemms;
 }
