@@ -178,6 +178,10 @@ struct llm4d_backend {
     int nthreads;
 
     int host_addressable; /* 1: device memory is host memory (a host view is the tensor itself) */
+    /* The devices the processes on this host are spread over (local rank r takes device r mod ndevices), which
+     * the memory plan divides the ranks by to know how many share this device's memory; 0: the device is the
+     * host's memory, shared by every rank on the host. */
+    int ndevices;
 
     /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
      * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */

@@ -310,6 +310,7 @@ static llm4d_code open_device(cuda_ctx *cx, llm4d_err *err) {
         return llm4d_fail(err, LLM4D_EUSER, "--device cuda: this machine has no usable GPU (%s); use --device cpu",
                           why);
     }
+    cx->ndevices = n;
     cx->device = local_rank() % n;
     cudaError_t r = cudaSetDevice(cx->device);
     struct cudaDeviceProp prop;
@@ -369,6 +370,7 @@ llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err) {
     be->name = "cuda";
     be->nthreads = 1;
     be->host_addressable = 0;
+    be->ndevices = cx->ndevices;
     be->alloc = cu_alloc, be->free = cu_free, be->alloc_host = cu_alloc_host, be->free_host = cu_free_host;
     be->mem_info = cu_mem_info, be->reserve = cu_reserve;
     be->zero = cu_zero, be->copy = cu_copy, be->copy_async = cu_copy_async, be->copy_2d = cu_copy_2d;

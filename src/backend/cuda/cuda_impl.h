@@ -53,6 +53,7 @@ enum {
 
 typedef struct {
     int device;                         /* the CUDA device index */
+    int ndevices;                       /* the CUDA devices this process sees (local ranks are spread over them) */
     char gpu_name[256];
     int sm_count, cc_major, cc_minor;
     size_t total_mem;
