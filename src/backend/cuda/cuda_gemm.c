@@ -75,9 +75,16 @@ static cudaDataType_t ab_type(llm4d_cuda_fmt f) {
     return f == LLM4D_CUDA_BF16 ? CUDA_R_16BF : f == LLM4D_CUDA_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* field by field: the plan's padding bytes (after its two chars) are indeterminate, so memcmp could miss an entry
+ * and plan the same shape again at every call */
+static int same_plan(const llm4d_gemm_plan *a, const llm4d_gemm_plan *b) {
+    return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd && a->a == b->a && a->b == b->b;
+}
+
 static int same_key(const gemm_entry *e, const llm4d_gemm_plan *p, int abtype, int compute, int bias,
                     const int al[4]) {
-    return !memcmp(&e->p, p, sizeof *p) && e->abtype == abtype && e->compute == compute && e->bias == bias &&
+    return same_plan(&e->p, p) && e->abtype == abtype && e->compute == compute && e->bias == bias &&
            !memcmp(e->align, al, sizeof e->align);
 }
 
