@@ -42,7 +42,7 @@ expect "max_seq_len > max_position_embeddings" "max_position_embeddings" train "
 expect "global batch not a multiple of micro batch" "micro_batch_size" train "${BASE[@]}" --input_dir "$DATA" \
   --global_batch_size 3
 expect "negative learning rate" "max_lr" train "${BASE[@]}" --input_dir "$DATA" --max_lr -1e-3
-expect "device gpu without the CUDA backend" "device" train "${BASE[@]}" --input_dir "$DATA" --device gpu
+expect "an unknown device (tests/test_cuda_device.sh: gpu without one)" "device" train "${BASE[@]}" --input_dir "$DATA" --device tpu
 expect "degrees that do not multiply to the world size" "dp_degree" train "${BASE[@]}" --input_dir "$DATA" \
   --dp_degree 2
 expect "empty input directory" "$tmp/emptydir" train "${BASE[@]}" --input_dir "$tmp/emptydir"

@@ -13,6 +13,11 @@ llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref
             return llm4d_fail(err, LLM4D_EUSER, "--device guard runs the cpu backend's kernels; drop --backend ref");
         return llm4d_backend_guard_create(out, nthreads, err);
     }
-    return llm4d_fail(err, LLM4D_EUSER, "--device %s: this build of llm4d has the devices cpu and guard (the CUDA "
-                      "backend is not built yet); use --device cpu", device);
+    if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) {
+        if (ref)
+            return llm4d_fail(err, LLM4D_EUSER, "--backend ref runs on the CPU; drop it or use --device cpu");
+        return llm4d_backend_cuda_create(out, err);
+    }
+    return llm4d_fail(err, LLM4D_EUSER, "--device %s: the devices are cpu, guard and cuda (gpu); use --device cpu",
+                      device);
 }

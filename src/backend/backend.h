@@ -4,7 +4,7 @@
  * pointers with an opaque context (ggml style). The tables: `cpu` (oneDNN matmul + OpenMP kernels, the fast path),
  * `ref` (plain loops, written for obviousness, the oracle every fast kernel is tested against) and `guard` (cpu's
  * kernels on memory the host cannot touch outside backend calls: the proof of the contract below, backend/guard.c).
- * A CUDA table implements the same operations on device memory.
+ * `cuda` (backend/cuda/) implements the same operations on a GPU's memory.
  *
  * THE CONTRACT
  * Memory. `alloc` returns DEVICE memory: every tensor (parameters, gradients, optimizer states, activations,
@@ -136,7 +136,9 @@ static inline const char *llm4d_work_name(int k) {
 /* Precision of the matmul operands (linear layers, attention GEMMs). Accumulation, LayerNorm, softmax, the loss and
  * every tensor the model keeps stay fp32: bf16/fp16 only round the GEMM inputs (mixed precision with fp32 master
  * weights). */
-typedef enum { LLM4D_PREC_FP32 = 0, LLM4D_PREC_BF16, LLM4D_PREC_FP16 } llm4d_precision;
+typedef enum { LLM4D_PREC_FP32 = 0, LLM4D_PREC_BF16, LLM4D_PREC_FP16, LLM4D_PREC_TF32 } llm4d_precision;
+/* LLM4D_PREC_TF32: fp32 operands multiplied by tensor cores with 10-bit significands (a GPU's format; the CPU
+ * backends refuse it). */
 
 /* The two streams every backend has (the contract above). */
 typedef enum { LLM4D_STREAM_COMPUTE = 0, LLM4D_STREAM_COMM, LLM4D_NSTREAMS } llm4d_stream;
@@ -171,11 +173,15 @@ typedef struct {
 #define LLM4D_SAMPLE_SCRATCH(V) ((size_t)(V) * 16)
 
 struct llm4d_backend {
-    const char *name;   /* "cpu", "ref", "cuda" */
+    const char *name;   /* "cpu", "ref", "guard", "cuda" */
     void *ctx;
     int nthreads;
 
     int host_addressable; /* 1: device memory is host memory (a host view is the tensor itself) */
+    /* The devices the processes on this host are spread over (local rank r takes device r mod ndevices), which
+     * the memory plan divides the ranks by to know how many share this device's memory; 0: the device is the
+     * host's memory, shared by every rank on the host. */
+    int ndevices;
 
     /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
      * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */
@@ -186,6 +192,10 @@ struct llm4d_backend {
     /* The device's free and total bytes now (the memory plan's budget; a CPU backend: the host's available
      * memory, the cgroup's limit if lower, and its total). */
     void (*mem_info)(llm4d_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* The memory plan (train/memplan.c) has counted `bytes` for what this rank will allocate: a device backend
+     * may take them from the device now, in one piece that alloc then carves (allocations beyond it still work).
+     * Not an error when the device cannot give that much at once. NULL: nothing to reserve (host memory). */
+    void (*reserve)(llm4d_backend *be, size_t bytes);
 
     /* Device memory set to zero, and copied device to device (memmove semantics), on COMPUTE. */
     void (*zero)(llm4d_backend *be, void *p, size_t bytes);
@@ -385,8 +395,11 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err);
 /* The guard backend (backend/guard.c): the cpu backend's kernels on device memory the host cannot touch outside
  * backend calls, so that any host access to a tensor crashes with a stack. */
 llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_err *err);
-/* The backend a run names: device "cpu" (with ref: the reference kernels) or "guard"; anything else is a user error
- * naming the devices this build has. */
+/* The CUDA backend (backend/cuda/): kernels and cuBLASLt GEMMs on the GPU this process is given (its local rank
+ * modulo the GPUs it sees). A build without CUDA, or a machine without a usable GPU, is a user error saying so. */
+llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err);
+/* The backend a run names: device "cpu" (with ref: the reference kernels), "guard", or "cuda" (also "gpu", the
+ * seeds' name); anything else is a user error naming the devices this build has. */
 llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err);
 
 #endif

@@ -271,6 +271,9 @@ llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t
 
 static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
     cpu_ctx *cx = ctx_of(be);
+    if (p == LLM4D_PREC_TF32)
+        return llm4d_fail(err, LLM4D_EUSER, "tfloat32 operands need a GPU's tensor cores (--device cuda); on the CPU "
+                          "use --amp_dtype bfloat16 or float16, or drop --use_amp");
     const llm4d_cpu_fmt fmt = llm4d_cpu_fmt_of(p);
     if (fmt == LLM4D_CPU_BF16) {
         /* create the bf16 primitives now, where errors can be reported */

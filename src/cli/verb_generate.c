@@ -41,8 +41,8 @@ static const char *const usage_text =
     "  --print_ids           print token ids instead of text\n"
     "  --threads N           CPU threads; 0: all cores (default 0)\n"
     "  --backend cpu|ref     kernels: oneDNN/OpenMP (default) or the naive reference ones\n"
-    "  --device cpu|guard    where the tensors live: host memory (default), or the guard backend's arena, which the\n"
-    "                        host cannot touch (a test of the device boundary, backend.h)\n"
+    "  --device cpu|guard|cuda  where the tensors live: host memory (default), the guard backend's arena, which\n"
+    "                        the host cannot touch (a test of the device boundary, backend.h), or a GPU (cuda, gpu)\n"
     "  --dump_logits FILE    (testing) write the logits of every position but the last, float32 [n, vocab_size]\n";
 
 typedef struct {
@@ -126,7 +126,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->ckpt) return usage_error("--ckpt DIR is required");
     if (!a->prompt == !a->prompt_ids) return usage_error("give exactly one of --prompt TEXT and --prompt_ids IDS");
     if (strcmp(a->backend, "cpu") && strcmp(a->backend, "ref")) return usage_error("--backend must be cpu or ref");
-    if (strcmp(a->device, "cpu") && strcmp(a->device, "guard")) return usage_error("--device must be cpu or guard");
+    if (strcmp(a->device, "cpu") && strcmp(a->device, "guard") && strcmp(a->device, "cuda") && strcmp(a->device, "gpu"))
+        return usage_error("--device must be cpu, guard or cuda");
     if (a->prompt_ids) a->print_ids = 1;
     /* the sampler's own checks, before anything is loaded */
     llm4d_sampler smp;

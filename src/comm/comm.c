@@ -445,6 +445,8 @@ llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err) {
         int is_done = 0;
         LLM4D_TRY(llm4d_comm_test(c->pending[i], &is_done, err));
     }
+    /* the data plane's collectives on the group's NCCL communicator are outstanding there (comm/nccl/) */
+    if (c->nccl) LLM4D_TRY(llm4d_comm_progress(c->nccl, err));
     return LLM4D_OK;
 }
 
@@ -528,6 +530,7 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
 
 void llm4d_comm_destroy(llm4d_comm *c) {
     if (!c) return;
+    llm4d_comm_destroy(c->nccl);
     free(c->members);
     c->members = NULL;
     free(c->pending);
@@ -570,18 +573,29 @@ void llm4d_comm_groups_destroy(llm4d_comm_groups *g) {
     memset(g, 0, sizeof *g);
 }
 
+/* a group's statistics with its NCCL communicator's (the data plane's collectives go there) */
+static void add_group(llm4d_comm_stats *s, const llm4d_comm *c) {
+    if (!c) return;
+    llm4d_comm_stats_add(s, &c->stats);
+    if (c->nccl) llm4d_comm_stats_add(s, &c->nccl->stats);
+}
+
 llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g) {
     llm4d_comm_stats s = {0};
-    if (g->world) llm4d_comm_stats_add(&s, &g->world->stats);
-    for (int a = 0; a < LLM4D_NAXES; a++)
-        if (g->axis[a]) llm4d_comm_stats_add(&s, &g->axis[a]->stats);
-    if (g->data) llm4d_comm_stats_add(&s, &g->data->stats);
+    add_group(&s, g->world);
+    for (int a = 0; a < LLM4D_NAXES; a++) add_group(&s, g->axis[a]);
+    add_group(&s, g->data);
     return s;
 }
 
+static void reset_group(llm4d_comm *c) {
+    if (!c) return;
+    llm4d_comm_stats_reset(c);
+    if (c->nccl) llm4d_comm_stats_reset(c->nccl);
+}
+
 void llm4d_comm_groups_stats_reset(llm4d_comm_groups *g) {
-    if (g->world) llm4d_comm_stats_reset(g->world);
-    for (int a = 0; a < LLM4D_NAXES; a++)
-        if (g->axis[a]) llm4d_comm_stats_reset(g->axis[a]);
-    if (g->data) llm4d_comm_stats_reset(g->data);
+    reset_group(g->world);
+    for (int a = 0; a < LLM4D_NAXES; a++) reset_group(g->axis[a]);
+    reset_group(g->data);
 }

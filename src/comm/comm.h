@@ -157,6 +157,8 @@ struct llm4d_comm {
     uint64_t seq;          /* collectives started on this group */
     char key[40];          /* "dp:0/2": the group's name on progress boards, the same on every member */
     llm4d_comm_device *dev; /* the data plane's device (borrowed; NULL: tensor buffers are host memory) */
+    llm4d_comm *nccl;      /* owned: the group's NCCL communicator for its data plane's collectives (comm/nccl/),
+                            * a communicator of the same members whose buffers are device memory; NULL: none */
     llm4d_comm_req **pending; /* the non-blocking operations started and not yet seen complete (llm4d_comm_progress) */
     int n_pending, cap_pending;
 };
@@ -287,5 +289,17 @@ llm4d_code llm4d_comm_dev_irecv(llm4d_comm *c, void *buf, size_t count, llm4d_co
 /* comm.c calls this when a staged request completes or fails: the received data to the device, the staging back
  * to the pool. */
 void llm4d_comm_dev_finish(llm4d_comm_req *req, int completed);
+
+/* ---- NCCL (comm/nccl/comm_nccl.c; comm_nccl_none.c in builds without CUDA) ----
+ * Collective over g's world. Where be is the CUDA backend and libnccl can be loaded, each group of more than one
+ * rank whose members all have GPUs of their own gets an NCCL communicator (c->nccl): its data plane's all-reduces,
+ * reduce-scatters and all-gathers then run on the GPUs, on a stream of the group's, with no staging. Groups whose
+ * ranks share a GPU (NCCL refuses them) and every send and receive (a pipeline's exchanges, which NCCL would run
+ * in order on one stream, where MPI lets them pass each other) stay on MPI, staged through pinned memory. Writes
+ * one line into say saying which path each group takes (empty where nothing changes: not CUDA, one process). */
+llm4d_code llm4d_comm_nccl_setup(llm4d_comm_groups *g, llm4d_backend *be, char *say, size_t n, llm4d_err *err);
+/* The next operation on the NCCL communicator n starts after ready (NULL: after everything enqueued so far on the
+ * compute stream). */
+void llm4d_comm_nccl_order(llm4d_comm *n, const llm4d_event *ready);
 
 #endif

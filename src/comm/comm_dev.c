@@ -1,6 +1,8 @@
 /* comm_dev.c — the communicator's data plane: collectives and transfers on tensor buffers (see comm.h).
  *
- * Three cases, decided per call:
+ * Four cases, decided per call:
+ *   - the group has an NCCL communicator (comm/nccl/comm_nccl.c: a CUDA backend, one GPU per rank): the
+ *     collectives run there, on device memory, after the producing kernels; sends and receives take the cases below;
  *   - a group of one: nothing moves; an operation that copies (reduce-scatter, all-gather out of place) is a device
  *     copy on the compute stream, so no host code touches the tensors;
  *   - the device is host memory (the cpu backends) or no device is attached: the control plane's operation on the
@@ -133,11 +135,22 @@ static void hold(llm4d_comm *c, llm4d_comm_req *req, void *send, size_t sbytes, 
     req->dst = dst;
 }
 
+/* A group with an NCCL communicator runs its collectives there, after the kernels producing the buffer. */
+static llm4d_comm *nccl_of(llm4d_comm *c, const llm4d_event *ready) {
+    if (!c->nccl || !c->dev) return NULL;
+    llm4d_comm_nccl_order(c->nccl, ready);
+    return c->nccl;
+}
+
 /* ---- the operations ---- */
 
 llm4d_code llm4d_comm_dev_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
                                     llm4d_comm_reduction op, llm4d_err *err) {
     if (c->size == 1) return LLM4D_OK;
+    llm4d_comm *n = nccl_of(c, NULL);
+    if (n)
+        return op == LLM4D_COMM_MAX ? llm4d_comm_allreduce_max(n, buf, count, dt, err)
+                                    : llm4d_comm_allreduce(n, buf, count, dt, err);
     if (!staged(c)) {
         after(c, NULL);
         return op == LLM4D_COMM_MAX ? llm4d_comm_allreduce_max(c, buf, count, dt, err)
@@ -156,6 +169,8 @@ llm4d_code llm4d_comm_dev_allreduce(llm4d_comm *c, void *buf, size_t count, llm4
 llm4d_code llm4d_comm_dev_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
                                      const llm4d_event *ready, llm4d_comm_req *req, llm4d_err *err) {
     if (c->size == 1) return LLM4D_OK;
+    llm4d_comm *n = nccl_of(c, ready);
+    if (n) return llm4d_comm_iallreduce(n, buf, count, dt, req, err);
     if (!staged(c)) {
         after(c, ready);
         return llm4d_comm_iallreduce(c, buf, count, dt, req, err);
@@ -181,6 +196,8 @@ llm4d_code llm4d_comm_dev_reduce_scatter(llm4d_comm *c, const void *send, void *
                                          llm4d_comm_dtype dt, llm4d_err *err) {
     const size_t rbytes = recv_count * llm4d_comm_dtype_size(dt), sbytes = rbytes * (size_t)c->size;
     if (c->size == 1) return alone_copy(c, send, recv, rbytes);
+    llm4d_comm *n = nccl_of(c, NULL);
+    if (n) return llm4d_comm_reduce_scatter(n, send, recv, recv_count, dt, err);
     if (!staged(c)) {
         after(c, NULL);
         return llm4d_comm_reduce_scatter(c, send, recv, recv_count, dt, err);
@@ -198,6 +215,8 @@ llm4d_code llm4d_comm_dev_ireduce_scatter(llm4d_comm *c, const void *send, void 
                                           llm4d_err *err) {
     const size_t rbytes = recv_count * llm4d_comm_dtype_size(dt), sbytes = rbytes * (size_t)c->size;
     if (c->size == 1) return alone_copy(c, send, recv, rbytes);
+    llm4d_comm *n = nccl_of(c, ready);
+    if (n) return llm4d_comm_ireduce_scatter(n, send, recv, recv_count, dt, req, err);
     if (!staged(c)) {
         after(c, ready);
         return llm4d_comm_ireduce_scatter(c, send, recv, recv_count, dt, req, err);
@@ -238,6 +257,8 @@ static llm4d_code gather_staged(llm4d_comm *c, const void *send, void *recv, siz
 llm4d_code llm4d_comm_dev_allgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                     llm4d_comm_dtype dt, llm4d_err *err) {
     if (c->size == 1) return alone_copy(c, send, recv, send_count * llm4d_comm_dtype_size(dt));
+    llm4d_comm *n = nccl_of(c, NULL);
+    if (n) return llm4d_comm_allgather(n, send, recv, send_count, dt, err);
     if (!staged(c)) {
         after(c, NULL);
         return llm4d_comm_allgather(c, send, recv, send_count, dt, err);
@@ -248,6 +269,8 @@ llm4d_code llm4d_comm_dev_allgather(llm4d_comm *c, const void *send, void *recv,
 llm4d_code llm4d_comm_dev_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                      llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     if (c->size == 1) return alone_copy(c, send, recv, send_count * llm4d_comm_dtype_size(dt));
+    llm4d_comm *n = nccl_of(c, NULL);
+    if (n) return llm4d_comm_iallgather(n, send, recv, send_count, dt, req, err);
     if (!staged(c)) {
         after(c, NULL);
         return llm4d_comm_iallgather(c, send, recv, send_count, dt, req, err);

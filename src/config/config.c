@@ -509,16 +509,17 @@ static llm4d_code check_optim(llm4d_config *cfg, llm4d_err *err) {
 }
 
 static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
-    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "gpu") && strcmp(cfg->device, "guard"))
-        return llm4d_fail(err, LLM4D_EUSER, "device (Global.device) '%s' is not supported; use cpu, gpu or guard",
-                          cfg->device);
+    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "gpu") && strcmp(cfg->device, "cuda") &&
+        strcmp(cfg->device, "guard"))
+        return llm4d_fail(err, LLM4D_EUSER, "device (Global.device) '%s' is not supported; use cpu, gpu (cuda) or "
+                          "guard", cfg->device);
     const char *ov = cfg->dist.dp_overlap;
     if (strcmp(ov, "on") && strcmp(ov, "off") && strcmp(ov, "alternate"))
         return llm4d_fail(err, LLM4D_EUSER, "dp_overlap (Distributed.dp_overlap) must be on, off or alternate, got "
                           "'%s'", ov);
-    if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16"))
-        return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16 or float16, got '%s'",
-                          cfg->amp_dtype);
+    if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16") && strcmp(cfg->amp_dtype, "tfloat32"))
+        return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16, float16 or tfloat32, got "
+                          "'%s'", cfg->amp_dtype);
     if (cfg->logging_freq < 1)
         return llm4d_fail(err, LLM4D_EUSER, "logging_freq (Engine.logging_freq) must be >= 1, got %d",
                           cfg->logging_freq);

@@ -76,7 +76,7 @@ typedef struct {
 } llm4d_dist_config;
 
 typedef struct {
-    char device[LLM4D_NAME_MAX];     /* "cpu", "guard" ("gpu" is refused until the CUDA backend exists) */
+    char device[LLM4D_NAME_MAX];     /* "cpu", "guard", "gpu" or "cuda" (the same: backend/cuda) */
     uint64_t seed;
     int64_t global_batch_size;       /* 0 in the input: derived from local x dp x sharding */
     int64_t local_batch_size;        /* per data-parallel rank; 0 in the input: derived */

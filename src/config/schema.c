@@ -45,8 +45,8 @@
 static const llm4d_key keys[] = {
     /* Global */
     KEY("Global.device", LLM4D_KT_STR, device, "cpu", NULL, "--device",
-        "cpu, gpu or guard (the cpu kernels on memory the host cannot touch: a test of the device boundary; "
-        "PaddleFleetX's default is gpu)"),
+        "cpu, gpu (or cuda: the CUDA backend, in builds that have it) or guard (the cpu kernels on memory the host "
+        "cannot touch: a test of the device boundary; PaddleFleetX's default is gpu)"),
     KEY("Global.seed", LLM4D_KT_U64, seed, "1024", NULL, "--seed", "seed of weights, dropout and data order"),
     KEY("Global.global_batch_size", LLM4D_KT_I64, global_batch_size, "0", NULL, "--global_batch_size",
         "samples per optimizer step over all ranks; 0/empty: local_batch_size x dp_degree x sharding_degree"),
@@ -83,7 +83,8 @@ static const llm4d_key keys[] = {
         "mixed precision with fp32 master weights (PaddleFleetX's default is True)"),
     ALIAS("Engine.mix_precision.use_pure_fp16", "Engine.mix_precision.enable"),
     KEY("Engine.mix_precision.dtype", LLM4D_KT_STR, amp_dtype, "bfloat16", NULL, "--amp_dtype",
-        "bfloat16 or float16 (PaddleFleetX's default is float16)"),
+        "bfloat16, float16, or tfloat32 (GPU only: fp32 operands on tensor cores) (PaddleFleetX's default is "
+        "float16)"),
     NOEFF("Engine.mix_precision.level", "O2", "O2|o2", "llm4d's AMP is O2: low-precision compute, fp32 master"),
     KEY("Engine.mix_precision.scale_loss", LLM4D_KT_FLOAT, scale_loss, "32768.0", NULL, "--scale_loss",
         "initial loss scale for float16"),

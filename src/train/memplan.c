@@ -10,8 +10,9 @@
  * arena after allocation, and the total against the measured peak resident set.
  *
  * Available memory is the device's free memory (backend.h mem_info; on the CPU backends the host's MemAvailable, or
- * the cgroup's limit less its usage if lower) shared by the ranks on this host; a plan that needs more is refused with one line naming what dominates and what would
- * shrink it. */
+ * the cgroup's limit less its usage if lower) shared by the ranks on this host, or on a GPU backend by the ranks
+ * given the same GPU (local rank r takes GPU r mod ndevices); a plan that needs more is refused with one line naming
+ * what dominates and what would shrink it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,10 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     size_t dev_free = 0, dev_total = 0; /* the device's memory: on the CPU backends the host's */
     tr->be->mem_info(tr->be, &dev_free, &dev_total);
     const long long host = tr->mem_available > 0 ? tr->mem_available : (long long)dev_free;
-    const int ranks = local_ranks();
+    /* the ranks sharing this device's memory: every rank on the host, or those given the same GPU */
+    const int on_host = local_ranks(), ndev = tr->be->ndevices;
+    const int ranks = ndev > 0 ? (on_host + ndev - 1) / ndev : on_host;
+    const char *where = ndev > 0 ? "on this GPU" : "on this host";
 
     char line[512], h[32];
     int k = snprintf(line, sizeof line, "memory plan of this rank, before allocating:");
@@ -117,9 +121,12 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     if (host > 0) human((double)host / ranks, avail, sizeof avail);
     human((double)tr->plan_total, h, sizeof h);
     llm4d_log_info(&tr->log, "memory plan: %.1f MiB to allocate on top of %.1f MiB held now (data, libraries, MPI): %s "
-                   "per rank; available: %s for each of the %d rank(s) on this host", add / MiB, tr->plan_base / MiB,
-                   h, avail, ranks);
-    if (host <= 0 || (double)add <= (double)host / ranks) return LLM4D_OK;
+                   "per rank; available: %s for each of the %d rank(s) %s", add / MiB, tr->plan_base / MiB, h, avail,
+                   ranks, where);
+    if (host <= 0 || (double)add <= (double)host / ranks) {
+        if (tr->be->reserve) tr->be->reserve(tr->be, add); /* a device backend takes it in one piece now */
+        return LLM4D_OK;
+    }
 
     /* refused: say what dominates and what shrinks it */
     const size_t states = plan[LLM4D_MEM_PARAMS] + plan[LLM4D_MEM_GRADS] + plan[LLM4D_MEM_OPTIM];
@@ -133,6 +140,6 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
     human((double)states, st, sizeof st);
     human((double)per_batch, act, sizeof act);
     return llm4d_fail(err, LLM4D_EUSER, "this layout needs %s more memory per rank (model states %s, activations "
-                      "and workspaces %s; the plan is in the log) but %s is available to each of the %d rank(s) on this host; %s",
-                      need, st, act, avail, ranks, fix);
+                      "and workspaces %s; the plan is in the log) but %s is available to each of the %d rank(s) %s; %s",
+                      need, st, act, avail, ranks, where, fix);
 }

@@ -10,6 +10,10 @@
 #include "core/fs.h"
 #include "parallel/stack.h"
 
+static const char *prec_name(llm4d_precision p) {
+    return p == LLM4D_PREC_BF16 ? "bf16" : p == LLM4D_PREC_FP16 ? "fp16" : p == LLM4D_PREC_TF32 ? "tf32" : "fp32";
+}
+
 static llm4d_code mkdir_p(const char *path, llm4d_err *err) {
     if (llm4d_mkdir_p(path, 0777) == 0) return LLM4D_OK;
     struct stat st;
@@ -65,7 +69,7 @@ static void print_startup(llm4d_trainer *tr) {
     llm4d_log_info(log, "FLOPs per token (6 x matmul params + 12 x layers x seq x hidden): %.4g", tr->flops_per_token);
     if (tr->peak_gflops > 0)
         llm4d_log_info(log, "matmul peak measured at start-up (%s operands, %d threads): %.1f GFLOP/s; metrics.jsonl's "
-                       "mfu is model FLOPs per second over it", tr->precision == LLM4D_PREC_BF16 ? "bf16" : "fp32",
+                       "mfu is model FLOPs per second over it", prec_name(tr->precision),
                        tr->be->nthreads, tr->peak_gflops);
     llm4d_log_info(log,
                    "batch: global %lld = micro %lld x accumulate %lld x data-parallel %d; max_seq_len %d; "
@@ -120,7 +124,7 @@ static void print_startup(llm4d_trainer *tr) {
     if (tr->have_eval) llm4d_log_info(log, "validation: %d batches per evaluation", c->eval_iters);
     if (c->use_amp)
         llm4d_log_info(log, "mixed precision: %s matmul operands, fp32 master weights, accumulation, LayerNorm, "
-                       "softmax and loss%s", tr->precision == LLM4D_PREC_FP16 ? "fp16" : "bf16",
+                       "softmax and loss%s", prec_name(tr->precision),
                        tr->precision == LLM4D_PREC_FP16 ? "; dynamic loss scaling from scale_loss" : "");
     llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB", m->use_recompute ? "on (full)" : "off",
                    tr->model.act_bytes / 1048576.0);
@@ -224,6 +228,11 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
     LLM4D_TRY(llm4d_comm_device_create(&tr->comm_dev, tr->be, &tr->mem, err));
     llm4d_comm_groups_attach(groups, tr->comm_dev); /* tensor buffers are this backend's device memory */
+    {
+        char line[512];
+        LLM4D_TRY(llm4d_comm_nccl_setup(groups, tr->be, line, sizeof line, err)); /* GPUs: which groups take NCCL */
+        if (line[0]) llm4d_log_info(&tr->log, "%s", line);
+    }
     tr->loss_scale = 1.0;
     tr->inject_inf_step = opts->inject_inf_step;
     tr->inject_inf_param = opts->inject_inf_param;
@@ -232,7 +241,9 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->hang_rank = opts->hang_rank;
     tr->mem_available = opts->mem_available;
     if (cfg->use_amp) {
-        tr->precision = strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
+        tr->precision = !strcmp(cfg->amp_dtype, "float16")    ? LLM4D_PREC_FP16
+                        : !strcmp(cfg->amp_dtype, "tfloat32") ? LLM4D_PREC_TF32
+                                                              : LLM4D_PREC_BF16;
         if (!tr->be->set_precision)
             return llm4d_fail(err, LLM4D_EUSER,
                               "use_amp: the %s backend computes in fp32 only; drop --use_amp or use --backend cpu",

@@ -1,0 +1,124 @@
+/* cuda_impl.h — what the host files of the CUDA backend share (private to src/backend/cuda).
+ *
+ * The backend is split by kind of work: cuda_backend.c (the device, its memory, streams, events and copies, the
+ * method table), cuda_timers.c (the work timers), cuda_gemm.c (cuBLASLt and the linear layers), cuda_wcache.c (the
+ * low-precision copies of the weights), cuda_ops.c (every other method: the kernels of the k_*.cu files launched
+ * with their arguments, the reductions read back, the attention's choice of kernel, sampling). All of it is C17 on
+ * the CUDA runtime's and cuBLASLt's C interfaces; the CUDA C++ is in the .cu files behind cuda_kernels.h.
+ *
+ * There is no global state: the context below holds the device, the streams, the cuBLASLt handle, the arena of
+ * device memory and every workspace, and the method table holds the context. */
+#ifndef LLM4D_BACKEND_CUDA_IMPL_H
+#define LLM4D_BACKEND_CUDA_IMPL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/dev_arena.h"
+
+/* A CUDA or cuBLAS failure inside a method (which returns no error code) is a broken device or a bug: abort with
+ * where and what, as LLM4D_ASSERT does. The creation path returns errors instead. */
+void llm4d_cuda_die(const char *file, int line, const char *what, const char *why) __attribute__((noreturn));
+#define CU_CHECK(call)                                                                                           \
+    do {                                                                                                         \
+        const cudaError_t cu_e_ = (call);                                                                        \
+        if (cu_e_ != cudaSuccess) llm4d_cuda_die(__FILE__, __LINE__, #call, cudaGetErrorString(cu_e_));          \
+    } while (0)
+#define LT_CHECK(call)                                                                                           \
+    do {                                                                                                         \
+        const cublasStatus_t lt_s_ = (call);                                                                     \
+        if (lt_s_ != CUBLAS_STATUS_SUCCESS) llm4d_cuda_die(__FILE__, __LINE__, #call, cublasLt_status(lt_s_));  \
+    } while (0)
+/* after a kernel launch: a bad configuration is reported at once, not at the next synchronisation */
+#define CU_LAUNCHED() CU_CHECK(cudaGetLastError())
+const char *cublasLt_status(cublasStatus_t s);
+
+typedef struct cuda_timers cuda_timers;
+typedef struct cuda_wcache cuda_wcache;
+typedef struct cuda_gemms cuda_gemms;
+
+/* Workspaces the backend keeps in device memory, grown (never shrunk) to the largest request. */
+enum {
+    WS_OP0 = 0, /* converted GEMM operands: the input (or output gradient), and the attention's bf16 qkv */
+    WS_OP1,     /* the second operand: act(input) for a weight gradient, the attention's bf16 dout */
+    WS_PART,    /* column-sum partials (bias, LayerNorm), the attention's row terms D */
+    WS_RED,     /* reduction partials (doubles) and their chunk tables */
+    WS_N
+};
+
+typedef struct {
+    int device;                         /* the CUDA device index */
+    int ndevices;                       /* the CUDA devices this process sees (local ranks are spread over them) */
+    char gpu_name[256];
+    int sm_count, cc_major, cc_minor;
+    size_t total_mem;
+    int host_ptr_ok;                    /* kernels may use pinned host pointers as they are (UVA) */
+    cudaStream_t stream[LLM4D_NSTREAMS];
+    cudaEvent_t alloc_ev;               /* orders the zeroing of new memory before the comm stream's use */
+    cublasLtHandle_t lt;
+    void *lt_ws;                        /* cuBLASLt's workspace */
+    size_t lt_ws_bytes;
+    llm4d_dev_arena *arena;             /* every device allocation */
+    size_t reserved;                    /* bytes of the region reserve made (0: none) */
+    llm4d_precision prec;
+    llm4d_cuda_fmt fmt;                 /* GEMM operand storage for prec */
+    void *ws[WS_N];
+    size_t ws_cap[WS_N];
+    double *red_host;                   /* pinned: reduction results read back */
+    size_t red_host_cap;                /* doubles */
+    void *tab_host;                     /* pinned: chunk tables uploaded (sumsq_many) */
+    size_t tab_host_cap;                /* bytes */
+    void *sample_host;                  /* host scratch of sample (the draw runs on the host) */
+    size_t sample_cap;
+    int attn_simt_only;                 /* tests: the portable attention kernels even where tensor cores could run */
+    cuda_timers *tm;
+    cuda_wcache *wc;
+    cuda_gemms *gm;
+    double optim_bytes;
+} cuda_ctx;
+
+static inline cuda_ctx *cctx(llm4d_backend *be) { return (cuda_ctx *)be->ctx; }
+static inline cudaStream_t cstream(llm4d_backend *be) { return cctx(be)->stream[LLM4D_STREAM_COMPUTE]; }
+
+/* cuda_backend.c: device memory from the arena (growing it by a region when full), zeroed on the compute stream;
+ * NULL when the device is out of memory. */
+void *llm4d_cuda_dev_alloc(cuda_ctx *cx, size_t bytes);
+void llm4d_cuda_dev_free(cuda_ctx *cx, void *p);
+/* Workspace w with room for at least `bytes` (grown from the arena; the old contents are not kept). */
+void *llm4d_cuda_ws(cuda_ctx *cx, int w, size_t bytes);
+/* Bytes of one operand element of a format, and the format a precision stores its operands in. */
+size_t llm4d_cuda_fmt_bytes(llm4d_cuda_fmt f);
+llm4d_cuda_fmt llm4d_cuda_fmt_of(llm4d_precision p);
+
+/* cuda_timers.c: time the launches between begin and end on the compute stream as kind k (backend.h llm4d_work). */
+cuda_timers *llm4d_cuda_timers_create(void);
+void llm4d_cuda_timers_destroy(cuda_timers *t);
+int llm4d_cuda_work_begin(cuda_ctx *cx, int kind);
+void llm4d_cuda_work_end(cuda_ctx *cx, int mark);
+/* seconds and calls per kind so far (synchronises the compute stream) */
+void llm4d_cuda_timers_read(cuda_ctx *cx, double *seconds, double *calls);
+
+/* cuda_wcache.c: the copy of weight w (n elements) in format fmt, converted now if missing or stale. */
+const void *llm4d_cuda_weight(cuda_ctx *cx, const float *w, size_t n);
+void llm4d_cuda_wcache_changed(cuda_ctx *cx, const void *p, size_t bytes); /* p NULL: all stale */
+void llm4d_cuda_wcache_drop(cuda_ctx *cx, const void *p, size_t bytes);    /* memory going away */
+/* the copies overlapping p[0, n), as spans of the range (valid until the next call); their number */
+int llm4d_cuda_wcache_spans(cuda_ctx *cx, const float *p, size_t n, llm4d_cuda_span **out);
+/* the optimizer rewrote the copies of p[0, n); returns the bytes it wrote */
+double llm4d_cuda_wcache_refreshed(cuda_ctx *cx, const float *p, size_t n);
+size_t llm4d_cuda_wcache_bytes(const cuda_ctx *cx);
+void llm4d_cuda_wcache_free(cuda_ctx *cx);
+
+/* cuda_gemm.c: cuBLASLt set-up and the linear-layer methods installed into the table */
+llm4d_code llm4d_cuda_gemm_init(cuda_ctx *cx, llm4d_err *err);
+void llm4d_cuda_gemm_free(cuda_ctx *cx);
+void llm4d_cuda_gemm_install(llm4d_backend *be);
+/* cuda_ops.c: the other kernel methods */
+void llm4d_cuda_ops_install(llm4d_backend *be);
+
+#endif

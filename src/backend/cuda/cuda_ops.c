@@ -1,0 +1,357 @@
+/* cuda_ops.c — the CUDA backend's methods other than memory and the linear layers: each launches its kernels
+ * (k_*.cu) on the compute stream inside a work timer, and the few that return a value read it back.
+ *
+ * The reductions (sumsq, sumsq_many, dot, dot_acc) sum fixed chunks of LLM4D_CUDA_RED_CHUNK elements into double
+ * partials and the partials in a fixed tree, so their bits depend on the sizes only, never on the launch or the
+ * device; sumsq_many does every tensor's chunks in one launch from a table and reads the n sums back at once, each
+ * equal to what sumsq gives that tensor. The attention chooses its kernels here: the tensor-core ones (bf16, head
+ * sizes 16/32/64/128) or the portable fp32 ones, which also emulate bf16 and fp16 by rounding their operands.
+ * Sampling copies the logits to the host and draws there with the CPU backends' code (host_sample.c): one token's
+ * logits are 200 KB, and the host's draw is the one every backend must agree with. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_impl.h"
+#include "backend/host.h"
+
+#define TIMED(be, kind, ...)                                                                                     \
+    do {                                                                                                         \
+        const int mark_ = llm4d_cuda_work_begin(cctx(be), kind);                                                 \
+        __VA_ARGS__;                                                                                             \
+        CU_LAUNCHED();                                                                                           \
+        llm4d_cuda_work_end(cctx(be), mark_);                                                                    \
+    } while (0)
+
+static llm4d_dropout drop_of(const llm4d_dropout *d) {
+    if (d && d->p > 0.0f) return *d;
+    llm4d_dropout none;
+    memset(&none, 0, sizeof none);
+    return none;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* embeddings, LayerNorm, GELU, dropout, small helpers */
+
+static void cu_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
+                                 int nrows, int N, int C) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_embedding_forward(cstream(be), out, tokens, w, row0, nrows, N, C));
+}
+
+static void cu_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
+                                  int nrows, int N, int C) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_embedding_backward(cstream(be), dw, dout, tokens, row0, nrows, N, C));
+}
+
+static void cu_position_forward(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_position_forward(cstream(be), out, wpe, N, C, T, tok0));
+}
+
+static void cu_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T,
+                                 int64_t tok0) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_position_backward(cstream(be), dwpe, dout, N, C, T, tok0));
+}
+
+static void cu_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, int N, int C) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_layernorm_forward(cstream(be), out, mean, rstd, inp, w, b, N, C));
+}
+
+static void cu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                  int C) {
+    cuda_ctx *cx = cctx(be);
+    const int nch = (N + LLM4D_CUDA_COL_ROWS - 1) / LLM4D_CUDA_COL_ROWS;
+    float *part = llm4d_cuda_ws(cx, WS_PART, 2 * (size_t)nch * C * sizeof(float));
+    TIMED(be, LLM4D_WORK_ELEM, {
+        llm4d_k_layernorm_backward(cstream(be), dinp, part, dout, inp, w, mean, rstd, N, C);
+        llm4d_k_colsum_final(cstream(be), dw, part, nch, C);
+        llm4d_k_colsum_final(cstream(be), db, part + (size_t)nch * C, nch, C);
+    });
+}
+
+static void cu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_gelu_forward(cstream(be), out, inp, n));
+}
+
+static void cu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_gelu_backward(cstream(be), dinp, inp, dout, n));
+}
+
+static void cu_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+                               const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 0, out, NULL, inp, NULL, N, C, drop_of(drop)));
+}
+
+static void cu_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+                                const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 1, dinp, NULL, dout, NULL, N, C, drop_of(drop)));
+}
+
+static void cu_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
+                                   const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 2, out, NULL, res, x, N, C, drop_of(drop)));
+}
+
+static void cu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
+                                    const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 3, dres, dx, dout, NULL, N, C, drop_of(drop)));
+}
+
+static void cu_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_add(cstream(be), dst, src, n));
+}
+
+static void cu_scale(llm4d_backend *be, float *x, float s, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_scale(cstream(be), x, s, n));
+}
+
+static void cu_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
+    if (j1 <= j0) return;
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_init_param(cstream(be), dst, *spec, j0, j1));
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* cross-entropy */
+
+static void cu_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+                            int Vl, int v0, int V, int merge) {
+    TIMED(be, LLM4D_WORK_LOSS, llm4d_k_xent_forward(cstream(be), stats, logits, targets, N, Vl, v0, V, merge));
+}
+
+static void cu_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
+    TIMED(be, LLM4D_WORK_LOSS, llm4d_k_xent_rescale(cstream(be), stats, gmax, N));
+}
+
+static void cu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+                             const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                             int V) {
+    TIMED(be, LLM4D_WORK_LOSS,
+          llm4d_k_xent_backward(cstream(be), losses, dlogits, logits, stats, targets, dloss, N, Vl, v0, V));
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* attention */
+
+static int use_mma(const cuda_ctx *cx, int HS) {
+    return cx->fmt == LLM4D_CUDA_BF16 && !cx->attn_simt_only && llm4d_k_attn_mma_ok(HS);
+}
+
+static void cu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
+                                 const llm4d_dropout *drop) {
+    cuda_ctx *cx = cctx(be);
+    const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS;
+    LLM4D_ASSERT(llm4d_k_attn_simt_ok(s.HS), "cuda: attention head size %d is beyond the kernels' 256", s.HS);
+    TIMED(be, LLM4D_WORK_ATTN, {
+        if (use_mma(cx, s.HS)) {
+            void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2);
+            llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE);
+            llm4d_k_attn_forward_mma(cstream(be), out, lse, q16, s, drop_of(drop));
+        } else {
+            llm4d_k_attn_forward_simt(cstream(be), out, lse, qkv, s, drop_of(drop), cx->fmt);
+        }
+    });
+}
+
+static void cu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
+                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+    cuda_ctx *cx = cctx(be);
+    const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    float *D = llm4d_cuda_ws(cx, WS_PART, (size_t)s.B * s.NH * s.T * sizeof(float));
+    TIMED(be, LLM4D_WORK_ATTN, {
+        llm4d_k_attn_rowdot(cstream(be), D, dout, out, s);
+        if (use_mma(cx, s.HS)) {
+            void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2), *d16 = llm4d_cuda_ws(cx, WS_OP1, nout * 2);
+            llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE);
+            llm4d_k_convert(cstream(be), d16, LLM4D_CUDA_BF16, dout, nout, LLM4D_ACT_NONE);
+            llm4d_k_attn_backward_mma(cstream(be), dqkv, d16, q16, lse, D, s, drop_of(drop));
+        } else {
+            llm4d_k_attn_backward_simt(cstream(be), dqkv, dout, out, qkv, lse, D, s, drop_of(drop), cx->fmt);
+        }
+    });
+}
+
+static void cu_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,
+                                int n, int p0, int NH, int HS, float *scores, int ld) {
+    TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attention_cached(cstream(be), out, qkv, kc, vc, n, p0, NH, HS, scores, ld));
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* the optimizer */
+
+static int by_lo(const void *a, const void *b) {
+    const llm4d_cuda_span *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+static void cu_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
+    cuda_ctx *cx = cctx(be);
+    const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
+    const llm4d_cuda_adamw k = {grad_scale, lr * wd, beta1, beta2, 1.0f - beta1, 1.0f - beta2,
+                                (float)(lr * sqrt(bc2) / bc1), (float)(eps * sqrt(bc2))};
+    cx->optim_bytes += (zero_grads ? 32.0 : 28.0) * (double)n;
+    llm4d_cuda_span *sp;
+    const int nsp = llm4d_cuda_wcache_spans(cx, params, n, &sp);
+    qsort(sp, (size_t)nsp, sizeof *sp, by_lo);
+    for (int i = 1; i < nsp; i++)
+        LLM4D_ASSERT(sp[i].lo >= sp[i - 1].hi, "cuda: weight copies overlap inside one optimizer range (%zu < %zu)",
+                     sp[i].lo, sp[i - 1].hi);
+    TIMED(be, LLM4D_WORK_OPTIM, {
+        /* a launch per LLM4D_CUDA_MAX_SPANS copies: the range cut where the next launch's first copy starts */
+        size_t a = 0;
+        int first = 0;
+        do {
+            const int cnt = nsp - first < LLM4D_CUDA_MAX_SPANS ? nsp - first : LLM4D_CUDA_MAX_SPANS;
+            const size_t b = first + cnt < nsp ? sp[first + cnt].lo : n;
+            llm4d_cuda_span local[LLM4D_CUDA_MAX_SPANS];
+            for (int j = 0; j < cnt; j++) {
+                local[j] = sp[first + j];
+                local[j].lo -= a, local[j].hi -= a;
+            }
+            if (b > a)
+                llm4d_k_adamw(cstream(be), params + a, grads + a, m + a, v + a, b - a, k, zero_grads, local, cnt);
+            a = b;
+            first += cnt;
+        } while (first < nsp || a < n);
+    });
+    if (nsp) cx->optim_bytes += llm4d_cuda_wcache_refreshed(cx, params, n);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* reductions */
+
+static size_t nparts_of(size_t n) { return (n + LLM4D_CUDA_RED_CHUNK - 1) / LLM4D_CUDA_RED_CHUNK; }
+
+static void host_room(cuda_ctx *cx, size_t doubles, size_t table_bytes) {
+    if (doubles > cx->red_host_cap) {
+        cudaFreeHost(cx->red_host);
+        cx->red_host = NULL;
+        CU_CHECK(cudaMallocHost((void **)&cx->red_host, doubles * sizeof(double)));
+        cx->red_host_cap = doubles;
+    }
+    if (table_bytes > cx->tab_host_cap) {
+        if (cx->tab_host) cudaFreeHost(cx->tab_host);
+        cx->tab_host = NULL;
+        CU_CHECK(cudaMallocHost(&cx->tab_host, table_bytes));
+        cx->tab_host_cap = table_bytes;
+    }
+}
+
+/* The sum (mode 0: squares, 1: products, 2: values) of one tensor into *out, a double of device memory. */
+static void reduce_one(cuda_ctx *cx, double *out, const float *x, const float *y, size_t n, int mode, int add) {
+    const size_t np = nparts_of(n);
+    double *part = llm4d_cuda_ws(cx, WS_RED, (np ? np : 1) * sizeof(double) + 256);
+    cudaStream_t s = cx->stream[LLM4D_STREAM_COMPUTE];
+    llm4d_k_reduce_flat(s, part, x, y, n, mode);
+    llm4d_k_reduce_final1(s, out, part, (unsigned)np, add);
+}
+
+/* One tensor's sum returned to the host. */
+static double reduce_read(llm4d_backend *be, const float *x, const float *y, size_t n, int mode, int kind) {
+    cuda_ctx *cx = cctx(be);
+    const size_t np = nparts_of(n);
+    /* the result after the partials, in the same workspace */
+    double *part = llm4d_cuda_ws(cx, WS_RED, (np + 1) * sizeof(double) + 256), *res = part + np;
+    TIMED(be, kind, {
+        llm4d_k_reduce_flat(cstream(be), part, x, y, n, mode);
+        llm4d_k_reduce_final1(cstream(be), res, part, (unsigned)np, 0);
+    });
+    host_room(cx, 1, 0);
+    CU_CHECK(cudaMemcpyAsync(cx->red_host, res, sizeof(double), cudaMemcpyDeviceToHost, cstream(be)));
+    CU_CHECK(cudaStreamSynchronize(cstream(be)));
+    return cx->red_host[0];
+}
+
+static double cu_sumsq(llm4d_backend *be, const float *x, size_t n) {
+    cctx(be)->optim_bytes += 4.0 * (double)n;
+    return reduce_read(be, x, NULL, n, 0, LLM4D_WORK_OPTIM);
+}
+
+static double cu_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
+    return reduce_read(be, a, b, n, b ? 1 : 2, LLM4D_WORK_ELEM);
+}
+
+static void cu_dot_acc(llm4d_backend *be, double *acc, const float *a, const float *b, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, reduce_one(cctx(be), acc, a, b, n, b ? 1 : 2, 1));
+}
+
+/* Every tensor's chunks in one table and one launch, every tensor's sum in a second, one read-back. */
+static double cu_sumsq_many(llm4d_backend *be, int n, const float *const *x, const size_t *len, double *each) {
+    cuda_ctx *cx = cctx(be);
+    if (n <= 0) return 0.0;
+    size_t nch = 0;
+    for (int k = 0; k < n; k++) {
+        nch += nparts_of(len[k]);
+        cx->optim_bytes += 4.0 * (double)len[k];
+    }
+    const size_t tab_bytes = (nch ? nch : 1) * sizeof(llm4d_cuda_chunk);
+    const size_t first_bytes = ((size_t)n + 1) * sizeof(unsigned);
+    const size_t off_first = (tab_bytes + 255) & ~(size_t)255, off_part = (off_first + first_bytes + 255) & ~(size_t)255;
+    const size_t off_out = off_part + (nch ? nch : 1) * sizeof(double);
+    char *ws = llm4d_cuda_ws(cx, WS_RED, off_out + (size_t)n * sizeof(double));
+    host_room(cx, (size_t)n, off_part);
+    /* the table and the tensors' first partials, on the host, uploaded */
+    llm4d_cuda_chunk *tab = cx->tab_host;
+    unsigned *first = (unsigned *)((char *)cx->tab_host + off_first);
+    size_t c = 0;
+    for (int k = 0; k < n; k++) {
+        first[k] = (unsigned)c;
+        for (size_t i = 0; i < len[k]; i += LLM4D_CUDA_RED_CHUNK, c++) {
+            const size_t l = len[k] - i < LLM4D_CUDA_RED_CHUNK ? len[k] - i : LLM4D_CUDA_RED_CHUNK;
+            tab[c] = (llm4d_cuda_chunk){x[k] + i, NULL, (unsigned)l, (unsigned)c};
+        }
+    }
+    first[n] = (unsigned)c;
+    cudaStream_t s = cstream(be);
+    CU_CHECK(cudaMemcpyAsync(ws, cx->tab_host, off_part, cudaMemcpyHostToDevice, s));
+    double *out = (double *)(ws + off_out);
+    TIMED(be, LLM4D_WORK_OPTIM, {
+        if (nch) llm4d_k_reduce_table(s, (double *)(ws + off_part), (const llm4d_cuda_chunk *)ws, (int)nch, 0);
+        llm4d_k_reduce_final(s, out, (const double *)(ws + off_part), (const unsigned *)(ws + off_first), n, 0);
+    });
+    CU_CHECK(cudaMemcpyAsync(cx->red_host, out, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, s));
+    CU_CHECK(cudaStreamSynchronize(s)); /* also: the pinned table may be rewritten by the next call */
+    double total = 0.0;
+    for (int k = 0; k < n; k++) {
+        if (each) each[k] = cx->red_host[k];
+        total += cx->red_host[k];
+    }
+    return total;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* sampling */
+
+static int32_t cu_sample(llm4d_backend *be, const float *logits, int V, const llm4d_sampling *s, uint64_t j,
+                         void *scratch) {
+    (void)scratch; /* the draw runs on the host, with host scratch */
+    cuda_ctx *cx = cctx(be);
+    const size_t off = ((size_t)V * sizeof(float) + 15) & ~(size_t)15; /* the scratch after the logits, aligned */
+    const size_t need = off + LLM4D_SAMPLE_SCRATCH(V);
+    if (need > cx->sample_cap) {
+        free(cx->sample_host);
+        cx->sample_host = malloc(need);
+        LLM4D_ASSERT(cx->sample_host != NULL, "out of memory sampling from %d logits", V);
+        cx->sample_cap = need;
+    }
+    float *host = cx->sample_host;
+    /* pageable: returns once the logits are here (after the kernels before it on the stream) */
+    CU_CHECK(cudaMemcpyAsync(host, logits, (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, cstream(be)));
+    CU_CHECK(cudaStreamSynchronize(cstream(be)));
+    return llm4d_host_sample(be, host, V, s, j, (char *)cx->sample_host + off);
+}
+
+void llm4d_cuda_ops_install(llm4d_backend *be) {
+    be->embedding_forward = cu_embedding_forward, be->embedding_backward = cu_embedding_backward;
+    be->position_forward = cu_position_forward, be->position_backward = cu_position_backward;
+    be->layernorm_forward = cu_layernorm_forward, be->layernorm_backward = cu_layernorm_backward;
+    be->gelu_forward = cu_gelu_forward, be->gelu_backward = cu_gelu_backward;
+    be->attention_forward = cu_attention_forward, be->attention_backward = cu_attention_backward;
+    be->dropout_forward = cu_dropout_forward, be->dropout_backward = cu_dropout_backward;
+    be->dropout_add_forward = cu_dropout_add_forward, be->dropout_add_backward = cu_dropout_add_backward;
+    be->xent_forward = cu_xent_forward, be->xent_rescale = cu_xent_rescale, be->xent_backward = cu_xent_backward;
+    be->adamw = cu_adamw, be->sumsq = cu_sumsq, be->sumsq_many = cu_sumsq_many;
+    be->dot = cu_dot, be->dot_acc = cu_dot_acc, be->add = cu_add, be->scale = cu_scale;
+    be->init_param = cu_init_param, be->attention_cached = cu_attention_cached, be->sample = cu_sample;
+}
