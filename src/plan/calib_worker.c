@@ -101,7 +101,7 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
 }
 
 /* The model's whole micro-batch (mb 1, one process) recorded, for the shares and the overlap. */
-static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_trace *t, llm4d_err *err) {
+static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_mbtrace *t, llm4d_err *err) {
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     llm4d_config_defaults(cfg);
@@ -116,7 +116,7 @@ static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_trace *t,
     llm4d_topology topo;
     if (rc == LLM4D_OK) rc = llm4d_pp_plan_make(&pp, cfg, err);
     if (rc == LLM4D_OK) rc = llm4d_topology_init(&topo, 1, 0, 1, 1, 1, 1, err);
-    if (rc == LLM4D_OK) rc = llm4d_trace_make(t, cfg, &topo, &pp, be, err);
+    if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(t, cfg, &topo, &pp, be, err);
     llm4d_pp_plan_free(&pp);
     free(cfg);
     return rc;
@@ -142,7 +142,7 @@ static void replay_kinds(llm4d_replay *rp, int reps, llm4d_comm *comm, double ou
 }
 
 static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag, llm4d_err *err) {
-    llm4d_trace t;
+    llm4d_mbtrace t;
     LLM4D_TRY(share_trace(o, be, &t, err));
     llm4d_replay rp;
     llm4d_code rc = llm4d_replay_init(&rp, &t.rec, be, err);
@@ -190,7 +190,7 @@ static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, l
         free(buf);
     }
     llm4d_replay_free(&rp);
-    llm4d_trace_free(&t);
+    llm4d_mbtrace_free(&t);
     return rc;
 }
 

@@ -72,12 +72,12 @@ static llm4d_code collect_fn(void *u, const llm4d_layout *l, llm4d_err *err) {
     llm4d_code rc = LLM4D_OK;
     for (int s = 0; rc == LLM4D_OK && s < l->pp; s++) {
         llm4d_topology topo;
-        llm4d_trace t;
-        if (stage_topo(x->cfg, s, &topo, &why) != LLM4D_OK || llm4d_trace_make(&t, x->cfg, &topo, &pp, NULL, &why))
+        llm4d_mbtrace t;
+        if (stage_topo(x->cfg, s, &topo, &why) != LLM4D_OK || llm4d_mbtrace_make(&t, x->cfg, &topo, &pp, NULL, &why))
             continue; /* a part the model refuses is the search's business */
         const uint64_t sig = signature(&t.rec);
         const size_t bytes = llm4d_replay_bytes(&t.rec);
-        llm4d_trace_free(&t);
+        llm4d_mbtrace_free(&t);
         int seen = 0;
         for (int i = 0; i < x->n && !seen; i++) seen = x->t[i].sig == sig;
         if (seen) continue;
@@ -108,7 +108,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Replay one trace reps times; every kernel call whose key is not yet measured at (threads, prec) gets the median
  * of its occurrences' times. */
-static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_trace *t, llm4d_backend *be, int threads, int prec,
+static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm4d_backend *be, int threads, int prec,
                                 int reps, int *added, llm4d_err *err) {
     const llm4d_rec *r = &t->rec;
     int fresh = 0;
@@ -180,7 +180,7 @@ static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int 
             r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_ADAMW, .d = {sizes[i], z}, .p = {b[0], b[1], b[2], b[3]}};
         }
         r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_SUMSQ, .d = {sizes[i]}, .p = {b[1]}};
-        llm4d_trace t = {.rec = r};
+        llm4d_mbtrace t = {.rec = r};
         int added = 0;
         const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, quick ? 2 : 5, &added, err);
         llm4d_rec_free(&r);
@@ -232,14 +232,14 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
             }
             llm4d_pp_plan pp;
             llm4d_topology topo;
-            llm4d_trace t;
+            llm4d_mbtrace t;
             if (llm4d_layout_config(o->base, &x.t[i].layout, o->global, x.cfg, &pp, err) != LLM4D_OK) continue;
             rc = stage_topo(x.cfg, x.t[i].stage, &topo, err);
-            if (rc == LLM4D_OK) rc = llm4d_trace_make(&t, x.cfg, &topo, &pp, be, err);
+            if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
             llm4d_pp_plan_free(&pp);
             if (rc != LLM4D_OK) break;
             rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, &added, err);
-            llm4d_trace_free(&t);
+            llm4d_mbtrace_free(&t);
             if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
         }
         if (rc == LLM4D_OK) rc = measure_optimizer(prof, be, T, prec, o->quick, err);

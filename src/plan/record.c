@@ -324,9 +324,9 @@ static void r_scale(llm4d_backend *be, float *x, float s, size_t n) {
 static void r_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
     (void)be, (void)dst, (void)spec, (void)j0, (void)j1; /* creation, not a step's work */
 }
-static size_t r_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
+static size_t r_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
     const rec_ctx *x = be->ctx;
-    if (x->like && x->like->operand_bytes) return x->like->operand_bytes((llm4d_backend *)x->like, prec);
+    if (x->like && x->like->weight_copy_bytes) return x->like->weight_copy_bytes((llm4d_backend *)x->like, prec);
     return prec == LLM4D_PREC_FP32 ? 4 : 2;
 }
 static void r_weights_changed(llm4d_backend *be, const void *p, size_t bytes) { (void)be, (void)p, (void)bytes; }
@@ -363,7 +363,7 @@ llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm
         .adamw = r_adamw, .sumsq = r_sumsq, .sumsq_many = r_sumsq_many, .dot = r_dot, .dot_acc = r_dot_acc,
         .add = r_add, .scale = r_scale, .init_param = r_init_param,
         .weights_changed = like && like->weights_changed ? r_weights_changed : NULL,
-        .operand_bytes = r_operand_bytes,
+        .weight_copy_bytes = r_weight_copy_bytes,
         .destroy = r_destroy,
     };
     *out = be;

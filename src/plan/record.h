@@ -71,7 +71,7 @@ typedef struct {
 } llm4d_rec;
 
 /* The recording backend: its kernels append to r; memory is fake (alloc_host is real host memory: the host may
- * touch it). like (may be NULL) lends its size functions (operand_bytes, operand_workspace) and name. Free with
+ * touch it). like (may be NULL) lends its size functions (weight_copy_bytes, operand_workspace) and name. Free with
  * be->destroy. */
 llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm4d_backend *like, llm4d_err *err);
 /* A recording communicator of `size` ranks in which this process is `rank`: collectives append LLM4D_RC_COMM calls

@@ -44,7 +44,7 @@ static llm4d_price_how memo_price(price_memo *m, size_t cap, const llm4d_pricer 
     return m[j].how;
 }
 
-llm4d_code llm4d_stagecost_price(const llm4d_trace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
+llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
                                  size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
     out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems;
@@ -211,10 +211,10 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
         *out = &s->cost;
         return LLM4D_OK;
     }
-    llm4d_trace t;
-    LLM4D_TRY(llm4d_trace_make(&t, cfg, topo, pp, like, err));
+    llm4d_mbtrace t;
+    LLM4D_TRY(llm4d_mbtrace_make(&t, cfg, topo, pp, like, err));
     const llm4d_code rc = llm4d_stagecost_price(&t, pr, ranks_on_host, tp_hosts, bucket_bytes, &s->cost, err);
-    llm4d_trace_free(&t);
+    llm4d_mbtrace_free(&t);
     LLM4D_TRY(rc);
     s->key = k, s->h = h, s->used = 1, cache->n++;
     *out = &s->cost;

@@ -8,7 +8,7 @@
 
 #include "parallel/stack.h"
 
-llm4d_code llm4d_trace_make(llm4d_trace *t, const llm4d_config *cfg, const llm4d_topology *topo,
+llm4d_code llm4d_mbtrace_make(llm4d_mbtrace *t, const llm4d_config *cfg, const llm4d_topology *topo,
                             const llm4d_pp_plan *pp, const llm4d_backend *like, llm4d_err *err) {
     memset(t, 0, sizeof *t);
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &t->part, &t->layout, err));
@@ -60,11 +60,11 @@ llm4d_code llm4d_trace_make(llm4d_trace *t, const llm4d_config *cfg, const llm4d
     }
     llm4d_comm_destroy(mp);
     be->destroy(be);
-    if (rc != LLM4D_OK) llm4d_trace_free(t);
+    if (rc != LLM4D_OK) llm4d_mbtrace_free(t);
     return rc;
 }
 
-void llm4d_trace_free(llm4d_trace *t) {
+void llm4d_mbtrace_free(llm4d_mbtrace *t) {
     llm4d_rec_free(&t->rec);
     if (t->table.p || t->table.g) llm4d_param_table_free(&t->table);
     memset(t, 0, sizeof *t);

@@ -24,12 +24,12 @@ typedef struct {
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     size_t act_elems;                                    /* one activation crossing a stage boundary */
-} llm4d_trace;
+} llm4d_mbtrace;
 
 /* The trace of the rank at topo's coordinates of cfg (finalized) with pipeline plan pp. like: the real backend
  * whose size functions the recording lends (may be NULL). */
-llm4d_code llm4d_trace_make(llm4d_trace *t, const llm4d_config *cfg, const llm4d_topology *topo,
+llm4d_code llm4d_mbtrace_make(llm4d_mbtrace *t, const llm4d_config *cfg, const llm4d_topology *topo,
                             const llm4d_pp_plan *pp, const llm4d_backend *like, llm4d_err *err);
-void llm4d_trace_free(llm4d_trace *t);
+void llm4d_mbtrace_free(llm4d_mbtrace *t);
 
 #endif

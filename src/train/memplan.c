@@ -37,7 +37,7 @@ static void human(double bytes, char *buf, size_t n) {
 }
 
 /* Bytes of the low-precision copies a mixed-precision backend keeps of the weights its GEMMs read (the cpu
- * backend's cpu_wcache.c: operand_bytes per element, made on first use, outside the arena's categories): every
+ * backend's cpu_wcache.c: weight_copy_bytes per element, made on first use, outside the arena's categories): every
  * linear weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
 static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
@@ -52,7 +52,7 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_pr
         for (int i = 0; i < t->n; i++)
             if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
     }
-    return n * be->operand_bytes(be, prec);
+    return n * be->weight_copy_bytes(be, prec);
 }
 
 /* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
@@ -85,7 +85,7 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
     /* the tensor-parallel context as the model sees it: its size, this rank's index, sequence parallelism */
     const llm4d_tp tp = {.size = part.mp_size, .rank = part.mp_rank, .sp = part.sequence_parallel};
-    llm4d_operand_sizes sizes = {0, 0};
+    llm4d_operand_sizes sizes = {0, 0, 0, 0};
     LLM4D_TRY(llm4d_gpt_plan(&cfg->model, &part, &tp, &layout, out->cat, &sizes, err));
     /* the backend's converted operands: outside the arena's categories, like the weight copies */
     out->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
