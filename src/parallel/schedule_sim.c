@@ -139,7 +139,9 @@ llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *st, int P, const 
             if (!s.running[p]) continue;
             s.busy[p] += dt;
             s.left[p] -= dt * rate;
-            if (s.left[p] > 1e-12 * (1 + dt)) continue;
+            /* ended: nothing left, or less than the clock can still tell apart at `next` (long steps: at
+             * t ~ 1e4 s a remainder below one ulp would give dt = 0 for ever) */
+            if (s.left[p] > 1e-12 * (1 + dt) && next + s.left[p] / rate > next) continue;
             const llm4d_pp_action *a = &st[p].a[s.pos[p]];
             *at3(s.done, &s, a->op, llm4d_pp_vstage(P, a->chunk, p), a->mb) = next;
             s.running[p] = 0;
