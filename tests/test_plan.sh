@@ -3,7 +3,8 @@
 #   (a) a quick calibration of this machine for gpt2-tiny (4 layers) writes a machine profile;
 #   (b) memory: for one process, dp2, ZeRO-3 over 2, mp2 with sequence parallelism and pp2 with ZB-H1,
 #       `llm4d plan --evaluate --json` with exactly the flags of the `llm4d train` command predicts every rank's peak;
-#       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage), within 5 %;
+#       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage), within 5 %
+#       (under AddressSanitizer, scripts/sanitize.sh, the resident set holds its shadow memory: not compared);
 #   (c) time: the search over 2 processes picks a layout; a real run of its flags measures seconds per step (the
 #       trainer's avg_batch_cost over its last steps); the prediction must be within a factor of 1.5 of it (the
 #       issue's 10 % target is for bench/bench_plan.sh on a quiet machine). When the 1-minute load is above half
@@ -48,7 +49,7 @@ for l in "${layouts[@]}"; do
     for ((r = 0; r < np; r++)); do cp "$tmp/$name/workerlog.$r" "$tmp/$name.rank$r" 2>/dev/null; done
   fi
   /usr/bin/python3 - "$tmp" "$name" "$np" >"$tmp/$name.verdict" <<'PY'
-import json, re, sys
+import json, os, re, sys
 tmp, name, np_ = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     pred = json.load(open(f"{tmp}/{name}.json"))["peak_mib_per_rank"]
@@ -64,6 +65,9 @@ for r in range(np_):
     if not m:
         print(f"FAIL {name} rank {r}: the run reports no peak resident set"); continue
     meas = float(m[-1]); err = 100 * (pred[r] - meas) / meas
+    if os.environ.get("ASAN_OPTIONS"):  # the resident set also holds ASan's shadow and quarantine
+        print(f"ok   {name} rank {r}: predicted {pred[r]:.1f} MiB, the run reports a peak (not compared under ASan)")
+        continue
     print(("ok   " if abs(err) <= 5 else "FAIL ") +
           f"{name} rank {r}: predicted peak {pred[r]:.1f} MiB, measured peak RSS {meas:.1f} MiB ({err:+.1f} %, bound 5 %)")
 PY
@@ -90,7 +94,7 @@ if [ "$world" = 2 ]; then
          awk '{s+=$1; n++} END {if (n) printf "%.4f", s/n; else print 0}')
   ratio=$(awk -v p="$step_s" -v m="$meas" 'BEGIN {if (m > 0) printf "%.3f", p/m; else print 0}')
   what="first choice: predicted $step_s s per step, measured $meas s (steps 6-15; predicted/measured $ratio, bound 1.5x; load $load0 before, $(cut -d' ' -f1 /proc/loadavg) after)"
-  if awk -v l="$load0" -v c="$(nproc)" 'BEGIN {exit !(l <= 0.5 * c)}'; then
+  if [ -z "${ASAN_OPTIONS:-}" ] && awk -v l="$load0" -v c="$(nproc)" 'BEGIN {exit !(l <= 0.5 * c)}'; then
     check_if $(awk -v r="$ratio" 'BEGIN {print (r >= 1/1.5 && r <= 1.5) ? 1 : 0}') "$what"
   else # other jobs on the cores: a time measured now says nothing of the planner (the calibration measured them too)
     echo "skip $what: the machine is busy (load above half its cores)"
@@ -106,5 +110,7 @@ refused "a garbled profile" "garbled.json" "$LLM4D" plan --machine_profile "$tmp
   --global_batch_size 8
 refused "processes that do not make the layout" "ranks_per_node" "$LLM4D" plan --evaluate --machine_profile "$PROF" \
   "${MODEL[@]}" --global_batch_size 8 --dp_degree 2 --ranks_per_node 3
+refused "no layout fits the hosts' memory" "memory_per_node" "$LLM4D" plan --machine_profile "$PROF" "${MODEL[@]}" \
+  --global_batch_size 8 --ranks_per_node 2 --memory_per_node 0.05
 refused "an unknown option" "--no_such_flag" "$LLM4D" plan --machine_profile "$PROF" "${MODEL[@]}" --no_such_flag 1
 finish

@@ -170,12 +170,10 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     int code = 0;
     if (!shown) return fail("out of memory");
     cJSON *root = sw->json ? cJSON_CreateObject() : NULL;
-    if (s.n_fit == 0) {
-        if (!sw->json) {
-            memcpy(shown, base, sizeof *shown);
-            fprintf(stdout, "llm4d plan: none of %d layouts fits (%d pass the configuration's checks); --explain says "
-                    "why each was rejected\n", s.n, s.n_valid);
-        }
+    if (s.n_fit == 0) { /* a user error: one line on stderr (the rejected list, when asked, on stdout) */
+        fprintf(stderr, "llm4d plan: none of %d layouts fits (%d pass the configuration's checks, none in %.2f GiB "
+                "per host); give more memory per host (--memory_per_node) or more hosts, or see each layout's need "
+                "with --explain\n", s.n, s.n_valid, pr->cluster.memory_per_node / (1024 * MiB));
         code = 2;
     } else if (!sw->json) {
         llm4d_layout_config(base, &s.c[0].layout, global, shown, &pp, &err);
