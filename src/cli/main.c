@@ -15,9 +15,12 @@ static const llm4d_verb verbs[] = {
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
     {"generate", "continue a prompt with a checkpoint (KV cache; temperature, top-k, top-p)", llm4d_cmd_generate},
     {"convert", "export a checkpoint as a Hugging Face GPT-2 directory, or import one", llm4d_cmd_convert},
+    {"plan", "the fastest layout of a job on a cluster, its time and memory predicted; --evaluate one layout; "
+             "--calibrate this machine", llm4d_cmd_plan},
     {"report", "one HTML page about a run: curves, schedule, memory, layout (RUN_DIR [-o FILE] [--compare DIR])",
      llm4d_cmd_report},
     {"__worker", NULL, llm4d_cmd_worker},
+    {"__plancal", NULL, llm4d_cmd_plancal},
     {"__commtest", NULL, llm4d_cmd_commtest},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);

@@ -563,6 +563,22 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err) {
+    const llm4d_plan_config *p = &cfg->plan;
+    if (p->nodes < 1) return llm4d_fail(err, LLM4D_EUSER, "Plan.nodes (--nodes) must be >= 1 host, got %d", p->nodes);
+    if (p->ranks_per_node < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Plan.ranks_per_node (--ranks_per_node) must be >= 1 (0: derived), got %d",
+                          p->ranks_per_node);
+    if (p->threads_per_rank < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Plan.threads_per_rank (--threads_per_rank) must be >= 1 (0: derived), "
+                          "got %d", p->threads_per_rank);
+    if (!(p->memory_per_node_gib >= 0) || !isfinite(p->memory_per_node_gib))
+        return llm4d_fail(err, LLM4D_EUSER, "Plan.memory_per_node (--memory_per_node) must be GiB >= 0 (0: the "
+                          "machine profile's), got %g", p->memory_per_node_gib);
+    if (p->top < 1) return llm4d_fail(err, LLM4D_EUSER, "Plan.top (--top) must be >= 1, got %d", p->top);
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *err) {
     LLM4D_ASSERT(world_size >= 1, "world_size %d", world_size);
     LLM4D_TRY(apply_preset(cfg, err));
@@ -571,6 +587,7 @@ llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *e
     LLM4D_TRY(check_batch(cfg, err));
     LLM4D_TRY(check_optim(cfg, err));
     LLM4D_TRY(check_run(cfg, err));
+    LLM4D_TRY(llm4d_config_check_plan(cfg, err));
     return LLM4D_OK;
 }
 

@@ -75,6 +75,18 @@ typedef struct {
     int zero_prefetch, zero_overlap;   /* ZeRO: the stage-3 prefetch, the non-blocking reduce-scatters (sharding.h) */
 } llm4d_dist_config;
 
+/* The cluster `llm4d plan` lays a job out on, and the machine profile it and the trainer's start-up prediction
+ * read (plan/). */
+typedef struct {
+    int nodes;                       /* hosts */
+    int ranks_per_node;              /* processes per host; 0: the layout's world on one host (evaluate), or the
+                                      * profile's cores (search) */
+    int threads_per_rank;            /* 0: Global.threads, else OMP_NUM_THREADS, else cores / ranks_per_node */
+    float memory_per_node_gib;       /* 0: the profile's (this machine's) */
+    int top;                         /* layouts printed */
+    char machine_profile[LLM4D_PATH_MAX]; /* "": ~/.cache/llm4d/machine.json */
+} llm4d_plan_config;
+
 typedef struct {
     char device[LLM4D_NAME_MAX];     /* "cpu", "guard", "gpu" or "cuda" (the same: backend/cuda) */
     uint64_t seed;
@@ -105,6 +117,7 @@ typedef struct {
     llm4d_data_config data;
     llm4d_optim_config optim;
     llm4d_dist_config dist;
+    llm4d_plan_config plan;
 
     /* Keys that were set but have no effect in llm4d, to list at start-up ("Model.fused_linear", ...). */
     int n_noeffect;
@@ -125,6 +138,9 @@ llm4d_code llm4d_config_parse_args(llm4d_config *cfg, int argc, char **argv, llm
 /* Apply the model preset, derive dependent values for a world of `world_size` processes, validate everything.
  * Every failure is a user error with one line naming the problem and the fix. */
 llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *err);
+
+/* The Plan.* keys alone (llm4d plan checks them before it finalizes any layout); part of llm4d_config_finalize. */
+llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err);
 
 /* `llm4d train --help`: every option with its default. */
 void llm4d_config_print_help(FILE *f);

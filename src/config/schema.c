@@ -254,6 +254,21 @@ static const llm4d_key keys[] = {
     EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
         "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
 
+    /* Plan: the cluster `llm4d plan` lays the job out on (llm4d's addition) */
+    EXT("Plan.nodes", LLM4D_KT_INT, plan.nodes, "1", NULL, "--nodes", "llm4d plan: hosts of the cluster"),
+    EXT("Plan.ranks_per_node", LLM4D_KT_INT, plan.ranks_per_node, "0", NULL, "--ranks_per_node",
+        "llm4d plan: processes per host; 0: the cores the machine profile counts (--evaluate: the layout's "
+        "processes on one host)"),
+    EXT("Plan.threads_per_rank", LLM4D_KT_INT, plan.threads_per_rank, "0", NULL, "--threads_per_rank",
+        "llm4d plan: threads of each process; 0: Global.threads, else OMP_NUM_THREADS, else the host's cores over "
+        "its processes"),
+    EXT("Plan.memory_per_node", LLM4D_KT_FLOAT, plan.memory_per_node_gib, "0", NULL, "--memory_per_node",
+        "llm4d plan: GiB of memory per host; 0: the machine profile's"),
+    EXT("Plan.top", LLM4D_KT_INT, plan.top, "5", NULL, "--top", "llm4d plan: how many layouts to print"),
+    EXT("Plan.machine_profile", LLM4D_KT_STR, plan.machine_profile, "", NULL, "--machine_profile",
+        "the machine profile `llm4d plan --calibrate` writes and the planner and the trainer's start-up "
+        "prediction read; empty: ~/.cache/llm4d/machine.json"),
+
     /* Sections of other PaddleFleetX GPT configs */
     NOEFF("FusedPasses.enable", "False", "False", "auto-parallel fused passes"),
     NOEFF("FusedPasses.fused_passes_list", "[]", "[]", "auto-parallel fused passes"),

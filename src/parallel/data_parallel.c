@@ -132,6 +132,28 @@ static const llm4d_engine_ops dp_ops = {
     .destroy = dp_destroy,
 };
 
+int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucket_of_group, size_t *lo, size_t *hi,
+                     int *n_groups) {
+    /* Walk groups in the order backward completes them: the last group (final LayerNorm) first, down to the
+     * embeddings. Groups are adjacent in the buffer in that order (descending addresses), so a run of them is one
+     * range. */
+    const size_t bucket_elems = bucket_bytes / sizeof(float) > 0 ? bucket_bytes / sizeof(float) : 1;
+    int n = 0;
+    for (int grp = t->n_groups - 1; grp >= 0; grp--) {
+        const size_t glo = t->g[grp].lo, ghi = t->g[grp].hi;
+        if (n == 0 || hi[n - 1] - lo[n - 1] >= bucket_elems) {
+            lo[n] = glo, hi[n] = ghi, n_groups[n] = 0;
+            n++;
+        }
+        LLM4D_ASSERT(ghi == lo[n - 1] || n_groups[n - 1] == 0, "group %d [%zu,%zu) not adjacent to bucket [%zu,%zu)",
+                     grp, glo, ghi, lo[n - 1], hi[n - 1]);
+        lo[n - 1] = glo;
+        n_groups[n - 1]++;
+        bucket_of_group[grp] = n - 1;
+    }
+    return n;
+}
+
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
                          int trace, llm4d_err *err) {
     memset(dp, 0, sizeof *dp);
@@ -148,24 +170,17 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         dp_destroy(&dp->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
-    /* Walk groups in the order backward completes them: the last group (final LayerNorm) first, down to the
-     * embeddings. Groups are adjacent in the buffer in that order (descending addresses), so a run of them is one
-     * range. */
-    const size_t bucket_elems = bucket_bytes / sizeof(float) > 0 ? bucket_bytes / sizeof(float) : 1;
-    llm4d_dp_bucket *cur = NULL;
-    for (int grp = G - 1; grp >= 0; grp--) {
-        const size_t lo = t->g[grp].lo, hi = t->g[grp].hi;
-        if (!cur || cur->hi - cur->lo >= bucket_elems) {
-            cur = &dp->buckets[dp->n_buckets++];
-            cur->lo = lo;
-            cur->hi = hi;
-        }
-        LLM4D_ASSERT(hi == cur->lo || cur->n_groups == 0, "group %d [%zu,%zu) not adjacent to bucket [%zu,%zu)", grp,
-                     lo, hi, cur->lo, cur->hi);
-        cur->lo = lo;
-        cur->n_groups++;
-        dp->bucket_of_group[grp] = (int)(cur - dp->buckets);
+    size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi);
+    int *ng = calloc((size_t)G, sizeof *ng);
+    if (!lo || !hi || !ng) {
+        free(lo), free(hi), free(ng);
+        dp_destroy(&dp->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
+    dp->n_buckets = llm4d_dp_buckets(t, bucket_bytes, dp->bucket_of_group, lo, hi, ng);
+    for (int i = 0; i < dp->n_buckets; i++)
+        dp->buckets[i].lo = lo[i], dp->buckets[i].hi = hi[i], dp->buckets[i].n_groups = ng[i];
+    free(lo), free(hi), free(ng);
     for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
     dp->overlap_mode = !strcmp(overlap, "off") ? 0 : !strcmp(overlap, "alternate") ? 2 : 1;
     dp->overlap = dp->overlap_mode != 0;

@@ -57,6 +57,12 @@ typedef struct {
     int tests;              /* progress calls this step */
 } llm4d_dp;
 
+/* The buckets of about bucket_bytes over the table's groups, in the order backward completes them (the engine's
+ * plan, as a pure function for the planner): bucket b is the flat range [lo[b], hi[b]) of n_groups[b] groups;
+ * bucket_of_group[g] for every group. The arrays hold n_groups(t) entries; returns the number of buckets. The last
+ * bucket (the embeddings) is reduced blocking when backward ends; the others start as soon as they are complete. */
+int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucket_of_group, size_t *lo, size_t *hi,
+                     int *n_groups);
 /* Plan buckets of about bucket_bytes over the table's groups (the engine's comm_wait_s: time blocked in the final
  * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). overlap: "on", "off"
  * or "alternate"; trace: the per-step line (both above). */

@@ -1,6 +1,7 @@
 /* schedule.c — generating and checking pipeline schedules (see schedule.h). */
 #include "parallel/schedule.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +205,7 @@ void llm4d_pp_action_str(const llm4d_pp_schedule *s, const llm4d_pp_action *a, c
 
 /* ---- checking a whole pipeline ---- */
 
-/* Time at which (op, virtual stage, micro-batch) finished; -1 not yet. */
+/* Counts of (op, virtual stage, micro-batch) in the lists. */
 typedef struct {
     int *t;
     int VP, M;
@@ -212,69 +213,14 @@ typedef struct {
 
 static int *at(times *x, int op, int v, int mb) { return &x->t[((size_t)op * x->VP + (size_t)v) * x->M + (size_t)mb]; }
 
-typedef struct {
-    const llm4d_pp_schedule *st;
-    int P, VP;
-    times *done;
-    int *pos, *busy, *work;
-} sim;
-
-/* Whether (op, v, mb) finished by time t. */
-static int finished(sim *x, int op, int v, int mb, int t) {
-    const int d = *at(x->done, op, v, mb);
-    return d >= 0 && d <= t;
-}
-
-/* Start the actions of stage s that can start at time t, in order; returns how many. */
-static int start_ready(sim *x, int s, int t) {
-    const llm4d_pp_schedule *st = &x->st[s];
-    int n = 0;
-    while (x->busy[s] <= t && x->pos[s] < st->n) {
-        const llm4d_pp_action *a = &st->a[x->pos[s]];
-        const int v = a->chunk * x->P + s, mb = a->mb, VP = x->VP;
-        int ready = 1, cost = 0;
-        switch (a->op) {
-        case LLM4D_PP_F:
-            ready = v == 0 || finished(x, LLM4D_PP_SEND_F, v - 1, mb, t);
-            cost = 1;
-            break;
-        case LLM4D_PP_B:
-            ready = finished(x, LLM4D_PP_F, v, mb, t) && (v == VP - 1 || finished(x, LLM4D_PP_SEND_B, v + 1, mb, t));
-            cost = st->split ? 1 : 2;
-            break;
-        case LLM4D_PP_W:
-            ready = finished(x, LLM4D_PP_B, v, mb, t);
-            cost = 1;
-            break;
-        case LLM4D_PP_SEND_F: /* a send goes out once the action producing its data is done */
-            ready = finished(x, LLM4D_PP_F, v, mb, t);
-            break;
-        case LLM4D_PP_SEND_B:
-            ready = finished(x, LLM4D_PP_B, v, mb, t);
-            break;
-        default: break; /* posting a receive takes no time */
-        }
-        if (!ready) break;
-        *at(x->done, a->op, v, mb) = t + cost;
-        x->busy[s] = t + cost;
-        x->work[s] += cost;
-        x->pos[s]++;
-        n++;
-    }
-    return n;
-}
-
 llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span_out, int *bubble, llm4d_err *err) {
     const int V = st[0].V, M = st[0].M, VP = V * P;
-    times done = {calloc((size_t)7 * VP * M, sizeof(int)), VP, M};
     int *count = calloc((size_t)7 * VP * M, sizeof(int));
-    int *pos = calloc((size_t)P, sizeof(int)), *busy = calloc((size_t)P, sizeof(int));
-    int *work = calloc((size_t)P, sizeof(int));
-    if (!done.t || !count || !pos || !busy || !work) {
-        free(done.t), free(count), free(pos), free(busy), free(work);
+    double *work = calloc((size_t)P, sizeof(double));
+    if (!count || !work) {
+        free(count), free(work);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory checking the pipeline schedule");
     }
-    for (size_t i = 0; i < (size_t)7 * VP * M; i++) done.t[i] = -1;
     llm4d_code rc = LLM4D_OK;
     /* every action of every stage appears once, with the right stage and chunk */
     for (int s = 0; s < P && rc == LLM4D_OK; s++) {
@@ -305,42 +251,13 @@ llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span
                     break;
                 }
         }
-    /* run it: a stage starts its next action when that action's data is there (sends never block) */
-    sim x = {st, P, VP, &done, pos, busy, work};
-    int t = 0, left = 0;
-    for (int s = 0; s < P; s++) left += st[s].n;
-    while (rc == LLM4D_OK && left > 0) {
-        int started = 0, more;
-        do { /* at time t, until nothing more can start (a send may unblock a stage already looked at) */
-            more = 0;
-            for (int s = 0; s < P; s++) more += start_ready(&x, s, t);
-            started += more;
-        } while (more);
-        left -= started;
-        int next = -1; /* the next time a running action ends */
-        for (int s = 0; s < P; s++)
-            if (pos[s] < st[s].n && busy[s] > t && (next < 0 || busy[s] < next)) next = busy[s];
-        if (left > 0 && !started && next < 0) {
-            char stuck[512] = "";
-            int k = 0;
-            for (int s = 0; s < P && k < (int)sizeof stuck - 40; s++)
-                if (pos[s] < st[s].n) {
-                    char what[32];
-                    llm4d_pp_action_str(&st[s], &st[s].a[pos[s]], what, sizeof what);
-                    k += snprintf(stuck + k, sizeof stuck - (size_t)k, " stage %d at %s;", s, what);
-                }
-            rc = llm4d_fail(err, LLM4D_EINTERNAL, "the pipeline schedule deadlocks:%s", stuck);
-            break;
-        }
-        t = next > t ? next : t + 1;
-    }
+    /* run it with unit times (schedule_sim.c): every receive met, no deadlock, and the bubble */
     if (rc == LLM4D_OK) {
-        int span = 0;
-        for (int s = 0; s < P; s++)
-            if (busy[s] > span) span = busy[s];
-        if (span_out) *span_out = span;
-        for (int s = 0; bubble && s < P; s++) bubble[s] = span - work[s];
+        double span = 0;
+        if (llm4d_pp_schedule_simulate(st, P, NULL, &span, work, err) != LLM4D_OK) rc = err->code;
+        if (rc == LLM4D_OK && span_out) *span_out = (int)lround(span);
+        for (int s = 0; rc == LLM4D_OK && bubble && s < P; s++) bubble[s] = (int)lround(span - work[s]);
     }
-    free(done.t), free(count), free(pos), free(busy), free(work);
+    free(count), free(work);
     return rc;
 }

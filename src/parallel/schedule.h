@@ -89,11 +89,28 @@ llm4d_code llm4d_pp_schedule_build(llm4d_pp_schedule *s, llm4d_pp_kind kind, int
                                    llm4d_err *err);
 void llm4d_pp_schedule_free(llm4d_pp_schedule *s);
 
-/* Check the P lists of one pipeline by simulating them (unit times F = B = W = 1, a backward that is not split 2,
- * communication free; a stage runs its next action as soon as its data is there, sends never block): every action
+/* Check the P lists of one pipeline by simulating them (llm4d_pp_schedule_simulate with unit times): every action
  * and every micro-batch of every chunk appears as it should, every send meets its receive, and the pipeline
  * finishes (no deadlock). span: the simulated step time; bubble[s]: stage s's idle time (both may be NULL). */
 llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *stages, int P, int *span, int *bubble, llm4d_err *err);
+
+/* What a pipeline's stages cost, for llm4d_pp_schedule_simulate: cost[(s x 3 + op) x V + c] seconds of work of op
+ * F, B or W (llm4d_pp_op; B is the whole backward when the schedule does not split it) of chunk c on stage s, when
+ * it runs alone; p2p_s seconds from the end of a sending action to its data at the receiver; rate[k] (P + 1
+ * entries, NULL: all 1) the seconds of work a computing stage does per second when k stages compute at once
+ * (stages sharing a machine's cores). */
+typedef struct {
+    const double *cost;
+    double p2p_s;
+    const double *rate;
+} llm4d_pp_costs;
+
+/* Run the P lists of one pipeline in simulated time (schedule_sim.c): a stage starts its next action when its data
+ * is there, sends never block; costs NULL: unit times (F = B = W = 1, a backward that is not split 2, transfers
+ * free). span: the step's time; busy[s] (may be NULL): stage s's time computing. A deadlock is an internal error
+ * naming where each stage is stuck. */
+llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *stages, int P, const llm4d_pp_costs *costs, double *span,
+                                      double *busy, llm4d_err *err);
 
 /* "F3.1" style text of an action (op, micro-batch, local chunk when V > 1), for logs and tests. */
 void llm4d_pp_action_str(const llm4d_pp_schedule *s, const llm4d_pp_action *a, char *buf, int n);

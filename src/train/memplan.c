@@ -5,7 +5,8 @@
  * allocated once, before step 1, by the model (its parameters, gradients, activation slots and workspaces) and
  * the engines (Adam states, ZeRO shards and buffers, the sequence-parallel and pipeline buffers), so the plan is
  * exact: the model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each
- * engine's from the size function its init uses. What is already held (the data indices and batches, libraries,
+ * engine's from the size function its init uses; llm4d_memplan_make (memplan.h) is that, as a pure function the
+ * planner (plan/) calls for every rank of every layout it considers. What is already held (the data indices and batches, libraries,
  * MPI) is read from the kernel (VmRSS). tests/test_memory_plan.sh checks the plan per category against the memory
  * arena after allocation, and the total against the measured peak resident set.
  *
@@ -19,6 +20,7 @@
 
 #include "core/proc.h"
 #include "parallel/stack.h"
+#include "train/memplan.h"
 #include "train/trainer.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -39,10 +41,11 @@ static void human(double bytes, char *buf, size_t n) {
  * backend's cpu_wcache.c: weight_copy_bytes per element, made on first use, outside the arena's categories): every
  * linear weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
-static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
-    if (!tr->cfg->use_amp || !tr->be->weights_changed) return 0;
+static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
+                            const llm4d_param_table *t) {
+    if (!cfg->use_amp || !be->weights_changed) return 0;
     size_t n = 0;
-    if (tr->cfg->dist.sharding_degree > 1 && tr->cfg->dist.sharding_stage >= 3) {
+    if (cfg->dist.sharding_degree > 1 && cfg->dist.sharding_stage >= 3) {
         for (int g = 0; g < t->n_groups; g++)
             if (t->g[g].hi - t->g[g].lo > n) n = t->g[g].hi - t->g[g].lo;
         n *= 2;
@@ -50,7 +53,7 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
         for (int i = 0; i < t->n; i++)
             if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
     }
-    return n * tr->be->weight_copy_bytes(tr->be, tr->precision);
+    return n * be->weight_copy_bytes(be, prec);
 }
 
 /* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
@@ -58,8 +61,8 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
  * that rank holds a temporary the size of each group being reduce-scattered, at most two at once (the gradient
  * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
  * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). */
-static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *t) {
-    if (tr->cfg->dist.sharding_degree < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
+static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_param_table *t) {
+    if (cfg->dist.sharding_degree < 2 || topo->index[LLM4D_AXIS_SHARDING] != 0) return 0;
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;
@@ -69,28 +72,51 @@ static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *
     return (first + second) * sizeof(float);
 }
 
-llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
-                              const llm4d_gpt_layout *layout, llm4d_err *err) {
-    const llm4d_config *cfg = tr->cfg;
-    size_t plan[LLM4D_MEM_NCATEGORIES], add = 0;
+llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
+    if (!cfg->use_amp) return LLM4D_PREC_FP32;
+    return strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
+}
+
+llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                              llm4d_backend *be, llm4d_memplan *out, llm4d_err *err) {
+    memset(out, 0, sizeof *out);
+    const llm4d_precision prec = llm4d_memplan_precision(cfg);
+    llm4d_model_part part;
+    llm4d_gpt_layout layout;
+    LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
+    /* the tensor-parallel context as the model sees it: its size, this rank's index, sequence parallelism */
+    const llm4d_tp tp = {.size = part.mp_size, .rank = part.mp_rank, .sp = part.sequence_parallel};
     llm4d_operand_sizes sizes = {0, 0, 0, 0};
-    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, &sizes, err));
+    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, &part, &tp, &layout, out->cat, &sizes, err));
     /* the backend's converted operands: outside the arena's categories, like the weight copies */
-    const size_t operands = tr->be->operand_workspace ? tr->be->operand_workspace(tr->be, sizes, tr->precision) : 0;
+    out->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
     llm4d_param_table t;
-    LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, part, err));
-    const size_t crossing = (size_t)(tp->sp ? layout->B * layout->T / tp->size : layout->B * layout->T) *
+    LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, &part, err));
+    const size_t crossing = (size_t)(tp.sp ? layout.B * layout.T / tp.size : layout.B * layout.T) *
                             (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
-    const llm4d_code rc = llm4d_stack_bytes(cfg, &tr->topo, &tr->ppplan, &t, crossing, plan, err);
-    const size_t copies = weight_copies(tr, &t), mpi_tmp = mpi_temporaries(tr, &t);
+    const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, &t, crossing, out->cat, err);
+    out->weight_copies = weight_copies(cfg, be, prec, &t);
+    out->mpi_temporaries = mpi_temporaries(cfg, topo, &t);
     llm4d_param_table_free(&t);
     LLM4D_TRY(rc);
-    plan[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
-    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) {
-        add += plan[c];
+    out->cat[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
+    return LLM4D_OK;
+}
+
+size_t llm4d_memplan_total(const llm4d_memplan *p) {
+    size_t n = p->weight_copies + p->operands + p->mpi_temporaries;
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) n += p->cat[c];
+    return n;
+}
+
+llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
+    const llm4d_config *cfg = tr->cfg;
+    llm4d_memplan mp;
+    LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, &mp, err));
+    const size_t *plan = mp.cat, copies = mp.weight_copies, mpi_tmp = mp.mpi_temporaries, operands = mp.operands;
+    const size_t add = llm4d_memplan_total(&mp);
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
-    }
-    add += copies + mpi_tmp + operands;
     const long long rss = llm4d_proc_kb("/proc/self/status", "VmRSS");
     tr->plan_base = rss > 0 ? (size_t)rss : 0;
     tr->plan_total = tr->plan_base + add;

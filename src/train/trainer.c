@@ -190,12 +190,12 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
     if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, cfg->model.use_recompute, &tr->log);
+    LLM4D_TRY(llm4d_trainer_plan(tr, err));
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     LLM4D_TRY(llm4d_stack_layout(cfg, &tr->topo, &tr->ppplan, &part, &layout, err));
     const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
                                       part.sequence_parallel);
-    LLM4D_TRY(llm4d_trainer_plan(tr, &part, &tp, &layout, err));
     LLM4D_TRY(llm4d_gpt_create(&tr->model, &cfg->model, &part, &tp, tr->be, &tr->mem, &layout, cfg->seed, err));
     tr->have_model = 1;
     return LLM4D_OK;
@@ -251,6 +251,10 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         LLM4D_TRY(tr->be->set_precision(tr->be, tr->precision, err));
         if (tr->precision == LLM4D_PREC_FP16) tr->loss_scale = cfg->scale_loss > 0 ? cfg->scale_loss : 32768.0;
     }
+    /* every rank measures its own share of the machine, at the same moment as the others, before anything is
+     * allocated: the measurement's 12 MiB of matrices are returned before the model's memory is taken, so they are
+     * not part of the peak the memory plan answers for */
+    if (!opts->eval_only && tr->be->matmul_peak_gflops) tr->peak_gflops = tr->be->matmul_peak_gflops(tr->be);
     /* rank 0 writes metrics and checkpoints there */
     if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
@@ -272,8 +276,6 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
                                     cfg->optim.decay_steps);
     tr->flops_per_token = llm4d_gpt_flops_per_token(m, T);
-    /* every rank measures its own share of the machine, at the same moment as the others */
-    if (!opts->eval_only && tr->be->matmul_peak_gflops) tr->peak_gflops = tr->be->matmul_peak_gflops(tr->be);
 
     /* a run continues from --resume (optimizer state required), or from model_name_or_path when it is a
      * checkpoint directory (continues with its optimizer state, or starts a new run from weights only) */

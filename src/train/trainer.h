@@ -102,10 +102,10 @@ void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
-/* memplan.c: this rank's memory plan for its model part and layout (and tr->ppplan's pipeline), logged; a user
- * error when it cannot fit in the memory available to it. Nothing of the model is allocated yet. */
-llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, const llm4d_tp *tp,
-                              const llm4d_gpt_layout *layout, llm4d_err *err);
+/* memplan.c: this rank's memory plan (train/memplan.h: its model part and layout, tr->ppplan's pipeline, its
+ * engines) on top of what the process holds now, logged; a user error when it cannot fit in the memory available
+ * to it. Nothing of the model is allocated yet. */
+llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err);
 
 /* eval.c: loss over eval_iters validation batches (every rank gets the same value); logs and records it. */
 llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm4d_err *err);

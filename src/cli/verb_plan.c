@@ -1,0 +1,316 @@
+/* verb_plan.c — `llm4d plan`: the layout to run a job with, chosen before the cluster is spent (plan/search.h), or
+ * one layout's predicted time and memory (--evaluate), or this machine measured into a profile (--calibrate).
+ *
+ *   llm4d plan -c cfg.yaml | train's flags  --nodes N --ranks_per_node R [--threads_per_rank T]
+ *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain] [--json]
+ *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json]
+ *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
+ *
+ * Every bad input (a flag, a profile that is missing or garbled, node counts that do not make the layout) is one
+ * line naming the problem and the fix, exit 2. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/job.h"
+#include "plan/calibrate.h"
+#include "plan/data_mem.h"
+#include "plan/report.h"
+#include "plan/search.h"
+#include "train/memplan.h"
+
+#define MiB (1024.0 * 1024.0)
+
+static const char usage[] =
+    "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
+    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain] [--json]\n"
+    "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
+    "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R] [--hostfile FILE]\n"
+    "                  [--machine_profile FILE]\n"
+    "\n"
+    "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
+    "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
+    "recompute), checked by train's own validation and by memory (every rank's peak from the trainer's memory plan),\n"
+    "timed from the machine profile, the fastest --top printed with their breakdowns; --explain lists every rejected\n"
+    "layout with the reason. --evaluate predicts the one layout the flags describe; with --json it prints one object\n"
+    "with step_s and peak_mib_per_rank. --calibrate measures this machine (the model's kernels at its shapes,\n"
+    "collectives, memory) into the profile (default ~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
+    "only what a quiet machine can measure: run it when nothing else is running.\n"
+    "\n"
+    "The Plan.* keys (llm4d train --help lists them) may be given in the YAML file as well.\n";
+
+static int fail(const char *what) {
+    fprintf(stderr, "llm4d plan: %s\n", what);
+    return 2;
+}
+
+typedef struct {
+    int evaluate, calibrate, explain, json, quick;
+    const char *hostfile;
+} switches;
+
+/* The verb's own switches out of argv into sw; the rest (train's options) into args. */
+static int take_switches(int argc, char **argv, char **args, switches *sw, int *bad) {
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--evaluate")) sw->evaluate = 1;
+        else if (i > 0 && !strcmp(argv[i], "--calibrate")) sw->calibrate = 1;
+        else if (i > 0 && !strcmp(argv[i], "--explain")) sw->explain = 1;
+        else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
+        else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
+        else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
+            if (i + 1 >= argc) *bad = i;
+            else sw->hostfile = argv[++i];
+        } else args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    return n;
+}
+
+static int threads_of(const llm4d_config *cfg, const llm4d_profile *prof, int R) {
+    if (cfg->plan.threads_per_rank > 0) return cfg->plan.threads_per_rank;
+    if (cfg->threads > 0) return cfg->threads;
+    const char *omp = getenv("OMP_NUM_THREADS"); /* what a launched rank's OpenMP would use */
+    if (omp && atoi(omp) > 0) return atoi(omp);
+    const int t = prof->cores / (R > 0 ? R : 1);
+    return t > 0 ? t : 1;
+}
+
+static void print_header(FILE *f, const llm4d_config *cfg, const llm4d_cluster *cl, const llm4d_profile *prof,
+                         const char *path) {
+    fprintf(f, "llm4d plan: %s (hidden %d, %d layers, %d heads), global batch %lld x %d tokens; %d node%s x %d ranks x "
+            "%d thread%s, %.1f GiB per node\n", cfg->model.name_or_path[0] ? cfg->model.name_or_path : "model",
+            cfg->model.hidden_size, cfg->model.num_layers, cfg->model.num_attention_heads,
+            (long long)cfg->global_batch_size, cfg->data.max_seq_len, cl->nodes, cl->nodes == 1 ? "" : "s",
+            cl->ranks_per_node, cl->threads, cl->threads == 1 ? "" : "s", cl->memory_per_node / (1024 * MiB));
+    fprintf(f, "machine profile %s: %s%s%s, %d cores, measured %s at load %.2f\n", path, prof->name,
+            prof->cpu[0] ? ", " : "", prof->cpu, prof->cores, prof->when[0] ? prof->when : "(not said)", prof->load);
+}
+
+static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, const switches *sw,
+                        const llm4d_profile *prof, const char *path) {
+    llm4d_predictor pr = *pr0;
+    llm4d_err err = {0};
+    const llm4d_dist_config *d = &cfg->dist;
+    const int nodes = cfg->plan.nodes;
+    int world = d->dp_degree * d->mp_degree * d->pp_degree * d->sharding_degree;
+    if (d->dp_degree == 0) /* derived from the processes, as train derives it: given, or one data replica */
+        world = R0 > 0 ? nodes * R0 : d->mp_degree * d->pp_degree * d->sharding_degree;
+    if (R0 > 0 && nodes * R0 != world) {
+        char m[256];
+        snprintf(m, sizeof m, "the layout has %d processes but --nodes %d x --ranks_per_node %d = %d; make them agree",
+                 world, nodes, R0, nodes * R0);
+        return fail(m);
+    }
+    if (world % nodes) {
+        char m[256];
+        snprintf(m, sizeof m, "the layout's %d processes do not fill --nodes %d evenly; give a node count that divides "
+                 "%d", world, nodes, world);
+        return fail(m);
+    }
+    pr.cluster.ranks_per_node = world / nodes;
+    pr.cluster.threads = threads_of(cfg, prof, pr.cluster.ranks_per_node);
+    if (llm4d_config_finalize(cfg, world, &err) != LLM4D_OK) return fail(err.msg);
+    llm4d_pp_plan pp;
+    if (llm4d_pp_plan_make(&pp, cfg, &err) != LLM4D_OK) return fail(err.msg);
+    double data = 0;
+    if (llm4d_plan_data_bytes(cfg, cfg->dist.dp_degree * cfg->dist.sharding_degree, &data, &err) != LLM4D_OK) {
+        llm4d_pp_plan_free(&pp);
+        return fail(err.msg);
+    }
+    pr.data_bytes = data;
+    pr.per_rank = 1;
+    llm4d_prediction p = {0};
+    const llm4d_code rc = llm4d_predict(&pr, cfg, &pp, &p, &err);
+    llm4d_pp_plan_free(&pp);
+    if (rc != LLM4D_OK) {
+        llm4d_prediction_free(&p);
+        return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
+    }
+    if (sw->json) {
+        cJSON *o = llm4d_report_json(&p, cfg);
+        cJSON_AddNumberToObject(o, "memory_per_node_mib", pr.cluster.memory_per_node / MiB);
+        cJSON_AddBoolToObject(o, "fits", p.host_bytes <= pr.cluster.memory_per_node);
+        char *s = cJSON_PrintUnformatted(o);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        print_header(stdout, cfg, &pr.cluster, prof, path);
+        char name[160];
+        llm4d_layout_name(&p.layout, name, sizeof name);
+        printf("%s: %.4f s per step, %.0f tokens/s, peak %.1f MiB per rank (rank %d), %.1f MiB on the fullest host%s\n",
+               name, p.step_s, p.tokens_per_s, p.peak_bytes / MiB, p.peak_rank, p.host_bytes / MiB,
+               p.host_bytes > pr.cluster.memory_per_node ? " (does not fit)" : "");
+        llm4d_report_text(stdout, &p, cfg, "    ");
+        printf("    peak MiB per rank:");
+        for (int r = 0; r < p.world && r < 64; r++) printf(" %.1f", p.rank_peak[r] / MiB);
+        printf("%s\n", p.world > 64 ? " ..." : "");
+    }
+    llm4d_prediction_free(&p);
+    return 0;
+}
+
+static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switches *sw, const llm4d_profile *prof,
+                      const char *path) {
+    llm4d_err err = {0};
+    long long global = base->global_batch_size;
+    if (global <= 0)
+        return fail("give the global batch to plan for with --global_batch_size (the layouts share it)");
+    llm4d_search s;
+    const llm4d_code rc = llm4d_search_run(pr, base, global, sw->explain, &s, &err);
+    if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
+    /* the model and batch as a layout finalizes them, for the header and the flags */
+    llm4d_config *shown = malloc(sizeof *shown);
+    llm4d_pp_plan pp;
+    const int top = base->plan.top;
+    int code = 0;
+    if (!shown) return fail("out of memory");
+    cJSON *root = sw->json ? cJSON_CreateObject() : NULL;
+    if (s.n_fit == 0) { /* a user error: one line on stderr (the rejected list, when asked, on stdout) */
+        fprintf(stderr, "llm4d plan: none of %d layouts fits (%d pass the configuration's checks, none in %.2f GiB "
+                "per host); give more memory per host (--memory_per_node) or more hosts, or see each layout's need "
+                "with --explain\n", s.n, s.n_valid, pr->cluster.memory_per_node / (1024 * MiB));
+        code = 2;
+    } else if (!sw->json) {
+        llm4d_layout_config(base, &s.c[0].layout, global, shown, &pp, &err);
+        llm4d_pp_plan_free(&pp);
+        print_header(stdout, shown, &pr->cluster, prof, path);
+        printf("%d layouts considered in %.2f s: %d pass the configuration's checks, %d fit in memory; the fastest %d:\n",
+               s.n, s.seconds, s.n_valid, s.n_fit, top < s.n_fit ? top : s.n_fit);
+    }
+    cJSON *arr = root ? cJSON_AddArrayToObject(root, "layouts") : NULL;
+    for (int i = 0; i < s.n_fit && i < top; i++) {
+        llm4d_predictor one = *pr;
+        one.per_rank = 1;
+        llm4d_prediction p = {0};
+        if (llm4d_layout_config(base, &s.c[i].layout, global, shown, &pp, &err) != LLM4D_OK ||
+            llm4d_predict(&one, shown, &pp, &p, &err) != LLM4D_OK) {
+            fprintf(stderr, "llm4d plan: %s\n", err.msg);
+            code = 1;
+            llm4d_pp_plan_free(&pp);
+            llm4d_prediction_free(&p);
+            break;
+        }
+        llm4d_pp_plan_free(&pp);
+        if (arr) {
+            cJSON_AddItemToArray(arr, llm4d_report_json(&p, shown));
+        } else {
+            char name[160];
+            llm4d_layout_name(&p.layout, name, sizeof name);
+            printf("%2d. %-34s %9.4f s/step %10.0f tokens/s  peak %8.1f MiB/rank\n", i + 1, name, p.step_s,
+                   p.tokens_per_s, p.peak_bytes / MiB);
+            llm4d_report_text(stdout, &p, shown, "      ");
+        }
+        llm4d_prediction_free(&p);
+    }
+    if (sw->explain) {
+        cJSON *rej = root ? cJSON_AddArrayToObject(root, "rejected") : NULL;
+        if (!root) printf("rejected (%d):\n", s.n - s.n_fit);
+        for (int i = s.n_fit; i < s.n; i++) {
+            char name[160];
+            llm4d_layout_name(&s.c[i].layout, name, sizeof name);
+            const char *why = s.c[i].reason ? s.c[i].reason : "?";
+            if (rej) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "layout", name);
+                cJSON_AddStringToObject(o, "reason", why);
+                cJSON_AddItemToArray(rej, o);
+            } else {
+                printf("  %-34s %s\n", name, why);
+            }
+        }
+    }
+    if (root) {
+        cJSON_AddNumberToObject(root, "considered", s.n);
+        cJSON_AddNumberToObject(root, "valid", s.n_valid);
+        cJSON_AddNumberToObject(root, "fit", s.n_fit);
+        cJSON_AddNumberToObject(root, "seconds", s.seconds);
+        char *txt = cJSON_PrintUnformatted(root);
+        printf("%s\n", txt ? txt : "{}");
+        free(txt);
+        cJSON_Delete(root);
+    }
+    free(shown);
+    llm4d_search_free(&s);
+    return code;
+}
+
+int llm4d_cmd_plan(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(usage, stdout), 0;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    llm4d_config *cfg = calloc(1, sizeof *cfg);
+    if (!args || !cfg) return free(args), free(cfg), fail("out of memory");
+    switches sw = {0};
+    int bad = 0, code = 2;
+    const int n = take_switches(argc, argv, args, &sw, &bad);
+    llm4d_err err = {0};
+    llm4d_profile prof;
+    llm4d_profile_init(&prof);
+    llm4d_backend *be = NULL;
+    llm4d_stagecost_cache *cache = NULL;
+    char path[LLM4D_PATH_MAX];
+    if (bad) {
+        code = fail("--hostfile needs a file naming the hosts (one per line: `host slots=N`)");
+        goto out;
+    }
+    llm4d_config_defaults(cfg);
+    if (llm4d_config_parse_args(cfg, n - 1, args + 1, &err) != LLM4D_OK || llm4d_config_check_plan(cfg, &err) != LLM4D_OK) {
+        code = fail(err.msg);
+        goto out;
+    }
+    if (cfg->plan.machine_profile[0]) snprintf(path, sizeof path, "%s", cfg->plan.machine_profile);
+    else llm4d_profile_default_path(path, sizeof path);
+    if (sw.calibrate) {
+        char self[LLM4D_PATH_MAX] = "llm4d";
+        const ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (k > 0) self[k] = 0;
+        const llm4d_calibrate_opts o = {.profile_path = path, .hostfile = sw.hostfile, .self = self, .base = cfg,
+                                        .global = cfg->global_batch_size, .max_ranks = cfg->plan.ranks_per_node,
+                                        .quick = sw.quick};
+        const llm4d_code rc = llm4d_calibrate(&o, &err);
+        if (rc != LLM4D_OK) {
+            code = rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
+            goto out;
+        }
+        if (!sw.evaluate) {
+            code = 0;
+            goto out;
+        }
+    }
+    if (llm4d_profile_load(&prof, path, &err) != LLM4D_OK) {
+        code = fail(err.msg);
+        goto out;
+    }
+    const int R0 = cfg->plan.ranks_per_node;
+    llm4d_cluster cl = {.nodes = cfg->plan.nodes, .ranks_per_node = R0 > 0 ? R0 : prof.cores};
+    cl.threads = threads_of(cfg, &prof, cl.ranks_per_node);
+    cl.memory_per_node = cfg->plan.memory_per_node_gib > 0 ? cfg->plan.memory_per_node_gib * 1024 * MiB
+                                                           : prof.memory_bytes;
+    if (!(cl.memory_per_node > 0)) {
+        code = fail("the machine profile does not say the memory per node; give --memory_per_node GiB");
+        goto out;
+    }
+    /* the size functions of the memory plan: the cpu backend's (the only device llm4d builds today) */
+    if (llm4d_backend_create(&be, "cpu", cfg->backend_ref, 1, &err) != LLM4D_OK ||
+        (cfg->use_amp && be->set_precision && be->set_precision(be, llm4d_memplan_precision(cfg), &err) != LLM4D_OK) ||
+        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK) {
+        code = fail(err.msg);
+        goto out;
+    }
+    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache};
+    code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
+out:
+    llm4d_stagecost_cache_destroy(cache);
+    if (be) be->destroy(be);
+    llm4d_profile_free(&prof);
+    free(cfg);
+    free(args);
+    return code;
+}
+
+int llm4d_cmd_plancal(int argc, char **argv) { return llm4d_calibrate_worker(argc, argv); }

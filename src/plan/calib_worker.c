@@ -1,0 +1,251 @@
+/* calib_worker.c — one rank of a calibration job (`llm4d launch --nproc k -- __plancal ...`; calibrate.h): what
+ * needs several processes on the host at once, measured as a training job meets it (MPI started the same way, the
+ * watchdog's polling on, every group of a size busy at the same time), written by rank 0 as a profile fragment:
+ *   base         the resident size of a rank before its model (runtime, backend, its start-up measurement);
+ *   collectives  all-reduce, reduce-scatter, all-gather over groups of every size dividing k (consecutive ranks,
+ *                all groups at once), and a message each way between pairs, by bytes: the slowest rank's time
+ *                (median of the repetitions), and the growth of the resident peak the library caused on a
+ *                group's first rank and on the others;
+ *   shares       the model's micro-batch (its recorded calls, replayed) on all k ranks at once against rank 0
+ *                alone, by kind of work, when k ranks of t threads fit the cores;
+ *   overlap      (k = 2) a background all-reduce progressed between the replayed kernels, as the engines do:
+ *                what fraction of the computing time it advanced by. */
+#include "plan/calibrate.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/runtime.h"
+#include "core/proc.h"
+#include "plan/replay.h"
+#include "plan/trace.h"
+
+typedef struct {
+    const char *out, *model;
+    int threads, seq, layers, amp, quick;
+} wopts;
+
+/* The peak resident bytes since the last reset_peak (Linux: writing 5 to clear_refs sets VmHWM to VmRSS). */
+static double hwm(void) { return (double)llm4d_proc_kb("/proc/self/status", "VmHWM"); }
+static double reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) fputs("5", f), fclose(f);
+    return (double)llm4d_proc_kb("/proc/self/status", "VmRSS"); /* bytes, despite the name */
+}
+
+static int cmpd(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One collective of `bytes` on comm (op as llm4d_comm_op; SEND: a message each way between ranks 0 and 1). */
+static llm4d_code once(llm4d_comm *c, int op, float *a, float *b, size_t bytes, llm4d_err *err) {
+    const size_t n = bytes / sizeof(float), g = (size_t)c->size;
+    switch (op) {
+    case LLM4D_COMM_OP_ALLREDUCE: return llm4d_comm_allreduce(c, a, n, LLM4D_COMM_F32, err);
+    case LLM4D_COMM_OP_REDUCE_SCATTER: return llm4d_comm_reduce_scatter(c, a, b, n / g, LLM4D_COMM_F32, err);
+    case LLM4D_COMM_OP_ALLGATHER: return llm4d_comm_allgather(c, a, b, n / g, LLM4D_COMM_F32, err);
+    default:
+        if (c->rank == 0) {
+            LLM4D_TRY(llm4d_comm_send(c, a, n, LLM4D_COMM_F32, 1, 7, err));
+            return llm4d_comm_recv(c, a, n, LLM4D_COMM_F32, 1, 8, err);
+        }
+        LLM4D_TRY(llm4d_comm_recv(c, a, n, LLM4D_COMM_F32, 0, 7, err));
+        return llm4d_comm_send(c, a, n, LLM4D_COMM_F32, 0, 8, err);
+    }
+}
+
+/* One series: op over groups of g consecutive ranks, every size. */
+static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d_profile *frag, llm4d_err *err) {
+    const double all[] = {16e3, 256e3, 2e6, 8e6, 32e6}, quick[] = {64e3, 4e6, 16e6};
+    const double *sizes = o->quick ? quick : all;
+    const int ns = o->quick ? 3 : 5, reps = o->quick ? 2 : 4;
+    llm4d_comm *c = NULL;
+    LLM4D_TRY(llm4d_comm_split(world, world->rank / g, world->rank, "plancal", &c, err));
+    llm4d_prof_coll pc = {.op = op, .group = g, .ranks_on_host = world->size, .hosts = 1, .n = ns};
+    llm4d_code rc = LLM4D_OK;
+    for (int s = 0; rc == LLM4D_OK && s < ns; s++) {
+        const size_t bytes = (size_t)sizes[s] / (4 * (size_t)g) * (4 * (size_t)g);
+        float *a = calloc(bytes / sizeof(float) + 1, sizeof(float)), *b = calloc(bytes / sizeof(float) + 1, sizeof(float));
+        if (!a || !b) {
+            free(a), free(b);
+            rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+            break;
+        }
+        double t[16];
+        memset(a, 1, bytes), memset(b, 1, bytes); /* the buffers resident before the peak is reset */
+        const double h0 = reset_peak();
+        for (int r = 0; rc == LLM4D_OK && r <= reps; r++) {
+            rc = llm4d_comm_barrier(world, err);
+            const double t0 = omp_get_wtime();
+            if (rc == LLM4D_OK) rc = once(c, op, a, b, bytes, err);
+            double dt = omp_get_wtime() - t0;
+            if (op == LLM4D_COMM_OP_SEND) dt /= 2; /* one way */
+            if (rc == LLM4D_OK) rc = llm4d_comm_allreduce_max(world, &dt, 1, LLM4D_COMM_F64, err);
+            if (r > 0) t[r - 1] = dt; /* the first is a warm-up */
+        }
+        double temp[2] = {c->rank == 0 ? hwm() - h0 : 0, c->rank != 0 ? hwm() - h0 : 0};
+        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce_max(world, temp, 2, LLM4D_COMM_F64, err);
+        qsort(t, (size_t)reps, sizeof *t, cmpd);
+        pc.bytes[s] = (double)bytes, pc.seconds[s] = t[reps / 2];
+        pc.temp_first[s] = temp[0] > 0 ? temp[0] : 0, pc.temp_other[s] = temp[1] > 0 ? temp[1] : 0;
+        free(a), free(b);
+    }
+    llm4d_comm_destroy(c);
+    if (rc == LLM4D_OK && world->rank == 0) rc = llm4d_profile_add_coll(frag, &pc, err);
+    return rc;
+}
+
+/* The model's whole micro-batch (mb 1, one process) recorded, for the shares and the overlap. */
+static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_mbtrace *t, llm4d_err *err) {
+    llm4d_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_config_defaults(cfg);
+    char layers[48], seq[16];
+    snprintf(layers, sizeof layers, "Model.num_layers=%d", o->layers);
+    snprintf(seq, sizeof seq, "%d", o->seq);
+    char *argv[] = {"--model_name_or_path", (char *)o->model, "-o", layers, "--max_seq_len", seq, "--input_dir", "x",
+                    "--use_amp", o->amp ? "true" : "false"};
+    llm4d_code rc = llm4d_config_parse_args(cfg, 10, argv, err);
+    if (rc == LLM4D_OK) rc = llm4d_config_finalize(cfg, 1, err);
+    llm4d_pp_plan pp = {0};
+    llm4d_topology topo;
+    if (rc == LLM4D_OK) rc = llm4d_pp_plan_make(&pp, cfg, err);
+    if (rc == LLM4D_OK) rc = llm4d_topology_init(&topo, 1, 0, 1, 1, 1, 1, err);
+    if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(t, cfg, &topo, &pp, be, err);
+    llm4d_pp_plan_free(&pp);
+    free(cfg);
+    return rc;
+}
+
+/* Seconds by kind of `reps` replays (after a warm-up); with comm, llm4d_comm_progress after every call. */
+static void replay_kinds(llm4d_replay *rp, int reps, llm4d_comm *comm, double out[LLM4D_WORK_N]) {
+    const int n = rp->rec->n;
+    double (*s)[LLM4D_WORK_N] = calloc((size_t)n, sizeof *s);
+    memset(out, 0, LLM4D_WORK_N * sizeof *out);
+    if (!s) return;
+    llm4d_replay_run(rp, 0, n, NULL);
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < n; i++) {
+            llm4d_replay_run(rp, i, i + 1, s + i);
+            for (int k = 0; k < LLM4D_WORK_N; k++) out[k] += s[i][k] > 0 ? s[i][k] : 0;
+            if (comm) {
+                llm4d_err e;
+                llm4d_comm_progress(comm, &e);
+            }
+        }
+    free(s);
+}
+
+static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag, llm4d_err *err) {
+    llm4d_mbtrace t;
+    LLM4D_TRY(share_trace(o, be, &t, err));
+    llm4d_replay rp;
+    llm4d_code rc = llm4d_replay_init(&rp, &t.rec, be, err);
+    const int reps = o->quick ? 1 : 3;
+    double alone[LLM4D_WORK_N] = {0}, together[LLM4D_WORK_N] = {0};
+    for (int k = 0; rc == LLM4D_OK && k < world->size; k++) { /* each rank alone in turn: rank 0's is the yardstick */
+        rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK && world->rank == k && k == 0) replay_kinds(&rp, reps, NULL, alone);
+    }
+    if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
+    if (rc == LLM4D_OK) replay_kinds(&rp, reps, NULL, together);
+    if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, together, LLM4D_WORK_N, LLM4D_COMM_F64, err);
+    llm4d_prof_share sh = {.threads = o->threads, .ranks = world->size};
+    for (int k = 0; k < LLM4D_WORK_N; k++)
+        sh.factor[k] = alone[k] > 1e-6 ? together[k] / world->size / alone[k] : 1.0;
+    if (rc == LLM4D_OK && world->rank == 0) llm4d_profile_add_share(frag, &sh);
+    /* the overlap rate: a 2-rank job, an all-reduce in flight while the trace replays */
+    if (rc == LLM4D_OK && world->size == 2) {
+        const size_t n = (size_t)(o->quick ? 4 : 16) << 20;
+        float *buf = calloc(n, sizeof *buf);
+        double comm_s = 0, comp[LLM4D_WORK_N], both[LLM4D_WORK_N], comp_s = 0, both_s = 0;
+        if (!buf) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        for (int r = 0; rc == LLM4D_OK && r < 2; r++) {
+            rc = llm4d_comm_barrier(world, err);
+            const double t0 = omp_get_wtime();
+            if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, buf, n, LLM4D_COMM_F32, err);
+            comm_s = omp_get_wtime() - t0;
+        }
+        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) replay_kinds(&rp, 1, NULL, comp);
+        llm4d_comm_req req = {0};
+        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
+        const double t0 = omp_get_wtime();
+        if (rc == LLM4D_OK) rc = llm4d_comm_iallreduce(world, buf, n, LLM4D_COMM_F32, &req, err);
+        if (rc == LLM4D_OK) replay_kinds(&rp, 1, world, both);
+        if (rc == LLM4D_OK) rc = llm4d_comm_wait(&req, err);
+        const double wall = omp_get_wtime() - t0;
+        for (int k = 0; k < LLM4D_WORK_N; k++) comp_s += comp[k], both_s += both[k];
+        /* hidden = what the all-reduce did not add to the computing */
+        double rate = comp_s > 0 ? (comm_s + comp_s - wall) / comp_s : 0;
+        rate = rate < 0 ? 0 : rate > 1 ? 1 : rate;
+        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, &rate, 1, LLM4D_COMM_F64, err);
+        frag->overlap = rate / 2;
+        (void)both_s;
+        free(buf);
+    }
+    llm4d_replay_free(&rp);
+    llm4d_mbtrace_free(&t);
+    return rc;
+}
+
+static int parse(int argc, char **argv, wopts *o) {
+    *o = (wopts){.threads = 1, .seq = 256, .layers = 12, .model = "gpt2-en"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--amp")) o->amp = 1;
+        else if (!strcmp(a, "--quick")) o->quick = 1;
+        else if (!v) return 0;
+        else if (!strcmp(a, "--out")) o->out = v, i++;
+        else if (!strcmp(a, "--threads")) o->threads = atoi(v), i++;
+        else if (!strcmp(a, "--model")) o->model = v, i++;
+        else if (!strcmp(a, "--seq")) o->seq = atoi(v), i++;
+        else if (!strcmp(a, "--layers")) o->layers = atoi(v), i++;
+        else return 0;
+    }
+    return o->out && o->threads > 0 && o->seq > 0 && o->layers > 0;
+}
+
+int llm4d_calibrate_worker(int argc, char **argv) {
+    wopts o;
+    if (!parse(argc, argv, &o)) {
+        fprintf(stderr, "llm4d __plancal: --out FILE [--threads T --model NAME --seq S --layers L --amp --quick] "
+                "(started by llm4d plan --calibrate)\n");
+        return 2;
+    }
+    llm4d_err err = {0};
+    llm4d_runtime rt;
+    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
+    if (rt.world->watch) llm4d_watch_set(rt.world->watch, 0, 1800); /* the trainer's polling waits */
+    llm4d_backend *be = NULL;
+    llm4d_profile frag;
+    llm4d_profile_init(&frag);
+    frag.cores = 1;
+    llm4d_code rc = llm4d_backend_cpu_create(&be, o.threads, &err);
+    if (rc == LLM4D_OK && o.amp) rc = be->set_precision(be, LLM4D_PREC_BF16, &err);
+    /* the base: what a rank holds when the trainer plans (its start-up measurement is already done and freed) */
+    if (rc == LLM4D_OK && be->matmul_peak_gflops) be->matmul_peak_gflops(be);
+    double base = (double)llm4d_proc_kb("/proc/self/status", "VmRSS");
+    if (rc == LLM4D_OK) rc = llm4d_comm_allreduce_max(rt.world, &base, 1, LLM4D_COMM_F64, &err);
+    frag.n_base = 1, frag.base_ranks[0] = rt.world_size, frag.base_bytes[0] = base;
+    const int k = rt.world_size;
+    for (int g = 2; rc == LLM4D_OK && g <= k; g++) {
+        if (k % g) continue;
+        for (int op = LLM4D_COMM_OP_ALLREDUCE; rc == LLM4D_OK && op <= LLM4D_COMM_OP_ALLGATHER; op++)
+            rc = series(rt.world, g, op, &o, &frag, &err);
+        if (rc == LLM4D_OK && g == 2) rc = series(rt.world, 2, LLM4D_COMM_OP_SEND, &o, &frag, &err);
+    }
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (rc == LLM4D_OK && k >= 2 && (long)k * o.threads <= cores) rc = shares(rt.world, be, &o, &frag, &err);
+    if (rc == LLM4D_OK && rt.rank == 0) rc = llm4d_profile_save(&frag, o.out, &err);
+    llm4d_profile_free(&frag);
+    if (be) be->destroy(be);
+    if (rc != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    llm4d_runtime_finalize(&rt);
+    return 0;
+}

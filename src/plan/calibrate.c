@@ -1,0 +1,432 @@
+/* calibrate.c — measuring this machine into a machine profile (see calibrate.h): the kernels here, in this
+ * process, by replaying the model's recorded calls; the process memory and what needs several ranks (collectives,
+ * shares, overlap) in jobs of the hidden verb __plancal (calib_worker.c), whose results are merged here. */
+#include "plan/calibrate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/proc.h"
+#include "plan/layout.h"
+#include "plan/replay.h"
+#include "plan/search.h"
+#include "plan/trace.h"
+#include "train/memplan.h"
+
+#define REPLAY_BUDGET ((size_t)3 << 30) /* bytes a replay may allocate (larger traces are priced by neighbours) */
+
+/* ---- the traces of the search space ---- */
+
+typedef struct {
+    llm4d_layout layout;
+    int stage;
+    size_t bytes;
+    uint64_t sig; /* the calls' keys in order: traces with the same one replay the same kernels */
+} todo;
+
+typedef struct {
+    const llm4d_config *base;
+    long long global;
+    todo *t;
+    int n, cap;
+    llm4d_config *cfg;
+} collect;
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+static uint64_t signature(const llm4d_rec *r) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < r->n; i++) {
+        const llm4d_rc_call *c = &r->calls[i];
+        if (c->op >= LLM4D_RC_NKERNELS) continue;
+        h = mix(h, c->op), h = mix(h, c->drop > 0);
+        for (int k = 0; k < LLM4D_RC_DIMS; k++) h = mix(h, (uint64_t)c->d[k]);
+    }
+    return h;
+}
+
+static llm4d_code stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err) {
+    const llm4d_dist_config *d = &cfg->dist;
+    const int world = d->dp_degree * d->pp_degree * d->sharding_degree * d->mp_degree;
+    llm4d_topology t0;
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, d->pp_degree, d->sharding_degree, d->mp_degree, err));
+    const int idx[LLM4D_NAXES] = {0, s, 0, 0};
+    return llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, d->pp_degree,
+                               d->sharding_degree, d->mp_degree, err);
+}
+
+static llm4d_code collect_fn(void *u, const llm4d_layout *l, llm4d_err *err) {
+    collect *x = u;
+    llm4d_pp_plan pp;
+    llm4d_err why;
+    if (llm4d_layout_config(x->base, l, x->global, x->cfg, &pp, &why) != LLM4D_OK) return LLM4D_OK;
+    llm4d_code rc = LLM4D_OK;
+    for (int s = 0; rc == LLM4D_OK && s < l->pp; s++) {
+        llm4d_topology topo;
+        llm4d_mbtrace t;
+        if (stage_topo(x->cfg, s, &topo, &why) != LLM4D_OK || llm4d_mbtrace_make(&t, x->cfg, &topo, &pp, NULL, &why))
+            continue; /* a part the model refuses is the search's business */
+        const uint64_t sig = signature(&t.rec);
+        const size_t bytes = llm4d_replay_bytes(&t.rec);
+        llm4d_mbtrace_free(&t);
+        int seen = 0;
+        for (int i = 0; i < x->n && !seen; i++) seen = x->t[i].sig == sig;
+        if (seen) continue;
+        if (x->n == x->cap) {
+            const int cap = x->cap ? 2 * x->cap : 64;
+            todo *nt = realloc(x->t, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+                break;
+            }
+            x->t = nt, x->cap = cap;
+        }
+        x->t[x->n++] = (todo){*l, s, bytes, sig};
+    }
+    llm4d_pp_plan_free(&pp);
+    return rc;
+}
+
+static int by_bytes(const void *a, const void *b) {
+    const todo *x = a, *y = b;
+    return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Replay one trace reps times; every kernel call whose key is not yet measured at (threads, prec) gets the median
+ * of its occurrences' times. */
+static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm4d_backend *be, int threads, int prec,
+                                int reps, int *added, llm4d_err *err) {
+    const llm4d_rec *r = &t->rec;
+    int fresh = 0;
+    for (int i = 0; i < r->n && !fresh; i++)
+        fresh = r->calls[i].op < LLM4D_RC_NKERNELS && !llm4d_profile_find(prof, &r->calls[i], threads, prec);
+    if (!fresh) return LLM4D_OK;
+    llm4d_replay rp;
+    LLM4D_TRY(llm4d_replay_init(&rp, r, be, err));
+    double (*s)[LLM4D_WORK_N] = calloc((size_t)r->n * reps + 1, sizeof *s);
+    double *tot = calloc((size_t)reps + 1, sizeof *tot);
+    if (!s || !tot) {
+        free(s), free(tot);
+        llm4d_replay_free(&rp);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    llm4d_replay_run(&rp, 0, r->n, NULL); /* warm up: first-touch pages, the library's kernels generated */
+    for (int k = 0; k < reps; k++) llm4d_replay_run(&rp, 0, r->n, s + (size_t)k * r->n);
+    llm4d_replay_free(&rp);
+    llm4d_code rc = LLM4D_OK;
+    for (int i = 0; i < r->n && rc == LLM4D_OK; i++) {
+        const llm4d_rc_call *c = &r->calls[i];
+        if (c->op >= LLM4D_RC_NKERNELS || s[i][0] < 0 || llm4d_profile_find(prof, c, threads, prec)) continue;
+        /* every occurrence of the key in the trace, every repetition: the median total, its split by kind */
+        int n = 0;
+        double split[LLM4D_WORK_N] = {0};
+        for (int j = i; j < r->n; j++) {
+            const llm4d_rc_call *o = &r->calls[j];
+            if (o->op != c->op || (o->drop > 0) != (c->drop > 0) || memcmp(o->d, c->d, sizeof c->d)) continue;
+            for (int k = 0; k < reps; k++) {
+                const double *x = s[(size_t)k * r->n + j];
+                if (x[0] < 0) continue;
+                double sum = 0;
+                for (int q = 0; q < LLM4D_WORK_N; q++) sum += x[q], split[q] += x[q];
+                tot[n < reps ? n : reps - 1] = sum;
+                if (n < reps) n++;
+            }
+        }
+        if (!n) continue;
+        qsort(tot, (size_t)n, sizeof *tot, cmp_double);
+        const double med = tot[n / 2];
+        double ssum = 0;
+        for (int q = 0; q < LLM4D_WORK_N; q++) ssum += split[q];
+        llm4d_prof_kernel k = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .threads = threads};
+        memcpy(k.d, c->d, sizeof k.d);
+        for (int q = 0; q < LLM4D_WORK_N; q++) k.s[q] = ssum > 0 ? med * split[q] / ssum : 0;
+        if (ssum <= 0) k.s[llm4d_rc_kind(c)] = med;
+        rc = llm4d_profile_add_kernel(prof, &k, err);
+        (*added)++;
+    }
+    free(s);
+    free(tot);
+    return rc;
+}
+
+/* The optimizer's passes (AdamW, the norm's square sum) at a few sizes: the planner prices other sizes by the
+ * nearest one's bandwidth. */
+static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int threads, int prec, int quick,
+                                    llm4d_err *err) {
+    const int64_t sizes[] = {1 << 16, 1 << 20, 1 << 23, 1 << 25};
+    const int n = quick ? 2 : 4;
+    for (int i = 0; i < n; i++) {
+        llm4d_rec r = {0};
+        uintptr_t b[4];
+        for (int k = 0; k < 4; k++) b[k] = llm4d_rec_fake(&r, (size_t)sizes[i] * sizeof(float));
+        for (int z = 0; z <= 1; z++) {
+            r.calls = realloc(r.calls, (size_t)(r.n + 2) * sizeof *r.calls);
+            if (!r.calls) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+            r.cap = r.n + 2;
+            r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_ADAMW, .d = {sizes[i], z}, .p = {b[0], b[1], b[2], b[3]}};
+        }
+        r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_SUMSQ, .d = {sizes[i]}, .p = {b[1]}};
+        llm4d_mbtrace t = {.rec = r};
+        int added = 0;
+        const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, quick ? 2 : 5, &added, err);
+        llm4d_rec_free(&r);
+        LLM4D_TRY(rc);
+    }
+    return LLM4D_OK;
+}
+
+/* Copy bandwidth of t threads (GB/s, read + write counted), the fallback rate of memory-bound work. */
+static double copy_gbps(llm4d_backend *be) {
+    llm4d_mem mem = {0};
+    const size_t bytes = (size_t)64 << 20;
+    void *a = be->alloc(be, &mem, LLM4D_MEM_WORKSPACE, bytes), *b = be->alloc(be, &mem, LLM4D_MEM_WORKSPACE, bytes);
+    double best = 0;
+    for (int k = 0; a && b && k < 5; k++) {
+        const double t0 = omp_get_wtime();
+        be->copy(be, b, a, bytes);
+        be->stream_sync(be, LLM4D_STREAM_COMPUTE);
+        const double gbps = 2.0 * bytes / (omp_get_wtime() - t0) / 1e9;
+        if (k && gbps > best) best = gbps;
+    }
+    if (a) be->free(be, &mem, LLM4D_MEM_WORKSPACE, a, bytes);
+    if (b) be->free(be, &mem, LLM4D_MEM_WORKSPACE, b, bytes);
+    return best;
+}
+
+static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *prof, llm4d_err *err) {
+    const int prec = llm4d_memplan_precision(o->base);
+    collect x = {.base = o->base, .global = o->global};
+    x.cfg = malloc(sizeof *x.cfg);
+    if (!x.cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = LLM4D_OK;
+    for (int R = 1; rc == LLM4D_OK && R <= o->max_ranks; R *= 2) rc = llm4d_layouts_each(o->base, o->global, R, collect_fn, &x, err);
+    if (rc == LLM4D_OK) qsort(x.t, (size_t)x.n, sizeof *x.t, by_bytes);
+    fprintf(stderr, "llm4d plan --calibrate: %d distinct model parts in the layouts of up to %d ranks\n", x.n, o->max_ranks);
+    for (int T = 1; rc == LLM4D_OK && T <= prof->cores && T <= LLM4D_PROF_MAXT; T++) {
+        llm4d_backend *be = NULL;
+        rc = llm4d_backend_cpu_create(&be, T, err);
+        if (rc == LLM4D_OK && prec != LLM4D_PREC_FP32) rc = be->set_precision(be, prec, err);
+        if (rc != LLM4D_OK) break;
+        prof->gemm_gflops[prec][T] = be->matmul_peak_gflops ? be->matmul_peak_gflops(be) : 0;
+        prof->mem_gbps[T] = copy_gbps(be);
+        const double t0 = omp_get_wtime();
+        int added = 0, skipped = 0;
+        for (int i = 0; rc == LLM4D_OK && i < x.n; i++) {
+            if (x.t[i].bytes > REPLAY_BUDGET) {
+                skipped++;
+                continue;
+            }
+            llm4d_pp_plan pp;
+            llm4d_topology topo;
+            llm4d_mbtrace t;
+            if (llm4d_layout_config(o->base, &x.t[i].layout, o->global, x.cfg, &pp, err) != LLM4D_OK) continue;
+            rc = stage_topo(x.cfg, x.t[i].stage, &topo, err);
+            if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
+            llm4d_pp_plan_free(&pp);
+            if (rc != LLM4D_OK) break;
+            rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, &added, err);
+            llm4d_mbtrace_free(&t);
+            if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
+        }
+        if (rc == LLM4D_OK) rc = measure_optimizer(prof, be, T, prec, o->quick, err);
+        fprintf(stderr, "llm4d plan --calibrate: %d thread%s: %d kernel shapes in %.1f s (%d parts too large to "
+                "replay), GEMM peak %.1f GFLOP/s, copy %.1f GB/s\n", T, T == 1 ? "" : "s", added,
+                omp_get_wtime() - t0, skipped, prof->gemm_gflops[prec][T], prof->mem_gbps[T]);
+        be->destroy(be);
+    }
+    llm4d_profile_sort(prof);
+    free(x.t);
+    free(x.cfg);
+    return rc;
+}
+
+/* ---- the jobs ---- */
+
+/* Run argv (NULL-terminated) and wait; its exit code (-1: it could not start). */
+static int run(char **argv) {
+    const pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) < 0) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* One measuring job of k ranks (the worker writes its findings as a profile fragment to out). */
+static llm4d_code job(const llm4d_calibrate_opts *o, const char *dir, int k, int threads, const char *out,
+                      llm4d_err *err) {
+    char np[16], th[16], logs[1100], gb[32];
+    snprintf(np, sizeof np, "%d", k);
+    snprintf(th, sizeof th, "%d", threads);
+    snprintf(logs, sizeof logs, "%s/log%d", dir, k);
+    snprintf(gb, sizeof gb, "%lld", o->global);
+    char *argv[32];
+    int n = 0;
+    argv[n++] = (char *)o->self;
+    if (k > 1) { /* one rank runs without MPI, as a single-process training run does */
+        argv[n++] = "launch", argv[n++] = "--nproc", argv[n++] = np, argv[n++] = "--log_dir", argv[n++] = logs;
+        if (o->hostfile) argv[n++] = "--hostfile", argv[n++] = (char *)o->hostfile;
+        argv[n++] = "--";
+    }
+    argv[n++] = "__plancal", argv[n++] = "--out", argv[n++] = (char *)out, argv[n++] = "--threads";
+    argv[n++] = th;
+    argv[n++] = "--model", argv[n++] = (char *)o->base->model.name_or_path;
+    char seq[16], layers[16];
+    snprintf(seq, sizeof seq, "%d", o->base->data.max_seq_len);
+    snprintf(layers, sizeof layers, "%d", o->base->model.num_layers);
+    argv[n++] = "--seq", argv[n++] = seq, argv[n++] = "--layers", argv[n++] = layers;
+    if (o->base->use_amp) argv[n++] = "--amp";
+    if (o->quick) argv[n++] = "--quick";
+    argv[n] = NULL;
+    (void)gb;
+    const int code = run(argv);
+    if (code != 0)
+        return llm4d_fail(err, LLM4D_EINTERNAL, "the %d-rank measuring job failed (exit %d); its logs are in %s", k,
+                          code, logs);
+    return LLM4D_OK;
+}
+
+/* Merge a worker's fragment (a profile file) into prof. */
+static llm4d_code merge(llm4d_profile *prof, const char *path, llm4d_err *err) {
+    llm4d_profile f;
+    LLM4D_TRY(llm4d_profile_load(&f, path, err));
+    llm4d_code rc = LLM4D_OK;
+    for (int i = 0; i < f.n_colls && rc == LLM4D_OK; i++) rc = llm4d_profile_add_coll(prof, &f.colls[i], err);
+    for (int i = 0; i < f.n_share; i++) llm4d_profile_add_share(prof, &f.share[i]);
+    for (int i = 0; i < f.n_base && prof->n_base < 64; i++)
+        prof->base_ranks[prof->n_base] = f.base_ranks[i], prof->base_bytes[prof->n_base++] = f.base_bytes[i];
+    if (f.overlap > 0) prof->overlap = f.overlap;
+    if (f.oversub_penalty > 0) prof->oversub_penalty = f.oversub_penalty;
+    if (f.coll_gbps[0] > 0 && f.coll_latency_s[0] > 0)
+        prof->coll_gbps[0] = f.coll_gbps[0], prof->coll_latency_s[0] = f.coll_latency_s[0];
+    llm4d_profile_free(&f);
+    return rc;
+}
+
+static void describe_machine(llm4d_profile *p) {
+    p->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (p->cores < 1) p->cores = 1;
+    const long long mt = llm4d_proc_kb("/proc/meminfo", "MemTotal");
+    p->memory_bytes = mt > 0 ? (double)mt : 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(p->cpu, sizeof p->cpu, "%s", strchr(line, ':') + 2);
+            p->cpu[strcspn(p->cpu, "\n")] = 0;
+            break;
+        }
+    if (f) fclose(f);
+    struct utsname u;
+    if (uname(&u) == 0) snprintf(p->name, sizeof p->name, "%s", u.nodename);
+    const time_t now = time(NULL);
+    struct tm tmv;
+    strftime(p->when, sizeof p->when, "%Y-%m-%dT%H:%M:%S", localtime_r(&now, &tmv));
+    double la[1] = {0};
+    FILE *l = fopen("/proc/loadavg", "r");
+    if (l && fscanf(l, "%lf", &la[0]) == 1) p->load = la[0];
+    if (l) fclose(l);
+}
+
+/* What a short training run holds beyond its plan: its closing line "memory plan against the run: planned X MiB,
+ * peak resident set Y MiB". */
+static double residual_of(const char *log, double *planned_out, double *peak_out) {
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    double planned = 0, peak = 0, res = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "memory plan against the run: planned ");
+        if (p && sscanf(p, "memory plan against the run: planned %lf MiB, peak resident set %lf", &planned, &peak) == 2)
+            res = (peak - planned) * 1048576.0;
+    }
+    if (f) fclose(f);
+    *planned_out = planned, *peak_out = peak;
+    return res;
+}
+
+llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
+    llm4d_calibrate_opts o = *o0;
+    llm4d_profile prof;
+    llm4d_profile_init(&prof);
+    describe_machine(&prof);
+    if (o.max_ranks <= 0) o.max_ranks = prof.cores;
+    if (o.global <= 0) o.global = o.max_ranks;
+    /* the directory of the profile must exist (the default one is made) */
+    char dir[LLM4D_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", o.profile_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') *p = 0, mkdir(dir, 0755), *p = '/';
+        mkdir(dir, 0755);
+    }
+    char tmp[] = "/tmp/llm4d-calibrate-XXXXXX";
+    if (!mkdtemp(tmp)) return llm4d_fail(err, LLM4D_EIO, "cannot make a temporary directory in /tmp: %s", strerror(errno));
+    fprintf(stderr, "llm4d plan --calibrate: %s, %d cores, load average %.2f now%s\n", prof.cpu, prof.cores, prof.load,
+            prof.load > 0.5 * prof.cores ? " (a busy machine measures slow: the profile records the load)" : "");
+    llm4d_code rc = measure_kernels(&o, &prof, err);
+    /* process base, collectives, shares: a job per rank count (one rank: no MPI, as a single-process run) */
+    for (int k = 1; rc == LLM4D_OK && k <= o.max_ranks; k *= 2) {
+        char out[1200];
+        snprintf(out, sizeof out, "%s/part%d.json", tmp, k);
+        const int threads = prof.cores / k > 0 ? prof.cores / k : 1;
+        rc = job(&o, tmp, k, threads, out, err);
+        if (rc == LLM4D_OK) rc = merge(&prof, out, err);
+        fprintf(stderr, "llm4d plan --calibrate: %d rank%s measured\n", k, k == 1 ? "" : "s");
+    }
+    /* the residue of a short training run, when the configuration names data that exists */
+    struct stat st;
+    if (rc == LLM4D_OK && o.base->data.input_dir[0] && stat(o.base->data.input_dir, &st) == 0) {
+        char log[1200], outd[1200], seq[16], layers[48];
+        snprintf(log, sizeof log, "%s/train.log", tmp);
+        snprintf(outd, sizeof outd, "%s/out", tmp);
+        snprintf(seq, sizeof seq, "%d", o.base->data.max_seq_len);
+        snprintf(layers, sizeof layers, "Model.num_layers=%d", o.base->model.num_layers);
+        /* through a shell that forks it: a process started straight from this one would inherit this one's peak
+         * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
+        char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o.self, "train", "--model_name_or_path", (char *)o.base->model.name_or_path,
+                        "--input_dir", (char *)o.base->data.input_dir, "--max_seq_len", seq, "-o", layers,
+                        "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", "3", "--save_steps",
+                        "-1", "--logging_freq", "1", "--output_dir", outd, "--use_amp",
+                        o.base->use_amp ? "true" : "false", NULL};
+        const pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(127);
+            execv(argv[0], argv);
+            _exit(127);
+        }
+        int ws = 0;
+        if (pid > 0) waitpid(pid, &ws, 0);
+        double planned = 0, peak = 0;
+        prof.residual_bytes = residual_of(log, &planned, &peak);
+        fprintf(stderr, "llm4d plan --calibrate: a training process holds %.1f MiB beyond its plan (planned %.1f MiB, "
+                "peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned, peak);
+    }
+    if (rc == LLM4D_OK) rc = llm4d_profile_save(&prof, o.profile_path, err);
+    if (rc == LLM4D_OK)
+        fprintf(stderr, "llm4d plan --calibrate: wrote %s (%d kernel shapes, %d collective series)\n", o.profile_path,
+                prof.n_kernels, prof.n_colls);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "llm4d plan --calibrate: could not remove %s\n", tmp);
+    llm4d_profile_free(&prof);
+    return rc;
+}

@@ -1,0 +1,38 @@
+/* calibrate.h — measuring this machine into a machine profile (`llm4d plan --calibrate`, plan/profile.h).
+ *
+ *   kernels      the model's own calls at its shapes: the planner's search space for the given model (every
+ *                layout of up to max_ranks processes on this host) is recorded (plan/trace.h), and every call not
+ *                yet measured is replayed on the real backend, in its trace's order and on buffers of its sizes,
+ *                at every thread count up to the cores; the optimizer's passes at a few sizes; the fallback GEMM
+ *                and copy rates by threads;
+ *   process      a rank's resident size before its model (libraries, MPI, the runtime) for 1 to max_ranks ranks
+ *                on the host, and what a short training run holds beyond its plan (when the configuration names
+ *                data that exists);
+ *   collectives  all-reduce, reduce-scatter, all-gather and point-to-point by group size, ranks on the host and
+ *                bytes, every group busy at once, with what the library allocated for each; given a hostfile,
+ *                the same across its hosts;
+ *   shares       the recorded model run by k ranks at once against one alone; the overlap rate of a background
+ *                all-reduce progressed between kernels, as the engines progress theirs.
+ * The multi-rank measurements run as a job of the hidden verb `__plancal` under `llm4d launch`. */
+#ifndef LLM4D_PLAN_CALIBRATE_H
+#define LLM4D_PLAN_CALIBRATE_H
+
+#include "config/config.h"
+#include "plan/profile.h"
+
+typedef struct {
+    const char *profile_path;  /* where to write the profile */
+    const char *hostfile;      /* NULL: this host only */
+    const char *self;          /* this executable (to launch the measuring jobs) */
+    const llm4d_config *base;  /* the model whose calls to measure (parsed, not finalized) */
+    long long global;          /* its global batch */
+    int max_ranks;             /* ranks per host to measure up to */
+    int quick;                 /* fewer sizes and repetitions (the tests) */
+} llm4d_calibrate_opts;
+
+llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o, llm4d_err *err);
+
+/* The hidden verb's work in one rank of a measuring job (argv: its options); returns the exit code. */
+int llm4d_calibrate_worker(int argc, char **argv);
+
+#endif

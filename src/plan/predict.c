@@ -1,0 +1,186 @@
+/* predict.c — a layout's prediction: the memory of every rank (here) and the step time (steptime.c); see
+ * predict.h. */
+#include "plan/predict.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/price.h"
+#include "train/memplan.h"
+
+const char *llm4d_eng_name(int e) {
+    static const char *const n[LLM4D_ENG_N] = {"tensor_parallel", "pipeline", "data_parallel", "zero_reduce_scatter",
+                                               "zero_all_gather", "embedding", "step"};
+    return e >= 0 && e < LLM4D_ENG_N ? n[e] : "?";
+}
+
+const char *llm4d_pm_name(int k) {
+    static const char *const n[LLM4D_PM_N] = {"params", "grads", "optimizer", "activations", "comm", "workspace",
+                                              "weight_copies", "operands", "mpi", "base", "data", "residual"};
+    return k >= 0 && k < LLM4D_PM_N ? n[k] : "?";
+}
+
+int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node) {
+    const int n = topo->degree[axis];
+    int hosts = 0, last = -1;
+    for (int i = 0; i < n; i++) { /* members are in increasing rank order: count the host changes */
+        const int h = llm4d_topology_group_member(topo, axis, i) / (ranks_per_node > 0 ? ranks_per_node : 1);
+        if (h != last) hosts++, last = h;
+    }
+    return hosts;
+}
+
+void llm4d_prediction_free(llm4d_prediction *p) {
+    free(p->stage_peak);
+    free(p->rank_peak);
+    p->stage_peak = p->rank_peak = NULL;
+}
+
+/* The profile's resident base for r ranks on a host: the measured count nearest (linear between two). */
+static double base_bytes(const llm4d_profile *p, int r) {
+    if (p->n_base == 0) return 0;
+    int lo = -1, hi = -1;
+    for (int i = 0; i < p->n_base; i++) {
+        if (p->base_ranks[i] <= r && (lo < 0 || p->base_ranks[i] > p->base_ranks[lo])) lo = i;
+        if (p->base_ranks[i] >= r && (hi < 0 || p->base_ranks[i] < p->base_ranks[hi])) hi = i;
+    }
+    if (lo < 0) return p->base_bytes[hi];
+    if (hi < 0 || p->base_ranks[hi] == p->base_ranks[lo]) return p->base_bytes[lo];
+    const double f = (double)(r - p->base_ranks[lo]) / (p->base_ranks[hi] - p->base_ranks[lo]);
+    return p->base_bytes[lo] + f * (p->base_bytes[hi] - p->base_bytes[lo]);
+}
+
+/* The collective library's temporaries the rank's largest collectives leave (the largest of them: each is freed
+ * when it ends), except ZeRO's reduce-scatters, which the memory plan holds. */
+static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_topology *topo,
+                        const llm4d_stagecost *sc) {
+    const int R = pr->cluster.ranks_per_node;
+    double best = 0, t[2];
+    if (cfg->dist.sharding_degree <= 1 && topo->data_world > 1) { /* the largest data-parallel bucket */
+        size_t len = 0;
+        for (int b = 0; b < sc->n_buckets; b++) len = sc->bucket_len[b] > len ? sc->bucket_len[b] : len;
+        llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)len * sizeof(float), topo->data_world, R,
+                         llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), t);
+        best = t[topo->data_rank == 0 ? 0 : 1];
+    }
+    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && sc->tp_max_bytes > 0) {
+        llm4d_price_coll(pr->prof, sc->tp_max_op, sc->tp_max_bytes, topo->degree[LLM4D_AXIS_MODEL], R,
+                         llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), t);
+        const double x = t[topo->index[LLM4D_AXIS_MODEL] == 0 ? 0 : 1];
+        best = x > best ? x : best;
+    }
+    if (cfg->dist.pp_degree > 1 && sc->wte_elems) { /* the tied embedding's all-reduce, first and last stage */
+        const int N = cfg->dist.sharding_degree > 1 ? cfg->dist.sharding_degree : 1;
+        llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->wte_elems / N * sizeof(float), 2, R,
+                         llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, t);
+        const double x = t[topo->index[LLM4D_AXIS_PIPE] == 0 ? 0 : 1];
+        best = x > best ? x : best;
+    }
+    if (cfg->dist.sharding_degree > 1) { /* the parameter gathers of the largest group */
+        size_t len = 0;
+        for (int g = 0; g < sc->n_groups; g++) len = sc->group_len[g] > len ? sc->group_len[g] : len;
+        llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLGATHER, (double)len * sizeof(float), cfg->dist.sharding_degree,
+                         R, llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R), t);
+        const double x = t[topo->index[LLM4D_AXIS_SHARDING] == 0 ? 0 : 1];
+        best = x > best ? x : best;
+    }
+    return best;
+}
+
+/* One rank's memory by kind. */
+static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                              const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
+    llm4d_memplan mp;
+    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, &mp, err));
+    const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
+    const llm4d_stagecost *sc;
+    const int R = pr->cluster.ranks_per_node;
+    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
+                                  llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
+    mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
+    mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
+    mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries + coll_temp(pr, cfg, topo, sc);
+    mem[LLM4D_PM_BASE] = base_bytes(pr->prof, R);
+    mem[LLM4D_PM_DATA] = pr->data_bytes;
+    mem[LLM4D_PM_RESIDUAL] = pr->prof->residual_bytes;
+    return LLM4D_OK;
+}
+
+static double sum(const double *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                                llm4d_prediction *out, llm4d_err *err) {
+    const llm4d_dist_config *d = &cfg->dist;
+    const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
+    const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
+    /* the distinct ranks: each stage, as the first rank of its ZeRO group and as another */
+    const int classes = N > 1 ? 2 : 1;
+    double *cls = calloc((size_t)P * classes, sizeof *cls);
+    double (*cmem)[LLM4D_PM_N] = calloc((size_t)P * classes, sizeof *cmem);
+    free(out->stage_peak);
+    out->stage_peak = calloc((size_t)P, sizeof *out->stage_peak);
+    out->n_stages = P;
+    llm4d_code rc = cls && cmem && out->stage_peak ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int s = 0; rc == LLM4D_OK && s < P; s++)
+        for (int k = 0; rc == LLM4D_OK && k < classes; k++) {
+            const int idx[LLM4D_NAXES] = {0, s, k, 0};
+            llm4d_topology t0, topo;
+            rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
+            if (rc == LLM4D_OK)
+                rc = llm4d_topology_init(&topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, P, N,
+                                         d->mp_degree, err);
+            if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, &topo, cmem[s * classes + k], err);
+            if (rc != LLM4D_OK) break;
+            cls[s * classes + k] = sum(cmem[s * classes + k], LLM4D_PM_N);
+            if (cls[s * classes + k] > out->stage_peak[s]) out->stage_peak[s] = cls[s * classes + k];
+        }
+    if (rc == LLM4D_OK) {
+        free(out->rank_peak);
+        out->rank_peak = pr->per_rank ? calloc((size_t)world, sizeof *out->rank_peak) : NULL;
+        if (pr->per_rank && !out->rank_peak) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    if (rc == LLM4D_OK) {
+        llm4d_topology t0;
+        rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
+        out->peak_bytes = 0, out->host_bytes = 0;
+        double host = 0;
+        /* every rank's class from its coordinates (ranks fill a host's slots in order, as Open MPI maps them) */
+        for (int r = 0; rc == LLM4D_OK && r < world; r++) {
+            int rem = r, idx[LLM4D_NAXES];
+            for (int a = LLM4D_NAXES - 1; a >= 0; a--) idx[a] = rem % t0.degree[a], rem /= t0.degree[a];
+            const int c = idx[LLM4D_AXIS_PIPE] * classes + (classes > 1 && idx[LLM4D_AXIS_SHARDING] != 0);
+            const double b = cls[c];
+            if (out->rank_peak) out->rank_peak[r] = b;
+            if (b > out->peak_bytes) {
+                out->peak_bytes = b, out->peak_rank = r;
+                memcpy(out->mem, cmem[c], sizeof out->mem);
+            }
+            host += b;
+            if ((r + 1) % R == 0 || r == world - 1) {
+                if (host > out->host_bytes) out->host_bytes = host;
+                host = 0;
+            }
+        }
+    }
+    free(cls);
+    free(cmem);
+    return rc;
+}
+
+llm4d_code llm4d_predict(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                         llm4d_prediction *out, llm4d_err *err) {
+    double *sp = out->stage_peak, *rp = out->rank_peak;
+    memset(out, 0, sizeof *out);
+    out->stage_peak = sp, out->rank_peak = rp;
+    out->layout = llm4d_layout_of(cfg);
+    out->world = llm4d_layout_world(&out->layout);
+    out->M = (int)cfg->accumulate_steps;
+    out->ranks_on_host = pr->cluster.ranks_per_node;
+    LLM4D_TRY(llm4d_predict_memory(pr, cfg, pp, out, err));
+    return llm4d_predict_time(pr, cfg, pp, out, err);
+}

@@ -1,0 +1,197 @@
+/* price.c — pricing recorded calls and collectives from a machine profile (see price.h). */
+#include "plan/price.h"
+
+#include <math.h>
+#include <string.h>
+
+static int is_gemm(int op) {
+    return op == LLM4D_RC_LINEAR_FWD || op == LLM4D_RC_LINEAR_BWD || op == LLM4D_RC_ATTN_FWD ||
+           op == LLM4D_RC_ATTN_BWD;
+}
+
+/* The profile's fallback rate for a call's kind at t threads (0: unknown): GFLOP/s for GEMMs and attention, GB/s
+ * for the rest. */
+static double fallback_rate(const llm4d_profile *p, int op, int prec, int t) {
+    if (t < 1) return 0;
+    if (t > LLM4D_PROF_MAXT) t = LLM4D_PROF_MAXT;
+    if (op == LLM4D_RC_ATTN_FWD || op == LLM4D_RC_ATTN_BWD)
+        return p->attn_gflops[prec][t] > 0 ? p->attn_gflops[prec][t] : p->gemm_gflops[prec][t];
+    if (is_gemm(op)) return p->gemm_gflops[prec][t];
+    return p->mem_gbps[t];
+}
+
+/* How much faster t threads are than t0 for this kind of call: the fallback rates' ratio, else linear in threads
+ * for GEMMs and flat for memory-bound work. */
+static double thread_speedup(const llm4d_profile *p, int op, int prec, int t0, int t) {
+    const double a = fallback_rate(p, op, prec, t0), b = fallback_rate(p, op, prec, t);
+    if (a > 0 && b > 0) return b / a;
+    return is_gemm(op) ? (double)t / t0 : 1.0;
+}
+
+/* The first kernel entry of (op, prec, threads) and one past its last (the table is sorted by them first). */
+static void range_of(const llm4d_profile *p, int op, int prec, int threads, int *lo, int *hi) {
+    int a = 0, b = p->n_kernels;
+    while (a < b) { /* lower bound */
+        const int m = (a + b) / 2;
+        const llm4d_prof_kernel *k = &p->kernels[m];
+        const int less = k->op != op ? k->op < op : k->prec != prec ? k->prec < prec : k->threads < threads;
+        if (less) a = m + 1;
+        else b = m;
+    }
+    *lo = a;
+    int e = a;
+    while (e < p->n_kernels && p->kernels[e].op == op && p->kernels[e].prec == prec && p->kernels[e].threads == threads)
+        e++;
+    *hi = e;
+}
+
+static double total(const double s[LLM4D_WORK_N]) {
+    double t = 0;
+    for (int k = 0; k < LLM4D_WORK_N; k++) t += s[k];
+    return t;
+}
+
+/* Log distance between two calls' sizes (a different flag, activation or dropout counts as far). */
+static double distance(const llm4d_rc_call *c, const llm4d_prof_kernel *k) {
+    double d = (c->drop > 0) != k->drop ? 4.0 : 0.0;
+    int first_flag = LLM4D_RC_DIMS;
+    if (c->op == LLM4D_RC_LINEAR_FWD || c->op == LLM4D_RC_LINEAR_BWD) first_flag = 3;
+    if (c->op == LLM4D_RC_XENT_FWD || c->op == LLM4D_RC_XENT_BWD) first_flag = 2;
+    for (int i = 0; i < LLM4D_RC_DIMS; i++) {
+        if (i >= first_flag) {
+            d += c->d[i] != k->d[i] ? 8.0 : 0.0;
+            continue;
+        }
+        const double a = (double)(c->d[i] > 0 ? c->d[i] : 1), b = (double)(k->d[i] > 0 ? k->d[i] : 1);
+        d += fabs(log(a / b));
+    }
+    return d;
+}
+
+static double work_of(const llm4d_rc_call *c) { return is_gemm(c->op) ? llm4d_rc_flops(c) : llm4d_rc_bytes(c); }
+
+llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c, double s[LLM4D_WORK_N]) {
+    const llm4d_profile *p = pr->prof;
+    const llm4d_work kind = llm4d_rc_kind(c);
+    const llm4d_prof_kernel *k = llm4d_profile_find(p, c, pr->threads, pr->prec);
+    if (k) {
+        for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += k->s[i];
+        return LLM4D_PRICE_EXACT;
+    }
+    /* the same call at the nearest thread count measured */
+    const llm4d_prof_kernel *best = NULL;
+    for (int dt = 1; dt < LLM4D_PROF_MAXT && !best; dt++)
+        for (int sign = -1; sign <= 1 && !best; sign += 2) {
+            const int t = pr->threads + sign * dt;
+            if (t >= 1) best = llm4d_profile_find(p, c, t, pr->prec);
+        }
+    if (best) {
+        const double f = 1.0 / thread_speedup(p, c->op, pr->prec, best->threads, pr->threads);
+        for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += best->s[i] * f;
+        return LLM4D_PRICE_THREADS;
+    }
+    /* the nearest call of the same method, at its rate */
+    int lo, hi;
+    range_of(p, c->op, pr->prec, pr->threads, &lo, &hi);
+    double best_d = INFINITY;
+    for (int i = lo; i < hi; i++) {
+        const double d = distance(c, &p->kernels[i]);
+        if (d < best_d) best_d = d, best = &p->kernels[i];
+    }
+    if (best && best_d < 12.0) {
+        llm4d_rc_call like = {.op = best->op, .drop = best->drop ? 0.1f : 0.0f};
+        memcpy(like.d, best->d, sizeof like.d);
+        const double w0 = work_of(&like), w = work_of(c), t0 = total(best->s);
+        if (w0 > 0 && t0 > 0) {
+            /* the fixed part (a kernel's start) does not scale with the work */
+            const double fixed = p->kernel_s < t0 ? p->kernel_s : 0.0, t = fixed + (t0 - fixed) * w / w0;
+            for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += best->s[i] / t0 * t;
+            return LLM4D_PRICE_NEAREST;
+        }
+    }
+    /* the fallback rates */
+    const double rate = fallback_rate(p, c->op, pr->prec, pr->threads);
+    const double w = work_of(c);
+    double t = p->kernel_s;
+    if (rate > 0) t += w / (rate * 1e9);
+    else if (w > 0) t += w / (is_gemm(c->op) ? 1e10 : 5e9); /* nothing known: 10 GFLOP/s, 5 GB/s */
+    s[kind] += t;
+    return LLM4D_PRICE_FALLBACK;
+}
+
+double llm4d_coll_ring_bytes(int op, double bytes, int group) {
+    if (group <= 1) return 0;
+    const double f = (double)(group - 1) / group;
+    switch (op) {
+    case LLM4D_COMM_OP_ALLREDUCE: return 2 * f * bytes;
+    case LLM4D_COMM_OP_REDUCE_SCATTER:
+    case LLM4D_COMM_OP_ALLGATHER: return f * bytes;
+    default: return bytes;
+    }
+}
+
+/* Piecewise-linear in bytes between measured sizes; below the first, its time; beyond the last, its last slope. */
+static double interp(const double *x, const double *y, int n, double at) {
+    if (n == 1 || at <= x[0]) return n == 1 && at > x[0] ? y[0] * at / x[0] : y[0];
+    for (int i = 1; i < n; i++)
+        if (at <= x[i]) return y[i - 1] + (y[i] - y[i - 1]) * (at - x[i - 1]) / (x[i] - x[i - 1]);
+    const double slope = (y[n - 1] - y[n - 2]) / (x[n - 1] - x[n - 2]);
+    return y[n - 1] + (slope > 0 ? slope : 0) * (at - x[n - 1]);
+}
+
+double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group, int ranks_on_host, int hosts,
+                        double temp[2]) {
+    if (temp) temp[0] = temp[1] = 0;
+    if (group <= 1 || bytes <= 0) return 0;
+    const int across = hosts > 1;
+    const llm4d_prof_coll *best = NULL;
+    double best_d = INFINITY;
+    for (int i = 0; i < p->n_colls; i++) {
+        const llm4d_prof_coll *c = &p->colls[i];
+        if (c->op != op || (c->hosts > 1) != across) continue;
+        /* the same group size first, then the ranks on the host nearest to this job's */
+        const double d = fabs(log((double)c->group / group)) * 4 + fabs(log((double)c->ranks_on_host / ranks_on_host));
+        if (d < best_d) best_d = d, best = c;
+    }
+    if (best) {
+        /* another group size: its bus bandwidth, scaled by the ring bytes */
+        const double scale = best->group == group ? 1.0
+                                                  : llm4d_coll_ring_bytes(op, 1.0, group) /
+                                                        llm4d_coll_ring_bytes(op, 1.0, best->group);
+        if (temp) {
+            temp[0] = interp(best->bytes, best->temp_first, best->n, bytes);
+            temp[1] = interp(best->bytes, best->temp_other, best->n, bytes);
+        }
+        return interp(best->bytes, best->seconds, best->n, bytes) * scale;
+    }
+    return p->coll_latency_s[across] * (group > 1 ? log2((double)group) + 1 : 1) +
+           llm4d_coll_ring_bytes(op, bytes, group) / (p->coll_gbps[across] * 1e9);
+}
+
+/* The measured share of (threads, ranks), or NULL. */
+static const llm4d_prof_share *share_of(const llm4d_profile *p, int threads, int ranks) {
+    for (int i = 0; i < p->n_share; i++)
+        if (p->share[i].threads == threads && p->share[i].ranks == ranks) return &p->share[i];
+    return NULL;
+}
+
+void llm4d_price_share(const llm4d_profile *p, int threads, int active, double slow[LLM4D_WORK_N]) {
+    for (int k = 0; k < LLM4D_WORK_N; k++) slow[k] = 1.0;
+    if (active < 1 || threads < 1) return;
+    const int cores = p->cores > 0 ? p->cores : 1;
+    const int full = cores / threads > 0 ? cores / threads : 1; /* ranks that fill the cores */
+    const int within = active < full ? active : full;
+    /* the share of `within` co-running ranks: measured, else the nearest measured fewer */
+    for (int r = within; r >= 2; r--) {
+        const llm4d_prof_share *s = share_of(p, threads, r);
+        if (!s) continue;
+        for (int k = 0; k < LLM4D_WORK_N; k++) slow[k] = s->factor[k] > 0 ? s->factor[k] : 1.0;
+        break;
+    }
+    const double demand = (double)active * threads;
+    if (demand <= cores) return;
+    /* oversubscribed: the cores are time-sliced among the threads; an OpenMP team whose threads are descheduled
+     * waits for its slowest one (the penalty, per extra thread, when a rank has several) */
+    const double slice = demand / cores * (threads > 1 ? 1.0 + p->oversub_penalty * (threads - 1) : 1.0);
+    for (int k = 0; k < LLM4D_WORK_N; k++) slow[k] *= slice;
+}

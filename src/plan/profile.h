@@ -1,0 +1,107 @@
+/* profile.h — a machine profile: what one machine was measured to do (`llm4d plan --calibrate`, plan/calibrate.c)
+ * or what a published machine is said to do (a file written by hand), in the units the planner prices a layout in.
+ *
+ *   kernels      seconds of a backend method at given sizes (a recorded call's cost key: plan/record.h), threads
+ *                per rank and matmul precision, split by the backend's own kinds of work (backend.h llm4d_work:
+ *                a bf16 linear layer's operand conversion counts as "convert", as the trainer reports it);
+ *   collectives  seconds of each collective by kind, group size, the job's ranks on the host at the time (every
+ *                group of that size busy at once, as in a layout), hosts spanned and bytes, and the memory the
+ *                collective library allocated for it on the group's first rank and on the others;
+ *   process      the resident memory of a rank before it allocates its model (libraries, MPI, the runtime) by ranks
+ *                on the host, and what a training process holds beyond its memory plan (allocator arenas, the
+ *                library's generated code);
+ *   shares       how much slower each kind of work runs when k ranks of t threads share the host (memory bandwidth,
+ *                caches), and what fraction of a background collective's time a computing rank hides;
+ *   fallback     rates for what was not measured: GEMM and attention GFLOP/s, memory GB/s (by threads), a
+ *                kernel's fixed cost; collective latency and bandwidth within and across hosts; the disk's GB/s
+ *                (offload). A published profile has only these.
+ * The file is JSON; a missing or garbled one is a user error naming the file and the fix. */
+#ifndef LLM4D_PLAN_PROFILE_H
+#define LLM4D_PLAN_PROFILE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "core/error.h"
+#include "plan/record.h"
+
+#define LLM4D_PROF_MAXT 64     /* threads per rank the tables go up to */
+#define LLM4D_PROF_SIZES 24    /* message sizes per collective entry */
+
+typedef struct {
+    uint16_t op;
+    uint8_t drop, prec;
+    int threads;
+    int64_t d[LLM4D_RC_DIMS];
+    double s[LLM4D_WORK_N];    /* seconds by kind of work */
+} llm4d_prof_kernel;
+
+typedef struct {
+    int op;                    /* llm4d_comm_op: ALLREDUCE, REDUCE_SCATTER, ALLGATHER, SEND (one message each way
+                                * between neighbours, as a pipeline sends) */
+    int group, ranks_on_host, hosts;
+    int n;
+    double bytes[LLM4D_PROF_SIZES];     /* the whole buffer (all-reduce: the buffer; reduce-scatter: the input;
+                                         * all-gather: the output; send: the message) */
+    double seconds[LLM4D_PROF_SIZES];
+    double temp_first[LLM4D_PROF_SIZES], temp_other[LLM4D_PROF_SIZES]; /* bytes the library allocated */
+} llm4d_prof_coll;
+
+typedef struct {
+    int threads, ranks;        /* ranks of `threads` threads computing at once on a host */
+    double factor[LLM4D_WORK_N]; /* time over the time alone, by kind */
+} llm4d_prof_share;
+
+typedef struct {
+    char name[128], cpu[128], device[32], when[64];
+    int cores;                 /* per host */
+    double memory_bytes;       /* per host */
+    double load;               /* the load average when it was measured (a busy machine measures slow) */
+    /* process */
+    int n_base;
+    int base_ranks[64];
+    double base_bytes[64];     /* resident before the model, by ranks on the host */
+    double residual_bytes;     /* what a training process holds beyond its plan and its base */
+    /* shares */
+    int n_share;
+    llm4d_prof_share share[64];
+    double overlap;            /* fraction of a background collective's time hidden behind computing */
+    double oversub_penalty;    /* extra slowdown per thread beyond the cores, when threads per rank > 1 */
+    /* fallback */
+    double gemm_gflops[3][LLM4D_PROF_MAXT + 1]; /* by precision, threads (0: unknown) */
+    double attn_gflops[3][LLM4D_PROF_MAXT + 1];
+    double mem_gbps[LLM4D_PROF_MAXT + 1];
+    double kernel_s;           /* a kernel's fixed cost (a launch, an OpenMP fork) */
+    double coll_latency_s[2], coll_gbps[2]; /* [0] within a host, [1] across hosts (bus bandwidth per rank) */
+    double disk_read_gbps, disk_write_gbps;
+    /* tables */
+    int n_kernels, cap_kernels;
+    llm4d_prof_kernel *kernels; /* sorted by key (llm4d_profile_sort) for lookups */
+    int n_colls, cap_colls;
+    llm4d_prof_coll *colls;
+    int sorted;
+} llm4d_profile;
+
+void llm4d_profile_init(llm4d_profile *p);
+void llm4d_profile_free(llm4d_profile *p);
+
+/* Read a profile file; a missing, unreadable or garbled file is LLM4D_EUSER naming it and how to make one. */
+llm4d_code llm4d_profile_load(llm4d_profile *p, const char *path, llm4d_err *err);
+/* Write it (atomically: a temporary file renamed over path). */
+llm4d_code llm4d_profile_save(const llm4d_profile *p, const char *path, llm4d_err *err);
+
+/* Add a measured kernel (replacing one of the same key), a collective entry, a share. */
+llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k, llm4d_err *err);
+llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, llm4d_err *err);
+void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s);
+/* Sort the kernel table for lookups (after adding; load sorts). */
+void llm4d_profile_sort(llm4d_profile *p);
+
+/* The measured entry of exactly this call, threads and precision; NULL when none. */
+const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_rc_call *c, int threads, int prec);
+
+/* The default profile path: $LLM4D_MACHINE_PROFILE, else ~/.cache/llm4d/machine.json. */
+void llm4d_profile_default_path(char *buf, size_t n);
+
+#endif

@@ -1,0 +1,160 @@
+/* search.c — enumerating, checking, fitting and ranking layouts (see search.h). */
+#include "plan/search.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "parallel/schedule.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static llm4d_code add(llm4d_search *s, const llm4d_candidate *c, llm4d_err *err) {
+    if (s->n == s->cap) {
+        const int cap = s->cap ? 2 * s->cap : 1024;
+        llm4d_candidate *nc = realloc(s->c, (size_t)cap * sizeof *nc);
+        if (!nc) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        s->c = nc, s->cap = cap;
+    }
+    s->c[s->n++] = *c;
+    return LLM4D_OK;
+}
+
+void llm4d_search_free(llm4d_search *s) {
+    for (int i = 0; i < s->n; i++) free(s->c[i].reason);
+    free(s->c);
+    memset(s, 0, sizeof *s);
+}
+
+static int by_rank(const void *a, const void *b) {
+    const llm4d_candidate *x = a, *y = b;
+    if (x->status != y->status) return x->status < y->status ? -1 : 1;
+    if (x->status == LLM4D_CAND_OK && x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
+    if (x->status == LLM4D_CAND_MEMORY && x->host_bytes != y->host_bytes) return x->host_bytes < y->host_bytes ? -1 : 1;
+    return 0;
+}
+
+typedef struct {
+    const llm4d_predictor *pr;
+    const llm4d_config *base;
+    long long global;
+    int reasons;
+    llm4d_search *out;
+    llm4d_config *cfg; /* scratch: one layout's configuration */
+    llm4d_prediction pred;
+} ctx;
+
+/* Check, fit and time one layout. */
+static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
+    llm4d_candidate c = {.layout = *l, .status = LLM4D_CAND_OK};
+    llm4d_pp_plan pp;
+    llm4d_err why = {0};
+    const llm4d_code rc = llm4d_layout_config(x->base, l, x->global, x->cfg, &pp, &why);
+    if (rc != LLM4D_OK) {
+        if (rc != LLM4D_EUSER) return *err = why, rc;
+        c.status = LLM4D_CAND_INVALID;
+        if (x->reasons) c.reason = strdup(why.msg);
+        return add(x->out, &c, err);
+    }
+    x->out->n_valid++;
+    llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
+    if (prc == LLM4D_OK) {
+        c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
+        if (c.host_bytes > x->out->memory_per_node) {
+            c.status = LLM4D_CAND_MEMORY;
+            if (x->reasons) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "needs %.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
+                         c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0, x->pred.peak_rank,
+                         x->out->memory_per_node / 1073741824.0);
+                c.reason = strdup(msg);
+            }
+        } else {
+            prc = llm4d_predict_time(x->pr, x->cfg, &pp, &x->pred, &why);
+            c.step_s = x->pred.step_s;
+            if (prc == LLM4D_OK) x->out->n_fit++;
+        }
+    }
+    llm4d_pp_plan_free(&pp);
+    if (prc != LLM4D_OK) { /* a layout the model's own code refuses (a part it cannot build) is rejected, not fatal */
+        if (prc == LLM4D_ENOMEM) return *err = why, prc;
+        c.status = LLM4D_CAND_ERROR;
+        if (x->reasons) c.reason = strdup(why.msg);
+    }
+    return add(x->out, &c, err);
+}
+
+/* The pipeline choices of a layout with pp stages of num_layers blocks. */
+static llm4d_code pipelines(const llm4d_config *base, llm4d_layout *l, llm4d_layout_fn fn, void *u, llm4d_err *err) {
+    if (l->pp == 1) {
+        l->vpp = 1, l->schedule = LLM4D_PP_1F1B, l->split = LLM4D_SPLIT_EVEN;
+        return fn(u, l, err);
+    }
+    const int L = base->model.num_layers > 0 ? base->model.num_layers : 1;
+    const int given = base->dist.pp_layers[0] != 0;
+    for (int split = 0; split < 3; split++) {
+        if (split == LLM4D_SPLIT_GIVEN && !given) continue;
+        l->split = split;
+        l->vpp = 1;
+        l->schedule = LLM4D_PP_1F1B;
+        LLM4D_TRY(fn(u, l, err));
+        l->schedule = LLM4D_PP_ZBH1;
+        LLM4D_TRY(fn(u, l, err));
+        l->schedule = LLM4D_PP_INTERLEAVED;
+        for (int v = 2; v <= 8 && l->pp * v <= L + 2; v++) {
+            l->vpp = v;
+            LLM4D_TRY(fn(u, l, err));
+        }
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_layouts_each(const llm4d_config *base, long long global, int W, llm4d_layout_fn fn, void *u,
+                              llm4d_err *err) {
+    for (int mp = 1; mp <= W; mp++) {
+        if (W % mp) continue;
+        for (int pp = 1; pp <= W / mp; pp++) {
+            if ((W / mp) % pp) continue;
+            for (int sh = 1; sh <= W / mp / pp; sh++) {
+                if ((W / mp / pp) % sh) continue;
+                llm4d_layout l = {.dp = W / mp / pp / sh, .sharding = sh, .mp = mp, .pp = pp};
+                const long long dps = (long long)l.dp * sh;
+                const long long local = global % dps ? 0 : global / dps;
+                for (int stage = sh > 1 ? 1 : 0; stage <= (sh > 1 ? 3 : 0); stage++)
+                    for (int off = 0; off <= (sh > 1); off++)
+                        for (int sp = 0; sp <= (mp > 1); sp++)
+                            for (long long mb = 1; mb <= (local ? local : 1); mb++) {
+                                if (local && local % mb) continue;
+                                for (int rcp = 0; rcp <= 1; rcp++) {
+                                    l.stage = stage, l.offload = off, l.sp = sp, l.mb = (int)mb, l.recompute = rcp;
+                                    LLM4D_TRY(pipelines(base, &l, fn, u, err));
+                                }
+                            }
+            }
+        }
+    }
+    return LLM4D_OK;
+}
+
+static llm4d_code consider_fn(void *u, const llm4d_layout *l, llm4d_err *err) { return consider(u, l, err); }
+
+llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base, long long global, int reasons,
+                            llm4d_search *out, llm4d_err *err) {
+    const double t0 = now_s();
+    memset(out, 0, sizeof *out);
+    out->memory_per_node = pr->cluster.memory_per_node;
+    ctx x = {.pr = pr, .base = base, .global = global, .reasons = reasons, .out = out};
+    x.cfg = malloc(sizeof *x.cfg);
+    if (!x.cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    const int W = pr->cluster.nodes * pr->cluster.ranks_per_node;
+    const llm4d_code rc = llm4d_layouts_each(base, global, W, consider_fn, &x, err);
+    llm4d_prediction_free(&x.pred);
+    free(x.cfg);
+    if (rc == LLM4D_OK) qsort(out->c, (size_t)out->n, sizeof *out->c, by_rank);
+    out->seconds = now_s() - t0;
+    return rc;
+}

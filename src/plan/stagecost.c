@@ -1,0 +1,222 @@
+/* stagecost.c — pricing a rank's trace, and the memo of priced traces by model part (see stagecost.h). */
+#include "plan/stagecost.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/data_parallel.h"
+#include "parallel/stack.h"
+#include "parallel/tensor_parallel.h"
+
+void llm4d_stagecost_free(llm4d_stagecost *s) {
+    free(s->ev);
+    free(s->group_len);
+    free(s->windows);
+    free(s->bucket_len);
+    free(s->bucket_of_group);
+    free(s->bucket_groups);
+    memset(s, 0, sizeof *s);
+}
+
+/* A priced call by its cost key (the op, whether a dropout is drawn, the sizes). */
+typedef struct {
+    int used;
+    uint16_t op;
+    uint8_t drop;
+    int64_t d[LLM4D_RC_DIMS];
+    double s[LLM4D_WORK_N];
+    llm4d_price_how how;
+} price_memo;
+
+static llm4d_price_how memo_price(price_memo *m, size_t cap, const llm4d_pricer *pr, const llm4d_rc_call *x,
+                                  double s[LLM4D_WORK_N]) {
+    uint64_t h = 1469598103934665603ull ^ x->op ^ ((uint64_t)(x->drop > 0) << 16);
+    for (int i = 0; i < LLM4D_RC_DIMS; i++) h = (h ^ (uint64_t)x->d[i]) * 1099511628211ull;
+    size_t j = h & (cap - 1);
+    while (m[j].used && (m[j].op != x->op || m[j].drop != (x->drop > 0) || memcmp(m[j].d, x->d, sizeof m[j].d)))
+        j = (j + 1) & (cap - 1);
+    if (!m[j].used) { /* the table holds at most half the calls: a free slot is always found */
+        m[j].used = 1, m[j].op = x->op, m[j].drop = x->drop > 0;
+        memcpy(m[j].d, x->d, sizeof m[j].d);
+        m[j].how = llm4d_price_call(pr, x, m[j].s);
+    }
+    for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += m[j].s[i];
+    return m[j].how;
+}
+
+llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
+                                 size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
+    memset(out, 0, sizeof *out);
+    out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems;
+    const llm4d_param_table *tb = &t->table;
+    out->n_groups = tb->n_groups;
+    out->group_len = calloc((size_t)tb->n_groups + 1, sizeof *out->group_len);
+    out->windows = calloc((size_t)tb->n_groups + 1, sizeof *out->windows);
+    int n_ev = 0;
+    for (int i = 0; i < t->rec.n; i++)
+        n_ev += t->rec.calls[i].op == LLM4D_RC_PARAMS_FOR || t->rec.calls[i].op == LLM4D_RC_GRADS_DONE;
+    out->ev = calloc((size_t)n_ev + 1, sizeof *out->ev);
+    const size_t G = (size_t)tb->n_groups + 1;
+    size_t *lo = calloc(G, sizeof *lo), *hi = calloc(G, sizeof *hi);
+    out->bucket_len = calloc(G, sizeof *out->bucket_len);
+    out->bucket_of_group = calloc(G, sizeof *out->bucket_of_group);
+    out->bucket_groups = calloc(G, sizeof *out->bucket_groups);
+    if (lo && hi && out->bucket_of_group && out->bucket_groups && out->bucket_len) {
+        out->n_buckets = llm4d_dp_buckets(tb, bucket_bytes, out->bucket_of_group, lo, hi, out->bucket_groups);
+        for (int b = 0; b < out->n_buckets; b++) out->bucket_len[b] = hi[b] - lo[b];
+    }
+    const int ok = lo && hi && out->bucket_len && out->bucket_of_group && out->bucket_groups;
+    free(lo), free(hi);
+    if (!out->group_len || !out->windows || !out->ev || !ok) {
+        llm4d_stagecost_free(out);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
+    }
+    const int tied = tb->part.embedding && tb->part.head;
+    for (int g = 0; g < tb->n_groups; g++) {
+        out->group_len[g] = tb->g[g].hi - tb->g[g].lo;
+        out->windows[g] = tied && tb->g[g].kind == LLM4D_G_WTE ? 2 : 1;
+        if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->group_len[g];
+    }
+    out->total = tb->total;
+    out->sp_partial = llm4d_tensor_parallel_plan(tb) / sizeof(float);
+    /* a part's layers repeat the same calls: each distinct cost key is priced once */
+    size_t cap = 64;
+    while (cap < 2 * (size_t)t->rec.n) cap *= 2;
+    price_memo *memo = calloc(cap, sizeof *memo);
+    if (!memo) {
+        llm4d_stagecost_free(out);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
+    }
+    for (int c = 0; c < t->n_chunks; c++)
+        for (int k = 0; k < LLM4D_TRACE_NPASS; k++) {
+            double since = 0;
+            for (int i = t->lo[k][c]; i < t->hi[k][c]; i++) {
+                const llm4d_rc_call *x = &t->rec.calls[i];
+                if (x->op < LLM4D_RC_NKERNELS) {
+                    double s[LLM4D_WORK_N] = {0};
+                    const llm4d_price_how how = memo_price(memo, cap, pr, x, s);
+                    if (how == LLM4D_PRICE_EXACT) out->priced_exact++;
+                    else out->priced_other++;
+                    for (int j = 0; j < LLM4D_WORK_N; j++) out->kinds[k][c][j] += s[j], since += s[j];
+                } else if (x->op == LLM4D_RC_COMM) {
+                    const double bytes = (double)x->d[1] * (x->d[0] == LLM4D_COMM_OP_ALLREDUCE ? 1 : (double)x->d[2]);
+                    const double s = llm4d_price_coll(pr->prof, (int)x->d[0], bytes, (int)x->d[2], ranks_on_host,
+                                                      tp_hosts, NULL);
+                    out->tp[k][c] += s, since += s;
+                    if (bytes > out->tp_max_bytes) out->tp_max_bytes = bytes, out->tp_max_op = (int)x->d[0];
+                } else if (x->op == LLM4D_RC_PARAMS_FOR || x->op == LLM4D_RC_GRADS_DONE) {
+                    out->ev[out->n_ev++] = (llm4d_hook_ev){(uint8_t)k, (uint8_t)x->op, (uint16_t)c, (int)x->d[0], since};
+                    since = 0;
+                }
+            }
+            out->tail[k][c] = since;
+        }
+    free(memo);
+    return LLM4D_OK;
+}
+
+/* ---- the memo ---- */
+
+/* The key: every field of the part and of the layout that changes the calls (not the slots, which change memory
+ * only), and the pricing context, as integers (no padding to compare). */
+#define KEY_N (3 + 2 * LLM4D_MAX_CHUNKS + 5 + 6 + 3)
+typedef struct {
+    int64_t v[KEY_N];
+} cache_key;
+
+static void make_key(cache_key *k, const llm4d_model_part *p, const llm4d_gpt_layout *l, int ranks_on_host,
+                     int tp_hosts, size_t bucket_bytes) {
+    int64_t *v = k->v;
+    memset(k, 0, sizeof *k);
+    *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_lo[c] : 0;
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_hi[c] : 0;
+    *v++ = p->embedding, *v++ = p->head, *v++ = p->sequence_parallel, *v++ = p->align, *v++ = p->wte_block_rows;
+    *v++ = l->B, *v++ = l->T, *v++ = l->recompute, *v++ = l->split_backward, *v++ = l->no_params, *v++ = l->no_grads;
+    *v++ = ranks_on_host, *v++ = tp_hosts, *v++ = (int64_t)bucket_bytes;
+}
+
+typedef struct {
+    cache_key key;
+    uint64_t h;
+    llm4d_stagecost cost;
+    int used;
+} cache_slot;
+
+struct llm4d_stagecost_cache {
+    cache_slot *slot;
+    size_t cap, n;
+};
+
+llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err) {
+    llm4d_stagecost_cache *c = calloc(1, sizeof *c);
+    if (c) c->cap = 256, c->slot = calloc(c->cap, sizeof *c->slot);
+    if (!c || !c->slot) {
+        if (c) free(c);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    *out = c;
+    return LLM4D_OK;
+}
+
+void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->slot[i].used) llm4d_stagecost_free(&c->slot[i].cost);
+    free(c->slot);
+    free(c);
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of key (empty when absent), growing the table past half full. */
+static cache_slot *lookup(llm4d_stagecost_cache *c, const cache_key *k, uint64_t h) {
+    if (2 * (c->n + 1) > c->cap) {
+        const size_t cap = 2 * c->cap;
+        cache_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns) return NULL;
+        for (size_t i = 0; i < c->cap; i++) {
+            if (!c->slot[i].used) continue;
+            size_t j = c->slot[i].h & (cap - 1);
+            while (ns[j].used) j = (j + 1) & (cap - 1);
+            ns[j] = c->slot[i];
+        }
+        free(c->slot);
+        c->slot = ns, c->cap = cap;
+    }
+    size_t j = h & (c->cap - 1);
+    while (c->slot[j].used && (c->slot[j].h != h || memcmp(&c->slot[j].key, k, sizeof *k))) j = (j + 1) & (c->cap - 1);
+    return &c->slot[j];
+}
+
+llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_config *cfg,
+                               const llm4d_topology *topo, const llm4d_pp_plan *pp, const llm4d_backend *like,
+                               int ranks_on_host, int tp_hosts, const llm4d_stagecost **out, llm4d_err *err) {
+    llm4d_model_part part;
+    llm4d_gpt_layout layout;
+    LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
+    const size_t bucket_bytes = (size_t)cfg->dist.bucket_size_bytes;
+    cache_key k;
+    make_key(&k, &part, &layout, ranks_on_host, tp_hosts, bucket_bytes);
+    const uint64_t h = fnv(&k, sizeof k);
+    LLM4D_ASSERT(cache, "llm4d_stagecost_get needs a cache");
+    cache_slot *s = lookup(cache, &k, h);
+    if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (s->used) {
+        *out = &s->cost;
+        return LLM4D_OK;
+    }
+    llm4d_mbtrace t;
+    LLM4D_TRY(llm4d_mbtrace_make(&t, cfg, topo, pp, like, err));
+    const llm4d_code rc = llm4d_stagecost_price(&t, pr, ranks_on_host, tp_hosts, bucket_bytes, &s->cost, err);
+    llm4d_mbtrace_free(&t);
+    LLM4D_TRY(rc);
+    s->key = k, s->h = h, s->used = 1, cache->n++;
+    *out = &s->cost;
+    return LLM4D_OK;
+}

@@ -1,0 +1,64 @@
+/* stagecost.h — what one rank's micro-batch costs, from its trace (plan/trace.h) priced by a profile
+ * (plan/price.h): per chunk and pass (F, B, W), the seconds of its kernels by kind of work and of its
+ * tensor-parallel collectives (blocking: always exposed), and the model's hook events in order with the computing
+ * time before each, which the step's walk (plan/steptime.c) turns into the engines' communication (ZeRO's gathers
+ * and reduce-scatters, the data-parallel buckets) and what of it is hidden.
+ *
+ * Ranks of many layouts share a model part (the same stage of the same split at the same micro-batch, tensor
+ * degree, recompute, ZeRO alignment), so priced traces are memoised by part and layout: a plan over thousands of
+ * layouts records and prices each distinct part once. */
+#ifndef LLM4D_PLAN_STAGECOST_H
+#define LLM4D_PLAN_STAGECOST_H
+
+#include "plan/price.h"
+#include "plan/trace.h"
+
+/* A hook event of the trace: params_for or grads_done of `group`, after `dt` seconds of work since the previous
+ * event of the same chunk and pass (or its start). */
+typedef struct {
+    uint8_t pass, type; /* LLM4D_TRACE_*; LLM4D_RC_PARAMS_FOR or LLM4D_RC_GRADS_DONE */
+    uint16_t chunk;
+    int group;
+    double dt;
+} llm4d_hook_ev;
+
+typedef struct {
+    int n_chunks, split;
+    double kinds[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS][LLM4D_WORK_N]; /* kernels alone, by kind */
+    double tp[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                  /* tensor-parallel collectives */
+    double tail[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                /* work after the pass's last event */
+    double tp_max_bytes;        /* the largest tensor-parallel collective's buffer */
+    int tp_max_op;
+    int n_ev;
+    llm4d_hook_ev *ev;          /* in order: chunk by chunk, F then B then W */
+    int n_groups;
+    size_t *group_len;          /* [n_groups] elements of each group (padding included) */
+    int *windows;               /* [n_groups] gradient windows per micro-batch */
+    size_t total, sp_partial;   /* the table's elements; those summed by the tensor-parallel engine */
+    size_t wte_elems;           /* the token embedding's elements on this rank (0: none) */
+    size_t act_elems;           /* an activation crossing a stage boundary */
+    int n_buckets;              /* the data-parallel buckets (parallel/data_parallel.h llm4d_dp_buckets) */
+    size_t *bucket_len;         /* [n_buckets] elements */
+    int *bucket_of_group;       /* [n_groups] */
+    int *bucket_groups;         /* [n_buckets] groups in each */
+    int priced_exact, priced_other; /* calls priced by an exact measurement, and otherwise */
+} llm4d_stagecost;
+
+typedef struct llm4d_stagecost_cache llm4d_stagecost_cache;
+
+llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err);
+void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c);
+
+/* The priced trace of the rank at topo's coordinates, from the cache or recorded, priced and cached (the result
+ * belongs to the cache). tp_hosts: hosts the tensor-parallel
+ * group spans; ranks_on_host: the job's ranks per host. */
+llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_config *cfg,
+                               const llm4d_topology *topo, const llm4d_pp_plan *pp, const llm4d_backend *like,
+                               int ranks_on_host, int tp_hosts, const llm4d_stagecost **out, llm4d_err *err);
+void llm4d_stagecost_free(llm4d_stagecost *s);
+
+/* Price a trace (the cache's work, exposed for the tests). */
+llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
+                                 size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err);
+
+#endif

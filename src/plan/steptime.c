@@ -1,0 +1,392 @@
+/* steptime.c — a layout's step time (see predict.h): each stage's micro-batch from its priced trace, the engines'
+ * communication walked through the model's hook events, the pipeline through the schedule simulator, the end of
+ * the step added.
+ *
+ * The walk keeps the rank's outstanding background collectives in issue order (Open MPI progresses them in order):
+ * while the rank computes they advance at the profile's overlap rate (on a CPU the cores that compute are the ones
+ * that would move the bytes; a device with its own copy engines hides nearly all of it), while it waits they
+ * advance at full rate and the wait is exposed. What issues and what waits is what the engines do:
+ *   data parallel (flat storage): in the step's last micro-batch a bucket's all-reduce starts when its last group's
+ *     last window closes; the last bucket (the embeddings) is reduced blocking when backward ends;
+ *   ZeRO stage 1: each group's reduce-scatter after its last window of the step; stages 2 and 3: after every window;
+ *     at most two in flight (the gradient ring), a third waits for the oldest;
+ *   ZeRO stage 3: params_for waits for the group's gather, then starts the next group's (the recorded order);
+ *   tensor parallel: the model's collectives block (in the trace's time).
+ * A stage's micro-batch is walked three times: the first, one in the middle (its durations are the schedule's F,
+ * B, W) and the last (the data-parallel buckets and stage 1's reduce-scatters); what the last adds, and what is
+ * still in flight after it, is waited for at the end of the step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/predict.h"
+#include "parallel/schedule.h"
+#include "train/memplan.h"
+
+#define QMAX 64
+
+enum { Q_GATHER = 0, Q_RS, Q_AR };
+
+typedef struct {
+    double left;
+    int eng, kind, id;
+} qitem;
+
+typedef struct {
+    qitem q[QMAX];
+    int n;
+    double rate; /* the overlap rate while computing */
+    double exposed[LLM4D_ENG_N], hidden[LLM4D_ENG_N];
+} walker;
+
+/* The rank computes for d seconds: the queue advances by rate x d, in order. */
+static void w_compute(walker *w, double d) {
+    double budget = d * w->rate;
+    while (budget > 0 && w->n > 0) {
+        qitem *x = &w->q[0];
+        const double use = x->left < budget ? x->left : budget;
+        x->left -= use, budget -= use;
+        w->hidden[x->eng] += use;
+        if (x->left <= 0) memmove(w->q, w->q + 1, (size_t)--w->n * sizeof *w->q);
+    }
+}
+
+/* Wait until queue item i (and those before it) completes: the time waited, exposed. */
+static double w_wait(walker *w, int i) {
+    double t = 0;
+    for (int k = 0; k <= i && k < w->n; k++) t += w->q[k].left, w->exposed[w->q[k].eng] += w->q[k].left;
+    const int done = i + 1 < w->n ? i + 1 : w->n;
+    memmove(w->q, w->q + done, (size_t)(w->n - done) * sizeof *w->q);
+    w->n -= done;
+    return t;
+}
+
+static double w_issue(walker *w, int eng, int kind, int id, double s) {
+    double waited = 0;
+    if (w->n == QMAX) waited = w_wait(w, 0);
+    w->q[w->n++] = (qitem){s, eng, kind, id};
+    return waited;
+}
+
+static int w_find(const walker *w, int kind, int id) {
+    for (int k = 0; k < w->n; k++)
+        if (w->q[k].kind == kind && w->q[k].id == id) return k;
+    return -1;
+}
+
+/* The engines' context of one stage. */
+typedef struct {
+    const llm4d_stagecost *sc;
+    int stage;           /* ZeRO stage (0: flat storage) */
+    int dp_flat;         /* flat storage over a data group of more than one rank */
+    double *t_ag, *t_rs; /* [groups] seconds of a group's gather and reduce-scatter */
+    double *t_ar;        /* [buckets] seconds of a bucket's all-reduce */
+    int *next_pf;        /* [events] the group of the next params_for after event i (cyclic) */
+    int *wleft, *bpend;  /* the step's windows left per group, groups pending per bucket */
+} engines;
+
+/* One micro-batch: every chunk's F, B and W in turn; dur[k][c] receives each pass's time (work + waits). */
+static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS]) {
+    const llm4d_stagecost *sc = en->sc;
+    int i = 0;
+    for (int c = 0; c < sc->n_chunks; c++)
+        for (int k = 0; k < LLM4D_TRACE_NPASS; k++) {
+            double t = 0;
+            for (; i < sc->n_ev && sc->ev[i].chunk == c && sc->ev[i].pass == k; i++) {
+                const llm4d_hook_ev *e = &sc->ev[i];
+                w_compute(w, e->dt);
+                t += e->dt;
+                const int g = e->group;
+                if (e->type == LLM4D_RC_PARAMS_FOR && en->stage == 3) {
+                    const int q = w_find(w, Q_GATHER, g);
+                    if (q >= 0) t += w_wait(w, q);
+                    else t += en->t_ag[g], w->exposed[LLM4D_ENG_AG] += en->t_ag[g];
+                    const int nx = en->next_pf[i];
+                    if (nx >= 0 && nx != g && w_find(w, Q_GATHER, nx) < 0) t += w_issue(w, LLM4D_ENG_AG, Q_GATHER, nx, en->t_ag[nx]);
+                } else if (e->type == LLM4D_RC_GRADS_DONE) {
+                    int rs = 0;
+                    if (en->stage >= 2) rs = 1;
+                    if (last && --en->wleft[g] == 0) {
+                        if (en->stage == 1) rs = 1;
+                        if (en->dp_flat) {
+                            const int b = sc->bucket_of_group[g];
+                            if (--en->bpend[b] == 0 && b != sc->n_buckets - 1)
+                                t += w_issue(w, LLM4D_ENG_DP, Q_AR, b, en->t_ar[b]);
+                        }
+                    }
+                    if (rs) {
+                        t += w_issue(w, LLM4D_ENG_RS, Q_RS, g, en->t_rs[g]);
+                        int n_rs = 0, oldest = -1;
+                        for (int q = 0; q < w->n; q++)
+                            if (w->q[q].kind == Q_RS) n_rs++, oldest = oldest < 0 ? q : oldest;
+                        if (n_rs > 2) t += w_wait(w, oldest); /* the ring of two buckets */
+                    }
+                }
+            }
+            w_compute(w, sc->tail[k][c]);
+            dur[k][c] = t + sc->tail[k][c];
+        }
+}
+
+static double total_kinds(const double *k) {
+    double s = 0;
+    for (int i = 0; i < LLM4D_WORK_N; i++) s += k[i];
+    return s;
+}
+
+/* What a stage does in a step. */
+typedef struct {
+    double mid[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS]; /* the schedule's F, B, W of each chunk */
+    double post;          /* after its last action: the last micro-batch's extra, what is in flight, the finish */
+    double optim;
+    double kinds[LLM4D_WORK_N]; /* kernels per step, alone */
+    double kernels;       /* the micro-batches' kernels per step, alone (the part the host's sharing slows) */
+    double exposed[LLM4D_ENG_N], hidden[LLM4D_ENG_N];
+    double slow;          /* the kernels' slowdown with every rank of the host computing */
+} stage_time;
+
+/* The stage whose rank is at topo: walk it, and price the end of its step. */
+static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                             const llm4d_topology *topo, int M, stage_time *st, llm4d_err *err) {
+    memset(st, 0, sizeof *st);
+    const llm4d_profile *prof = pr->prof;
+    const int R = pr->cluster.ranks_per_node, prec = llm4d_memplan_precision(cfg);
+    const llm4d_pricer pc = {prof, pr->cluster.threads, prec};
+    const llm4d_stagecost *sc;
+    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
+                                  llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
+    const llm4d_dist_config *d = &cfg->dist;
+    const int N = d->sharding_degree, G = sc->n_groups;
+    engines en = {.sc = sc, .stage = N > 1 ? d->sharding_stage : 0, .dp_flat = N <= 1 && topo->data_world > 1};
+    en.t_ag = calloc((size_t)G + 1, sizeof *en.t_ag);
+    en.t_rs = calloc((size_t)G + 1, sizeof *en.t_rs);
+    en.t_ar = calloc((size_t)sc->n_buckets + 1, sizeof *en.t_ar);
+    en.next_pf = calloc((size_t)sc->n_ev + 1, sizeof *en.next_pf);
+    en.wleft = calloc((size_t)G + 1, sizeof *en.wleft);
+    en.bpend = calloc((size_t)sc->n_buckets + 1, sizeof *en.bpend);
+    if (!en.t_ag || !en.t_rs || !en.t_ar || !en.next_pf || !en.wleft || !en.bpend) {
+        free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.next_pf), free(en.wleft), free(en.bpend);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    const int sh_hosts = llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R);
+    const int data_hosts = llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R);
+    for (int g = 0; g < G; g++) {
+        const double bytes = (double)sc->group_len[g] * sizeof(float);
+        en.t_ag[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLGATHER, bytes, N, R, sh_hosts, NULL);
+        en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, bytes, N, R, sh_hosts, NULL);
+    }
+    for (int b = 0; b < sc->n_buckets; b++)
+        en.t_ar[b] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->bucket_len[b] * sizeof(float),
+                                      topo->data_world, R, data_hosts, NULL);
+    for (int i = 0; i < sc->n_ev; i++) { /* the next params_for, cyclically */
+        en.next_pf[i] = -1;
+        for (int j = 1; j <= sc->n_ev; j++) {
+            const llm4d_hook_ev *e = &sc->ev[(i + j) % sc->n_ev];
+            if (e->type == LLM4D_RC_PARAMS_FOR) {
+                en.next_pf[i] = e->group;
+                break;
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) en.wleft[g] = sc->windows[g];
+    for (int b = 0; b < sc->n_buckets; b++) en.bpend[b] = sc->bucket_groups[b];
+
+    /* the first, a middle and the last micro-batch; the step's sums weigh the middle one M - 2 times */
+    walker w = {.rate = prof->overlap};
+    double dur[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS] = {{0}}, last_sum = 0, mid_sum = 0;
+    double ex0[LLM4D_ENG_N], hd0[LLM4D_ENG_N];
+    walk_micro(&w, &en, M == 1, dur);
+    if (M > 1) {
+        memcpy(ex0, w.exposed, sizeof ex0), memcpy(hd0, w.hidden, sizeof hd0);
+        walk_micro(&w, &en, M == 2, dur);
+        if (M > 2) { /* the middle micro-batch's share, M - 2 more times */
+            for (int e = 0; e < LLM4D_ENG_N; e++)
+                w.exposed[e] += (M - 3) * (w.exposed[e] - ex0[e]), w.hidden[e] += (M - 3) * (w.hidden[e] - hd0[e]);
+        }
+    }
+    memcpy(st->mid, dur, sizeof dur);
+    for (int c = 0; c < sc->n_chunks; c++)
+        for (int k = 0; k < LLM4D_TRACE_NPASS; k++) {
+            mid_sum += dur[k][c];
+            for (int j = 0; j < LLM4D_WORK_N; j++) st->kinds[j] += M * sc->kinds[k][c][j];
+        }
+    st->kernels = total_kinds(st->kinds);
+    if (M > 2) {
+        walk_micro(&w, &en, 1, dur);
+        for (int c = 0; c < sc->n_chunks; c++)
+            for (int k = 0; k < LLM4D_TRACE_NPASS; k++) last_sum += dur[k][c];
+    } else {
+        last_sum = mid_sum;
+    }
+    double post = last_sum - mid_sum; /* what the last micro-batch adds */
+    post += w_wait(&w, w.n - 1);      /* what is still in flight (the last bucket is blocking: below) */
+
+    /* the end of the step */
+    double slow[LLM4D_WORK_N];
+    llm4d_price_share(prof, pr->cluster.threads, R, slow);
+    const double kt = total_kinds(st->kinds);
+    st->slow = 1.0;
+    if (kt > 0) {
+        double s = 0;
+        for (int j = 0; j < LLM4D_WORK_N; j++) s += st->kinds[j] * slow[j];
+        st->slow = s / kt;
+    }
+    double exposed[LLM4D_ENG_N] = {0};
+    if (en.dp_flat && sc->n_buckets > 0) exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1];
+    size_t local = 0; /* the elements this rank updates */
+    for (int g = 0; g < G; g++) local += N > 1 ? (sc->group_len[g] + (size_t)N - 1) / (size_t)N : sc->group_len[g];
+    if (N > 1 && d->dp_degree > 1) /* hybrid: the own shards over the dp group */
+        exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
+                                                  d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);
+    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && cfg->model.sequence_parallel && sc->sp_partial)
+        exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
+                                                  topo->degree[LLM4D_AXIS_MODEL], R,
+                                                  llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), NULL);
+    const int P = d->pp_degree;
+    if (P > 1 && sc->wte_elems) /* the tied embedding's two copies */
+        exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
+                                                   (double)sc->wte_elems / (N > 1 ? N : 1) * sizeof(float), 2, R,
+                                                   llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, NULL);
+    const int world = topo->world_size, world_hosts = (world + R - 1) / R;
+    exposed[LLM4D_ENG_STEP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, 8, world, R, world_hosts, NULL) +
+                               2 * llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, 8, topo->data_world, R, data_hosts,
+                                                    NULL) +
+                               llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, 8, P, R,
+                                                llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R), NULL);
+    /* the update: the norm's pass and AdamW over what this rank keeps; offload streams m, v (and stage 3's
+     * parameters) from disk and back, overlapped with the update */
+    double ks[LLM4D_WORK_N] = {0};
+    const llm4d_rc_call norm = {.op = LLM4D_RC_SUMSQ, .d = {(int64_t)local}};
+    const llm4d_rc_call adam = {.op = LLM4D_RC_ADAMW, .d = {(int64_t)local, N > 1 ? 0 : 1}};
+    llm4d_price_call(&pc, &norm, ks);
+    llm4d_price_call(&pc, &adam, ks);
+    double optim = total_kinds(ks) * slow[LLM4D_WORK_OPTIM];
+    if (N > 1 && d->sharding_offload) {
+        const double streams = d->sharding_stage >= 3 ? 3 : 2, bytes = (double)local * sizeof(float) * streams;
+        const double io = bytes / (prof->disk_read_gbps * 1e9) + bytes / (prof->disk_write_gbps * 1e9);
+        optim = optim > io ? optim : io;
+    }
+    st->optim = optim;
+    st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
+    if (N > 1 && d->sharding_stage <= 2) /* stages 1, 2: every group's parameters gathered after the update */
+        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
+    for (int e = 0; e < LLM4D_ENG_N; e++) {
+        post += exposed[e];
+        st->exposed[e] = w.exposed[e] + exposed[e];
+        st->hidden[e] = w.hidden[e];
+    }
+    st->post = post + optim;
+    free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.next_pf), free(en.wleft), free(en.bpend);
+    return LLM4D_OK;
+}
+
+/* The representative rank of stage s: dp, sharding and model index 0. */
+static llm4d_code stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err) {
+    const llm4d_dist_config *d = &cfg->dist;
+    const int world = d->dp_degree * d->pp_degree * d->sharding_degree * d->mp_degree;
+    llm4d_topology t0;
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, d->pp_degree, d->sharding_degree, d->mp_degree, err));
+    const int idx[LLM4D_NAXES] = {0, s, 0, 0};
+    return llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, d->pp_degree,
+                               d->sharding_degree, d->mp_degree, err);
+}
+
+/* The pipeline: the stages' actions through the schedule simulator, the host's cores shared by the stages that
+ * compute at once. */
+static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *pp,
+                                const stage_time *st, double p2p, double *span, double *busy, llm4d_err *err) {
+    const int P = pp->P, V = pp->V, R = pr->cluster.ranks_per_node;
+    llm4d_pp_schedule *sch = calloc((size_t)P, sizeof *sch);
+    double *cost = calloc((size_t)P * 3 * V, sizeof *cost), *rate = calloc((size_t)P + 1, sizeof *rate);
+    llm4d_code rc = sch && cost && rate ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int s = 0; rc == LLM4D_OK && s < P; s++) {
+        rc = llm4d_pp_schedule_build(&sch[s], pp->runs->kind, P, V, pp->M, s, err);
+        for (int c = 0; c < V; c++)
+            for (int k = 0; k < 3; k++) cost[((size_t)s * 3 + (size_t)k) * V + (size_t)c] = st[s].mid[k][c];
+    }
+    /* k stages computing: k / P of the host's ranks (the stages' ranks spread evenly over the hosts) */
+    double slow_avg = 0;
+    for (int s = 0; s < P; s++) slow_avg += st[s].slow / P;
+    for (int k = 0; rc == LLM4D_OK && k <= P; k++) {
+        const int active = k * R / P > 0 ? k * R / P : 1;
+        double slow[LLM4D_WORK_N];
+        llm4d_price_share(pr->prof, pr->cluster.threads, active, slow);
+        /* the stages' mix of work at full occupancy, scaled by this occupancy's time-slicing */
+        double full[LLM4D_WORK_N];
+        llm4d_price_share(pr->prof, pr->cluster.threads, R, full);
+        const double ratio = slow[LLM4D_WORK_GEMM] / full[LLM4D_WORK_GEMM];
+        rate[k] = 1.0 / (slow_avg * ratio);
+    }
+    const llm4d_pp_costs costs = {cost, p2p, rate};
+    if (rc == LLM4D_OK) rc = llm4d_pp_schedule_simulate(sch, P, &costs, span, busy, err);
+    for (int s = 0; sch && s < P; s++) llm4d_pp_schedule_free(&sch[s]);
+    free(sch), free(cost), free(rate);
+    return rc;
+}
+
+llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                              llm4d_prediction *out, llm4d_err *err) {
+    const int P = cfg->dist.pp_degree, M = (int)cfg->accumulate_steps, R = pr->cluster.ranks_per_node;
+    stage_time *st = calloc((size_t)P, sizeof *st);
+    double *busy = calloc((size_t)P, sizeof *busy);
+    llm4d_code rc = st && busy ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_topology topo = {0};
+    for (int s = 0; rc == LLM4D_OK && s < P; s++) {
+        rc = stage_topo(cfg, s, &topo, err);
+        if (rc == LLM4D_OK) rc = stage_walk(pr, cfg, pp, &topo, M, &st[s], err);
+    }
+    double span = 0, post = 0;
+    int crit = 0;
+    if (rc == LLM4D_OK && P == 1) {
+        double mb = 0;
+        for (int c = 0; c < LLM4D_MAX_CHUNKS; c++)
+            for (int k = 0; k < LLM4D_TRACE_NPASS; k++) mb += st[0].mid[k][c];
+        span = busy[0] = M * mb + st[0].kernels * (st[0].slow - 1);
+    } else if (rc == LLM4D_OK) {
+        const int pipe_hosts = llm4d_group_hosts(&topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1;
+        const llm4d_stagecost *sc;
+        const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
+        rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
+                                 llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
+        const double p2p = rc == LLM4D_OK ? llm4d_price_coll(pr->prof, LLM4D_COMM_OP_SEND,
+                                                             (double)sc->act_elems * sizeof(float), 2, R, pipe_hosts,
+                                                             NULL)
+                                          : 0;
+        double span0 = 0;
+        if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, 0.0, &span0, busy, err);
+        if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, p2p, &span, busy, err);
+        const double sends = 2.0 * M * pp->V * p2p;
+        out->exposed_s[LLM4D_ENG_PP] = span > span0 ? span - span0 : 0;
+        out->hidden_s[LLM4D_ENG_PP] = sends > out->exposed_s[LLM4D_ENG_PP] ? sends - out->exposed_s[LLM4D_ENG_PP] : 0;
+    }
+    if (rc == LLM4D_OK) {
+        for (int s = 0; s < P; s++) {
+            if (st[s].post > post) post = st[s].post;
+            if (busy[s] > busy[crit]) crit = s;
+        }
+        out->step_s = span + post;
+        out->tokens_per_s = out->step_s > 0 ? (double)cfg->global_batch_size * cfg->data.max_seq_len / out->step_s : 0;
+        out->critical_stage = crit;
+        out->bubble_s = span - busy[crit];
+        out->share_slow = st[crit].slow;
+        out->optimizer_s = st[crit].optim;
+        memcpy(out->compute_s, st[crit].kinds, sizeof out->compute_s);
+        for (int e = 0; e < LLM4D_ENG_N; e++)
+            if (e != LLM4D_ENG_PP) out->exposed_s[e] = st[crit].exposed[e], out->hidden_s[e] = st[crit].hidden[e];
+        /* the tensor-parallel collectives block inside the micro-batches */
+        const llm4d_stagecost *sc;
+        const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
+        rc = stage_topo(cfg, crit, &topo, err);
+        if (rc == LLM4D_OK)
+            rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
+                                     llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
+        if (rc == LLM4D_OK) {
+            for (int c = 0; c < sc->n_chunks; c++)
+                for (int k = 0; k < LLM4D_TRACE_NPASS; k++) out->exposed_s[LLM4D_ENG_TP] += M * sc->tp[k][c];
+            out->priced_exact = sc->priced_exact, out->priced_other = sc->priced_other;
+        }
+    }
+    free(st);
+    free(busy);
+    return rc;
+}

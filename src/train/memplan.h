@@ -1,0 +1,40 @@
+/* memplan.h — what a rank of a layout will allocate, as a pure function of the configuration, its place in the
+ * topology and the backend's size functions: the trainer's memory plan (train/memplan.c, logged and checked before
+ * the model is allocated) and the planner's (plan/, for every rank of every layout it considers) are this one
+ * function, so they cannot disagree.
+ *
+ * The model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each engine's from
+ * the size function its init uses (parallel/stack.h llm4d_stack_bytes), the step's batch from devbatch's. Outside
+ * the arena's categories: the backend's low-precision weight copies and converted GEMM operands, and the
+ * temporaries Open MPI allocates for ZeRO's reduce-scatters on a sharding group's first rank. What a process holds
+ * before it allocates (libraries, MPI, the data's indices) is not here: the trainer reads it from the kernel, the
+ * planner from its machine profile. */
+#ifndef LLM4D_TRAIN_MEMPLAN_H
+#define LLM4D_TRAIN_MEMPLAN_H
+
+#include "backend/backend.h"
+#include "comm/topology.h"
+#include "config/config.h"
+#include "core/mem.h"
+#include "parallel/pp_plan.h"
+
+typedef struct {
+    size_t cat[LLM4D_MEM_NCATEGORIES]; /* bytes the model, the engines and the batch allocate, by category */
+    size_t weight_copies;              /* the backend's bf16/fp16 copies of the weights its GEMMs read */
+    size_t operands;                   /* the backend's converted GEMM operands */
+    size_t mpi_temporaries;            /* Open MPI's reduce-scatter temporaries (a sharding group's first rank) */
+} llm4d_memplan;
+
+/* The matmul precision a configuration runs (use_amp, amp_dtype). */
+llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg);
+
+/* The plan of the rank at topo's coordinates, for cfg (finalized) and its pipeline plan pp (P = 1: none); be
+ * supplies the size functions of the backend the run uses (operand_workspace, operand_bytes; nothing is
+ * allocated on it). */
+llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                              llm4d_backend *be, llm4d_memplan *out, llm4d_err *err);
+
+/* Every byte of the plan: the categories and what lies outside them. */
+size_t llm4d_memplan_total(const llm4d_memplan *p);
+
+#endif
