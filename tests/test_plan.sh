@@ -3,7 +3,8 @@
 #   (a) a quick calibration of this machine for gpt2-tiny (4 layers) writes a machine profile;
 #   (b) memory: for one process, dp2, ZeRO-3 over 2, mp2 with sequence parallelism and pp2 with ZB-H1,
 #       `llm4d plan --evaluate --json` with exactly the flags of the `llm4d train` command predicts every rank's peak;
-#       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage), within 5 %
+#       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage; the higher of
+#       two runs for the layouts of 2 processes, whose readings move by a few per cent between runs), within 5 %
 #       (under AddressSanitizer, scripts/sanitize.sh, the resident set holds its shadow memory: not compared);
 #   (c) time: the search over 2 processes picks a layout; a real run of its flags measures seconds per step (the
 #       trainer's avg_batch_cost over its last steps); the prediction must be within a factor of 1.5 of it (the
@@ -45,8 +46,12 @@ for l in "${layouts[@]}"; do
     "$LLM4D" train "${flags[@]}" >"$tmp/$name.log" 2>&1
     cp "$tmp/$name.log" "$tmp/$name.rank0"
   else
-    "$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name" -- train "${flags[@]}" >"$tmp/$name.log" 2>&1
-    for ((r = 0; r < np; r++)); do cp "$tmp/$name/workerlog.$r" "$tmp/$name.rank$r" 2>/dev/null; done
+    # twice: a rank's peak resident set moves between identical runs (ZeRO-3's rank 0 read 91.4 to 95.8 MiB), and
+    # the peak of a layout is the higher reading; both runs' logs go to the verdict
+    for run in 1 2; do
+      "$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name.$run" -- train "${flags[@]}" >"$tmp/$name.log" 2>&1
+      for ((r = 0; r < np; r++)); do cat "$tmp/$name.$run/workerlog.$r" >>"$tmp/$name.rank$r" 2>/dev/null; done
+    done
   fi
   /usr/bin/python3 - "$tmp" "$name" "$np" >"$tmp/$name.verdict" <<'PY'
 import json, os, re, sys
@@ -64,7 +69,7 @@ for r in range(np_):
         m = []
     if not m:
         print(f"FAIL {name} rank {r}: the run reports no peak resident set"); continue
-    meas = float(m[-1]); err = 100 * (pred[r] - meas) / meas
+    meas = max(map(float, m)); err = 100 * (pred[r] - meas) / meas
     if os.environ.get("ASAN_OPTIONS"):  # the resident set also holds ASan's shadow and quarantine
         print(f"ok   {name} rank {r}: predicted {pred[r]:.1f} MiB, the run reports a peak (not compared under ASan)")
         continue
