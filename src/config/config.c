@@ -515,6 +515,12 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (strcmp(ov, "on") && strcmp(ov, "off") && strcmp(ov, "alternate"))
         return llm4d_fail(err, LLM4D_EUSER, "dp_overlap (Distributed.dp_overlap) must be on, off or alternate, got "
                           "'%s'", ov);
+    if (strcmp(cfg->dist.comm_path, "auto") && strcmp(cfg->dist.comm_path, "mpi"))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_path (Distributed.comm_path) must be auto or mpi, got '%s'",
+                          cfg->dist.comm_path);
+    if (cfg->dist.comm_chunk_kb < 0 || cfg->dist.comm_chunk_kb > (1 << 20))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_chunk_kb (Distributed.comm_chunk_kb) must be 0 (the default, 1024) "
+                          "to 1048576 KiB, got %lld", (long long)cfg->dist.comm_chunk_kb);
     if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16"))
         return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16 or float16, got '%s'",
                           cfg->amp_dtype);

@@ -247,6 +247,12 @@ static const llm4d_key keys[] = {
         "ZeRO-3: gather the next group while one computes (off: every gather blocking, for measurement)"),
     EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
         "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
+    EXT("Distributed.comm_path", LLM4D_KT_STR, dist.comm_path, "auto", NULL, "--comm_path",
+        "auto: the sums, reduce-scatters and all-gathers of the ranks of one host go through a shared-memory segment, "
+        "hierarchically (shared memory, then MPI between hosts) for a group spanning hosts; mpi: Open MPI's "
+        "collectives everywhere. Start-up prints each group's path"),
+    EXT("Distributed.comm_chunk_kb", LLM4D_KT_I64, dist.comm_chunk_kb, "0", NULL, "--comm_chunk_kb",
+        "the shared-memory path's chunk per rank in KiB (each rank's segment holds two); 0: 1024"),
 
     /* Sections of other PaddleFleetX GPT configs */
     NOEFF("FusedPasses.enable", "False", "False", "auto-parallel fused passes"),
