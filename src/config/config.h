@@ -73,6 +73,7 @@ typedef struct {
     char dp_overlap[LLM4D_NAME_MAX];   /* on, off, alternate (data_parallel.h) */
     int dp_trace;                      /* data parallel: a line per step of bucket timings */
     int zero_prefetch, zero_overlap;   /* ZeRO: the stage-3 prefetch, the non-blocking reduce-scatters (sharding.h) */
+    char grad_comm_dtype[LLM4D_NAME_MAX]; /* float32, or bfloat16: dp and ZeRO reduce gradients as bf16 payloads */
     char comm_path[LLM4D_NAME_MAX];    /* auto (shared memory on a host, hierarchical across hosts) or mpi (comm_shm.h) */
     int64_t comm_chunk_kb;             /* the shared-memory path's chunk per rank in KiB (0: its default) */
 } llm4d_dist_config;

@@ -247,6 +247,10 @@ static const llm4d_key keys[] = {
         "ZeRO-3: gather the next group while one computes (off: every gather blocking, for measurement)"),
     EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
         "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
+    EXT("Distributed.grad_comm_dtype", LLM4D_KT_STR, dist.grad_comm_dtype, "float32", NULL, "--grad_comm_dtype",
+        "the payload of the data-parallel all-reduce and the ZeRO reduce-scatters of gradients: float32, or "
+        "bfloat16 (half the bytes; each rank's gradient rounded to bf16, summed in fp32, rounded again: Paddle's "
+        "fp16_allreduce, DeepSpeed's communication_data_type; README states its effect on the loss)"),
     EXT("Distributed.comm_path", LLM4D_KT_STR, dist.comm_path, "auto", NULL, "--comm_path",
         "auto: the sums, reduce-scatters and all-gathers of the ranks of one host go through a shared-memory segment, "
         "hierarchically (shared memory, then MPI between hosts) for a group spanning hosts; mpi: Open MPI's "
