@@ -518,6 +518,9 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (strcmp(cfg->dist.grad_comm_dtype, "float32") && strcmp(cfg->dist.grad_comm_dtype, "bfloat16"))
         return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype (Distributed.grad_comm_dtype) must be float32 or "
                           "bfloat16, got '%s'", cfg->dist.grad_comm_dtype);
+    if (strcmp(cfg->dist.pp_split, "balanced") && strcmp(cfg->dist.pp_split, "even"))
+        return llm4d_fail(err, LLM4D_EUSER, "pp_split (Distributed.pp_split) must be balanced or even, got '%s'",
+                          cfg->dist.pp_split);
     if (strcmp(cfg->dist.comm_path, "auto") && strcmp(cfg->dist.comm_path, "mpi"))
         return llm4d_fail(err, LLM4D_EUSER, "comm_path (Distributed.comm_path) must be auto or mpi, got '%s'",
                           cfg->dist.comm_path);

@@ -65,7 +65,8 @@ typedef struct {
     int save_consolidated;           /* sharded runs: gather and write whole tensors (save_group_sharded_model) */
     int use_sharding;
     char pp_schedule[LLM4D_NAME_MAX];  /* 1F1B, interleaved, ZBH1 */
-    char pp_layers[256];               /* blocks per virtual stage, "3,3,2,2"; "" = even */
+    char pp_layers[256];               /* blocks per virtual stage, "3,3,2,2"; "" = pp_split's */
+    char pp_split[LLM4D_NAME_MAX];     /* balanced (by cost: parallel/pp_balance.h) or even, when pp_layers is "" */
     float comm_timeout;                /* s a communication may take after the first step; 0: no watchdog */
     float comm_timeout_first;          /* s for start-up, the first step, saves and loads */
     int pp_account_embedding_loss;     /* count the embedding and the loss as one block each in an even split */

@@ -206,7 +206,11 @@ static const llm4d_key keys[] = {
     EXT("Distributed.pp_schedule", LLM4D_KT_STR, dist.pp_schedule, "1F1B", NULL, "--pp_schedule",
         "pipeline schedule: 1F1B, interleaved (with virtual_pp_degree > 1) or ZBH1 (zero bubble, Qi et al. 2023)"),
     EXT("Distributed.pp_layers", LLM4D_KT_COUNTS, dist.pp_layers, "", NULL, "--pp_layers",
-        "blocks of each pipeline (virtual) stage, e.g. [3, 3, 3, 1]; empty: an even split"),
+        "blocks of each pipeline (virtual) stage, e.g. [3, 3, 3, 1]; empty: pp_split's"),
+    EXT("Distributed.pp_split", LLM4D_KT_STR, dist.pp_split, "balanced", NULL, "--pp_split",
+        "without pp_layers: balanced (the stages' FLOPs and bytes balanced, the LM head and loss counted with the "
+        "last stage, the embedding with the first; start-up prints each stage's predicted cost) or even (the same "
+        "number of blocks on every stage)"),
     EXT("Distributed.pp_account_embedding_loss", LLM4D_KT_BOOL, dist.pp_account_embedding_loss, "False", NULL,
         "--pp_account_embedding_loss", "an even pipeline split counts the embedding and the loss as one block each "
         "(Megatron's --account-for-embedding/loss-in-pipeline-split)"),

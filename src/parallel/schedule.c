@@ -264,6 +264,62 @@ static int start_ready(sim *x, int s, int t) {
     return n;
 }
 
+llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *st, int P, const double *cost, double *span,
+                                      double *busy, double *idle, llm4d_err *err) {
+    const int V = st[0].V, M = st[0].M, VP = V * P;
+    const size_t nt = (size_t)7 * VP * M;
+    double *t = malloc(nt * sizeof *t), *free_at = calloc((size_t)P, sizeof *free_at);
+    int *pos = calloc((size_t)P, sizeof *pos);
+    if (!t || !free_at || !pos) {
+        free(t), free(free_at), free(pos);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory simulating the pipeline schedule");
+    }
+    for (size_t i = 0; i < nt; i++) t[i] = -1; /* when (op, virtual stage, micro-batch) finished; -1: not yet */
+#define T_AT(op, v, mb) t[((size_t)(op) * VP + (size_t)(v)) * M + (size_t)(mb)]
+    for (int s = 0; s < P; s++) busy[s] = 0;
+    int moved = 1, left = 0;
+    for (int s = 0; s < P; s++) left += st[s].n;
+    while (left > 0 && moved) { /* each pass runs every stage as far as its data is known */
+        moved = 0;
+        for (int s = 0; s < P; s++)
+            for (int go = 1; go && pos[s] < st[s].n;) {
+                const llm4d_pp_action *a = &st[s].a[pos[s]];
+                const int v = a->chunk * P + s, mb = a->mb;
+                double ready = 0, c = -1;
+                if (a->op == LLM4D_PP_F) {
+                    ready = v > 0 ? T_AT(LLM4D_PP_F, v - 1, mb) : 0;
+                    c = cost[3 * s];
+                } else if (a->op == LLM4D_PP_B) {
+                    const double f = T_AT(LLM4D_PP_F, v, mb), b = v < VP - 1 ? T_AT(LLM4D_PP_B, v + 1, mb) : 0;
+                    ready = f < 0 || b < 0 ? -1 : f > b ? f : b;
+                    c = cost[3 * s + 1];
+                } else if (a->op == LLM4D_PP_W) {
+                    ready = T_AT(LLM4D_PP_B, v, mb);
+                    c = cost[3 * s + 2];
+                } /* else a transfer: free, and it never blocks the sender */
+                if (ready < 0) {
+                    go = 0; /* its data is not there yet: the other stages first */
+                    continue;
+                }
+                if (c >= 0) {
+                    const double start = ready > free_at[s] ? ready : free_at[s];
+                    free_at[s] = T_AT(a->op, v, mb) = start + c;
+                    busy[s] += c;
+                }
+                pos[s]++, left--, moved = 1;
+            }
+    }
+#undef T_AT
+    llm4d_code rc = LLM4D_OK;
+    if (left > 0) rc = llm4d_fail(err, LLM4D_EINTERNAL, "the pipeline schedule deadlocks in simulation");
+    *span = 0;
+    for (int s = 0; s < P; s++)
+        if (free_at[s] > *span) *span = free_at[s];
+    for (int s = 0; s < P; s++) idle[s] = *span - busy[s];
+    free(t), free(free_at), free(pos);
+    return rc;
+}
+
 llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *st, int P, int *span_out, int *bubble, llm4d_err *err) {
     const int V = st[0].V, M = st[0].M, VP = V * P;
     times done = {calloc((size_t)7 * VP * M, sizeof(int)), VP, M};

@@ -95,6 +95,14 @@ void llm4d_pp_schedule_free(llm4d_pp_schedule *s);
  * finishes (no deadlock). span: the simulated step time; bubble[s]: stage s's idle time (both may be NULL). */
 llm4d_code llm4d_pp_schedule_check(const llm4d_pp_schedule *stages, int P, int *span, int *bubble, llm4d_err *err);
 
+/* The P lists of one pipeline run with measured durations: cost[3 s + k] seconds for stage s's forward (k = 0),
+ * backward (1; its input-gradient half when split) and weight pass (2) of one micro-batch and chunk, communication
+ * free, each stage starting an action as soon as its data is there (llm4d_pp_schedule_check's rules). *span: the
+ * step's time; busy[s], idle[s]: stage s's computing, and its waiting over the span (a stage that finishes early
+ * waits for the next step instead). The theory a run's measured idle time is held to (bench/bench_pp.sh). */
+llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *stages, int P, const double *cost, double *span,
+                                      double *busy, double *idle, llm4d_err *err);
+
 /* "F3.1" style text of an action (op, micro-batch, local chunk when V > 1), for logs and tests. */
 void llm4d_pp_action_str(const llm4d_pp_schedule *s, const llm4d_pp_action *a, char *buf, int n);
 
