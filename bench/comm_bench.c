@@ -15,7 +15,7 @@
  * Output: one line per (op, size, contender), machine-readable:
  *   op allreduce ranks 2 bytes 25000000 path llm4d time_s 0.00512 busbw_gbps 4.88
  * Usage: mpirun -np N comm_bench [--ops allreduce,reduce_scatter,allgather] [--mb 1,25,100] [--rounds 7]
- *        [--dtype f32|bf16] [--chunk_kb K] */
+ *        [--dtype f32|bf16] [--chunk_kb K] [--progress hooks|thread] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,13 +75,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     char ops[128] = "allreduce,reduce_scatter,allgather", mbs[256] = "1,4,16,25,64,100,256";
-    int rounds = 7, chunk_kb = 0;
+    int rounds = 7, chunk_kb = 0, thread = 0;
     llm4d_comm_dtype dt = LLM4D_COMM_F32;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--ops")) snprintf(ops, sizeof ops, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--mb")) snprintf(mbs, sizeof mbs, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--chunk_kb")) chunk_kb = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--progress")) thread = !strcmp(argv[i + 1], "thread");
         else if (!strcmp(argv[i], "--dtype")) dt = !strcmp(argv[i + 1], "bf16") ? LLM4D_COMM_BF16 : LLM4D_COMM_F32;
     }
     if (rounds < 1) rounds = 1;
@@ -89,8 +90,8 @@ int main(int argc, char **argv) {
     llm4d_comm *l4 = NULL, *l4m = NULL;
     if (llm4d_comm_split(rt.world, 0, rt.rank, "bench", &l4, &err) != LLM4D_OK ||
         llm4d_comm_split(rt.world, 0, rt.rank, "bench-mpi", &l4m, &err) != LLM4D_OK ||
-        llm4d_comm_use_paths(l4, "auto", (size_t)chunk_kb << 10, &err) != LLM4D_OK ||
-        llm4d_comm_use_paths(l4m, "mpi", 0, &err) != LLM4D_OK)
+        llm4d_comm_use_paths(l4, "auto", (size_t)chunk_kb << 10, thread, &err) != LLM4D_OK ||
+        llm4d_comm_use_paths(l4m, "mpi", 0, 0, &err) != LLM4D_OK)
         die("making the groups", &err);
     llm4d_watch_set(&rt.watch, 1, 600); /* a deadline, as training has: the polled waits */
     const int n = rt.world_size;

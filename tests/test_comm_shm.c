@@ -268,13 +268,15 @@ static void check_in_flight(llm4d_tally *t, llm4d_comm *c) {
 
 static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     llm4d_err err = {0};
-    llm4d_comm *mpi = NULL, *big = NULL, *small = NULL;
+    llm4d_comm *mpi = NULL, *big = NULL, *small = NULL, *thr = NULL;
     /* split before any path is chosen: plain MPI communicators of the same ranks */
     must(llm4d_comm_split(world, 0, world->rank, "mpi", &mpi, &err), &err);
     must(llm4d_comm_split(world, 0, world->rank, "shm", &big, &err), &err);
     must(llm4d_comm_split(world, 0, world->rank, "shm-4k", &small, &err), &err);
-    must(llm4d_comm_use_paths(big, "auto", 0, &err), &err);
-    must(llm4d_comm_use_paths(small, "auto", 4096, &err), &err);
+    must(llm4d_comm_split(world, 0, world->rank, "shm-thread", &thr, &err), &err);
+    must(llm4d_comm_use_paths(big, "auto", 0, 0, &err), &err);
+    must(llm4d_comm_use_paths(small, "auto", 4096, 0, &err), &err);
+    must(llm4d_comm_use_paths(thr, "auto", 8192, 1, &err), &err); /* a progress thread moves its operations */
     llm4d_tally_check(t, !mpi->path && strcmp(mpi->path_desc, "") == 0, "a group split before paths stays on MPI");
     char line[300];
     snprintf(line, sizeof line, "one host: the shared-memory path (%s)", big->path_desc);
@@ -300,6 +302,12 @@ static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     check_allgather(t, small, 5001, "4 KiB chunks");
     check_in_flight(t, big);
     check_in_flight(t, small);
+    snprintf(line, sizeof line, "with a progress thread: %s", thr->path_desc);
+    llm4d_tally_check(t, strstr(thr->path_desc, "by a thread") != NULL, line);
+    check_allreduce(t, thr, mpi, 33333, 8, "progress thread, 8 KiB chunks");
+    check_reduce_scatter(t, thr, mpi, 12345, "progress thread, 8 KiB chunks");
+    check_allgather(t, thr, 5001, "progress thread, 8 KiB chunks");
+    check_in_flight(t, thr);
     /* the byte counts are the algorithm's, whichever path moved them */
     llm4d_comm_stats_reset(big);
     float v[1024] = {0};
@@ -308,6 +316,7 @@ static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     snprintf(line, sizeof line, "byte count of a 4 KiB all-reduce on %d ranks: %llu (ring formula %llu)", big->size,
              (unsigned long long)big->stats.bytes[LLM4D_COMM_OP_ALLREDUCE], (unsigned long long)want);
     llm4d_tally_check(t, big->stats.bytes[LLM4D_COMM_OP_ALLREDUCE] == want, line);
+    llm4d_comm_destroy(thr);
     llm4d_comm_destroy(small);
     llm4d_comm_destroy(big);
     llm4d_comm_destroy(mpi);
@@ -331,7 +340,7 @@ static void test_fault(llm4d_tally *t, llm4d_comm *world) {
     llm4d_err err = {0};
     llm4d_comm *c = NULL;
     must(llm4d_comm_split(world, 0, world->rank, "shm", &c, &err), &err);
-    must(llm4d_comm_use_paths(c, "auto", 4096, &err), &err);
+    must(llm4d_comm_use_paths(c, "auto", 4096, 0, &err), &err);
     int64_t pids[2] = {0, 0}, mine = getpid();
     must(llm4d_comm_allgather(world, &mine, pids, 1, LLM4D_COMM_I64, &err), &err);
     enum { K = 100000 }; /* many 4 KiB chunks: rank 1 stops after its first */

@@ -81,7 +81,8 @@ llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int p
     if (print_groups && rt->world_size > 1) llm4d_topology_print(topo, &log);
     /* the collectives' paths (comm_shm.h), chosen by each group as it is split from the world */
     if (rt->world_size > 1 && !rt->world->hub)
-        LLM4D_TRY(llm4d_comm_use_paths(rt->world, cfg->dist.comm_path, (size_t)cfg->dist.comm_chunk_kb << 10, err));
+        LLM4D_TRY(llm4d_comm_use_paths(rt->world, cfg->dist.comm_path, (size_t)cfg->dist.comm_chunk_kb << 10,
+                                       !strcmp(cfg->dist.comm_progress, "thread"), err));
     LLM4D_TRY(llm4d_comm_groups_create(groups, rt->world, topo, err));
     if (print_groups && rt->world_size > 1) llm4d_comm_groups_print_paths(groups, &log);
     int problems = 0; /* single copy and /dev/shm, said once (world rank 0) */

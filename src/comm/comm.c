@@ -184,7 +184,7 @@ static llm4d_code wait_watched(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *er
     const llm4d_comm_ops *o = ops_of(c, req);
     for (unsigned spin = 0;; spin++) {
         int is_done = 0;
-        if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, err));
+        if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, 1, err));
         LLM4D_TRY(o->test(c, req, &is_done, err));
         if (is_done) {
             end(c, req->flight);
@@ -466,7 +466,7 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
 }
 
 llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err) {
-    if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, err));
+    if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, 0, err));
     /* downwards: a request seen complete leaves the list, the last one taking its place */
     for (int i = c->n_pending - 1; i >= 0; i--) {
         if (i >= c->n_pending) continue;
@@ -560,9 +560,11 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, llm4d_err *err) {
+llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, int progress_thread,
+                                llm4d_err *err) {
     LLM4D_ASSERT(!world->hub, "the %s group has its paths already", world->name);
-    const llm4d_shm_opts o = {.enabled = strcmp(policy, "mpi") != 0, .slot_bytes = slot_bytes};
+    const llm4d_shm_opts o = {.enabled = strcmp(policy, "mpi") != 0, .slot_bytes = slot_bytes,
+                              .progress_thread = progress_thread};
     LLM4D_TRY(llm4d_shm_hub_create(&world->hub, &o, err));
     world->owns_hub = 1;
     return llm4d_shm_attach(world, world->hub, err);

@@ -231,8 +231,9 @@ llm4d_code llm4d_comm_watch_world(llm4d_comm *world, llm4d_comm_watch *watch, ll
 /* Collective over world, before the groups are split from it: policy "auto" gives every group whose ranks share a
  * host the shared-memory path (hierarchical when they span hosts; comm_shm.h), "mpi" leaves everything on MPI.
  * Groups split from world afterwards choose theirs as they are made (each group's path_desc says which). slot_bytes:
- * the path's chunk (0: its default). */
-llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, llm4d_err *err);
+ * the path's chunk (0: its default); progress_thread: a thread moves the path's operations (comm_shm.h). */
+llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, int progress_thread,
+                                llm4d_err *err);
 /* Ends the whole job (every rank) with this exit code, after the caller has printed why. */
 void llm4d_comm_abort(llm4d_comm *c, int code) __attribute__((noreturn));
 llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out,

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,7 +30,15 @@ struct llm4d_shm_hub {
     struct shm_group **groups; /* every attached group, for llm4d_shm_progress_all */
     int n_groups, cap_groups;
     unsigned made;             /* segments this process created: their names' counter */
+    /* comm_progress thread: the queues, their operations and the spare records are the lock's */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;       /* an operation was queued, or stop */
+    pthread_t thread;
+    int thread_on, stop;
+    int multi_host;            /* a group spans hosts: its cross-host phase needs the main thread's progress */
 };
+
+static void *progress_main(void *arg);
 
 llm4d_code llm4d_shm_hub_create(llm4d_shm_hub **out, const llm4d_shm_opts *o, llm4d_err *err) {
     *out = calloc(1, sizeof **out);
@@ -37,11 +46,22 @@ llm4d_code llm4d_shm_hub_create(llm4d_shm_hub **out, const llm4d_shm_opts *o, ll
     (*out)->opts = *o;
     if (!(*out)->opts.slot_bytes) (*out)->opts.slot_bytes = LLM4D_SHM_SLOT_BYTES;
     (*out)->opts.slot_bytes = ((*out)->opts.slot_bytes + 4095) & ~(size_t)4095;
+    pthread_mutex_init(&(*out)->lock, NULL);
+    pthread_cond_init(&(*out)->wake, NULL);
     return LLM4D_OK;
 }
 
 void llm4d_shm_hub_destroy(llm4d_shm_hub *h) {
     if (!h) return;
+    if (h->thread_on) {
+        pthread_mutex_lock(&h->lock);
+        h->stop = 1;
+        pthread_cond_signal(&h->wake);
+        pthread_mutex_unlock(&h->lock);
+        pthread_join(h->thread, NULL);
+    }
+    pthread_cond_destroy(&h->wake);
+    pthread_mutex_destroy(&h->lock);
     free(h->groups);
     free(h);
 }
@@ -142,10 +162,12 @@ static size_t fused_piece(const shm_op *op, size_t chunk, int k, size_t *plen) {
     return lo;
 }
 
-/* One step of the state machine; 0 when it must wait for a peer (or the network), 1 when it moved. */
-static int step(shm_op *op) {
+/* One step of the state machine; 0 when it must wait for a peer (or the network), 1 when it moved. on_main: the
+ * thread that may call MPI (the cross-host phase waits for it) and use the OpenMP team. */
+static int step(shm_op *op, int on_main) {
     shm_group *g = op->g;
-    const int n = g->n, r = g->r, th = threads();
+    const int n = g->n, r = g->r, th = on_main ? threads() : 1;
+    if (!on_main && (op->state == S_CROSS || op->state == S_CROSS_WAIT)) return 0;
     const size_t esz = op->esz, slot_elems = g->slot_bytes / esz, line = LINE / esz;
     const size_t L_rs = slot_elems / (size_t)n / line * line, L_ag = slot_elems, chunk = L_rs * (size_t)n;
     size_t plen;
@@ -278,32 +300,70 @@ static int step(shm_op *op) {
     }
 }
 
-/* Runs the group's queue, in order, until an operation must wait. */
-static void advance(shm_group *g) {
+/* Runs the group's queue, in order, until an operation must wait or budget steps were taken (budget < 0: no limit);
+ * whether anything moved. The hub's lock held. */
+static int advance(shm_group *g, int on_main, int budget) {
+    int moved = 0;
     while (g->head) {
         shm_op *op = g->head;
-        while (op->state != S_DONE && step(op)) {
-        }
-        if (op->state != S_DONE) return;
+        while (op->state != S_DONE && budget != 0 && step(op, on_main)) moved = 1, budget -= budget > 0;
+        if (op->state != S_DONE) return moved;
         op->done = 1;
         g->head = op->next;
         if (!g->head) g->tail = NULL;
         g->pending--;
     }
+    return moved;
 }
 
-llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, llm4d_err *err) {
+/* With the progress thread, the main thread moves the queues only while it waits (in a hook it goes back to
+ * computing and leaves the copies to the thread), except the cross-host phases, which only it can run. */
+llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, int waiting, llm4d_err *err) {
     (void)err;
-    if (!h) return LLM4D_OK;
+    if (!h || !h->n_groups || (h->thread_on && !waiting && !h->multi_host)) return LLM4D_OK; /* the thread's */
+    pthread_mutex_lock(&h->lock);
     for (int i = 0; i < h->n_groups; i++)
-        if (h->groups[i]->head) advance(h->groups[i]);
+        if (h->groups[i]->head && (!h->thread_on || waiting || h->groups[i]->hosts > 1)) advance(h->groups[i], 1, -1);
+    pthread_mutex_unlock(&h->lock);
     return LLM4D_OK;
 }
 
-int llm4d_shm_pending(const llm4d_shm_hub *h) {
+int llm4d_shm_pending(llm4d_shm_hub *h) {
     int n = 0;
-    for (int i = 0; h && i < h->n_groups; i++) n += h->groups[i]->pending;
+    if (!h) return 0;
+    pthread_mutex_lock(&h->lock);
+    for (int i = 0; i < h->n_groups; i++) n += h->groups[i]->pending;
+    pthread_mutex_unlock(&h->lock);
     return n;
+}
+
+/* The progress thread (comm_progress thread): moves every queue a step (a chunk) at a time, letting go of the lock
+ * between steps so that the main thread can queue, test and wait meanwhile; when the peers hold it up it spins
+ * briefly, yields and sleeps in turn; it sleeps on `wake` while nothing is queued. It never calls MPI. */
+static void *progress_main(void *arg) {
+    llm4d_shm_hub *h = arg;
+    unsigned idle = 0;
+    pthread_mutex_lock(&h->lock);
+    while (!h->stop) {
+        int pending = 0, moved = 0;
+        for (int i = 0; i < h->n_groups; i++)
+            if (h->groups[i]->head) pending = 1, moved |= advance(h->groups[i], 0, 1);
+        if (!pending) {
+            pthread_cond_wait(&h->wake, &h->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&h->lock);
+        idle = moved ? 0 : idle + 1;
+        if (idle > 2000) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        } else if (idle > 50) {
+            sched_yield();
+        }
+        pthread_mutex_lock(&h->lock);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
 }
 
 /* ---- the method table ---- */
@@ -319,9 +379,14 @@ static shm_op *op_of(llm4d_comm_req *req) {
 static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, size_t block, size_t total,
                         llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
     shm_group *g = group_of(c);
+    llm4d_shm_hub *h = g->hub;
+    pthread_mutex_lock(&h->lock);
     shm_op *op = g->spare;
     if (op) g->spare = op->next;
-    else if (!(op = malloc(sizeof *op))) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    else if (!(op = malloc(sizeof *op))) {
+        pthread_mutex_unlock(&h->lock);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
     const size_t esz = llm4d_comm_dtype_size(dt);
     *op = (shm_op){.g = g, .kind = kind, .dt = dt, .esz = esz, .send = send, .recv = recv, .S = block,
                    .total = total, .state = kind == K_AG ? S_AG : S_RS};
@@ -334,7 +399,9 @@ static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, s
     g->tail = op;
     g->pending++;
     memcpy(req->impl, &op, sizeof op);
-    advance(g);
+    if (h->thread_on) pthread_cond_signal(&h->wake); /* the thread takes it from here */
+    else advance(g, 1, -1);                          /* as far as it goes now: the first chunk is in */
+    pthread_mutex_unlock(&h->lock);
     return LLM4D_OK;
 }
 
@@ -360,29 +427,50 @@ static llm4d_code shm_iallgather(llm4d_comm *c, const void *send, void *recv, si
     return start(c, K_AG, send, recv, send_count, send_count * (size_t)c->size, dt, req, err);
 }
 
-static llm4d_code finish_op(shm_op *op, int *done, llm4d_err *err) {
+/* Whether op has completed; if so its record goes back to the spares and its result is returned. */
+static llm4d_code finish_locked(shm_op *op, int *done, llm4d_err *err) {
     *done = op->done;
-    if (!op->done) return LLM4D_OK;
-    const llm4d_code rc = op->rc;
-    if (rc != LLM4D_OK && err) *err = op->err;
-    op->next = op->g->spare;
-    op->g->spare = op;
+    llm4d_code rc = LLM4D_OK;
+    if (op->done) {
+        rc = op->rc;
+        if (rc != LLM4D_OK && err) *err = op->err;
+        op->next = op->g->spare;
+        op->g->spare = op;
+    }
     return rc;
 }
 
+static llm4d_code finish_op(shm_op *op, int *done, llm4d_err *err) {
+    llm4d_shm_hub *h = op->g->hub;
+    pthread_mutex_lock(&h->lock);
+    const llm4d_code rc = finish_locked(op, done, err);
+    pthread_mutex_unlock(&h->lock);
+    return rc;
+}
+
+/* A test never blocks the computing thread behind the progress thread's copy: with the lock taken, "not yet". */
 static llm4d_code shm_test(llm4d_comm *c, llm4d_comm_req *req, int *done, llm4d_err *err) {
-    shm_op *op = op_of(req);
-    if (!op->done) llm4d_shm_progress_all(group_of(c)->hub, err);
-    return finish_op(op, done, err);
+    llm4d_shm_hub *h = group_of(c)->hub;
+    if (h->thread_on && !h->multi_host) {
+        *done = 0;
+        if (pthread_mutex_trylock(&h->lock) != 0) return LLM4D_OK;
+        const llm4d_code rc = finish_locked(op_of(req), done, err);
+        pthread_mutex_unlock(&h->lock);
+        return rc;
+    }
+    llm4d_shm_progress_all(h, 0, err);
+    return finish_op(op_of(req), done, err);
 }
 
 /* A wait without deadline (comm_timeout 0, or the blocking calls): spin briefly, then give the core away, as a
  * job with more ranks than cores needs. */
 static llm4d_code shm_wait(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
     shm_op *op = op_of(req);
-    for (unsigned spin = 0; !op->done; spin++) {
-        llm4d_shm_progress_all(group_of(c)->hub, err);
-        if (op->done) break;
+    for (unsigned spin = 0;; spin++) {
+        llm4d_shm_progress_all(group_of(c)->hub, 1, err);
+        int done;
+        const llm4d_code rc = finish_op(op, &done, err);
+        if (done) return rc;
         if (spin > 2000) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
@@ -390,8 +478,6 @@ static llm4d_code shm_wait(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
             sched_yield();
         }
     }
-    int done;
-    return finish_op(op, &done, err);
 }
 
 static llm4d_code shm_allreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
@@ -574,10 +660,12 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
         if (rc == LLM4D_OK) snprintf(c->path_desc, sizeof c->path_desc, "MPI (no shared memory: %s)", why);
         return rc;
     }
+    pthread_mutex_lock(&h->lock);
     if (h->n_groups == h->cap_groups) {
         const int cap = h->cap_groups ? 2 * h->cap_groups : 8;
         shm_group **p = realloc(h->groups, (size_t)cap * sizeof *p);
         if (!p) {
+            pthread_mutex_unlock(&h->lock);
             unmap(g);
             llm4d_comm_destroy(g->cross);
             free(g);
@@ -587,6 +675,13 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
         h->cap_groups = cap;
     }
     h->groups[h->n_groups++] = g;
+    h->multi_host |= g->hosts > 1;
+    pthread_mutex_unlock(&h->lock);
+    if (h->opts.progress_thread && !h->thread_on) {
+        if (pthread_create(&h->thread, NULL, progress_main, h) != 0)
+            return llm4d_fail(err, LLM4D_EINTERNAL, "cannot start the communication progress thread");
+        h->thread_on = 1;
+    }
     c->path = &llm4d_shm_ops;
     c->path_ctx = g;
     const double mib = (double)g->seg_bytes / 1048576.0;
@@ -595,7 +690,8 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
                  "hosts (%.1f MiB segment), MPI between hosts for all-reduce; reduce-scatter and all-gather on MPI",
                  g->n, g->hosts, mib);
     else
-        snprintf(c->path_desc, sizeof c->path_desc, "shared memory (%d ranks, %.1f MiB segment)", g->n, mib);
+        snprintf(c->path_desc, sizeof c->path_desc, "shared memory (%d ranks, %.1f MiB segment, progressed %s)", g->n,
+                 mib, h->opts.progress_thread ? "by a thread" : "in waits and between layers");
     return LLM4D_OK;
 }
 
@@ -603,11 +699,13 @@ void llm4d_shm_detach(llm4d_comm *c) {
     shm_group *g = c->path_ctx;
     if (!g) return;
     llm4d_shm_hub *h = g->hub;
+    pthread_mutex_lock(&h->lock);
     for (int i = 0; i < h->n_groups; i++)
         if (h->groups[i] == g) {
             h->groups[i] = h->groups[--h->n_groups];
             break;
         }
+    pthread_mutex_unlock(&h->lock);
     unmap(g);
     llm4d_comm_destroy(g->cross);
     while (g->spare) {

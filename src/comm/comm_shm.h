@@ -46,8 +46,15 @@
  * bucket's reduction moves on while backward computes. A peer that never arrives leaves the waiter in comm.c's
  * watched wait, which ends the job at the deadline with the watchdog's line (watch.h).
  *
- * Threads: only the thread that calls MPI drives the queues (MPI_THREAD_FUNNELED, runtime.h); with more than one
- * OpenMP thread per rank, the copies and sums of a chunk are split over the threads. */
+ * With comm_progress thread, a thread of the process moves the queues instead (progress_main), so that a reduction
+ * goes on while the rank computes where a core is free for it; the main thread then moves them only while it waits,
+ * and runs the cross-host phase, the only MPI call (MPI_THREAD_FUNNELED, runtime.h). The queues are the hub's lock's;
+ * the thread holds it for one step (a chunk) at a time, and a test finding it held answers "not yet" rather than wait
+ * behind a copy. Which of the two pays on a machine is a measurement (none yet: on 2 cores busy with 2 ranks, no
+ * core is free for the thread).
+ *
+ * Threads: with more than one OpenMP thread per rank, the main thread splits the copies and sums of a chunk over
+ * them. */
 #ifndef LLM4D_COMM_SHM_H
 #define LLM4D_COMM_SHM_H
 
@@ -59,6 +66,7 @@
 typedef struct {
     int enabled;        /* 0: every group on MPI */
     size_t slot_bytes;  /* one slot of one rank (a chunk); 0: the default (LLM4D_SHM_SLOT_BYTES) */
+    int progress_thread; /* comm_progress thread: a thread per process moves the queues (see Progress above) */
 } llm4d_shm_opts;
 
 /* 1 MiB per slot: a chunk and its peers' copies stay in the caches of the cores that pass it on (measured with
@@ -85,10 +93,11 @@ void llm4d_shm_detach(llm4d_comm *c);
 int llm4d_shm_takes(const llm4d_comm *c, llm4d_comm_op op, llm4d_comm_dtype dt, llm4d_comm_reduction red,
                     size_t count);
 
-/* Advances the operations queued on every group of the hub as far as they go without waiting for a peer. */
-llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, llm4d_err *err);
+/* Advances the operations queued on every group of the hub as far as they go without waiting for a peer. waiting:
+ * the caller is blocked in a wait (with the progress thread, only then does the calling thread move them too). */
+llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, int waiting, llm4d_err *err);
 /* Operations started and not yet completed on every group of the hub. */
-int llm4d_shm_pending(const llm4d_shm_hub *h);
+int llm4d_shm_pending(llm4d_shm_hub *h);
 
 /* The method table of the path (the operations llm4d_shm_takes accepts, test and wait). */
 extern const llm4d_comm_ops llm4d_shm_ops;

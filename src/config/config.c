@@ -521,6 +521,9 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (strcmp(cfg->dist.pp_split, "balanced") && strcmp(cfg->dist.pp_split, "even"))
         return llm4d_fail(err, LLM4D_EUSER, "pp_split (Distributed.pp_split) must be balanced or even, got '%s'",
                           cfg->dist.pp_split);
+    if (strcmp(cfg->dist.comm_progress, "hooks") && strcmp(cfg->dist.comm_progress, "thread"))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_progress (Distributed.comm_progress) must be hooks or thread, got "
+                          "'%s'", cfg->dist.comm_progress);
     if (strcmp(cfg->dist.comm_path, "auto") && strcmp(cfg->dist.comm_path, "mpi"))
         return llm4d_fail(err, LLM4D_EUSER, "comm_path (Distributed.comm_path) must be auto or mpi, got '%s'",
                           cfg->dist.comm_path);

@@ -76,6 +76,7 @@ typedef struct {
     int zero_prefetch, zero_overlap;   /* ZeRO: the stage-3 prefetch, the non-blocking reduce-scatters (sharding.h) */
     char grad_comm_dtype[LLM4D_NAME_MAX]; /* float32, or bfloat16: dp and ZeRO reduce gradients as bf16 payloads */
     char comm_path[LLM4D_NAME_MAX];    /* auto (shared memory on a host, hierarchical across hosts) or mpi (comm_shm.h) */
+    char comm_progress[LLM4D_NAME_MAX]; /* hooks or thread: who moves the shared-memory path's operations */
     int64_t comm_chunk_kb;             /* the shared-memory path's chunk per rank in KiB (0: its default) */
 } llm4d_dist_config;
 

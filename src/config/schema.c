@@ -259,6 +259,9 @@ static const llm4d_key keys[] = {
         "auto: the sums, reduce-scatters and all-gathers of the ranks of one host go through a shared-memory segment, "
         "hierarchically (shared memory, then MPI between hosts) for a group spanning hosts; mpi: Open MPI's "
         "collectives everywhere. Start-up prints each group's path"),
+    EXT("Distributed.comm_progress", LLM4D_KT_STR, dist.comm_progress, "hooks", NULL, "--comm_progress",
+        "who moves the shared-memory collectives while the rank computes: hooks (the rank itself, between layers and "
+        "while it waits) or thread (a thread per rank; pays where a core is free for it)"),
     EXT("Distributed.comm_chunk_kb", LLM4D_KT_I64, dist.comm_chunk_kb, "0", NULL, "--comm_chunk_kb",
         "the shared-memory path's chunk per rank in KiB (each rank's segment holds two); 0: 1024"),
 
