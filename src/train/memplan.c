@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_shm.h"
 #include "core/proc.h"
 #include "parallel/stack.h"
 #include "train/trainer.h"
@@ -56,9 +57,13 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
  * non-blocking MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to that rank and scatters from there, so
  * that rank holds a temporary the size of each group being reduce-scattered, at most two at once (the gradient
  * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
- * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). */
+ * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). A sharding
+ * group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its segment: no temporaries. */
 static size_t mpi_temporaries(const llm4d_trainer *tr, const llm4d_param_table *t) {
     if (tr->cfg->dist.sharding_degree < 2 || tr->topo.index[LLM4D_AXIS_SHARDING] != 0) return 0;
+    if (llm4d_shm_takes(tr->groups->axis[LLM4D_AXIS_SHARDING], LLM4D_COMM_OP_REDUCE_SCATTER, LLM4D_COMM_F32,
+                        LLM4D_COMM_SUM, 1))
+        return 0;
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;
