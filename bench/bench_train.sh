@@ -98,6 +98,12 @@ for shape in "${SHAPES[@]}"; do
   rows+=("$B $T $o32 $t32 $o16 $t16")
 done
 
+# The linear layers' GEMMs per shape at each run's token count (forward, and backward with its input and weight
+# gradients; a bf16 layer's operand conversions included, as in the step), against the peak of their precision.
+for shape in "${SHAPES[@]}"; do
+  set -- $shape
+  build/matmul_peak --linear --tokens $(($1 * $2)) --reps 3 >"$tmp/linear_$1_$2"
+done
 build/matmul_peak >"$tmp/peak"
 peak32=$(awk -v a="$peak32" -v b="$(peak_of fp32)" 'BEGIN {print (a > b ? a : b)}')
 peak16=$(awk -v a="$peak16" -v b="$(peak_of bf16)" 'BEGIN {print (a > b ? a : b)}')
@@ -153,6 +159,17 @@ for r in rows:
             "B=%s T=%s" % (B, T), prec, st / w["steps"], share(ws["gemm"]), share(ws["attention"]), share(os_),
             share(rest), share(ws["convert"]), share(ws["elementwise"]), share(ws["cross_entropy"]), share(out), gbps, xcopy,
             w["isa"]))
+
+print()
+print("the linear layers' GEMMs at each shape's tokens (bench/matmul_peak --linear; % of that precision's peak as")
+print("matmul_peak measured it then; a bf16 layer's time includes its operand conversions)")
+for r in rows:
+    B, T = r.split()[:2]
+    f = os.path.join(tmp, "linear_%s_%s" % (B, T))
+    if os.path.exists(f):
+        for line in open(f):
+            if line.startswith("linear"):
+                print("  B=%s T=%s %s" % (B, T, line.strip()))
 
 # The throughput targets (issue 16) against this run's figures, so that one run on a machine says which hold there.
 # The bf16 targets are the AMX machine's; "non-GEMM" counts the attention as GEMM work (its block GEMMs dominate

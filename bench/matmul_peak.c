@@ -4,22 +4,27 @@
  * here the same way the backend runs its GEMMs (a cached oneDNN primitive, cpu_dnnl.h), on large shapes: a
  * 2048^3 square and the GPT-2 124M MLP shape (8192 x 768 x 3072, both orientations). Best of several runs after
  * a warm-up. fp32 always; bf16 inputs with fp32 accumulation and output when the CPU has avx512_bf16 (oneDNN's
- * brg:avx512_core_bf16 kernel). Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
+ * brg:avx512_core_bf16 kernel), and on AMX CPUs llm4d's own AMX kernel (src/backend/cpu_amx.h), the bf16 peak being
+ * the faster of the two. Threads: OMP_NUM_THREADS (oneDNN uses the OpenMP runtime).
  *
  * Output (machine-readable lines):  fp32_peak_gflops: X   bf16_peak_gflops: Y   (0 when unsupported)
- * Usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] [--reps N]. On a shared machine take the
- * best of many runs. --attention: the peaks, then only the attention's timings (a quick loop for work on cpu_attn.c).
+ * Usage: matmul_peak [--ops | --linear | --attention] [--no-lmhead] [--tokens N] [--reps N]. On a shared machine
+ * take the best of many runs. --attention: the peaks, then only the attention's timings (a quick loop for work on
+ * cpu_attn.c); --linear: the peaks, then only the linear layers (and the LM head unless --no-lmhead).
  *
  * With --ops it then times the backend itself at GPT-2 124M shapes (N = B*T = 8192, or --tokens N): linear
  * forward and backward for each layer shape including the 50304-wide LM head, and attention forward + backward at
  * B=8, T=1024, NH=12, HS=64 (p = 0 and p = 0.1), printing GFLOP/s and the fraction of the fp32 peak; with
- * avx512_bf16 the attention again with bf16 GEMM operands ("attention bf16 ...", against the bf16 peak). */
+ * avx512_bf16 the linear layers (the LM head for a chunk of at most 512 tokens, as the model runs it) and the
+ * attention again with bf16 GEMM operands ("linear bf16 ...", "attention bf16 ...", against the bf16 peak); a bf16
+ * linear layer's time includes its operand conversions, as in a training step. */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_amx.h"
 #include "backend/cpu_dnnl.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -90,6 +95,35 @@ static double peak(llm4d_dnnl *d, llm4d_dnnl_type t, const char *name, int reps)
     return best;
 }
 
+/* llm4d's AMX kernel (src/backend/cpu_amx.h) on the same shapes, operands packed as the backend packs them: on AMX
+ * machines the bf16 peak is the faster of the two, since the linear layers run on it. */
+static double amx_peak(int reps) {
+    static const int shapes[][3] = {{2048, 2048, 2048}, {8192, 3072, 768}, {8192, 768, 3072}};
+    double best = 0.0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        float *x = xalloc((size_t)M * K * 4), *w = xalloc((size_t)N * K * 4), *c = xalloc((size_t)M * N * 4);
+        uint16_t *a = xalloc(llm4d_amx_a_elems(M, K) * 2), *b = xalloc(llm4d_amx_b_elems(K, N) * 2);
+        fill_f32(x, (size_t)M * K, 1);
+        fill_f32(w, (size_t)N * K, 2);
+        llm4d_amx_pack_a(a, x, K, M, K, LLM4D_ACT_NONE);
+        llm4d_amx_pack_b_t(b, w, K, N, K);
+        llm4d_amx_gemm(c, N, a, b, NULL, M, N, K, 0); /* warm-up */
+        double t = 1e30;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = llm4d_now();
+            llm4d_amx_gemm(c, N, a, b, NULL, M, N, K, 0);
+            const double dt = llm4d_now() - t0;
+            if (dt < t) t = dt;
+        }
+        const double g = 2.0 * M * N * K / t / 1e9;
+        printf("# bf16 M=%d N=%d K=%d: %.1f GFLOP/s (llm4d's AMX kernel)\n", M, N, K, g);
+        if (g > best) best = g;
+        free(x), free(w), free(c), free(a), free(b);
+    }
+    return best;
+}
+
 /* ---------------------------------------------------------------------------------------------------------- */
 
 static double best_of(int reps, void (*fn)(void *), void *arg) {
@@ -120,7 +154,8 @@ static void lin_bwd(void *p) {
     a->be->linear_backward(a->be, a->dinp, LLM4D_ADD, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
 }
 
-static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, double fp32_peak, int reps) {
+/* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
+static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, const char *prec, double peak, int reps) {
     lin_args a = {be, N, C, OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     a.inp = xalloc((size_t)N * C * 4), a.w = xalloc((size_t)OC * C * 4), a.b = bias ? xalloc((size_t)OC * 4) : NULL;
     a.out = xalloc((size_t)N * OC * 4), a.dout = xalloc((size_t)N * OC * 4), a.dinp = xalloc((size_t)N * C * 4);
@@ -133,10 +168,10 @@ static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, doub
     memset(a.dw, 0, (size_t)OC * C * 4);
     double flop = 2.0 * N * C * OC;
     double tf = best_of(reps, lin_fwd, &a), tb = best_of(reps, lin_bwd, &a);
-    printf("linear N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
+    printf("linear%s%s N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
            "GFLOP/s (%.0f%%)\n",
-           N, C, OC, bias, tf * 1e3, flop / tf / 1e9, 100 * flop / tf / 1e9 / fp32_peak, tb * 1e3,
-           2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / fp32_peak);
+           strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", N, C, OC, bias, tf * 1e3,
+           flop / tf / 1e9, 100 * flop / tf / 1e9 / peak, tb * 1e3, 2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / peak);
     free(a.inp), free(a.w), free(a.b), free(a.out), free(a.dout), free(a.dinp), free(a.dw), free(a.db);
 }
 
@@ -161,7 +196,9 @@ static void att_bwd(void *p) {
 static void bench_attention(llm4d_backend *be, float p, const char *prec, double peak, int reps) {
     llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0};
+    /* as the model runs it: with dropout, the mask drawn in forward is kept as bits for backward */
+    uint32_t *bits = p > 0.0f ? xalloc((size_t)s.B * s.NH * s.T * LLM4D_MASK_WORDS(s.T) * sizeof(uint32_t)) : NULL;
+    llm4d_dropout drop = {p, 1, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, bits};
     const size_t C = (size_t)s.NH * s.HS, nqkv = (size_t)s.B * s.T * 3 * C, nout = (size_t)s.B * s.T * C;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     att_args a = {be, s, &drop, xalloc(nqkv * 4), xalloc(nout * 4), xalloc(nlse * 4), xalloc(nout * 4),
@@ -178,11 +215,11 @@ static void bench_attention(llm4d_backend *be, float p, const char *prec, double
            "(%.1f causal GFLOP/s, %.0f%% of %s peak)\n",
            strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", s.B, s.T, s.NH, s.HS, p, tf * 1e3,
            tb * 1e3, (tf + tb) * 1e3, 6 * prod / (tf + tb) / 1e9, 100 * 6 * prod / (tf + tb) / 1e9 / peak, prec);
-    free(a.qkv), free(a.out), free(a.lse), free(a.dout), free(a.dqkv);
+    free(a.qkv), free(a.out), free(a.lse), free(a.dout), free(a.dqkv), free(bits);
 }
 
 int main(int argc, char **argv) {
-    int ops = 0, lmhead = 1, linear = 1, reps = 5, ntok = 8192;
+    int ops = 0, lmhead = 1, linear = 1, attention = 1, reps = 5, ntok = 8192;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ops") == 0)
             ops = 1;
@@ -190,12 +227,14 @@ int main(int argc, char **argv) {
             lmhead = 0;
         else if (strcmp(argv[i], "--attention") == 0)
             ops = 1, linear = 0, lmhead = 0;
+        else if (strcmp(argv[i], "--linear") == 0)
+            ops = 1, attention = 0;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             ops = 1, ntok = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: matmul_peak [--ops [--no-lmhead] [--tokens N] | --attention] "
+            fprintf(stderr, "usage: matmul_peak [--ops | --linear | --attention] [--no-lmhead] [--tokens N] "
                             "[--reps N (best of N, default 5)]\n");
             return 2;
         }
@@ -210,6 +249,10 @@ int main(int argc, char **argv) {
     int has_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
     double f32 = peak(d, LLM4D_DNNL_F32, "fp32", reps);
     double bf16 = has_bf16 ? peak(d, LLM4D_DNNL_BF16, "bf16", reps) : 0.0;
+    if (has_bf16 && (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx && llm4d_amx_usable()) {
+        const double amx = amx_peak(reps);
+        if (amx > bf16) bf16 = amx;
+    }
     if (!has_bf16) printf("# bf16: the CPU lacks avx512_bf16 (oneDNN ISA 0x%x)\n", (unsigned)isa);
     printf("# oneDNN scratchpad for these shapes: %.1f MiB\n", llm4d_dnnl_scratch_bytes(d) / 1048576.0);
     printf("fp32_peak_gflops: %.1f\n", f32);
@@ -225,22 +268,30 @@ int main(int argc, char **argv) {
     }
     printf("# backend cpu, %d threads, GPT-2 124M shapes, N = B*T = %d\n", be->nthreads, ntok);
     if (linear) {
-        bench_linear(be, ntok, 768, 2304, 1, f32, reps); /* qkv */
-        bench_linear(be, ntok, 768, 768, 1, f32, reps);  /* attention projection */
-        bench_linear(be, ntok, 768, 3072, 1, f32, reps); /* MLP up */
-        bench_linear(be, ntok, 3072, 768, 1, f32, reps); /* MLP down */
+        bench_linear(be, ntok, 768, 2304, 1, "fp32", f32, reps); /* qkv */
+        bench_linear(be, ntok, 768, 768, 1, "fp32", f32, reps);  /* attention projection */
+        bench_linear(be, ntok, 768, 3072, 1, "fp32", f32, reps); /* MLP up */
+        bench_linear(be, ntok, 3072, 768, 1, "fp32", f32, reps); /* MLP down */
+        if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
+            bench_linear(be, ntok, 768, 2304, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 768, 768, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 768, 3072, 1, "bf16", bf16, reps);
+            bench_linear(be, ntok, 3072, 768, 1, "bf16", bf16, reps);
+            if (lmhead) bench_linear(be, ntok < 512 ? ntok : 512, 768, 50304, 0, "bf16", bf16, reps);
+            be->set_precision(be, LLM4D_PREC_FP32, &err);
+        }
     }
     fflush(stdout);
-    bench_attention(be, 0.0f, "fp32", f32, reps);
-    bench_attention(be, 0.1f, "fp32", f32, reps);
+    if (attention) bench_attention(be, 0.0f, "fp32", f32, reps);
+    if (attention) bench_attention(be, 0.1f, "fp32", f32, reps);
     fflush(stdout);
-    if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
+    if (attention && has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
         bench_attention(be, 0.0f, "bf16", bf16, reps);
         bench_attention(be, 0.1f, "bf16", bf16, reps);
         be->set_precision(be, LLM4D_PREC_FP32, &err);
         fflush(stdout);
     }
-    if (lmhead) bench_linear(be, ntok, 768, 50304, 0, f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
+    if (lmhead) bench_linear(be, ntok, 768, 50304, 0, "fp32", f32, reps < 2 ? reps : 2); /* LM head (tied, no bias) */
     be->destroy(be);
     return 0;
 }

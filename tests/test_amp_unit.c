@@ -74,6 +74,26 @@ static double exact_ratio(const float *got, const float *x, const float *w, int 
     return worst;
 }
 
+/* worst |got - exact| / (eps sum |a b|) over C[r][c] = sum_t a[r ars + t acs] b[t brs + c bcs] (R x Cc, K terms),
+ * the exact product in double */
+static double worst_product(const float *got, const float *a, int ars, int acs, const float *b, int brs, int bcs,
+                            int R, int Cc, int K, double eps, double *maxerr) {
+    double worst = 0;
+    *maxerr = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cc; c++) {
+            double acc = 0, mag = 0;
+            for (int t = 0; t < K; t++) {
+                const double p = (double)a[(size_t)r * ars + (size_t)t * acs] * b[(size_t)t * brs + (size_t)c * bcs];
+                acc += p, mag += fabs(p);
+            }
+            const double e = fabs(got[(size_t)r * Cc + c] - acc), q = e / (eps * mag + 1e-30);
+            if (q > worst) worst = q;
+            if (e > *maxerr) *maxerr = e;
+        }
+    return worst;
+}
+
 int main(void) {
     if (fegetround() != FE_TONEAREST) return fprintf(stderr, "rounding mode is not to-nearest\n"), 1;
     llm4d_err err = {0};
@@ -152,7 +172,8 @@ int main(void) {
         for (int i = 0; i < NB * OC; i++) dyb[i] = frand(&s);
         for (int i = 0; i < NB * C; i++) xb[i] = frand(&s);
         memset(db, 0, sizeof db);
-        be->linear_backward(be, dxb, LLM4D_ADD, dwb, db, dyb, xb, w, NB, C, OC);
+        memset(dwb, 0, sizeof dwb);
+        be->linear_backward(be, dxb, LLM4D_WRITE, dwb, db, dyb, xb, w, NB, C, OC);
         double db_err = 0;
         for (int j = 0; j < OC; j++) {
             double sum = 0;
@@ -161,6 +182,16 @@ int main(void) {
         }
         snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error)", modes[m].name);
         check(db_err < 1e-6, what, db_err, db_err);
+        /* and the input and weight gradients of that call, whose output gradient is converted in the same pass as
+         * the sums (on AMX CPUs also transposed for the weight gradient, chunk by chunk): against the products in
+         * double, within the format's bound */
+        double ex, eb;
+        const double wx = worst_product(dxb, dyb, OC, 1, w, C, 1, NB, C, OC, modes[m].eps, &ex);
+        const double wb = worst_product(dwb, dyb, 1, OC, xb, C, 1, OC, C, NB, modes[m].eps, &eb);
+        snprintf(what, sizeof what, "%s linear backward dinp, %d rows, bias gradient fused", modes[m].name, NB);
+        check(wx <= 1.0, what, wx, ex);
+        snprintf(what, sizeof what, "%s linear backward dweight, %d rows, bias gradient fused", modes[m].name, NB);
+        check(wb <= 1.0, what, wb, eb);
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
     be->linear_forward(be, ylp, x, w, NULL, N, C, OC);

@@ -208,7 +208,7 @@ static double att_obj(void *p) {
  * coordinates checked (spread over q, k and v of all heads) */
 static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_t maxc) {
     int64_t sids[2] = {4, 1};
-    llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids, s.T, 0};
+    llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids, s.T, 0, NULL};
     att_ctx c = {be, s, &drop, NULL, NULL, NULL, NULL};
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
     c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.lse = falloc(nlse), c.R = frand(nout, 1.0f);
@@ -274,7 +274,7 @@ static double drop_obj(void *p) {
 
 static void test_dropout(llm4d_backend *be, int add, float p) {
     int64_t sids[2] = {7, 3};
-    llm4d_dropout drop = {p, 9, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 2), sids, 3, 0};
+    llm4d_dropout drop = {p, 9, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 2), sids, 3, 0, NULL};
     drop_ctx c = {be, 6, 3, &drop, NULL, NULL, NULL, NULL, add}; /* 2 rows of 3 tokens of 3 channels */
     const size_t n = (size_t)c.N * c.C;
     c.res = frand(n, 1.0f), c.x = frand(n, 1.0f), c.out = falloc(n), c.R = frand(n, 1.0f);

@@ -293,7 +293,7 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
 static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p, float qscale) {
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS;
     int64_t sids[8] = {3, 0, 17, 5, 1, 2, 9, 4};
-    llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids, T, 0};
+    llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids, T, 0, NULL};
     char tag[160];
     snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH, HS,
              s.head0, s.NH_total, p, qscale);
@@ -355,6 +355,37 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
     cpu->attention_backward(cpu, d3, dout, o1, qkv, l1, s, &drop);
     snprintf(what, sizeof what, "%s dqkv", tag);
     cmp_overwrites(what, d1, d3, nqkv);
+    if (p > 0.0f) {
+        /* the mask kept as bits (llm4d_dropout.bits): forward stores the draws at backend.h's positions (this test's
+         * own Philox calls), gives the same output, and backward reading them gives the same gradient, bit for bit */
+        const size_t wr = LLM4D_MASK_WORDS(T), nbits = (size_t)B * NH * T * wr;
+        uint32_t *bits = malloc(nbits * sizeof *bits);
+        for (size_t i = 0; i < nbits; i++) bits[i] = 0xA5A5A5A5u; /* garbage the kernel must overwrite */
+        llm4d_dropout kept = drop;
+        kept.bits = bits;
+        float *o4 = falloc(nout), *l4 = falloc(nlse), *d4 = fdup(d0, nqkv);
+        cpu->attention_forward(cpu, o4, l4, qkv, s, &kept);
+        size_t wrong = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t1 = 0; t1 < T; t1++)
+                    for (int t2 = 0; t2 <= t1; t2++) {
+                        const uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
+                        uint32_t w[4];
+                        llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
+                        const int keep = llm4d_rng_u01(w[pos & 3]) >= p;
+                        const int bit = bits[(((size_t)b * NH + h) * T + t1) * wr + (size_t)t2 / 32] >> (t2 % 32) & 1u;
+                        wrong += bit != keep;
+                    }
+        check(wrong == 0, "%s mask bits stored by forward = the draws at backend.h's positions (%zu wrong)", tag,
+              wrong);
+        check(memcmp(o4, o1, nout * sizeof(float)) == 0 && memcmp(l4, l1, nlse * sizeof(float)) == 0,
+              "%s forward keeping the bits: the same output and lse, bit for bit", tag);
+        cpu->attention_backward(cpu, d4, dout, o1, qkv, l1, s, &kept);
+        check(memcmp(d4, d1, nqkv * sizeof(float)) == 0, "%s backward reading the bits = drawing the mask again, bit "
+              "for bit", tag);
+        free(bits), free(o4), free(l4), free(d4);
+    }
     free(qkv), free(o1), free(o2), free(l1), free(l2), free(dout), free(d0), free(d1), free(d2), free(d3);
 }
 
@@ -384,7 +415,7 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
     const lp_format fm = prec == LLM4D_PREC_BF16 ? (lp_format){1.0 / 256, 0.0} : (lp_format){1.0 / 2048, 0x1p-25};
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
     int64_t sids[4] = {6, 2, 0, 11};
-    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, T, 0};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, T, 0, NULL};
     char tag[160];
     snprintf(tag, sizeof tag, "%s attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", name, B, T, NH, HS, s.head0,
              s.NH_total, p);
@@ -508,7 +539,7 @@ static int keep_at(const llm4d_dropout *d, uint64_t pos) {
 /* An [N, C] activation of tokens [tok0, tok0 + N) of a micro-batch of rows of T tokens (llm4d_dropout). */
 static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, int T, int64_t tok0, float p) {
     int64_t sids[8] = {11, 2, 40, 3, 7, 0, 25, 6};
-    llm4d_dropout drop = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids, T, tok0};
+    llm4d_dropout drop = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_MLP_OUT, 3), sids, T, tok0, NULL};
     const size_t n = (size_t)N * C;
     char tag[96];
     snprintf(tag, sizeof tag, "dropout N=%d C=%d T=%d tok0=%lld p=%.1f", N, C, T, (long long)tok0, p);
@@ -578,7 +609,7 @@ static void test_dropout_rate(llm4d_backend *cpu, float p) {
     const int N = 4 * 250003, T = 250003, C = 1;
     const size_t n = (size_t)N * C;
     int64_t sids[4] = {0, 1, 2, 3};
-    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids, T, 0};
+    llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids, T, 0, NULL};
     float *x = falloc(n);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
     cpu->dropout_forward(cpu, x, x, N, C, &drop);

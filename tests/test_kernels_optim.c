@@ -12,13 +12,17 @@
  * rewrote the copy in its pass, after an update that covered only part of a weight (stale: converted again), after
  * weights_changed for a range or for everything, after memory freed and reused through the backend, and even after
  * a write nobody announced (the sampled-elements guard); and a kept copy must really be reused (the weight is not
- * converted again: one conversion per call, the activation's). */
+ * converted again: only the activations are). Both GEMMs that read a weight are checked (the forward and the input
+ * gradient), so on the AMX path both tile layouts of a weight, which AdamW's pass writes, are. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <dnnl.h>
+
 #include "backend/backend.h"
+#include "backend/cpu_amx.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "check.h"
@@ -146,13 +150,19 @@ static void test_timers(llm4d_backend *cpu) {
     const int native = __builtin_cpu_supports("avx512bf16");
     check(strstr(d, native ? "operands bf16;" : "operands fp32 holding bf16-rounded values") != NULL,
           "bf16 operands stored as this CPU allows (%s AVX512-BF16): %s", native ? "with" : "without", d);
+    /* and the linear layers run on llm4d's AMX kernel exactly where the CPU has AMX and oneDNN is not capped below it
+     * (ONEDNN_MAX_CPU_ISA, which the ctest variants set) */
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const int amx = native && llm4d_amx_usable() && (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+    check((strstr(d, "AMX kernel") != NULL) == amx, "bf16 linear layers %s llm4d's AMX kernel", amx ? "on" : "not on");
     cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
     free(x), free(w), free(b), free(y), free(lnw), free(lnb), free(mean), free(rstd), free(logits), free(st);
     free(tg);
 }
 
-/* y = x w^T on a fresh backend in precision prec: the reference for the kept copies */
-static void fresh_linear(llm4d_precision prec, float *y, const float *x, const float *w, int N, int C, int OC) {
+/* y = x w^T and dx = dy w on a fresh backend in precision prec: the reference for the kept copies */
+static void fresh_linear(llm4d_precision prec, float *y, float *dx, const float *x, const float *dy, const float *w,
+                         int N, int C, int OC) {
     llm4d_backend *be;
     llm4d_err err = {0};
     if (llm4d_backend_cpu_create(&be, 0, &err) != LLM4D_OK || be->set_precision(be, prec, &err) != LLM4D_OK) {
@@ -160,20 +170,26 @@ static void fresh_linear(llm4d_precision prec, float *y, const float *x, const f
         exit(1);
     }
     be->linear_forward(be, y, x, w, NULL, N, C, OC);
+    be->linear_backward(be, dx, LLM4D_WRITE, NULL, NULL, dy, x, w, N, C, OC);
     be->destroy(be);
 }
 
-/* linear forward with cpu's kept copy of w, against a fresh backend: identical, and how many conversions it made */
+/* a linear layer's forward and input gradient (the GEMMs that read the weight) with cpu's kept copies of w, against a
+ * fresh backend: identical, and how many conversions they made */
 static int same_as_fresh(llm4d_backend *cpu, llm4d_precision prec, const float *x, const float *w, int N, int C,
                          int OC, double *conversions) {
-    float *y1 = falloc((size_t)N * OC), *y2 = falloc((size_t)N * OC);
+    float *y1 = falloc((size_t)N * OC), *y2 = falloc((size_t)N * OC), *dy = falloc((size_t)N * OC);
+    float *dx1 = falloc((size_t)N * C), *dx2 = falloc((size_t)N * C);
+    for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = x[i % ((size_t)N * C)] - 0.5f * x[(i * 7) % ((size_t)N * C)];
     const llm4d_work_stats a = stats(cpu);
     cpu->linear_forward(cpu, y1, x, w, NULL, N, C, OC);
+    cpu->linear_backward(cpu, dx1, LLM4D_WRITE, NULL, NULL, dy, x, w, N, C, OC);
     const llm4d_work_stats b = stats(cpu);
     *conversions = b.calls[LLM4D_WORK_CONVERT] - a.calls[LLM4D_WORK_CONVERT];
-    fresh_linear(prec, y2, x, w, N, C, OC);
-    const int same = memcmp(y1, y2, (size_t)N * OC * sizeof(float)) == 0;
-    free(y1), free(y2);
+    fresh_linear(prec, y2, dx2, x, dy, w, N, C, OC);
+    const int same = memcmp(y1, y2, (size_t)N * OC * sizeof(float)) == 0 &&
+                     memcmp(dx1, dx2, (size_t)N * C * sizeof(float)) == 0;
+    free(y1), free(y2), free(dy), free(dx1), free(dx2);
     return same;
 }
 
@@ -185,16 +201,23 @@ static void test_weight_copies(llm4d_backend *cpu, llm4d_precision prec, const c
         check(0, "%s: %s", name, err.msg);
         return;
     }
+    /* The copies a weight has: one in row order (oneDNN reads it in both GEMMs), or on the AMX path two, the tiles of W
+     * (the input gradient) and of W^T (the forward). Each use converts two activations (x, and dy for the input
+     * gradient) and, when its copies are missing or stale, the weight once per copy. */
+    char d[512];
+    cpu->describe_gemms(cpu, d, sizeof d);
+    const int nc = strstr(d, "AMX kernel") ? 2 : 1, acts = 2;
     llm4d_mem mem = {0};
     float *x = frand((size_t)N * C, 1.0f), *w = cpu->alloc(cpu, &mem, LLM4D_MEM_PARAMS, nw * sizeof(float));
     float *g = falloc(nw), *m = falloc(nw), *v = falloc(nw);
     fill(w, nw, 0.05f);
     double conv;
     int ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 2, "%s: first use converts the weight and the activation (%g conversions), result as a "
-          "fresh backend", name, conv);
+    check(ok && conv == acts + nc, "%s: first use converts the weight (%d cop%s) and the activations (%g conversions), "
+          "results as a fresh backend", name, nc, nc > 1 ? "ies" : "y", conv);
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 1, "%s: second use reuses the weight's copy (%g conversion: the activation)", name, conv);
+    check(ok && conv == acts, "%s: second use reuses the weight's copies (%g conversions: the activations)", name,
+          conv);
     /* an update through the backend: the copy is rewritten in AdamW's pass */
     cpu->weights_changed(cpu, NULL, 0);
     fill(g, nw, 1.0f);
@@ -203,23 +226,25 @@ static void test_weight_copies(llm4d_backend *cpu, llm4d_precision prec, const c
     const llm4d_work_stats b = stats(cpu);
     /* bf16 copies are 2 bytes where the CPU has AVX512-BF16, bf16-rounded fp32 elsewhere (cpu_impl.h) */
     const double eb = prec == LLM4D_PREC_BF16 && __builtin_cpu_supports("avx512bf16") ? 2.0 : 4.0;
-    check(b.optim_bytes - a.optim_bytes == (32.0 + eb) * nw, "%s: AdamW's pass also writes the copy (%.0f bytes per "
-          "element)", name, (b.optim_bytes - a.optim_bytes) / nw);
+    check(b.optim_bytes - a.optim_bytes == (32.0 + nc * eb) * nw, "%s: AdamW's pass also writes the cop%s (%.0f "
+          "bytes per element)", name, nc > 1 ? "ies" : "y", (b.optim_bytes - a.optim_bytes) / nw);
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 1, "%s: after AdamW the rewritten copy is used (%g conversion), result as fresh", name, conv);
+    check(ok && conv == acts, "%s: after AdamW the rewritten copies are used (%g conversions), results as fresh", name,
+          conv);
     /* an update that covers half of the weight (a ZeRO-1/2 shard): the rest comes from elsewhere, stale copy */
     cpu->weights_changed(cpu, NULL, 0);
     fill(g, nw, 1.0f);
     cpu->adamw(cpu, w, g, m, v, nw / 2, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 1.0f, 1);
     for (size_t i = nw / 2; i < nw; i++) w[i] *= 1.5f; /* "gathered" from another rank */
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 2, "%s: an update of half the weight leaves the copy stale: converted again (%g), as fresh",
-          name, conv);
+    check(ok && conv == acts + nc, "%s: an update of half the weight leaves the copies stale: converted again (%g), as "
+          "fresh", name, conv);
     /* a range announced as changed (a ZeRO-3 gather buffer refilled) */
     for (size_t i = 0; i < nw; i++) w[i] = -w[i];
     cpu->weights_changed(cpu, w + 10, 4 * sizeof(float));
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 2, "%s: weights_changed(range) makes the copy stale (%g conversions), as fresh", name, conv);
+    check(ok && conv == acts + nc, "%s: weights_changed(range) makes the copies stale (%g conversions), as fresh", name,
+          conv);
     /* memory returned through the backend drops its copy; reused with only element 1 changed (which the guard does
      * not sample), a kept copy would go unnoticed */
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv); /* the copy exists */
@@ -228,20 +253,21 @@ static void test_weight_copies(llm4d_backend *cpu, llm4d_precision prec, const c
     const size_t ws0 = cpu->workspace_bytes(cpu);
     cpu->free(cpu, &mem, LLM4D_MEM_PARAMS, w, nw * sizeof(float));
     const size_t ws1 = cpu->workspace_bytes(cpu);
-    check(ok && ws0 - ws1 >= (size_t)(nw * eb), "%s: memory freed through the backend drops its copy (%zu bytes)",
-          name, ws0 - ws1);
+    check(ok && ws0 - ws1 >= (size_t)(nw * eb * nc), "%s: memory freed through the backend drops its copies (%zu "
+          "bytes)", name, ws0 - ws1);
     float *w2 = cpu->alloc(cpu, &mem, LLM4D_MEM_PARAMS, nw * sizeof(float));
     memcpy(w2, old, nw * sizeof(float));
     w2[1] += 1.0f;
     ok = same_as_fresh(cpu, prec, x, w2, N, C, OC, &conv);
-    check(ok && conv == 2, "%s: memory reused after free (%s address) gets a new copy", name,
+    check(ok && conv == acts + nc, "%s: memory reused after free (%s address) gets new copies", name,
           w2 == w ? "the same" : "another");
     w = w2;
     free(old);
     /* a write nobody announced: caught by the sampled elements */
     for (size_t i = 0; i < nw; i++) w[i] = 0.02f * (float)(i % 7) - 0.05f;
     ok = same_as_fresh(cpu, prec, x, w, N, C, OC, &conv);
-    check(ok && conv == 2, "%s: an unannounced rewrite is caught by the sampled elements (%g conversions)", name, conv);
+    check(ok && conv == acts + nc, "%s: an unannounced rewrite is caught by the sampled elements (%g conversions)", name,
+          conv);
     cpu->free(cpu, &mem, LLM4D_MEM_PARAMS, w, nw * sizeof(float));
     check(mem.bytes[LLM4D_MEM_PARAMS] == 0, "%s: weights freed", name);
     cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);

@@ -89,19 +89,32 @@ rss_check "GPT-2 124M, one process" "$tmp/g1.log"
 # bf16: the backend's copies of the weights (outside the arena's categories) are in the plan
 OMP_NUM_THREADS=2 "$LLM4D" "${GPT2[@]}" --max_steps 2 --use_amp true --output_dir "$tmp/b1" >"$tmp/b1.log" 2>&1
 # es bytes x (12 blocks x 768 x (2304 + 768 + 3072 + 3072) linear weights + the padded 50304 x 768 token
-# embedding): a bf16 operand is 2 bytes on CPUs with AVX512-BF16, a bf16-rounded fp32 (4 bytes) on the others
+# embedding) per copy: a bf16 operand is 2 bytes on CPUs with AVX512-BF16, a bf16-rounded fp32 (4 bytes) on the
+# others; CPUs with AMX keep two copies, the tiles of W and of W^T of llm4d's AMX kernel (src/backend/cpu_amx.h;
+# every dimension here is a multiple of 32, so they have no padding)
 es=4; grep -qw avx512_bf16 /proc/cpuinfo && es=2
-copies=$(/usr/bin/python3 -c "print(f'{$es * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}')")
+amx=0; grep -qw amx_bf16 /proc/cpuinfo && grep -qw amx_tile /proc/cpuinfo && amx=1
+ncopies=$((1 + amx))
+copies=$(/usr/bin/python3 -c "print(f'{$ncopies * $es * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}')")
 check_if $(yes_if grep -q "the backend's bf16 copies of the weights $copies MiB" "$tmp/b1.log") \
-  "bf16: the plan holds the weights' bf16 copies: $copies MiB ($es bytes per linear and token-embedding weight)"
+  "bf16: the plan holds the weights' bf16 copies: $copies MiB ($ncopies x $es bytes per linear and token-embedding weight)"
 # and the operands it converts: two conversion slots as large as the largest operand a GEMM reads, here the LM
 # head's logits gradient for a chunk of 64 tokens x 50304 ($es bytes each), and the bias gradients' partial
 # sums (a double per 64 elements of the widest activation, 64 tokens x 3072); on AVX2 CPUs (no AVX-512) with
 # 4-byte operands, also the 4 MiB block of a transposed weight (input gradients of few tokens, src/backend/cpu.c)
+# On AMX CPUs three slots of tiles instead: two of the largest operand and one of the widest activation (64 x 3072),
+# each with at most 31 rows and columns of padding (64 tokens, 50304 columns) and a tile's 32 x 32.
 wt=0; [ $es = 4 ] && ! grep -qw avx512bw /proc/cpuinfo && wt=$((4 << 20))
-ops=$(/usr/bin/python3 -c "print(f'{(2 * $es * 64 * 50304 + (64 * 3072 // 64 + 1) * 8 + $wt) / 2**20:.2f}')")
+if [ $amx = 1 ]; then
+  ops=$(/usr/bin/python3 -c "p = 31 * (64 + 50304) + 1024
+print(f'{((2 * (64 * 50304 + p) + 64 * 3072 + p) * 2 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}')")
+  what="three slots of tiles"
+else
+  ops=$(/usr/bin/python3 -c "print(f'{(2 * $es * 64 * 50304 + (64 * 3072 // 64 + 1) * 8 + $wt) / 2**20:.2f}')")
+  what="two slots of the largest operand"
+fi
 check_if $(yes_if grep -q "the backend's converted GEMM operands $ops MiB" "$tmp/b1.log") \
-  "bf16: the plan holds the backend's converted GEMM operands: $ops MiB (two slots of the largest operand)"
+  "bf16: the plan holds the backend's converted GEMM operands: $ops MiB ($what)"
 rss_check "GPT-2 124M bf16, one process" "$tmp/b1.log"
 "$LLM4D" launch --nproc 2 --log_dir "$tmp/g2" -- "${GPT2[@]}" --max_steps 2 --sharding_degree 2 --sharding_stage 3 \
   --output_dir "$tmp/g2.out" >"$tmp/g2.stdout" 2>&1

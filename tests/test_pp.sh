@@ -171,11 +171,14 @@ def vocab(M):
     return -(-V // u) * u
 def slot_floats(nl, B, M, sp, zb, recompute, head):
     """Floats one activation slot of a chunk of nl blocks holds (gpt.c): the residual stream entering each block and
-    leaving the chunk; per block what backward reads (not with recompute); with ZB-H1, the inputs of the weight
-    gradients kept until W; on the last stage, d ln_f and ln_f's statistics."""
+    leaving the chunk; per block what backward reads (not with recompute), the attention dropout's mask among it (a
+    32-bit word per 32 keys of each of the B x H/M x T rows); with ZB-H1, the inputs of the weight gradients kept
+    until W; on the last stage, d ln_f and ln_f's statistics."""
     N = B * T
     Nl = N // M if sp else N
+    mask = B * (H // M) * T * -(-T // 32)  # attention_probs_dropout_prob is 0.1 here
     block = N * C + 2 * Nl + 3 * N * C // M + N * C // M + B * (H // M) * T + Nl * C + N * C + 2 * Nl + N * F // M
+    block += mask
     wgrad = 3 * N * C // M + N * C + N * F // M + N * C + 4 * C
     f = (nl + 1) * Nl * C
     if not recompute:

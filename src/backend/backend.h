@@ -67,7 +67,15 @@ typedef struct {
     const int64_t *sample_ids;  /* [B] global sample index of each batch row */
     int T;                      /* sequence length (tokens per batch row) */
     int64_t tok0;               /* first token of the activation in the flattened micro-batch */
+    /* The attention's dropout only, may be NULL: [B][NH][T][LLM4D_MASK_WORDS(T)] words in which attention_forward
+     * stores the mask it draws, bit t2 % 32 of word t2 / 32 of row (b, h, t1) set where probability (t1, t2) is
+     * kept (t2 <= t1; the other bits are unspecified), and from which attention_backward reads it back instead of
+     * drawing it again. A backend may ignore it (draw the mask in backward too): the bits are the same draws. */
+    uint32_t *bits;
 } llm4d_dropout;
+
+/* Words of one attention row's mask bits (llm4d_dropout.bits). */
+#define LLM4D_MASK_WORDS(T) (((size_t)(T) + 31) / 32)
 
 /* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads). */
 typedef struct {
@@ -83,9 +91,11 @@ typedef struct llm4d_backend llm4d_backend;
 /* The largest GEMM operands of a step, in elements (for the memory plan: operand_workspace). made: the largest a
  * backend may have to materialise itself in any precision (an activation applied to a layer's input, attention's
  * packed panels); read: the largest any GEMM reads (made, or the LM head's logits gradient), which a backend
- * converts in low precision. */
+ * converts in low precision; rows, cols: no operand has more rows (tokens) or columns (features, vocabulary
+ * entries) than these, which bounds what a backend that pads its operands' sides adds to them. */
 typedef struct {
     size_t made, read;
+    size_t rows, cols;
 } llm4d_operand_sizes;
 
 /* How a kernel stores a result: over what the output held, or added to it (a gradient with several parts). */
@@ -356,9 +366,10 @@ struct llm4d_backend {
      * when a ZeRO-3 gather buffer was refilled with another group's weights). Memory returned through `free`
      * drops its copies. NULL: the backend keeps no copies (nothing to tell). */
     void (*weights_changed)(llm4d_backend *be, const void *p, size_t bytes);
-    /* Bytes of one element of such a copy (and of a converted operand) in precision prec: the memory plan's size
-     * of the copies. NULL only where weights_changed is. */
-    size_t (*operand_bytes)(llm4d_backend *be, llm4d_precision prec);
+    /* Bytes the backend's copies of one weight element take in precision prec, all its copies together (a bf16
+     * copy: 2; the AMX path's two tile layouts: 4): the memory plan's size of the copies. NULL only where
+     * weights_changed is. */
+    size_t (*weight_copy_bytes)(llm4d_backend *be, llm4d_precision prec);
 
     /* The backend's own timers (llm4d_work): seconds, calls and the optimizer's bytes, cumulative since creation.
      * NULL: not measured. */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu_amx.h"
 #include "backend/cpu_impl.h"
 #include "backend/host.h"
 #include "core/bf16.h"
@@ -100,6 +101,12 @@ llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p) {
     case LLM4D_PREC_FP16: return LLM4D_CPU_FP32_FP16;
     default: return LLM4D_CPU_FP32;
     }
+}
+
+int llm4d_cpu_amx_for(llm4d_precision p) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return llm4d_cpu_fmt_of(p) == LLM4D_CPU_BF16 &&
+           (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx && llm4d_amx_usable();
 }
 
 /* The bf16 format is only used on CPUs with AVX512-BF16 (llm4d_cpu_fmt_of), whose VCVTNE2PS2BF16 rounds 32 floats
@@ -190,17 +197,20 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
 /* Column sums (bias gradients): rows per chunk, and columns per task of the chunks' final sum. */
 #define COLSUM_ROWS 64
 #define COLSUM_COLS 64
+_Static_assert(COLSUM_ROWS % LLM4D_AMX_KB == 0, "a chunk of rows is whole K tiles of the transposed pack");
 
-/* db[OC] += the column sums of dout [N, OC], and, when dst is not NULL, dout in the working precision written to
- * dst in the same pass: a linear layer's bias gradient rides on the conversion of its output gradient instead of
- * reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
+/* db[OC] += the column sums of dout [N, OC] (db may be NULL: none), and, when dst is not NULL, dout in the working
+ * precision written to dst in the same pass (on the AMX path as the kernel's A tiles); on the AMX path, when dst_t
+ * is not NULL, also dout^T's A tiles (the weight gradient's operand), each chunk's while its rows are in cache: one
+ * read of dout for all three. A linear layer's bias gradient rides on the conversion of its output gradient instead
+ * of reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
  * fixed chunks of COLSUM_ROWS rows, and the chunks' partial sums are added in chunk order, so the thread count
  * does not change the bits. */
-static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst) {
+static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst, uint16_t *dst_t) {
     const llm4d_cpu_fmt fmt = cx->fmt;
     const size_t es = llm4d_cpu_operand_bytes(fmt);
     const long nch = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    if ((size_t)nch * OC > cx->colsum_cap) {
+    if (db && (size_t)nch * OC > cx->colsum_cap) {
         free(cx->colsum);
         cx->colsum = aligned_alloc(64, ((size_t)nch * OC * sizeof(double) + 63) & ~(size_t)63);
         LLM4D_ASSERT(cx->colsum, "out of memory for %ld x %d partial bias-gradient sums", nch, OC);
@@ -209,16 +219,21 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
     double *part = cx->colsum;
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < nch; ch++) {
-        double *p = part + (size_t)ch * OC;
+        double *p = db ? part + (size_t)ch * OC : NULL;
         const int r0 = (int)ch * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
-        memset(p, 0, (size_t)OC * sizeof(double));
+        if (p) memset(p, 0, (size_t)OC * sizeof(double));
         for (int r = r0; r < r1; r++) {
             const float *row = dout + (size_t)r * OC;
-            if (dst) llm4d_cpu_convert_block(fmt, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
+            if (dst && cx->amx) llm4d_amx_pack_a_row(dst, OC, r, row);
+            else if (dst) llm4d_cpu_convert_block(fmt, (char *)dst + (size_t)r * OC * es, row, (size_t)OC);
+            if (!p) continue;
 #pragma omp simd
             for (int o = 0; o < OC; o++) p[o] += row[o];
         }
+        if (dst_t) llm4d_amx_pack_a_t_ktiles(dst_t, dout, OC, OC, N, r0 / 32, (r1 + 31) / 32);
     }
+    if (dst && cx->amx) llm4d_amx_pack_a_pad_rows(dst, N, OC);
+    if (!db) return;
     const int ncb = (OC + COLSUM_COLS - 1) / COLSUM_COLS;
 #pragma omp parallel for schedule(static)
     for (int cb = 0; cb < ncb; cb++) {
@@ -237,8 +252,9 @@ static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, voi
  * where there is no conversion pass to join). */
 static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int N, int OC, float *db) {
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    void *dst = llm4d_cpu_slot(cx, slot, (size_t)N * OC * llm4d_cpu_operand_bytes(cx->fmt));
-    colsum(cx, db, dout, N, OC, dst);
+    const size_t elems = cx->amx ? llm4d_amx_a_elems(N, OC) : (size_t)N * OC;
+    void *dst = llm4d_cpu_slot(cx, slot, elems * llm4d_cpu_operand_bytes(cx->fmt));
+    colsum(cx, db, dout, N, OC, dst, NULL);
     return dst;
 }
 
@@ -263,6 +279,7 @@ static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_
         LLM4D_TRY(llm4d_dnnl_prepare(cx->dnnl, &probe, NULL, err));
     }
     cx->fmt = fmt;
+    cx->amx = llm4d_cpu_amx_for(p);
     return LLM4D_OK;
 }
 
@@ -286,10 +303,56 @@ static int nocopy_fp32(const cpu_ctx *cx, int m, int n) {
 
 static int forward_in_blocks(const cpu_ctx *cx, int N, int OC) { return OC > 2 * WIDE_COLS && nocopy_fp32(cx, N, OC); }
 
+/* ---------------------------------------------------------------------------------------------------------- */
+/* linear layers on the AMX kernel (cpu_amx.h): every operand is converted into the tiles it is read from, the
+ * weights once per update (the optimizer's pass writes both of a weight's packs), the activations and gradients per
+ * call (the pass that converts them anyway):
+ *   forward  out[N, OC] = act(X)[N, C] W^T          A: act(X) as A tiles       B: the tiles of W^T
+ *   dinp     dX[N, C] (=|+=) dY[N, OC] W             A: dY as A tiles (+ db)    B: the tiles of W
+ *   dw       dW[OC, C] += dY^T[OC, N] act(X)[N, C]   A: dY^T as A tiles         B: act(X) as B tiles
+ * Slot 0 holds the first A operand, slots 1 and 2 the weight gradient's two. */
+
+static void amx_forward(cpu_ctx *cx, float *out, const float *inp, llm4d_act act, const float *w, const float *b,
+                        int N, int C, int OC) {
+    uint16_t *a;
+    {
+        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+        a = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, C) * sizeof(uint16_t));
+        llm4d_amx_pack_a(a, inp, C, N, C, act);
+    }
+    llm4d_amx_gemm(out, OC, a, llm4d_cpu_weight_tiles(cx, w, OC, C, LLM4D_CPU_TILES_WT), b, N, OC, C, 0);
+}
+
+static void amx_backward(cpu_ctx *cx, float *dinp, llm4d_store dinp_store, float *dw, float *db, const float *dout,
+                         const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
+    uint16_t *g = NULL, *gt = NULL, *x = NULL;
+    {
+        /* dout's packs (the A tiles for dinp, their transpose for dw) and its column sums in one pass */
+        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+        if (dinp) g = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, OC) * sizeof(uint16_t));
+        if (dw) gt = llm4d_cpu_slot(cx, 1, llm4d_amx_a_elems(OC, N) * sizeof(uint16_t));
+        colsum(cx, db, dout, N, OC, g, gt);
+    }
+    if (dinp)
+        llm4d_amx_gemm(dinp, C, g, llm4d_cpu_weight_tiles(cx, w, OC, C, LLM4D_CPU_TILES_W), NULL, N, C, OC,
+                       dinp_store == LLM4D_ADD);
+    if (!dw) return;
+    {
+        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+        x = llm4d_cpu_slot(cx, 2, llm4d_amx_b_elems(N, C) * sizeof(uint16_t));
+        llm4d_amx_pack_b(x, inp, C, N, C, act);
+    }
+    llm4d_amx_gemm(dw, C, gt, x, NULL, OC, C, N, 1);
+}
+
 static void cpu_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
                                    const float *b, int N, int C, int OC) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
+    if (cx->amx) {
+        amx_forward(cx, out, inp, act, w, b, N, C, OC);
+        return;
+    }
     const void *a = llm4d_cpu_operand_act(cx, 0, inp, (size_t)N * C, act);
     const char *wop = llm4d_cpu_weight(cx, w, (size_t)OC * C);
     const size_t es = llm4d_cpu_operand_bytes(cx->fmt);
@@ -311,7 +374,7 @@ static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, 
 /* db[C] += column sums of dout[N, C] */
 static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    colsum(ctx_of(be), db, dout, N, C, NULL);
+    colsum(ctx_of(be), db, dout, N, C, NULL, NULL);
 }
 
 static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
@@ -397,6 +460,10 @@ static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store 
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
     cpu_ctx *cx = ctx_of(be);
     llm4d_dnnl *d = cx->dnnl;
+    if (cx->amx && (dinp || dw)) {
+        amx_backward(cx, dinp, dinp_store, dw, db, dout, inp, act, w, N, C, OC);
+        return;
+    }
     if (!dinp && !dw) {
         if (db) cpu_bias_backward(be, db, dout, N, OC);
         return;
@@ -491,10 +558,10 @@ static void cpu_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, si
 /* what the machine can do, and what the backend holds */
 
 /* A 1024^3 GEMM (large enough for oneDNN's blocked kernels to reach their steady rate, small enough to cost
- * ~10 ms) in the operand precision of the linear layers, the best of at least PEAK_REPS runs after a warm-up and
- * of as many as fit in PEAK_SECONDS: on a shared machine the best run is the closest to what the hardware can do,
- * and a quarter of a second gives it the chance to see one that no other process slowed down (an underestimated
- * peak would report a utilisation above 1). */
+ * ~10 ms) in the operand precision of the linear layers, on their kernel (oneDNN's, or on the AMX path ours), the
+ * best of at least PEAK_REPS runs after a warm-up and of as many as fit in PEAK_SECONDS: on a shared machine the
+ * best run is the closest to what the hardware can do, and a quarter of a second gives it the chance to see one
+ * that no other process slowed down (an underestimated peak would report a utilisation above 1). */
 #define PEAK_DIM 1024
 #define PEAK_REPS 5
 #define PEAK_SECONDS 0.25
@@ -510,12 +577,23 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
             a[i] = (float)(i % 97) * 0.01f;
             b[i] = (float)(i % 89) * 0.01f;
         }
+        /* the linear layers' kernel in the working precision, operands prepared as they are for it */
         llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, PEAK_DIM, PEAK_DIM, PEAK_DIM, 0, PEAK_DIM, 1, PEAK_DIM, PEAK_DIM, 0);
-        const void *pa = llm4d_cpu_operand(cx, 0, a, n), *pb = llm4d_cpu_operand(cx, 1, b, n);
+        const void *pa, *pb;
+        if (cx->amx) {
+            uint16_t *ta = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
+            uint16_t *tb = llm4d_cpu_slot(cx, 1, llm4d_amx_b_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
+            llm4d_amx_pack_a(ta, a, PEAK_DIM, PEAK_DIM, PEAK_DIM, LLM4D_ACT_NONE);
+            llm4d_amx_pack_b_t(tb, b, PEAK_DIM, PEAK_DIM, PEAK_DIM);
+            pa = ta, pb = tb;
+        } else {
+            pa = llm4d_cpu_operand(cx, 0, a, n), pb = llm4d_cpu_operand(cx, 1, b, n);
+        }
         const double start = omp_get_wtime();
         for (int r = 0; r <= PEAK_REPS || (omp_get_wtime() - start < PEAK_SECONDS && r < 100); r++) {
             const double t0 = omp_get_wtime();
-            llm4d_dnnl_matmul(cx->dnnl, &mm, pa, pb, NULL, c);
+            if (cx->amx) llm4d_amx_gemm(c, PEAK_DIM, pa, pb, NULL, PEAK_DIM, PEAK_DIM, PEAK_DIM, 0);
+            else llm4d_dnnl_matmul(cx->dnnl, &mm, pa, pb, NULL, c);
             const double gf = 2.0 * PEAK_DIM * PEAK_DIM * PEAK_DIM / (omp_get_wtime() - t0) / 1e9;
             if (r > 0 && gf > best) best = gf;
         }
@@ -537,14 +615,25 @@ static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
     return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec));
 }
 
+/* a bf16 copy in row order, or on the AMX path the two tile layouts (their padding is a few rows per weight) */
+static size_t cpu_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
+    return (llm4d_cpu_amx_for(prec) ? 2 : 1) * cpu_operand_bytes(be, prec);
+}
+
 /* The two conversion slots, each as large as the largest operand they hold: in fp32 only what the backend makes
  * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
  * precision every converted operand; the bias gradients' partial sums (a double per 64 elements of an output
  * gradient, at most the widest activation's); and where input gradients may go through a transposed weight
  * (dinp_transposed: fp32 operands on an AVX2 CPU), its block, at most WT_BLOCK_BYTES (the plan does not know
- * whether the model's shapes will call for it, so it counts it whenever they might). */
+ * whether the model's shapes will call for it, so it counts it whenever they might). On the AMX path three slots
+ * hold tiles: two of any operand (the input gradient's output gradient, the weight gradient's transposed one) and
+ * one of an activation (the weight gradient's input), each with its padding to 32 rows and columns. */
 static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
     const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read, es = cpu_operand_bytes(be, prec);
+    if (llm4d_cpu_amx_for(prec)) {
+        const size_t pad = (LLM4D_AMX_MB - 1) * (s.rows + s.cols) + LLM4D_AMX_MB * LLM4D_AMX_MB;
+        return (2 * (s.read + pad) + s.made + pad) * es + (s.made / COLSUM_ROWS + 1) * sizeof(double);
+    }
     const size_t wt = ctx_of(be)->avx2_nocopy && es == sizeof(float) ? WT_BLOCK_BYTES : 0;
     return 2 * slot * es + (s.made / COLSUM_ROWS + 1) * sizeof(double) + wt;
 }
@@ -584,7 +673,7 @@ static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
                                       [LLM4D_CPU_FP32_BF16] = "fp32 holding bf16-rounded values (no AVX512-BF16)",
                                       [LLM4D_CPU_FP32_FP16] = "fp32 holding fp16-rounded values"};
     snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), fmt[cx->fmt],
-             lin[0] ? lin : "none yet", att[0] ? att : "none yet");
+             cx->amx ? "llm4d's AMX kernel (bf16 tiles)" : lin[0] ? lin : "none yet", att[0] ? att : "none yet");
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -649,7 +738,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
     be->operand_workspace = cpu_operand_workspace;
-    be->operand_bytes = cpu_operand_bytes;
+    be->weight_copy_bytes = cpu_weight_copy_bytes;
     be->weights_changed = cpu_weights_changed;
     be->work_stats = cpu_work_stats;
     be->describe_gemms = cpu_describe_gemms;

@@ -195,4 +195,39 @@ static inline void drop_mults(const llm4d_dropout *d, uint64_t pos0, int n, floa
 
 static inline int drop_on(const llm4d_dropout *d) { return d && d->p > 0.0f; }
 
+/* A mask kept as bits (llm4d_dropout.bits): the n multipliers of drop_mults as bits of words[0 .. (n+31)/32), bit i
+ * of word w set where mult[32 w + i] is not zero (the bits past n cleared), and back: mult[i] = keep where the bit
+ * is set, else 0. keep must be drop_mults' 1/(1-p), so that both give a multiplier the same bits. */
+static inline void drop_bits_store(uint32_t *words, const float *mult, int n) {
+    for (int w = 0; 32 * w < n; w++) {
+        const int len = n - 32 * w < 32 ? n - 32 * w : 32;
+        uint32_t v = 0;
+#if LLM4D_DROP_AVX512
+        const __m512 z = _mm512_setzero_ps();
+        const uint32_t lo = _mm512_mask_cmp_ps_mask((__mmask16)(len >= 16 ? 0xffff : (1u << len) - 1),
+                                                    _mm512_loadu_ps(mult + 32 * w), z, _CMP_NEQ_UQ);
+        const uint32_t hi = len > 16 ? _mm512_mask_cmp_ps_mask((__mmask16)(len >= 32 ? 0xffff : (1u << (len - 16)) - 1),
+                                                               _mm512_loadu_ps(mult + 32 * w + 16), z, _CMP_NEQ_UQ)
+                                     : 0;
+        v = lo | hi << 16;
+#else
+        for (int i = 0; i < len; i++) v |= (uint32_t)(mult[32 * w + i] != 0.0f) << i;
+#endif
+        words[w] = v;
+    }
+}
+
+static inline void drop_bits_mults(const uint32_t *words, int n, float keep, float *mult) {
+#if LLM4D_DROP_AVX512
+    const __m512 k = _mm512_set1_ps(keep);
+    for (int w = 0; 32 * w < n; w++) {
+        _mm512_storeu_ps(mult + 32 * w, _mm512_maskz_mov_ps((__mmask16)words[w], k));
+        _mm512_storeu_ps(mult + 32 * w + 16, _mm512_maskz_mov_ps((__mmask16)(words[w] >> 16), k));
+    }
+#else
+#pragma omp simd
+    for (int i = 0; i < n; i++) mult[i] = (words[i / 32] >> (i % 32) & 1u) ? keep : 0.0f;
+#endif
+}
+
 #endif

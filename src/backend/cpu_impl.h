@@ -32,6 +32,14 @@ typedef enum {
 } llm4d_cpu_fmt;
 /* The format for precision p on this CPU. */
 llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p);
+/* Whether the linear layers' GEMMs in precision p run on our AMX kernel (cpu_amx.h): bf16 storage, a CPU with AMX
+ * whose tile state the kernel granted, and oneDNN's ISA not capped below AMX (ONEDNN_MAX_CPU_ISA, which the tests
+ * use to run an AMX machine the way an AVX512-BF16 one runs). */
+int llm4d_cpu_amx_for(llm4d_precision p);
+
+/* How a weight's low-precision copy is laid out (cpu_wcache.c): in the weight's own row order (oneDNN's operand),
+ * or as the AMX kernel's B tiles of W (the input gradient dX = dY W) or of W^T (the forward Y = X W^T). */
+typedef enum { LLM4D_CPU_ROWS = 0, LLM4D_CPU_TILES_W, LLM4D_CPU_TILES_WT } llm4d_cpu_layout;
 
 typedef struct {
     llm4d_dnnl *dnnl;
@@ -40,8 +48,10 @@ typedef struct {
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
     llm4d_cpu_fmt fmt;       /* how the operands of all GEMMs are stored */
-    void *cvt[3];            /* converted copies of the two GEMM operands (attention: qkv and dout); slot 2 a block
-                              * of a transposed weight (cpu.c, dinp_by_blocks) */
+    int amx;                 /* the linear layers' GEMMs run on the AMX kernel, operands in its tiles (cpu_amx.h) */
+    void *cvt[3];            /* converted copies of the GEMM operands: two (attention: qkv and dout), three on the
+                              * AMX path (a weight gradient's two tiled operands beside the input gradient's); slot 2
+                              * a block of a transposed weight elsewhere (cpu.c, dinp_by_blocks) */
     size_t cvt_cap[3];       /* bytes */
     int avx2_nocopy;         /* oneDNN's sgemm is its AVX2 one: go around its no-copy kernels (cpu.c nocopy_fp32) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
@@ -170,13 +180,21 @@ void llm4d_cpu_elem_install(llm4d_backend *be);
 /* w (n elements, a linear layer's weight) in the working precision: its copy, made now if it has none or a stale
  * one; w itself in fp32 mode. */
 const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n);
+/* The weight w [rows, cols] as the AMX kernel's B tiles (layout LLM4D_CPU_TILES_W or LLM4D_CPU_TILES_WT), a copy
+ * kept like the others. */
+const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, int cols, llm4d_cpu_layout layout);
 void llm4d_cpu_wcache_changed(cpu_ctx *cx, const void *p, size_t bytes); /* p NULL: every copy is stale */
 void llm4d_cpu_wcache_drop(cpu_ctx *cx, const void *p, size_t bytes);    /* the memory is going away */
-/* Elements [lo, hi) of an optimizer range p[0, n) have a copy starting at dst (the copy of element lo). */
+/* Elements [lo, hi) of an optimizer range p[0, n) have a copy: in row order (LLM4D_CPU_ROWS), dst is the copy of
+ * element lo; in tiles, dst is the whole copy of the weight src [rows, cols], of which p[lo] is element e_lo. */
 typedef struct {
     size_t lo, hi;
     llm4d_cpu_fmt fmt;
+    llm4d_cpu_layout layout;
     void *dst;
+    const float *src;
+    size_t e_lo;
+    int rows, cols;
 } llm4d_cpu_wspan;
 /* The copies overlapping p[0, n), for the optimizer to rewrite in its pass (valid until the next call). */
 int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspan **out);

@@ -11,7 +11,9 @@
  * (optim_bytes) so the trainer and bench/bench_train.sh can hold its time against the copy bandwidth. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 
+#include "backend/cpu_amx.h"
 #include "backend/cpu_impl.h"
 
 #define OPT_CHUNK 16384 /* elements per task: 4 streams x 64 KiB, far more than a thread-wake's cost of work */
@@ -38,6 +40,38 @@ static void adamw_chunk(const adamw_consts *k, float *restrict p, float *restric
     if (zero_grads) memset(g, 0, n * sizeof(float)); /* the lines were just read: still in L1 */
 }
 
+/* The new values of params[a, b) into the span's copy: in row order, or into the weight's tiles. */
+static void write_copy(const llm4d_cpu_wspan *sp, const float *params, size_t a, size_t b) {
+    if (a >= b) return;
+    const size_t e0 = sp->e_lo + (a - sp->lo), e1 = e0 + (b - a);
+    switch (sp->layout) {
+    case LLM4D_CPU_ROWS:
+        llm4d_cpu_convert_block(sp->fmt, (char *)sp->dst + (a - sp->lo) * llm4d_cpu_operand_bytes(sp->fmt), params + a,
+                                b - a);
+        return;
+    case LLM4D_CPU_TILES_W: llm4d_amx_pack_b_range(sp->dst, sp->src, sp->rows, sp->cols, e0, e1); return;
+    case LLM4D_CPU_TILES_WT: llm4d_amx_pack_b_t_range(sp->dst, sp->src, sp->rows, sp->cols, e0, e1); return;
+    }
+}
+
+/* Where the optimizer's task starting at element i ends: after OPT_CHUNK elements, except in a weight whose copy
+ * is in tiles, where tasks are groups of 16 whole rows of the weight (the first and last as the range cuts them),
+ * so that the packers transpose whole tile columns instead of rows cut at arbitrary chunk ends, element by element
+ * (4x slower). */
+static size_t next_cut(const llm4d_cpu_wspan *sp, int nsp, size_t i, size_t n) {
+    size_t next = i + OPT_CHUNK < n ? i + OPT_CHUNK : n;
+    for (int s = 0; s < nsp; s++) {
+        if (sp[s].layout == LLM4D_CPU_ROWS) continue;
+        if (i >= sp[s].lo && i < sp[s].hi) {
+            const size_t g = (size_t)16 * (size_t)sp[s].cols, e = sp[s].e_lo + (i - sp[s].lo);
+            const size_t end = sp[s].lo + ((e / g + 1) * g - sp[s].e_lo);
+            return end < sp[s].hi ? end : sp[s].hi;
+        }
+        if (sp[s].lo > i && sp[s].lo < next) next = sp[s].lo;
+    }
+    return next;
+}
+
 static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
                       float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
     cpu_ctx *cx = ctx_of(be);
@@ -49,17 +83,21 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
     cx->optim_bytes += (zero_grads ? 32.0 : 28.0) * (double)n;
     llm4d_cpu_wspan *sp;
     const int nsp = llm4d_cpu_wcache_spans(cx, params, n, &sp); /* low-precision copies to rewrite in the pass */
-    const long ntasks = (long)((n + OPT_CHUNK - 1) / OPT_CHUNK);
+    long ntasks = 0;
+    for (size_t i = 0; i < n; i = next_cut(sp, nsp, i, n)) ntasks++;
+    size_t *cut = malloc(((size_t)ntasks + 1) * sizeof *cut);
+    LLM4D_ASSERT(cut != NULL, "out of memory for %ld optimizer tasks", ntasks);
+    ntasks = 0;
+    for (size_t i = 0; i < n; i = next_cut(sp, nsp, i, n)) cut[ntasks++] = i;
+    cut[ntasks] = n;
 #pragma omp parallel for schedule(static) if (ntasks > 1)
     for (long c = 0; c < ntasks; c++) {
-        const size_t i0 = (size_t)c * OPT_CHUNK, len = n - i0 < OPT_CHUNK ? n - i0 : OPT_CHUNK;
+        const size_t i0 = cut[c], len = cut[c + 1] - i0;
         adamw_chunk(&k, params + i0, grads + i0, m + i0, v + i0, len, zero_grads);
-        for (int s = 0; s < nsp; s++) { /* the chunk's new parameters are in L1 */
-            const size_t a = sp[s].lo > i0 ? sp[s].lo : i0, b = sp[s].hi < i0 + len ? sp[s].hi : i0 + len;
-            const size_t es = llm4d_cpu_operand_bytes(sp[s].fmt);
-            if (a < b) llm4d_cpu_convert_block(sp[s].fmt, (char *)sp[s].dst + (a - sp[s].lo) * es, params + a, b - a);
-        }
+        for (int s = 0; s < nsp; s++) /* the chunk's new parameters are in L1 */
+            write_copy(&sp[s], params, i0 > sp[s].lo ? i0 : sp[s].lo, i0 + len < sp[s].hi ? i0 + len : sp[s].hi);
     }
+    free(cut);
     if (nsp) cx->optim_bytes += llm4d_cpu_wcache_refreshed(cx, params, n);
 }
 

@@ -15,10 +15,13 @@
  *    updated shards into the fp32 weights after its own pass: those copies are converted again on first use);
  *  - weights_changed(p, bytes) marks the copies inside a range stale (the model says so when a ZeRO-3 gather buffer
  *    was refilled with another group's weights), and memory returned through the backend's free drops its copies.
+ * On the AMX path a weight has two copies, in the kernel's B tiles of W (for the input gradient) and of W^T (for the
+ * forward), keyed by their layout as well; the optimizer writes each in its own order (cpu_amx.h's _range packers).
  * As a guard against a caller that breaks the contract by reusing memory outside the backend's allocator, each
  * copy also remembers a few sampled elements of its master and is rebuilt when they differ. */
 #include <stdlib.h>
 
+#include "backend/cpu_amx.h"
 #include "backend/cpu_impl.h"
 
 #define WC_SAMPLES 8
@@ -27,6 +30,8 @@ typedef struct {
     const float *src;   /* the fp32 master */
     size_t n;
     llm4d_cpu_fmt fmt;
+    llm4d_cpu_layout layout;
+    int rows, cols;     /* the weight's shape (tiled layouts) */
     void *dst;          /* n operand elements */
     size_t bytes;
     int valid;
@@ -69,47 +74,80 @@ static int overlaps(const wc_entry *e, const void *p, size_t bytes) {
     return a < d && c < b;
 }
 
-const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n) {
-    if (cx->fmt == LLM4D_CPU_FP32 || n == 0) return w;
+/* The copy of w (n elements) in format fmt and layout (rows x cols for tiles): the one it has, or a new one,
+ * which the caller fills. *fresh: the copy holds w's values (made since w last changed). */
+static wc_entry *find_or_add(cpu_ctx *cx, const float *w, size_t n, llm4d_cpu_layout layout, int rows, int cols,
+                             int *fresh) {
     llm4d_cpu_wcache *wc = wc_of(cx);
     wc_entry *e = NULL;
     for (int i = 0; i < wc->n && !e; i++)
-        if (wc->e[i].src == w && wc->e[i].n == n && wc->e[i].fmt == cx->fmt) e = &wc->e[i];
-    if (e && e->valid && samples_match(e)) return e->dst;
-    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    if (!e) {
-        /* stale copies this range overlaps are of weights no longer there (a ZeRO-3 gather buffer refilled with a
-         * group of another layout): dropped, so the copies never hold more than the weights live at once */
-        for (int i = 0; i < wc->n;) {
-            if (!wc->e[i].valid && overlaps(&wc->e[i], w, n * sizeof(float))) {
-                free(wc->e[i].dst);
-                wc->bytes -= wc->e[i].bytes;
-                wc->e[i] = wc->e[--wc->n];
-            } else {
-                i++;
-            }
+        if (wc->e[i].src == w && wc->e[i].n == n && wc->e[i].fmt == cx->fmt && wc->e[i].layout == layout &&
+            wc->e[i].rows == rows)
+            e = &wc->e[i];
+    *fresh = e && e->valid && samples_match(e);
+    if (e) return e;
+    /* stale copies this range overlaps are of weights no longer there (a ZeRO-3 gather buffer refilled with a
+     * group of another layout): dropped, so the copies never hold more than the weights live at once */
+    for (int i = 0; i < wc->n;) {
+        if (!wc->e[i].valid && overlaps(&wc->e[i], w, n * sizeof(float))) {
+            free(wc->e[i].dst);
+            wc->bytes -= wc->e[i].bytes;
+            wc->e[i] = wc->e[--wc->n];
+        } else {
+            i++;
         }
-        if (wc->n == wc->cap) {
-            const int cap = wc->cap ? 2 * wc->cap : 64;
-            wc_entry *ne = realloc(wc->e, (size_t)cap * sizeof *ne);
-            LLM4D_ASSERT(ne != NULL, "out of memory for %d weight copies", cap);
-            wc->e = ne;
-            wc->cap = cap;
-        }
-        e = &wc->e[wc->n++];
-        memset(e, 0, sizeof *e);
-        e->src = w;
-        e->n = n;
-        e->fmt = cx->fmt;
-        e->bytes = (n * llm4d_cpu_operand_bytes(cx->fmt) + 63) & ~(size_t)63;
-        e->dst = aligned_alloc(64, e->bytes);
-        LLM4D_ASSERT(e->dst != NULL, "out of memory for a %zu-byte weight copy", e->bytes);
-        wc->bytes += e->bytes;
     }
-    llm4d_cpu_convert(e->fmt, e->dst, w, n);
+    if (wc->n == wc->cap) {
+        const int cap = wc->cap ? 2 * wc->cap : 64;
+        wc_entry *ne = realloc(wc->e, (size_t)cap * sizeof *ne);
+        LLM4D_ASSERT(ne != NULL, "out of memory for %d weight copies", cap);
+        wc->e = ne;
+        wc->cap = cap;
+    }
+    e = &wc->e[wc->n++];
+    memset(e, 0, sizeof *e);
+    e->src = w;
+    e->n = n;
+    e->fmt = cx->fmt;
+    e->layout = layout;
+    e->rows = rows;
+    e->cols = cols;
+    const size_t elems = layout == LLM4D_CPU_ROWS ? n
+                         : layout == LLM4D_CPU_TILES_W ? llm4d_amx_b_elems(rows, cols)
+                                                       : llm4d_amx_b_elems(cols, rows);
+    e->bytes = (elems * llm4d_cpu_operand_bytes(cx->fmt) + 63) & ~(size_t)63;
+    e->dst = aligned_alloc(64, e->bytes);
+    LLM4D_ASSERT(e->dst != NULL, "out of memory for a %zu-byte weight copy", e->bytes);
+    wc->bytes += e->bytes;
+    return e;
+}
+
+static void made(wc_entry *e) {
     take_samples(e);
     e->valid = 1;
     e->refreshed = 0;
+}
+
+const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n) {
+    if (cx->fmt == LLM4D_CPU_FP32 || n == 0) return w;
+    int fresh;
+    wc_entry *e = find_or_add(cx, w, n, LLM4D_CPU_ROWS, 0, 0, &fresh);
+    if (fresh) return e->dst;
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    llm4d_cpu_convert(e->fmt, e->dst, w, n);
+    made(e);
+    return e->dst;
+}
+
+const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, int cols, llm4d_cpu_layout layout) {
+    int fresh;
+    wc_entry *e = find_or_add(cx, w, (size_t)rows * (size_t)cols, layout, rows, cols, &fresh);
+    if (fresh) return e->dst;
+    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    /* the whole pack, padding included: the optimizer's passes later write only the weight's own elements */
+    if (layout == LLM4D_CPU_TILES_W) llm4d_amx_pack_b(e->dst, w, cols, rows, cols, LLM4D_ACT_NONE);
+    else llm4d_amx_pack_b_t(e->dst, w, cols, rows, cols);
+    made(e);
     return e->dst;
 }
 
@@ -154,7 +192,8 @@ int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspa
         const size_t lo = e->src > p ? (size_t)(e->src - p) : 0;
         const size_t hi = e->src + e->n < p + n ? (size_t)(e->src + e->n - p) : n;
         const size_t off = (size_t)(p + lo - e->src);
-        wc->spans[k++] = (llm4d_cpu_wspan){lo, hi, e->fmt, (char *)e->dst + off * llm4d_cpu_operand_bytes(e->fmt)};
+        void *dst = e->layout == LLM4D_CPU_ROWS ? (char *)e->dst + off * llm4d_cpu_operand_bytes(e->fmt) : e->dst;
+        wc->spans[k++] = (llm4d_cpu_wspan){lo, hi, e->fmt, e->layout, dst, e->src, off, e->rows, e->cols};
     }
     *out = wc->spans;
     return k;

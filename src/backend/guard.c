@@ -527,8 +527,8 @@ static size_t g_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4
 static void g_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
     gctx(be)->in->weights_changed(gctx(be)->in, p, bytes);
 }
-static size_t g_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
-    return gctx(be)->in->operand_bytes(gctx(be)->in, prec);
+static size_t g_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
+    return gctx(be)->in->weight_copy_bytes(gctx(be)->in, prec);
 }
 static void g_work_stats(llm4d_backend *be, llm4d_work_stats *out) { gctx(be)->in->work_stats(gctx(be)->in, out); }
 static void g_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
@@ -611,7 +611,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->init_param = g_init_param, be->attention_cached = g_attention_cached, be->sample = g_sample;
     be->set_precision = g_set_precision, be->matmul_peak_gflops = g_matmul_peak_gflops;
     be->workspace_bytes = g_workspace_bytes, be->operand_workspace = g_operand_workspace;
-    be->weights_changed = g_weights_changed, be->operand_bytes = g_operand_bytes;
+    be->weights_changed = g_weights_changed, be->weight_copy_bytes = g_weight_copy_bytes;
     be->work_stats = g_work_stats, be->describe_gemms = g_describe_gemms, be->describe_memory = g_describe_memory;
     be->destroy = g_destroy;
     *out = be;

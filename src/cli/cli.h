@@ -17,6 +17,7 @@ int llm4d_cmd_detokenize(int argc, char **argv);
 int llm4d_cmd_prepare_data(int argc, char **argv);
 int llm4d_cmd_generate(int argc, char **argv);
 int llm4d_cmd_convert(int argc, char **argv);
+int llm4d_cmd_report(int argc, char **argv);
 /* hidden (no summary): started by `launch` under mpirun, and a collective job for the launcher's tests */
 int llm4d_cmd_worker(int argc, char **argv);
 int llm4d_cmd_commtest(int argc, char **argv);

@@ -15,6 +15,8 @@ static const llm4d_verb verbs[] = {
     {"detokenize", "print the text of GPT-2 token ids", llm4d_cmd_detokenize},
     {"generate", "continue a prompt with a checkpoint (KV cache; temperature, top-k, top-p)", llm4d_cmd_generate},
     {"convert", "export a checkpoint as a Hugging Face GPT-2 directory, or import one", llm4d_cmd_convert},
+    {"report", "one HTML page about a run: curves, schedule, memory, layout (RUN_DIR [-o FILE] [--compare DIR])",
+     llm4d_cmd_report},
     {"__worker", NULL, llm4d_cmd_worker},
     {"__commtest", NULL, llm4d_cmd_commtest},
 };

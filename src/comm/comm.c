@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "comm/comm_shm.h"
+#include "comm/comm_trace.h"
 #include "core/fault.h"
 #include "core/timer.h"
 
@@ -62,6 +63,7 @@ static uint64_t cost_bytes(llm4d_comm_op op, uint64_t n, uint64_t block_bytes) {
 static void account(llm4d_comm *c, llm4d_comm_op op, size_t count, llm4d_comm_dtype dt) {
     c->stats.calls[op]++;
     c->stats.bytes[op] += cost_bytes(op, (uint64_t)c->size, (uint64_t)count * llm4d_comm_dtype_size(dt));
+    llm4d_comm_trace_bytes(c, (uint64_t)count * llm4d_comm_dtype_size(dt));
 }
 
 /* reduce: 0 data movement, 1 a sum, 2 a maximum */
@@ -114,6 +116,7 @@ static llm4d_code fault_check(llm4d_comm *c, const char *what, llm4d_err *err) {
 /* Wrap a backend error with the operation and group, so the user sees which collective failed where. */
 static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0, llm4d_err *err) {
     c->stats.blocked_s += llm4d_now() - t0;
+    llm4d_comm_trace(c, what, t0);
     if (rc == LLM4D_ETIMEOUT) return rc; /* the watchdog's line already names the operation and the group */
     if (rc != LLM4D_OK) return llm4d_wrap(err, "%s on the %s group (rank %d of %d)", what, c->name, c->rank,
                                           c->size);

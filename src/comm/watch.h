@@ -60,6 +60,7 @@ typedef struct llm4d_comm_watch {
     llm4d_code fault_rc;
     llm4d_err fault_err;
     llm4d_fault fault;
+    struct llm4d_trace *trace; /* core/trace.h: the spans of the traced steps (comm_trace.h); NULL: tracing off */
 } llm4d_comm_watch;
 
 /* dir NULL or "": no progress board (the watchdog still fires, without saying who did not arrive). */

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "config/pyval.h"
+#include "core/trace.h"
 #include "config/schema.h"
 #include "config/yamltree.h"
 
@@ -568,6 +569,11 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     }
     if (!(sum > 0))
         return llm4d_fail(err, LLM4D_EUSER, "split '%s' must have a positive total, as in 949,50,1", cfg->data.split);
+    LLM4D_TRY(llm4d_trace_parse_steps(cfg->trace_steps, &cfg->trace_first, &cfg->trace_last, err));
+    if (cfg->trace_dir[0] && cfg->trace_first > cfg->max_steps)
+        return llm4d_fail(err, LLM4D_EUSER, "trace_steps %s starts after the run's last step (max_steps %lld); choose "
+                          "steps between 1 and %lld", cfg->trace_steps, (long long)cfg->max_steps,
+                          (long long)cfg->max_steps);
     return LLM4D_OK;
 }
 

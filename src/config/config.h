@@ -102,6 +102,9 @@ typedef struct {
     float scale_loss;
     int threads;                     /* 0: all cores */
     int backend_ref;                 /* --backend ref: run the naive reference kernels (testing) */
+    char trace_dir[LLM4D_PATH_MAX];  /* Global.trace / --trace: per-rank Trace Event files go here; "": off */
+    char trace_steps[LLM4D_NAME_MAX]; /* "5-6": the steps traced */
+    int64_t trace_first, trace_last; /* derived from trace_steps */
 
     llm4d_model_config model;
     llm4d_data_config data;
@@ -130,6 +133,11 @@ llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *e
 
 /* `llm4d train --help`: every option with its default. */
 void llm4d_config_print_help(FILE *f);
+
+/* Every key llm4d acts on with its value ({"values": {"Section.key": v, ...}, "explicit": [keys set explicitly],
+ * "no_effect": [keys set without effect]}); the caller deletes it. NULL when out of memory. */
+typedef struct cJSON cJSON;
+cJSON *llm4d_config_json(const llm4d_config *cfg);
 
 /* Set a model preset's geometry into cfg->model; returns LLM4D_EUSER with the list of presets if unknown. */
 llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err);

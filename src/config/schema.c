@@ -58,6 +58,11 @@ static const llm4d_key keys[] = {
     EXT("Global.threads", LLM4D_KT_INT, threads, "0", NULL, "--threads", "OpenMP threads per process; 0: all cores"),
     EXT("Global.backend", LLM4D_KT_BACKEND, backend_ref, "cpu", NULL, "--backend",
         "cpu (oneDNN + OpenMP kernels) or ref (naive reference kernels, for testing)"),
+    EXT("Global.trace", LLM4D_KT_STR, trace_dir, "", NULL, "--trace",
+        "write each rank's timeline of the trace_steps (Chrome Trace Event JSON, trace.rank<R>.json) to this "
+        "directory; empty: off"),
+    EXT("Global.trace_steps", LLM4D_KT_STR, trace_steps, "2-3", NULL, "--trace_steps",
+        "the steps --trace records: FIRST-LAST, one step N, or N- (to the end)"),
 
     /* Engine */
     KEY("Engine.max_steps", LLM4D_KT_I64, max_steps, "500000", NULL, "--max_steps", "optimizer steps to run"),

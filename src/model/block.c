@@ -57,11 +57,14 @@ typedef struct {
     llm4d_dropout attn, out1, out2;
 } block_dropouts;
 
-static block_dropouts dropouts(const llm4d_gpt *g, int l, const llm4d_micro *mb) {
-    return (block_dropouts){
-        llm4d_gpt_dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, mb),
-        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, mb),
-        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, mb)};
+/* The block's three dropouts; the attention's keeps its mask in the block's activations (a->attn_bits), which
+ * forward writes and backward reads. */
+static block_dropouts dropouts(const llm4d_gpt *g, int l, const llm4d_micro *mb, const llm4d_block_acts *a) {
+    block_dropouts d = {llm4d_gpt_dropout(g, g->cfg.attention_probs_dropout_prob, l, LLM4D_DROP_ATTN_PROBS, mb),
+                        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_ATTN_OUT, mb),
+                        llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, l, LLM4D_DROP_MLP_OUT, mb)};
+    d.attn.bits = a->attn_bits;
+    return d;
 }
 
 static llm4d_attn_shape attn_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
@@ -110,7 +113,7 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, 
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
     const int grp = g->group_of_layer[l];
     const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 0));
-    const block_dropouts d = dropouts(g, l, mb);
+    const block_dropouts d = dropouts(g, l, mb, a);
 
     ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, Nl);
     be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
@@ -180,7 +183,7 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     float *dln2b = wg ? wg->dln[3] : llm4d_gpt_at(g, dp, LLM4D_P_LN2B);
     if (wg) be->zero(be, wg->dln[0], 4 * (size_t)C * sizeof(float));
 #define DW(kind) (wg ? NULL : llm4d_gpt_at(g, dp, kind))
-    const block_dropouts d = dropouts(g, l, mb);
+    const block_dropouts d = dropouts(g, l, mb, a);
 
     /* g->dres holds d(out). MLP sublayer: out = x2 + dropout(m) */
     be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);

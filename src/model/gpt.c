@@ -109,6 +109,11 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
     a->qkv = alloc_f(A, X, N * 3 * g->Cl);
     a->atty = alloc_f(A, X, N * g->Cl);
     a->lse = alloc_f(A, X, (size_t)g->B * g->NHl * g->T);
+    /* the attention dropout's mask, kept so backward reads it instead of drawing its Philox words again (a bit per
+     * probability: 1/32 of the scores a non-flash attention would keep) */
+    a->attn_bits = g->cfg.attention_probs_dropout_prob > 0.0f
+                       ? (uint32_t *)alloc_f(A, X, (size_t)g->B * g->NHl * g->T * LLM4D_MASK_WORDS(g->T))
+                       : NULL;
     a->res2 = alloc_f(A, X, Nl * C);
     a->ln2 = alloc_f(A, X, N * C);
     a->ln2_mean = alloc_f(A, X, Nl);
@@ -219,6 +224,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
         const size_t nch = (N + (size_t)g->head_rows - 1) / (size_t)g->head_rows;
         g->head = alloc_f(&A, W, (size_t)g->head_rows * (size_t)widest);
         g->operands.read = (size_t)g->head_rows * (size_t)widest; /* the head's logits gradient, a chunk at a time */
+        g->operands.cols = (size_t)widest;
         g->xstats = alloc_f(&A, W, nch * 3 * (size_t)g->head_rows);
         g->xmax = alloc_f(&A, W, (size_t)g->head_rows);
         g->losses = alloc_f(&A, W, N);
@@ -233,6 +239,8 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     if (g->C > widest) widest = g->C;
     g->operands.made = N * (size_t)widest;
     if (g->operands.made > g->operands.read) g->operands.read = g->operands.made;
+    if ((size_t)widest > g->operands.cols) g->operands.cols = (size_t)widest;
+    g->operands.rows = N;
     g->full = alloc_f(&A, W, N * C);
     g->dres = alloc_f(&A, W, Nl * C);
     g->dres2 = alloc_f(&A, W, Nl * C);

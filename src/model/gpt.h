@@ -36,6 +36,8 @@ typedef struct {
     float *qkv;                        /* [BT,3C/M] this rank's heads' Q, K, V */
     float *atty;                       /* [BT,C/M] attention output before c_proj */
     float *lse;                        /* [B,NH/M,T] log-sum-exp of each attention row (rebuilds softmax) */
+    uint32_t *attn_bits;               /* [B,NH/M,T,T/32] the attention dropout's mask (backend.h llm4d_dropout.bits;
+                                        * NULL without attention dropout) */
     float *res2;                       /* [BTl,C] residual stream after the attention sublayer */
     float *ln2;                        /* [BT,C] */
     float *ln2_mean, *ln2_rstd;        /* [BTl] */

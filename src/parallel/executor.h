@@ -13,6 +13,7 @@
 #ifndef LLM4D_PARALLEL_EXECUTOR_H
 #define LLM4D_PARALLEL_EXECUTOR_H
 
+#include "core/trace.h"
 #include "model/gpt.h"
 
 typedef struct llm4d_executor llm4d_executor;
@@ -25,6 +26,7 @@ typedef struct {
 
 struct llm4d_executor {
     const llm4d_executor_ops *ops;
+    llm4d_trace *trace; /* where the passes it runs are recorded (train/trace_run.c sets it; NULL: tracing off) */
 };
 
 static inline llm4d_code llm4d_executor_run(llm4d_executor *x, const llm4d_micro *mbs, int M, int forward_only,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_trace.h"
 #include "core/timer.h"
 
 /* the executor's table, defined with the executor below */
@@ -259,6 +260,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_forward(g, c, slot, m);
             computed(pl, 0, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_FORWARD, mb, V > 1 ? c : -1, t0);
             if (forward_only) pl->slot_mb[c * pl->max_slots + slot] = -1; /* reusable once its send is done */
             break;
         }
@@ -277,6 +279,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward(g, c, sl, m, dout, s->split);
             computed(pl, 1, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_BACKWARD, mb, V > 1 ? c : -1, t0);
             if (v < VP - 1) pl->rbuf_busy[*rb] = 0;
             if (!s->split) pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
@@ -289,6 +292,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const double t0 = llm4d_now();
             llm4d_gpt_chunk_backward_weight(g, c, sl, m);
             computed(pl, 2, t0);
+            llm4d_trace_pass(llm4d_comm_tracer(pl->pp), LLM4D_TR_WEIGHT, mb, V > 1 ? c : -1, t0);
             pl->slot_mb[c * pl->max_slots + sl] = -1;
             break;
         }

@@ -98,6 +98,7 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     const llm4d_param_table *t = &tr->model.table;
     llm4d_engine *e = tr->engines.storage;
     llm4d_code rc = LLM4D_OK;
+    const double t0 = llm4d_trace_now(tr->trace);
     cJSON *meta = build_meta(tr, step);
     if (e->ops->gather_state && c->dist.save_consolidated) {
         rc = save_consolidated(tr, step, meta, err);
@@ -121,6 +122,7 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     cJSON_Delete(meta);
     LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
     tr->last_saved = step;
+    llm4d_trace_span(tr->trace, LLM4D_TR_CKPT, "checkpoint save", step, t0);
     llm4d_log_info(&tr->log, "saved checkpoint %s/step_%lld", c->output_dir, (long long)step);
     return LLM4D_OK;
 }

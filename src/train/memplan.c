@@ -36,7 +36,7 @@ static void human(double bytes, char *buf, size_t n) {
 }
 
 /* Bytes of the low-precision copies a mixed-precision backend keeps of the weights its GEMMs read (the cpu
- * backend's cpu_wcache.c: operand_bytes per element, made on first use, outside the arena's categories): every
+ * backend's cpu_wcache.c: weight_copy_bytes per element, made on first use, outside the arena's categories): every
  * linear weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
 static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t) {
@@ -50,7 +50,7 @@ static size_t weight_copies(const llm4d_trainer *tr, const llm4d_param_table *t)
         for (int i = 0; i < t->n; i++)
             if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
     }
-    return n * tr->be->operand_bytes(tr->be, tr->precision);
+    return n * tr->be->weight_copy_bytes(tr->be, tr->precision);
 }
 
 /* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
@@ -77,7 +77,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, const llm4d_model_part *part, c
                               const llm4d_gpt_layout *layout, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     size_t plan[LLM4D_MEM_NCATEGORIES], add = 0;
-    llm4d_operand_sizes sizes = {0, 0};
+    llm4d_operand_sizes sizes = {0, 0, 0, 0};
     LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, plan, &sizes, err));
     /* the backend's converted operands: outside the arena's categories, like the weight copies */
     const size_t operands = tr->be->operand_workspace ? tr->be->operand_workspace(tr->be, sizes, tr->precision) : 0;

@@ -319,6 +319,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     for (int64_t step = tr->start_step; step <= c->max_steps; step++) {
         /* the watchdog: generous for the first step (first-touch allocation, the stage-3 trace), tight after */
         if (watch) llm4d_watch_set(watch, step, step == first ? c->dist.comm_timeout_first : c->dist.comm_timeout);
+        llm4d_trace_arm(tr->trace, step);
         const llm4d_work_stats w0 = work_now(tr);
         const double t0 = llm4d_now();
         llm4d_comm_groups_stats_reset(tr->groups);
@@ -330,7 +331,9 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(train_step(tr, step, b, &loss, err));
         if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
         const double scale_used = tr->loss_scale;
+        const double tu = llm4d_trace_now(tr->trace);
         LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, &spike, err));
+        llm4d_trace_span(tr->trace, LLM4D_TR_OPTIM, "optimizer", step, tu);
         const double t2 = llm4d_now();
         const llm4d_work_stats w1 = work_now(tr), wd = work_delta(&w1, &w0);
         if (step > first) {
@@ -420,6 +423,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
             if (watch) llm4d_watch_set(watch, step, c->dist.comm_timeout_first); /* a save waits on the slowest disk */
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
         }
+        LLM4D_TRY(llm4d_trainer_trace_step_end(tr, step, t0, t1, err));
     }
     print_peak_memory(tr);
     log_work(tr, &work_sum, work_step_s, work_steps);

@@ -281,6 +281,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
                               strerror(errno));
     }
     if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_init(tr, err));
+    if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_trace_open(tr, err));
+    if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_write_runinfo(tr, err));
     print_startup(tr);
     if (tr->start_step > 1)
         llm4d_log_info(&tr->log, "resuming at global step %lld", (long long)tr->start_step);
@@ -289,6 +291,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
 
 void llm4d_trainer_free(llm4d_trainer *tr) {
     if (!tr->cfg) return;
+    llm4d_trainer_trace_close(tr);
     if (tr->metrics) fclose(tr->metrics);
     llm4d_devbatch_free(&tr->batch);
     free(tr->mbs);

@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "data/blend.h"
 #include "data/corpus.h"
 #include "data/loader.h"
@@ -76,6 +77,7 @@ typedef struct {
     int64_t spikes_skipped;
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
+    llm4d_trace *trace;        /* --trace: this rank's timeline of the traced steps (trace_run.c); NULL: off */
     int have_corpus, have_model, have_engines, have_loader, have_eval;
 } llm4d_trainer;
 
@@ -120,6 +122,14 @@ llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_
                                    double *loss, llm4d_err *err);
 /* step.c: a step's loss from each rank's share (summed over the data ranks and the pipeline stages) */
 llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err *err);
+/* trace_run.c: open this rank's trace when --trace is set (collective: the ranks agree on a time origin); after
+ * each step, record its span and write the file after the last traced step; close (writing what a run that stopped
+ * inside its traced steps recorded). */
+llm4d_code llm4d_trainer_trace_open(llm4d_trainer *tr, llm4d_err *err);
+llm4d_code llm4d_trainer_trace_step_end(llm4d_trainer *tr, int64_t step, double t0, double t1, llm4d_err *err);
+void llm4d_trainer_trace_close(llm4d_trainer *tr);
+/* runinfo.c: rank 0 writes output_dir/run.json (version, machine, layout, configuration) for `llm4d report`. */
+llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err);
 /* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
 llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err);
 

@@ -1,0 +1,195 @@
+/* run.c — a run read back from its directory, and its state (see run.h). */
+#include "report/run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const cJSON *llm4d_rp_get(const cJSON *info, const char *path) {
+    const cJSON *o = info;
+    char key[128];
+    for (const char *p = path; o && *p;) {
+        const size_t n = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        p += n + (p[n] == '.');
+    }
+    return o;
+}
+
+double llm4d_rp_num(const cJSON *info, const char *path, double fallback) {
+    const cJSON *v = llm4d_rp_get(info, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
+}
+
+const char *llm4d_rp_str(const cJSON *info, const char *path, const char *fallback) {
+    const cJSON *v = llm4d_rp_get(info, path);
+    return cJSON_IsString(v) ? v->valuestring : fallback;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+llm4d_code llm4d_rp_read_whole(const char *path, char **text, size_t *n, llm4d_err *err) {
+    *text = NULL, *n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT) return LLM4D_OK;
+        return llm4d_fail(err, LLM4D_EUSER, "cannot read %s: %s; make it readable", path, strerror(errno));
+    }
+    size_t cap = 0;
+    for (;;) {
+        if (*n + 65536 > cap) {
+            char *t = realloc(*text, cap = 2 * cap + 131072);
+            if (!t) {
+                free(*text), *text = NULL;
+                fclose(f);
+                return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading %s", path);
+            }
+            *text = t;
+        }
+        const size_t got = fread(*text + *n, 1, cap - *n, f);
+        *n += got;
+        if (!got) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(*text), *text = NULL;
+        return llm4d_fail(err, LLM4D_EUSER, "cannot read %s; make it readable", path);
+    }
+    return LLM4D_OK;
+}
+
+/* run.json, whole; NULL info when absent. */
+static llm4d_code read_info(llm4d_rp_run *r, const char *path, llm4d_err *err) {
+    char *text;
+    size_t n;
+    LLM4D_TRY(llm4d_rp_read_whole(path, &text, &n, err));
+    if (!text) return LLM4D_OK;
+    r->info = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!r->info || !cJSON_IsObject(r->info))
+        return llm4d_fail(err, LLM4D_EUSER, "%s is not a JSON object: the file is damaged; remove it to report from "
+                          "metrics.jsonl and the logs alone", path);
+    return LLM4D_OK;
+}
+
+/* "out (dp2 pp2)": the directory's name and the degrees above 1. */
+static void make_label(llm4d_rp_run *r) {
+    const char *base = strrchr(r->dir, '/');
+    base = base && base[1] ? base + 1 : r->dir;
+    char layout[96] = "";
+    static const char *const axes[] = {"dp", "pp", "sharding", "mp"};
+    size_t k = 0;
+    for (int a = 0; a < 4 && k < sizeof layout; a++) {
+        char path[32];
+        snprintf(path, sizeof path, "layout.degrees.%s", axes[a]);
+        const int d = (int)llm4d_rp_num(r->info, path, 1);
+        if (d > 1) k += (size_t)snprintf(layout + k, sizeof layout - k, "%s%s%d", k ? " " : "", axes[a], d);
+    }
+    if (!k && r->info) snprintf(layout, sizeof layout, "1 process");
+    snprintf(r->label, sizeof r->label, "%.60s%s%.90s%s", base, layout[0] ? " (" : "", layout, layout[0] ? ")" : "");
+}
+
+/* Did this rank end the job, rather than being ended by it (the launcher's own rule)? */
+static int ended_job(const llm4d_rp_rank *k) {
+    return k->exited && (k->signaled ? !k->forwarded : k->exit_value != 0);
+}
+
+static void decide_state(llm4d_rp_run *r) {
+    const int64_t last = r->ns ? r->s[r->ns - 1].step : 0;
+    for (int i = r->ns - 1; i >= 0 && !r->last_good; i--)
+        if (isfinite(r->s[i].loss)) r->last_good = r->s[i].step;
+    const llm4d_rp_rank *cause = NULL, *said = NULL;
+    int all_exited = r->nranks > 0;
+    for (int i = 0; i < r->nranks; i++) {
+        const llm4d_rp_rank *k = &r->ranks[i];
+        if (!k->have_log) continue;
+        if (!k->exited) all_exited = 0;
+        if (ended_job(k) && !cause) cause = k;
+        if (k->error[0] && !said) said = k;
+    }
+    if (cause && cause->error[0]) said = cause;
+    char what[1100] = "";
+    if (said) snprintf(what, sizeof what, "%s", said->error);
+    else if (cause && cause->signaled) snprintf(what, sizeof what, "rank %d was killed by signal %d", cause->rank,
+                                                cause->exit_value);
+    else if (cause) snprintf(what, sizeof what, "rank %d exited with code %d", cause->rank, cause->exit_value);
+    char good[64] = "no step finished";
+    if (r->last_good) snprintf(good, sizeof good, "the last good step is %lld", (long long)r->last_good);
+    if (what[0]) {
+        r->state = LLM4D_RP_FAILED;
+        snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s", good, what);
+    } else if (r->max_steps > 0 && last >= r->max_steps) {
+        r->state = LLM4D_RP_FINISHED;
+        snprintf(r->state_line, sizeof r->state_line, "finished: %lld steps", (long long)last);
+    } else if (all_exited) {
+        r->state = LLM4D_RP_FINISHED;
+        snprintf(r->state_line, sizeof r->state_line, "ended after step %lld (every rank exited with code 0)",
+                 (long long)last);
+    } else {
+        r->state = LLM4D_RP_RUNNING;
+        char of[48] = "";
+        if (r->max_steps > 0) snprintf(of, sizeof of, " of %lld", (long long)r->max_steps);
+        const char *blind = r->nranks ? "" : "; without worker logs a run that stopped cannot be told from one going on";
+        if (last)
+            snprintf(r->state_line, sizeof r->state_line, "in progress: step %lld%s%s%s", (long long)last, of,
+                     r->partial_line ? " (the next step's line is being written)" : "", blind);
+        else snprintf(r->state_line, sizeof r->state_line, "in progress: no step finished yet%s", blind);
+    }
+}
+
+llm4d_code llm4d_rp_run_load(llm4d_rp_run *r, const char *dir, const char *log_dir, llm4d_err *err) {
+    memset(r, 0, sizeof *r);
+    if (!exists(dir))
+        return llm4d_fail(err, LLM4D_EUSER, "run directory %s does not exist; give the output_dir of a training run "
+                          "(where its metrics.jsonl is)", dir);
+    if (!is_dir(dir))
+        return llm4d_fail(err, LLM4D_EUSER, "%s is not a directory; give the output_dir of a training run (where its "
+                          "metrics.jsonl is)", dir);
+    if (strlen(dir) >= sizeof r->dir - 32)
+        return llm4d_fail(err, LLM4D_EUSER, "run directory name is too long (%zu characters)", strlen(dir));
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    while (strlen(r->dir) > 1 && r->dir[strlen(r->dir) - 1] == '/') r->dir[strlen(r->dir) - 1] = 0;
+    char metrics[PATH_MAX + 32], info[PATH_MAX + 32];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->dir);
+    snprintf(info, sizeof info, "%s/run.json", r->dir);
+    if (!exists(metrics) && !exists(info))
+        return llm4d_fail(err, LLM4D_EUSER, "%s holds neither metrics.jsonl nor run.json, so it is not the output_dir "
+                          "of a training run; give the --output_dir a run was started with", dir);
+    LLM4D_TRY(read_info(r, info, err));
+    LLM4D_TRY(llm4d_rp_read_metrics(r, metrics, err));
+    r->max_steps = (int64_t)llm4d_rp_num(r->info, "max_steps", 0);
+    if (log_dir) {
+        if (!is_dir(log_dir))
+            return llm4d_fail(err, LLM4D_EUSER, "--log_dir %s is not a directory; give the directory `llm4d launch "
+                              "--log_dir` wrote the run's workerlog.<rank> files to", log_dir);
+        snprintf(r->log_dir, sizeof r->log_dir, "%s", log_dir);
+    } else {
+        const char *l = llm4d_rp_str(r->info, "log_dir", NULL);
+        if (l && is_dir(l)) snprintf(r->log_dir, sizeof r->log_dir, "%s", l);
+    }
+    LLM4D_TRY(llm4d_rp_read_logs(r, (int)llm4d_rp_num(r->info, "layout.world_size", 0), err));
+    make_label(r);
+    decide_state(r);
+    return LLM4D_OK;
+}
+
+void llm4d_rp_run_free(llm4d_rp_run *r) {
+    free(r->s);
+    free(r->e);
+    free(r->ranks);
+    cJSON_Delete(r->info);
+    memset(r, 0, sizeof *r);
+}
