@@ -6,7 +6,8 @@
 # is the oracle for its numbers.
 # gpt2-tiny (4 layers), global batch 8, dropout on, 3 steps, per layout, guard against cpu:
 #   single process with an evaluation and a checkpoint; resumed on the guard from the cpu run's step-2 checkpoint
-#   (and the cpu from the guard's); dp2; ZeRO-1, ZeRO-2, ZeRO-3 with offload (sharding 2); mp2 with sequence
+#   (and the cpu from the guard's); dp2; ZeRO-1, ZeRO-2, ZeRO-3 with offload (sharding 2); dp2 and ZeRO-2 with bf16
+#   gradient payloads (grad_comm_dtype bfloat16: the rounding is the backend's); mp2 with sequence
 #   parallelism; pp2 with 1F1B, interleaved (V=2) and ZB-H1; 4D dp2 x sharding2 (stage 3) x mp2 x pp2 (16 ranks);
 # checks: every step's loss, every evaluation loss and every gradient norm equal (as printed to 9 digits), the
 # checkpoints' tensors equal; and `llm4d generate` (sampling, with the logits dumped) gives the same tokens and the
@@ -40,6 +41,8 @@ layouts=(
   "dp2       2   --dp_degree 2 --micro_batch_size 2"
   "zero1     2   --sharding_degree 2 --sharding_stage 1 --micro_batch_size 4"
   "zero2     2   --sharding_degree 2 --sharding_stage 2 --micro_batch_size 2"
+  "dp2_bf16  2   --dp_degree 2 --micro_batch_size 2 --grad_comm_dtype bfloat16"
+  "zero2_bf16 2  --sharding_degree 2 --sharding_stage 2 --micro_batch_size 2 --grad_comm_dtype bfloat16"
   "zero3_off 2   --sharding_degree 2 --sharding_stage 3 --sharding_offload True --micro_batch_size 4"
   "mp2_sp    2   --mp_degree 2 --sequence_parallel True --micro_batch_size 4"
   "pp2_1f1b  2   --pp_degree 2 --pp_schedule 1F1B --micro_batch_size 2 --eval_freq 3 --eval_iters 1"

@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_dnnl.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "check.h"
 
@@ -813,6 +814,25 @@ static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
     for (int i = 0; a && i < 1000; i++) az &= a[i] == 0.0f;
     cpu->free(cpu, &mem, LLM4D_MEM_ACTIVATIONS, a, 1000 * sizeof(float));
     check(az && mem.bytes[LLM4D_MEM_ACTIVATIONS] == 0, "alloc zeroed and accounted, free unaccounts");
+
+    /* bf16 gradient payloads: rounding to nearest even (ties included), NaN kept a NaN, and back (= and +=) */
+    x[0] = 1.0f + 0x1p-8f;              /* a tie: rounds down to the even 1.0 */
+    x[1] = 1.0f + 0x1p-7f + 0x1p-8f;    /* a tie: rounds up to the even 1 + 2^-6 */
+    x[2] = NAN, x[3] = -INFINITY, x[4] = 0x1.fffffep127f; /* the largest float rounds to inf */
+    uint16_t *h = malloc(n * 2), *hr = malloc(n * 2);
+    cpu->to_bf16(cpu, h, x, n);
+    ref->to_bf16(ref, hr, x, n);
+    int same = memcmp(h, hr, n * 2) == 0;
+    for (size_t i = 0; i < n; i++) same &= h[i] == llm4d_bf16_from_f32(x[i]);
+    check(same && h[0] == 0x3f80 && h[1] == 0x3f82 && (h[2] & 0x7fc0) == 0x7fc0 && h[3] == 0xff80 && h[4] == 0x7f80,
+          "to_bf16 = core/bf16.h's rounding (ties to even, NaN quiet, overflow to inf), cpu and ref");
+    memcpy(y1, x, n * sizeof(float));
+    cpu->from_bf16(cpu, y1, h, n, LLM4D_ADD);
+    cpu->from_bf16(cpu, y2, h, n, LLM4D_WRITE);
+    same = 1;
+    for (size_t i = 5; i < n; i++) same &= y1[i] == x[i] + llm4d_bf16_to_f32(h[i]) && y2[i] == llm4d_bf16_to_f32(h[i]);
+    check(same, "from_bf16: written and added");
+    free(h), free(hr);
     free(x), free(y1), free(y2);
 }
 

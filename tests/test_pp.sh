@@ -14,7 +14,10 @@
 #     the geometry (its blocks, the head on the last stage, the weight-gradient inputs ZB-H1 keeps until W);
 #   - the bytes stage 0 sends per step (pipeline alone): its activations forward and gradients backward, one
 #     B x T x C tensor per micro-batch and virtual stage boundary, plus the tied embedding's gradient all-reduce;
-#   - the split the first stage prints: even, given by pp_layers, or with the embedding and loss counted.
+#   - the split the first stage prints: even (pp_split even, what these layouts use unless said), given by
+#     pp_layers, with the embedding and loss counted, or balanced by cost (pp_split balanced, the default: worked out
+#     here from pp_balance.h's cost model; at gpt2-tiny's 50k vocabulary the LM head outweighs its 8 blocks, so the
+#     last stage holds the head alone).
 # Then a checkpoint written by a 16-process dp2 x pp2 x sharding2 stage 3 x mp2 run (step 10) resumes in one
 # process, at pp4 (ZB-H1) and at pp2 x mp2 and continues with the single-process losses of steps 11..20; a rank
 # killed mid-schedule ends the job within 30 s naming the rank; and bad pipeline settings get one line, exit 2.
@@ -29,7 +32,7 @@ export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
         --grad_clip 1.0 --logging_freq 1 --seed 7 -o Model.hidden_dropout_prob=0.1 --eval_freq 10 --eval_iters 2
-        -o Model.attention_probs_dropout_prob=0.1 -o Model.num_layers=8 --debug_check_replicas)
+        -o Model.attention_probs_dropout_prob=0.1 -o Model.num_layers=8 --debug_check_replicas --pp_split even)
 single() { # name extra args...
   local name=$1; shift
   "$LLM4D" train "${COMMON[@]}" --micro_batch_size 8 --output_dir "$tmp/$name/out" --save_steps -1 "$@" \
@@ -47,6 +50,7 @@ layouts=(
   "pp2_zb          2  2  1 ZBH1         1  1  1  1     False 2     -"
   "pp4_zb          4  4  1 ZBH1         1  1  1  1     False 1     -"
   "pp2_uneven      2  2  1 1F1B         1  1  1  1     False 2     --pp_layers=5,3"
+  "pp4_balanced    4  4  1 1F1B         1  1  1  1     False 1     --pp_split=balanced"
   "pp4_account     4  4  1 1F1B         1  1  1  1     False 2     --pp_account_embedding_loss=true;-o;Model.num_layers=10"
   "pp2_rc          2  2  1 1F1B         1  1  1  1     False 2     --use_recompute=true"
   "pp2_zb_rc       2  2  1 ZBH1         1  1  1  1     False 2     --use_recompute=true"
@@ -182,12 +186,36 @@ def slot_floats(nl, B, M, sp, zb, recompute, head):
     if head:
         f += Nl * C + 2 * Nl
     return f, block
+def balanced(L, VP, M, recompute):
+    """pp_balance.h: per token, a block's FLOPs plus 10 x its bytes, times 3 passes (4 with recompute); the embedding
+    with the first virtual stage, the head with the last; the middle stages even, earlier ones taking the extra
+    block; the stages' costs sorted from the largest down compared lexicographically, the first best kept."""
+    Vp = vocab(M)
+    block = (4 if recompute else 3) * (2 * (4 * C * C + 2 * C * F) // M + 4 * T * C // M
+                                       + 10 * 4 * (16 * C + 2 * F // M + 3 * H * T // M))
+    emb, head = 10 * 4 * 7 * C, 3 * 2 * C * Vp // M + 10 * 4 * 4 * Vp // M
+    if VP == 1:
+        return [L]
+    best, mid = None, VP - 2
+    for j in range(L + 1):
+        for k in range(L - j + 1):
+            rest = L - j - k
+            if (mid == 0 and rest) or rest < mid:
+                continue
+            n = [j] + [rest // mid + (v < rest % mid) for v in range(mid)] + [k]
+            cost = sorted((n[v] * block + (emb if v == 0 else 0) + (head if v == VP - 1 else 0) for v in range(VP)),
+                          reverse=True)
+            if best is None or cost < best[0]:
+                best = (cost, n)
+    return best[1]
 def split(L, P, Vv, extra):
     """Blocks of each virtual stage, worked out from the options (not read from the program)."""
     m = re.search(r"--pp_layers=([\d,]+)", extra)
     if m:
         return [int(x) for x in m.group(1).split(",")]
     VP = P * Vv
+    if "pp_split=balanced" in extra:
+        return balanced(L, VP, 1, "use_recompute" in extra)
     if "pp_account_embedding_loss" in extra:
         n = [(L + 2) // VP] * VP
         n[0] -= 1; n[-1] -= 1
@@ -242,8 +270,13 @@ for line in open(f"{tmp}/layouts"):
     lo = [sum(n[:v]) for v in range(P * Vv)]
     want = [f"stage {s}: blocks " + ", ".join(f"[{lo[c * P + s]}, {lo[c * P + s] + n[c * P + s]})" for c in range(Vv))
             for s in range(P)]
-    got = re.findall(r"- +(stage \d+: blocks [^+\n]*?)(?: \+.*)?$", logs[0], re.M)
+    got = re.findall(r"- +(stage \d+: blocks [^+;\n]*?)(?: \+.*|; predicted cost.*)?$", logs[0], re.M)
     check(got == want, f"{name}: the split {n} printed by stage 0: {got}")
+    if "pp_split=balanced" in extra:
+        ends = [r"pipeline: computing per step by stage, measured against the split's prediction",
+                r"pipeline: waiting share by stage, measured against 1F1B's at the measured F/B/W"]
+        check(all(re.search(e, logs[0]) for e in ends), f"{name}: the run's end prints each stage's computing beside "
+              "its predicted cost and its waiting beside the schedule's theory")
     # micro-batches alive and activation bytes, on the stages of the first pipeline
     M = 8 // (micro * dp * sh)
     rc_ = "use_recompute" in extra

@@ -9,6 +9,11 @@
  *    most Megatron's warm-up + 1 per stage;
  *  - the bubble of the simulated step in unit times: 1F1B 3 (P - 1) per stage, ZB-H1 P - 1 (a third), interleaved
  *    3 (P - 1) units of a V-times finer action (a V-th of 1F1B's share);
+ *  - the simulation with measured durations: at unit times the checker's span and bubbles, and a hand count with a
+ *    slow last stage;
+ *  - the split balanced by cost (parallel/pp_balance.h): a stage's blocks sum to the layers, every stage between the
+ *    first and the last holds one, its slowest stage costs what the best of every such split's does (brute force),
+ *    no head gives the even split, and GPT-2's head (about five blocks) moves blocks off the last stage;
  *  - the checker itself fails on a deadlocking order and on a missing send (negative controls);
  *  - bad micro-batch counts are refused with the rule in the message. */
 #include <stdio.h>
@@ -16,7 +21,24 @@
 #include <string.h>
 
 #include "check.h"
+#include "parallel/pp_balance.h"
 #include "parallel/schedule.h"
+
+/* The least cost of the slowest virtual stage over every split of L blocks into VP stages whose stages between the
+ * first and the last hold a block (n: the counts tried so far, v: the stage to fill). */
+static int64_t best_max(const llm4d_pp_split_costs *c, int L, int VP, int v, int left, int64_t worst) {
+    if (v == VP - 1) {
+        const int64_t x = llm4d_pp_stage_cost(c, v, VP, left);
+        return x > worst ? x : worst;
+    }
+    int64_t best = INT64_MAX;
+    for (int k = (v == 0 ? 0 : 1); k <= left; k++) {
+        const int64_t x = llm4d_pp_stage_cost(c, v, VP, k);
+        const int64_t m = best_max(c, L, VP, v + 1, left - k, x > worst ? x : worst);
+        if (m < best) best = m;
+    }
+    return best;
+}
 
 /* The compute actions of a list as text: "F0 F1 B0 ..." (with ".chunk" when V > 1). */
 static void compute_str(const llm4d_pp_schedule *s, char *buf, size_t n) {
@@ -158,6 +180,84 @@ int main(void) {
               bubble[0], bub[i].bubble, span, (double)bubble[0] / work,
               bub[i].kind == LLM4D_PP_ZBH1 ? " / 3" : "",
               (double)(bub[i].P - 1) / (bub[i].V * bub[i].M) / (bub[i].kind == LLM4D_PP_ZBH1 ? 3 : 1));
+    }
+
+    /* ---- the simulation with measured durations: at unit times it is the checker's; with the head on the last
+     * stage (its forward 3 x a block stage's) 1F1B's stage 0 waits what a hand count gives ---- */
+    {
+        int agree = 1;
+        const llm4d_pp_kind kinds[3] = {LLM4D_PP_1F1B, LLM4D_PP_INTERLEAVED, LLM4D_PP_ZBH1};
+        for (int ki = 0; ki < 3; ki++)
+            for (int P = 2; P <= 4; P += 2)
+                for (int M = 4; M <= 8; M += 4) {
+                    const int V = kinds[ki] == LLM4D_PP_INTERLEAVED ? 2 : 1;
+                    llm4d_pp_schedule st[4];
+                    llm4d_err err = {0};
+                    for (int s = 0; s < P; s++) llm4d_pp_schedule_build(&st[s], kinds[ki], P, V, M, s, &err);
+                    double cost[24], span, busy[4];
+                    for (int s = 0; s < P; s++)
+                        for (int c = 0; c < V; c++)
+                            cost[(3 * s) * V + c] = 1, cost[(3 * s + 1) * V + c] = st[s].split ? 1 : 2,
+                                           cost[(3 * s + 2) * V + c] = 1;
+                    const llm4d_pp_costs costs = {cost, 0.0, NULL};
+                    int ispan, bubble[4];
+                    agree &= llm4d_pp_schedule_check(st, P, &ispan, bubble, &err) == LLM4D_OK &&
+                             llm4d_pp_schedule_simulate(st, P, &costs, &span, busy, &err) == LLM4D_OK &&
+                             span == ispan;
+                    for (int s = 0; s < P; s++) agree &= span - busy[s] == bubble[s];
+                    for (int s = 0; s < P; s++) llm4d_pp_schedule_free(&st[s]);
+                }
+        check(agree, "simulation at unit durations = the checker's span and bubbles (1F1B, interleaved, ZB-H1; P 2, 4; "
+                     "M 4, 8)");
+        /* 1F1B, P = 2, M = 4, stage 0: F = 1, B = 2; stage 1: F = 3, B = 2. Stage 1 runs F0 at 1..4, then
+         * B0 F1 B1 F2 B2 F3 B3 back to back (every input is there in time) until 21; stage 0's last backward needs
+         * stage 1's B3: 21..23. Span 23; stage 0 busy 12, idle 11; stage 1 busy 20, idle 3 */
+        llm4d_pp_schedule st[2];
+        llm4d_err err = {0};
+        for (int s = 0; s < 2; s++) llm4d_pp_schedule_build(&st[s], LLM4D_PP_1F1B, 2, 1, 4, s, &err);
+        const double cost[6] = {1, 2, 0, 3, 2, 0};
+        const llm4d_pp_costs costs = {cost, 0.0, NULL};
+        double span = 0, busy[2] = {0, 0}, idle[2] = {0, 0};
+        if (llm4d_pp_schedule_simulate(st, 2, &costs, &span, busy, &err) == LLM4D_OK)
+            for (int s = 0; s < 2; s++) idle[s] = span - busy[s];
+        check(span == 23 && idle[0] == 11 && idle[1] == 3, "1F1B with a slow last stage: span %g (want 23), idle %g, "
+              "%g (want 11, 3)", span, idle[0], idle[1]);
+        for (int s = 0; s < 2; s++) llm4d_pp_schedule_free(&st[s]);
+    }
+
+    /* ---- the split balanced by cost ---- */
+    {
+        int ok = 1, n[8];
+        char why[200] = "";
+        const int64_t heads[3] = {0, 50, 400};
+        for (int hi = 0; hi < 3; hi++)
+            for (int VP = 1; VP <= 6; VP++)
+                for (int L = VP > 2 ? VP - 2 : 0; L <= 13; L++) {
+                    const llm4d_pp_split_costs c = {.block = 10, .embedding = 3, .head = heads[hi]};
+                    llm4d_pp_balance(&c, L, VP, n);
+                    int sum = 0;
+                    int64_t worst = 0;
+                    for (int v = 0; v < VP; v++) {
+                        sum += n[v];
+                        if (n[v] < (v > 0 && v < VP - 1)) ok = 0;
+                        const int64_t x = llm4d_pp_stage_cost(&c, v, VP, n[v]);
+                        if (x > worst) worst = x;
+                    }
+                    const int64_t want = best_max(&c, L, VP, 0, L, 0);
+                    if ((sum != L || worst != want) && !why[0])
+                        snprintf(why, sizeof why, " (head %lld, L %d, VP %d: sum %d, slowest %lld, best %lld)",
+                                 (long long)heads[hi], L, VP, sum, (long long)worst, (long long)want);
+                    ok &= sum == L && worst == want;
+                }
+        check(ok, "balanced split: all blocks once, a block on every middle stage, the slowest stage as cheap as the "
+              "best split's (brute force; head 0, 5, 40 blocks, 1-6 virtual stages, up to 13 blocks)%s", why);
+        const llm4d_pp_split_costs none = {.block = 10}, gpt2 = {.block = 482, .embedding = 2, .head = 2398};
+        llm4d_pp_balance(&none, 12, 4, n);
+        check(n[0] == 3 && n[1] == 3 && n[2] == 3 && n[3] == 3, "no head nor embedding: the even split 3,3,3,3 (got "
+              "%d,%d,%d,%d)", n[0], n[1], n[2], n[3]);
+        llm4d_pp_balance(&gpt2, 12, 2, n);
+        check(n[0] == 8 && n[1] == 4, "GPT-2 124M at sequence 256 (head about 5 blocks), pp2: 8,4 (got %d,%d)", n[0],
+              n[1]);
     }
 
     /* ---- the checker can fail ---- */

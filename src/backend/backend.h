@@ -333,6 +333,11 @@ struct llm4d_backend {
     void (*add)(llm4d_backend *be, float *dst, const float *src, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
+    /* bf16 payloads of the gradient reductions (Distributed.grad_comm_dtype): dst[i] = bf16(src[i]), rounded to
+     * nearest even as core/bf16.h says; and dst[i] (=|+=) the fp32 value of src[i]. NULL: the backend cannot (then
+     * bf16 gradient traffic is refused at start-up). */
+    void (*to_bf16)(llm4d_backend *be, uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store);
 
     /* Initial weights: dst[j - j0] for elements [j0, j1) of a parameter entry, as spec says (init_param's type). */
     void (*init_param)(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1);

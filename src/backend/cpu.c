@@ -534,6 +534,29 @@ static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+/* llm4d_bf16_round keeps the 16 bits llm4d_bf16_from_f32 returns, written without a call so that GCC vectorises it */
+static void cpu_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_CONVERT);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        const float r = llm4d_bf16_round(src[i]);
+        uint32_t u;
+        memcpy(&u, &r, 4);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+static void cpu_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_CONVERT);
+    if (store == LLM4D_ADD) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) dst[i] += llm4d_bf16_to_f32(src[i]);
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++) dst[i] = llm4d_bf16_to_f32(src[i]);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------------------- */
 /* what the machine can do, and what the backend holds */
 
@@ -712,6 +735,8 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->dot = cpu_dot;
     be->scale = cpu_scale;
     be->add = cpu_add;
+    be->to_bf16 = cpu_to_bf16;
+    be->from_bf16 = cpu_from_bf16;
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/host.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -475,6 +476,16 @@ static void ref_scale(llm4d_backend *be, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+static void ref_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) dst[i] = llm4d_bf16_from_f32(src[i]);
+}
+
+static void ref_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) dst[i] = (store == LLM4D_ADD ? dst[i] : 0.0f) + llm4d_bf16_to_f32(src[i]);
+}
+
 static void ref_destroy(llm4d_backend *be) { free(be); }
 
 llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
@@ -514,6 +525,8 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->dot = ref_dot;
     be->scale = ref_scale;
     be->add = ref_add;
+    be->to_bf16 = ref_to_bf16;
+    be->from_bf16 = ref_from_bf16;
     be->destroy = ref_destroy;
     llm4d_host_install(be);
     *out = be;

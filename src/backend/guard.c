@@ -482,6 +482,18 @@ static void g_scale(llm4d_backend *be, float *x, float s, size_t n) {
     CALL(scale, x, s, n);
 }
 
+static void g_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
+    guard_ctx *g = enter(be);
+    A(dst), A(src);
+    CALL(to_bf16, dst, src, n);
+}
+
+static void g_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store) {
+    guard_ctx *g = enter(be);
+    A(dst), A(src);
+    CALL(from_bf16, dst, src, n, store);
+}
+
 static void g_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
     guard_ctx *g = enter(be);
     A(dst);
@@ -595,6 +607,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->xent_forward = g_xent_forward, be->xent_rescale = g_xent_rescale, be->xent_backward = g_xent_backward;
     be->adamw = g_adamw, be->sumsq = g_sumsq, be->sumsq_many = g_sumsq_many, be->dot = g_dot;
     be->dot_acc = g_dot_acc, be->add = g_add, be->scale = g_scale;
+    be->to_bf16 = g_to_bf16, be->from_bf16 = g_from_bf16;
     be->init_param = g_init_param, be->attention_cached = g_attention_cached, be->sample = g_sample;
     be->set_precision = g_set_precision, be->matmul_peak_gflops = g_matmul_peak_gflops;
     be->workspace_bytes = g_workspace_bytes, be->operand_workspace = g_operand_workspace;

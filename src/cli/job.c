@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/gpt_ckpt.h"
+#include "comm/host_check.h"
 #include "core/log.h"
 #include "parallel/pipeline.h"
 
@@ -76,9 +77,15 @@ llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int p
     if (rt->world && rt->world->watch) llm4d_watch_set(rt->world->watch, 0, cfg->dist.comm_timeout_first);
     LLM4D_TRY(llm4d_topology_init(topo, rt->world_size, rt->rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
                                   cfg->dist.sharding_degree, cfg->dist.mp_degree, err));
-    if (print_groups && rt->world_size > 1) {
-        const llm4d_log log = {.out = stdout, .enabled = 1};
-        llm4d_topology_print(topo, &log);
-    }
-    return llm4d_comm_groups_create(groups, rt->world, topo, err);
+    const llm4d_log log = {.out = stdout, .enabled = 1};
+    if (print_groups && rt->world_size > 1) llm4d_topology_print(topo, &log);
+    /* the collectives' paths (comm_shm.h), chosen by each group as it is split from the world */
+    if (rt->world_size > 1 && !rt->world->hub)
+        LLM4D_TRY(llm4d_comm_use_paths(rt->world, cfg->dist.comm_path, (size_t)cfg->dist.comm_chunk_kb << 10,
+                                       !strcmp(cfg->dist.comm_progress, "thread"), err));
+    LLM4D_TRY(llm4d_comm_groups_create(groups, rt->world, topo, err));
+    if (print_groups && rt->world_size > 1) llm4d_comm_groups_print_paths(groups, &log);
+    int problems = 0; /* single copy and /dev/shm, said once (world rank 0) */
+    if (rt->world_size > 1 && rt->under_mpi) LLM4D_TRY(llm4d_host_check(rt->world, &log, &problems, err));
+    return LLM4D_OK;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm_shm.h"
 #include "comm/comm_trace.h"
 #include "core/fault.h"
 #include "core/timer.h"
@@ -122,10 +123,29 @@ static llm4d_code done(llm4d_comm *c, const char *what, llm4d_code rc, double t0
     return LLM4D_OK;
 }
 
+/* ---- routes ---- */
+
+/* The method table that carries an operation: the group's path when it takes it (comm_shm.h), else the backend. */
+static const llm4d_comm_ops *route(const llm4d_comm *c, llm4d_comm_op op, llm4d_comm_dtype dt, llm4d_comm_reduction red,
+                                   size_t count) {
+    return c->path && llm4d_shm_takes(c, op, dt, red, count) ? c->path : c->ops;
+}
+
+static const llm4d_comm_ops *ops_of(const llm4d_comm *c, const llm4d_comm_req *req) {
+    return req->via ? req->via : c->ops;
+}
+
+/* Operations of the process's paths still running: a wait must then keep them moving (a peer may wait for this
+ * rank's part of one of them before it can answer the operation waited on), so it polls instead of blocking. */
+static int paths_busy(const llm4d_comm *c) { return c->hub && llm4d_shm_pending(c->hub) > 0; }
+
 /* ---- the watchdog (watch.h) ---- */
 
 /* Whether waits on c run against the watchdog's deadline (a group of one never waits for anyone). */
 static int watching(const llm4d_comm *c) { return c->watch && c->watch->timeout_s > 0 && c->size > 1; }
+
+/* Whether a blocking operation runs as a started one and a polled wait (the deadline, or paths to keep moving). */
+static int polled(const llm4d_comm *c) { return watching(c) || paths_busy(c); }
 
 /* An operation starts: in the flight recorder and on the progress board. Collectives count per group. */
 static uint64_t begin(llm4d_comm *c, const char *what, int peer, size_t count) {
@@ -158,19 +178,23 @@ static llm4d_code timed_out(llm4d_comm *c, const llm4d_comm_req *req, double wai
                       (long long)w->step, waited, w->timeout_s, who);
 }
 
-/* Poll a started operation until it completes or its deadline (timeout_s after it started) passes. */
+/* Poll a started operation until it completes or, watched, its deadline (timeout_s after it started) passes; every
+ * poll also moves the process's paths (paths_busy). */
 static llm4d_code wait_watched(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
-    const llm4d_flight *f = &c->watch->ring[req->flight % LLM4D_FLIGHT_N];
-    const double start = f->num == req->flight ? f->t_start : llm4d_now();
+    const int watched = watching(c);
+    const llm4d_flight *f = c->watch ? &c->watch->ring[req->flight % LLM4D_FLIGHT_N] : NULL;
+    const double start = f && f->num == req->flight ? f->t_start : llm4d_now();
+    const llm4d_comm_ops *o = ops_of(c, req);
     for (unsigned spin = 0;; spin++) {
         int is_done = 0;
-        LLM4D_TRY(c->ops->test(c, req, &is_done, err));
+        if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, 1, err));
+        LLM4D_TRY(o->test(c, req, &is_done, err));
         if (is_done) {
             end(c, req->flight);
             return LLM4D_OK;
         }
         const double waited = llm4d_now() - start;
-        if (waited > c->watch->timeout_s) return timed_out(c, req, waited, err);
+        if (watched && waited > c->watch->timeout_s) return timed_out(c, req, waited, err);
         if (spin > 1000) { /* a long wait: let the peers' processes have this core (oversubscribed jobs) */
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
@@ -233,7 +257,7 @@ llm4d_code llm4d_comm_barrier(llm4d_comm *c, llm4d_err *err) {
     double t0 = llm4d_now();
     c->stats.calls[LLM4D_COMM_OP_BARRIER]++;
     const uint64_t num = begin(c, "barrier", -1, 0);
-    if (watching(c) && c->ops->ibarrier) {
+    if (polled(c) && c->ops->ibarrier) {
         llm4d_comm_req r = {0};
         return finish(c, "barrier", c->ops->ibarrier(c, &r, err), &r, num, t0, err);
     }
@@ -247,9 +271,10 @@ static llm4d_code allreduce(llm4d_comm *c, const char *what, void *buf, size_t c
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
     const uint64_t num = begin(c, what, -1, count);
-    if (watching(c)) {
-        llm4d_comm_req r = {0};
-        return finish(c, what, c->ops->iallreduce(c, buf, count, dt, op, &r, err), &r, num, t0, err);
+    const llm4d_comm_ops *o = route(c, LLM4D_COMM_OP_ALLREDUCE, dt, op, count);
+    if (polled(c) || o != c->ops) {
+        llm4d_comm_req r = {.via = o};
+        return finish(c, what, o->iallreduce(c, buf, count, dt, op, &r, err), &r, num, t0, err);
     }
     return finish_blocking(c, what, c->ops->allreduce(c, buf, count, dt, op, err), num, t0, err);
 }
@@ -270,7 +295,8 @@ llm4d_code llm4d_comm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_c
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLREDUCE, count, dt);
     const uint64_t num = begin(c, "iallreduce", -1, count);
-    return started(c, "iallreduce", c->ops->iallreduce(c, buf, count, dt, LLM4D_COMM_SUM, req, err), req, num, t0,
+    req->via = route(c, LLM4D_COMM_OP_ALLREDUCE, dt, LLM4D_COMM_SUM, count);
+    return started(c, "iallreduce", req->via->iallreduce(c, buf, count, dt, LLM4D_COMM_SUM, req, err), req, num, t0,
                    err);
 }
 
@@ -290,10 +316,11 @@ llm4d_code llm4d_comm_reduce_scatter(llm4d_comm *c, const void *send, void *recv
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_REDUCE_SCATTER, recv_count, dt);
     const uint64_t num = begin(c, "reduce_scatter", -1, recv_count);
-    if (watching(c)) {
-        llm4d_comm_req r = {0};
-        return finish(c, "reduce_scatter", c->ops->ireduce_scatter(c, send, recv, recv_count, dt, &r, err), &r, num,
-                      t0, err);
+    const llm4d_comm_ops *o = route(c, LLM4D_COMM_OP_REDUCE_SCATTER, dt, LLM4D_COMM_SUM, recv_count);
+    if (polled(c) || o != c->ops) {
+        llm4d_comm_req r = {.via = o};
+        return finish(c, "reduce_scatter", o->ireduce_scatter(c, send, recv, recv_count, dt, &r, err), &r, num, t0,
+                      err);
     }
     return finish_blocking(c, "reduce_scatter", c->ops->reduce_scatter(c, send, recv, recv_count, dt, err), num, t0,
                            err);
@@ -309,7 +336,8 @@ llm4d_code llm4d_comm_ireduce_scatter(llm4d_comm *c, const void *send, void *rec
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_REDUCE_SCATTER, recv_count, dt);
     const uint64_t num = begin(c, "ireduce_scatter", -1, recv_count);
-    return started(c, "ireduce_scatter", c->ops->ireduce_scatter(c, send, recv, recv_count, dt, req, err), req, num,
+    req->via = route(c, LLM4D_COMM_OP_REDUCE_SCATTER, dt, LLM4D_COMM_SUM, recv_count);
+    return started(c, "ireduce_scatter", req->via->ireduce_scatter(c, send, recv, recv_count, dt, req, err), req, num,
                    t0, err);
 }
 
@@ -330,9 +358,10 @@ llm4d_code llm4d_comm_allgather(llm4d_comm *c, const void *send, void *recv, siz
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
     const uint64_t num = begin(c, "allgather", -1, send_count);
-    if (watching(c)) {
-        llm4d_comm_req r = {0};
-        return finish(c, "allgather", c->ops->iallgather(c, send, recv, send_count, dt, &r, err), &r, num, t0, err);
+    const llm4d_comm_ops *o = route(c, LLM4D_COMM_OP_ALLGATHER, dt, LLM4D_COMM_SUM, send_count);
+    if (polled(c) || o != c->ops) {
+        llm4d_comm_req r = {.via = o};
+        return finish(c, "allgather", o->iallgather(c, send, recv, send_count, dt, &r, err), &r, num, t0, err);
     }
     return finish_blocking(c, "allgather", c->ops->allgather(c, send, recv, send_count, dt, err), num, t0, err);
 }
@@ -346,7 +375,8 @@ llm4d_code llm4d_comm_iallgather(llm4d_comm *c, const void *send, void *recv, si
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_ALLGATHER, send_count, dt);
     const uint64_t num = begin(c, "iallgather", -1, send_count);
-    return started(c, "iallgather", c->ops->iallgather(c, send, recv, send_count, dt, req, err), req, num, t0, err);
+    req->via = route(c, LLM4D_COMM_OP_ALLGATHER, dt, LLM4D_COMM_SUM, send_count);
+    return started(c, "iallgather", req->via->iallgather(c, send, recv, send_count, dt, req, err), req, num, t0, err);
 }
 
 llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, int root,
@@ -357,7 +387,7 @@ llm4d_code llm4d_comm_broadcast(llm4d_comm *c, void *buf, size_t count, llm4d_co
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_BROADCAST, count, dt);
     const uint64_t num = begin(c, "broadcast", -1, count);
-    if (watching(c) && c->ops->ibroadcast) {
+    if (polled(c) && c->ops->ibroadcast) {
         llm4d_comm_req r = {0};
         return finish(c, "broadcast", c->ops->ibroadcast(c, buf, count, dt, root, &r, err), &r, num, t0, err);
     }
@@ -373,7 +403,7 @@ llm4d_code llm4d_comm_send(llm4d_comm *c, const void *buf, size_t count, llm4d_c
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_SEND, count, dt);
     const uint64_t num = begin(c, "send", peer, count);
-    if (watching(c)) {
+    if (polled(c)) {
         llm4d_comm_req r = {0};
         return finish(c, "send", c->ops->isend(c, buf, count, dt, peer, tag, &r, err), &r, num, t0, err);
     }
@@ -389,7 +419,7 @@ llm4d_code llm4d_comm_recv(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dt
     double t0 = llm4d_now();
     account(c, LLM4D_COMM_OP_RECV, count, dt);
     const uint64_t num = begin(c, "recv", peer, count);
-    if (watching(c)) {
+    if (polled(c)) {
         llm4d_comm_req r = {0};
         return finish(c, "recv", c->ops->irecv(c, buf, count, dt, peer, tag, &r, err), &r, num, t0, err);
     }
@@ -428,7 +458,7 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
     llm4d_comm *c = req->comm;
     double t0 = llm4d_now();
     *is_done = 0;
-    llm4d_code rc = c->ops->test(c, req, is_done, err);
+    llm4d_code rc = ops_of(c, req)->test(c, req, is_done, err);
     if (rc == LLM4D_OK && *is_done) end(c, req->flight);
     if (rc != LLM4D_OK || *is_done) {
         untrack(c, req);
@@ -439,6 +469,7 @@ llm4d_code llm4d_comm_test(llm4d_comm_req *req, int *is_done, llm4d_err *err) {
 }
 
 llm4d_code llm4d_comm_progress(llm4d_comm *c, llm4d_err *err) {
+    if (c->hub) LLM4D_TRY(llm4d_shm_progress_all(c->hub, 0, err));
     /* downwards: a request seen complete leaves the list, the last one taking its place */
     for (int i = c->n_pending - 1; i >= 0; i--) {
         if (i >= c->n_pending) continue;
@@ -455,10 +486,10 @@ llm4d_code llm4d_comm_wait(llm4d_comm_req *req, llm4d_err *err) {
     llm4d_comm *c = req->comm;
     double t0 = llm4d_now();
     llm4d_code rc;
-    if (watching(c)) {
+    if (polled(c)) {
         rc = wait_watched(c, req, err);
     } else {
-        rc = c->ops->wait(c, req, err);
+        rc = ops_of(c, req)->wait(c, req, err);
         if (rc == LLM4D_OK) end(c, req->flight);
     }
     untrack(c, req);
@@ -525,12 +556,31 @@ llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name,
         return llm4d_wrap(err, "creating the %s group", name);
     }
     set_key(s);
+    s->hub = c->hub; /* and chooses its path, like every member of it at the same time */
+    if (s->hub && (rc = llm4d_shm_attach(s, s->hub, err)) != LLM4D_OK) {
+        llm4d_comm_destroy(s);
+        *out = NULL;
+        return llm4d_wrap(err, "choosing the %s group's path", name);
+    }
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, int progress_thread,
+                                llm4d_err *err) {
+    LLM4D_ASSERT(!world->hub, "the %s group has its paths already", world->name);
+    const llm4d_shm_opts o = {.enabled = strcmp(policy, "mpi") != 0, .slot_bytes = slot_bytes,
+                              .progress_thread = progress_thread};
+    LLM4D_TRY(llm4d_shm_hub_create(&world->hub, &o, err));
+    world->owns_hub = 1;
+    return llm4d_shm_attach(world, world->hub, err);
 }
 
 void llm4d_comm_destroy(llm4d_comm *c) {
     if (!c) return;
     llm4d_comm_destroy(c->nccl);
+    if (c->path) llm4d_shm_detach(c);
+    if (c->owns_hub) llm4d_shm_hub_destroy(c->hub);
+    c->hub = NULL;
     free(c->members);
     c->members = NULL;
     free(c->pending);
@@ -578,6 +628,15 @@ static void add_group(llm4d_comm_stats *s, const llm4d_comm *c) {
     if (!c) return;
     llm4d_comm_stats_add(s, &c->stats);
     if (c->nccl) llm4d_comm_stats_add(s, &c->nccl->stats);
+}
+
+void llm4d_comm_groups_print_paths(const llm4d_comm_groups *g, const llm4d_log *log) {
+    const llm4d_comm *all[LLM4D_NAXES + 2] = {g->world, g->data};
+    for (int a = 0; a < LLM4D_NAXES; a++) all[2 + a] = g->axis[a];
+    for (int k = 0; k < LLM4D_NAXES + 2; k++)
+        if (all[k] && all[k]->size > 1)
+            llm4d_log_info(log, "comm path of the %s group (%d ranks): %s", all[k]->name, all[k]->size,
+                           all[k]->path_desc[0] ? all[k]->path_desc : "MPI");
 }
 
 llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g) {

@@ -101,6 +101,7 @@ typedef struct {
     uint64_t flight;                     /* the operation's number in the watch's flight recorder */
     _Alignas(16) unsigned char impl[32]; /* the backend's handle (an MPI_Request) */
     /* a staged data-plane operation (comm_dev.c): the pinned buffers it holds, and where the received one goes */
+    const struct llm4d_comm_ops_s *via;  /* the method table that started it (the group's path or its backend) */
     llm4d_comm_device *dev;              /* NULL: nothing staged */
     void *stage[2];                      /* send, receive */
     size_t stage_bytes[2];
@@ -109,8 +110,8 @@ typedef struct {
 
 /* The method table. Arguments have been checked by the llm4d_comm_* wrappers (counts in range, roots and peers
  * inside the group, dtypes reducible), so backends only do the work. */
-typedef struct {
-    const char *backend; /* "self", "mpi" */
+typedef struct llm4d_comm_ops_s {
+    const char *backend; /* "self", "mpi", "shm" (a path: comm_shm.h) */
     llm4d_code (*barrier)(llm4d_comm *c, llm4d_err *err);
     llm4d_code (*ibarrier)(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err); /* NULL: none */
     llm4d_code (*allreduce)(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt, llm4d_comm_reduction op,
@@ -161,6 +162,13 @@ struct llm4d_comm {
                             * a communicator of the same members whose buffers are device memory; NULL: none */
     llm4d_comm_req **pending; /* the non-blocking operations started and not yet seen complete (llm4d_comm_progress) */
     int n_pending, cap_pending;
+    /* The group's path (comm_shm.h): a second method table for the collectives it takes (sums through shared memory
+     * on one host, hierarchical across hosts), chosen once when the group is made; NULL: everything on `ops`. */
+    const llm4d_comm_ops *path;
+    void *path_ctx;
+    char path_desc[240];       /* which path the group's collectives take, or why not shared memory (start-up log) */
+    struct llm4d_shm_hub *hub; /* the process's paths (shared like watch; NULL: none); the world owns it */
+    int owns_hub;
 };
 
 /* ---- the backends ---- */
@@ -222,6 +230,12 @@ llm4d_code llm4d_comm_waitall(llm4d_comm_req *reqs, int n, llm4d_err *err);
 /* Attach the process's watchdog to the world (every group split from it shares it): from then on, with a timeout
  * set (llm4d_watch_set), every wait of more than one rank polls against the deadline (watch.h). */
 llm4d_code llm4d_comm_watch_world(llm4d_comm *world, llm4d_comm_watch *watch, llm4d_err *err);
+/* Collective over world, before the groups are split from it: policy "auto" gives every group whose ranks share a
+ * host the shared-memory path (hierarchical when they span hosts; comm_shm.h), "mpi" leaves everything on MPI.
+ * Groups split from world afterwards choose theirs as they are made (each group's path_desc says which). slot_bytes:
+ * the path's chunk (0: its default); progress_thread: a thread moves the path's operations (comm_shm.h). */
+llm4d_code llm4d_comm_use_paths(llm4d_comm *world, const char *policy, size_t slot_bytes, int progress_thread,
+                                llm4d_err *err);
 /* Ends the whole job (every rank) with this exit code, after the caller has printed why. */
 void llm4d_comm_abort(llm4d_comm *c, int code) __attribute__((noreturn));
 llm4d_code llm4d_comm_split(llm4d_comm *c, int color, int key, const char *name, llm4d_comm **out,
@@ -252,6 +266,8 @@ typedef struct {
 llm4d_code llm4d_comm_groups_create(llm4d_comm_groups *g, llm4d_comm *world, const llm4d_topology *t,
                                     llm4d_err *err);
 void llm4d_comm_groups_destroy(llm4d_comm_groups *g);
+/* One line per group of more than one rank: which path its collectives take (comm_shm.h), or why not shared memory. */
+void llm4d_comm_groups_print_paths(const llm4d_comm_groups *g, const llm4d_log *log);
 /* Statistics summed over world and every group (what a step moved), and their reset. */
 llm4d_comm_stats llm4d_comm_groups_stats(const llm4d_comm_groups *g);
 void llm4d_comm_groups_stats_reset(llm4d_comm_groups *g);

@@ -517,6 +517,21 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (strcmp(ov, "on") && strcmp(ov, "off") && strcmp(ov, "alternate"))
         return llm4d_fail(err, LLM4D_EUSER, "dp_overlap (Distributed.dp_overlap) must be on, off or alternate, got "
                           "'%s'", ov);
+    if (strcmp(cfg->dist.grad_comm_dtype, "float32") && strcmp(cfg->dist.grad_comm_dtype, "bfloat16"))
+        return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype (Distributed.grad_comm_dtype) must be float32 or "
+                          "bfloat16, got '%s'", cfg->dist.grad_comm_dtype);
+    if (strcmp(cfg->dist.pp_split, "balanced") && strcmp(cfg->dist.pp_split, "even"))
+        return llm4d_fail(err, LLM4D_EUSER, "pp_split (Distributed.pp_split) must be balanced or even, got '%s'",
+                          cfg->dist.pp_split);
+    if (strcmp(cfg->dist.comm_progress, "hooks") && strcmp(cfg->dist.comm_progress, "thread"))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_progress (Distributed.comm_progress) must be hooks or thread, got "
+                          "'%s'", cfg->dist.comm_progress);
+    if (strcmp(cfg->dist.comm_path, "auto") && strcmp(cfg->dist.comm_path, "mpi"))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_path (Distributed.comm_path) must be auto or mpi, got '%s'",
+                          cfg->dist.comm_path);
+    if (cfg->dist.comm_chunk_kb < 0 || cfg->dist.comm_chunk_kb > (1 << 20))
+        return llm4d_fail(err, LLM4D_EUSER, "comm_chunk_kb (Distributed.comm_chunk_kb) must be 0 (the default, 1024) "
+                          "to 1048576 KiB, got %lld", (long long)cfg->dist.comm_chunk_kb);
     if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16") && strcmp(cfg->amp_dtype, "tfloat32"))
         return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16, float16 or tfloat32, got "
                           "'%s'", cfg->amp_dtype);

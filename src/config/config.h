@@ -65,7 +65,8 @@ typedef struct {
     int save_consolidated;           /* sharded runs: gather and write whole tensors (save_group_sharded_model) */
     int use_sharding;
     char pp_schedule[LLM4D_NAME_MAX];  /* 1F1B, interleaved, ZBH1 */
-    char pp_layers[256];               /* blocks per virtual stage, "3,3,2,2"; "" = even */
+    char pp_layers[256];               /* blocks per virtual stage, "3,3,2,2"; "" = pp_split's */
+    char pp_split[LLM4D_NAME_MAX];     /* balanced (by cost: parallel/pp_balance.h) or even, when pp_layers is "" */
     float comm_timeout;                /* s a communication may take after the first step; 0: no watchdog */
     float comm_timeout_first;          /* s for start-up, the first step, saves and loads */
     int pp_account_embedding_loss;     /* count the embedding and the loss as one block each in an even split */
@@ -73,6 +74,10 @@ typedef struct {
     char dp_overlap[LLM4D_NAME_MAX];   /* on, off, alternate (data_parallel.h) */
     int dp_trace;                      /* data parallel: a line per step of bucket timings */
     int zero_prefetch, zero_overlap;   /* ZeRO: the stage-3 prefetch, the non-blocking reduce-scatters (sharding.h) */
+    char grad_comm_dtype[LLM4D_NAME_MAX]; /* float32, or bfloat16: dp and ZeRO reduce gradients as bf16 payloads */
+    char comm_path[LLM4D_NAME_MAX];    /* auto (shared memory on a host, hierarchical across hosts) or mpi (comm_shm.h) */
+    char comm_progress[LLM4D_NAME_MAX]; /* hooks or thread: who moves the shared-memory path's operations */
+    int64_t comm_chunk_kb;             /* the shared-memory path's chunk per rank in KiB (0: its default) */
 } llm4d_dist_config;
 
 /* The cluster `llm4d plan` lays a job out on, and the machine profile it and the trainer's start-up prediction

@@ -212,7 +212,11 @@ static const llm4d_key keys[] = {
     EXT("Distributed.pp_schedule", LLM4D_KT_STR, dist.pp_schedule, "1F1B", NULL, "--pp_schedule",
         "pipeline schedule: 1F1B, interleaved (with virtual_pp_degree > 1) or ZBH1 (zero bubble, Qi et al. 2023)"),
     EXT("Distributed.pp_layers", LLM4D_KT_COUNTS, dist.pp_layers, "", NULL, "--pp_layers",
-        "blocks of each pipeline (virtual) stage, e.g. [3, 3, 3, 1]; empty: an even split"),
+        "blocks of each pipeline (virtual) stage, e.g. [3, 3, 3, 1]; empty: pp_split's"),
+    EXT("Distributed.pp_split", LLM4D_KT_STR, dist.pp_split, "balanced", NULL, "--pp_split",
+        "without pp_layers: balanced (the stages' FLOPs and bytes balanced, the LM head and loss counted with the "
+        "last stage, the embedding with the first; start-up prints each stage's predicted cost) or even (the same "
+        "number of blocks on every stage)"),
     EXT("Distributed.pp_account_embedding_loss", LLM4D_KT_BOOL, dist.pp_account_embedding_loss, "False", NULL,
         "--pp_account_embedding_loss", "an even pipeline split counts the embedding and the loss as one block each "
         "(Megatron's --account-for-embedding/loss-in-pipeline-split)"),
@@ -253,6 +257,19 @@ static const llm4d_key keys[] = {
         "ZeRO-3: gather the next group while one computes (off: every gather blocking, for measurement)"),
     EXT("Distributed.sharding.overlap", LLM4D_KT_BOOL, dist.zero_overlap, "True", NULL, "--zero_overlap",
         "ZeRO: gradient reduce-scatters non-blocking during backward (off: blocking, for measurement)"),
+    EXT("Distributed.grad_comm_dtype", LLM4D_KT_STR, dist.grad_comm_dtype, "float32", NULL, "--grad_comm_dtype",
+        "the payload of the data-parallel all-reduce and the ZeRO reduce-scatters of gradients: float32, or "
+        "bfloat16 (half the bytes; each rank's gradient rounded to bf16, summed in fp32, rounded again: Paddle's "
+        "fp16_allreduce, DeepSpeed's communication_data_type; README states its effect on the loss)"),
+    EXT("Distributed.comm_path", LLM4D_KT_STR, dist.comm_path, "auto", NULL, "--comm_path",
+        "auto: the sums, reduce-scatters and all-gathers of the ranks of one host go through a shared-memory segment, "
+        "hierarchically (shared memory, then MPI between hosts) for a group spanning hosts; mpi: Open MPI's "
+        "collectives everywhere. Start-up prints each group's path"),
+    EXT("Distributed.comm_progress", LLM4D_KT_STR, dist.comm_progress, "hooks", NULL, "--comm_progress",
+        "who moves the shared-memory collectives while the rank computes: hooks (the rank itself, between layers and "
+        "while it waits) or thread (a thread per rank; pays where a core is free for it)"),
+    EXT("Distributed.comm_chunk_kb", LLM4D_KT_I64, dist.comm_chunk_kb, "0", NULL, "--comm_chunk_kb",
+        "the shared-memory path's chunk per rank in KiB (each rank's segment holds two); 0: 1024"),
 
     /* Plan: the cluster `llm4d plan` lays the job out on (llm4d's addition) */
     EXT("Plan.nodes", LLM4D_KT_INT, plan.nodes, "1", NULL, "--nodes", "llm4d plan: hosts of the cluster"),

@@ -11,6 +11,8 @@
  *              eio's classic), create (creating a file or directory; the default for eacces and erofs),
  *              rename (publishing a name)
  *   LLM4D_FAULT=collective@<K>       the first collective operation of training step K fails (comm/comm.c)
+ *   LLM4D_FAULT=cma@1                start-up's probe of single-copy transfers between the ranks of a host fails
+ *                                    with EPERM, as in a container without ptrace permission (comm/host_check.c)
  *   LLM4D_FAULT_RANK=<r>             only rank r injects (default: every rank)
  *
  * Each checkpoint save counts its own operations from 1 (store_save.c keeps an llm4d_fault in its saver and the file
@@ -31,6 +33,7 @@ typedef enum {
     LLM4D_FAULT_CREATE,
     LLM4D_FAULT_RENAME,
     LLM4D_FAULT_COLLECTIVE,
+    LLM4D_FAULT_CMA,
 } llm4d_fault_op;
 
 typedef struct {

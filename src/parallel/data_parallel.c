@@ -12,12 +12,26 @@ static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
 static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b, const llm4d_event *ready) {
     if (dp->failed) return;
     const double t0 = llm4d_now();
-    if (llm4d_comm_dev_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, ready, &b->req,
-                                  &dp->err) != LLM4D_OK)
-        dp->failed = 1;
+    llm4d_code rc;
+    if (dp->g16) { /* rounded after the gradient kernels, on the same stream: ready is then the whole stream */
+        dp->g->be->to_bf16(dp->g->be, dp->g16 + b->lo, dp->grads + b->lo, b->hi - b->lo);
+        rc = llm4d_comm_dev_iallreduce(dp->comm, dp->g16 + b->lo, b->hi - b->lo, LLM4D_COMM_BF16, NULL, &b->req,
+                                       &dp->err);
+    } else {
+        rc = llm4d_comm_dev_iallreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, ready, &b->req,
+                                       &dp->err);
+    }
+    if (rc != LLM4D_OK) dp->failed = 1;
     b->started = 1;
     b->t_start = t0 - dp->t_arm;
     dp->base.comm_total_s += llm4d_now() - t0;
+}
+
+/* bf16 payloads: a completed bucket's sum back into the fp32 gradients (once). */
+static void land(llm4d_dp *dp, llm4d_dp_bucket *b) {
+    if (!dp->g16 || b->landed || dp->failed) return;
+    dp->g->be->from_bf16(dp->g->be, dp->grads + b->lo, dp->g16 + b->lo, b->hi - b->lo, LLM4D_WRITE);
+    b->landed = 1;
 }
 
 /* Drive the outstanding reductions forward (comm.h llm4d_comm_progress); a bucket seen complete gets its time. */
@@ -26,7 +40,10 @@ static void progress(llm4d_dp *dp) {
     if (!dp->failed && llm4d_comm_progress(dp->comm, &dp->err) != LLM4D_OK) dp->failed = 1;
     for (int i = 0; i < dp->n_buckets; i++) {
         llm4d_dp_bucket *b = &dp->buckets[i];
-        if (b->started && !b->req.comm && b->t_done < 0) b->t_done = llm4d_now() - dp->t_arm;
+        if (b->started && !b->req.comm && b->t_done < 0) {
+            b->t_done = llm4d_now() - dp->t_arm;
+            land(dp, b);
+        }
     }
     dp->tests++;
     dp->base.comm_total_s += llm4d_now() - t0;
@@ -59,7 +76,7 @@ static void dp_begin_step(llm4d_engine *e, int n_micro) {
         dp->windows_left[grp] = n_micro * llm4d_gpt_windows(dp->g, grp);
     for (int i = 0; i < dp->n_buckets; i++) {
         dp->buckets[i].pending = dp->buckets[i].n_groups;
-        dp->buckets[i].started = 0;
+        dp->buckets[i].started = dp->buckets[i].landed = 0;
         dp->buckets[i].t_start = dp->buckets[i].t_done = -1;
     }
 }
@@ -87,14 +104,21 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
         llm4d_dp_bucket *b = &dp->buckets[i];
         if (!dp->overlap || i == dp->n_buckets - 1) {
             b->t_start = llm4d_now() - dp->t_arm;
-            if (llm4d_comm_dev_allreduce(dp->comm, dp->grads + b->lo, b->hi - b->lo, LLM4D_COMM_F32, LLM4D_COMM_SUM,
-                                         &dp->err) != LLM4D_OK)
+            const size_t n = b->hi - b->lo;
+            llm4d_backend *be = dp->g->be;
+            if (dp->g16) be->to_bf16(be, dp->g16 + b->lo, dp->grads + b->lo, n);
+            if ((dp->g16 ? llm4d_comm_dev_allreduce(dp->comm, dp->g16 + b->lo, n, LLM4D_COMM_BF16, LLM4D_COMM_SUM,
+                                                    &dp->err)
+                         : llm4d_comm_dev_allreduce(dp->comm, dp->grads + b->lo, n, LLM4D_COMM_F32, LLM4D_COMM_SUM,
+                                                    &dp->err)) != LLM4D_OK)
                 dp->failed = 1;
+            land(dp, b);
             b->t_done = llm4d_now() - dp->t_arm;
             continue;
         }
         LLM4D_ASSERT(b->started, "bucket %d of %d: not all of its groups reported done", i, dp->n_buckets);
         if (!dp->failed && b->req.comm && llm4d_comm_wait(&b->req, &dp->err) != LLM4D_OK) dp->failed = 1;
+        land(dp, b);
         if (b->t_done < 0) b->t_done = llm4d_now() - dp->t_arm;
     }
     dp->base.comm_wait_s = llm4d_now() - t0;
@@ -110,6 +134,8 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
 
 static void dp_destroy(llm4d_engine *e) {
     llm4d_dp *dp = of(e);
+    if (dp->g16) dp->g->be->free(dp->g->be, dp->g->mem, LLM4D_MEM_COMM, dp->g16, llm4d_dp_plan(&dp->g->table, 1));
+    dp->g16 = NULL;
     free(dp->buckets);
     free(dp->bucket_of_group);
     free(dp->windows_left);
@@ -119,8 +145,8 @@ static void dp_destroy(llm4d_engine *e) {
 
 static void dp_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_dp *dp = of(e);
-    snprintf(buf, n, "data parallel over %d ranks: gradients all-reduced in %d buckets as backward completes them",
-             dp->comm->size, dp->n_buckets);
+    snprintf(buf, n, "data parallel over %d ranks: gradients all-reduced in %d buckets as backward completes them, "
+             "%s payloads", dp->comm->size, dp->n_buckets, dp->g16 ? "bf16" : "fp32");
 }
 
 static const llm4d_engine_ops dp_ops = {
@@ -155,7 +181,7 @@ int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucke
 }
 
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
-                         int trace, llm4d_err *err) {
+                         int trace, int bf16, llm4d_err *err) {
     memset(dp, 0, sizeof *dp);
     dp->base.ops = &dp_ops;
     dp->g = g;
@@ -182,6 +208,15 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         dp->buckets[i].lo = lo[i], dp->buckets[i].hi = hi[i], dp->buckets[i].n_groups = ng[i];
     free(lo), free(hi), free(ng);
     for (int i = 0; i < dp->n_buckets; i++) dp->buckets[i].pending = dp->buckets[i].n_groups;
+    if (bf16 && (!g->be->to_bf16 || !g->be->from_bf16)) {
+        dp_destroy(&dp->base);
+        return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype bfloat16: the %s backend cannot convert gradients to "
+                          "bf16; use grad_comm_dtype float32", g->be->name);
+    }
+    if (bf16 && !(dp->g16 = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_dp_plan(t, 1)))) {
+        dp_destroy(&dp->base);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the bf16 gradient payloads");
+    }
     dp->overlap_mode = !strcmp(overlap, "off") ? 0 : !strcmp(overlap, "alternate") ? 2 : 1;
     dp->overlap = dp->overlap_mode != 0;
     dp->trace = trace;

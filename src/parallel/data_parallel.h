@@ -23,7 +23,13 @@
  *                       (the yardstick for how much of it the overlapped mode hides); alternate: steps
  *                       1, 3, 5, ... overlapped and 2, 4, 6, ... blocking, to compare both under the same load;
  *   dp_trace            finish prints one line per step on stdout: per bucket its size and the times,
- *                       from the start of the last backward, at which it started and was seen complete. */
+ *                       from the start of the last backward, at which it started and was seen complete.
+ *
+ * bf16 payloads (grad_comm_dtype bfloat16): a bucket is rounded to bf16 into its range of a bf16 copy of the
+ * gradient buffer (the backend's to_bf16, after its last gradient kernel), all-reduced as bf16 (each element summed
+ * in fp32 over the ranks and rounded once on the shared-memory path; after each pairwise add on MPI's), and written
+ * back to the fp32 gradients when it completes: half the bytes on the wire and in the shared segment, two more passes
+ * over the bucket, and each rank's gradient rounded to 8 bits of mantissa before the sum. */
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
 
@@ -35,6 +41,7 @@ typedef struct {
     int n_groups, pending;  /* groups in the bucket; groups not yet done in this backward */
     llm4d_comm_req req;
     int started;
+    int landed;             /* bf16: the result written back to the fp32 gradients */
     double t_start, t_done; /* seconds since arm (trace) */
 } llm4d_dp_bucket;
 
@@ -43,6 +50,7 @@ typedef struct {
     llm4d_gpt *g;
     llm4d_comm *comm;       /* the data group (dp x sharding) */
     float *grads;           /* the flat gradient buffer */
+    uint16_t *g16;          /* bf16 payloads: a bf16 buffer the size of grads (NULL: fp32 payloads) */
     int n_buckets;
     llm4d_dp_bucket *buckets;
     int *bucket_of_group;   /* [n_groups] */
@@ -65,8 +73,10 @@ int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucke
                      int *n_groups);
 /* Plan buckets of about bucket_bytes over the table's groups (the engine's comm_wait_s: time blocked in the final
  * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). overlap: "on", "off"
- * or "alternate"; trace: the per-step line (both above). */
+ * or "alternate"; trace: the per-step line (both above); bf16: bf16 payloads (above). */
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
-                         int trace, llm4d_err *err);
+                         int trace, int bf16, llm4d_err *err);
+/* Bytes llm4d_dp_init allocates for the table t (the memory plan): the bf16 copy, or nothing. */
+static inline size_t llm4d_dp_plan(const llm4d_param_table *t, int bf16) { return bf16 ? t->total * 2 : 0; }
 
 #endif

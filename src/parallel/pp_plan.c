@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/pp_balance.h"
+
 /* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
  * the problem when the layers cannot be split as asked. */
 static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err) {
@@ -52,10 +54,18 @@ static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi,
             if (n[v] < 0)
                 rc = llm4d_fail(err, LLM4D_EUSER, "pp_account_embedding_loss: %d blocks over %d virtual stages leave "
                                 "virtual stage %d less than the embedding or the loss; use fewer stages", L, VP, v);
+    } else if (!strcmp(cfg->dist.pp_split, "balanced")) { /* by cost (pp_balance.h) */
+        if (L < VP - 2)
+            rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d cannot give each of the %d virtual stages between the "
+                            "first and the last a block; use fewer pipeline stages", L, VP - 2);
+        else {
+            const llm4d_pp_split_costs c = llm4d_pp_costs_of(cfg);
+            llm4d_pp_balance(&c, L, VP, n);
+        }
     } else if (L % VP) {
         rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d is not divisible by pp_degree %d x virtual_pp_degree %d = %d; "
                         "give the blocks of each stage with pp_layers (e.g. %d counts summing to %d) for an uneven "
-                        "split", L, P, V, VP, VP, L);
+                        "split, or use pp_split balanced", L, P, V, VP, VP, L);
     } else {
         for (int v = 0; v < VP; v++) n[v] = L / VP;
     }
@@ -98,15 +108,25 @@ llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_e
     if (P > 1) LLM4D_TRY(llm4d_pp_schedule_fits(p->runs->kind, P, V, p->M, err));
     p->lo = calloc((size_t)P * V, sizeof *p->lo);
     p->hi = calloc((size_t)P * V, sizeof *p->hi);
-    llm4d_code rc = p->lo && p->hi ? split(cfg, P, V, p->lo, p->hi, err)
-                                   : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (rc != LLM4D_OK) llm4d_pp_plan_free(p);
-    return rc;
+    p->cost = calloc((size_t)P * V, sizeof *p->cost);
+    llm4d_code rc = p->lo && p->hi && p->cost ? split(cfg, P, V, p->lo, p->hi, err)
+                                              : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (rc != LLM4D_OK) {
+        llm4d_pp_plan_free(p);
+        return rc;
+    }
+    /* what each virtual stage is predicted to cost, whichever way it was split (the log compares) */
+    const llm4d_pp_split_costs c = llm4d_pp_costs_of(cfg);
+    p->balanced = !cfg->dist.pp_layers[0] && !cfg->dist.pp_account_embedding_loss &&
+                  !strcmp(cfg->dist.pp_split, "balanced");
+    for (int v = 0; v < P * V; v++) p->cost[v] = llm4d_pp_stage_cost(&c, v, P * V, p->hi[v] - p->lo[v]);
+    return LLM4D_OK;
 }
 
 void llm4d_pp_plan_free(llm4d_pp_plan *p) {
     free(p->lo);
     free(p->hi);
+    free(p->cost);
     memset(p, 0, sizeof *p);
 }
 
@@ -134,9 +154,12 @@ llm4d_code llm4d_pp_plan_stage(const llm4d_pp_plan *p, int stage, llm4d_model_pa
 void llm4d_pp_plan_log(const llm4d_pp_plan *p, int recompute, const llm4d_log *log) {
     const int P = p->P, V = p->V;
     const int fell_back = recompute && p->runs != p->asked;
-    llm4d_log_info(log, "pipeline: %d stages x %d chunk%s, %s schedule%s; every block held once:", P, V,
+    llm4d_log_info(log, "pipeline: %d stages x %d chunk%s, %s schedule%s, %s split; every block held once:", P, V,
                    V > 1 ? "s" : "", p->runs->name,
-                   fell_back ? " (ZB-H1 asked; with recompute the weight gradients are computed in the backward)" : "");
+                   fell_back ? " (ZB-H1 asked; with recompute the weight gradients are computed in the backward)" : "",
+                   p->balanced ? "balanced" : "given");
+    double total = 0;
+    for (int v = 0; v < P * V; v++) total += (double)p->cost[v];
     for (int st = 0; st < P; st++) {
         char line[512];
         int k = snprintf(line, sizeof line, "    stage %d: blocks", st);
@@ -144,8 +167,14 @@ void llm4d_pp_plan_log(const llm4d_pp_plan *p, int recompute, const llm4d_log *l
             k += snprintf(line + k, sizeof line - (size_t)k, "%s [%d, %d)", c ? "," : "",
                           p->lo[llm4d_pp_vstage(P, c, st)], p->hi[llm4d_pp_vstage(P, c, st)]);
         if (k < (int)sizeof line)
-            snprintf(line + k, sizeof line - (size_t)k, "%s%s", st == llm4d_pp_stage_of(P, 0) ? " + embeddings" : "",
-                     st == llm4d_pp_stage_of(P, P * V - 1) ? " + ln_f, LM head, loss" : "");
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s%s",
+                          st == llm4d_pp_stage_of(P, 0) ? " + embeddings" : "",
+                          st == llm4d_pp_stage_of(P, P * V - 1) ? " + ln_f, LM head, loss" : "");
+        double cost = 0;
+        for (int c = 0; c < V; c++) cost += (double)p->cost[llm4d_pp_vstage(P, c, st)];
+        if (k < (int)sizeof line)
+            snprintf(line + k, sizeof line - (size_t)k, "; predicted cost %.2f MFLOP-eq per token (%.1f %%)",
+                     cost / 1e6, total > 0 ? 100 * cost / total : 0.0);
         llm4d_log_info(log, "%s", line);
     }
 }

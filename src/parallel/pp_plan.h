@@ -5,10 +5,11 @@
  * The P stages of a pipeline (the ranks of one pipe group) each hold consecutive layers: P x V virtual stages of
  * consecutive blocks, placed as schedule.h says (virtual stage v = c P + s on stage s; V > 1 interleaves them), the
  * token and position embeddings with the first virtual stage, ln_f, the LM head and the loss with the last. The
- * split is even by default; pp_layers gives the blocks of each virtual stage, and pp_account_embedding_loss counts
- * the embedding and the loss as one block each of the first and last virtual stage when splitting evenly
- * (Megatron's --account-for-embedding-in-pipeline-split / -loss-). The split is checked to hold every block exactly
- * once (a layer left out or held twice is refused, not trained silently wrong). The schedule asked for is resolved
+ * split balances the stages' costs by default (the LM head and the loss counted with the last stage: pp_balance.h);
+ * pp_split even gives every stage the same number of blocks, pp_layers gives the blocks of each virtual stage, and
+ * pp_account_embedding_loss counts the embedding and the loss as one block each of the first and last virtual stage
+ * when splitting evenly (Megatron's --account-for-embedding-in-pipeline-split / -loss-). The split is checked to
+ * hold every block exactly once (a layer left out or held twice is refused, not trained silently wrong). The schedule asked for is resolved
  * once: virtual_pp_degree > 1 with 1F1B means the interleaved one (Paddle's convention), and what runs with
  * recompute is the schedule's own property (schedule.h llm4d_pp_props). */
 #ifndef LLM4D_PARALLEL_PP_PLAN_H
@@ -24,6 +25,8 @@ typedef struct {
     const llm4d_pp_props *asked; /* the schedule the configuration names */
     const llm4d_pp_props *runs;  /* the one that runs (asked, or its with_recompute) */
     int *lo, *hi;                /* [P V] the blocks [lo[v], hi[v]) of each virtual stage */
+    int64_t *cost;               /* [P V] each virtual stage's predicted cost per token (pp_balance.h) */
+    int balanced;                /* the split was balanced by cost (no pp_layers, pp_split balanced) */
 } llm4d_pp_plan;
 
 /* The plan of cfg (finalized): the schedule resolved and fitted to the step's micro-batches, the blocks split. With

@@ -160,10 +160,14 @@ static void grad_complete(llm4d_sharding *s, llm4d_ring_slot *r) {
     if (r->group < 0) return;
     const int grp = r->group;
     const size_t n = s->shard_len[grp];
-    if (s->stage >= 2)
-        s->be->add(s->be, s->local_grads + s->shard_off[grp], r->recv, n);
-    else /* stage 1: the own block of the flat gradient holds the group's sum */
-        s->be->copy(s->be, s->g->grads + group_lo(s, grp) + (size_t)s->rank * n, r->recv, n * sizeof(float));
+    float *own = s->stage >= 2 ? s->local_grads + s->shard_off[grp] /* stage 1: the own block of the flat gradient */
+                               : s->g->grads + group_lo(s, grp) + (size_t)s->rank * n;
+    if (s->bf16)
+        s->be->from_bf16(s->be, own, r->recv16, n, s->stage >= 2 ? LLM4D_ADD : LLM4D_WRITE);
+    else if (s->stage >= 2)
+        s->be->add(s->be, own, r->recv, n);
+    else
+        s->be->copy(s->be, own, r->recv, n * sizeof(float));
     r->group = -1;
 }
 
@@ -185,13 +189,20 @@ static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, in
     r->group = grp;
     const size_t n = s->shard_len[grp];
     const double t0 = llm4d_now();
+    const void *send = src;
+    void *recv = r->recv;
+    const llm4d_comm_dtype dt = s->bf16 ? LLM4D_COMM_BF16 : LLM4D_COMM_F32;
+    if (s->bf16) { /* rounded after the gradient kernels, on their stream: ready is then the whole stream */
+        s->be->to_bf16(s->be, r->send16, src, n * (size_t)s->N);
+        send = r->send16, recv = r->recv16, ready = NULL;
+    }
     if (!s->overlap_on) {
-        HOOK_TRY(llm4d_comm_dev_reduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, &s->err));
+        HOOK_TRY(llm4d_comm_dev_reduce_scatter(s->sh, send, recv, n, dt, &s->err));
         s->rs_wait_s += llm4d_now() - t0;
         grad_complete(s, r);
         return;
     }
-    HOOK_TRY(llm4d_comm_dev_ireduce_scatter(s->sh, src, r->recv, n, LLM4D_COMM_F32, ready, &r->req, &s->err));
+    HOOK_TRY(llm4d_comm_dev_ireduce_scatter(s->sh, send, recv, n, dt, ready, &r->req, &s->err));
     r->busy = 1;
 }
 
@@ -455,6 +466,10 @@ static void sh_destroy(llm4d_engine *e) {
                 {s->grad_ring[0].recv, s->max_shard, LLM4D_MEM_COMM}, {s->grad_ring[1].recv, s->max_shard, LLM4D_MEM_COMM}};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k].p) s->be->free(s->be, s->mem, bufs[k].c, bufs[k].p, bufs[k].n * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        if (s->grad_ring[k].send16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].send16, s->max_group * 2);
+        if (s->grad_ring[k].recv16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].recv16, s->max_shard * 2);
+    }
     free(s->shard_len);
     free(s->shard_off);
     free(s->range_lo);
@@ -497,7 +512,7 @@ static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t
     }
 }
 
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, size_t bytes[]) {
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]) {
     size_t local, group, shard;
     sizes(t, N, &local, &group, &shard);
     const size_t f = sizeof(float);
@@ -505,6 +520,7 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
     else bytes[LLM4D_MEM_OPTIM] += 2 * local * f, bytes[LLM4D_MEM_PARAMS] += stage >= 3 ? local * f : 0;
     if (stage >= 2) bytes[LLM4D_MEM_GRADS] += local * f;
     bytes[LLM4D_MEM_COMM] += 2 * (shard + (stage >= 2 ? group : 0) + (stage >= 3 ? group : 0)) * f;
+    if (bf16) bytes[LLM4D_MEM_COMM] += 2 * (group + shard) * 2; /* the ring's bf16 payloads */
 }
 
 /* The initial parameters of local elements [off, off + len) into dst (the elements from off on): each group's
@@ -543,6 +559,7 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     const char *offload_dir = d->offload_dir;
     s->prefetch_on = d->zero_prefetch;
     s->overlap_on = d->zero_overlap;
+    s->bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
     s->opt = llm4d_optimizer_make(opt, g->be);
     s->stage = stage;
     s->N = llm4d_comm_size(sharding_comm);
@@ -593,7 +610,16 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
         if (stage >= 3) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
     }
     if (stage >= 2) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
+    if (s->bf16 && (!s->be->to_bf16 || !s->be->from_bf16)) {
+        sh_destroy(&s->base);
+        return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype bfloat16: the %s backend cannot convert gradients to "
+                          "bf16; use grad_comm_dtype float32", g->be->name);
+    }
     for (int k = 0; k < 2; k++) {
+        if (s->bf16) {
+            ok &= (s->grad_ring[k].send16 = s->be->alloc(s->be, s->mem, LLM4D_MEM_COMM, s->max_group * 2)) != NULL;
+            ok &= (s->grad_ring[k].recv16 = s->be->alloc(s->be, s->mem, LLM4D_MEM_COMM, s->max_shard * 2)) != NULL;
+        }
         s->grad_ring[k].recv = alloc_f(s, LLM4D_MEM_COMM, s->max_shard, &ok);
         if (stage >= 2) s->grad_ring[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
         if (stage >= 3) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);

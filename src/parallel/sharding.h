@@ -36,6 +36,10 @@
  *
  * Sharding-hybrid-dp: with dp_degree > 1 beside sharding, every collective above stays inside the sharding group;
  * after backward only the owned shards (1/N of the gradients) are all-reduced across the dp group.
+ * bf16 payloads (grad_comm_dtype bfloat16): a window's bucket (stage 1: the group's range of the flat gradients) is
+ * rounded to bf16 into the slot's send16 and reduce-scattered as bf16 into recv16, whose shard is then added (stage
+ * 1: written) to the fp32 gradients; two more buffers per ring slot (a group and a shard of bf16). The hybrid dp
+ * all-reduce of the owned shards stays fp32.
  * Offload: Adam m, v (and, at stage 3, the fp32 shard of the parameters) live in a file on a node-local directory
  * and stream through a bounded window during the update (parallel/offload.h). */
 #ifndef LLM4D_PARALLEL_SHARDING_H
@@ -51,6 +55,7 @@ struct llm4d_offload;
 typedef struct {
     float *buf;          /* gather buffer or gradient bucket (a group's size) */
     float *recv;         /* bucket ring: the reduce-scatter's output (a shard's size) */
+    uint16_t *send16, *recv16; /* bucket ring, bf16 payloads: the bucket rounded to bf16, the reduced shard */
     int group;           /* the group it holds / reduces, -1 free */
     int busy;            /* a collective is in flight */
     llm4d_comm_req req;
@@ -85,6 +90,7 @@ typedef struct {
     int trace_n, trace_cap, trace_pos, traced, in_step;
     int prefetch_on;         /* zero_prefetch; off: every gather blocking (measurement) */
     int overlap_on;          /* zero_overlap; off: every reduce-scatter blocking (measurement) */
+    int bf16;                /* grad_comm_dtype bfloat16: reduce-scatters carry bf16 payloads */
     int64_t prefetch_hits, gathers;
     double gather_wait_s;    /* this step: time blocked waiting for parameter gathers (stage 3) */
     double rs_wait_s;        /* this step: time blocked in or waiting for gradient reduce-scatters */
@@ -98,8 +104,9 @@ typedef struct {
 void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_model_part *part,
                          llm4d_gpt_layout *layout);
 
-/* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan). */
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, size_t bytes[]);
+/* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan); bf16: with bf16
+ * gradient payloads. */
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
  * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
  * sharding (NULL or size 1: none); dp_index: this rank's index in it. */

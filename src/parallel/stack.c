@@ -4,6 +4,7 @@
 #include "parallel/stack.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/data_parallel.h"
 #include "parallel/flat.h"
@@ -31,8 +32,11 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
                              const llm4d_param_table *t, size_t act_elems, size_t bytes[LLM4D_MEM_NCATEGORIES],
                              llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
-    if (sharded(cfg)) llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bytes);
+    const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
+    if (sharded(cfg))
+        llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, bytes);
     else bytes[LLM4D_MEM_OPTIM] += 2 * t->total * sizeof(float); /* Adam m, v (flat.c) */
+    if (!sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_plan(t, bf16);
     if (topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
     if (plan->P > 1) {
         size_t b;
@@ -69,7 +73,8 @@ llm4d_code llm4d_stack_build(llm4d_engine_stack *s, llm4d_gpt *g, const llm4d_co
         PUSH(llm4d_flat, 1, llm4d_flat_init(x_, g, opt, topo->data_rank == 0, err));
         if (topo->data_world > 1)
             PUSH(llm4d_dp, 0,
-                 llm4d_dp_init(x_, g, groups->data, (size_t)d->bucket_size_bytes, d->dp_overlap, d->dp_trace, err));
+                 llm4d_dp_init(x_, g, groups->data, (size_t)d->bucket_size_bytes, d->dp_overlap, d->dp_trace,
+                               !strcmp(d->grad_comm_dtype, "bfloat16"), err));
     }
     if (topo->degree[LLM4D_AXIS_MODEL] > 1)
         PUSH(llm4d_tensor_parallel, 0, llm4d_tensor_parallel_init(x_, s, groups->axis[LLM4D_AXIS_MODEL], err));

@@ -91,10 +91,14 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
 static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                               const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
     llm4d_memplan mp;
-    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, &mp, err));
+    const int R = pr->cluster.ranks_per_node;
+    /* the trainer's rule (comm_shm.h): a sharding group on one host reduce-scatters in shared memory unless told
+     * to use MPI */
+    const int rs_in_shm =
+        strcmp(cfg->dist.comm_path, "mpi") != 0 && llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R) == 1;
+    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, rs_in_shm, &mp, err));
     const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
     const llm4d_stagecost *sc;
-    const int R = pr->cluster.ranks_per_node;
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];

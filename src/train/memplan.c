@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_shm.h"
 #include "core/proc.h"
 #include "parallel/stack.h"
 #include "train/memplan.h"
@@ -60,9 +61,11 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_pr
  * non-blocking MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to that rank and scatters from there, so
  * that rank holds a temporary the size of each group being reduce-scattered, at most two at once (the gradient
  * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
- * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). */
-static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_param_table *t) {
-    if (cfg->dist.sharding_degree < 2 || topo->index[LLM4D_AXIS_SHARDING] != 0) return 0;
+ * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). A sharding
+ * group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its segment: no temporaries. */
+static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, int rs_in_shm,
+                              const llm4d_param_table *t) {
+    if (cfg->dist.sharding_degree < 2 || topo->index[LLM4D_AXIS_SHARDING] != 0 || rs_in_shm) return 0;
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;
@@ -78,7 +81,7 @@ llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
 }
 
 llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
-                              llm4d_backend *be, llm4d_memplan *out, llm4d_err *err) {
+                              llm4d_backend *be, int rs_in_shm, llm4d_memplan *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
     const llm4d_precision prec = llm4d_memplan_precision(cfg);
     llm4d_model_part part;
@@ -96,7 +99,7 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
                             (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
     const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, &t, crossing, out->cat, err);
     out->weight_copies = weight_copies(cfg, be, prec, &t);
-    out->mpi_temporaries = mpi_temporaries(cfg, topo, &t);
+    out->mpi_temporaries = mpi_temporaries(cfg, topo, rs_in_shm, &t);
     llm4d_param_table_free(&t);
     LLM4D_TRY(rc);
     out->cat[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
@@ -112,7 +115,10 @@ size_t llm4d_memplan_total(const llm4d_memplan *p) {
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     llm4d_memplan mp;
-    LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, &mp, err));
+    const llm4d_comm *shard = cfg->dist.sharding_degree > 1 ? tr->groups->axis[LLM4D_AXIS_SHARDING] : NULL;
+    const int rs_in_shm =
+        shard && llm4d_shm_takes(shard, LLM4D_COMM_OP_REDUCE_SCATTER, LLM4D_COMM_F32, LLM4D_COMM_SUM, 1);
+    LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, rs_in_shm, &mp, err));
     const size_t *plan = mp.cat, copies = mp.weight_copies, mpi_tmp = mp.mpi_temporaries, operands = mp.operands;
     const size_t add = llm4d_memplan_total(&mp);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)

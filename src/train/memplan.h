@@ -29,10 +29,11 @@ typedef struct {
 llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg);
 
 /* The plan of the rank at topo's coordinates, for cfg (finalized) and its pipeline plan pp (P = 1: none); be
- * supplies the size functions of the backend the run uses (operand_workspace, operand_bytes; nothing is
- * allocated on it). */
+ * supplies the size functions of the backend the run uses (operand_workspace, weight_copy_bytes; nothing is
+ * allocated on it); rs_in_shm: the sharding group reduce-scatters on the shared-memory path (comm_shm.h), which
+ * needs no MPI temporaries. */
 llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
-                              llm4d_backend *be, llm4d_memplan *out, llm4d_err *err);
+                              llm4d_backend *be, int rs_in_shm, llm4d_memplan *out, llm4d_err *err);
 
 /* Every byte of the plan: the categories and what lies outside them. */
 size_t llm4d_memplan_total(const llm4d_memplan *p);

@@ -249,6 +249,61 @@ static void log_work(const llm4d_trainer *tr, const llm4d_work_stats *w, double 
     }
 }
 
+/* The end of a pipelined run, on the first stage's writer (collective over the pipe group): every stage's measured
+ * computing per step beside the split's predicted costs, so a split can be judged by what it did; and every stage's
+ * waiting share (waiting / (waiting + computing) inside the schedule) beside the schedule's own at the measured
+ * durations of one forward, backward and weight pass (llm4d_pp_schedule_simulate), so the bubble can be told apart
+ * from what the machine added (transfers, load). mine: busy, idle, F, B, W of this stage (per step, per action). */
+static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm4d_err *err) {
+    llm4d_comm *pp = tr->groups->axis[LLM4D_AXIS_PIPE];
+    const llm4d_pp_plan *plan = &tr->ppplan;
+    const int P = pp->size, V = plan->V;
+    double *all = calloc((size_t)P * 5, sizeof *all), *cost = calloc((size_t)P * 3 * V, sizeof *cost);
+    double *busy = calloc((size_t)P, sizeof *busy), *idle = calloc((size_t)P, sizeof *idle);
+    llm4d_pp_schedule *st = calloc((size_t)P, sizeof *st);
+    if (!all || !cost || !busy || !idle || !st) {
+        free(all), free(cost), free(busy), free(idle), free(st);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    llm4d_code rc = llm4d_comm_allgather(pp, mine, all, 5, LLM4D_COMM_F64, err);
+    if (rc == LLM4D_OK && tr->is_writer) {
+        double sum = 0, psum = 0, span = 0;
+        for (int s = 0; s < P; s++) sum += all[5 * s];
+        for (int v = 0; v < P * V; v++) psum += (double)plan->cost[v];
+        char line[1024];
+        int k = snprintf(line, sizeof line, "pipeline: computing per step by stage, measured against the split's "
+                         "prediction (share of the stages' sum):");
+        for (int s = 0; s < P && k < (int)sizeof line; s++) {
+            double pc = 0;
+            for (int c = 0; c < V; c++) pc += (double)plan->cost[llm4d_pp_vstage(P, c, s)];
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s stage %d %.4f s (%.1f %%, predicted %.1f %%)",
+                          s ? "," : "", s, all[5 * s], sum > 0 ? 100 * all[5 * s] / sum : 0.0,
+                          psum > 0 ? 100 * pc / psum : 0.0);
+        }
+        llm4d_log_info(&tr->log, "%s", line);
+        int ok = 1;
+        for (int s = 0; s < P && ok; s++) {
+            ok = llm4d_pp_schedule_build(&st[s], plan->runs->kind, P, V, plan->M, s, err) == LLM4D_OK;
+            for (int op = 0; op < 3; op++)
+                for (int c = 0; c < V; c++) cost[(3 * s + op) * V + c] = all[5 * s + 2 + op];
+        }
+        const llm4d_pp_costs costs = {cost, 0.0, NULL}; /* transfers free, each stage on its own cores */
+        if (ok) ok = llm4d_pp_schedule_simulate(st, P, &costs, &span, busy, err) == LLM4D_OK;
+        for (int s = 0; ok && s < P; s++) idle[s] = span - busy[s];
+        k = snprintf(line, sizeof line, "pipeline: waiting share by stage, measured against %s's at the measured "
+                     "F/B/W (waiting / (waiting + computing)):", plan->runs->name);
+        for (int s = 0; ok && s < P && k < (int)sizeof line; s++) {
+            const double b = all[5 * s], w = all[5 * s + 1];
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s stage %d %.1f %% (theory %.1f %%)", s ? "," : "", s,
+                          b + w > 0 ? 100 * w / (b + w) : 0.0, span > 0 ? 100 * idle[s] / span : 0.0);
+        }
+        if (ok) llm4d_log_info(&tr->log, "%s", line);
+        for (int s = 0; s < P; s++) llm4d_pp_schedule_free(&st[s]);
+    }
+    free(all), free(cost), free(busy), free(idle), free(st);
+    return rc;
+}
+
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const int T = c->data.max_seq_len;
@@ -397,6 +452,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
                            "neighbours %.4f s = %.1f%% of the step (the bubble and transfers not hidden; steps after "
                            "the first)", pp_stage, pp_step / pp_steps, pp_busy / pp_steps, pp_idle / pp_steps,
                            100 * pp_idle / pp_step);
+        const double mine[5] = {pp_steps ? pp_busy / pp_steps : 0, pp_steps ? pp_idle / pp_steps : 0,
+                                pp_n[0] ? pp_op[0] / pp_n[0] : 0, pp_n[1] ? pp_op[1] / pp_n[1] : 0,
+                                pp_n[2] ? pp_op[2] / pp_n[2] : 0};
+        LLM4D_TRY(log_stage_compute(tr, mine, err));
     }
     return LLM4D_OK;
 }
