@@ -226,7 +226,10 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     llm4d_profile frag;
     llm4d_profile_init(&frag);
     frag.cores = 1;
-    llm4d_code rc = llm4d_backend_cpu_create(&be, o.threads, &err);
+    /* the collectives' paths a training job takes by default (comm_path auto, llm4d_job_setup): their times and
+     * their memory (the shared-memory path leaves no library temporaries) are what a run will meet */
+    llm4d_code rc = rt.world_size > 1 ? llm4d_comm_use_paths(rt.world, "auto", 0, 0, &err) : LLM4D_OK;
+    if (rc == LLM4D_OK) rc = llm4d_backend_cpu_create(&be, o.threads, &err);
     if (rc == LLM4D_OK && o.amp) rc = be->set_precision(be, LLM4D_PREC_BF16, &err);
     /* the base: what a rank holds when the trainer plans (its start-up measurement is already done and freed) */
     if (rc == LLM4D_OK && be->matmul_peak_gflops) be->matmul_peak_gflops(be);
