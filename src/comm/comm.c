@@ -135,17 +135,17 @@ static const llm4d_comm_ops *ops_of(const llm4d_comm *c, const llm4d_comm_req *r
     return req->via ? req->via : c->ops;
 }
 
-/* Operations of the process's paths still running: a wait must then keep them moving (a peer may wait for this
- * rank's part of one of them before it can answer the operation waited on), so it polls instead of blocking. */
-static int paths_busy(const llm4d_comm *c) { return c->hub && llm4d_shm_pending(c->hub) > 0; }
-
 /* ---- the watchdog (watch.h) ---- */
 
 /* Whether waits on c run against the watchdog's deadline (a group of one never waits for anyone). */
 static int watching(const llm4d_comm *c) { return c->watch && c->watch->timeout_s > 0 && c->size > 1; }
 
-/* Whether a blocking operation runs as a started one and a polled wait (the deadline, or paths to keep moving). */
-static int polled(const llm4d_comm *c) { return watching(c) || paths_busy(c); }
+/* Whether a blocking operation runs as a started one and a polled wait (the deadline, or paths to keep moving).
+ * Every member of a group must decide alike: MPI does not match a blocking collective with a non-blocking one, so
+ * with paths it is whether the process has them (the same on every member), not whether this rank's are busy now
+ * (a rank whose shared-memory sums had finished once called MPI_Allreduce while its peer, still moving its own,
+ * had started MPI_Iallreduce: both waited for ever; test_comm_shm's in-flight case, 1 run in 12). */
+static int polled(const llm4d_comm *c) { return watching(c) || c->hub != NULL; }
 
 /* An operation starts: in the flight recorder and on the progress board. Collectives count per group. */
 static uint64_t begin(llm4d_comm *c, const char *what, int peer, size_t count) {
@@ -179,7 +179,8 @@ static llm4d_code timed_out(llm4d_comm *c, const llm4d_comm_req *req, double wai
 }
 
 /* Poll a started operation until it completes or, watched, its deadline (timeout_s after it started) passes; every
- * poll also moves the process's paths (paths_busy). */
+ * poll also moves the process's paths (a peer may wait for this rank's part of one of their operations before it
+ * can answer the operation waited on). */
 static llm4d_code wait_watched(llm4d_comm *c, llm4d_comm_req *req, llm4d_err *err) {
     const int watched = watching(c);
     const llm4d_flight *f = c->watch ? &c->watch->ring[req->flight % LLM4D_FLIGHT_N] : NULL;
