@@ -25,7 +25,7 @@
 #include "plan/trace.h"
 
 typedef struct {
-    const char *out, *model;
+    const char *out, *model, *comm_path;
     int threads, seq, layers, amp, quick;
 } wopts;
 
@@ -195,7 +195,7 @@ static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, l
 }
 
 static int parse(int argc, char **argv, wopts *o) {
-    *o = (wopts){.threads = 1, .seq = 256, .layers = 12, .model = "gpt2-en"};
+    *o = (wopts){.threads = 1, .seq = 256, .layers = 12, .model = "gpt2-en", .comm_path = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--amp")) o->amp = 1;
@@ -206,6 +206,7 @@ static int parse(int argc, char **argv, wopts *o) {
         else if (!strcmp(a, "--model")) o->model = v, i++;
         else if (!strcmp(a, "--seq")) o->seq = atoi(v), i++;
         else if (!strcmp(a, "--layers")) o->layers = atoi(v), i++;
+        else if (!strcmp(a, "--comm_path")) o->comm_path = v, i++;
         else return 0;
     }
     return o->out && o->threads > 0 && o->seq > 0 && o->layers > 0;
@@ -214,8 +215,8 @@ static int parse(int argc, char **argv, wopts *o) {
 int llm4d_calibrate_worker(int argc, char **argv) {
     wopts o;
     if (!parse(argc, argv, &o)) {
-        fprintf(stderr, "llm4d __plancal: --out FILE [--threads T --model NAME --seq S --layers L --amp --quick] "
-                "(started by llm4d plan --calibrate)\n");
+        fprintf(stderr, "llm4d __plancal: --out FILE [--threads T --model NAME --seq S --layers L --amp --quick "
+                "--comm_path P] (started by llm4d plan --calibrate)\n");
         return 2;
     }
     llm4d_err err = {0};
@@ -226,9 +227,9 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     llm4d_profile frag;
     llm4d_profile_init(&frag);
     frag.cores = 1;
-    /* the collectives' paths a training job takes by default (comm_path auto, llm4d_job_setup): their times and
-     * their memory (the shared-memory path leaves no library temporaries) are what a run will meet */
-    llm4d_code rc = rt.world_size > 1 ? llm4d_comm_use_paths(rt.world, "auto", 0, 0, &err) : LLM4D_OK;
+    /* the collectives' paths the planned job takes (its comm_path, as llm4d_job_setup sets them up): their times
+     * and their memory (the shared-memory path leaves no library temporaries) are what a run will meet */
+    llm4d_code rc = rt.world_size > 1 ? llm4d_comm_use_paths(rt.world, o.comm_path, 0, 0, &err) : LLM4D_OK;
     if (rc == LLM4D_OK) rc = llm4d_backend_cpu_create(&be, o.threads, &err);
     if (rc == LLM4D_OK && o.amp) rc = be->set_precision(be, LLM4D_PREC_BF16, &err);
     /* the base: what a rank holds when the trainer plans (its start-up measurement is already done and freed) */

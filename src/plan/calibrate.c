@@ -294,6 +294,7 @@ static llm4d_code job(const llm4d_calibrate_opts *o, const char *dir, int k, int
     argv[n++] = "--seq", argv[n++] = seq, argv[n++] = "--layers", argv[n++] = layers;
     if (o->base->use_amp) argv[n++] = "--amp";
     if (o->quick) argv[n++] = "--quick";
+    argv[n++] = "--comm_path", argv[n++] = (char *)o->base->dist.comm_path;
     argv[n] = NULL;
     (void)gb;
     const int code = run(argv);
