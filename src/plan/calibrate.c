@@ -54,16 +54,6 @@ static uint64_t signature(const llm4d_rec *r) {
     return h;
 }
 
-static llm4d_code stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err) {
-    const llm4d_dist_config *d = &cfg->dist;
-    const int world = d->dp_degree * d->pp_degree * d->sharding_degree * d->mp_degree;
-    llm4d_topology t0;
-    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, d->pp_degree, d->sharding_degree, d->mp_degree, err));
-    const int idx[LLM4D_NAXES] = {0, s, 0, 0};
-    return llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, d->pp_degree,
-                               d->sharding_degree, d->mp_degree, err);
-}
-
 static llm4d_code collect_fn(void *u, const llm4d_layout *l, llm4d_err *err) {
     collect *x = u;
     llm4d_pp_plan pp;
@@ -73,7 +63,8 @@ static llm4d_code collect_fn(void *u, const llm4d_layout *l, llm4d_err *err) {
     for (int s = 0; rc == LLM4D_OK && s < l->pp; s++) {
         llm4d_topology topo;
         llm4d_mbtrace t;
-        if (stage_topo(x->cfg, s, &topo, &why) != LLM4D_OK || llm4d_mbtrace_make(&t, x->cfg, &topo, &pp, NULL, &why))
+        if (llm4d_layout_stage_topo(x->cfg, s, &topo, &why) != LLM4D_OK ||
+            llm4d_mbtrace_make(&t, x->cfg, &topo, &pp, NULL, &why))
             continue; /* a part the model refuses is the search's business */
         const uint64_t sig = signature(&t.rec);
         const size_t bytes = llm4d_replay_bytes(&t.rec);
@@ -234,7 +225,7 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
             llm4d_topology topo;
             llm4d_mbtrace t;
             if (llm4d_layout_config(o->base, &x.t[i].layout, o->global, x.cfg, &pp, err) != LLM4D_OK) continue;
-            rc = stage_topo(x.cfg, x.t[i].stage, &topo, err);
+            rc = llm4d_layout_stage_topo(x.cfg, x.t[i].stage, &topo, err);
             if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
             llm4d_pp_plan_free(&pp);
             if (rc != LLM4D_OK) break;

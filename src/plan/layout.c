@@ -85,3 +85,13 @@ void llm4d_layout_flags(const llm4d_layout *l, const llm4d_config *cfg, char *bu
                       (long long)cfg->global_batch_size);
     if (k < (int)n) snprintf(buf + k, n - (size_t)k, " --use_recompute %s", l->recompute ? "true" : "false");
 }
+
+llm4d_code llm4d_layout_stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err) {
+    const llm4d_dist_config *d = &cfg->dist;
+    const int world = d->dp_degree * d->pp_degree * d->sharding_degree * d->mp_degree;
+    llm4d_topology t0;
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, d->pp_degree, d->sharding_degree, d->mp_degree, err));
+    const int idx[LLM4D_NAXES] = {0, s, 0, 0};
+    return llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, d->pp_degree,
+                               d->sharding_degree, d->mp_degree, err);
+}

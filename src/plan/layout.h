@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "comm/topology.h"
 #include "config/config.h"
 #include "parallel/pp_plan.h"
 
@@ -46,5 +47,8 @@ static inline int llm4d_layout_world(const llm4d_layout *l) { return l->dp * l->
 /* A short name ("dp2 sh2/z3 mp2+sp pp2x2 ZBH1 mb4 rc") and the `llm4d train` flags that ask for it. */
 void llm4d_layout_name(const llm4d_layout *l, char *buf, size_t n);
 void llm4d_layout_flags(const llm4d_layout *l, const llm4d_config *cfg, char *buf, size_t n);
+
+/* The coordinates of stage s's representative rank (dp, sharding and model index 0) in cfg's (finalized) grid. */
+llm4d_code llm4d_layout_stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/layout.h"
 #include "plan/predict.h"
 #include "parallel/schedule.h"
 #include "train/memplan.h"
@@ -280,17 +281,6 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     return LLM4D_OK;
 }
 
-/* The representative rank of stage s: dp, sharding and model index 0. */
-static llm4d_code stage_topo(const llm4d_config *cfg, int s, llm4d_topology *topo, llm4d_err *err) {
-    const llm4d_dist_config *d = &cfg->dist;
-    const int world = d->dp_degree * d->pp_degree * d->sharding_degree * d->mp_degree;
-    llm4d_topology t0;
-    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, d->pp_degree, d->sharding_degree, d->mp_degree, err));
-    const int idx[LLM4D_NAXES] = {0, s, 0, 0};
-    return llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, d->pp_degree,
-                               d->sharding_degree, d->mp_degree, err);
-}
-
 /* The pipeline: the stages' actions through the schedule simulator, the host's cores shared by the stages that
  * compute at once. */
 static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *pp,
@@ -332,7 +322,7 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
     llm4d_code rc = st && busy ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     llm4d_topology topo = {0};
     for (int s = 0; rc == LLM4D_OK && s < P; s++) {
-        rc = stage_topo(cfg, s, &topo, err);
+        rc = llm4d_layout_stage_topo(cfg, s, &topo, err);
         if (rc == LLM4D_OK) rc = stage_walk(pr, cfg, pp, &topo, M, &st[s], err);
     }
     double span = 0, post = 0;
@@ -376,7 +366,7 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
         /* the tensor-parallel collectives block inside the micro-batches */
         const llm4d_stagecost *sc;
         const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
-        rc = stage_topo(cfg, crit, &topo, err);
+        rc = llm4d_layout_stage_topo(cfg, crit, &topo, err);
         if (rc == LLM4D_OK)
             rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
                                      llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
