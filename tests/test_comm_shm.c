@@ -32,26 +32,7 @@
 #include "comm/shm_sum.h"
 #include "core/bf16.h"
 #include "core/timer.h"
-
-/* rank 0 prints every check, the others their failures; the totals are summed over the world */
-typedef struct {
-    int rank, pass, fail;
-} llm4d_tally;
-
-static void llm4d_tally_check(llm4d_tally *t, int ok, const char *what) {
-    if (ok) t->pass++;
-    else t->fail++;
-    if (t->rank == 0) printf("%s: %s\n", ok ? "ok" : "FAIL", what);
-    else if (!ok) printf("rank %d FAIL: %s\n", t->rank, what);
-    fflush(stdout);
-}
-
-static void must(llm4d_code rc, const llm4d_err *err) {
-    if (rc != LLM4D_OK) {
-        fprintf(stderr, "llm4d error: %s\n", err->msg);
-        exit(1);
-    }
-}
+#include "rank_tally.h"
 
 /* rank r's element i of data set `set`: a full 24-bit mantissa times 2^e, e in [-12, 12], either sign, so that sums
  * round and their order shows in the bits */
@@ -87,7 +68,7 @@ static uint16_t bsum_in_order(int set, int n, size_t i) {
 
 /* ---- alone: the kernels ---- */
 
-static void test_kernels(llm4d_tally *t) {
+static void test_kernels(rank_tally *t) {
     enum { MAXN = 5, LEN = 200, LONG = 300000 };
     static float f[MAXN][LONG], out[LONG];
     static uint16_t h[MAXN][LONG], hout[LONG];
@@ -108,9 +89,9 @@ static void test_kernels(llm4d_tally *t) {
                 ok_h &= hout[i] == llm4d_bf16_from_f32(b);
             }
         }
-    llm4d_tally_check(t, ok_f, "fp32 sums of 1..5 inputs, lengths 0..200 at odd offsets: the scalar sum in input "
+    rank_check(t, ok_f, "fp32 sums of 1..5 inputs, lengths 0..200 at odd offsets: the scalar sum in input "
                                "order, bit for bit");
-    llm4d_tally_check(t, ok_h, "bf16 sums: fp32 accumulation in input order, rounded once to nearest even (NaN kept)");
+    rank_check(t, ok_h, "bf16 sums: fp32 accumulation in input order, rounded once to nearest even (NaN kept)");
     const void *in3[3] = {f[0], f[1], f[2]};
     llm4d_shm_sum(out, in3, 3, LONG, LLM4D_COMM_F32, 4);
     int ok = 1;
@@ -118,7 +99,7 @@ static void test_kernels(llm4d_tally *t) {
         const float a = f[0][i] + f[1][i] + f[2][i];
         ok &= memcmp(&out[i], &a, 4) == 0;
     }
-    llm4d_tally_check(t, ok, "a 1.2 MB sum split over 4 threads: the same bits");
+    rank_check(t, ok, "a 1.2 MB sum split over 4 threads: the same bits");
     const void *hin2[2] = {h[0], h[1]};
     /* lengths over 2 and 3 threads where len / threads rounds down to whole lines: nothing left out */
     for (size_t len = 192001; len < 192001 + 14; len += 7) {
@@ -129,11 +110,11 @@ static void test_kernels(llm4d_tally *t) {
             ok &= hout[i] == llm4d_bf16_from_f32(llm4d_bf16_to_f32(h[0][i]) + llm4d_bf16_to_f32(h[1][i]));
         if (!ok) break;
     }
-    llm4d_tally_check(t, ok, "bf16 sums of odd lengths split over 2 and 3 threads: every element, the same bits");
+    rank_check(t, ok, "bf16 sums of odd lengths split over 2 and 3 threads: every element, the same bits");
     llm4d_shm_sum(f[0], in3, 3, LONG, LLM4D_COMM_F32, 1); /* in place: out is the first input */
-    llm4d_tally_check(t, memcmp(f[0], out, sizeof out) == 0, "in place (out = the first input)");
+    rank_check(t, memcmp(f[0], out, sizeof out) == 0, "in place (out = the first input)");
     llm4d_shm_copy(out, f[3], sizeof out, 3);
-    llm4d_tally_check(t, memcmp(out, f[3], sizeof out) == 0, "copy split over 3 threads");
+    rank_check(t, memcmp(out, f[3], sizeof out) == 0, "copy split over 3 threads");
     (void)hout;
 }
 
@@ -142,7 +123,7 @@ static void test_kernels(llm4d_tally *t) {
 static int bits_equal(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
 /* All-reduce of count fp32 and bf16 elements on c (shared memory) and m (MPI), against the plain sum. */
-static void check_allreduce(llm4d_tally *t, llm4d_comm *c, llm4d_comm *m, size_t count, int set, const char *what) {
+static void check_allreduce(rank_tally *t, llm4d_comm *c, llm4d_comm *m, size_t count, int set, const char *what) {
     llm4d_err err = {0};
     const int n = c->size, r = c->rank;
     float *a = malloc(count * 4), *b = malloc(count * 4);
@@ -162,20 +143,20 @@ static void check_allreduce(llm4d_tally *t, llm4d_comm *c, llm4d_comm *m, size_t
     char line[200];
     snprintf(line, sizeof line, "%s: fp32 all-reduce of %zu elements on %d ranks = the plain sum in rank order, bit "
              "for bit", what, count, n);
-    llm4d_tally_check(t, plain, line);
+    rank_check(t, plain, line);
     snprintf(line, sizeof line, "%s: bf16 all-reduce = fp32 sum in rank order rounded once", what);
-    llm4d_tally_check(t, plain_h, line);
+    rank_check(t, plain_h, line);
     if (n == 2) {
         snprintf(line, sizeof line, "%s: fp32 and bf16 = MPI's all-reduce bit for bit (two ranks)", what);
-        llm4d_tally_check(t, bits_equal(a, b, count * 4) && bits_equal(ha, hb, count * 2), line);
+        rank_check(t, bits_equal(a, b, count * 4) && bits_equal(ha, hb, count * 2), line);
     } else {
         snprintf(line, sizeof line, "%s: fp32 = MPI's all-reduce within 1e-6 of the magnitudes' sum (its order differs)", what);
-        llm4d_tally_check(t, near, line);
+        rank_check(t, near, line);
     }
     free(a), free(b), free(ha), free(hb);
 }
 
-static void check_reduce_scatter(llm4d_tally *t, llm4d_comm *c, llm4d_comm *m, size_t block, const char *what) {
+static void check_reduce_scatter(rank_tally *t, llm4d_comm *c, llm4d_comm *m, size_t block, const char *what) {
     llm4d_err err = {0};
     const int n = c->size, r = c->rank;
     const size_t total = block * (size_t)n;
@@ -196,11 +177,11 @@ static void check_reduce_scatter(llm4d_tally *t, llm4d_comm *c, llm4d_comm *m, s
     char line[200];
     snprintf(line, sizeof line, "%s: reduce-scatter of %d blocks of %zu (fp32 and bf16) = the plain sum of block "
              "rank, in rank order; MPI's within 1e-6", what, n, block);
-    llm4d_tally_check(t, plain && plain_h && near, line);
+    rank_check(t, plain && plain_h && near, line);
     free(in), free(out), free(mout), free(hin), free(hout);
 }
 
-static void check_allgather(llm4d_tally *t, llm4d_comm *c, size_t block, const char *what) {
+static void check_allgather(rank_tally *t, llm4d_comm *c, size_t block, const char *what) {
     llm4d_err err = {0};
     const int n = c->size, r = c->rank;
     const size_t total = block * (size_t)n;
@@ -227,12 +208,12 @@ static void check_allgather(llm4d_tally *t, llm4d_comm *c, size_t block, const c
     char line[200];
     snprintf(line, sizeof line, "%s: all-gather of %zu per rank (fp32 out of place and in place, int64, bytes)",
              what, block);
-    llm4d_tally_check(t, ok, line);
+    rank_check(t, ok, line);
     free(own), free(out), free(inplace), free(q), free(bytes);
 }
 
 /* Several operations in flight, an MPI-path collective between them, completed out of order. */
-static void check_in_flight(llm4d_tally *t, llm4d_comm *c) {
+static void check_in_flight(rank_tally *t, llm4d_comm *c) {
     llm4d_err err = {0};
     const int n = c->size, r = c->rank;
     enum { NB = 4, K = 70001 };
@@ -262,11 +243,11 @@ static void check_in_flight(llm4d_tally *t, llm4d_comm *c) {
             const float s = sum_in_order(10 + k, n, i);
             ok &= bits_equal(&b[k][i], &s, 4);
         }
-    llm4d_tally_check(t, ok, "4 all-reduces in flight with an int64 sum and an fp64 maximum (MPI) between them, "
+    rank_check(t, ok, "4 all-reduces in flight with an int64 sum and an fp64 maximum (MPI) between them, "
                              "test / wait out of order: every sum right");
 }
 
-static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
+static void test_mpi(rank_tally *t, llm4d_comm *world) {
     llm4d_err err = {0};
     llm4d_comm *mpi = NULL, *big = NULL, *small = NULL, *thr = NULL;
     /* split before any path is chosen: plain MPI communicators of the same ranks */
@@ -277,14 +258,14 @@ static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     must(llm4d_comm_use_paths(big, "auto", 0, 0, &err), &err);
     must(llm4d_comm_use_paths(small, "auto", 4096, 0, &err), &err);
     must(llm4d_comm_use_paths(thr, "auto", 8192, 1, &err), &err); /* a progress thread moves its operations */
-    llm4d_tally_check(t, !mpi->path && strcmp(mpi->path_desc, "") == 0, "a group split before paths stays on MPI");
+    rank_check(t, !mpi->path && strcmp(mpi->path_desc, "") == 0, "a group split before paths stays on MPI");
     char line[300];
     snprintf(line, sizeof line, "one host: the shared-memory path (%s)", big->path_desc);
-    llm4d_tally_check(t, big->path && strstr(big->path_desc, "shared memory (") != NULL, line);
+    rank_check(t, big->path && strstr(big->path_desc, "shared memory (") != NULL, line);
     llm4d_comm *sub = NULL; /* a group split from a group with paths chooses its own */
     must(llm4d_comm_split(big, big->rank % 2, big->rank, "half", &sub, &err), &err);
     snprintf(line, sizeof line, "a group split from it chooses its path too (%d ranks: %s)", sub->size, sub->path_desc);
-    llm4d_tally_check(t, sub->size == 1 ? !sub->path : sub->path != NULL, line);
+    rank_check(t, sub->size == 1 ? !sub->path : sub->path != NULL, line);
     llm4d_comm_destroy(sub);
 
     check_allreduce(t, big, mpi, 1, 1, "default chunk");
@@ -303,7 +284,7 @@ static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     check_in_flight(t, big);
     check_in_flight(t, small);
     snprintf(line, sizeof line, "with a progress thread: %s", thr->path_desc);
-    llm4d_tally_check(t, strstr(thr->path_desc, "by a thread") != NULL, line);
+    rank_check(t, strstr(thr->path_desc, "by a thread") != NULL, line);
     check_allreduce(t, thr, mpi, 33333, 8, "progress thread, 8 KiB chunks");
     check_reduce_scatter(t, thr, mpi, 12345, "progress thread, 8 KiB chunks");
     check_allgather(t, thr, 5001, "progress thread, 8 KiB chunks");
@@ -315,7 +296,7 @@ static void test_mpi(llm4d_tally *t, llm4d_comm *world) {
     const uint64_t want = 2 * (uint64_t)(big->size - 1) * 4096 / (uint64_t)big->size;
     snprintf(line, sizeof line, "byte count of a 4 KiB all-reduce on %d ranks: %llu (ring formula %llu)", big->size,
              (unsigned long long)big->stats.bytes[LLM4D_COMM_OP_ALLREDUCE], (unsigned long long)want);
-    llm4d_tally_check(t, big->stats.bytes[LLM4D_COMM_OP_ALLREDUCE] == want, line);
+    rank_check(t, big->stats.bytes[LLM4D_COMM_OP_ALLREDUCE] == want, line);
     llm4d_comm_destroy(thr);
     llm4d_comm_destroy(small);
     llm4d_comm_destroy(big);
@@ -336,7 +317,7 @@ static int stopped(pid_t pid) {
 }
 
 /* --fault: rank 1 stops inside a shared-memory all-reduce; rank 0's watchdog must name it. */
-static void test_fault(llm4d_tally *t, llm4d_comm *world) {
+static void test_fault(rank_tally *t, llm4d_comm *world) {
     llm4d_err err = {0};
     llm4d_comm *c = NULL;
     must(llm4d_comm_split(world, 0, world->rank, "shm", &c, &err), &err);
@@ -360,9 +341,9 @@ static void test_fault(llm4d_tally *t, llm4d_comm *world) {
         printf("rank 0 got: %s\n", err.msg);
         char want[64];
         snprintf(want, sizeof want, "rank 1 (pid %lld, STOPPED", (long long)pids[1]);
-        llm4d_tally_check(t, rc == LLM4D_ETIMEOUT && waited < 10, "a peer stopped inside a shared-memory all-reduce: "
+        rank_check(t, rc == LLM4D_ETIMEOUT && waited < 10, "a peer stopped inside a shared-memory all-reduce: "
                                                                  "the wait ends at the deadline (2 s), not a hang");
-        llm4d_tally_check(t, strstr(err.msg, "allreduce #") && strstr(err.msg, "on the shm group") &&
+        rank_check(t, strstr(err.msg, "allreduce #") && strstr(err.msg, "on the shm group") &&
                                  strstr(err.msg, "has not completed after 2 s") && strstr(err.msg, want),
                           "the watchdog's line names the all-reduce, the group and rank 1 as STOPPED");
         kill((pid_t)pids[1], SIGCONT);
@@ -379,7 +360,7 @@ int main(int argc, char **argv) {
     llm4d_runtime rt;
     llm4d_err err = {0};
     must(llm4d_runtime_init(&rt, &argc, &argv, &err), &err);
-    llm4d_tally t = {.rank = rt.rank};
+    rank_tally t = {.rank = rt.rank};
     const int fault = argc > 1 && !strcmp(argv[1], "--fault");
     if (rt.world_size == 1) {
         printf("test_comm_shm alone: the kernels\n");
