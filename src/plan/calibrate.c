@@ -31,12 +31,12 @@ typedef struct {
     int stage;
     size_t bytes;
     uint64_t sig; /* the calls' keys in order: traces with the same one replay the same kernels */
-} todo;
+} trace_job;
 
 typedef struct {
     const llm4d_config *base;
     long long global;
-    todo *t;
+    trace_job *t;
     int n, cap;
     llm4d_config *cfg;
 } collect;
@@ -74,21 +74,21 @@ static llm4d_code collect_fn(void *u, const llm4d_layout *l, llm4d_err *err) {
         if (seen) continue;
         if (x->n == x->cap) {
             const int cap = x->cap ? 2 * x->cap : 64;
-            todo *nt = realloc(x->t, (size_t)cap * sizeof *nt);
+            trace_job *nt = realloc(x->t, (size_t)cap * sizeof *nt);
             if (!nt) {
                 rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
                 break;
             }
             x->t = nt, x->cap = cap;
         }
-        x->t[x->n++] = (todo){*l, s, bytes, sig};
+        x->t[x->n++] = (trace_job){*l, s, bytes, sig};
     }
     llm4d_pp_plan_free(&pp);
     return rc;
 }
 
 static int by_bytes(const void *a, const void *b) {
-    const todo *x = a, *y = b;
+    const trace_job *x = a, *y = b;
     return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
 }
 
