@@ -20,8 +20,6 @@
 #include "comm/shm_sum.h"
 
 #define SEG_MAGIC 0x6d73346cu /* "l4sm" */
-#define SMALL_BYTES ((size_t)16 << 10)
-#define LINE 64
 
 /* ---- the process's hub ---- */
 
@@ -69,14 +67,14 @@ void llm4d_shm_hub_destroy(llm4d_shm_hub *h) {
 /* ---- a group's segment and queue ---- */
 
 typedef struct {
-    _Alignas(LINE) _Atomic uint64_t phase; /* phases this rank has finished: written by it alone */
+    _Alignas(LLM4D_SHM_LINE) _Atomic uint64_t phase; /* phases this rank has finished: written by it alone */
 } flag_line;
 
 typedef struct {
     uint32_t magic;
     int32_t n;
     uint64_t slot_bytes;
-    char pad[LINE - 16];
+    char pad[LLM4D_SHM_LINE - 16];
     flag_line flag[];
 } seg_head;
 
@@ -155,7 +153,7 @@ static char *own_out(const shm_op *op) {
  * pieces of *piece elements (whole cache lines), piece k summed by rank k. Returns the element where piece k starts
  * and sets *plen to its length. */
 static size_t fused_piece(const shm_op *op, size_t chunk, int k, size_t *plen) {
-    const size_t len = op->total - op->off < chunk ? op->total - op->off : chunk, line = LINE / op->esz;
+    const size_t len = op->total - op->off < chunk ? op->total - op->off : chunk, line = LLM4D_SHM_LINE / op->esz;
     const size_t n = (size_t)op->g->n, piece = ((len + n - 1) / n + line - 1) / line * line;
     const size_t lo = (size_t)k * piece < len ? (size_t)k * piece : len;
     *plen = lo + piece < len ? piece : len - lo;
@@ -168,7 +166,7 @@ static int step(shm_op *op, int on_main) {
     shm_group *g = op->g;
     const int n = g->n, r = g->r, th = on_main ? threads() : 1;
     if (!on_main && (op->state == S_CROSS || op->state == S_CROSS_WAIT)) return 0;
-    const size_t esz = op->esz, slot_elems = g->slot_bytes / esz, line = LINE / esz;
+    const size_t esz = op->esz, slot_elems = g->slot_bytes / esz, line = LLM4D_SHM_LINE / esz;
     const size_t L_rs = slot_elems / (size_t)n / line * line, L_ag = slot_elems, chunk = L_rs * (size_t)n;
     size_t plen;
     switch (op->state) {
@@ -390,7 +388,7 @@ static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, s
     const size_t esz = llm4d_comm_dtype_size(dt);
     *op = (shm_op){.g = g, .kind = kind, .dt = dt, .esz = esz, .send = send, .recv = recv, .S = block,
                    .total = total, .state = kind == K_AG ? S_AG : S_RS};
-    op->small = kind == K_AR && g->hosts == 1 && total * esz <= SMALL_BYTES &&
+    op->small = kind == K_AR && g->hosts == 1 && total * esz <= LLM4D_SHM_SMALL_BYTES &&
                 total * esz <= g->slot_bytes;
     if (op->small) op->S = 1; /* one chunk */
     else if (kind == K_AR && g->hosts == 1) op->state = S_AR; /* the fused form; hierarchical: RS, MPI, AG */
@@ -407,7 +405,7 @@ static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, s
 
 /* A slice of an all-reduce: ceil(count / n) elements, rounded up to whole cache lines. */
 static size_t slice(size_t count, int n, size_t esz) {
-    const size_t line = LINE / esz, per = (count + (size_t)n - 1) / (size_t)n;
+    const size_t line = LLM4D_SHM_LINE / esz, per = (count + (size_t)n - 1) / (size_t)n;
     return (per + line - 1) / line * line;
 }
 
@@ -531,7 +529,7 @@ static void unmap(shm_group *g) {
 }
 
 /* Whole pages: the header (a line per rank after the first line), then the slots. */
-static size_t head_bytes(int n) { return ((size_t)(n + 1) * LINE + 4095) & ~(size_t)4095; }
+size_t llm4d_shm_head_bytes(int n) { return ((size_t)(n + 1) * LLM4D_SHM_LINE + 4095) & ~(size_t)4095; }
 
 /* The host's first rank makes the segment; *why is set when it cannot. */
 static void create_segment(shm_group *g, char *name, size_t name_n, char *why, size_t why_n) {
@@ -561,7 +559,7 @@ static void create_segment(shm_group *g, char *name, size_t name_n, char *why, s
         return;
     }
     g->seg = p;
-    memset(p, 0, head_bytes(g->n));
+    memset(p, 0, llm4d_shm_head_bytes(g->n));
     g->seg->n = g->n;
     g->seg->slot_bytes = g->slot_bytes;
     atomic_thread_fence(memory_order_release);
@@ -598,7 +596,7 @@ static llm4d_code agree(llm4d_comm *c, const char *why, int *all_ok, llm4d_err *
 /* The segment of g's host: made, mapped by all, then unlinked (the name is gone; the mappings stay). */
 static llm4d_code make_segment(llm4d_comm *c, llm4d_comm *local, shm_group *g, char *why, size_t why_n,
                                llm4d_err *err) {
-    g->seg_bytes = head_bytes(g->n) + (size_t)g->n * 2 * g->slot_bytes;
+    g->seg_bytes = llm4d_shm_head_bytes(g->n) + (size_t)g->n * 2 * g->slot_bytes;
     char name[64] = "";
     if (g->r == 0) create_segment(g, name, sizeof name, why, why_n);
     if (why[0]) name[0] = 0; /* tells the others */
@@ -611,7 +609,7 @@ static llm4d_code make_segment(llm4d_comm *c, llm4d_comm *local, shm_group *g, c
     LLM4D_TRY(agree(c, why, &ok, err));
     if (!ok && !why[0]) snprintf(why, why_n, "another rank of the group could not map its host's segment");
     if (!ok) unmap(g);
-    g->slots = g->seg ? (char *)g->seg + head_bytes(g->n) : NULL;
+    g->slots = g->seg ? (char *)g->seg + llm4d_shm_head_bytes(g->n) : NULL;
     return LLM4D_OK;
 }
 
@@ -693,6 +691,12 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
         snprintf(c->path_desc, sizeof c->path_desc, "shared memory (%d ranks, %.1f MiB segment, progressed %s)", g->n,
                  mib, h->opts.progress_thread ? "by a thread" : "in waits and between layers");
     return LLM4D_OK;
+}
+
+int llm4d_shm_host_ranks(const llm4d_comm *c, int *hosts) {
+    const shm_group *g = c && c->path == &llm4d_shm_ops ? c->path_ctx : NULL;
+    if (hosts) *hosts = g ? g->hosts : 0;
+    return g ? g->n : 0;
 }
 
 void llm4d_shm_detach(llm4d_comm *c) {

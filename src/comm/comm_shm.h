@@ -72,6 +72,10 @@ typedef struct {
 /* 1 MiB per slot: a chunk and its peers' copies stay in the caches of the cores that pass it on (measured with
  * bench/bench_comm.sh; README). */
 #define LLM4D_SHM_SLOT_BYTES ((size_t)1 << 20)
+/* The segment's alignment of pieces and flags (a cache line), and the largest all-reduce that runs in one phase
+ * (each rank copies the whole buffer in and sums every element itself). */
+#define LLM4D_SHM_LINE 64
+#define LLM4D_SHM_SMALL_BYTES ((size_t)16 << 10)
 /* Most ranks of one group on one host the path takes (a sum reads one pointer per rank). */
 #define LLM4D_SHM_MAX_RANKS 64
 
@@ -98,6 +102,22 @@ int llm4d_shm_takes(const llm4d_comm *c, llm4d_comm_op op, llm4d_comm_dtype dt, 
 llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, int waiting, llm4d_err *err);
 /* Operations started and not yet completed on every group of the hub. */
 int llm4d_shm_pending(llm4d_shm_hub *h);
+
+/* c's ranks on this host when its collectives go through a segment, else 0; *hosts (if not NULL): the hosts it
+ * spans (0 when not on the path). */
+int llm4d_shm_host_ranks(const llm4d_comm *c, int *hosts);
+/* Bytes of a segment's header for n ranks (whole pages). */
+size_t llm4d_shm_head_bytes(int n);
+
+/* What a group's collectives ask of its segment, for the memory plan (train/memplan.c): its largest all-reduce and
+ * the largest block of its reduce-scatters and all-gathers, in bytes (0: none of that kind). */
+typedef struct {
+    size_t allreduce, rs_block, ag_block;
+} llm4d_shm_use;
+/* Bytes of the segment of a group of n ranks on this host (slot_bytes per slot; 0: the default) one of its ranks
+ * makes resident by the collectives in use: the pages it writes or reads, which the kernel counts in its resident
+ * set (shm_footprint.c). */
+size_t llm4d_shm_resident(int n, size_t slot_bytes, llm4d_shm_use use);
 
 /* The method table of the path (the operations llm4d_shm_takes accepts, test and wait). */
 extern const llm4d_comm_ops llm4d_shm_ops;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/comm_shm.h"
 #include "comm/runtime.h"
 #include "core/proc.h"
 #include "plan/replay.h"
@@ -68,6 +69,15 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
     LLM4D_TRY(llm4d_comm_split(world, world->rank / g, world->rank, "plancal", &c, err));
     llm4d_prof_coll pc = {.op = op, .group = g, .ranks_on_host = world->size, .hosts = 1, .n = ns};
     llm4d_code rc = LLM4D_OK;
+    /* On the shared-memory path the group's new segment becomes resident as its first collectives touch it: the
+     * memory plan counts segments (train/memplan_shm.c), so they are made resident here, by one collective of the
+     * largest size, before any temporary is measured. */
+    if (llm4d_shm_host_ranks(c, NULL) > 1) {
+        const size_t big = (size_t)sizes[ns - 1] / (4 * (size_t)g) * (4 * (size_t)g);
+        float *a = calloc(big / sizeof(float) + 1, sizeof(float)), *b = calloc(big / sizeof(float) + 1, sizeof(float));
+        rc = a && b ? once(c, op, a, b, big, err) : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        free(a), free(b);
+    }
     for (int s = 0; rc == LLM4D_OK && s < ns; s++) {
         const size_t bytes = (size_t)sizes[s] / (4 * (size_t)g) * (4 * (size_t)g);
         float *a = calloc(bytes / sizeof(float) + 1, sizeof(float)), *b = calloc(bytes / sizeof(float) + 1, sizeof(float));

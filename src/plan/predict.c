@@ -16,7 +16,7 @@ const char *llm4d_eng_name(int e) {
 
 const char *llm4d_pm_name(int k) {
     static const char *const n[LLM4D_PM_N] = {"params", "grads", "optimizer", "activations", "comm", "workspace",
-                                              "weight_copies", "operands", "mpi", "base", "data", "residual"};
+                                              "weight_copies", "operands", "mpi", "shm", "base", "data", "residual"};
     return k >= 0 && k < LLM4D_PM_N ? n[k] : "?";
 }
 
@@ -92,11 +92,10 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
                               const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
     llm4d_memplan mp;
     const int R = pr->cluster.ranks_per_node;
-    /* the trainer's rule (comm_shm.h): a sharding group on one host reduce-scatters in shared memory unless told
-     * to use MPI */
-    const int rs_in_shm =
-        strcmp(cfg->dist.comm_path, "mpi") != 0 && llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R) == 1;
-    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, rs_in_shm, &mp, err));
+    /* the groups' paths as comm_shm.c chooses them for R ranks per host */
+    llm4d_memplan_paths paths;
+    llm4d_memplan_paths_predict(cfg, topo, R, &paths);
+    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, &paths, &mp, err));
     const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
     const llm4d_stagecost *sc;
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
@@ -105,6 +104,7 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
     mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
     mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries + coll_temp(pr, cfg, topo, sc);
+    mem[LLM4D_PM_SHM] = (double)mp.shm_segments;
     mem[LLM4D_PM_BASE] = base_bytes(pr->prof, R);
     mem[LLM4D_PM_DATA] = pr->data_bytes;
     mem[LLM4D_PM_RESIDUAL] = pr->prof->residual_bytes;

@@ -39,6 +39,7 @@ enum {
     LLM4D_PM_COPIES,   /* the backend's low-precision weight copies */
     LLM4D_PM_OPERANDS, /* the backend's converted GEMM operands */
     LLM4D_PM_MPI,      /* the collective library's temporaries (ZeRO's reduce-scatters, the largest others) */
+    LLM4D_PM_SHM,      /* the pages of the shared-memory collectives' segments the rank touches */
     LLM4D_PM_BASE,     /* the process before it allocates (libraries, MPI) */
     LLM4D_PM_DATA,     /* the data loader's indices */
     LLM4D_PM_RESIDUAL, /* what a training process holds beyond its plan */

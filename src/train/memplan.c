@@ -81,8 +81,10 @@ llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
 }
 
 llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
-                              llm4d_backend *be, int rs_in_shm, llm4d_memplan *out, llm4d_err *err) {
+                              llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan *out,
+                              llm4d_err *err) {
     memset(out, 0, sizeof *out);
+    const int rs_in_shm = paths && paths->host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths->hosts[LLM4D_SHMG_SHARDING] == 1;
     const llm4d_precision prec = llm4d_memplan_precision(cfg);
     llm4d_model_part part;
     llm4d_gpt_layout layout;
@@ -100,6 +102,7 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
     const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, &t, crossing, out->cat, err);
     out->weight_copies = weight_copies(cfg, be, prec, &t);
     out->mpi_temporaries = mpi_temporaries(cfg, topo, rs_in_shm, &t);
+    if (paths) out->shm_segments = llm4d_memplan_shm_bytes(cfg, topo, &t, crossing, paths);
     llm4d_param_table_free(&t);
     LLM4D_TRY(rc);
     out->cat[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
@@ -107,7 +110,7 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
 }
 
 size_t llm4d_memplan_total(const llm4d_memplan *p) {
-    size_t n = p->weight_copies + p->operands + p->mpi_temporaries;
+    size_t n = p->weight_copies + p->operands + p->mpi_temporaries + p->shm_segments;
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) n += p->cat[c];
     return n;
 }
@@ -115,11 +118,11 @@ size_t llm4d_memplan_total(const llm4d_memplan *p) {
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     llm4d_memplan mp;
-    const llm4d_comm *shard = cfg->dist.sharding_degree > 1 ? tr->groups->axis[LLM4D_AXIS_SHARDING] : NULL;
-    const int rs_in_shm =
-        shard && llm4d_shm_takes(shard, LLM4D_COMM_OP_REDUCE_SCATTER, LLM4D_COMM_F32, LLM4D_COMM_SUM, 1);
-    LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, rs_in_shm, &mp, err));
+    llm4d_memplan_paths paths;
+    llm4d_memplan_paths_of(tr->groups, cfg, &paths);
+    LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, &paths, &mp, err));
     const size_t *plan = mp.cat, copies = mp.weight_copies, mpi_tmp = mp.mpi_temporaries, operands = mp.operands;
+    const size_t shm = mp.shm_segments;
     const size_t add = llm4d_memplan_total(&mp);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
@@ -146,8 +149,10 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
         k += snprintf(line + k, sizeof line - (size_t)k, "%s the backend's converted GEMM operands %.2f MiB",
                       copies ? " and" : "; outside them,", operands / MiB);
     if (mpi_tmp && k < (int)sizeof line)
-        snprintf(line + k, sizeof line - (size_t)k, "; MPI's reduce-scatter temporaries on the sharding group's root "
-                 "%.2f MiB", mpi_tmp / MiB);
+        k += snprintf(line + k, sizeof line - (size_t)k, "; MPI's reduce-scatter temporaries on the sharding group's "
+                      "root %.2f MiB", mpi_tmp / MiB);
+    if (shm && k < (int)sizeof line)
+        snprintf(line + k, sizeof line - (size_t)k, "; the collectives' shared-memory segments %.2f MiB", shm / MiB);
     llm4d_log_info(&tr->log, "%s", line);
     char avail[48] = "unknown";
     if (host > 0) human((double)host / ranks, avail, sizeof avail);

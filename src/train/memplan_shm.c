@@ -1,0 +1,123 @@
+/* memplan_shm.c — the shared-memory segments of a rank's collectives (comm/comm_shm.h) in its memory plan.
+ *
+ * Every group of size > 1 whose ranks on a host collect through a segment maps one; what the rank holds of it is
+ * the pages its collectives touch (comm/shm_footprint.c), so the plan needs each group's largest all-reduce,
+ * reduce-scatter block and all-gather block, which follow from the layout and the engines:
+ *   data       data parallel without ZeRO: the gradient buckets, all-reduced (the largest holds a parameter group)
+ *   sharding   ZeRO: gradients reduce-scattered and parameters all-gathered, a group's shard per block
+ *   dp         ZeRO hybrid with data parallel: the owned shards all-reduced (stage >= 2: all of them in one call)
+ *   model      tensor parallel: activations all-reduced, or with sequence parallelism all-gathered and
+ *              reduce-scattered, and the partial gradients of the replicated tensors all-reduced once a step
+ *   embedding  pipeline: the tied embedding's gradient all-reduced between the first and the last stage
+ * Gradient payloads are bf16 with grad_comm_dtype bfloat16. Groups that carry only MPI's traffic (the world, the
+ * pipeline's point to point, an unused one) hold the segment's header. A group spanning hosts reduces hierarchically:
+ * a reduce-scatter and an all-gather of its host's ranks in the segment, the rest on MPI. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_shm.h"
+#include "model/params.h"
+#include "train/memplan.h"
+
+/* The members of this rank's group kind k (NULL, 0 when the rank is in none), in world ranks. */
+static int members(const llm4d_topology *t, int k, int *out) {
+    static const int axis[LLM4D_SHMG_N] = {[LLM4D_SHMG_DP] = LLM4D_AXIS_DATA, [LLM4D_SHMG_PIPE] = LLM4D_AXIS_PIPE,
+                                           [LLM4D_SHMG_SHARDING] = LLM4D_AXIS_SHARDING,
+                                           [LLM4D_SHMG_MODEL] = LLM4D_AXIS_MODEL};
+    switch (k) {
+    case LLM4D_SHMG_WORLD:
+        for (int r = 0; r < t->world_size; r++) out[r] = r;
+        return t->world_size;
+    case LLM4D_SHMG_DATA: llm4d_topology_data_group_ranks(t, out); return t->data_world;
+    case LLM4D_SHMG_EMBEDDING: { /* the stages holding the first and the last virtual stage: 0 and P - 1 */
+        const int P = t->degree[LLM4D_AXIS_PIPE], s = t->index[LLM4D_AXIS_PIPE];
+        if (P < 2 || (s != 0 && s != P - 1)) return 0;
+        out[0] = llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, 0);
+        out[1] = llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, P - 1);
+        return 2;
+    }
+    default: llm4d_topology_group_ranks(t, (llm4d_axis)axis[k], out); return t->degree[axis[k]];
+    }
+}
+
+void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *t, int ranks_per_node,
+                                 llm4d_memplan_paths *out) {
+    memset(out, 0, sizeof *out);
+    out->slot_bytes = (size_t)cfg->dist.comm_chunk_kb << 10;
+    if (!strcmp(cfg->dist.comm_path, "mpi") || t->world_size < 2) return;
+    const int R = ranks_per_node > 0 ? ranks_per_node : t->world_size, me = t->rank / R;
+    int *m = malloc((size_t)t->world_size * sizeof *m), *per = calloc((size_t)t->world_size / R + 1, sizeof *per);
+    for (int k = 0; m && per && k < LLM4D_SHMG_N; k++) {
+        const int n = members(t, k, m);
+        if (n < 2) continue;
+        int hosts = 0, here = 0, equal = 1;
+        memset(per, 0, ((size_t)t->world_size / R + 1) * sizeof *per);
+        for (int i = 0; i < n; i++) hosts += per[m[i] / R]++ == 0;
+        here = per[me];
+        for (int i = 0; i < n; i++) equal &= per[m[i] / R] == here;
+        /* comm_shm.c's rule: the same number of the group's ranks on every host, more than one */
+        if (equal && here > 1 && here <= LLM4D_SHM_MAX_RANKS) out->host_ranks[k] = here, out->hosts[k] = hosts;
+    }
+    free(m);
+    free(per);
+}
+
+void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg, llm4d_memplan_paths *out) {
+    memset(out, 0, sizeof *out);
+    out->slot_bytes = (size_t)cfg->dist.comm_chunk_kb << 10;
+    const llm4d_comm *c[LLM4D_SHMG_N] = {[LLM4D_SHMG_WORLD] = g->world, [LLM4D_SHMG_DATA] = g->data,
+                                         [LLM4D_SHMG_DP] = g->axis[LLM4D_AXIS_DATA],
+                                         [LLM4D_SHMG_PIPE] = g->axis[LLM4D_AXIS_PIPE],
+                                         [LLM4D_SHMG_SHARDING] = g->axis[LLM4D_AXIS_SHARDING],
+                                         [LLM4D_SHMG_MODEL] = g->axis[LLM4D_AXIS_MODEL]};
+    for (int k = 0; k < LLM4D_SHMG_N; k++)
+        if (c[k]) out->host_ranks[k] = llm4d_shm_host_ranks(c[k], &out->hosts[k]);
+    /* the embedding group is split from the pipeline's by the pipeline engine, later: the pipeline group's ends */
+    const int pp_host = out->host_ranks[LLM4D_SHMG_PIPE];
+    if (pp_host > 0 && out->hosts[LLM4D_SHMG_PIPE] == 1)
+        out->host_ranks[LLM4D_SHMG_EMBEDDING] = 2, out->hosts[LLM4D_SHMG_EMBEDDING] = 1;
+}
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t, const llm4d_param_table *tab,
+                               size_t crossing, const llm4d_memplan_paths *paths) {
+    const llm4d_dist_config *d = &cfg->dist;
+    const int N = d->sharding_degree, sharded = N > 1;
+    const size_t gsz = strcmp(d->grad_comm_dtype, "bfloat16") ? sizeof(float) : 2;
+    size_t group_max = 0, wte_max = 0, partial = 0; /* elements */
+    for (int g = 0; g < tab->n_groups; g++) group_max = max_z(group_max, tab->g[g].hi - tab->g[g].lo);
+    for (int i = 0; i < tab->n; i++) {
+        if (tab->p[i].kind == LLM4D_P_WTE) wte_max = max_z(wte_max, tab->p[i].numel);
+        if (tab->p[i].sp_partial) partial += tab->p[i].numel;
+    }
+    llm4d_shm_use use[LLM4D_SHMG_N];
+    memset(use, 0, sizeof use);
+    if (!sharded && t->data_world > 1) use[LLM4D_SHMG_DATA].allreduce = group_max * gsz;
+    if (sharded) {
+        use[LLM4D_SHMG_SHARDING].rs_block = group_max / (size_t)N * gsz;
+        use[LLM4D_SHMG_SHARDING].ag_block = group_max / (size_t)N * sizeof(float);
+        if (t->degree[LLM4D_AXIS_DATA] > 1) /* stage >= 2: the whole local shard in one all-reduce */
+            use[LLM4D_SHMG_DP].allreduce = (d->sharding_stage >= 2 ? tab->total : group_max) / (size_t)N * sizeof(float);
+    }
+    if (t->degree[LLM4D_AXIS_MODEL] > 1) {
+        llm4d_shm_use *u = &use[LLM4D_SHMG_MODEL];
+        if (cfg->model.sequence_parallel) {
+            u->rs_block = u->ag_block = crossing * sizeof(float);
+            u->allreduce = partial * sizeof(float);
+        } else {
+            u->allreduce = crossing * sizeof(float);
+        }
+    }
+    use[LLM4D_SHMG_EMBEDDING].allreduce = wte_max * sizeof(float);
+    size_t bytes = 0;
+    for (int k = 0; k < LLM4D_SHMG_N; k++) {
+        const int n = paths->host_ranks[k];
+        if (n < 2) continue;
+        llm4d_shm_use u = use[k];
+        if (paths->hosts[k] > 1) /* hierarchical: the all-reduce's host phases; reduce-scatter and all-gather on MPI */
+            u = (llm4d_shm_use){0, u.allreduce / (size_t)n, u.allreduce / (size_t)n};
+        bytes += llm4d_shm_resident(n, paths->slot_bytes, u);
+    }
+    return bytes;
+}
