@@ -11,7 +11,8 @@
 # Checks: dp2 and sharding2 (ZeRO-2) over the two hosts reproduce the one-process 20-step loss curve within 1e-5
 # (as tests/test_dp.sh compares them); rank 1 ran on hostb (its namespace's hostname in its log) and the gradients
 # crossed the veth (its byte counters grew by at least what llm4d reports sending); the remote-shell command was
-# used for hostb only. Runs only as root with network namespaces available (CI runs as root on this machine); where
+# used for hostb only; `llm4d plan --calibrate --hostfile` measures collectives across the two hosts, and the
+# planner's memory for dp2 over them matches the run's peak on each rank within 5 %. Runs only as root with network namespaces available (CI runs as root on this machine); where
 # namespaces cannot be created or entered (no CAP_SYS_ADMIN; a chroot) the test says so and is skipped (exit 77),
 # nothing else skips it.
 set -uo pipefail
@@ -89,17 +90,19 @@ C=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" -
 "$LLM4D" train "${C[@]}" --micro_batch_size 8 --output_dir "$tmp/one" >"$tmp/one.log" 2>&1
 check "one process, 20 steps (the reference curve)" test "$(wc -l <"$tmp/one/metrics.jsonl" 2>/dev/null)" = 20
 
-run_two() { # NAME ARGS...: a 2-rank job launched on hosta with the hostfile, as a user there would (the MCA
-    # settings pick the remote shell and keep Open MPI on the link between the hosts; on a cluster the defaults,
-    # ssh and every interface, usually do)
+on_hosta() { # COMMAND...: run on hosta (the MCA settings pick the remote shell and keep Open MPI on the link
+    # between the hosts; on a cluster the defaults, ssh and every interface, usually do)
+    timeout 300 ip netns exec "$NA" unshare --uts sh -c 'hostname hosta && exec "$@"' sh env \
+        OMPI_MCA_plm_rsh_agent="$tmp/netns-ssh" OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=10.77.0.0/24 \
+        OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 "$@"
+}
+run_two() { # NAME ARGS...: a 2-rank job launched on hosta with the hostfile, as a user there would
     local name=$1 b0 b1 rc verdict msg
     shift
     : >"$tmp/ssh.log"
     b0=$(vb_bytes)
-    timeout 300 ip netns exec "$NA" unshare --uts sh -c 'hostname hosta && exec "$@"' sh env \
-        OMPI_MCA_plm_rsh_agent="$tmp/netns-ssh" OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=10.77.0.0/24 \
-        OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 "$LLM4D" launch --nproc 2 --hostfile "$tmp/hostfile" \
-        --log_dir "$tmp/$name/log" -- train "${C[@]}" "$@" --output_dir "$tmp/$name/out" >"$tmp/$name.log" 2>&1
+    on_hosta "$LLM4D" launch --nproc 2 --hostfile "$tmp/hostfile" --log_dir "$tmp/$name/log" -- train "${C[@]}" "$@" \
+        --output_dir "$tmp/$name/out" >"$tmp/$name.log" 2>&1
     rc=$?
     b1=$(vb_bytes)
     check "$name over two hosts: llm4d launch --hostfile exits 0 (exit $rc)" test $rc = 0
@@ -126,4 +129,66 @@ PY
 }
 run_two dp2 --dp_degree 2 --micro_batch_size 4
 run_two sharding2 --sharding_degree 2 --sharding_stage 2 --micro_batch_size 4
+
+# llm4d plan across hosts: a calibration whose measuring jobs the hostfile places on both hosts records collectives
+# across hosts (not as if the two ranks shared one), and the planner's prediction of the dp2 run over the two hosts
+# matches that run's peak resident set on each rank within 5 % (the oracle: getrusage in each rank's log)
+PROF="$tmp/machine.json"
+on_hosta "$LLM4D" plan --calibrate --quick --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" \
+    --max_seq_len 32 --global_batch_size 8 --nodes 2 --ranks_per_node 1 --hostfile "$tmp/hostfile" \
+    --machine_profile "$PROF" >"$tmp/cal.log" 2>&1
+check "plan --calibrate over the hostfile writes a profile ($(tail -1 "$tmp/cal.log"))" test -s "$PROF"
+while read -r verdict msg; do check_if "$verdict" "$msg"; done < <(/usr/bin/python3 - "$PROF" <<'PY'
+import json, sys
+try:
+    colls = json.load(open(sys.argv[1]))["collectives"]
+except Exception as e:
+    print(0, f"the profile's collectives cannot be read ({e})"); sys.exit()
+across = [c for c in colls if c.get("hosts", 1) == 2 and c.get("group") == 2]
+print(int(len(across) > 0 and all(c.get("ranks_on_host") == 1 for c in across)),
+      f"{len(across)} collective series over 2 hosts with 1 rank on each (of {len(colls)} series)")
+print(int(not any(c.get("hosts", 1) == 1 and c.get("group") == 2 for c in colls)),
+      "no 2-rank series recorded as one host's")
+PY
+)
+"$LLM4D" plan --evaluate --json --nodes 2 --ranks_per_node 1 --machine_profile "$PROF" "${C[@]}" --dp_degree 2 \
+    --micro_batch_size 4 --output_dir "$tmp/x" >"$tmp/dp2.plan.json" 2>"$tmp/dp2.plan.err"
+while read -r verdict msg; do check_if "$verdict" "$msg"; done < <(/usr/bin/python3 - "$tmp" <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+try:
+    pred = json.load(open(f"{tmp}/dp2.plan.json"))["peak_mib_per_rank"]
+except Exception as e:
+    print(0, f"plan --evaluate of dp2 over 2 hosts: no prediction ({open(f'{tmp}/dp2.plan.err').read().strip()[:200]})")
+    sys.exit()
+for r in range(2):
+    m = re.findall(r"peak resident set size: ([\d.]+) MiB", open(f"{tmp}/dp2/log/workerlog.{r}").read())
+    if len(pred) != 2 or not m:
+        print(0, f"dp2 over 2 hosts rank {r}: {len(pred)} ranks predicted, {len(m)} peaks in its log"); continue
+    meas = float(m[-1]); err = 100 * (pred[r] - meas) / meas
+    print(int(abs(err) <= 5), f"dp2 over 2 hosts rank {r}: predicted peak {pred[r]:.1f} MiB, measured {meas:.1f} MiB "
+          f"({err:+.1f} %, bound 5 %)")
+PY
+)
+# and its step time, through the collectives measured across the hosts, within a factor of 1.5 of the run's median
+# step (as tests/test_plan.sh for one host); other jobs on the cores make a time say nothing: then skipped
+load=$(cut -d' ' -f1 /proc/loadavg)
+timing=$(/usr/bin/python3 - "$tmp" <<'PY'
+import json, statistics, sys
+tmp = sys.argv[1]
+try:
+    pred = json.load(open(f"{tmp}/dp2.plan.json"))["step_s"]
+    meas = statistics.median(json.loads(l)["batch_cost"] for l in list(open(f"{tmp}/dp2/out/metrics.jsonl"))[4:])
+except Exception as e:
+    print(0, f"dp2 over 2 hosts: no predicted or measured step ({e})"); sys.exit()
+r = pred / meas
+print(int(1 / 1.5 <= r <= 1.5), f"dp2 over 2 hosts: predicted {pred:.4f} s per step, measured {meas:.4f} s (median of "
+      f"steps 5-20; predicted/measured {r:.2f}, bound 1.5x)")
+PY
+)
+if [ -z "${ASAN_OPTIONS:-}" ] && awk -v l="$load" -v c="$(nproc)" 'BEGIN {exit !(l <= 0.5 * c)}'; then
+    check_if "${timing%% *}" "${timing#* }"
+else
+    echo "skip ${timing#* } (load $load: the machine is busy)"
+fi
 finish

@@ -28,8 +28,8 @@ static const char usage[] =
     "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
     "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain] [--json]\n"
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
-    "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R] [--hostfile FILE]\n"
-    "                  [--machine_profile FILE]\n"
+    "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
+    "                  [--hostfile FILE --nodes N] [--machine_profile FILE]\n"
     "\n"
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
@@ -38,7 +38,8 @@ static const char usage[] =
     "layout with the reason. --evaluate predicts the one layout the flags describe; with --json it prints one object\n"
     "with step_s and peak_mib_per_rank. --calibrate measures this machine (the model's kernels at its shapes,\n"
     "collectives, memory) into the profile (default ~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
-    "only what a quiet machine can measure: run it when nothing else is running.\n"
+    "only what a quiet machine can measure: run it when nothing else is running. With --hostfile its jobs of up to\n"
+    "nodes x ranks_per_node ranks are placed by the hostfile, so groups spanning hosts are measured too.\n"
     "\n"
     "The Plan.* keys (llm4d train --help lists them) may be given in the YAML file as well.\n";
 
@@ -270,7 +271,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
         const ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
         if (k > 0) self[k] = 0;
         const llm4d_calibrate_opts o = {.profile_path = path, .hostfile = sw.hostfile, .self = self, .base = cfg,
-                                        .global = cfg->global_batch_size, .max_ranks = cfg->plan.ranks_per_node,
+                                        .global = cfg->global_batch_size, .max_ranks = cfg->plan.ranks_per_node * (sw.hostfile ? cfg->plan.nodes : 1),
                                         .quick = sw.quick};
         const llm4d_code rc = llm4d_calibrate(&o, &err);
         if (rc != LLM4D_OK) {

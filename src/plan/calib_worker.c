@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "comm/comm_shm.h"
+#include "comm/host_check.h"
 #include "comm/runtime.h"
 #include "core/proc.h"
 #include "plan/replay.h"
@@ -67,12 +68,21 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
     const int ns = o->quick ? 3 : 5, reps = o->quick ? 2 : 4;
     llm4d_comm *c = NULL;
     LLM4D_TRY(llm4d_comm_split(world, world->rank / g, world->rank, "plancal", &c, err));
-    llm4d_prof_coll pc = {.op = op, .group = g, .ranks_on_host = world->size, .hosts = 1, .n = ns};
-    llm4d_code rc = LLM4D_OK;
+    /* where the ranks are: a hostfile spreads them over hosts, and a series across hosts prices the groups of a
+     * layout that span hosts (price.c keeps the two kinds apart) */
+    llm4d_comm *here = NULL, *wide = NULL;
+    int same = 1, same_w = 1;
+    llm4d_code rc = llm4d_host_split(c, &here, &same, err);
+    if (rc == LLM4D_OK) rc = llm4d_host_split(world, &wide, &same_w, err);
+    const int hosts = rc == LLM4D_OK && same ? c->size / here->size : 1;
+    llm4d_prof_coll pc = {.op = op, .group = g, .ranks_on_host = rc == LLM4D_OK ? wide->size : world->size,
+                          .hosts = hosts > 1 ? hosts : 1, .n = ns};
+    llm4d_comm_destroy(here);
+    llm4d_comm_destroy(wide);
     /* On the shared-memory path the group's new segment becomes resident as its first collectives touch it: the
      * memory plan counts segments (train/memplan_shm.c), so they are made resident here, by one collective of the
      * largest size, before any temporary is measured. */
-    if (llm4d_shm_host_ranks(c, NULL) > 1) {
+    if (rc == LLM4D_OK && llm4d_shm_host_ranks(c, NULL) > 1) {
         const size_t big = (size_t)sizes[ns - 1] / (4 * (size_t)g) * (4 * (size_t)g);
         float *a = calloc(big / sizeof(float) + 1, sizeof(float)), *b = calloc(big / sizeof(float) + 1, sizeof(float));
         rc = a && b ? once(c, op, a, b, big, err) : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");

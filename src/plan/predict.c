@@ -105,7 +105,10 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
     mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries + coll_temp(pr, cfg, topo, sc);
     mem[LLM4D_PM_SHM] = (double)mp.shm_segments;
-    mem[LLM4D_PM_BASE] = base_bytes(pr->prof, R);
+    /* a rank alone on its host still runs MPI when the job has several: its base is a 2-rank job's (with a hostfile
+     * the calibration measures that one across hosts) */
+    const int world = topo->world_size;
+    mem[LLM4D_PM_BASE] = base_bytes(pr->prof, world > 1 && R < 2 ? 2 : R);
     mem[LLM4D_PM_DATA] = pr->data_bytes;
     mem[LLM4D_PM_RESIDUAL] = pr->prof->residual_bytes;
     return LLM4D_OK;
