@@ -4,7 +4,8 @@
  *
  * The profile is Plan.machine_profile (--machine_profile) or the default one (`plan --calibrate` writes it). A
  * profile the user named must load (a user error otherwise); the default one is used only when it exists, and one
- * that does not load is a warning, not a reason to refuse a run. No profile: nothing is logged.
+ * that does not load, like a prediction that fails, is a warning, not a reason to refuse a run. No profile:
+ * nothing is logged.
  *
  * The prediction runs before the data and the model take their memory, and what it allocates is freed before
  * them, so it leaves the run's peak resident set where it was; it prices one layout (milliseconds). The measured
@@ -41,6 +42,7 @@ llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_profile_init(&prof);
     llm4d_err e = {0};
     llm4d_code rc = llm4d_profile_load(&prof, path, &e);
+    const int unreadable = rc != LLM4D_OK;
     llm4d_prediction p = {0};
     const int R = ranks_here(tr->world_size);
     const llm4d_cluster cl = {.nodes = tr->world_size / R, .ranks_per_node = R, .threads = tr->be->nthreads,
@@ -63,7 +65,7 @@ llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_prediction_free(&p);
     llm4d_profile_free(&prof);
     if (rc == LLM4D_OK) return LLM4D_OK;
-    if (named && rc == LLM4D_EUSER) { /* the user asked for this profile: say what is wrong with it */
+    if (named && unreadable && rc == LLM4D_EUSER) { /* the user asked for this profile: say what is wrong with it */
         *err = e;
         return rc;
     }
