@@ -81,7 +81,8 @@ void llm4d_trainer_predict_log(const llm4d_trainer *tr) {
 }
 
 void llm4d_trainer_predict_step(llm4d_trainer *tr, int64_t step, double seconds) {
-    if (tr->pred.costs && step > tr->start_step && tr->pred.n < tr->cfg->max_steps) tr->pred.costs[tr->pred.n++] = seconds;
+    if (tr->pred.costs && step > tr->start_step && tr->pred.n < tr->cfg->max_steps)
+        tr->pred.costs[tr->pred.n++] = seconds;
 }
 
 static int by_value(const void *a, const void *b) {
