@@ -182,8 +182,9 @@ for name, m, np_, l0, l1, wall in runs:
     print(f"{name:13} {m:5} {np_:2} {ev['layout']:34} {ev['step_s']:8.4f} {meas:8.4f} {terr:+7.1f}  {mrow:>30} "
           f"{merr if merr is not None else float('nan'):+6.1f}  {l0}/{l1}, {wall}{flag}")
 print(f"\ntime: MAPE {statistics.mean(mape):.1f} % over {len(mape)} layouts (target <= 10 %)" if mape else "no runs")
-print(f"memory: largest error {worst[0]:+.1f} % ({worst[1]}; target within 5 % on every rank)"
-      + ("  <-- BEYOND 5 %" if abs(worst[0]) > 5 else ""))
+if rows:
+    print(f"memory: largest error {worst[0]:+.1f} % ({worst[1]}; target within 5 % on every rank)"
+          + ("  <-- BEYOND 5 %" if abs(worst[0]) > 5 else ""))
 for f in sorted(glob.glob(f"{tmp}/top_*.json")):
     m, np_ = re.search(r"top_(\w+)_(\d+)\.json$", f).groups()
     try:
