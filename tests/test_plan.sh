@@ -10,8 +10,13 @@
 #       trainer's avg_batch_cost over its last steps); the prediction must be within a factor of 1.5 of it (the
 #       issue's 10 % target is for bench/bench_plan.sh on a quiet machine). When the 1-minute load is above half
 #       the cores before the run, other jobs share the cores and the comparison is printed as skipped, not passed;
-#   (d) bad inputs (hosts, --top, a missing or garbled profile, node counts that do not make the layout) are one
-#       line and exit 2.
+#   (d) bad inputs (hosts, --top, a missing or garbled profile, node counts that do not make the layout, a missing
+#       profile named to `llm4d train`) are one line and exit 2;
+#   (e) the trainer's own lines: a run given the profile logs the prediction for its layout at start-up (the same
+#       seconds per step and, within 1 %, the same peak as `plan --evaluate --json` of its flags) and at the end the
+#       measured step against it; the oracle for that error is computed here from the run's metrics.jsonl (median
+#       batch_cost of the steps after the first) and the evaluate's step_s, and the memory error from the run's
+#       reported peak resident set; a run with no profile (an empty HOME) logs no prediction.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -121,4 +126,52 @@ refused "processes that do not make the layout" "ranks_per_node" "$LLM4D" plan -
 refused "no layout fits the hosts' memory" "memory_per_node" "$LLM4D" plan --machine_profile "$PROF" "${MODEL[@]}" \
   --global_batch_size 8 --ranks_per_node 2 --memory_per_node 0.05
 refused "an unknown option" "--no_such_flag" "$LLM4D" plan --machine_profile "$PROF" "${MODEL[@]}" --no_such_flag 1
+refused "a missing profile named to train" "calibrate" "$LLM4D" train "${MODEL[@]}" "${RUN[@]}" \
+  --global_batch_size 4 --micro_batch_size 4 --machine_profile "$tmp/none.json"
+
+# ---- (e) the trainer's prediction of its own run, and its error ----------------------------------------------------
+TRAIN=("${MODEL[@]}" --max_steps 8 --logging_freq 4 --save_steps -1 --output_dir "$tmp/own" --global_batch_size 4
+       --micro_batch_size 4)
+"$LLM4D" plan --evaluate --json --machine_profile "$PROF" "${TRAIN[@]}" >"$tmp/own.json" 2>"$tmp/own.err"
+"$LLM4D" train "${TRAIN[@]}" --machine_profile "$PROF" >"$tmp/own.log" 2>&1
+/usr/bin/python3 - "$tmp" >"$tmp/own.verdict" <<'PY'
+import json, re, sys
+tmp = sys.argv[1]
+log = open(f"{tmp}/own.log").read()
+try:
+    ev = json.load(open(f"{tmp}/own.json"))
+except Exception:
+    print(f"FAIL no prediction from plan --evaluate: {open(f'{tmp}/own.err').read().strip()[:200]}"); sys.exit()
+start = re.search(r"plan prediction for this layout .*?: ([\d.]+) s per step, (\d+) tokens/s, peak ([\d.]+) MiB on this "
+                  r"rank", log)
+end = re.search(r"plan prediction against the run: ([\d.]+) s per step measured \(median of (\d+) steps after the "
+                r"first\), ([\d.]+) s predicted \(error ([-+][\d.]+) %\); peak resident set ([\d.]+) MiB, predicted "
+                r"([\d.]+) MiB \(error ([-+][\d.]+) %", log)
+if not start or not end:
+    print(f"FAIL the run logs {'no' if not start else 'a'} start-up prediction and {'no' if not end else 'an'} "
+          "end-of-run error"); sys.exit()
+step_s, peak = ev["step_s"], ev["peak_mib_per_rank"][0]
+ok = abs(float(start[1]) - step_s) <= 0.00006 and abs(float(start[3]) - peak) <= 0.01 * peak
+print(("ok   " if ok else "FAIL ") + f"start-up: {start[1]} s per step, peak {start[3]} MiB; plan --evaluate: "
+      f"{step_s:.5f} s, {peak:.1f} MiB")
+costs = sorted(json.loads(l)["batch_cost"] for l in open(f"{tmp}/own/metrics.jsonl") if json.loads(l)["step"] > 1)
+n = len(costs)
+med = costs[n // 2] if n % 2 else (costs[n // 2 - 1] + costs[n // 2]) / 2
+want = 100 * (med - step_s) / step_s
+ok = int(end[2]) == n and abs(float(end[4]) - want) <= 0.06 and abs(float(end[1]) - med) <= 0.00006
+print(("ok   " if ok else "FAIL ") + f"end of run: error {end[4]} % logged; from metrics.jsonl's median batch_cost of "
+      f"{n} steps ({med:.5f} s) and plan --evaluate's step_s: {want:+.2f} %")
+rss = re.findall(r"peak resident set size: ([\d.]+) MiB", log)
+pm = float(start[3])
+want = 100 * (float(rss[-1]) - pm) / pm if rss else float("nan")
+ok = bool(rss) and abs(float(end[7]) - want) <= 0.06 + 100 * 0.06 / pm  # the start-up's peak is printed to 0.1 MiB
+print(("ok   " if ok else "FAIL ") + f"end of run: memory error {end[7]} % logged; from the reported peak resident set "
+      f"{rss[-1] if rss else '?'} MiB and the start-up's {pm} MiB: {want:+.2f} %")
+PY
+while read -r verdict rest; do
+  if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi
+done <"$tmp/own.verdict"
+mkdir -p "$tmp/home"
+HOME="$tmp/home" "$LLM4D" train "${TRAIN[@]}" >"$tmp/none.log" 2>&1
+check "a run with no machine profile logs no prediction" test "$(grep -c "plan prediction" "$tmp/none.log")" = 0
 finish

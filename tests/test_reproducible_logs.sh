@@ -5,7 +5,9 @@
 # timestamps, avg_reader_cost / avg_batch_cost / speed / ips_total / ips, the matmul peak measured at start-up
 # (GFLOP/s), metrics.jsonl's time fields (reader_cost, batch_cost, speed, ips_total, ips, mfu, comm_exposed_s,
 # comm_s, zero_gather_wait_s, zero_reduce_scatter_s, pp_idle_s, pp_busy_s, work_s) and the end-of-run line of
-# the backend timers' shares and the optimizer's GB/s, and what the kernel reports of memory:
+# the backend timers' shares and the optimizer's GB/s, the planner's prediction and its error (logged only where a
+# machine profile exists, ~/.cache/llm4d/machine.json: a measured step and resident set), and what the kernel
+# reports of memory:
 # the peak resident set size at the end, the memory plan's resident and available bytes (page accounting, which
 # moves by a few pages between runs like a timing does; the plan's per-category bytes are compared):
 #   - the training log (rank 0's terminal output; each rank's workerlog for dp2);
@@ -50,6 +52,7 @@ print(json.dumps(d, indent=1))' "$2" ;;
                s/peak resident set size: [0-9.]+ MiB/peak resident set size: T MiB/
                s/on top of [0-9.]+ MiB held now/on top of T MiB held now/
                s/^(\[T\] \[ *INFO\] - time per step by kind of work).*/\1: T/
+               s/^(\[T\] \[ *(INFO|WARNING)\] - plan prediction).*/\1 T/
                s/^(\[T\] \[ *INFO\] - optimizer passes: [0-9.]+ GB per step in).*/\1 T/
                s/: [0-9.]+ [GMT]iB per rank; available: [0-9.]+ [GMT]iB/: T per rank; available: T/
                s/planned [0-9.]+ MiB, peak resident set [0-9.]+ MiB \([-+][0-9.]+%\)/planned T, peak resident set T/' "$2" ;;

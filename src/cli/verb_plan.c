@@ -17,7 +17,7 @@
 #include "cli/cli.h"
 #include "cli/job.h"
 #include "plan/calibrate.h"
-#include "plan/data_mem.h"
+#include "plan/evaluate.h"
 #include "plan/report.h"
 #include "plan/search.h"
 #include "train/memplan.h"
@@ -115,21 +115,12 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
     pr.cluster.ranks_per_node = world / nodes;
     pr.cluster.threads = threads_of(cfg, prof, pr.cluster.ranks_per_node);
     if (llm4d_config_finalize(cfg, world, &err) != LLM4D_OK) return fail(err.msg);
-    llm4d_pp_plan pp;
-    if (llm4d_pp_plan_make(&pp, cfg, &err) != LLM4D_OK) return fail(err.msg);
-    double data = 0;
-    if (llm4d_plan_data_bytes(cfg, cfg->dist.dp_degree * cfg->dist.sharding_degree, &data, &err) != LLM4D_OK) {
-        llm4d_pp_plan_free(&pp);
-        return fail(err.msg);
-    }
-    pr.data_bytes = data;
-    pr.per_rank = 1;
     llm4d_prediction p = {0};
-    const llm4d_code rc = llm4d_predict(&pr, cfg, &pp, &p, &err);
-    llm4d_pp_plan_free(&pp);
+    const llm4d_code rc = llm4d_plan_evaluate(pr.prof, pr.be, &pr.cluster, cfg, &p, &err);
     if (rc != LLM4D_OK) {
         llm4d_prediction_free(&p);
-        return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
+        return rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg)
+                                                     : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
     }
     if (sw->json) {
         cJSON *o = llm4d_report_json(&p, cfg);

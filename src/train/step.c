@@ -362,6 +362,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         logged++;
         const double lr_printed = llm4d_lr_at(&tr->lr, step + 1);
         const double step_cost = t2 - t0;
+        llm4d_trainer_predict_step(tr, step, step_cost);
         llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
         llm4d_comm_stats_add(&cs, &es.comm); /* groups the engines own: the tied embedding's */
         if (tr->check_replicas) {
@@ -429,6 +430,7 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(llm4d_trainer_trace_step_end(tr, step, t0, t1, err));
     }
     print_peak_memory(tr);
+    llm4d_trainer_predict_end(tr);
     log_work(tr, &work_sum, work_step_s, work_steps);
     if (pp_stage >= 0) { /* what the schedule kept alive, against the slots it was given */
         const llm4d_gpt *g = &tr->model;

@@ -255,6 +255,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
      * allocated: the measurement's 12 MiB of matrices are returned before the model's memory is taken, so they are
      * not part of the peak the memory plan answers for */
     if (!opts->eval_only && tr->be->matmul_peak_gflops) tr->peak_gflops = tr->be->matmul_peak_gflops(tr->be);
+    /* the planner's prediction, for the same reason before anything is allocated (one layout: milliseconds) */
+    if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_predict_start(tr, err));
     /* rank 0 writes metrics and checkpoints there */
     if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
     if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
@@ -297,6 +299,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_trace_open(tr, err));
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_write_runinfo(tr, err));
     print_startup(tr);
+    llm4d_trainer_predict_log(tr);
     if (tr->start_step > 1)
         llm4d_log_info(&tr->log, "resuming at global step %lld", (long long)tr->start_step);
     return LLM4D_OK;
@@ -305,6 +308,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
 void llm4d_trainer_free(llm4d_trainer *tr) {
     if (!tr->cfg) return;
     llm4d_trainer_trace_close(tr);
+    free(tr->pred.costs);
     if (tr->metrics) fclose(tr->metrics);
     llm4d_devbatch_free(&tr->batch);
     free(tr->mbs);

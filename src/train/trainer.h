@@ -9,7 +9,8 @@
  * stack built at start-up from the degrees.
  *
  * Files: trainer.c (building and freeing), step.c (the loop, the log line, metrics.jsonl), eval.c (validation
- * loss), checkpoint.c (save, resume, start from weights), debug.c (test-facility dumps). */
+ * loss), checkpoint.c (save, resume, start from weights), debug.c (test-facility dumps), predict_run.c (the
+ * planner's prediction for the run, and its error). */
 #ifndef LLM4D_TRAIN_TRAINER_H
 #define LLM4D_TRAIN_TRAINER_H
 
@@ -78,6 +79,13 @@ typedef struct {
     const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
     int check_replicas;        /* test facility: log a hash of the parameters after every step */
     llm4d_trace *trace;        /* --trace: this rank's timeline of the traced steps (trace_run.c); NULL: off */
+    struct {                   /* predict_run.c: the planner's prediction for this run (costs NULL: none) */
+        double step_s, peak_bytes; /* seconds per step; this rank's peak */
+        double *costs;         /* [max_steps] this rank's steps after the first */
+        int64_t n;
+        int failed;            /* line: why there is none */
+        char line[LLM4D_PATH_MAX + 512];
+    } pred;
     int have_corpus, have_model, have_engines, have_loader, have_eval;
 } llm4d_trainer;
 
@@ -128,6 +136,13 @@ llm4d_code llm4d_trainer_global_loss(llm4d_trainer *tr, double *loss, llm4d_err 
 llm4d_code llm4d_trainer_trace_open(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_trace_step_end(llm4d_trainer *tr, int64_t step, double t0, double t1, llm4d_err *err);
 void llm4d_trainer_trace_close(llm4d_trainer *tr);
+/* predict_run.c: with a machine profile, predict this run's layout (before the data and the model are allocated),
+ * log the prediction (after the start-up lines), record each step's seconds, and log measured against predicted at
+ * the end; a profile the user named that does not load is a user error. */
+llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err);
+void llm4d_trainer_predict_log(const llm4d_trainer *tr);
+void llm4d_trainer_predict_step(llm4d_trainer *tr, int64_t step, double seconds);
+void llm4d_trainer_predict_end(llm4d_trainer *tr);
 /* runinfo.c: rank 0 writes output_dir/run.json (version, machine, layout, configuration) for `llm4d report`. */
 llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err);
 /* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
