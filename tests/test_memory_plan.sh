@@ -9,7 +9,9 @@
 #       peak resident set under 200 MB, naming the model states as what to shard or offload; activations that do
 #       not fit name micro_batch_size and recompute instead;
 #   (d) with the host's available memory set to 3 GiB (--debug_mem_available), GPT-2 124M at dp2 (two whole
-#       copies, 1.9 GiB each) is refused while sharding2 stage 3 (under 1 GiB each) starts.
+#       copies, 1.9 GiB each) is refused while sharding2 stage 3 (under 1 GiB each) starts;
+#   (e) the shared-memory collectives' segments are in the plan: every rank of the layouts above and of dp4 and
+#       ZeRO-3 over 4 holds as much beyond its plan as the one process does, within 1.5 MiB.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -163,4 +165,47 @@ timeout 300 "$LLM4D" launch --nproc 2 --log_dir "$tmp/d2" -- "${GPT2[@]}" --max_
 rc=$?
 check_if $(yes_if test $rc = 0 && grep -q "global step 1," "$tmp/d2/workerlog.0") \
   "3 GiB for 2 ranks: sharding2 stage 3 fits and trains (exit $rc): $(grep -h 'memory plan:' "$tmp/d2/workerlog.0" | sed 's/.* - //')"
+# ---- (e) the shared-memory segments ----------------------------------------------------------------------------------
+# Under the default comm_path the ranks of a host collect through shared segments, of which a rank holds the pages its
+# collectives touch (comm/shm_footprint.c); the plan counts them. The oracle: what a process holds beyond its plan
+# (peak resident set minus the whole plan) is the same whatever the layout, so every rank's residue must equal the
+# one-process run's, which has no segment, within 1.5 MiB. Without the segments in the plan a 2-rank layout's residue
+# grew by 4 MiB and a 4-rank one's by 5-8 MiB.
+for l in "dp4 4 --micro_batch_size 2 --dp_degree 4" "sh4_s3 4 --micro_batch_size 2 --sharding_degree 4 --sharding_stage 3"; do
+  read -r name np args <<<"$l"
+  # shellcheck disable=SC2086
+  "$LLM4D" launch --nproc "$np" --log_dir "$tmp/$name" -- "${TINY[@]}" --output_dir "$tmp/$name.out" $args \
+    >"$tmp/$name.stdout" 2>&1 || echo "run $name failed: $(tail -2 "$tmp/$name.stdout")"
+done
+if [ -z "${ASAN_OPTIONS:-}" ]; then
+  /usr/bin/python3 - "$tmp" >"$tmp/e.txt" <<'PY'
+import re, sys
+tmp = sys.argv[1]
+def residues(name, n):
+    out = []
+    for r in range(n):
+        try:
+            log = open(f"{tmp}/{name}/workerlog.{r}").read()
+        except OSError:
+            out.append((None, None)); continue
+        m = re.search(r"memory plan against the run: planned ([\d.]+) MiB, peak resident set ([\d.]+) MiB", log)
+        seg = re.search(r"the collectives' shared-memory segments ([\d.]+) MiB", log)
+        out.append((float(m.group(2)) - float(m.group(1)) if m else None, float(seg.group(1)) if seg else 0.0))
+    return out
+ref = residues("single", 1)[0][0]
+if ref is None:
+    print("FAIL the one-process run reports no plan against its peak"); sys.exit()
+for name, n in [("dp2", 2), ("sh2_s1", 2), ("sh2_s3", 2), ("pp2_zb", 2), ("mp2_sp", 2), ("dp4", 4), ("sh4_s3", 4)]:
+    for r, (res, seg) in enumerate(residues(name, n)):
+        if res is None:
+            print(f"FAIL {name} rank {r}: no plan against the peak in its log"); continue
+        ok = abs(res - ref) <= 1.5 and (seg > 0 or name.startswith("mp2"))
+        print(("ok   " if ok else "FAIL ") + f"{name} rank {r}: peak - plan {res:.2f} MiB against the one process's "
+              f"{ref:.2f} (within 1.5), segments in the plan {seg:.2f} MiB")
+PY
+  while read -r verdict rest; do
+    if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi
+  done <"$tmp/e.txt"
+fi
+
 finish

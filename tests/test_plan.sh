@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_plan.sh — `llm4d plan` (issue 28) checked against runs of the layouts it predicts:
-#   (a) a quick calibration of this machine for gpt2-tiny (4 layers) writes a machine profile;
-#   (b) memory: for one process, dp2, ZeRO-3 over 2, mp2 with sequence parallelism and pp2 with ZB-H1,
+#   (a) a quick calibration of this machine for gpt2-tiny (4 layers) writes a machine profile, on the default
+#       comm_path (auto: shared-memory collectives on one host) and on Open MPI's (mpi);
+#   (b) memory: for one process, dp2, ZeRO-3 over 2, mp2 with sequence parallelism and pp2 with ZB-H1 (auto), and
+#       dp2 and pp2 with ZB-H1 on mpi,
 #       `llm4d plan --evaluate --json` with exactly the flags of the `llm4d train` command predicts every rank's peak;
 #       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage; the higher of
 #       two runs for the layouts of 2 processes, whose readings move by a few per cent between runs), within 5 %
@@ -26,30 +28,37 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 PROF="$tmp/machine.json"
-# --comm_path mpi: Open MPI carries every collective (calibration, predictions and runs alike). The shared-memory
-# path's segments are not yet in the planner's memory (its dp2 and pp2 predictions read 3-4 % under the runs)
-MODEL=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32 -o Model.num_layers=4
-       --comm_path mpi)
+# The default comm_path (auto: the ranks of a host collect through shared-memory segments, which the memory plan
+# counts) for everything; the memory part (b) is also run on Open MPI's collectives (comm_path mpi, calibrated on
+# them) for the layouts whose library temporaries differ most
+BASE=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32 -o Model.num_layers=4)
+MODEL=("${BASE[@]}" --comm_path auto)
 RUN=(--max_steps 3 --logging_freq 1 --save_steps -1 --output_dir "$tmp/out")
 
 # ---- (a) calibration -----------------------------------------------------------------------------------------------
-"$LLM4D" plan --calibrate --quick "${MODEL[@]}" --global_batch_size 8 --ranks_per_node 2 --machine_profile "$PROF" \
-  >"$tmp/cal.txt" 2>&1
-check "calibration writes a machine profile ($(tail -1 "$tmp/cal.txt"))" test -s "$PROF"
+for cp in auto mpi; do
+  "$LLM4D" plan --calibrate --quick "${BASE[@]}" --comm_path $cp --global_batch_size 8 --ranks_per_node 2 \
+    --machine_profile "$tmp/machine_$cp.json" >"$tmp/cal_$cp.txt" 2>&1
+  check "calibration ($cp) writes a machine profile ($(tail -1 "$tmp/cal_$cp.txt"))" test -s "$tmp/machine_$cp.json"
+done
+cp "$tmp/machine_auto.json" "$PROF"
 
 # ---- (b) memory against the peak resident set of real runs -----------------------------------------------------------
 layouts=(
-  "single  1 --global_batch_size 4 --micro_batch_size 4"
-  "dp2     2 --global_batch_size 8 --micro_batch_size 4 --dp_degree 2"
-  "sh2_s3  2 --global_batch_size 8 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 3"
-  "mp2_sp  2 --global_batch_size 8 --micro_batch_size 8 --mp_degree 2 --sequence_parallel true"
-  "pp2_zb  2 --global_batch_size 8 --micro_batch_size 2 --pp_degree 2 --pp_schedule ZBH1"
+  "single      auto 1 --global_batch_size 4 --micro_batch_size 4"
+  "dp2         auto 2 --global_batch_size 8 --micro_batch_size 4 --dp_degree 2"
+  "sh2_s3      auto 2 --global_batch_size 8 --micro_batch_size 4 --sharding_degree 2 --sharding_stage 3"
+  "mp2_sp      auto 2 --global_batch_size 8 --micro_batch_size 8 --mp_degree 2 --sequence_parallel true"
+  "pp2_zb      auto 2 --global_batch_size 8 --micro_batch_size 2 --pp_degree 2 --pp_schedule ZBH1"
+  "dp2_mpi     mpi  2 --global_batch_size 8 --micro_batch_size 4 --dp_degree 2"
+  "pp2_zb_mpi  mpi  2 --global_batch_size 8 --micro_batch_size 2 --pp_degree 2 --pp_schedule ZBH1"
 )
 for l in "${layouts[@]}"; do
-  read -r name np args <<<"$l"
+  read -r name cp np args <<<"$l"
   # shellcheck disable=SC2086
-  flags=("${MODEL[@]}" "${RUN[@]}" $args)
-  "$LLM4D" plan --evaluate --json --machine_profile "$PROF" "${flags[@]}" >"$tmp/$name.json" 2>"$tmp/$name.err"
+  flags=("${BASE[@]}" --comm_path "$cp" "${RUN[@]}" $args)
+  "$LLM4D" plan --evaluate --json --machine_profile "$tmp/machine_$cp.json" "${flags[@]}" >"$tmp/$name.json" \
+    2>"$tmp/$name.err"
   if [ "$np" = 1 ]; then
     "$LLM4D" train "${flags[@]}" >"$tmp/$name.log" 2>&1
     cp "$tmp/$name.log" "$tmp/$name.rank0"
