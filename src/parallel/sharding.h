@@ -34,6 +34,10 @@
  * 3 Psi + 2 Psi_e - Psi_wpe with K > 1 (docs/design.md lists each term). Hybrid dp adds an all-reduce of the own
  * shards (2 Psi/N x (dp-1)/dp).
  *
+ * The stages are not switched on inside the engine: each is a parameter policy (whole / sharded and gathered when
+ * used) composed with a gradient policy (whole flat gradient / per-window buckets into shards), chosen once at
+ * creation (sharding_policy.h; sharding_params.c, sharding_grads.c); Adam's states are always sharded.
+ *
  * Sharding-hybrid-dp: with dp_degree > 1 beside sharding, every collective above stays inside the sharding group;
  * after backward only the owned shards (1/N of the gradients) are all-reduced across the dp group.
  * bf16 payloads (grad_comm_dtype bfloat16): a window's bucket (stage 1: the group's range of the flat gradients) is
@@ -50,6 +54,8 @@
 #include "parallel/engine.h"
 
 struct llm4d_offload;
+struct llm4d_zero_params;
+struct llm4d_zero_grads;
 
 /* A ring slot: a buffer and the collective in flight on it. */
 typedef struct {
@@ -61,9 +67,12 @@ typedef struct {
     llm4d_comm_req req;
 } llm4d_ring_slot;
 
-typedef struct {
+typedef struct llm4d_sharding {
     llm4d_engine base;
-    int stage, N, rank, offload;
+    int stage;               /* for the start-up line; what the stage means is in the two policies below */
+    const struct llm4d_zero_params *params_policy; /* whole, or sharded and gathered when used (sharding_params.c) */
+    const struct llm4d_zero_grads *grads_policy;   /* whole, or per-window buckets into shards (sharding_grads.c) */
+    int N, rank, offload;
     llm4d_comm *sh;          /* sharding group */
     llm4d_comm *dp;          /* pure dp group (hybrid), NULL when dp_degree is 1 */
     int counts;              /* dp index 0: this rank's shards count in the norm and are saved */
@@ -78,8 +87,8 @@ typedef struct {
     size_t *range_lo, *range_hi; /* [G] the own shard of each group in the table's layout (checkpoints) */
     size_t local_total;
     size_t max_group, max_shard;
-    float *local_params;     /* stage 3: own shards of the parameters (NULL when offloaded) */
-    float *local_grads;      /* stages 2, 3: own shards of the gradients, accumulated over micro-batches */
+    float *local_params;     /* sharded parameters (stage 3): own shards of the parameters (NULL when offloaded) */
+    float *local_grads;      /* sharded gradients (stages 2, 3): own shards of the gradients, accumulated over micro-batches */
     float *m, *v;            /* Adam states of the own shards (NULL when offloaded) */
     int *windows_left;       /* [G] gradient windows of the step still to come (stage 1 reduces at 0) */
     llm4d_ring_slot grad_ring[2]; /* stage 1: receive shards; stages 2, 3: buckets + receive shards */
