@@ -139,6 +139,30 @@ typedef struct {
     float lr, grad_scale;
 } update_ctx;
 
+/* The window's n ranges (device gradients, device or window parameters, window states from m0 on) updated on the
+ * host backend: what is on the device staged into the pinned buffers at the range's place in the window, AdamW on
+ * host memory only, the parameters copied back (offload_stream waits for those copies before the next window). */
+static void update_on_host(llm4d_sharding *s, int n, const float *m0, float lr, float grad_scale) {
+    llm4d_backend *be = s->be;
+    for (int k = 0; k < n; k++) {
+        const llm4d_opt_range *r = &s->ranges[k];
+        const size_t at = (size_t)(r->m - m0), bytes = r->n * sizeof(float);
+        s->host_ranges[k] = *r;
+        be->copy_async(be, s->stage_g + at, r->g, bytes, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+        s->host_ranges[k].g = s->stage_g + at;
+        if (s->stage_p) {
+            be->copy_async(be, s->stage_p + at, r->p, bytes, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+            s->host_ranges[k].p = s->stage_p + at;
+        }
+    }
+    be->stream_sync(be, LLM4D_STREAM_COMPUTE); /* the staged copies are in host memory */
+    llm4d_optimizer_apply(&s->opt, s->host_ranges, n, lr, grad_scale, 0);
+    s->opt.be->stream_sync(s->opt.be, LLM4D_STREAM_COMPUTE);
+    for (int k = 0; s->stage_p && k < n; k++)
+        be->copy_async(be, s->ranges[k].p, s->host_ranges[k].p, s->ranges[k].n * sizeof(float), LLM4D_H2D,
+                       LLM4D_STREAM_COMPUTE);
+}
+
 static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
     update_ctx *u = ctx;
     llm4d_sharding *s = u->s;
@@ -160,7 +184,8 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
         s->ranges[n++] = (llm4d_opt_range){w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
                                            b - a, p->decay};
     }
-    llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
+    if (s->stage_g) update_on_host(s, n, bufs[LLM4D_OFFLOAD_M], u->lr, u->grad_scale);
+    else llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
 }
 
 static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
@@ -216,10 +241,12 @@ static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
     char off[256] = "";
     if (s->off) llm4d_offload_describe(s->off, off, sizeof off);
     snprintf(buf, n,
-             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s",
+             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s%s%s",
              s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "",
              s->params_policy->what, s->grads_policy->what,
-             s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off);
+             s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off,
+             s->stage_g ? "; AdamW on the host backend (gradients staged to pinned memory" : "",
+             s->stage_g ? (s->stage_p ? ", parameters there and back)" : ")") : "");
 }
 
 static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
@@ -265,6 +292,9 @@ static void sh_destroy(llm4d_engine *e) {
                 {s->grad_ring[0].recv, s->max_shard, LLM4D_MEM_COMM}, {s->grad_ring[1].recv, s->max_shard, LLM4D_MEM_COMM}};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k].p) s->be->free(s->be, s->mem, bufs[k].c, bufs[k].p, bufs[k].n * sizeof(float));
+    if (s->stage_g) s->be->free_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_g, s->stage_n * sizeof(float));
+    if (s->stage_p) s->be->free_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_p, s->stage_n * sizeof(float));
+    free(s->host_ranges);
     for (int k = 0; k < 2; k++) {
         if (s->grad_ring[k].send16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].send16, s->max_group * 2);
         if (s->grad_ring[k].recv16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].recv16, s->max_shard * 2);
@@ -309,6 +339,17 @@ static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t
         if (len > *max_group) *max_group = len;
         if (len / (size_t)N > *max_shard) *max_shard = len / (size_t)N;
     }
+}
+
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
+                                 size_t bytes[]) {
+    if (!offload || !llm4d_backend_has_host(device)) return;
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(stage, &pp, &gp);
+    size_t local, group, shard;
+    sizes(t, N, &local, &group, &shard);
+    bytes[LLM4D_MEM_OPTIM] += (pp->whole ? 2 : 1) * llm4d_offload_window(local) * sizeof(float);
 }
 
 /* Offload streams: Adam m and v, and the parameter shards when the parameter policy keeps them apart. */
@@ -391,6 +432,14 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
             return rc;
         }
         s->offload = 1;
+        if (llm4d_backend_host(s->be) != s->be) { /* AdamW on the host backend, through pinned staging buffers */
+            s->opt.be = llm4d_backend_host(s->be);
+            s->stage_n = llm4d_offload_window(s->local_total);
+            s->host_ranges = calloc((size_t)t->n, sizeof *s->host_ranges);
+            s->stage_g = s->be->alloc_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_n * sizeof(float));
+            if (pp->whole) s->stage_p = s->be->alloc_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_n * sizeof(float));
+            ok = s->host_ranges && s->stage_g && (s->stage_p || !pp->whole);
+        }
     } else {
         s->m = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
         s->v = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);

@@ -45,7 +45,11 @@
  * 1: written) to the fp32 gradients; two more buffers per ring slot (a group and a shard of bf16). The hybrid dp
  * all-reduce of the owned shards stays fp32.
  * Offload: Adam m, v (and, at stage 3, the fp32 shard of the parameters) live in a file on a node-local directory
- * and stream through a bounded window during the update (parallel/offload.h). */
+ * and stream through a bounded window during the update (parallel/offload.h). Where the backend has a host backend
+ * (backend.h llm4d_backend.host: the guard; a device), the offloaded update runs there, as ZeRO-Offload's CPU Adam
+ * does: per window, the own gradients (and, stages 1 and 2, the own parameters) are copied device to host into
+ * pinned staging buffers, AdamW runs on the host over host memory, and the parameters are copied back; elsewhere
+ * (cpu: device memory is host memory) the update reads the tensors in place, no staging. */
 #ifndef LLM4D_PARALLEL_SHARDING_H
 #define LLM4D_PARALLEL_SHARDING_H
 
@@ -79,8 +83,13 @@ typedef struct llm4d_sharding {
     llm4d_gpt *g;
     llm4d_backend *be;
     llm4d_mem *mem;
-    llm4d_optimizer opt;
+    llm4d_optimizer opt;     /* on the model's backend, or (offload) on its host backend (backend.h llm4d_backend.host) */
     llm4d_opt_range *ranges; /* [table entries]: scratch for the ranges of one update window */
+    /* Offload with a host backend (ZeRO-Offload's CPU Adam): a window's gradients (and whole parameters) staged
+     * device to host into these pinned buffers of a window's length, AdamW on the host, the parameters back. */
+    llm4d_opt_range *host_ranges; /* [table entries]: the window's ranges as the host optimizer sees them */
+    float *stage_g, *stage_p;     /* stage_p NULL when the parameter shards are in the window already (stage 3) */
+    size_t stage_n;
     int n_groups;
     size_t *shard_len;       /* [G] elements of each group's shard */
     size_t *shard_off;       /* [G] offset of each group's shard in the local buffers */
@@ -116,6 +125,9 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
 /* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan); bf16: with bf16
  * gradient payloads. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]);
+/* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
+                                 size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
  * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
  * sharding (NULL or size 1: none); dp_index: this rank's index in it. */
