@@ -12,8 +12,6 @@
 #include "parallel/offload.h"
 
 static llm4d_sharding *of(llm4d_engine *e) { return (llm4d_sharding *)e; }
-#define group_len llm4d_zero_group_len
-#define group_lo llm4d_zero_group_lo
 
 void llm4d_zero_policies(int stage, const llm4d_zero_params **p, const llm4d_zero_grads **g) {
     *p = stage >= 3 ? &llm4d_zero_params_gathered : &llm4d_zero_params_whole;
@@ -111,7 +109,7 @@ static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
 int llm4d_zero_own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, size_t *local) {
     const llm4d_param *p = &s->g->table.p[i];
     const int grp = p->group;
-    const size_t lo = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp], hi = lo + s->shard_len[grp];
+    const size_t lo = s->range_lo[grp], hi = lo + s->shard_len[grp];
     const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) return 0;
     *j0 = (int64_t)(a - p->offset);
@@ -258,8 +256,8 @@ static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
 /* The sharding group's shards of a local buffer (host memory) into a whole buffer of the table's layout. */
 static llm4d_code gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
     for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + llm4d_zero_group_lo(s, grp),
+                                       s->shard_len[grp], LLM4D_COMM_F32, err));
     return LLM4D_OK;
 }
 
@@ -414,11 +412,11 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     }
     size_t at = 0;
     for (int grp = 0; grp < G; grp++) {
-        const size_t len = group_len(s, grp);
+        const size_t len = llm4d_zero_group_len(s, grp);
         LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
         s->shard_len[grp] = len / (size_t)s->N;
         s->shard_off[grp] = at;
-        s->range_lo[grp] = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
+        s->range_lo[grp] = llm4d_zero_group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
         s->range_hi[grp] = s->range_lo[grp] + s->shard_len[grp];
         at += s->shard_len[grp];
     }
