@@ -6,7 +6,9 @@
 # is the oracle for its numbers.
 # gpt2-tiny (4 layers), global batch 8, dropout on, 3 steps, per layout, guard against cpu:
 #   single process with an evaluation and a checkpoint; resumed on the guard from the cpu run's step-2 checkpoint
-#   (and the cpu from the guard's); dp2; ZeRO-1, ZeRO-2, ZeRO-3 with offload (sharding 2); dp2 and ZeRO-2 with bf16
+#   (and the cpu from the guard's); dp2; ZeRO-1, ZeRO-2, ZeRO-3 and ZeRO-1 with offload (sharding 2: on the guard
+#   the offloaded AdamW runs on its host backend over staged host copies, ZeRO-Offload's CPU Adam, so equal losses
+#   say the host update read and wrote no device memory directly); dp2 and ZeRO-2 with bf16
 #   gradient payloads (grad_comm_dtype bfloat16: the rounding is the backend's); mp2 with sequence
 #   parallelism; pp2 with 1F1B, interleaved (V=2) and ZB-H1; 4D dp2 x sharding2 (stage 3) x mp2 x pp2 (16 ranks);
 # checks: every step's loss, every evaluation loss and every gradient norm equal (as printed to 9 digits), the
@@ -44,6 +46,7 @@ layouts=(
   "dp2_bf16  2   --dp_degree 2 --micro_batch_size 2 --grad_comm_dtype bfloat16"
   "zero2_bf16 2  --sharding_degree 2 --sharding_stage 2 --micro_batch_size 2 --grad_comm_dtype bfloat16"
   "zero3_off 2   --sharding_degree 2 --sharding_stage 3 --sharding_offload True --micro_batch_size 4"
+  "zero1_off 2   --sharding_degree 2 --sharding_stage 1 --sharding_offload True --micro_batch_size 4"
   "mp2_sp    2   --mp_degree 2 --sequence_parallel True --micro_batch_size 4"
   "pp2_1f1b  2   --pp_degree 2 --pp_schedule 1F1B --micro_batch_size 2 --eval_freq 3 --eval_iters 1"
   "pp2_v2    2   --pp_degree 2 --virtual_pp_degree 2 --pp_schedule interleaved --micro_batch_size 2"
@@ -85,6 +88,15 @@ same_tensors() { # dir dir: every *.safetensors of the first has an equal one in
   done
   [ $n -gt 0 ]
 }
+# the offloaded runs took the host-Adam path on the guard (and the in-place one on the cpu, whose device memory is
+# host memory): their start-up lines say so
+host_adam() { # guard-log cpu-log
+  grep -q "AdamW on the host backend" "$1" && [ -s "$2" ] && ! grep -q "AdamW on the host backend" "$2"
+}
+for name in zero3_off zero1_off; do
+  check "$name: the guard's offloaded update ran on its host backend (staged), the cpu's in place" \
+    host_adam "$tmp/guard/$name.log" "$tmp/cpu/$name.log"
+done
 check "checkpoint step 2 written on the guard holds the cpu run's tensors byte for byte" \
   same_tensors "$tmp/cpu/single/step_2" "$tmp/guard/single/step_2"
 check "the resumed runs' step-3 checkpoints hold the same tensors" \

@@ -4,6 +4,8 @@
 
 #include "backend/backend.h"
 
+int llm4d_backend_has_host(const char *device) { return !strcmp(device, "guard"); }
+
 llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err) {
     *out = NULL;
     if (!strcmp(device, "cpu"))

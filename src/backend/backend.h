@@ -182,6 +182,11 @@ struct llm4d_backend {
      * the memory plan divides the ranks by to know how many share this device's memory; 0: the device is the
      * host's memory, shared by every rank on the host. */
     int ndevices;
+    /* The backend whose kernels run with the host's CPUs on pinned host memory (alloc_host's), owned by this one:
+     * where an optimizer over host-resident states runs (ZeRO-Offload's CPU Adam: gradients staged device to host,
+     * AdamW on the host, parameters staged back). It never receives device memory. NULL: this backend itself
+     * (device memory is host memory, or kernels read pinned memory in place). */
+    llm4d_backend *host;
 
     /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
      * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */
@@ -403,6 +408,11 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
 /* The CUDA backend (backend/cuda/): kernels and cuBLASLt GEMMs on the GPU this process is given (its local rank
  * modulo the GPUs it sees). A build without CUDA, or a machine without a usable GPU, is a user error saying so. */
 llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err);
+/* The backend kernels on pinned host memory run on (llm4d_backend.host, or be itself). */
+static inline llm4d_backend *llm4d_backend_host(llm4d_backend *be) { return be->host ? be->host : be; }
+/* Whether the backend device names has a host backend of its own (llm4d_backend.host set): an offloaded optimizer
+ * then stages through pinned buffers, which the memory plan counts before any backend exists. */
+int llm4d_backend_has_host(const char *device);
 /* The backend a run names: device "cpu" (with ref: the reference kernels), "guard", or "cuda" (also "gpu", the
  * seeds' name); anything else is a user error naming the devices this build has. */
 llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err);

@@ -589,6 +589,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->ctx = g;
     be->name = "guard";
     be->host_addressable = 0;
+    be->host = g->in; /* host-side kernels (an offloaded AdamW) on pinned memory: never inside the arena */
     be->alloc = g_alloc, be->free = g_free, be->alloc_host = g_alloc_host, be->free_host = g_free_host;
     be->mem_info = g_mem_info, be->zero = g_zero, be->copy = g_copy, be->copy_async = g_copy_async;
     be->copy_2d = g_copy_2d;

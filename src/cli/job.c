@@ -53,7 +53,8 @@ int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *db
     return n;
 }
 
-llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_err *err) {
+llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_pp_plan *plan,
+                            llm4d_err *err) {
     llm4d_config_defaults(cfg);
     LLM4D_TRY(llm4d_config_parse_args(cfg, argc - 1, argv + 1, err));
     /* model_name_or_path naming a checkpoint: the model's geometry comes from its meta.json */
@@ -62,18 +63,19 @@ llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg,
         LLM4D_TRY(llm4d_gpt_ckpt_read_model(cfg->model.name_or_path, &cfg->model,
                                             cfg->model.vocab_size_divisible_unit, err));
     LLM4D_TRY(llm4d_config_finalize(cfg, world, err));
-    if (cfg->dist.pp_degree == 1 && !cfg->dist.pp_layers[0]) return LLM4D_OK;
-    /* the pipeline: its schedule for this many micro-batches, and a split of the layers that holds each once (the
-     * trainer makes the same plan; here it is refused before any rank starts) */
-    llm4d_pp_plan plan;
-    LLM4D_TRY(llm4d_pp_plan_make(&plan, cfg, err));
-    llm4d_pp_plan_free(&plan);
-    return LLM4D_OK;
+    if (!plan && cfg->dist.pp_degree == 1 && !cfg->dist.pp_layers[0]) return LLM4D_OK; /* nothing to check */
+    /* the pipeline: its schedule for this many micro-batches, and a split of the layers that holds each once (made
+     * once per process: the launcher refuses a bad one before any rank starts, a rank hands its own to the trainer) */
+    llm4d_pp_plan own;
+    llm4d_pp_plan *p = plan ? plan : &own;
+    const llm4d_code rc = llm4d_pp_plan_make(p, cfg, err);
+    if (rc != LLM4D_OK || !plan) llm4d_pp_plan_free(p);
+    return rc;
 }
 
-llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
-                           llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
-    LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, cfg, err));
+/* The topology of the configured job and its communicators. */
+static llm4d_code job_groups(const llm4d_runtime *rt, int print_groups, llm4d_config *cfg, llm4d_topology *topo,
+                             llm4d_comm_groups *groups, llm4d_err *err) {
     if (rt->world && rt->world->watch) llm4d_watch_set(rt->world->watch, 0, cfg->dist.comm_timeout_first);
     LLM4D_TRY(llm4d_topology_init(topo, rt->world_size, rt->rank, cfg->dist.dp_degree, cfg->dist.pp_degree,
                                   cfg->dist.sharding_degree, cfg->dist.mp_degree, err));
@@ -88,4 +90,12 @@ llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int p
     int problems = 0; /* single copy and /dev/shm, said once (world rank 0) */
     if (rt->world_size > 1 && rt->under_mpi) LLM4D_TRY(llm4d_host_check(rt->world, &log, &problems, err));
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
+                           llm4d_pp_plan *plan, llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
+    LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, cfg, plan, err));
+    const llm4d_code rc = job_groups(rt, print_groups, cfg, topo, groups, err);
+    if (rc != LLM4D_OK) llm4d_pp_plan_free(plan);
+    return rc;
 }

@@ -6,6 +6,7 @@
 #include "comm/comm.h"
 #include "comm/runtime.h"
 #include "comm/topology.h"
+#include "parallel/pp_plan.h"
 
 /* The test facilities of `llm4d train`, taken out of its arguments before config parsing. */
 typedef struct {
@@ -23,14 +24,18 @@ typedef struct {
 int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg);
 
 /* Defaults, parse argv (argv[0] is the verb), the model geometry of a checkpoint named by model_name_or_path,
- * finalized for `world` processes: every check a job's configuration gets (the launcher runs it before starting
- * the processes, so a bad configuration is one line, not one per rank). */
-llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_err *err);
+ * finalized for `world` processes, and the pipeline's plan: every check a job's configuration gets (the launcher
+ * runs it before starting the processes, so a bad configuration is one line, not one per rank). plan: where the
+ * plan goes (the caller frees it, or hands it to the trainer); NULL: only checked (the launcher, a process apart
+ * from the ones that train). */
+llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_pp_plan *plan,
+                            llm4d_err *err);
 
 /* On an initialised runtime: defaults, parse argv (argv[0] is the verb), take the model geometry from
  * model_name_or_path when it names a checkpoint directory, finalize for the runtime's world size, build the
- * topology (printed when print_groups and there are several processes) and its communicators. */
+ * topology (printed when print_groups and there are several processes) and its communicators; the pipeline's plan
+ * into *plan (for the trainer, llm4d_trainer_opts.plan; freed here when a later step fails). */
 llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
-                           llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err);
+                           llm4d_pp_plan *plan, llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err);
 
 #endif

@@ -45,14 +45,15 @@ int llm4d_cmd_eval(int argc, char **argv) {
     }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    if (llm4d_job_setup(&rt, n, args, 0, cfg, &topo, &groups, &err) != LLM4D_OK) {
+    llm4d_pp_plan plan = {0}; /* made once, checked and handed to the trainer */
+    if (llm4d_job_setup(&rt, n, args, 0, cfg, &plan, &topo, &groups, &err) != LLM4D_OK) {
         free(cfg), free(args);
         return llm4d_runtime_fail(&rt, &err);
     }
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s", ckpt);
     if (cfg->eval_iters < 1) cfg->eval_iters = 10;
     llm4d_trainer tr;
-    const llm4d_trainer_opts opts = {.eval_only = 1};
+    const llm4d_trainer_opts opts = {.eval_only = 1, .plan = &plan};
     double loss = 0;
     int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK;
     tr.eval_next = 0; /* from the start of the validation split, whatever the run had reached */

@@ -279,7 +279,7 @@ int llm4d_cmd_launch(int argc, char **argv) {
         llm4d_job_debug dbg;
         llm4d_code rc = !targs || !cfg ? llm4d_fail(&err, LLM4D_ENOMEM, "out of memory")
                                        : llm4d_job_config(llm4d_job_take_debug(argc - cmd, argv + cmd, targs, &dbg),
-                                                          targs, nproc, cfg, &err);
+                                                          targs, nproc, cfg, NULL, &err);
         free(targs);
         free(cfg);
         if (rc != LLM4D_OK) {

@@ -35,7 +35,8 @@ int llm4d_cmd_train(int argc, char **argv) {
     }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
-    if (llm4d_job_setup(&rt, n, args, 1, cfg, &topo, &groups, &err) != LLM4D_OK) {
+    llm4d_pp_plan plan = {0}; /* made once, checked and handed to the trainer */
+    if (llm4d_job_setup(&rt, n, args, 1, cfg, &plan, &topo, &groups, &err) != LLM4D_OK) {
         free(cfg), free(args);
         return llm4d_runtime_fail(&rt, &err);
     }
@@ -46,7 +47,8 @@ int llm4d_cmd_train(int argc, char **argv) {
                                      .loss_spike_step = dbg.loss_spike_step,
                                      .hang_step = dbg.hang_step,
                                      .hang_rank = dbg.hang_rank,
-                                     .mem_available = dbg.mem_available};
+                                     .mem_available = dbg.mem_available,
+                                     .plan = &plan};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);

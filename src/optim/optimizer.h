@@ -1,9 +1,9 @@
 /* optimizer.h — the optimizer as an object over ranges: AdamW's hyperparameters and step count (adamw.h) and the
  * backend the update runs on, applied to the ranges a storage engine hands it (one per parameter entry it keeps, or
  * per entry's part of an offloaded window). The engines decide what is kept where; the optimizer decides nothing
- * about layout. Holding its own backend is what lets a run say where the update runs: on the model's backend (every
- * run today), or on another one whose memory holds the ranges (compute on a device and AdamW on the host, the
- * states in host memory) without an engine changing. */
+ * about layout. Holding its own backend is what lets a run say where the update runs: on the model's backend, or on
+ * another one whose memory holds the ranges (compute on a device and AdamW on the host, the states in host memory:
+ * ZeRO offload on a backend with a host backend, parallel/sharding.h) without the optimizer changing. */
 #ifndef LLM4D_OPTIM_OPTIMIZER_H
 #define LLM4D_OPTIM_OPTIMIZER_H
 

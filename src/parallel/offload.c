@@ -244,6 +244,8 @@ static size_t window_of(size_t n) {
     return w > WINDOW_MAX ? WINDOW_MAX : w;
 }
 
+size_t llm4d_offload_window(size_t n) { return window_of(n); }
+
 size_t llm4d_offload_memory(size_t n, int nstreams) {
     return (size_t)NSLOTS * (size_t)nstreams * window_of(n) * sizeof(float);
 }

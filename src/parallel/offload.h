@@ -11,7 +11,7 @@
  * tmpfs offload_dir is memory itself: the start-up line says so.
  *
  * The windows are pinned host memory of the backend (backend.h alloc_host): the optimizer's kernels update them
- * in place. Stage-3 gathers read one group's parameter shard into device memory (llm4d_offload_read: directly where
+ * in place (on the backend's host backend where it has one: sharding.c stages the gradients and parameters). Stage-3 gathers read one group's parameter shard into device memory (llm4d_offload_read: directly where
  * device memory is host memory, else through a window). Checkpoints map a stream for the duration of a save or load
  * (llm4d_offload_map): file-backed host pages, which the kernel can drop again. */
 #ifndef LLM4D_PARALLEL_OFFLOAD_H
@@ -31,6 +31,8 @@ typedef struct llm4d_offload llm4d_offload;
  * it is a user error naming it. */
 /* The bytes of memory llm4d_offload_open(n, nstreams) holds (its windows; accounted as optimizer memory). */
 size_t llm4d_offload_memory(size_t n, int nstreams);
+/* Elements per stream of one window (the largest len llm4d_offload_stream hands fn) for n elements. */
+size_t llm4d_offload_window(size_t n);
 llm4d_code llm4d_offload_open(llm4d_offload **out, const char *dir, int rank, size_t n, int nstreams,
                               llm4d_backend *be, llm4d_mem *mem, llm4d_err *err);
 void llm4d_offload_close(llm4d_offload *o);

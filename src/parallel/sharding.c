@@ -1,5 +1,7 @@
-/* sharding.c — ZeRO stages 1-3 over the model's parameter groups (see sharding.h for the scheme). */
-#include "parallel/sharding.h"
+/* sharding.c — ZeRO stages 1-3 over the model's parameter groups (see sharding.h for the scheme): the engine's
+ * hooks, update, checkpoint boxes and construction, composed of a parameter policy and a gradient policy chosen once
+ * from the stage (sharding_policy.h); what differs between the stages lives in those policies. */
+#include "parallel/sharding_policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +12,11 @@
 #include "parallel/offload.h"
 
 static llm4d_sharding *of(llm4d_engine *e) { return (llm4d_sharding *)e; }
-static size_t group_len(const llm4d_sharding *s, int grp) { return s->g->table.g[grp].hi - s->g->table.g[grp].lo; }
-static size_t group_lo(const llm4d_sharding *s, int grp) { return s->g->table.g[grp].lo; }
 
-/* The first communication failure inside a hook is kept and reported at the end of the step (hooks cannot
- * return errors through the model); later calls become no-ops so the step ends quickly. */
-#define HOOK_TRY(expr)                                                                                           \
-    do {                                                                                                         \
-        if (!s->failed && (expr) != LLM4D_OK) s->failed = 1;                                                     \
-    } while (0)
+void llm4d_zero_policies(int stage, const llm4d_zero_params **p, const llm4d_zero_grads **g) {
+    *p = stage >= 3 ? &llm4d_zero_params_gathered : &llm4d_zero_params_whole;
+    *g = stage >= 2 ? &llm4d_zero_grads_bucketed : &llm4d_zero_grads_whole;
+}
 
 /* Elements of a block group of model m with tensor-parallel degree M (params.h's layout, before alignment). */
 static size_t block_group_elems(const llm4d_model_config *m, int M) {
@@ -28,10 +26,13 @@ static size_t block_group_elems(const llm4d_model_config *m, int M) {
 
 void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_model_part *part,
                          llm4d_gpt_layout *layout) {
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(stage, &pp, &gp);
     part->align = N;
-    layout->no_params = stage >= 3;
-    layout->no_grads = stage >= 2;
-    if (stage >= 2) {
+    layout->no_params = !pp->whole;
+    layout->no_grads = !gp->whole;
+    if (!pp->whole || !gp->whole) { /* group-sized ring buffers (gather buffers, buckets) */
         /* vocabulary blocks no larger than a block group (so no buffer is sized by the vocabulary), but at least
          * 2^20 elements (a small model's blocks would otherwise cut the embedding into hundreds of collectives) */
         size_t elems = block_group_elems(m, part->mp_size > 0 ? part->mp_size : 1);
@@ -40,35 +41,7 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
     }
 }
 
-/* ---- stage 3: gathers, with the order of use recorded in the first step and prefetched after ---- */
-
-static const float *own_params(const llm4d_sharding *s, int grp) {
-    return s->local_params ? s->local_params + s->shard_off[grp] : NULL;
-}
-
-/* Start gathering group grp into gather slot k (non-blocking unless blocking). */
-static void gather_start(llm4d_sharding *s, int k, int grp, int blocking) {
-    llm4d_ring_slot *r = &s->gather[k];
-    r->group = grp;
-    s->gathers++;
-    const size_t n = s->shard_len[grp];
-    const float *own = own_params(s, grp);
-    if (s->off) { /* an offloaded shard comes from the file, straight into this rank's block (gathered in place) */
-        float *block = r->buf + (size_t)s->rank * n;
-        HOOK_TRY(llm4d_offload_read(s->off, LLM4D_OFFLOAD_PARAMS, s->shard_off[grp], n, block, &s->err));
-        own = block;
-    }
-    const double t0 = llm4d_now();
-    if (blocking) {
-        HOOK_TRY(llm4d_comm_dev_allgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &s->err));
-        s->gather_wait_s += llm4d_now() - t0;
-        return;
-    }
-    HOOK_TRY(llm4d_comm_dev_iallgather(s->sh, own, r->buf, n, LLM4D_COMM_F32, &r->req, &s->err));
-    r->busy = 1;
-}
-
-static void slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
+void llm4d_zero_slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
     if (!r->busy) return;
     const double t0 = llm4d_now();
     HOOK_TRY(llm4d_comm_wait(&r->req, &s->err));
@@ -77,164 +50,37 @@ static void slot_wait(llm4d_sharding *s, llm4d_ring_slot *r, double *acc) {
 }
 
 /* The gathers and reduce-scatters in flight, moved forward between kernels (comm.h llm4d_comm_progress). */
-static void progress(llm4d_sharding *s) { HOOK_TRY(llm4d_comm_progress(s->sh, &s->err)); }
-
-/* The group the recorded order says comes after the current position, -1 when none is known. */
-static int predicted_next(const llm4d_sharding *s) {
-    if (!s->traced || !s->in_step || !s->prefetch_on || s->trace_pos >= s->trace_n) return -1;
-    return s->trace[s->trace_pos];
-}
-
-static void trace_record(llm4d_sharding *s, int grp) {
-    if (s->traced || !s->in_step) return;
-    if (s->trace_n == s->trace_cap) {
-        const int cap = s->trace_cap ? 2 * s->trace_cap : 256;
-        int *t = realloc(s->trace, (size_t)cap * sizeof *t);
-        if (!t) { /* no recording, no prefetch: gathers stay correct, only blocking */
-            s->prefetch_on = 0;
-            return;
-        }
-        s->trace = t;
-        s->trace_cap = cap;
-    }
-    s->trace[s->trace_n++] = grp;
-}
-
-/* Advance the replay position past grp (a schedule replays the recorded order exactly; anything else turns the
- * prediction off for the rest of the step, which costs only the overlap). */
-static void trace_follow(llm4d_sharding *s, int grp) {
-    if (!s->traced || !s->in_step) return;
-    if (s->trace_pos < s->trace_n && s->trace[s->trace_pos] == grp) {
-        s->trace_pos++;
-        return;
-    }
-    s->trace_pos = s->trace_n;
-}
+void llm4d_zero_progress(llm4d_sharding *s) { HOOK_TRY(llm4d_comm_progress(s->sh, &s->err)); }
 
 static float *sh_params_for(llm4d_engine *e, int grp, int pass) {
     (void)pass;
     llm4d_sharding *s = of(e);
-    if (s->stage < 3) return s->g->params + group_lo(s, grp);
-    LLM4D_ASSERT(s->cur < 0, "group %d asked for while group %d is in use", grp,
-                 s->cur >= 0 ? s->gather[s->cur].group : -1);
-    trace_record(s, grp);
-    trace_follow(s, grp);
-    int k = -1;
-    for (int j = 0; j < 2; j++)
-        if (s->gather[j].group == grp) k = j;
-    if (k >= 0) { /* prefetched */
-        slot_wait(s, &s->gather[k], &s->gather_wait_s);
-        s->prefetch_hits++;
-    } else { /* a free slot; the other may hold a prefetch that guessed wrong, finished before it is reused */
-        k = s->gather[0].group < 0 && !s->gather[0].busy ? 0 : 1;
-        slot_wait(s, &s->gather[k], &s->gather_wait_s);
-        gather_start(s, k, grp, 1);
-    }
-    s->cur = k;
-    const int next = predicted_next(s), other = 1 - k;
-    if (next >= 0 && next != grp && !s->failed) {
-        if (s->gather[other].busy) slot_wait(s, &s->gather[other], &s->gather_wait_s);
-        gather_start(s, other, next, 0);
-    } else if (!s->gather[other].busy) {
-        s->gather[other].group = -1;
-    }
-    return s->gather[k].buf;
+    return s->params_policy->params_for(s, grp);
 }
 
 static void sh_release(llm4d_engine *e, int grp, int pass) {
     (void)pass;
     llm4d_sharding *s = of(e);
-    if (s->stage < 3) return;
-    if (s->cur >= 0 && s->gather[s->cur].group == grp) {
-        s->gather[s->cur].group = -1;
-        s->cur = -1;
-    }
-    progress(s);
-}
-
-/* ---- gradients: windows, buckets and non-blocking reduce-scatters ---- */
-
-/* A reduce-scatter finished: its shard into the owner's gradient. */
-static void grad_complete(llm4d_sharding *s, llm4d_ring_slot *r) {
-    slot_wait(s, r, &s->rs_wait_s);
-    if (r->group < 0) return;
-    const int grp = r->group;
-    const size_t n = s->shard_len[grp];
-    float *own = s->stage >= 2 ? s->local_grads + s->shard_off[grp] /* stage 1: the own block of the flat gradient */
-                               : s->g->grads + group_lo(s, grp) + (size_t)s->rank * n;
-    if (s->bf16)
-        s->be->from_bf16(s->be, own, r->recv16, n, s->stage >= 2 ? LLM4D_ADD : LLM4D_WRITE);
-    else if (s->stage >= 2)
-        s->be->add(s->be, own, r->recv, n);
-    else
-        s->be->copy(s->be, own, r->recv, n * sizeof(float));
-    r->group = -1;
-}
-
-/* A free ring slot (the oldest in flight is completed when both are taken). */
-static llm4d_ring_slot *grad_slot(llm4d_sharding *s) {
-    for (int k = 0; k < 2; k++)
-        if (s->grad_ring[k].group < 0 && (int)(&s->grad_ring[k] - s->grad_ring) != s->grad_open)
-            return &s->grad_ring[k];
-    for (int k = 0; k < 2; k++)
-        if (k != s->grad_open) {
-            grad_complete(s, &s->grad_ring[k]);
-            return &s->grad_ring[k];
-        }
-    LLM4D_ASSERT(0, "no free gradient bucket");
-    return NULL;
-}
-
-static void rs_start(llm4d_sharding *s, llm4d_ring_slot *r, const float *src, int grp, const llm4d_event *ready) {
-    r->group = grp;
-    const size_t n = s->shard_len[grp];
-    const double t0 = llm4d_now();
-    const void *send = src;
-    void *recv = r->recv;
-    const llm4d_comm_dtype dt = s->bf16 ? LLM4D_COMM_BF16 : LLM4D_COMM_F32;
-    if (s->bf16) { /* rounded after the gradient kernels, on their stream: ready is then the whole stream */
-        s->be->to_bf16(s->be, r->send16, src, n * (size_t)s->N);
-        send = r->send16, recv = r->recv16, ready = NULL;
-    }
-    if (!s->overlap_on) {
-        HOOK_TRY(llm4d_comm_dev_reduce_scatter(s->sh, send, recv, n, dt, &s->err));
-        s->rs_wait_s += llm4d_now() - t0;
-        grad_complete(s, r);
-        return;
-    }
-    HOOK_TRY(llm4d_comm_dev_ireduce_scatter(s->sh, send, recv, n, dt, ready, &r->req, &s->err));
-    r->busy = 1;
+    s->params_policy->release(s, grp);
 }
 
 static float *sh_grads_for(llm4d_engine *e, int grp) {
     llm4d_sharding *s = of(e);
-    if (s->stage < 2) return s->g->grads + group_lo(s, grp);
-    LLM4D_ASSERT(s->grad_open < 0, "group %d: a gradient window opened inside another", grp);
-    llm4d_ring_slot *r = grad_slot(s);
-    s->grad_open = (int)(r - s->grad_ring);
-    s->be->zero(s->be, r->buf, group_len(s, grp) * sizeof(float));
-    return r->buf;
+    return s->grads_policy->grads_for(s, grp);
 }
 
 static void sh_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
     llm4d_sharding *s = of(e);
     LLM4D_ASSERT(s->windows_left[grp] > 0, "group %d: more gradient windows than the step has", grp);
     s->windows_left[grp]--;
-    if (s->stage < 2) {
-        if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + group_lo(s, grp), grp, ready);
-    } else {
-        llm4d_ring_slot *r = &s->grad_ring[s->grad_open];
-        s->grad_open = -1;
-        rs_start(s, r, r->buf, grp, ready);
-    }
-    progress(s);
+    s->grads_policy->grads_done(s, grp, ready);
+    llm4d_zero_progress(s);
 }
 
 static void sh_begin_step(llm4d_engine *e, int n_micro) {
     llm4d_sharding *s = of(e);
     for (int grp = 0; grp < s->n_groups; grp++) s->windows_left[grp] = n_micro * llm4d_gpt_windows(s->g, grp);
-    if (s->stage >= 2) s->be->zero(s->be, s->local_grads, s->local_total * sizeof(float));
-    else s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float));
+    s->grads_policy->begin(s);
     s->gather_wait_s = s->rs_wait_s = 0;
     s->in_step = 1;
     s->trace_pos = 0;
@@ -247,14 +93,9 @@ static llm4d_code check_failed(llm4d_sharding *s, llm4d_err *err) {
     return err->code;
 }
 
-/* Pointer to the own shard of group grp in a flat (whole-model) buffer. */
-static float *flat_shard(const llm4d_sharding *s, float *flat, int grp) {
-    return flat + group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
-}
-
 static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
     llm4d_sharding *s = of(e);
-    for (int k = 0; k < 2; k++) grad_complete(s, &s->grad_ring[k]);
+    llm4d_zero_grads_drain(s);
     for (int grp = 0; grp < s->n_groups; grp++)
         LLM4D_ASSERT(s->windows_left[grp] == 0, "group %d: %d gradient windows never came", grp,
                      s->windows_left[grp]);
@@ -262,20 +103,13 @@ static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
     s->base.comm_wait_s = s->rs_wait_s + s->gather_wait_s;
     if (!s->dp) return LLM4D_OK;
     /* hybrid dp: only the owned shards cross between the dp replicas */
-    if (s->stage >= 2)
-        return llm4d_comm_dev_allreduce(s->dp, s->local_grads, s->local_total, LLM4D_COMM_F32, LLM4D_COMM_SUM, err);
-    for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_dev_allreduce(s->dp, flat_shard(s, s->g->grads, grp), s->shard_len[grp], LLM4D_COMM_F32,
-                                           LLM4D_COMM_SUM, err));
-    return LLM4D_OK;
+    return s->grads_policy->dp_reduce(s, err);
 }
 
-/* The part of entry i inside its group's own shard: its local elements [*j0, *j1) at local index *local (the
- * offset in the local buffers); 0 when the shard holds none of it. */
-static int own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, size_t *local) {
+int llm4d_zero_own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, size_t *local) {
     const llm4d_param *p = &s->g->table.p[i];
     const int grp = p->group;
-    const size_t lo = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp], hi = lo + s->shard_len[grp];
+    const size_t lo = s->range_lo[grp], hi = lo + s->shard_len[grp];
     const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) return 0;
     *j0 = (int64_t)(a - p->offset);
@@ -287,9 +121,8 @@ static int own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, si
 static float *sh_grad_view(llm4d_engine *e, int i, int64_t *j0, int64_t *j1) {
     llm4d_sharding *s = of(e);
     size_t local;
-    if (!own_part(s, i, j0, j1, &local)) return NULL;
-    if (s->stage >= 2) return s->local_grads + local;
-    return s->g->grads + s->g->table.p[i].offset + (size_t)*j0;
+    if (!llm4d_zero_own_part(s, i, j0, j1, &local)) return NULL;
+    return s->grads_policy->at(s, s->g->table.p[i].offset + (size_t)*j0, local);
 }
 
 static double sh_grad_sumsq(llm4d_engine *e) {
@@ -298,11 +131,35 @@ static double sh_grad_sumsq(llm4d_engine *e) {
 }
 
 /* The AdamW update of local elements [off, off + len) (a window of the offloaded states, or everything), the
- * entries cut at the window's edges. m, v and (stage 3) params point at local element off. */
+ * entries cut at the window's edges. m, v and (a sharded parameter policy's) params point at local element off. */
 typedef struct {
     llm4d_sharding *s;
     float lr, grad_scale;
 } update_ctx;
+
+/* The window's n ranges (device gradients, device or window parameters, window states from m0 on) updated on the
+ * host backend: what is on the device staged into the pinned buffers at the range's place in the window, AdamW on
+ * host memory only, the parameters copied back (offload_stream waits for those copies before the next window). */
+static void update_on_host(llm4d_sharding *s, int n, const float *m0, float lr, float grad_scale) {
+    llm4d_backend *be = s->be;
+    for (int k = 0; k < n; k++) {
+        const llm4d_opt_range *r = &s->ranges[k];
+        const size_t at = (size_t)(r->m - m0), bytes = r->n * sizeof(float);
+        s->host_ranges[k] = *r;
+        be->copy_async(be, s->stage_g + at, r->g, bytes, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+        s->host_ranges[k].g = s->stage_g + at;
+        if (s->stage_p) {
+            be->copy_async(be, s->stage_p + at, r->p, bytes, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+            s->host_ranges[k].p = s->stage_p + at;
+        }
+    }
+    be->stream_sync(be, LLM4D_STREAM_COMPUTE); /* the staged copies are in host memory */
+    llm4d_optimizer_apply(&s->opt, s->host_ranges, n, lr, grad_scale, 0);
+    s->opt.be->stream_sync(s->opt.be, LLM4D_STREAM_COMPUTE);
+    for (int k = 0; s->stage_p && k < n; k++)
+        be->copy_async(be, s->ranges[k].p, s->host_ranges[k].p, s->ranges[k].n * sizeof(float), LLM4D_H2D,
+                       LLM4D_STREAM_COMPUTE);
+}
 
 static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
     update_ctx *u = ctx;
@@ -312,30 +169,30 @@ static void update_window(void *ctx, size_t off, size_t len, float **bufs) {
     for (int i = 0; i < s->g->table.n; i++) {
         int64_t j0, j1;
         size_t local;
-        if (!own_part(s, i, &j0, &j1, &local)) continue;
+        if (!llm4d_zero_own_part(s, i, &j0, &j1, &local)) continue;
         size_t a = local, b = local + (size_t)(j1 - j0);
         if (a < off) a = off;
         if (b > end) b = end;
         if (a >= b) continue;
         const llm4d_param *p = &s->g->table.p[i];
         const size_t flat = p->offset + (size_t)j0 + (a - local); /* its place in the table's layout */
-        float *w = s->stage >= 3 ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off) : s->g->params + flat;
-        float *gr = s->stage >= 2 ? s->local_grads + a : s->g->grads + flat;
+        float *w = s->params_policy->at(s, flat, bufs[LLM4D_OFFLOAD_PARAMS] ? bufs[LLM4D_OFFLOAD_PARAMS] + (a - off)
+                                                                              : NULL);
+        float *gr = s->grads_policy->at(s, flat, a);
         s->ranges[n++] = (llm4d_opt_range){w, gr, bufs[LLM4D_OFFLOAD_M] + (a - off), bufs[LLM4D_OFFLOAD_V] + (a - off),
                                            b - a, p->decay};
     }
-    llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
+    if (s->stage_g) update_on_host(s, n, bufs[LLM4D_OFFLOAD_M], u->lr, u->grad_scale);
+    else llm4d_optimizer_apply(&s->opt, s->ranges, n, u->lr, u->grad_scale, 0);
 }
 
 static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
     llm4d_sharding *s = of(e);
     /* never let a gather in flight read shards being updated */
-    for (int k = 0; k < 2; k++) slot_wait(s, &s->gather[k], &s->gather_wait_s);
+    for (int k = 0; k < 2; k++) llm4d_zero_slot_wait(s, &s->gather[k], &s->gather_wait_s);
     for (int k = 0; k < 2; k++) s->gather[k].group = -1;
     s->cur = -1;
     LLM4D_TRY(check_failed(s, err));
-    if (s->in_step && !s->traced && s->stage >= 3) s->traced = 1; /* the first step's order is the schedule's */
-    s->in_step = 0;
     llm4d_optimizer_next(&s->opt);
     update_ctx u = {s, lr, grad_scale};
     if (s->off) {
@@ -344,28 +201,21 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
         float *bufs[3] = {s->m, s->v, s->local_params};
         update_window(&u, 0, s->local_total, bufs);
     }
-    if (s->stage >= 3) return LLM4D_OK; /* parameters are gathered when used */
-    for (int grp = 0; grp < s->n_groups; grp++) {
-        float *full = s->g->params + group_lo(s, grp);
-        LLM4D_TRY(llm4d_comm_dev_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full,
-                                           s->shard_len[grp], LLM4D_COMM_F32, err));
-    }
-    return LLM4D_OK;
+    const llm4d_code rc = s->params_policy->updated(s, err);
+    s->in_step = 0;
+    return rc;
 }
 
 static void sh_state(llm4d_engine *e, llm4d_engine_state *out) {
     llm4d_sharding *s = of(e);
     const size_t n = s->local_total;
-    *out = (llm4d_engine_state){.n = s->n_groups, .lo = s->range_lo, .hi = s->range_hi,
-                                .params = s->stage >= 3 ? (llm4d_state_buf){s->local_params, n, 0}
-                                                        : (llm4d_state_buf){s->g->params, s->g->table.total, 0},
-                                .params_off = s->stage >= 3 ? NULL : s->range_lo, .m = {s->m, n, 0}, .v = {s->v, n, 0},
-                                .state_off = s->shard_off, .params_whole = s->stage < 3, .writes = s->counts};
+    *out = (llm4d_engine_state){.n = s->n_groups, .lo = s->range_lo, .hi = s->range_hi, .m = {s->m, n, 0},
+                                .v = {s->v, n, 0}, .state_off = s->shard_off, .writes = s->counts};
     if (s->off) { /* the offloaded states, mapped from their file (host memory) for the duration of a save or load */
         out->m = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_M), n, 1};
         out->v = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_V), n, 1};
-        if (s->stage >= 3) out->params = (llm4d_state_buf){llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS), n, 1};
     }
+    s->params_policy->state(s, out);
 }
 
 static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
@@ -375,33 +225,7 @@ static llm4d_code sh_state_done(llm4d_engine *e, llm4d_err *err) {
 
 static uint64_t sh_param_hash(llm4d_engine *e, int which) {
     llm4d_sharding *s = of(e);
-    const llm4d_param_table *t = &s->g->table;
-    llm4d_view v = {0};
-    llm4d_err verr;
-    const float *p = s->stage >= 3 && s->off ? llm4d_offload_map(s->off, LLM4D_OFFLOAD_PARAMS) : NULL; /* host */
-    if (!p) { /* device memory: through a host view */
-        float *dev = s->stage < 3 ? s->g->params : s->local_params;
-        const size_t n = s->stage < 3 ? t->total : s->local_total;
-        if (llm4d_view_open(&v, s->be, s->mem, dev, n * sizeof(float), LLM4D_VIEW_READ, &verr) != LLM4D_OK) return 0;
-        p = v.host;
-    }
-    uint64_t h = LLM4D_HASH_INIT;
-    if (!p) return 0;
-    if (which == LLM4D_HASH_ALL) {
-        h = llm4d_hash_words(p, s->stage < 3 ? t->total : s->local_total);
-    } else {
-        for (int i = 0; i < t->n; i++) {
-            int64_t j0, j1;
-            size_t local;
-            if (!llm4d_hash_takes(&t->p[i], which)) continue;
-            if (s->stage < 3) h = llm4d_hash_more(h, p + t->p[i].offset, t->p[i].numel);
-            else if (own_part(s, i, &j0, &j1, &local)) h = llm4d_hash_more(h, p + local, (size_t)(j1 - j0));
-        }
-    }
-    llm4d_err ignored;
-    if (s->off && s->stage >= 3) llm4d_offload_unmap(s->off, &ignored);
-    llm4d_view_close(&v, s->be, s->mem);
-    return h;
+    return s->params_policy->hash(s, which);
 }
 
 static int64_t sh_adam_steps(llm4d_engine *e, int64_t set) {
@@ -415,12 +239,12 @@ static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
     char off[256] = "";
     if (s->off) llm4d_offload_describe(s->off, off, sizeof off);
     snprintf(buf, n,
-             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s",
+             "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s%s%s",
              s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "",
-             s->stage >= 3 ? "sharded (gathered per group when used, the next group prefetched)" : "whole",
-             s->stage >= 2 ? "sharded (per-window buckets reduce-scattered during backward)"
-                           : "whole, reduce-scattered during backward",
-             s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off);
+             s->params_policy->what, s->grads_policy->what,
+             s->off ? "offloaded" : "sharded in memory", s->off ? ": " : "", off,
+             s->stage_g ? "; AdamW on the host backend (gradients staged to pinned memory" : "",
+             s->stage_g ? (s->stage_p ? ", parameters there and back)" : ")") : "");
 }
 
 static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
@@ -432,8 +256,8 @@ static void sh_stats(llm4d_engine *e, llm4d_engine_stats *out) {
 /* The sharding group's shards of a local buffer (host memory) into a whole buffer of the table's layout. */
 static llm4d_code gather_full(llm4d_sharding *s, const float *local, float *full, llm4d_err *err) {
     for (int grp = 0; grp < s->n_groups; grp++)
-        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + group_lo(s, grp), s->shard_len[grp],
-                                       LLM4D_COMM_F32, err));
+        LLM4D_TRY(llm4d_comm_allgather(s->sh, local + s->shard_off[grp], full + llm4d_zero_group_lo(s, grp),
+                                       s->shard_len[grp], LLM4D_COMM_F32, err));
     return LLM4D_OK;
 }
 
@@ -451,8 +275,8 @@ static llm4d_code sh_gather_state(llm4d_engine *e, const llm4d_state_host *h, fl
 static void sh_destroy(llm4d_engine *e) {
     llm4d_sharding *s = of(e);
     for (int k = 0; k < 2; k++) {
-        slot_wait(s, &s->gather[k], &s->gather_wait_s);
-        slot_wait(s, &s->grad_ring[k], &s->rs_wait_s);
+        llm4d_zero_slot_wait(s, &s->gather[k], &s->gather_wait_s);
+        llm4d_zero_slot_wait(s, &s->grad_ring[k], &s->rs_wait_s);
     }
     if (s->off) llm4d_offload_close(s->off);
     const struct {
@@ -466,6 +290,9 @@ static void sh_destroy(llm4d_engine *e) {
                 {s->grad_ring[0].recv, s->max_shard, LLM4D_MEM_COMM}, {s->grad_ring[1].recv, s->max_shard, LLM4D_MEM_COMM}};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         if (bufs[k].p) s->be->free(s->be, s->mem, bufs[k].c, bufs[k].p, bufs[k].n * sizeof(float));
+    if (s->stage_g) s->be->free_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_g, s->stage_n * sizeof(float));
+    if (s->stage_p) s->be->free_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_p, s->stage_n * sizeof(float));
+    free(s->host_ranges);
     for (int k = 0; k < 2; k++) {
         if (s->grad_ring[k].send16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].send16, s->max_group * 2);
         if (s->grad_ring[k].recv16) s->be->free(s->be, s->mem, LLM4D_MEM_COMM, s->grad_ring[k].recv16, s->max_shard * 2);
@@ -512,37 +339,33 @@ static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t
     }
 }
 
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
+                                 size_t bytes[]) {
+    if (!offload || !llm4d_backend_has_host(device)) return;
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(stage, &pp, &gp);
+    size_t local, group, shard;
+    sizes(t, N, &local, &group, &shard);
+    bytes[LLM4D_MEM_OPTIM] += (pp->whole ? 2 : 1) * llm4d_offload_window(local) * sizeof(float);
+}
+
+/* Offload streams: Adam m and v, and the parameter shards when the parameter policy keeps them apart. */
+static int offload_streams(const llm4d_zero_params *pp) { return pp->whole ? 2 : 3; }
+
+/* What follows reads the policies' data, as llm4d_sharding_init's allocation does. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]) {
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(stage, &pp, &gp);
     size_t local, group, shard;
     sizes(t, N, &local, &group, &shard);
     const size_t f = sizeof(float);
-    if (offload) bytes[LLM4D_MEM_OPTIM] += llm4d_offload_memory(local, stage >= 3 ? 3 : 2);
-    else bytes[LLM4D_MEM_OPTIM] += 2 * local * f, bytes[LLM4D_MEM_PARAMS] += stage >= 3 ? local * f : 0;
-    if (stage >= 2) bytes[LLM4D_MEM_GRADS] += local * f;
-    bytes[LLM4D_MEM_COMM] += 2 * (shard + (stage >= 2 ? group : 0) + (stage >= 3 ? group : 0)) * f;
+    if (offload) bytes[LLM4D_MEM_OPTIM] += llm4d_offload_memory(local, offload_streams(pp));
+    else bytes[LLM4D_MEM_OPTIM] += 2 * local * f, bytes[LLM4D_MEM_PARAMS] += pp->whole ? 0 : local * f;
+    if (!gp->whole) bytes[LLM4D_MEM_GRADS] += local * f;
+    bytes[LLM4D_MEM_COMM] += 2 * (shard + (gp->whole ? 0 : group) + (pp->whole ? 0 : group)) * f;
     if (bf16) bytes[LLM4D_MEM_COMM] += 2 * (group + shard) * 2; /* the ring's bf16 payloads */
-}
-
-/* The initial parameters of local elements [off, off + len) into dst (the elements from off on): each group's
- * shard is a range of the table's flat layout, drawn where it lies. */
-static void init_local(llm4d_sharding *s, float *dst, size_t off, size_t len, uint64_t seed) {
-    for (int grp = 0; grp < s->n_groups; grp++) {
-        const size_t lo = s->shard_off[grp], hi = lo + s->shard_len[grp];
-        const size_t a = lo > off ? lo : off, b = hi < off + len ? hi : off + len;
-        if (a >= b) continue;
-        llm4d_param_init_range(&s->g->table, s->be, dst + (a - off), s->range_lo[grp] + (a - lo),
-                               s->range_lo[grp] + (b - lo), seed);
-    }
-}
-
-typedef struct {
-    llm4d_sharding *s;
-    uint64_t seed;
-} init_ctx;
-
-static void init_window(void *ctx, size_t off, size_t len, float **bufs) {
-    const init_ctx *ic = ctx;
-    init_local(ic->s, bufs[LLM4D_OFFLOAD_PARAMS], off, len, ic->seed);
 }
 
 static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok) {
@@ -562,6 +385,9 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     s->bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
     s->opt = llm4d_optimizer_make(opt, g->be);
     s->stage = stage;
+    llm4d_zero_policies(stage, &s->params_policy, &s->grads_policy);
+    const llm4d_zero_params *pp = s->params_policy;
+    const llm4d_zero_grads *gp = s->grads_policy;
     s->N = llm4d_comm_size(sharding_comm);
     s->rank = llm4d_comm_rank(sharding_comm);
     s->sh = sharding_comm;
@@ -586,11 +412,11 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     }
     size_t at = 0;
     for (int grp = 0; grp < G; grp++) {
-        const size_t len = group_len(s, grp);
+        const size_t len = llm4d_zero_group_len(s, grp);
         LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
         s->shard_len[grp] = len / (size_t)s->N;
         s->shard_off[grp] = at;
-        s->range_lo[grp] = group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
+        s->range_lo[grp] = llm4d_zero_group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
         s->range_hi[grp] = s->range_lo[grp] + s->shard_len[grp];
         at += s->shard_len[grp];
     }
@@ -598,18 +424,26 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     int ok = 1;
     if (offload) {
         llm4d_code rc = llm4d_offload_open(&s->off, offload_dir, llm4d_comm_rank(sharding_comm), s->local_total,
-                                           stage >= 3 ? 3 : 2, s->be, s->mem, err);
+                                           offload_streams(pp), s->be, s->mem, err);
         if (rc != LLM4D_OK) {
             sh_destroy(&s->base);
             return rc;
         }
         s->offload = 1;
+        if (llm4d_backend_host(s->be) != s->be) { /* AdamW on the host backend, through pinned staging buffers */
+            s->opt.be = llm4d_backend_host(s->be);
+            s->stage_n = llm4d_offload_window(s->local_total);
+            s->host_ranges = calloc((size_t)t->n, sizeof *s->host_ranges);
+            s->stage_g = s->be->alloc_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_n * sizeof(float));
+            if (pp->whole) s->stage_p = s->be->alloc_host(s->be, s->mem, LLM4D_MEM_OPTIM, s->stage_n * sizeof(float));
+            ok = s->host_ranges && s->stage_g && (s->stage_p || !pp->whole);
+        }
     } else {
         s->m = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
         s->v = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
-        if (stage >= 3) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
+        if (!pp->whole) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
     }
-    if (stage >= 2) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
+    if (!gp->whole) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
     if (s->bf16 && (!s->be->to_bf16 || !s->be->from_bf16)) {
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype bfloat16: the %s backend cannot convert gradients to "
@@ -621,22 +455,14 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
             ok &= (s->grad_ring[k].recv16 = s->be->alloc(s->be, s->mem, LLM4D_MEM_COMM, s->max_shard * 2)) != NULL;
         }
         s->grad_ring[k].recv = alloc_f(s, LLM4D_MEM_COMM, s->max_shard, &ok);
-        if (stage >= 2) s->grad_ring[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
-        if (stage >= 3) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+        if (!gp->whole) s->grad_ring[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+        if (!pp->whole) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
     }
     if (!ok) {
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory allocating the sharded states");
     }
-    if (stage >= 3) { /* the same numbers as the whole model's init (keyed by global name and index) */
-        init_ctx ic = {s, seed};
-        llm4d_code rc = LLM4D_OK;
-        if (s->off) rc = llm4d_offload_stream(s->off, init_window, &ic, err); /* window by window into the file */
-        else init_local(s, s->local_params, 0, s->local_total, seed);
-        if (rc != LLM4D_OK) {
-            sh_destroy(&s->base);
-            return rc;
-        }
-    }
-    return LLM4D_OK;
+    const llm4d_code rc = pp->init(s, seed, err);
+    if (rc != LLM4D_OK) sh_destroy(&s->base);
+    return rc;
 }

@@ -34,6 +34,10 @@
  * 3 Psi + 2 Psi_e - Psi_wpe with K > 1 (docs/design.md lists each term). Hybrid dp adds an all-reduce of the own
  * shards (2 Psi/N x (dp-1)/dp).
  *
+ * The stages are not switched on inside the engine: each is a parameter policy (whole / sharded and gathered when
+ * used) composed with a gradient policy (whole flat gradient / per-window buckets into shards), chosen once at
+ * creation (sharding_policy.h; sharding_params.c, sharding_grads.c); Adam's states are always sharded.
+ *
  * Sharding-hybrid-dp: with dp_degree > 1 beside sharding, every collective above stays inside the sharding group;
  * after backward only the owned shards (1/N of the gradients) are all-reduced across the dp group.
  * bf16 payloads (grad_comm_dtype bfloat16): a window's bucket (stage 1: the group's range of the flat gradients) is
@@ -41,7 +45,11 @@
  * 1: written) to the fp32 gradients; two more buffers per ring slot (a group and a shard of bf16). The hybrid dp
  * all-reduce of the owned shards stays fp32.
  * Offload: Adam m, v (and, at stage 3, the fp32 shard of the parameters) live in a file on a node-local directory
- * and stream through a bounded window during the update (parallel/offload.h). */
+ * and stream through a bounded window during the update (parallel/offload.h). Where the backend has a host backend
+ * (backend.h llm4d_backend.host: the guard; a device), the offloaded update runs there, as ZeRO-Offload's CPU Adam
+ * does: per window, the own gradients (and, stages 1 and 2, the own parameters) are copied device to host into
+ * pinned staging buffers, AdamW runs on the host over host memory, and the parameters are copied back; elsewhere
+ * (cpu: device memory is host memory) the update reads the tensors in place, no staging. */
 #ifndef LLM4D_PARALLEL_SHARDING_H
 #define LLM4D_PARALLEL_SHARDING_H
 
@@ -50,6 +58,8 @@
 #include "parallel/engine.h"
 
 struct llm4d_offload;
+struct llm4d_zero_params;
+struct llm4d_zero_grads;
 
 /* A ring slot: a buffer and the collective in flight on it. */
 typedef struct {
@@ -61,25 +71,33 @@ typedef struct {
     llm4d_comm_req req;
 } llm4d_ring_slot;
 
-typedef struct {
+typedef struct llm4d_sharding {
     llm4d_engine base;
-    int stage, N, rank, offload;
+    int stage;               /* for the start-up line; what the stage means is in the two policies below */
+    const struct llm4d_zero_params *params_policy; /* whole, or sharded and gathered when used (sharding_params.c) */
+    const struct llm4d_zero_grads *grads_policy;   /* whole, or per-window buckets into shards (sharding_grads.c) */
+    int N, rank, offload;
     llm4d_comm *sh;          /* sharding group */
     llm4d_comm *dp;          /* pure dp group (hybrid), NULL when dp_degree is 1 */
     int counts;              /* dp index 0: this rank's shards count in the norm and are saved */
     llm4d_gpt *g;
     llm4d_backend *be;
     llm4d_mem *mem;
-    llm4d_optimizer opt;
+    llm4d_optimizer opt;     /* on the model's backend, or (offload) on its host backend (backend.h llm4d_backend.host) */
     llm4d_opt_range *ranges; /* [table entries]: scratch for the ranges of one update window */
+    /* Offload with a host backend (ZeRO-Offload's CPU Adam): a window's gradients (and whole parameters) staged
+     * device to host into these pinned buffers of a window's length, AdamW on the host, the parameters back. */
+    llm4d_opt_range *host_ranges; /* [table entries]: the window's ranges as the host optimizer sees them */
+    float *stage_g, *stage_p;     /* stage_p NULL when the parameter shards are in the window already (stage 3) */
+    size_t stage_n;
     int n_groups;
     size_t *shard_len;       /* [G] elements of each group's shard */
     size_t *shard_off;       /* [G] offset of each group's shard in the local buffers */
     size_t *range_lo, *range_hi; /* [G] the own shard of each group in the table's layout (checkpoints) */
     size_t local_total;
     size_t max_group, max_shard;
-    float *local_params;     /* stage 3: own shards of the parameters (NULL when offloaded) */
-    float *local_grads;      /* stages 2, 3: own shards of the gradients, accumulated over micro-batches */
+    float *local_params;     /* sharded parameters (stage 3): own shards of the parameters (NULL when offloaded) */
+    float *local_grads;      /* sharded gradients (stages 2, 3): own shards of the gradients, accumulated over micro-batches */
     float *m, *v;            /* Adam states of the own shards (NULL when offloaded) */
     int *windows_left;       /* [G] gradient windows of the step still to come (stage 1 reduces at 0) */
     llm4d_ring_slot grad_ring[2]; /* stage 1: receive shards; stages 2, 3: buckets + receive shards */
@@ -107,6 +125,9 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
 /* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan); bf16: with bf16
  * gradient payloads. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]);
+/* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
+                                 size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
  * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
  * sharding (NULL or size 1: none); dp_index: this rank's index in it. */

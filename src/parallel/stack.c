@@ -33,9 +33,12 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
                              llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
-    if (sharded(cfg))
+    if (sharded(cfg)) {
         llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, bytes);
-    else bytes[LLM4D_MEM_OPTIM] += 2 * t->total * sizeof(float); /* Adam m, v (flat.c) */
+        llm4d_sharding_plan_staging(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, cfg->device, bytes);
+    } else {
+        bytes[LLM4D_MEM_OPTIM] += 2 * t->total * sizeof(float); /* Adam m, v (flat.c) */
+    }
     if (!sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_plan(t, bf16);
     if (topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
     if (plan->P > 1) {

@@ -188,7 +188,7 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
  * slice of them, laid out as its storage engine and its pipeline schedule want it (parallel/stack.h). */
 static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
-    LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
+    if (!tr->ppplan.P) LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
     if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, cfg->model.use_recompute, &tr->log);
     LLM4D_TRY(llm4d_trainer_plan(tr, err));
     llm4d_model_part part;
@@ -224,6 +224,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->start_step = 1;
     tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
+    if (opts->plan) tr->ppplan = *opts->plan, *opts->plan = (llm4d_pp_plan){0}; /* made once, by the job's setup */
     const llm4d_model_config *m = &cfg->model;
     LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
     LLM4D_TRY(llm4d_comm_device_create(&tr->comm_dev, tr->be, &tr->mem, err));

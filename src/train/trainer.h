@@ -99,6 +99,8 @@ typedef struct {
     int64_t hang_step;         /* test facility: world rank hang_rank hangs at this step (0: never) */
     int hang_rank;
     long long mem_available;   /* test facility: the host's available bytes for the memory plan (0: the kernel's) */
+    llm4d_pp_plan *plan;       /* cfg's pipeline plan as llm4d_job_setup made it, taken over (left zeroed); NULL:
+                                * the trainer makes it */
 } llm4d_trainer_opts;
 
 /* groups: the communicators of topo (llm4d_comm_groups_create), shared by every rank of the job. Loads the
