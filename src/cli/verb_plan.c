@@ -48,7 +48,7 @@ static int fail(const char *what) {
 }
 
 typedef struct {
-    int evaluate, calibrate, explain, json, quick;
+    int evaluate, calibrate, explain, json, quick, no_memo;
     const char *hostfile;
 } switches;
 
@@ -61,6 +61,8 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
         else if (i > 0 && !strcmp(argv[i], "--explain")) sw->explain = 1;
         else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
         else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
+        /* every rank's memory plan counted afresh: the oracle tests/test_plan_memo.sh compares the memo against */
+        else if (i > 0 && !strcmp(argv[i], "--no_memo")) sw->no_memo = 1;
         else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
             if (i + 1 >= argc) *bad = i;
             else sw->hostfile = argv[++i];
@@ -253,6 +255,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
     llm4d_profile_init(&prof);
     llm4d_backend *be = NULL;
     llm4d_stagecost_cache *cache = NULL;
+    llm4d_memplan_memo *memo = NULL;
     char path[LLM4D_PATH_MAX];
     if (bad) {
         code = fail("--hostfile needs a file naming the hosts (one per line: `host slots=N`)");
@@ -298,13 +301,15 @@ int llm4d_cmd_plan(int argc, char **argv) {
     /* the size functions of the memory plan: the cpu backend's (the only device llm4d builds today) */
     if (llm4d_backend_create(&be, "cpu", cfg->backend_ref, 1, &err) != LLM4D_OK ||
         (cfg->use_amp && be->set_precision && be->set_precision(be, llm4d_memplan_precision(cfg), &err) != LLM4D_OK) ||
-        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK) {
+        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK ||
+        (!sw.no_memo && llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK)) {
         code = fail(err.msg);
         goto out;
     }
-    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache};
+    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo};
     code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
 out:
+    llm4d_memplan_memo_destroy(memo);
     llm4d_stagecost_cache_destroy(cache);
     if (be) be->destroy(be);
     llm4d_profile_free(&prof);

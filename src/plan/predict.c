@@ -96,7 +96,7 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
      * to use MPI */
     const int rs_in_shm =
         strcmp(cfg->dist.comm_path, "mpi") != 0 && llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R) == 1;
-    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, rs_in_shm, &mp, err));
+    LLM4D_TRY(llm4d_memplan_make_memo(cfg, topo, pp, pr->be, rs_in_shm, pr->memo, &mp, err));
     const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
     const llm4d_stagecost *sc;
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,

@@ -73,6 +73,7 @@ typedef struct {
     double data_bytes;            /* the data loader's bytes per rank (0: unknown) */
     int per_rank;                 /* fill rank_peak */
     llm4d_stagecost_cache *cache; /* priced traces (required) */
+    struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
 } llm4d_predictor;
 
 /* Predict the layout of cfg (finalized; world = cluster.nodes x cluster.ranks_per_node) with pipeline plan pp. */

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# test_plan_memo.sh — the planner's shortcuts change no answer (issue 28, the answer time): a search with the memory
+# plan memoised by model part (train/memplan.h llm4d_memplan_make_memo) against the same search counting every rank
+# afresh (`--no_memo`, the oracle), on the published A100 profile (bench/profiles/a100_selene.json: no calibration):
+# every layout's rank, step time, tokens/s, per-rank and per-stage peak and breakdown, and every rejection with its
+# reason, identical in the --json --explain output (only the search's own seconds may differ), for
+#   gpt2-tiny (4 layers) on 2 ranks, gpt2-en on 2 hosts x 8 ranks, and GPT-3 175B's Megatron layout
+#   (mp8 pp8, --evaluate) on 8 hosts x 8 ranks.
+# The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
+# of this process, which moves between any two runs.
+set -uo pipefail
+SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
+source "$(dirname "$0")/lib.sh"
+require_exe "$LLM4D"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+PROF="$SRC_DIR/bench/profiles/a100_selene.json"
+cases=(
+  "tiny  --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
+  "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
+  "g175  --evaluate --model_name_or_path gpt3-175b --max_seq_len 2048 --global_batch_size 64 --micro_batch_size 1 --use_amp true --mp_degree 8 --pp_degree 8 --use_recompute true --max_steps 10 --nodes 8 --ranks_per_node 8"
+)
+for c in "${cases[@]}"; do
+  read -r name args <<<"$c"
+  args="$args --input_dir $tmp/no_data"
+  # shellcheck disable=SC2086
+  "$LLM4D" plan --json --explain --machine_profile "$PROF" $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
+  # shellcheck disable=SC2086
+  "$LLM4D" plan --json --explain --no_memo --machine_profile "$PROF" $args >"$tmp/$name.fresh.json" 2>"$tmp/$name.fresh.err"
+  verdict=$(/usr/bin/python3 - "$tmp/$name.memo.json" "$tmp/$name.fresh.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception as e:
+    print(f"0 no answer to compare ({e})"); sys.exit()
+a.pop("seconds", None); b.pop("seconds", None)
+rows = a.get("layouts", [a])
+if not rows or not rows[0].get("step_s", 0) > 0:
+    print("0 no layout predicted"); sys.exit()
+if a != b:
+    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    print(f"0 the answers differ in {', '.join(diff)}"); sys.exit()
+n = len(a.get("rejected", []))
+print(f"1 {len(rows)} layout(s) first {rows[0].get('layout', '')} at {rows[0]['step_s']:.4f} s, {n} rejections: identical")
+PY
+)
+  check_if "${verdict%% *}" "$name: memoised against counted afresh: ${verdict#* }"
+done
+finish
