@@ -61,7 +61,8 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
         else if (i > 0 && !strcmp(argv[i], "--explain")) sw->explain = 1;
         else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
         else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
-        /* every rank's memory plan counted afresh: the oracle tests/test_plan_memo.sh compares the memo against */
+        /* no shortcut (every rank's memory plan counted afresh, every layout's collectives priced): the oracle
+         * tests/test_plan_memo.sh compares the search against */
         else if (i > 0 && !strcmp(argv[i], "--no_memo")) sw->no_memo = 1;
         else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
             if (i + 1 >= argc) *bad = i;
@@ -163,7 +164,11 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     if (global <= 0)
         return fail("give the global batch to plan for with --global_batch_size (the layouts share it)");
     llm4d_search s;
-    const llm4d_code rc = llm4d_search_run(pr, base, global, sw->explain, &s, &err);
+    /* a layout over the hosts' memory before its collectives' temporaries is rejected there, unless each
+     * rejection's exact need is asked for (--explain) or every shortcut is off (--no_memo) */
+    llm4d_predictor fast = *pr;
+    if (!sw->explain && !sw->no_memo) fast.reject_above = pr->cluster.memory_per_node;
+    const llm4d_code rc = llm4d_search_run(&fast, base, global, sw->explain, &s, &err);
     if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
     /* the model and batch as a layout finalizes them, for the header and the flags */
     llm4d_config *shown = malloc(sizeof *shown);

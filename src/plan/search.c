@@ -64,13 +64,13 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
     if (prc == LLM4D_OK) {
         c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
-        if (c.host_bytes > x->out->memory_per_node) {
+        if (x->pred.bound || c.host_bytes > x->out->memory_per_node) {
             c.status = LLM4D_CAND_MEMORY;
             if (x->reasons) {
                 char msg[256];
-                snprintf(msg, sizeof msg, "needs %.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
-                         c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0, x->pred.peak_rank,
-                         x->out->memory_per_node / 1073741824.0);
+                snprintf(msg, sizeof msg, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
+                         x->pred.bound ? "at least " : "", c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0,
+                         x->pred.peak_rank, x->out->memory_per_node / 1073741824.0);
                 c.reason = strdup(msg);
             }
         } else {
