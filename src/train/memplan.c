@@ -87,7 +87,7 @@ llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
  * the activation layout they are a pure function of. The model's configuration is the same for a whole search; a
  * call with another one empties the memo. */
 
-#define MEMO_KEY (21 + 3 * LLM4D_MAX_CHUNKS)
+#define MEMO_KEY (21 + 2 * LLM4D_MAX_CHUNKS)
 
 typedef struct {
     int64_t k[MEMO_KEY];
@@ -139,8 +139,9 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
     *v++ = with_layout ? prec : 0;
     *v++ = m->sequence_parallel, *v++ = m->use_recompute, *v++ = m->virtual_pp_degree;
     *v++ = with_layout, *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
-    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_lo[c] : 0;
-    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_hi[c] : 0;
+    /* a chunk's blocks by their count, not their place: every block of the model is the same size and holds the
+     * same activations, so the middle stages of a pipeline share one entry */
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_hi[c] - p->layer_lo[c] : 0;
     *v++ = p->embedding, *v++ = p->head, *v++ = p->sequence_parallel, *v++ = p->align, *v++ = p->wte_block_rows;
     if (!with_layout) return;
     *v++ = l->B, *v++ = l->T, *v++ = l->recompute, *v++ = l->split_backward, *v++ = l->no_params, *v++ = l->no_grads;
