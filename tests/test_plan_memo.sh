@@ -9,7 +9,10 @@
 #   (b) without --explain, also rejecting a layout by memory before pricing its traces when its hosts overflow
 #       already without the collectives' temporaries: the same layouts, in the same order, with the same predictions,
 #       and the same counts considered, valid and fitting;
-# for gpt2-tiny (4 layers) on 2 ranks, gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with 200 GiB per host
+#   (c) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
+#       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
+# for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
+# replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with 200 GiB per host
 # (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
 # The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
 # of this process, which moves between any two runs.
@@ -23,6 +26,7 @@ trap 'rm -rf "$tmp"' EXIT
 PROF="$SRC_DIR/bench/profiles/a100_selene.json"
 cases=(
   "tiny  --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
+  "tiny12 --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
   "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
   "g13b  --model_name_or_path gpt3-1.3b --max_seq_len 2048 --global_batch_size 64 --use_amp true --nodes 2 --ranks_per_node 8 --memory_per_node 200 --top 5"
   "g175  --evaluate --model_name_or_path gpt3-175b --max_seq_len 2048 --global_batch_size 64 --micro_batch_size 1 --use_amp true --mp_degree 8 --pp_degree 8 --use_recompute true --max_steps 10 --nodes 8 --ranks_per_node 8"

@@ -311,7 +311,8 @@ int llm4d_cmd_plan(int argc, char **argv) {
         code = fail(err.msg);
         goto out;
     }
-    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo};
+    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo,
+                                .exhaustive = sw.no_memo};
     code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
 out:
     llm4d_memplan_memo_destroy(memo);

@@ -125,7 +125,49 @@ static double sum(const double *x, int n) {
     return s;
 }
 
-/* Every rank's peak from its class (fill: rank_peak too, when asked), the largest and the fullest host. */
+/* The rank walk of ranks_and_hosts without visiting every rank: ranks are (data, pipe, sharding, model) with the
+ * model index fastest, so one data replica is, stage by stage, a run of mp ranks of the sharding group's first
+ * class and a run of (N - 1) mp of the other, and the replicas repeat it. A host inside one run sums R equal
+ * peaks; its sum is made once per run by the same additions one at a time, so every sum is bit for bit the one
+ * the walk makes. When a replica fills whole hosts the hosts repeat with it: one replica is walked. */
+static void ranks_by_runs(int R, int dp, int P, int N, int MP, int classes, const double *cls,
+                          llm4d_prediction *out) {
+    const long long per = (long long)P * N * MP, world = per * dp;
+    const int reps = per % R == 0 ? 1 : dp;
+    long long r = 0;
+    int in_host = 0;
+    out->peak_class = 0;
+    double host = 0;
+    for (int rep = 0; rep < reps; rep++)
+        for (int p = 0; p < P; p++)
+            for (int k = 0; k < classes; k++) {
+                const int c = p * classes + k;
+                const double b = cls[c];
+                long long len = k == 0 ? MP : (long long)(N - 1) * MP;
+                if (classes == 1) len = (long long)N * MP;
+                if (len <= 0) continue;
+                if (b > out->peak_bytes) out->peak_bytes = b, out->peak_rank = (int)r, out->peak_class = c;
+                r += len;
+                while (len > 0 && in_host > 0) { /* the host begun before the run */
+                    host += b, len--;
+                    if (++in_host == R) {
+                        if (host > out->host_bytes) out->host_bytes = host;
+                        host = 0, in_host = 0;
+                    }
+                }
+                if (len >= R) { /* whole hosts of this class */
+                    double full = 0;
+                    for (int i = 0; i < R; i++) full += b;
+                    if (full > out->host_bytes) out->host_bytes = full;
+                    len %= R;
+                }
+                for (; len > 0; len--) host += b, in_host++; /* the start of the next host */
+            }
+    if (in_host > 0 && reps * per == world && host > out->host_bytes) out->host_bytes = host; /* the last, short */
+}
+
+/* Every rank's peak from its class (fill: rank_peak too, when asked), the largest and the fullest host: rank by
+ * rank (the oracle, and whenever every rank's peak is wanted), or by runs. */
 static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, int world, int P, int N,
                                   int classes, const double *cls, const double (*cmem)[LLM4D_PM_N], int fill,
                                   llm4d_prediction *out, llm4d_err *err) {
@@ -136,16 +178,21 @@ static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_co
         if (pr->per_rank && !out->rank_peak) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     llm4d_topology t0;
-    llm4d_code rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err));
     out->peak_bytes = 0, out->host_bytes = 0;
+    if (!pr->exhaustive && !out->rank_peak) {
+        ranks_by_runs(R, d->dp_degree, P, N, d->mp_degree, classes, cls, out);
+        if (out->peak_bytes > 0) memcpy(out->mem, cmem[out->peak_class], sizeof out->mem);
+        return LLM4D_OK;
+    }
     double host = 0;
     /* every rank's class from its coordinates (ranks fill a host's slots in order, as Open MPI maps them) */
-    for (int r = 0; rc == LLM4D_OK && r < world; r++) {
+    for (int r = 0; r < world; r++) {
         int rem = r, idx[LLM4D_NAXES];
         for (int a = LLM4D_NAXES - 1; a >= 0; a--) idx[a] = rem % t0.degree[a], rem /= t0.degree[a];
         const int c = idx[LLM4D_AXIS_PIPE] * classes + (classes > 1 && idx[LLM4D_AXIS_SHARDING] != 0);
         const double b = cls[c];
-        if (fill && out->rank_peak) out->rank_peak[r] = b;
+        if (out->rank_peak) out->rank_peak[r] = b;
         if (b > out->peak_bytes) {
             out->peak_bytes = b, out->peak_rank = r;
             memcpy(out->mem, cmem[c], sizeof out->mem);
@@ -156,7 +203,7 @@ static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_co
             host = 0;
         }
     }
-    return rc;
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,

@@ -60,6 +60,7 @@ typedef struct {
     int peak_rank;
     double mem[LLM4D_PM_N];              /* the largest rank's, by kind */
     double host_bytes;                   /* the fullest host's sum */
+    int peak_class;                      /* the distinct rank (predict.c) the peak is */
     int bound;                           /* over predictor.reject_above already: peak, stage and host bytes are
                                           * lower bounds, no rank_peak */
     int n_stages;
@@ -76,6 +77,7 @@ typedef struct {
     int per_rank;                 /* fill rank_peak */
     llm4d_stagecost_cache *cache; /* priced traces (required) */
     struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
+    int exhaustive;               /* every rank walked, every shortcut off (the tests' oracle) */
     double reject_above;          /* > 0: a layout whose fullest host needs more than this (bytes) without its
                                    * collectives' temporaries stops there (prediction.bound): a search's shortcut */
 } llm4d_predictor;
