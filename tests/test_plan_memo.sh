@@ -9,7 +9,9 @@
 #   (b) without --explain, also rejecting a layout by memory before pricing its traces when its hosts overflow
 #       already without the collectives' temporaries: the same layouts, in the same order, with the same predictions,
 #       and the same counts considered, valid and fitting;
-#   (c) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
+#   (c) in both, each layout's pipeline simulated once (with its sends; the span without them only splits the
+#       sends into exposed and hidden, which the top K, predicted again in full, print): the same ranking;
+#   (d) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
 #       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
 # for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
 # replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with 200 GiB per host

@@ -168,6 +168,7 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
      * rejection's exact need is asked for (--explain) or every shortcut is off (--no_memo) */
     llm4d_predictor fast = *pr;
     if (!sw->explain && !sw->no_memo) fast.reject_above = pr->cluster.memory_per_node;
+    fast.step_only = !sw->no_memo; /* the top K are predicted again in full below */
     const llm4d_code rc = llm4d_search_run(&fast, base, global, sw->explain, &s, &err);
     if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
     /* the model and batch as a layout finalizes them, for the header and the flags */

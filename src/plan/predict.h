@@ -78,6 +78,7 @@ typedef struct {
     llm4d_stagecost_cache *cache; /* priced traces (required) */
     struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
     int exhaustive;               /* every rank walked, every shortcut off (the tests' oracle) */
+    int step_only;                /* the step time without the pipeline sends' exposed/hidden split (a search) */
     double reject_above;          /* > 0: a layout whose fullest host needs more than this (bytes) without its
                                    * collectives' temporaries stops there (prediction.bound): a search's shortcut */
 } llm4d_predictor;

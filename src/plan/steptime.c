@@ -343,7 +343,9 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
                                                              NULL)
                                           : 0;
         double span0 = 0;
-        if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, 0.0, &span0, busy, err);
+        /* the span without the sends only splits them into exposed and hidden: a search ranking by step time
+         * (step_only) runs the simulation once */
+        if (rc == LLM4D_OK && !pr->step_only) rc = pipeline_span(pr, pp, st, 0.0, &span0, busy, err);
         if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, p2p, &span, busy, err);
         const double sends = 2.0 * M * pp->V * p2p;
         out->exposed_s[LLM4D_ENG_PP] = span > span0 ? span - span0 : 0;
