@@ -10,12 +10,14 @@
 #       already without the collectives' temporaries: the same layouts, in the same order, with the same predictions,
 #       and the same counts considered, valid and fitting;
 #   (c) in both, each layout's pipeline simulated once (with its sends; the span without them only splits the
-#       sends into exposed and hidden, which the top K, predicted again in full, print): the same ranking;
+#       sends into exposed and hidden, which the top K, predicted again in full, print), and not at all once the
+#       search has K layouts and a lower bound of this one's time (every stage's forward and backward work at the
+#       fastest rate, plus its end of step) exceeds the K-th: the same ranking;
 #   (d) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
 #       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
 # for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
-# replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with 200 GiB per host
-# (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
+# replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
+# 200 GiB per host (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
 # The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
 # of this process, which moves between any two runs.
 set -uo pipefail

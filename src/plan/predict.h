@@ -60,6 +60,7 @@ typedef struct {
     int peak_rank;
     double mem[LLM4D_PM_N];              /* the largest rank's, by kind */
     double host_bytes;                   /* the fullest host's sum */
+    int bound_time;                      /* over predictor.time_above: step_s is a lower bound, no breakdown */
     int peak_class;                      /* the distinct rank (predict.c) the peak is */
     int bound;                           /* over predictor.reject_above already: peak, stage and host bytes are
                                           * lower bounds, no rank_peak */
@@ -79,6 +80,8 @@ typedef struct {
     struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
     int exhaustive;               /* every rank walked, every shortcut off (the tests' oracle) */
     int step_only;                /* the step time without the pipeline sends' exposed/hidden split (a search) */
+    double time_above;            /* > 0: a pipeline bound to take longer than this is not simulated
+                                   * (prediction.bound_time; a search's K-th fastest so far) */
     double reject_above;          /* > 0: a layout whose fullest host needs more than this (bytes) without its
                                    * collectives' temporaries stops there (prediction.bound): a search's shortcut */
 } llm4d_predictor;
