@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_plan_memo.sh — the planner's shortcuts change no answer (issue 28, the answer time). The oracle is the same
 # search with every shortcut off (`--no_memo`: every rank's memory plan counted afresh, every layout's collectives
-# priced before its memory is judged), on the published A100 profile (bench/profiles/a100_selene.json: no
-# calibration). Against it:
+# priced before its memory is judged, traces kept by block range), on the published A100 profile
+# (bench/profiles/a100_selene.json: no calibration). Against it:
 #   (a) with --explain, the memory plan memoised by model part (train/memplan.h llm4d_memplan_make_memo): every
 #       layout's rank, step time, tokens/s, per-rank and per-stage peak and breakdown, and every rejection with its
 #       reason, identical in the --json output (only the search's own seconds may differ);
@@ -13,7 +13,9 @@
 #       sends into exposed and hidden, which the top K, predicted again in full, print), and not at all once the
 #       search has K layouts and a lower bound of this one's time (every stage's forward and backward work at the
 #       fastest rate, plus its end of step) exceeds the K-th: the same ranking;
-#   (d) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
+#   (d) in both, priced traces kept by their chunks' block counts, not ranges (`--no_memo`: by range): the same
+#       step times and breakdowns;
+#   (e) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
 #       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
 # for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
 # replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with

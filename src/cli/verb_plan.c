@@ -312,6 +312,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
         code = fail(err.msg);
         goto out;
     }
+    llm4d_stagecost_cache_by_count(cache, !sw.no_memo);
     const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo,
                                 .exhaustive = sw.no_memo};
     code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
