@@ -13,7 +13,9 @@
  *    slow last stage;
  *  - the split balanced by cost (parallel/pp_balance.h): a stage's blocks sum to the layers, every stage between the
  *    first and the last holds one, its slowest stage costs what the best of every such split's does (brute force),
- *    no head gives the even split, and GPT-2's head (about five blocks) moves blocks off the last stage;
+ *    no head gives the even split, and GPT-2's head (about five blocks) moves blocks off the last stage; the split
+ *    itself is the one the first implementation chose (every candidate's costs sorted in full, the least sorted list
+ *    first found wins; kept here as the oracle), up to 98 virtual stages of GPT-3 175B's costs;
  *  - the checker itself fails on a deadlocking order and on a missing send (negative controls);
  *  - bad micro-batch counts are refused with the rule in the message. */
 #include <stdio.h>
@@ -23,6 +25,43 @@
 #include "check.h"
 #include "parallel/pp_balance.h"
 #include "parallel/schedule.h"
+
+static int cmp_desc(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* pp_balance's first implementation: every split with j blocks first, k last and the rest even in between, its
+ * stage costs sorted from the largest down, the lexicographically least first found kept. n: VP counts. */
+static void balance_ref(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
+    int64_t best[128], cur[128];
+    int cand[128], have = 0;
+    const int mid = VP - 2;
+    if (VP == 1) {
+        n[0] = L;
+        return;
+    }
+    for (int j = 0; j <= L; j++)
+        for (int k = 0; j + k <= L; k++) {
+            const int rest = L - j - k;
+            if ((mid == 0 && rest != 0) || rest < mid) continue;
+            cand[0] = j, cand[VP - 1] = k;
+            for (int v = 1; v <= mid; v++) cand[v] = rest / mid + (v - 1 < rest % mid);
+            for (int v = 0; v < VP; v++) cur[v] = llm4d_pp_stage_cost(c, v, VP, cand[v]);
+            qsort(cur, (size_t)VP, sizeof *cur, cmp_desc);
+            int better = !have;
+            for (int v = 0; have && v < VP; v++)
+                if (cur[v] != best[v]) {
+                    better = cur[v] < best[v];
+                    break;
+                }
+            if (!better) continue;
+            have = 1;
+            for (int v = 0; v < VP; v++) best[v] = cur[v], n[v] = cand[v];
+        }
+    if (!have)
+        for (int v = 0; v < VP; v++) n[v] = L / VP + (v < L % VP);
+}
 
 /* The least cost of the slowest virtual stage over every split of L blocks into VP stages whose stages between the
  * first and the last hold a block (n: the counts tried so far, v: the stage to fill). */
@@ -258,6 +297,31 @@ int main(void) {
         llm4d_pp_balance(&gpt2, 12, 2, n);
         check(n[0] == 8 && n[1] == 4, "GPT-2 124M at sequence 256 (head about 5 blocks), pp2: 8,4 (got %d,%d)", n[0],
               n[1]);
+        /* the same split as the first implementation's, ties included: small grids of every head and embedding,
+         * and GPT-3 175B's costs (llm4d_pp_costs_of at sequence 2048, mp 8, recompute) over 96 blocks */
+        const llm4d_pp_split_costs grid[] = {{.block = 10}, {.block = 10, .embedding = 3, .head = 50},
+                                             {.block = 10, .embedding = 30, .head = 400}, {.block = 7, .embedding = 7, .head = 7},
+                                             {.block = 482, .embedding = 2, .head = 2398},
+                                             {.block = 237780025344, .embedding = 344064, .head = 3705438208}};
+        int same = 1, got[128], want[128];
+        char diff[160] = "";
+        for (size_t g = 0; g < sizeof grid / sizeof *grid; g++)
+            for (int VP = 1; VP <= (g + 1 < sizeof grid / sizeof *grid ? 14 : 98); VP++)
+                for (int L = VP > 2 ? VP - 2 : 0; L <= (g + 1 < sizeof grid / sizeof *grid ? 30 : 96); L++) {
+                    if (g + 1 == sizeof grid / sizeof *grid && L != 96) continue;
+                    llm4d_pp_balance(&grid[g], L, VP, got);
+                    balance_ref(&grid[g], L, VP, want);
+                    for (int v = 0; v < VP; v++)
+                        if (got[v] != want[v]) {
+                            if (same)
+                                snprintf(diff, sizeof diff, " (costs %zu, L %d, VP %d: stage %d holds %d, the first "
+                                         "implementation %d)", g, L, VP, v, got[v], want[v]);
+                            same = 0;
+                            break;
+                        }
+                }
+        check(same, "balanced split: the first implementation's split (sorted costs compared in full) on every grid "
+              "case and GPT-3 175B over 1 to 98 virtual stages%s", diff);
     }
 
     /* ---- the checker can fail ---- */

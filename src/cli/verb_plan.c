@@ -49,7 +49,7 @@ static int fail(const char *what) {
 }
 
 typedef struct {
-    int evaluate, calibrate, explain, json, quick;
+    int evaluate, calibrate, explain, json, quick, no_memo;
     const char *hostfile;
 } switches;
 
@@ -62,6 +62,9 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
         else if (i > 0 && !strcmp(argv[i], "--explain")) sw->explain = 1;
         else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
         else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
+        /* no shortcut (every rank's memory plan counted afresh, every layout's collectives priced): the oracle
+         * tests/test_plan_memo.sh compares the search against */
+        else if (i > 0 && !strcmp(argv[i], "--no_memo")) sw->no_memo = 1;
         else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
             if (i + 1 >= argc) *bad = i;
             else sw->hostfile = argv[++i];
@@ -153,7 +156,12 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     if (global <= 0)
         return fail("give the global batch to plan for with --global_batch_size (the layouts share it)");
     llm4d_search s;
-    const llm4d_code rc = llm4d_search_run(pr, base, global, sw->explain, &s, &err);
+    /* a layout over the hosts' memory before its collectives' temporaries is rejected there, unless each
+     * rejection's exact need is asked for (--explain) or every shortcut is off (--no_memo) */
+    llm4d_predictor fast = *pr;
+    if (!sw->explain && !sw->no_memo) fast.reject_above = pr->cluster.memory_per_node;
+    fast.step_only = !sw->no_memo; /* the top K are predicted again in full below */
+    const llm4d_code rc = llm4d_search_run(&fast, base, global, sw->explain, &s, &err);
     if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
     /* the model and batch as a layout finalizes them, for the header and the flags */
     llm4d_config *shown = malloc(sizeof *shown);
@@ -245,6 +253,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
     llm4d_profile_init(&prof);
     llm4d_backend *be = NULL;
     llm4d_stagecost_cache *cache = NULL;
+    llm4d_memplan_memo *memo = NULL;
     char path[LLM4D_PATH_MAX];
     if (bad) {
         code = fail("--hostfile needs a file naming the hosts (one per line: `host slots=N`)");
@@ -290,13 +299,17 @@ int llm4d_cmd_plan(int argc, char **argv) {
     /* the size functions of the memory plan: the cpu backend's (the only device llm4d builds today) */
     if (llm4d_backend_create(&be, "cpu", cfg->backend_ref, 1, &err) != LLM4D_OK ||
         (cfg->use_amp && be->set_precision && be->set_precision(be, llm4d_memplan_precision(cfg), &err) != LLM4D_OK) ||
-        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK) {
+        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK ||
+        (!sw.no_memo && llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK)) {
         code = fail(err.msg);
         goto out;
     }
-    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache};
+    llm4d_stagecost_cache_by_count(cache, !sw.no_memo);
+    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo,
+                                .exhaustive = sw.no_memo};
     code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
 out:
+    llm4d_memplan_memo_destroy(memo);
     llm4d_stagecost_cache_destroy(cache);
     if (be) be->destroy(be);
     llm4d_profile_free(&prof);

@@ -1,7 +1,6 @@
 /* pp_balance.c — the pipeline split balanced by cost (see pp_balance.h). */
 #include "parallel/pp_balance.h"
 
-#include <stdlib.h>
 
 llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg) {
     const llm4d_model_config *m = &cfg->model;
@@ -19,19 +18,50 @@ llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg) {
     return c;
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
+/* A split's stage costs sorted from the largest down, as at most four runs of equal costs: the split with j blocks
+ * first, k last and the rest even in between has the first stage's cost, the last's, and two middle costs (q and
+ * q + 1 blocks) each repeated. Comparing runs instead of sorted arrays keeps each of the O(L^2) candidates O(1)
+ * (a search over pipelines of ~100 virtual stages spent most of its time sorting here). */
+typedef struct {
+    int k;
+    int64_t v[4], n[4];
+} runs;
+
+static void runs_of(const llm4d_pp_split_costs *c, int L, int VP, int j, int k, runs *r) {
+    const int mid = VP - 2, rest = L - j - k;
+    int64_t v[4], n[4];
+    int m = 0;
+    v[m] = llm4d_pp_stage_cost(c, 0, VP, j), n[m++] = 1;
+    v[m] = llm4d_pp_stage_cost(c, VP - 1, VP, k), n[m++] = 1;
+    if (mid > 0) {
+        const int q = rest / mid, extra = rest % mid;
+        if (extra) v[m] = llm4d_pp_stage_cost(c, 1, VP, q + 1), n[m++] = extra;
+        if (mid - extra) v[m] = llm4d_pp_stage_cost(c, 1, VP, q), n[m++] = mid - extra;
+    }
+    for (int i = 1; i < m; i++) /* insertion sort, largest first */
+        for (int x = i; x > 0 && v[x] > v[x - 1]; x--) {
+            const int64_t tv = v[x], tn = n[x];
+            v[x] = v[x - 1], n[x] = n[x - 1], v[x - 1] = tv, n[x - 1] = tn;
+        }
+    r->k = 0;
+    for (int i = 0; i < m; i++) {
+        if (r->k && r->v[r->k - 1] == v[i]) r->n[r->k - 1] += n[i];
+        else r->v[r->k] = v[i], r->n[r->k++] = n[i];
+    }
 }
 
-/* The split with j blocks first, k last and the rest even in between; its costs sorted from the largest down. */
-static void candidate(const llm4d_pp_split_costs *c, int L, int VP, int j, int k, int *n, int64_t *sorted) {
-    n[0] = j;
-    n[VP - 1] = k;
-    const int mid = VP - 2, rest = L - j - k;
-    for (int v = 1; v <= mid; v++) n[v] = rest / mid + (v - 1 < rest % mid);
-    for (int v = 0; v < VP; v++) sorted[v] = llm4d_pp_stage_cost(c, v, VP, n[v]);
-    qsort(sorted, (size_t)VP, sizeof *sorted, cmp_desc);
+/* The sign of the first difference between the two sorted cost lists (both of VP entries). */
+static int runs_cmp(const runs *a, const runs *b) {
+    int i = 0, j = 0;
+    int64_t ra = a->n[0], rb = b->n[0];
+    while (i < a->k && j < b->k) {
+        if (a->v[i] != b->v[j]) return a->v[i] < b->v[j] ? -1 : 1;
+        const int64_t m = ra < rb ? ra : rb;
+        ra -= m, rb -= m;
+        if (!ra && ++i < a->k) ra = a->n[i];
+        if (!rb && ++j < b->k) rb = b->n[j];
+    }
+    return 0;
 }
 
 void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
@@ -39,28 +69,21 @@ void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
         n[0] = L;
         return;
     }
-    int *cand = malloc((size_t)VP * sizeof *cand);
-    int64_t *best = malloc((size_t)VP * sizeof *best), *cur = malloc((size_t)VP * sizeof *cur);
-    int have = 0;
+    runs best = {0}, cur;
+    int have = 0, bj = 0, bk = 0;
     const int mid = VP - 2;
-    for (int j = 0; cand && best && cur && j <= L; j++)
+    for (int j = 0; j <= L; j++)
         for (int k = 0; j + k <= L; k++) {
             const int rest = L - j - k;
             if ((mid == 0 && rest != 0) || rest < mid) continue; /* every stage between holds a block */
-            candidate(c, L, VP, j, k, cand, cur);
-            int better = !have;
-            for (int v = 0; have && v < VP; v++)
-                if (cur[v] != best[v]) {
-                    better = cur[v] < best[v];
-                    break;
-                }
-            if (!better) continue;
-            have = 1;
-            for (int v = 0; v < VP; v++) best[v] = cur[v], n[v] = cand[v];
+            runs_of(c, L, VP, j, k, &cur);
+            if (have && runs_cmp(&cur, &best) >= 0) continue;
+            have = 1, best = cur, bj = j, bk = k;
         }
-    if (!have) /* out of memory: the even split (L is then what the caller checked) */
+    if (have) {
+        n[0] = bj, n[VP - 1] = bk;
+        const int rest = L - bj - bk;
+        for (int v = 1; v <= mid; v++) n[v] = rest / mid + (v - 1 < rest % mid);
+    } else /* no split gives every stage between a block (L is then what the caller checked): the even split */
         for (int v = 0; v < VP; v++) n[v] = L / VP + (v < L % VP);
-    free(cand);
-    free(best);
-    free(cur);
 }

@@ -87,7 +87,7 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
     return best;
 }
 
-/* One rank's memory by kind. */
+/* One rank's memory by kind, but the collective library's temporaries beyond the plan's (rank_coll_temp). */
 static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                               const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
     llm4d_memplan mp;
@@ -95,22 +95,29 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     /* the groups' paths as comm_shm.c chooses them for R ranks per host */
     llm4d_memplan_paths paths;
     llm4d_memplan_paths_predict(cfg, topo, R, &paths);
-    LLM4D_TRY(llm4d_memplan_make(cfg, topo, pp, pr->be, &paths, &mp, err));
+    LLM4D_TRY(llm4d_memplan_make_memo(cfg, topo, pp, pr->be, &paths, pr->memo, &mp, err));
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
+    mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
+    mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
+    mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries;
+    mem[LLM4D_PM_SHM] = (double)mp.shm_segments;
+    /* a rank alone on its host still runs MPI when the job has several: its base is a 2-rank job's (with a hostfile
+     * the calibration measures that one across hosts) */
+    mem[LLM4D_PM_BASE] = base_bytes(pr->prof, topo->world_size > 1 && R < 2 ? 2 : R);
+    mem[LLM4D_PM_DATA] = pr->data_bytes;
+    mem[LLM4D_PM_RESIDUAL] = pr->prof->residual_bytes;
+    return LLM4D_OK;
+}
+
+/* The temporaries of the rank's largest collectives, from its priced trace (added to mem[LLM4D_PM_MPI]). */
+static llm4d_code rank_coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                                 const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
+    const int R = pr->cluster.ranks_per_node;
     const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
     const llm4d_stagecost *sc;
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
-    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
-    mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
-    mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
-    mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries + coll_temp(pr, cfg, topo, sc);
-    mem[LLM4D_PM_SHM] = (double)mp.shm_segments;
-    /* a rank alone on its host still runs MPI when the job has several: its base is a 2-rank job's (with a hostfile
-     * the calibration measures that one across hosts) */
-    const int world = topo->world_size;
-    mem[LLM4D_PM_BASE] = base_bytes(pr->prof, world > 1 && R < 2 ? 2 : R);
-    mem[LLM4D_PM_DATA] = pr->data_bytes;
-    mem[LLM4D_PM_RESIDUAL] = pr->prof->residual_bytes;
+    mem[LLM4D_PM_MPI] += coll_temp(pr, cfg, topo, sc);
     return LLM4D_OK;
 }
 
@@ -120,11 +127,91 @@ static double sum(const double *x, int n) {
     return s;
 }
 
+/* The rank walk of ranks_and_hosts without visiting every rank: ranks are (data, pipe, sharding, model) with the
+ * model index fastest, so one data replica is, stage by stage, a run of mp ranks of the sharding group's first
+ * class and a run of (N - 1) mp of the other, and the replicas repeat it. A host inside one run sums R equal
+ * peaks; its sum is made once per run by the same additions one at a time, so every sum is bit for bit the one
+ * the walk makes. When a replica fills whole hosts the hosts repeat with it: one replica is walked. */
+static void ranks_by_runs(int R, int dp, int P, int N, int MP, int classes, const double *cls,
+                          llm4d_prediction *out) {
+    const long long per = (long long)P * N * MP, world = per * dp;
+    const int reps = per % R == 0 ? 1 : dp;
+    long long r = 0;
+    int in_host = 0;
+    out->peak_class = 0;
+    double host = 0;
+    for (int rep = 0; rep < reps; rep++)
+        for (int p = 0; p < P; p++)
+            for (int k = 0; k < classes; k++) {
+                const int c = p * classes + k;
+                const double b = cls[c];
+                long long len = k == 0 ? MP : (long long)(N - 1) * MP;
+                if (classes == 1) len = (long long)N * MP;
+                if (len <= 0) continue;
+                if (b > out->peak_bytes) out->peak_bytes = b, out->peak_rank = (int)r, out->peak_class = c;
+                r += len;
+                while (len > 0 && in_host > 0) { /* the host begun before the run */
+                    host += b, len--;
+                    if (++in_host == R) {
+                        if (host > out->host_bytes) out->host_bytes = host;
+                        host = 0, in_host = 0;
+                    }
+                }
+                if (len >= R) { /* whole hosts of this class */
+                    double full = 0;
+                    for (int i = 0; i < R; i++) full += b;
+                    if (full > out->host_bytes) out->host_bytes = full;
+                    len %= R;
+                }
+                for (; len > 0; len--) host += b, in_host++; /* the start of the next host */
+            }
+    if (in_host > 0 && reps * per == world && host > out->host_bytes) out->host_bytes = host; /* the last, short */
+}
+
+/* Every rank's peak from its class (fill: rank_peak too, when asked), the largest and the fullest host: rank by
+ * rank (the oracle, and whenever every rank's peak is wanted), or by runs. */
+static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, int world, int P, int N,
+                                  int classes, const double *cls, const double (*cmem)[LLM4D_PM_N], int fill,
+                                  llm4d_prediction *out, llm4d_err *err) {
+    const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
+    if (fill) {
+        free(out->rank_peak);
+        out->rank_peak = pr->per_rank ? calloc((size_t)world, sizeof *out->rank_peak) : NULL;
+        if (pr->per_rank && !out->rank_peak) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    llm4d_topology t0;
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err));
+    out->peak_bytes = 0, out->host_bytes = 0;
+    if (!pr->exhaustive && !out->rank_peak) {
+        ranks_by_runs(R, d->dp_degree, P, N, d->mp_degree, classes, cls, out);
+        if (out->peak_bytes > 0) memcpy(out->mem, cmem[out->peak_class], sizeof out->mem);
+        return LLM4D_OK;
+    }
+    double host = 0;
+    /* every rank's class from its coordinates (ranks fill a host's slots in order, as Open MPI maps them) */
+    for (int r = 0; r < world; r++) {
+        int rem = r, idx[LLM4D_NAXES];
+        for (int a = LLM4D_NAXES - 1; a >= 0; a--) idx[a] = rem % t0.degree[a], rem /= t0.degree[a];
+        const int c = idx[LLM4D_AXIS_PIPE] * classes + (classes > 1 && idx[LLM4D_AXIS_SHARDING] != 0);
+        const double b = cls[c];
+        if (out->rank_peak) out->rank_peak[r] = b;
+        if (b > out->peak_bytes) {
+            out->peak_bytes = b, out->peak_rank = r;
+            memcpy(out->mem, cmem[c], sizeof out->mem);
+        }
+        host += b;
+        if ((r + 1) % R == 0 || r == world - 1) {
+            if (host > out->host_bytes) out->host_bytes = host;
+            host = 0;
+        }
+    }
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                                 llm4d_prediction *out, llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
-    const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
     /* the distinct ranks: each stage, as the first rank of its ZeRO group and as another */
     const int classes = N > 1 ? 2 : 1;
     double *cls = calloc((size_t)P * classes, sizeof *cls);
@@ -133,47 +220,36 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     out->stage_peak = calloc((size_t)P, sizeof *out->stage_peak);
     out->n_stages = P;
     llm4d_code rc = cls && cmem && out->stage_peak ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    /* every class without its collectives' temporaries first: when that already overflows a host by
+     * pr->reject_above, the layout is rejected without recording and pricing its traces (the temporaries only add) */
+    llm4d_topology *ct = malloc((size_t)P * classes * sizeof *ct);
+    if (rc == LLM4D_OK && !ct) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int s = 0; rc == LLM4D_OK && s < P; s++)
         for (int k = 0; rc == LLM4D_OK && k < classes; k++) {
             const int idx[LLM4D_NAXES] = {0, s, k, 0};
-            llm4d_topology t0, topo;
+            llm4d_topology t0, *topo = &ct[s * classes + k];
             rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
             if (rc == LLM4D_OK)
-                rc = llm4d_topology_init(&topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, P, N,
+                rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, P, N,
                                          d->mp_degree, err);
-            if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, &topo, cmem[s * classes + k], err);
-            if (rc != LLM4D_OK) break;
-            cls[s * classes + k] = sum(cmem[s * classes + k], LLM4D_PM_N);
-            if (cls[s * classes + k] > out->stage_peak[s]) out->stage_peak[s] = cls[s * classes + k];
+            if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, topo, cmem[s * classes + k], err);
         }
-    if (rc == LLM4D_OK) {
-        free(out->rank_peak);
-        out->rank_peak = pr->per_rank ? calloc((size_t)world, sizeof *out->rank_peak) : NULL;
-        if (pr->per_rank && !out->rank_peak) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    out->bound = 0;
+    if (rc == LLM4D_OK && pr->reject_above > 0) {
+        for (int c = 0; c < P * classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
+        rc = ranks_and_hosts(pr, d, world, P, N, classes, cls, cmem, 0, out, err);
+        out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */
     }
+    for (int c = 0; rc == LLM4D_OK && !out->bound && c < P * classes; c++)
+        rc = rank_coll_temp(pr, cfg, pp, &ct[c], cmem[c], err);
+    free(ct);
     if (rc == LLM4D_OK) {
-        llm4d_topology t0;
-        rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
-        out->peak_bytes = 0, out->host_bytes = 0;
-        double host = 0;
-        /* every rank's class from its coordinates (ranks fill a host's slots in order, as Open MPI maps them) */
-        for (int r = 0; rc == LLM4D_OK && r < world; r++) {
-            int rem = r, idx[LLM4D_NAXES];
-            for (int a = LLM4D_NAXES - 1; a >= 0; a--) idx[a] = rem % t0.degree[a], rem /= t0.degree[a];
-            const int c = idx[LLM4D_AXIS_PIPE] * classes + (classes > 1 && idx[LLM4D_AXIS_SHARDING] != 0);
-            const double b = cls[c];
-            if (out->rank_peak) out->rank_peak[r] = b;
-            if (b > out->peak_bytes) {
-                out->peak_bytes = b, out->peak_rank = r;
-                memcpy(out->mem, cmem[c], sizeof out->mem);
-            }
-            host += b;
-            if ((r + 1) % R == 0 || r == world - 1) {
-                if (host > out->host_bytes) out->host_bytes = host;
-                host = 0;
-            }
-        }
+        for (int c = 0; c < P * classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
+        for (int s = 0; s < P; s++)
+            for (int k = 0; k < classes; k++)
+                if (cls[s * classes + k] > out->stage_peak[s]) out->stage_peak[s] = cls[s * classes + k];
     }
+    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, classes, cls, cmem, 1, out, err);
     free(cls);
     free(cmem);
     return rc;

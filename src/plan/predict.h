@@ -61,6 +61,10 @@ typedef struct {
     int peak_rank;
     double mem[LLM4D_PM_N];              /* the largest rank's, by kind */
     double host_bytes;                   /* the fullest host's sum */
+    int bound_time;                      /* over predictor.time_above: step_s is a lower bound, no breakdown */
+    int peak_class;                      /* the distinct rank (predict.c) the peak is */
+    int bound;                           /* over predictor.reject_above already: peak, stage and host bytes are
+                                          * lower bounds, no rank_peak */
     int n_stages;
     double *stage_peak;                  /* [P] the largest rank of each stage */
     double *rank_peak;                   /* [world] every rank (only when asked) */
@@ -74,6 +78,13 @@ typedef struct {
     double data_bytes;            /* the data loader's bytes per rank (0: unknown) */
     int per_rank;                 /* fill rank_peak */
     llm4d_stagecost_cache *cache; /* priced traces (required) */
+    struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
+    int exhaustive;               /* every rank walked, every shortcut off (the tests' oracle) */
+    int step_only;                /* the step time without the pipeline sends' exposed/hidden split (a search) */
+    double time_above;            /* > 0: a pipeline bound to take longer than this is not simulated
+                                   * (prediction.bound_time; a search's K-th fastest so far) */
+    double reject_above;          /* > 0: a layout whose fullest host needs more than this (bytes) without its
+                                   * collectives' temporaries stops there (prediction.bound): a search's shortcut */
 } llm4d_predictor;
 
 /* Predict the layout of cfg (finalized; world = cluster.nodes x cluster.ranks_per_node) with pipeline plan pp. */

@@ -39,14 +39,27 @@ static int by_rank(const void *a, const void *b) {
 }
 
 typedef struct {
-    const llm4d_predictor *pr;
+    llm4d_predictor *pr; /* the caller's, with time_above following the K-th fastest found */
     const llm4d_config *base;
     long long global;
     int reasons;
     llm4d_search *out;
     llm4d_config *cfg; /* scratch: one layout's configuration */
     llm4d_prediction pred;
+    int top;           /* the K fastest a search reports (0: no bound) */
+    double *best;      /* [top] the fastest step times found, ascending */
+    int n_best;
 } ctx;
+
+/* A fitting layout's time among the K fastest: once there are K, a layout bound to be slower than the K-th is not
+ * simulated (its bound ranks it below them). */
+static void keep_best(ctx *x, double t) {
+    if (x->top <= 0 || (x->n_best == x->top && t >= x->best[x->n_best - 1])) return;
+    int i = x->n_best < x->top ? x->n_best++ : x->n_best - 1;
+    for (; i > 0 && x->best[i - 1] > t; i--) x->best[i] = x->best[i - 1];
+    x->best[i] = t;
+    if (x->n_best == x->top) x->pr->time_above = x->best[x->top - 1];
+}
 
 /* Check, fit and time one layout. */
 static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
@@ -64,19 +77,20 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
     if (prc == LLM4D_OK) {
         c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
-        if (c.host_bytes > x->out->memory_per_node) {
+        if (x->pred.bound || c.host_bytes > x->out->memory_per_node) {
             c.status = LLM4D_CAND_MEMORY;
             if (x->reasons) {
                 char msg[256];
-                snprintf(msg, sizeof msg, "needs %.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
-                         c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0, x->pred.peak_rank,
-                         x->out->memory_per_node / 1073741824.0);
+                snprintf(msg, sizeof msg, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
+                         x->pred.bound ? "at least " : "", c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0,
+                         x->pred.peak_rank, x->out->memory_per_node / 1073741824.0);
                 c.reason = strdup(msg);
             }
         } else {
             prc = llm4d_predict_time(x->pr, x->cfg, &pp, &x->pred, &why);
             c.step_s = x->pred.step_s;
             if (prc == LLM4D_OK) x->out->n_fit++;
+            if (prc == LLM4D_OK && !x->pred.bound_time) keep_best(x, c.step_s);
         }
     }
     llm4d_pp_plan_free(&pp);
@@ -147,13 +161,20 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
     const double t0 = now_s();
     memset(out, 0, sizeof *out);
     out->memory_per_node = pr->cluster.memory_per_node;
-    ctx x = {.pr = pr, .base = base, .global = global, .reasons = reasons, .out = out};
+    llm4d_predictor p = *pr;
+    ctx x = {.pr = &p, .base = base, .global = global, .reasons = reasons, .out = out,
+             .top = pr->exhaustive ? 0 : base->plan.top};
     x.cfg = malloc(sizeof *x.cfg);
-    if (!x.cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    x.best = calloc(x.top > 0 ? (size_t)x.top : 1, sizeof *x.best);
+    if (!x.cfg || !x.best) {
+        free(x.cfg), free(x.best);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
     const int W = pr->cluster.nodes * pr->cluster.ranks_per_node;
     const llm4d_code rc = llm4d_layouts_each(base, global, W, consider_fn, &x, err);
     llm4d_prediction_free(&x.pred);
     free(x.cfg);
+    free(x.best);
     if (rc == LLM4D_OK) qsort(out->c, (size_t)out->n, sizeof *out->c, by_rank);
     out->seconds = now_s() - t0;
     return rc;

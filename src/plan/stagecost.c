@@ -125,12 +125,15 @@ typedef struct {
 } cache_key;
 
 static void make_key(cache_key *k, const llm4d_model_part *p, const llm4d_gpt_layout *l, int ranks_on_host,
-                     int tp_hosts, size_t bucket_bytes) {
+                     int tp_hosts, size_t bucket_bytes, int by_count) {
     int64_t *v = k->v;
     memset(k, 0, sizeof *k);
     *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
-    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_lo[c] : 0;
-    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_hi[c] : 0;
+    /* by_count: a chunk by its block count (every block makes the same calls of the same sizes, and the hook
+     * events name groups by their place in the part) */
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? by_count ? 0 : p->layer_lo[c] : 0;
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++)
+        *v++ = c < p->n_chunks ? p->layer_hi[c] - (by_count ? p->layer_lo[c] : 0) : 0;
     *v++ = p->embedding, *v++ = p->head, *v++ = p->sequence_parallel, *v++ = p->align, *v++ = p->wte_block_rows;
     *v++ = l->B, *v++ = l->T, *v++ = l->recompute, *v++ = l->split_backward, *v++ = l->no_params, *v++ = l->no_grads;
     *v++ = ranks_on_host, *v++ = tp_hosts, *v++ = (int64_t)bucket_bytes;
@@ -146,7 +149,10 @@ typedef struct {
 struct llm4d_stagecost_cache {
     cache_slot *slot;
     size_t cap, n;
+    int by_count;
 };
+
+void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on) { c->by_count = on; }
 
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err) {
     llm4d_stagecost_cache *c = calloc(1, sizeof *c);
@@ -202,9 +208,9 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
     const size_t bucket_bytes = (size_t)cfg->dist.bucket_size_bytes;
     cache_key k;
-    make_key(&k, &part, &layout, ranks_on_host, tp_hosts, bucket_bytes);
-    const uint64_t h = fnv(&k, sizeof k);
     LLM4D_ASSERT(cache, "llm4d_stagecost_get needs a cache");
+    make_key(&k, &part, &layout, ranks_on_host, tp_hosts, bucket_bytes, cache->by_count);
+    const uint64_t h = fnv(&k, sizeof k);
     cache_slot *s = lookup(cache, &k, h);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (s->used) {

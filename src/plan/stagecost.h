@@ -48,6 +48,9 @@ typedef struct llm4d_stagecost_cache llm4d_stagecost_cache;
 
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err);
 void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c);
+/* Key parts by their chunks' block counts, not ranges (a search's shortcut: the middle stages of a pipeline share
+ * one trace); off by default, and under `llm4d plan --no_memo`. */
+void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on);
 
 /* The priced trace of the rank at topo's coordinates, from the cache or recorded, priced and cached (the result
  * belongs to the cache). tp_hosts: hosts the tensor-parallel

@@ -281,23 +281,13 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     return LLM4D_OK;
 }
 
-/* The pipeline: the stages' actions through the schedule simulator, the host's cores shared by the stages that
- * compute at once. */
-static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *pp,
-                                const stage_time *st, double p2p, double *span, double *busy, llm4d_err *err) {
-    const int P = pp->P, V = pp->V, R = pr->cluster.ranks_per_node;
-    llm4d_pp_schedule *sch = calloc((size_t)P, sizeof *sch);
-    double *cost = calloc((size_t)P * 3 * V, sizeof *cost), *rate = calloc((size_t)P + 1, sizeof *rate);
-    llm4d_code rc = sch && cost && rate ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    for (int s = 0; rc == LLM4D_OK && s < P; s++) {
-        rc = llm4d_pp_schedule_build(&sch[s], pp->runs->kind, P, V, pp->M, s, err);
-        for (int c = 0; c < V; c++)
-            for (int k = 0; k < 3; k++) cost[((size_t)s * 3 + (size_t)k) * V + (size_t)c] = st[s].mid[k][c];
-    }
-    /* k stages computing: k / P of the host's ranks (the stages' ranks spread evenly over the hosts) */
+/* The seconds of work a computing stage does per second when k of the P stages compute at once (rate[P + 1]):
+ * k / P of the host's ranks (the stages' ranks spread evenly over the hosts). */
+static void stage_rates(const llm4d_predictor *pr, const stage_time *st, int P, double *rate) {
+    const int R = pr->cluster.ranks_per_node;
     double slow_avg = 0;
     for (int s = 0; s < P; s++) slow_avg += st[s].slow / P;
-    for (int k = 0; rc == LLM4D_OK && k <= P; k++) {
+    for (int k = 0; k <= P; k++) {
         const int active = k * R / P > 0 ? k * R / P : 1;
         double slow[LLM4D_WORK_N];
         llm4d_price_share(pr->prof, pr->cluster.threads, active, slow);
@@ -307,6 +297,36 @@ static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *
         const double ratio = slow[LLM4D_WORK_GEMM] / full[LLM4D_WORK_GEMM];
         rate[k] = 1.0 / (slow_avg * ratio);
     }
+}
+
+/* A lower bound of the simulated span: no stage finishes before its forward and backward work of every
+ * micro-batch is done at the fastest rate (its weight-gradient passes, sends and waits only add). 1e-9 below, for
+ * the simulator ending an action within a rounding of its work. */
+static double span_bound(const llm4d_pp_plan *pp, const stage_time *st, const double *rate) {
+    double fastest = 0, most = 0;
+    for (int k = 0; k <= pp->P; k++) fastest = rate[k] > fastest ? rate[k] : fastest;
+    for (int s = 0; s < pp->P; s++) {
+        double w = 0;
+        for (int c = 0; c < pp->V; c++) w += st[s].mid[LLM4D_TRACE_F][c] + st[s].mid[LLM4D_TRACE_B][c];
+        most = w > most ? w : most;
+    }
+    return fastest > 0 ? pp->M * most / fastest * (1 - 1e-9) : 0;
+}
+
+/* The pipeline: the stages' actions through the schedule simulator, the host's cores shared by the stages that
+ * compute at once. */
+static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *pp,
+                                const stage_time *st, double p2p, double *span, double *busy, llm4d_err *err) {
+    const int P = pp->P, V = pp->V;
+    llm4d_pp_schedule *sch = calloc((size_t)P, sizeof *sch);
+    double *cost = calloc((size_t)P * 3 * V, sizeof *cost), *rate = calloc((size_t)P + 1, sizeof *rate);
+    llm4d_code rc = sch && cost && rate ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int s = 0; rc == LLM4D_OK && s < P; s++) {
+        rc = llm4d_pp_schedule_build(&sch[s], pp->runs->kind, P, V, pp->M, s, err);
+        for (int c = 0; c < V; c++)
+            for (int k = 0; k < 3; k++) cost[((size_t)s * 3 + (size_t)k) * V + (size_t)c] = st[s].mid[k][c];
+    }
+    if (rc == LLM4D_OK) stage_rates(pr, st, P, rate);
     const llm4d_pp_costs costs = {cost, p2p, rate};
     if (rc == LLM4D_OK) rc = llm4d_pp_schedule_simulate(sch, P, &costs, span, busy, err);
     for (int s = 0; sch && s < P; s++) llm4d_pp_schedule_free(&sch[s]);
@@ -314,8 +334,11 @@ static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *
     return rc;
 }
 
+#define LLM4D_MAX_STAGES_BOUND 1024
+
 llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                               llm4d_prediction *out, llm4d_err *err) {
+    out->bound_time = 0;
     const int P = cfg->dist.pp_degree, M = (int)cfg->accumulate_steps, R = pr->cluster.ranks_per_node;
     stage_time *st = calloc((size_t)P, sizeof *st);
     double *busy = calloc((size_t)P, sizeof *busy);
@@ -342,8 +365,26 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
                                                              (double)sc->act_elems * sizeof(float), 2, R, pipe_hosts,
                                                              NULL)
                                           : 0;
+        /* a search that has its K fastest already: a layout bound to be slower is not simulated (its bound as its
+         * time, bound_time) */
+        if (rc == LLM4D_OK && pr->time_above > 0) {
+            double rate[LLM4D_MAX_STAGES_BOUND + 1], post_max = 0;
+            if (P <= LLM4D_MAX_STAGES_BOUND) {
+                stage_rates(pr, st, P, rate);
+                for (int s = 0; s < P; s++) post_max = st[s].post > post_max ? st[s].post : post_max;
+                const double lb = span_bound(pp, st, rate) + post_max;
+                if (lb > pr->time_above) {
+                    out->step_s = lb, out->bound_time = 1;
+                    free(st);
+                    free(busy);
+                    return LLM4D_OK;
+                }
+            }
+        }
         double span0 = 0;
-        if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, 0.0, &span0, busy, err);
+        /* the span without the sends only splits them into exposed and hidden: a search ranking by step time
+         * (step_only) runs the simulation once */
+        if (rc == LLM4D_OK && !pr->step_only) rc = pipeline_span(pr, pp, st, 0.0, &span0, busy, err);
         if (rc == LLM4D_OK) rc = pipeline_span(pr, pp, st, p2p, &span, busy, err);
         const double sends = 2.0 * M * pp->V * p2p;
         out->exposed_s[LLM4D_ENG_PP] = span > span0 ? span - span0 : 0;

@@ -42,7 +42,7 @@ static void human(double bytes, char *buf, size_t n) {
  * backend's cpu_wcache.c: weight_copy_bytes per element, made on first use, outside the arena's categories): every
  * linear weight and the token embedding (the LM head's operand), not the position embedding (a lookup), biases or
  * LayerNorms. Under ZeRO-3 the GEMMs read the gather buffers instead, two of the largest group. */
-static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
+static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, size_t per_elem,
                             const llm4d_param_table *t) {
     if (!cfg->use_amp || !be->weights_changed) return 0;
     size_t n = 0;
@@ -54,7 +54,7 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, llm4d_pr
         for (int i = 0; i < t->n; i++)
             if (t->p[i].decay && t->p[i].kind != LLM4D_P_WPE) n += t->p[i].numel;
     }
-    return n * be->weight_copy_bytes(be, prec);
+    return n * per_elem;
 }
 
 /* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
@@ -80,33 +80,188 @@ llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
     return strcmp(cfg->amp_dtype, "float16") == 0 ? LLM4D_PREC_FP16 : LLM4D_PREC_BF16;
 }
 
-llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
-                              llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan *out,
-                              llm4d_err *err) {
+/* ---- the planner's memo ----
+ * A search asks for the plans of thousands of ranks whose model parts repeat (the same stage of the same split
+ * under every ZeRO stage, offload, schedule and micro-batch choice): the model's counting run and its parameter
+ * table, the slow parts (the table names every parameter), are kept by the part, the tensor-parallel context and
+ * the activation layout they are a pure function of. The model's configuration is the same for a whole search; a
+ * call with another one empties the memo. */
+
+#define MEMO_KEY (21 + 2 * LLM4D_MAX_CHUNKS)
+
+typedef struct {
+    int64_t k[MEMO_KEY];
+    uint64_t h;
+    int used, has_plan;
+    llm4d_param_table table;                 /* by the part alone (has_plan 0 entries) */
+    size_t cat[LLM4D_MEM_NCATEGORIES];       /* the model's counting run (has_plan 1 entries) */
+    size_t operands;                         /* and the backend's converted operands for it */
+} memo_slot;
+
+struct llm4d_memplan_memo {
+    llm4d_model_config model;
+    int have_model;
+    size_t copy_bytes[LLM4D_PREC_TF32 + 1];  /* the backend's bytes per weight copy element, by precision (+1) */
+    memo_slot *slot;
+    size_t cap, n;
+};
+
+llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err) {
+    llm4d_memplan_memo *m = calloc(1, sizeof *m);
+    if (m) m->cap = 1024, m->slot = calloc(m->cap, sizeof *m->slot);
+    if (!m || !m->slot) {
+        free(m);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    }
+    *out = m;
+    return LLM4D_OK;
+}
+
+static void memo_clear(llm4d_memplan_memo *m) {
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slot[i].used && !m->slot[i].has_plan) llm4d_param_table_free(&m->slot[i].table);
+    memset(m->slot, 0, m->cap * sizeof *m->slot);
+    m->n = 0;
+}
+
+void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m) {
+    if (!m) return;
+    memo_clear(m);
+    free(m->slot);
+    free(m);
+}
+
+/* The key of a part (with_layout 0: the parameter table's) or of a part, context and layout (the counting run's). */
+static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_precision prec,
+                     const llm4d_model_part *p, const llm4d_gpt_layout *l, int with_layout) {
+    int64_t *v = k;
+    memset(k, 0, MEMO_KEY * sizeof *k);
+    *v++ = with_layout ? prec : 0;
+    *v++ = m->sequence_parallel, *v++ = m->use_recompute, *v++ = m->virtual_pp_degree;
+    *v++ = with_layout, *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
+    /* a chunk's blocks by their count, not their place: every block of the model is the same size and holds the
+     * same activations, so the middle stages of a pipeline share one entry */
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = c < p->n_chunks ? p->layer_hi[c] - p->layer_lo[c] : 0;
+    *v++ = p->embedding, *v++ = p->head, *v++ = p->sequence_parallel, *v++ = p->align, *v++ = p->wte_block_rows;
+    if (!with_layout) return;
+    *v++ = l->B, *v++ = l->T, *v++ = l->recompute, *v++ = l->split_backward, *v++ = l->no_params, *v++ = l->no_grads;
+    for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = l->slots[c];
+}
+
+/* The slot of key k (unused when absent), growing the table past half full; NULL: out of memory. */
+static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < MEMO_KEY; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    if (2 * (m->n + 1) > m->cap) {
+        const size_t cap = 2 * m->cap;
+        memo_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns) return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->slot[i].used) continue;
+            size_t j = m->slot[i].h & (cap - 1);
+            while (ns[j].used) j = (j + 1) & (cap - 1);
+            ns[j] = m->slot[i];
+        }
+        free(m->slot);
+        m->slot = ns, m->cap = cap;
+    }
+    size_t j = h & (m->cap - 1);
+    while (m->slot[j].used && (m->slot[j].h != h || memcmp(m->slot[j].k, k, MEMO_KEY * sizeof *k)))
+        j = (j + 1) & (m->cap - 1);
+    if (!m->slot[j].used) memcpy(m->slot[j].k, k, MEMO_KEY * sizeof *k), m->slot[j].h = h;
+    return &m->slot[j];
+}
+
+/* The model's counting run and the backend's converted operands it implies, from the memo when it has them. */
+static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
+                             const llm4d_model_part *part, const llm4d_tp *tp, const llm4d_gpt_layout *layout,
+                             size_t cat[LLM4D_MEM_NCATEGORIES], size_t *operands, llm4d_err *err) {
+    llm4d_operand_sizes sizes = {0, 0, 0, 0};
+    if (!m) {
+        LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, cat, &sizes, err));
+        *operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
+        return LLM4D_OK;
+    }
+    int64_t k[MEMO_KEY];
+    memo_key(k, &cfg->model, prec, part, layout, 1);
+    memo_slot *s = memo_find(m, k);
+    if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (!s->used) {
+        LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, s->cat, &sizes, err));
+        s->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
+        s->used = s->has_plan = 1, m->n++;
+    }
+    for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) cat[c] += s->cat[c];
+    *operands = s->operands;
+    return LLM4D_OK;
+}
+
+/* The part's parameter table: built into own (freed by the caller), or the memo's. */
+static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
+                             llm4d_param_table *own, const llm4d_param_table **t, llm4d_err *err) {
+    if (!m) {
+        LLM4D_TRY(llm4d_param_table_build(own, &cfg->model, part, err));
+        *t = own;
+        return LLM4D_OK;
+    }
+    int64_t k[MEMO_KEY];
+    memo_key(k, &cfg->model, LLM4D_PREC_FP32, part, NULL, 0);
+    memo_slot *s = memo_find(m, k);
+    if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (!s->used) {
+        LLM4D_TRY(llm4d_param_table_build(&s->table, &cfg->model, part, err));
+        s->used = 1, m->n++;
+    }
+    *t = &s->table;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                                   llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan_memo *memo,
+                                   llm4d_memplan *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
     const int rs_in_shm = paths && paths->host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths->hosts[LLM4D_SHMG_SHARDING] == 1;
+    if (memo) { /* the model's configuration but the keys' fields, which the layouts of a search change */
+        llm4d_model_config mc = cfg->model;
+        mc.sequence_parallel = 0, mc.use_recompute = 0, mc.virtual_pp_degree = 0;
+        if (!memo->have_model || memcmp(&memo->model, &mc, sizeof mc)) {
+            memo_clear(memo);
+            memo->model = mc, memo->have_model = 1;
+        }
+    }
     const llm4d_precision prec = llm4d_memplan_precision(cfg);
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
     /* the tensor-parallel context as the model sees it: its size, this rank's index, sequence parallelism */
     const llm4d_tp tp = {.size = part.mp_size, .rank = part.mp_rank, .sp = part.sequence_parallel};
-    llm4d_operand_sizes sizes = {0, 0, 0, 0};
-    LLM4D_TRY(llm4d_gpt_plan(&cfg->model, &part, &tp, &layout, out->cat, &sizes, err));
     /* the backend's converted operands: outside the arena's categories, like the weight copies */
-    out->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
-    llm4d_param_table t;
-    LLM4D_TRY(llm4d_param_table_build(&t, &cfg->model, &part, err));
+    LLM4D_TRY(model_plan(memo, cfg, be, prec, &part, &tp, &layout, out->cat, &out->operands, err));
+    llm4d_param_table own;
+    const llm4d_param_table *t = NULL;
+    LLM4D_TRY(part_table(memo, cfg, &part, &own, &t, err));
     const size_t crossing = (size_t)(tp.sp ? layout.B * layout.T / tp.size : layout.B * layout.T) *
                             (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
-    const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, &t, crossing, out->cat, err);
-    out->weight_copies = weight_copies(cfg, be, prec, &t);
-    out->mpi_temporaries = mpi_temporaries(cfg, topo, rs_in_shm, &t);
-    if (paths) out->shm_segments = llm4d_memplan_shm_bytes(cfg, topo, &t, crossing, paths);
-    llm4d_param_table_free(&t);
+    const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, t, crossing, out->cat, err);
+    size_t per_elem = 0;
+    if (cfg->use_amp && be->weights_changed) { /* the backend asks its CPU each time: once per memo */
+        if (!memo) per_elem = be->weight_copy_bytes(be, prec);
+        else if (memo->copy_bytes[prec]) per_elem = memo->copy_bytes[prec] - 1;
+        else per_elem = be->weight_copy_bytes(be, prec), memo->copy_bytes[prec] = per_elem + 1;
+    }
+    out->weight_copies = weight_copies(cfg, be, per_elem, t);
+    out->mpi_temporaries = mpi_temporaries(cfg, topo, rs_in_shm, t);
+    if (paths) out->shm_segments = llm4d_memplan_shm_bytes(cfg, topo, t, crossing, paths);
+    if (!memo) llm4d_param_table_free(&own);
     LLM4D_TRY(rc);
     out->cat[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                              llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan *out,
+                              llm4d_err *err) {
+    return llm4d_memplan_make_memo(cfg, topo, pp, be, paths, NULL, out, err);
 }
 
 size_t llm4d_memplan_total(const llm4d_memplan *p) {

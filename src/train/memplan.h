@@ -62,6 +62,16 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
                               llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan *out,
                               llm4d_err *err);
 
+/* The same plan with the model's counting run and parameter table kept by model part in memo (for the planner,
+ * which asks for thousands of ranks whose parts repeat); memo NULL is llm4d_memplan_make. A memo serves one
+ * backend (it keeps the size functions' answers). */
+typedef struct llm4d_memplan_memo llm4d_memplan_memo;
+llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err);
+void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m);
+llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                                   llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan_memo *memo,
+                                   llm4d_memplan *out, llm4d_err *err);
+
 /* Every byte of the plan: the categories and what lies outside them. */
 size_t llm4d_memplan_total(const llm4d_memplan *p);
 

@@ -12,31 +12,44 @@
  * Gradient payloads are bf16 with grad_comm_dtype bfloat16. Groups that carry only MPI's traffic (the world, the
  * pipeline's point to point, an unused one) hold the segment's header. A group spanning hosts reduces hierarchically:
  * a reduce-scatter and an all-gather of its host's ranks in the segment, the rest on MPI. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_shm.h"
 #include "model/params.h"
 #include "train/memplan.h"
 
-/* The members of this rank's group kind k (NULL, 0 when the rank is in none), in world ranks. */
-static int members(const llm4d_topology *t, int k, int *out) {
+/* Member i of this rank's group kind k (n members: members()), in world ranks, which grow with i in every kind. */
+static int member(const llm4d_topology *t, int k, int i) {
     static const int axis[LLM4D_SHMG_N] = {[LLM4D_SHMG_DP] = LLM4D_AXIS_DATA, [LLM4D_SHMG_PIPE] = LLM4D_AXIS_PIPE,
                                            [LLM4D_SHMG_SHARDING] = LLM4D_AXIS_SHARDING,
                                            [LLM4D_SHMG_MODEL] = LLM4D_AXIS_MODEL};
+    int idx[LLM4D_NAXES];
     switch (k) {
-    case LLM4D_SHMG_WORLD:
-        for (int r = 0; r < t->world_size; r++) out[r] = r;
-        return t->world_size;
-    case LLM4D_SHMG_DATA: llm4d_topology_data_group_ranks(t, out); return t->data_world;
-    case LLM4D_SHMG_EMBEDDING: { /* the stages holding the first and the last virtual stage: 0 and P - 1 */
-        const int P = t->degree[LLM4D_AXIS_PIPE], s = t->index[LLM4D_AXIS_PIPE];
-        if (P < 2 || (s != 0 && s != P - 1)) return 0;
-        out[0] = llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, 0);
-        out[1] = llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, P - 1);
-        return 2;
+    case LLM4D_SHMG_WORLD: return i;
+    case LLM4D_SHMG_DATA: /* dp x sharding, by data rank */
+        memcpy(idx, t->index, sizeof idx);
+        idx[LLM4D_AXIS_DATA] = i / t->degree[LLM4D_AXIS_SHARDING];
+        idx[LLM4D_AXIS_SHARDING] = i % t->degree[LLM4D_AXIS_SHARDING];
+        return llm4d_topology_rank_at(t, idx);
+    case LLM4D_SHMG_EMBEDDING: /* the stages holding the first and the last virtual stage: 0 and P - 1 */
+        return llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, i ? t->degree[LLM4D_AXIS_PIPE] - 1 : 0);
+    default: return llm4d_topology_group_member(t, (llm4d_axis)axis[k], i);
     }
-    default: llm4d_topology_group_ranks(t, (llm4d_axis)axis[k], out); return t->degree[axis[k]];
+}
+
+/* Members of this rank's group kind k (0 when the rank is in none of that kind). */
+static int members(const llm4d_topology *t, int k) {
+    switch (k) {
+    case LLM4D_SHMG_WORLD: return t->world_size;
+    case LLM4D_SHMG_DATA: return t->data_world;
+    case LLM4D_SHMG_EMBEDDING: {
+        const int P = t->degree[LLM4D_AXIS_PIPE], s = t->index[LLM4D_AXIS_PIPE];
+        return P >= 2 && (s == 0 || s == P - 1) ? 2 : 0;
+    }
+    case LLM4D_SHMG_DP: return t->degree[LLM4D_AXIS_DATA];
+    case LLM4D_SHMG_PIPE: return t->degree[LLM4D_AXIS_PIPE];
+    case LLM4D_SHMG_SHARDING: return t->degree[LLM4D_AXIS_SHARDING];
+    default: return t->degree[LLM4D_AXIS_MODEL];
     }
 }
 
@@ -46,20 +59,26 @@ void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *
     out->slot_bytes = (size_t)cfg->dist.comm_chunk_kb << 10;
     if (!strcmp(cfg->dist.comm_path, "mpi") || t->world_size < 2) return;
     const int R = ranks_per_node > 0 ? ranks_per_node : t->world_size, me = t->rank / R;
-    int *m = malloc((size_t)t->world_size * sizeof *m), *per = calloc((size_t)t->world_size / R + 1, sizeof *per);
-    for (int k = 0; m && per && k < LLM4D_SHMG_N; k++) {
-        const int n = members(t, k, m);
+    for (int k = 0; k < LLM4D_SHMG_N; k++) {
+        const int n = members(t, k);
         if (n < 2) continue;
-        int hosts = 0, here = 0, equal = 1;
-        memset(per, 0, ((size_t)t->world_size / R + 1) * sizeof *per);
-        for (int i = 0; i < n; i++) hosts += per[m[i] / R]++ == 0;
-        here = per[me];
-        for (int i = 0; i < n; i++) equal &= per[m[i] / R] == here;
-        /* comm_shm.c's rule: the same number of the group's ranks on every host, more than one */
+        /* ranks fill hosts in order and members grow, so each host's members are one run: comm_shm.c's rule is
+         * the same number on every host, more than one (the world needs no walk) */
+        int hosts = 0, here = 0, run = 0, first = -1, equal = 1, host = -1;
+        if (k == LLM4D_SHMG_WORLD) {
+            here = t->world_size < R ? t->world_size : R, hosts = (t->world_size + R - 1) / R;
+            equal = t->world_size % here == 0;
+        } else {
+            for (int i = 0; i <= n; i++) {
+                const int h = i < n ? member(t, k, i) / R : -1;
+                if (h == host) { run++; continue; }
+                if (host >= 0) equal &= first < 0 || run == first, first = first < 0 ? run : first;
+                if (host == me) here = run;
+                host = h, run = 1, hosts += i < n;
+            }
+        }
         if (equal && here > 1 && here <= LLM4D_SHM_MAX_RANKS) out->host_ranks[k] = here, out->hosts[k] = hosts;
     }
-    free(m);
-    free(per);
 }
 
 void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg, llm4d_memplan_paths *out) {

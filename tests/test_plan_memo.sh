@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test_plan_memo.sh — the planner's shortcuts change no answer (issue 28, the answer time). The oracle is the same
+# search with every shortcut off (`--no_memo`: every rank's memory plan counted afresh, every layout's collectives
+# priced before its memory is judged, traces kept by block range), on the published A100 profile
+# (bench/profiles/a100_selene.json: no calibration). Against it:
+#   (a) with --explain, the memory plan memoised by model part (train/memplan.h llm4d_memplan_make_memo): every
+#       layout's rank, step time, tokens/s, per-rank and per-stage peak and breakdown, and every rejection with its
+#       reason, identical in the --json output (only the search's own seconds may differ);
+#   (b) without --explain, also rejecting a layout by memory before pricing its traces when its hosts overflow
+#       already without the collectives' temporaries: the same layouts, in the same order, with the same predictions,
+#       and the same counts considered, valid and fitting;
+#   (c) in both, each layout's pipeline simulated once (with its sends; the span without them only splits the
+#       sends into exposed and hidden, which the top K, predicted again in full, print), and not at all once the
+#       search has K layouts and a lower bound of this one's time (every stage's forward and backward work at the
+#       fastest rate, plus its end of step) exceeds the K-th: the same ranking;
+#   (d) in both, priced traces kept by their chunks' block counts, not ranges (`--no_memo`: by range): the same
+#       step times and breakdowns;
+#   (e) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
+#       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
+# for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
+# replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
+# 200 GiB per host (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
+# The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
+# of this process, which moves between any two runs.
+set -uo pipefail
+SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
+source "$(dirname "$0")/lib.sh"
+require_exe "$LLM4D"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+PROF="$SRC_DIR/bench/profiles/a100_selene.json"
+cases=(
+  "tiny  --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
+  "tiny12 --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
+  "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
+  "g13b  --model_name_or_path gpt3-1.3b --max_seq_len 2048 --global_batch_size 64 --use_amp true --nodes 2 --ranks_per_node 8 --memory_per_node 200 --top 5"
+  "g175  --evaluate --model_name_or_path gpt3-175b --max_seq_len 2048 --global_batch_size 64 --micro_batch_size 1 --use_amp true --mp_degree 8 --pp_degree 8 --use_recompute true --max_steps 10 --nodes 8 --ranks_per_node 8"
+)
+for c in "${cases[@]}"; do
+  read -r name args <<<"$c"
+  args="$args --input_dir $tmp/no_data"
+  # shellcheck disable=SC2086
+  "$LLM4D" plan --json --explain --machine_profile "$PROF" $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
+  # shellcheck disable=SC2086
+  "$LLM4D" plan --json --explain --no_memo --machine_profile "$PROF" $args >"$tmp/$name.fresh.json" 2>"$tmp/$name.fresh.err"
+  # shellcheck disable=SC2086
+  "$LLM4D" plan --json --machine_profile "$PROF" $args >"$tmp/$name.fast.json" 2>"$tmp/$name.fast.err"
+  for mode in memo fast; do
+  verdict=$(/usr/bin/python3 - "$tmp/$name.$mode.json" "$tmp/$name.fresh.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception as e:
+    print(f"0 no answer to compare ({e})"); sys.exit()
+a.pop("seconds", None); b.pop("seconds", None)
+if "rejected" not in a:  # (b): the rejections' needs are not computed in full
+    b.pop("rejected", None)
+rows = a.get("layouts", [a])
+if not rows or not rows[0].get("step_s", 0) > 0:
+    print("0 no layout predicted"); sys.exit()
+if a != b:
+    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    print(f"0 the answers differ in {', '.join(diff)}"); sys.exit()
+n = len(a.get("rejected", []))
+print(f"1 {len(rows)} layout(s) first {rows[0].get('layout', '')} at {rows[0]['step_s']:.4f} s, {n} rejections: identical")
+PY
+)
+  what=$([ $mode = memo ] && echo "memoised, --explain" || echo "memoised and pruned by memory")
+  check_if "${verdict%% *}" "$name: $what, against no shortcut: ${verdict#* }"
+  done
+done
+finish
