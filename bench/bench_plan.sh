@@ -3,8 +3,8 @@
 # layouts, 1 to 16 processes on this host (oversubscribed where the host has fewer cores: the planner is told the
 # same ranks per host and threads per rank the launcher gives), gpt2-tiny (8 blocks) and gpt2-en (GPT-2 124M, 1-2
 # processes, few steps), every dimension: dp, ZeRO stages 1/2/3 and offload, mp with and without sequence
-# parallelism, pp with 1F1B / interleaved / ZB-H1, 4D, with and without recompute; all on --comm_path mpi (the
-# shared-memory path's segments are not in the planner's memory yet, README.md).
+# parallelism, pp with 1F1B / interleaved / ZB-H1, 4D, with and without recompute; all on --comm_path mpi (Open
+# MPI's collectives; tests/test_plan.sh checks the default path's memory).
 #
 # It calibrates first (`llm4d plan --calibrate` per model, up to the most ranks the set runs, into a temporary
 # profile), then per layout:
