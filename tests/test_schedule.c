@@ -256,11 +256,14 @@ int main(void) {
         for (int s = 0; s < 2; s++) llm4d_pp_schedule_build(&st[s], LLM4D_PP_1F1B, 2, 1, 4, s, &err);
         const double cost[6] = {1, 2, 0, 3, 2, 0};
         const llm4d_pp_costs costs = {cost, 0.0, NULL};
-        double span = 0, busy[2] = {0, 0}, idle[2] = {0, 0};
-        if (llm4d_pp_schedule_simulate(st, 2, &costs, &span, busy, &err) == LLM4D_OK)
+        double span = 0, busy[2] = {0, 0}, idle[2] = {0, 0}, end[2] = {0, 0};
+        if (llm4d_pp_schedule_simulate_ends(st, 2, &costs, &span, busy, end, &err) == LLM4D_OK)
             for (int s = 0; s < 2; s++) idle[s] = span - busy[s];
         check(span == 23 && idle[0] == 11 && idle[1] == 3, "1F1B with a slow last stage: span %g (want 23), idle %g, "
               "%g (want 11, 3)", span, idle[0], idle[1]);
+        /* inside its own schedule stage 1 waits only for the first forward (0..1): it is done at 21 */
+        check(end[0] == 23 && end[1] == 21, "1F1B with a slow last stage: the stages' last actions end at %g, %g "
+              "(want 23, 21)", end[0], end[1]);
         for (int s = 0; s < 2; s++) llm4d_pp_schedule_free(&st[s]);
     }
 

@@ -111,6 +111,10 @@ typedef struct {
  * naming where each stage is stuck. */
 llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *stages, int P, const llm4d_pp_costs *costs, double *span,
                                       double *busy, llm4d_err *err);
+/* The same, and end[s] (may be NULL): when stage s's last action ended (a stage done before the step's span waits no
+ * more inside its schedule). */
+llm4d_code llm4d_pp_schedule_simulate_ends(const llm4d_pp_schedule *stages, int P, const llm4d_pp_costs *costs,
+                                           double *span, double *busy, double *end, llm4d_err *err);
 
 /* "F3.1" style text of an action (op, micro-batch, local chunk when V > 1), for logs and tests. */
 void llm4d_pp_action_str(const llm4d_pp_schedule *s, const llm4d_pp_action *a, char *buf, int n);

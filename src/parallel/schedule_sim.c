@@ -93,6 +93,11 @@ static double next_arrival(const sim *s, double t) {
 
 llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *st, int P, const llm4d_pp_costs *costs, double *span,
                                       double *busy, llm4d_err *err) {
+    return llm4d_pp_schedule_simulate_ends(st, P, costs, span, busy, NULL, err);
+}
+
+llm4d_code llm4d_pp_schedule_simulate_ends(const llm4d_pp_schedule *st, int P, const llm4d_pp_costs *costs,
+                                           double *span, double *busy, double *end, llm4d_err *err) {
     sim s = {.st = st, .c = costs, .P = P, .V = st[0].V, .M = st[0].M};
     s.VP = s.V * P;
     const size_t n3 = (size_t)3 * s.VP * s.M, n2 = (size_t)2 * s.VP * s.M;
@@ -144,6 +149,7 @@ llm4d_code llm4d_pp_schedule_simulate(const llm4d_pp_schedule *st, int P, const 
             if (s.left[p] > 1e-12 * (1 + dt) && next + s.left[p] / rate > next) continue;
             const llm4d_pp_action *a = &st[p].a[s.pos[p]];
             *at3(s.done, &s, a->op, llm4d_pp_vstage(P, a->chunk, p), a->mb) = next;
+            if (end) end[p] = next;
             s.running[p] = 0;
             s.pos[p]++;
         }

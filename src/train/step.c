@@ -260,9 +260,10 @@ static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm
     const int P = pp->size, V = plan->V;
     double *all = calloc((size_t)P * 5, sizeof *all), *cost = calloc((size_t)P * 3 * V, sizeof *cost);
     double *busy = calloc((size_t)P, sizeof *busy), *idle = calloc((size_t)P, sizeof *idle);
+    double *ends = calloc((size_t)P, sizeof *ends);
     llm4d_pp_schedule *st = calloc((size_t)P, sizeof *st);
-    if (!all || !cost || !busy || !idle || !st) {
-        free(all), free(cost), free(busy), free(idle), free(st);
+    if (!all || !cost || !busy || !idle || !ends || !st) {
+        free(all), free(cost), free(busy), free(idle), free(ends), free(st);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     llm4d_code rc = llm4d_comm_allgather(pp, mine, all, 5, LLM4D_COMM_F64, err);
@@ -288,19 +289,21 @@ static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm
                 for (int c = 0; c < V; c++) cost[(3 * s + op) * V + c] = all[5 * s + 2 + op];
         }
         const llm4d_pp_costs costs = {cost, 0.0, NULL}; /* transfers free, each stage on its own cores */
-        if (ok) ok = llm4d_pp_schedule_simulate(st, P, &costs, &span, busy, err) == LLM4D_OK;
-        for (int s = 0; ok && s < P; s++) idle[s] = span - busy[s];
+        /* a stage's waiting inside its schedule ends with its last action, as the executor measures it (the last
+         * stage is done before the first stage's last backward) */
+        if (ok) ok = llm4d_pp_schedule_simulate_ends(st, P, &costs, &span, busy, ends, err) == LLM4D_OK;
+        for (int s = 0; ok && s < P; s++) idle[s] = ends[s] - busy[s];
         k = snprintf(line, sizeof line, "pipeline: waiting share by stage, measured against %s's at the measured "
                      "F/B/W (waiting / (waiting + computing)):", plan->runs->name);
         for (int s = 0; ok && s < P && k < (int)sizeof line; s++) {
             const double b = all[5 * s], w = all[5 * s + 1];
             k += snprintf(line + k, sizeof line - (size_t)k, "%s stage %d %.1f %% (theory %.1f %%)", s ? "," : "", s,
-                          b + w > 0 ? 100 * w / (b + w) : 0.0, span > 0 ? 100 * idle[s] / span : 0.0);
+                          b + w > 0 ? 100 * w / (b + w) : 0.0, ends[s] > 0 ? 100 * idle[s] / ends[s] : 0.0);
         }
         if (ok) llm4d_log_info(&tr->log, "%s", line);
         for (int s = 0; s < P; s++) llm4d_pp_schedule_free(&st[s]);
     }
-    free(all), free(cost), free(busy), free(idle), free(st);
+    free(all), free(cost), free(busy), free(idle), free(ends), free(st);
     return rc;
 }
 
