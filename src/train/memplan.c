@@ -57,22 +57,29 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, size_t p
     return n * per_elem;
 }
 
-/* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on the sharding group's first rank: its
- * non-blocking MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to that rank and scatters from there, so
- * that rank holds a temporary the size of each group being reduce-scattered, at most two at once (the gradient
- * ring): the two largest groups; the other ranks none. Measured at GPT-2 124M sharding2, rank 0 against rank 1:
- * stage 1 +147 MiB (the whole embedding is one group there), stage 3 +50-60 MiB (two 27 MiB blocks). A sharding
- * group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its segment: no temporaries. */
+/* Bytes Open MPI allocates for ZeRO's gradient reduce-scatters (every stage) on a rank of the sharding group: its
+ * non-blocking MPI_Ireduce_scatter_block (libnbc) reduces the whole buffer to the group's first rank over a binomial
+ * tree and scatters from there, so a rank holds a temporary the size of the group being reduce-scattered for each
+ * child it receives from (index 0: one per power of two below N; index i > 0: one per power of two below i's lowest
+ * set bit with i + 2^j < N), at most two groups at once (the gradient ring): the two largest groups; the leaves
+ * none. Measured at GPT-2 124M sharding2, rank 0 against rank 1: stage 1 +147 MiB (the whole embedding is one group
+ * there), stage 3 +50-60 MiB (two 27 MiB blocks); gpt2-tiny (8 blocks) sharding4 stage 1 and 2: rank 0 twice rank
+ * 2's, ranks 1 and 3 none. A sharding group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its
+ * segment: no temporaries. */
 static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, int rs_in_shm,
                               const llm4d_param_table *t) {
-    if (cfg->dist.sharding_degree < 2 || topo->index[LLM4D_AXIS_SHARDING] != 0 || rs_in_shm) return 0;
+    const int N = cfg->dist.sharding_degree, i = topo->index[LLM4D_AXIS_SHARDING];
+    if (N < 2 || rs_in_shm) return 0;
+    int children = 0;
+    const int low = i == 0 ? N : (i & -i);
+    for (int step = 1; step < low && i + step < N; step <<= 1) children++;
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;
         if (len > first) second = first, first = len;
         else if (len > second) second = len;
     }
-    return (first + second) * sizeof(float);
+    return (size_t)children * (first + second) * sizeof(float);
 }
 
 llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
