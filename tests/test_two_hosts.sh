@@ -154,7 +154,7 @@ PY
 "$LLM4D" plan --evaluate --json --nodes 2 --ranks_per_node 1 --machine_profile "$PROF" "${C[@]}" --dp_degree 2 \
     --micro_batch_size 4 --output_dir "$tmp/x" >"$tmp/dp2.plan.json" 2>"$tmp/dp2.plan.err"
 while read -r verdict msg; do check_if "$verdict" "$msg"; done < <(/usr/bin/python3 - "$tmp" <<'PY'
-import json, re, sys
+import json, os, re, sys
 tmp = sys.argv[1]
 try:
     pred = json.load(open(f"{tmp}/dp2.plan.json"))["peak_mib_per_rank"]
@@ -166,6 +166,9 @@ for r in range(2):
     if len(pred) != 2 or not m:
         print(0, f"dp2 over 2 hosts rank {r}: {len(pred)} ranks predicted, {len(m)} peaks in its log"); continue
     meas = float(m[-1]); err = 100 * (pred[r] - meas) / meas
+    if os.environ.get("ASAN_OPTIONS"):  # the resident set also holds ASan's shadow and quarantine
+        print(1, f"dp2 over 2 hosts rank {r}: predicted {pred[r]:.1f} MiB, the run reports a peak (not compared under "
+              "ASan)"); continue
     print(int(abs(err) <= 5), f"dp2 over 2 hosts rank {r}: predicted peak {pred[r]:.1f} MiB, measured {meas:.1f} MiB "
           f"({err:+.1f} %, bound 5 %)")
 PY
