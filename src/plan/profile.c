@@ -50,6 +50,7 @@ const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_
             if (!key_cmp(&p->kernels[i], &key)) return &p->kernels[i];
         return NULL;
     }
+    if (p->n_kernels == 0) return NULL; /* a profile of rates only (bench/profiles/): no table to search */
     return bsearch(&key, p->kernels, (size_t)p->n_kernels, sizeof *p->kernels, key_cmp_v);
 }
 
