@@ -34,7 +34,7 @@ size_t llm4d_shm_resident(int n, size_t slot_bytes, llm4d_shm_use use) {
     } else if (use.allreduce) {
         const size_t c = min_z(use.allreduce, chunk), piece = ((c + N - 1) / N + line - 1) / line * line;
         own = max_z(own, c);
-        peer = max_z(peer, pages(min_z(piece, c)) + pages(min_z(piece, c))); /* two pieces apart */
+        peer = max_z(peer, 2 * pages(min_z(piece, c))); /* two pieces apart */
     }
     if (use.rs_block) {
         const size_t p = min_z(use.rs_block, piece_max);

@@ -18,11 +18,14 @@
 #include "model/params.h"
 #include "train/memplan.h"
 
+/* The axis of the group kinds that are one axis of the grid (the others are the world, the data group and the
+ * embedding group). */
+static const int kind_axis[LLM4D_SHMG_N] = {[LLM4D_SHMG_DP] = LLM4D_AXIS_DATA, [LLM4D_SHMG_PIPE] = LLM4D_AXIS_PIPE,
+                                            [LLM4D_SHMG_SHARDING] = LLM4D_AXIS_SHARDING,
+                                            [LLM4D_SHMG_MODEL] = LLM4D_AXIS_MODEL};
+
 /* Member i of this rank's group kind k (n members: members()), in world ranks, which grow with i in every kind. */
 static int member(const llm4d_topology *t, int k, int i) {
-    static const int axis[LLM4D_SHMG_N] = {[LLM4D_SHMG_DP] = LLM4D_AXIS_DATA, [LLM4D_SHMG_PIPE] = LLM4D_AXIS_PIPE,
-                                           [LLM4D_SHMG_SHARDING] = LLM4D_AXIS_SHARDING,
-                                           [LLM4D_SHMG_MODEL] = LLM4D_AXIS_MODEL};
     int idx[LLM4D_NAXES];
     switch (k) {
     case LLM4D_SHMG_WORLD: return i;
@@ -33,7 +36,7 @@ static int member(const llm4d_topology *t, int k, int i) {
         return llm4d_topology_rank_at(t, idx);
     case LLM4D_SHMG_EMBEDDING: /* the stages holding the first and the last virtual stage: 0 and P - 1 */
         return llm4d_topology_group_member(t, LLM4D_AXIS_PIPE, i ? t->degree[LLM4D_AXIS_PIPE] - 1 : 0);
-    default: return llm4d_topology_group_member(t, (llm4d_axis)axis[k], i);
+    default: return llm4d_topology_group_member(t, (llm4d_axis)kind_axis[k], i);
     }
 }
 
@@ -46,10 +49,7 @@ static int members(const llm4d_topology *t, int k) {
         const int P = t->degree[LLM4D_AXIS_PIPE], s = t->index[LLM4D_AXIS_PIPE];
         return P >= 2 && (s == 0 || s == P - 1) ? 2 : 0;
     }
-    case LLM4D_SHMG_DP: return t->degree[LLM4D_AXIS_DATA];
-    case LLM4D_SHMG_PIPE: return t->degree[LLM4D_AXIS_PIPE];
-    case LLM4D_SHMG_SHARDING: return t->degree[LLM4D_AXIS_SHARDING];
-    default: return t->degree[LLM4D_AXIS_MODEL];
+    default: return t->degree[kind_axis[k]];
     }
 }
 
@@ -91,9 +91,11 @@ void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg,
                                          [LLM4D_SHMG_MODEL] = g->axis[LLM4D_AXIS_MODEL]};
     for (int k = 0; k < LLM4D_SHMG_N; k++)
         if (c[k]) out->host_ranks[k] = llm4d_shm_host_ranks(c[k], &out->hosts[k]);
-    /* the embedding group is split from the pipeline's by the pipeline engine, later: the pipeline group's ends */
-    const int pp_host = out->host_ranks[LLM4D_SHMG_PIPE];
-    if (pp_host > 0 && out->hosts[LLM4D_SHMG_PIPE] == 1)
+    /* the embedding group is split from the pipeline's by the pipeline engine, later: its first and last stage
+     * (the middle stages drop the group they are split into) */
+    const llm4d_comm *pp = g->axis[LLM4D_AXIS_PIPE];
+    const int end = pp && (pp->rank == 0 || pp->rank == pp->size - 1);
+    if (end && out->host_ranks[LLM4D_SHMG_PIPE] > 0 && out->hosts[LLM4D_SHMG_PIPE] == 1)
         out->host_ranks[LLM4D_SHMG_EMBEDDING] = 2, out->hosts[LLM4D_SHMG_EMBEDDING] = 1;
 }
 

@@ -268,7 +268,7 @@ static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm
     }
     llm4d_code rc = llm4d_comm_allgather(pp, mine, all, 5, LLM4D_COMM_F64, err);
     if (rc == LLM4D_OK && tr->is_writer) {
-        double sum = 0, psum = 0, span = 0;
+        double sum = 0, psum = 0;
         for (int s = 0; s < P; s++) sum += all[5 * s];
         for (int v = 0; v < P * V; v++) psum += (double)plan->cost[v];
         char line[1024];
@@ -291,7 +291,7 @@ static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm
         const llm4d_pp_costs costs = {cost, 0.0, NULL}; /* transfers free, each stage on its own cores */
         /* a stage's waiting inside its schedule ends with its last action, as the executor measures it (the last
          * stage is done before the first stage's last backward) */
-        if (ok) ok = llm4d_pp_schedule_simulate_ends(st, P, &costs, &span, busy, ends, err) == LLM4D_OK;
+        if (ok) ok = llm4d_pp_schedule_simulate_ends(st, P, &costs, NULL, busy, ends, err) == LLM4D_OK;
         for (int s = 0; ok && s < P; s++) idle[s] = ends[s] - busy[s];
         k = snprintf(line, sizeof line, "pipeline: waiting share by stage, measured against %s's at the measured "
                      "F/B/W (waiting / (waiting + computing)):", plan->runs->name);
