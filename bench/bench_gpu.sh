@@ -58,10 +58,12 @@ print(step, m[0]["flops_per_token"], mfu)
 PY
 }
 theirs() { # B [--compile] -> "step_s peak_gib"
-  "$PY" bench/torch_gpt_gpu.py --B "$1" --T 1024 --steps "$STEPS" --dropout "$DROPOUT" ${2:-} >"$tmp/torch_$1$2.log" 2>&1
+  local B=$1 opt=${2:-}
+  local log="$tmp/torch_$B$opt.log"
+  "$PY" bench/torch_gpt_gpu.py --B "$B" --T 1024 --steps "$STEPS" --dropout "$DROPOUT" $opt >"$log" 2>&1
   local rc=$?
-  [ $rc = 0 ] || { echo "PyTorch B=$1 ${2:-} failed (rc $rc):" >&2; tail -5 "$tmp/torch_$1$2.log" >&2; echo "0 0"; return; }
-  awk '/^torch_step_sec:/ {s = $2} /^torch_peak_mem_gib:/ {m = $2} END {print s, m}' "$tmp/torch_$1$2.log"
+  [ $rc = 0 ] || { echo "PyTorch B=$B $opt failed (rc $rc):" >&2; tail -5 "$log" >&2; echo "0 0"; return; }
+  awk '/^torch_step_sec:/ {s = $2} /^torch_peak_mem_gib:/ {m = $2} END {print s, m}' "$log"
 }
 
 rows=()

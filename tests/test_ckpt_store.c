@@ -325,25 +325,24 @@ static void test_damage(tally *t) {
     int fd = open(p, O_RDWR);
     unsigned char ch;
     off_t where = st.st_size - 3; /* in the data, so only the checksum can notice */
-    pread(fd, &ch, 1, where);
-    ch ^= 0x10;
-    pwrite(fd, &ch, 1, where);
+    if (pread(fd, &ch, 1, where) != 1 || (ch ^= 0x10, pwrite(fd, &ch, 1, where)) != 1)
+        check(t, 0, "flipping a data byte of the file", p);
     close(fd);
     expect_open_fails(t, "flipped data byte -> error naming the file", out, p, "corrupt");
 
     fresh(out, sizeof out, "fliphdr");
     snprintf(p, sizeof p, "%s/step_1/model-0.safetensors", out);
     fd = open(p, O_RDWR);
-    pread(fd, &ch, 1, 20);
-    ch ^= 0x01;
-    pwrite(fd, &ch, 1, 20);
+    if (pread(fd, &ch, 1, 20) != 1 || (ch ^= 0x01, pwrite(fd, &ch, 1, 20)) != 1)
+        check(t, 0, "flipping a header byte of the file", p);
     close(fd);
     expect_open_fails(t, "flipped header byte -> error naming the file", out, p, "crc32");
 
     fresh(out, sizeof out, "trunc");
     snprintf(p, sizeof p, "%s/step_1/model-2.safetensors", out);
     stat(p, &st);
-    truncate(p, st.st_size - 4);
+    if (truncate(p, st.st_size - 4) != 0)
+        check(t, 0, "truncating the file", p);
     expect_open_fails(t, "truncated file -> error naming it", out, p, "bytes but meta.json says");
 
     fresh(out, sizeof out, "missing");

@@ -9,6 +9,8 @@
  * copies than a launch carries, too); the reductions are bit-identical run to run and sumsq_many's parts are sumsq's;
  * init_param is the CPU's weights; memory is zeroed, copies and streams order as backend.h says; the work timers
  * count every kind that ran. */
+#include "backend/cuda/cuda_kernels.h"
+#include "core/bf16.h"
 #include "cuda_util.h"
 
 static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
@@ -352,6 +354,51 @@ static void test_small_ops(void) {
     dfree(ga, n * 4), dfree(gb, n * 4), dfree(z, n * 4);
 }
 
+/* The operand conversion on its own (the linear layers' shapes all take its four-wide path): lengths that leave a
+ * tail, and src and dst one element off 16-byte alignment (the scalar path), each against a conversion on the host
+ * (bf16 and fp16 bit for bit; GELU's fp32 values against the fp32 path's, which the linear tests check). */
+static void test_convert(void) {
+    const size_t ns[5] = {1, 3, 6, 1029, 262147};
+    const int fmts[3] = {LLM4D_CUDA_F32, LLM4D_CUDA_BF16, LLM4D_CUDA_F16};
+    for (int in = 0; in < 5; in++)
+        for (int off = 0; off < 2; off++)
+            for (int act = 0; act < 2; act++) {
+                const size_t n = ns[in];
+                float *x = frand(n + 1, 3.0f);
+                float *gx = up(x, n + 1), *gf = up(NULL, n + 1), *g16 = up(NULL, n / 2 + 2);
+                cudaDeviceSynchronize(); /* the uploads ran on the backend's stream */
+                float *want = NULL;
+                for (int f = 0; f < 3; f++) {
+                    void *dst = fmts[f] == LLM4D_CUDA_F32 ? (void *)(gf + off) : (void *)((uint16_t *)g16 + off);
+                    llm4d_k_convert(0, dst, fmts[f], gx + off, n, act ? LLM4D_ACT_GELU : LLM4D_ACT_NONE);
+                    check(cudaDeviceSynchronize() == cudaSuccess, "convert n=%zu: the kernels ran", n);
+                    if (fmts[f] == LLM4D_CUDA_F32) {
+                        want = got(gf, n + 1);
+                        if (!act) check(same_bits(want + off, x + off, n), "convert fp32 n=%zu off=%d: a copy", n, off);
+                        continue;
+                    }
+                    uint16_t *h = (uint16_t *)got(g16, n / 2 + 2);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        const float v = want[off + i];
+                        uint16_t r;
+                        if (fmts[f] == LLM4D_CUDA_BF16) {
+                            r = llm4d_bf16_from_f32(v);
+                        } else {
+                            const _Float16 hv = (_Float16)v;
+                            memcpy(&r, &hv, 2);
+                        }
+                        bad += h[off + i] != r;
+                    }
+                    check(bad == 0, "convert %s n=%zu off=%d%s: %zu of %zu differ from the host's rounding",
+                          fmts[f] == LLM4D_CUDA_BF16 ? "bf16" : "fp16", n, off, act ? " through GELU" : "", bad, n);
+                    free(h);
+                }
+                free(x), free(want);
+                dfree(gx, (n + 1) * 4), dfree(gf, (n + 1) * 4), dfree(g16, (n / 2 + 2) * 4);
+            }
+}
+
 int main(void) {
     setup_or_skip();
     test_linear(7, 12, 5, 1, LLM4D_ACT_NONE);
@@ -370,6 +417,7 @@ int main(void) {
     test_adamw(45); /* more copies than one launch carries */
     test_reductions();
     test_small_ops();
+    test_convert();
     llm4d_work_stats ws;
     G->work_stats(G, &ws);
     int all = 1;

@@ -5,13 +5,16 @@
 #   3. the GPU tests: test_cuda_kernels, test_cuda_attention (each kernel against the reference backend),
 #      test_cuda_train (curves on the GPU against the CPU: fp32, bf16, dp2, mp2, pp2, 4D, checkpoints both ways,
 #      generation), plus the ones that run anywhere (test_cuda_device, test_cuda_host, test_dev_arena);
-#   4. bench/bench_gpu.sh (GPT-2 124M bf16 at B=16 and 32, T=1024, beside PyTorch eager and torch.compile), if the
+#   4. profile, then bench/bench_gpu.sh (GPT-2 124M bf16 at B=16 and 32, T=1024, beside PyTorch eager and torch.compile), if the
 #      time left allows it (torch.compile only with more than 5 minutes left).
 # Results under $OUT (at most 8 files come back): summary.txt (what passed, the bench table), build.log, tests.log,
 # LastTest.log.gz (every test's full output), bench.txt, bench_logs.tar.gz, and the kit's device.log.
 # How to call it (device tool `run`, carry [".device-kit"], timeout_s 600), from the checkout's root:
 #   bash tests/gpu/run_all.sh
-# Knobs: BUDGET (seconds for the whole script, default 570), STAGES ("build tests bench"), TESTS (ctest -R regex).
+#   5. profile (when asked: STAGES with "profile"): where the kernels' time goes in a few GPT-2 124M bf16 steps at
+#      B=16, from Nsight Systems if the machine has it (kernels.csv: each kernel's total time, calls and share).
+# Knobs: BUDGET (seconds for the whole script, default 570), STAGES ("build tests bench"), TESTS (ctest -R regex),
+# COMPILE (1/0: torch.compile in the bench; default: only with more than 5 minutes left).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/llm4d-gpu-out}
@@ -66,13 +69,40 @@ if [[ " $STAGES " == *" tests "* ]]; then
   fi
 fi
 
+if [[ " $STAGES " == *" profile "* ]]; then
+  NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  l=$(left)
+  if [ -z "$NSYS" ]; then
+    say "profile skipped: no nsys on this machine"
+  elif [ "$l" -lt 60 ]; then
+    say "profile skipped: $l s left"
+  else
+    say "profile ($NSYS), at most $((l - 10)) s ..."
+    rm -rf /tmp/llm4d-prof && mkdir -p /tmp/llm4d-prof
+    timeout $((l - 30)) "$NSYS" profile -t cuda -o /tmp/llm4d-prof/p --force-overwrite true \
+      tests/gpu/llm4d_env.sh train --model_name_or_path gpt2-en --input_dir data/fortunes_ids.npz --max_seq_len 1024 \
+      --device cuda --use_amp true --amp_dtype bfloat16 --micro_batch_size 16 --global_batch_size 16 --max_steps 4 \
+      --save_steps -1 -o Model.hidden_dropout_prob=0.0 -o Model.attention_probs_dropout_prob=0.0 \
+      --output_dir /tmp/llm4d-prof/out >/tmp/llm4d-prof/run.log 2>&1
+    say "nsys exit $?"
+    timeout 60 "$NSYS" stats --report cuda_gpu_kern_sum --format csv --output /tmp/llm4d-prof/k /tmp/llm4d-prof/p.nsys-rep \
+      >/tmp/llm4d-prof/stats.log 2>&1
+    f=$(ls /tmp/llm4d-prof/k*.csv 2>/dev/null | head -1)
+    if [ -n "$f" ]; then
+      cp "$f" "$OUT/kernels.csv"
+      head -25 "$f" | cut -c1-160 | tee -a "$OUT/summary.txt"
+    else
+      tail -5 /tmp/llm4d-prof/stats.log /tmp/llm4d-prof/run.log | tee -a "$OUT/summary.txt"
+    fi
+  fi
+fi
 if [[ " $STAGES " == *" bench "* ]]; then
   l=$(left)
   if [ "$l" -lt 120 ]; then
     say "bench skipped: $l s left"
   else
-    compile=1
-    [ "$l" -lt 300 ] && compile=0
+    compile=${COMPILE:-1}
+    [ -z "${COMPILE:-}" ] && [ "$l" -lt 300 ] && compile=0
     say "bench (torch.compile: $compile), at most $((l - 15)) s ..."
     # llm4d runs in the kit's environment, PyTorch in the machine's own (the kit's libraries would shadow its own)
     eval "$(kit env 2>/dev/null | grep '^export LLM4D_DEPS=')"

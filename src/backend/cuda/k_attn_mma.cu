@@ -10,7 +10,7 @@
 //
 // Forward: a block of 4 warps takes 64 query rows of one (batch row, head), 16 per warp; it walks the key tiles of
 // 64 up to the diagonal, S = Q K^T (Q in registers, K from shared memory), the running max and sum per row, P~ =
-// P x dropout in bf16, O += P~ V (V transposed in shared memory, so B fragments are 32-bit loads). Out and the
+// P x dropout in bf16, O += P~ V (V row-major in shared memory; ldmatrix .trans reads its B fragments). Out and the
 // log-sum-exp per row at the end. Backward is two kernels, so that no gradient needs atomics: dQ (query rows:
 // S, P, dP~ = dout V^T, dS, dQ += dS K) and dK/dV (key rows: S^T = K Q^T, dV += P~^T dout, dP~^T = V dout^T,
 // dK += dS^T Q). The probabilities and score gradients are rounded to bf16 before their products, as the CPU's bf16
@@ -63,18 +63,17 @@ __device__ void load_rows(bf16 *dst, const bf16 *head, int r0, int T, int C3) {
     }
 }
 
-// the same rows transposed: dst[HS][ROWS + 8], dst[d][r] = row r, dim d
-template <int HS, int ROWS>
-__device__ void load_rows_t(bf16 *dst, const bf16 *head, int r0, int T, int C3) {
-    constexpr int VPR = HS / 8, LDT = ROWS + 8;
-    for (int e = threadIdx.x; e < ROWS * VPR; e += NT) {
-        const int r = e / VPR, v = e % VPR, t = r0 + r;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (t < T) x = *reinterpret_cast<const uint4 *>(head + (size_t)t * C3 + v * 8);
-        const bf16 *xs = reinterpret_cast<const bf16 *>(&x);
-#pragma unroll
-        for (int i = 0; i < 8; i++) dst[(v * 8 + i) * LDT + r] = xs[i];
-    }
+// B fragments for two 8-column tiles of a row-major tile src[k][n] (rows LD apart): ldmatrix .trans hands lane l,
+// of each 8 x 8 matrix, column l/4 at rows 2 (l%4) and 2 (l%4) + 1, which is mma's B fragment of B[k][n] = src[k][n].
+// Lanes 0-15 address rows k0 .. k0 + 15 at column n0, lanes 16-31 the same rows at n0 + 8: b[0..1] are n-tile n0,
+// b[2..3] n-tile n0 + 8. So no tile is ever transposed into shared memory (scattered 2-byte stores that hit one bank).
+__device__ __forceinline__ void ldsm_x4_t(uint32_t b[4], const bf16 *src, int LD, int k0, int n0, int lane) {
+    const bf16 *p = src + (k0 + (lane & 15)) * LD + n0 + (lane >> 4) * 8;
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(a)
+                 : "memory");
 }
 
 // A fragments of a warp's 16 rows (wr .. wr + 15 of tile src[.][HS + 8]) for the HS/16 k-steps
@@ -106,18 +105,20 @@ __device__ __forceinline__ void mul_abt(float (*acc)[4], const uint32_t (*a)[4],
     }
 }
 
-// out[dt] (16 x HS) += P (the NC-column score tiles as bf16 A fragments) times srcT[HS][NC + 8] (B, transposed)
+// out[dt] (16 x HS) += P (the NC-column score tiles as bf16 A fragments) times src[NC][HS + 8] (B, row-major)
 template <int HS, int NC>
-__device__ __forceinline__ void mul_pv(float (*out)[4], const float (*p)[4], const bf16 *srcT, int gq, int tq) {
-    constexpr int LDT = NC + 8;
+__device__ __forceinline__ void mul_pv(float (*out)[4], const float (*p)[4], const bf16 *src, int lane) {
+    constexpr int LD = HS + 8;
 #pragma unroll
     for (int kk = 0; kk < NC / 16; kk++) {
         const uint32_t a[4] = {pack2(p[2 * kk][0], p[2 * kk][1]), pack2(p[2 * kk][2], p[2 * kk][3]),
                                pack2(p[2 * kk + 1][0], p[2 * kk + 1][1]), pack2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-        for (int dt = 0; dt < HS / 8; dt++) {
-            const bf16 *q = srcT + (dt * 8 + gq) * LDT + kk * 16 + 2 * tq;
-            mma(out[dt], a, ld32(q), ld32(q + 8));
+        for (int dt = 0; dt < HS / 8; dt += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, src, LD, kk * 16, dt * 8, lane);
+            mma(out[dt], a, b[0], b[1]);
+            mma(out[dt + 1], a, b[2], b[3]);
         }
     }
 }
@@ -154,14 +155,14 @@ __device__ __noinline__ uint32_t col_keep(const llm4d_dropout &dr, const geo &g,
 
 template <int HS>
 constexpr size_t fwd_smem() {
-    return (size_t)(2 * BR * (HS + 8) + HS * (BR + 8)) * sizeof(bf16);
+    return (size_t)(3 * BR * (HS + 8)) * sizeof(bf16);
 }
 
 template <int HS>
 __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *qkv, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ks = Qs + BR * LD, *Vt = Ks + BR * LD;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ks = Qs + BR * LD, *Vs = Ks + BR * LD;
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
     for (int k0 = 0; k0 <= last; k0 += BR) {
         __syncthreads(); // the previous tile is no longer read
         load_rows<HS, BR>(Ks, head + g.C, k0, g.T, g.C3);
-        load_rows_t<HS, BR>(Vt, head + 2 * g.C, k0, g.T, g.C3);
+        load_rows<HS, BR>(Vs, head + 2 * g.C, k0, g.T, g.C3);
         __syncthreads();
         float sc[BR / 8][4];
         mul_abt<HS, BR>(sc, qa, Ks, gq, tq);
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
                 if (dr.p > 0.0f) p = ((r ? keep1 : keep0) >> (2 * nt + (e & 1))) & 1u ? p * kscale : 0.0f;
                 sc[nt][e] = p;
             }
-        mul_pv<HS, BR>(o, sc, Vt, gq, tq);
+        mul_pv<HS, BR>(o, sc, Vs, lane);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
 // dQ: KW keys per tile (32 at HS 128, to keep the accumulators in registers)
 template <int HS, int KW>
 constexpr size_t dq_smem() {
-    return (size_t)(2 * BR * (HS + 8) + 2 * KW * (HS + 8) + HS * (KW + 8)) * sizeof(bf16);
+    return (size_t)(2 * BR * (HS + 8) + 2 * KW * (HS + 8)) * sizeof(bf16);
 }
 
 template <int HS, int KW>
@@ -258,7 +259,6 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ys = Qs + BR * LD, *Ks = Ys + BR * LD, *Vs = Ks + KW * LD;
-    bf16 *Kt = Vs + KW * LD;
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
@@ -290,7 +290,6 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
         __syncthreads();
         load_rows<HS, KW>(Ks, head + g.C, k0, g.T, g.C3);
         load_rows<HS, KW>(Vs, head + 2 * g.C, k0, g.T, g.C3);
-        load_rows_t<HS, KW>(Kt, head + g.C, k0, g.T, g.C3);
         __syncthreads();
         float sc[KW / 8][4], dp[KW / 8][4];
         mul_abt<HS, KW>(sc, qa, Ks, gq, tq); // S = Q K^T
@@ -314,7 +313,7 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
                 }
                 sc[nt][e] = ds;
             }
-        mul_pv<HS, KW>(dq, sc, Kt, gq, tq); // dQ += dS K
+        mul_pv<HS, KW>(dq, sc, Ks, lane); // dQ += dS K
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -331,7 +330,7 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
 // dK, dV: QW queries per tile (32 at HS 128)
 template <int HS, int QW>
 constexpr size_t dkdv_smem() {
-    return (size_t)(2 * BR * (HS + 8) + 2 * QW * (HS + 8) + 2 * HS * (QW + 8)) * sizeof(bf16) +
+    return (size_t)(2 * BR * (HS + 8) + 2 * QW * (HS + 8)) * sizeof(bf16) +
            2 * QW * sizeof(float);
 }
 
@@ -341,8 +340,7 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Kst = reinterpret_cast<bf16 *>(smem), *Vst = Kst + BR * LD, *Qs = Vst + BR * LD, *Ys = Qs + QW * LD;
-    bf16 *Qt = Ys + QW * LD, *Yt = Qt + HS * (QW + 8);
-    float *ls = reinterpret_cast<float *>(Yt + HS * (QW + 8)), *Ds = ls + QW;
+    float *ls = reinterpret_cast<float *>(Ys + QW * LD), *Ds = ls + QW;
     const int kb = blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int k0 = kb * BR;
@@ -365,8 +363,6 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
         __syncthreads();
         load_rows<HS, QW>(Qs, head, q0, g.T, g.C3);
         load_rows<HS, QW>(Ys, yhead, q0, g.T, g.C);
-        load_rows_t<HS, QW>(Qt, head, q0, g.T, g.C3);
-        load_rows_t<HS, QW>(Yt, yhead, q0, g.T, g.C);
         for (int i = threadIdx.x; i < QW; i += NT) {
             const int t = q0 + i;
             ls[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
@@ -392,8 +388,8 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
                 dpt[nt][e] = p; /* P~, in the registers dP~ no longer needs */
                 st[nt][e] = ds;
             }
-        mul_pv<HS, QW>(dv, dpt, Yt, gq, tq); // dV += P~^T dout
-        mul_pv<HS, QW>(dk, st, Qt, gq, tq); // dK += dS^T Q
+        mul_pv<HS, QW>(dv, dpt, Ys, lane); // dV += P~^T dout
+        mul_pv<HS, QW>(dk, st, Qs, lane);  // dK += dS^T Q
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

@@ -3,8 +3,8 @@
 // stats[0..N) running max, stats[N..2N) sum of exp(logit - max), stats[2N..3N) the target's logit.
 //
 // A block per row: the row's maximum and its sum of exponentials are reductions over thousands of columns, done by
-// the block in a fixed tree (every run the same bits); the per-thread sums are fp32 over ~200 terms, the tree in
-// double (the CPU sums fp32 blocks of 2048 in double). The backward writes every column of the part (padding
+// the block in a fixed tree (every run the same bits) after one read of the row; the per-thread sums are fp32 over
+// ~200 terms (an online softmax), the tree in double (the CPU sums fp32 blocks of 2048 in double). The backward writes every column of the part (padding
 // zero), and may write over the logits: each element is read and written by the same thread.
 #include <math.h>
 
@@ -21,17 +21,26 @@ __global__ void __launch_bounds__(kThreads) xent_forward_k(float *stats, const f
     __shared__ double shd[kThreads];
     const int n = blockIdx.x, real = llm4d_kidx_real_cols(Vl, v0, V);
     const float *l = logits + (size_t)n * Vl;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < real; j += kThreads) mx = fmaxf(mx, l[j]);
-    mx = block_max(mx, shf);
+    // one read of the row: each thread keeps its own running max and sum (an online softmax), the block then brings
+    // the sums to the row's max (a row is ~200 KB at GPT-2's vocabulary, so a second pass would read it from memory)
+    float tm = -INFINITY, ts = 0.0f;
+    for (int j = threadIdx.x; j < real; j += kThreads) {
+        const float v = l[j];
+        if (v > tm) {
+            ts = ts * expf(tm - v) + 1.0f;
+            tm = v;
+        } else {
+            ts += expf(v - tm);
+        }
+    }
+    const float mx = block_max(tm, shf);
     float m0 = 0.0f, s0 = 0.0f, mref = mx;
     if (merge) { // the running statistics and this part's, combined at the larger max (an online softmax)
         m0 = stats[n];
         s0 = stats[N + n];
         mref = m0 > mx ? m0 : mx;
     }
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < real; j += kThreads) s += expf(l[j] - mref);
+    const float s = ts > 0.0f ? ts * expf(tm - mref) : 0.0f;
     const double sum = block_sum((double)s, shd);
     if (threadIdx.x != 0) return;
     const int y = targets[n] - v0;
