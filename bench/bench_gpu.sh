@@ -5,6 +5,7 @@
 #   MFU        model FLOPs per token (llm4d's count: 6 x matmul params + 12 x layers x T x hidden, the same for both)
 #              x tokens/s over the GPU's dense bf16 peak from its datasheet (PEAK_TFLOPS, 989 for H100/H200 SXM);
 #              llm4d's own mfu field (over the cuBLASLt bf16 peak it measures at start-up) beside it
+#   by method:  the same timers by the backend method (function and line) that launched the kernels
 #   where the step goes: llm4d's backend timers (metrics.jsonl work_s: CUDA events around its kernels), as shares of
 #              the step: GEMMs (linear layers, LM head), attention, optimizer, loss, operand conversions, the rest of
 #              the kernels, and what the GPU did not account for (host work and launch gaps: "other")
@@ -44,6 +45,7 @@ grep -m1 "cuBLASLt on GPU" "$tmp/probe.log" | sed 's/.* - /llm4d: /'
 ours() { # B -> "step_s flops_per_token mfu_measured"; the timers' shares to $tmp/work_B.json
   local B=$1
   rm -rf "$tmp/out"
+  LLM4D_CUDA_SITES="$tmp/sites_$B.tsv" \
   "$LLM4D" train "${common[@]}" --micro_batch_size "$B" --global_batch_size "$B" --max_steps $((STEPS + 2)) \
     --output_dir "$tmp/out" >"$tmp/llm4d_$B.log" 2>&1 || { echo "llm4d B=$B failed:" >&2; tail -20 "$tmp/llm4d_$B.log" >&2; echo "0 0 0"; return; }
   "$PY" - "$tmp/out/metrics.jsonl" "$tmp/work_$B.json" <<'PY'
@@ -111,5 +113,18 @@ for r in rows:
     print("%-6s " % B + " ".join("%10.1f%%" % (100 * w.get(n, 0)) for n in names) +
           " %10.1f%%" % (100 * max(0.0, 1 - sum(w.values()))))
 PY
-[ -n "${BENCH_LOGS:-}" ] && mkdir -p "$BENCH_LOGS" && cp "$tmp"/*.log "$BENCH_LOGS"/
+"$PY" - "$tmp" <<'PY'
+import glob, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "sites_*.tsv"))):
+    rows = [l.rstrip("\n").split("\t") for l in open(f)][1:]
+    tot = sum(float(r[2]) for r in rows)
+    if not tot:
+        continue
+    print()
+    print("llm4d's GPU time by backend method (B=%s, every step; LLM4D_CUDA_SITES), the largest first" %
+          os.path.basename(f)[6:-4])
+    for r in sorted(rows, key=lambda r: -float(r[2]))[:18]:
+        print("  %-36s %-13s %6.1f%% %9.4f s %7s calls" % (r[0], r[1], 100 * float(r[2]) / tot, float(r[2]), r[3]))
+PY
+[ -n "${BENCH_LOGS:-}" ] && mkdir -p "$BENCH_LOGS" && cp "$tmp"/*.log "$tmp"/sites_*.tsv "$BENCH_LOGS"/ 2>/dev/null
 exit 0

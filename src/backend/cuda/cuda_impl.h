@@ -98,7 +98,11 @@ llm4d_cuda_fmt llm4d_cuda_fmt_of(llm4d_precision p);
 /* cuda_timers.c: time the launches between begin and end on the compute stream as kind k (backend.h llm4d_work). */
 cuda_timers *llm4d_cuda_timers_create(void);
 void llm4d_cuda_timers_destroy(cuda_timers *t);
-int llm4d_cuda_work_begin(cuda_ctx *cx, int kind);
+/* Each stretch is also counted by where it began (function and line): with LLM4D_CUDA_SITES=FILE in the environment
+ * the backend writes that table to FILE when it is destroyed (a diagnostic for bench/bench_gpu.sh: which method's
+ * kernels take the step, where no profiler is installed). */
+int llm4d_cuda_work_begin_at(cuda_ctx *cx, int kind, const char *func, int line);
+#define llm4d_cuda_work_begin(cx, kind) llm4d_cuda_work_begin_at((cx), (kind), __func__, __LINE__)
 void llm4d_cuda_work_end(cuda_ctx *cx, int mark);
 /* seconds and calls per kind so far (synchronises the compute stream) */
 void llm4d_cuda_timers_read(cuda_ctx *cx, double *seconds, double *calls);

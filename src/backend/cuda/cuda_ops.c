@@ -142,15 +142,14 @@ static void cu_attention_forward(llm4d_backend *be, float *out, float *lse, cons
     cuda_ctx *cx = cctx(be);
     const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS;
     LLM4D_ASSERT(llm4d_k_attn_simt_ok(s.HS), "cuda: attention head size %d is beyond the kernels' 256", s.HS);
-    TIMED(be, LLM4D_WORK_ATTN, {
-        if (use_mma(cx, s.HS)) {
-            void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2);
-            llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE);
-            llm4d_k_attn_forward_mma(cstream(be), out, lse, q16, s, drop_of(drop));
-        } else {
-            llm4d_k_attn_forward_simt(cstream(be), out, lse, qkv, s, drop_of(drop), cx->fmt);
-        }
-    });
+    if (use_mma(cx, s.HS)) { /* two stretches, so the sites table tells the conversion from the kernel */
+        void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2);
+        TIMED(be, LLM4D_WORK_ATTN, llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE));
+        TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_forward_mma(cstream(be), out, lse, q16, s, drop_of(drop)));
+    } else {
+        TIMED(be, LLM4D_WORK_ATTN,
+              llm4d_k_attn_forward_simt(cstream(be), out, lse, qkv, s, drop_of(drop), cx->fmt));
+    }
 }
 
 static void cu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
@@ -158,17 +157,18 @@ static void cu_attention_backward(llm4d_backend *be, float *dqkv, const float *d
     cuda_ctx *cx = cctx(be);
     const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
     float *D = llm4d_cuda_ws(cx, WS_PART, (size_t)s.B * s.NH * s.T * sizeof(float));
-    TIMED(be, LLM4D_WORK_ATTN, {
-        llm4d_k_attn_rowdot(cstream(be), D, dout, out, s);
-        if (use_mma(cx, s.HS)) {
-            void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2), *d16 = llm4d_cuda_ws(cx, WS_OP1, nout * 2);
+    TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_rowdot(cstream(be), D, dout, out, s));
+    if (use_mma(cx, s.HS)) {
+        void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2), *d16 = llm4d_cuda_ws(cx, WS_OP1, nout * 2);
+        TIMED(be, LLM4D_WORK_ATTN, {
             llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE);
             llm4d_k_convert(cstream(be), d16, LLM4D_CUDA_BF16, dout, nout, LLM4D_ACT_NONE);
-            llm4d_k_attn_backward_mma(cstream(be), dqkv, d16, q16, lse, D, s, drop_of(drop));
-        } else {
-            llm4d_k_attn_backward_simt(cstream(be), dqkv, dout, out, qkv, lse, D, s, drop_of(drop), cx->fmt);
-        }
-    });
+        });
+        TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_backward_mma(cstream(be), dqkv, d16, q16, lse, D, s, drop_of(drop)));
+    } else {
+        TIMED(be, LLM4D_WORK_ATTN,
+              llm4d_k_attn_backward_simt(cstream(be), dqkv, dout, out, qkv, lse, D, s, drop_of(drop), cx->fmt));
+    }
 }
 
 static void cu_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,

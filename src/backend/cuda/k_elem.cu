@@ -151,6 +151,67 @@ __global__ void layernorm_backward_dx_k(float *dinp, const float *dout, const fl
     for (int c = lane; c < C; c += 32) dx[c] += r * (dy[c] * w[c] - a - (x[c] - m) * r * bs);
 }
 
+// The two LayerNorm row kernels four columns a lane (C % 4 == 0, rows 16-byte aligned): the same formulas, each
+// lane's partial sums taken over its float4s in order (so other bits than the scalar forms, the same every run).
+__global__ void layernorm_forward4_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C) {
+    const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, C4 = C / 4;
+    if (row >= N) return;
+    const float4 *x = reinterpret_cast<const float4 *>(inp + (size_t)row * C);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w), *b4 = reinterpret_cast<const float4 *>(b);
+    float s = 0.0f;
+    for (int c = lane; c < C4; c += 32) {
+        const float4 v = x[c];
+        s += v.x + v.y + v.z + v.w;
+    }
+    const float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C4; c += 32) {
+        const float4 u = x[c];
+        v += (u.x - m) * (u.x - m) + (u.y - m) * (u.y - m) + (u.z - m) * (u.z - m) + (u.w - m) * (u.w - m);
+    }
+    const float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float4 *o = reinterpret_cast<float4 *>(out + (size_t)row * C);
+    for (int c = lane; c < C4; c += 32) {
+        const float4 u = x[c], ww = w4[c], bb = b4[c];
+        o[c] = make_float4((u.x - m) * r * ww.x + bb.x, (u.y - m) * r * ww.y + bb.y, (u.z - m) * r * ww.z + bb.z,
+                           (u.w - m) * r * ww.w + bb.w);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+__global__ void layernorm_backward_dx4_k(float *dinp, const float *dout, const float *inp, const float *w,
+                                         const float *mean, const float *rstd, int N, int C) {
+    const int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x & 31, C4 = C / 4;
+    if (row >= N) return;
+    const float4 *x = reinterpret_cast<const float4 *>(inp + (size_t)row * C);
+    const float4 *dy = reinterpret_cast<const float4 *>(dout + (size_t)row * C);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    const float m = mean[row], r = rstd[row];
+    float a = 0.0f, bs = 0.0f;
+    for (int c = lane; c < C4; c += 32) {
+        const float4 g = dy[c], ww = w4[c], u = x[c];
+        const float d0 = g.x * ww.x, d1 = g.y * ww.y, d2 = g.z * ww.z, d3 = g.w * ww.w;
+        a += d0 + d1 + d2 + d3;
+        bs += d0 * (u.x - m) * r + d1 * (u.y - m) * r + d2 * (u.z - m) * r + d3 * (u.w - m) * r;
+    }
+    a = warp_sum(a) / C;
+    bs = warp_sum(bs) / C;
+    float4 *dx = reinterpret_cast<float4 *>(dinp + (size_t)row * C);
+    for (int c = lane; c < C4; c += 32) {
+        const float4 g = dy[c], ww = w4[c], u = x[c];
+        float4 o = dx[c];
+        o.x += r * (g.x * ww.x - a - (u.x - m) * r * bs);
+        o.y += r * (g.y * ww.y - a - (u.y - m) * r * bs);
+        o.z += r * (g.z * ww.z - a - (u.z - m) * r * bs);
+        o.w += r * (g.w * ww.w - a - (u.w - m) * r * bs);
+        dx[c] = o;
+    }
+}
+
 // the chunks' dw and db sums: part[k, c] and part[nchunks + k, c]
 __global__ void layernorm_backward_part_k(float *part, const float *dout, const float *inp, const float *mean,
                                           const float *rstd, int N, int C) {
@@ -211,6 +272,62 @@ __global__ void add_k(float *dst, const float *src, size_t n) {
 __global__ void scale_k(float *x, float f, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] *= f;
+}
+
+// Four-wide forms of the streaming kernels (16-byte loads and stores), taken when every pointer is 16-byte aligned
+// and the length a multiple of 4: the activations' element-wise passes are bound by memory, and a scalar fp32 load
+// a thread leaves the H100's memory system half used. Each computes exactly what its scalar form computes.
+static inline bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+__global__ void gelu_backward4_k(float4 *dinp, const float4 *inp, const float4 *dout, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 x = inp[i], g = dout[i];
+        dinp[i] = make_float4(gelu_grad(x.x) * g.x, gelu_grad(x.y) * g.y, gelu_grad(x.z) * g.z, gelu_grad(x.w) * g.w);
+    }
+}
+
+__global__ void add4_k(float4 *dst, const float4 *src, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        float4 a = dst[i];
+        const float4 b = src[i];
+        a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+        dst[i] = a;
+    }
+}
+
+// dropout_k's four elements of a group as one vector (C % 4 == 0: the group is in one row, one Philox block)
+template <int MODE>
+__global__ void dropout4_k(float4 *a, float4 *b, const float4 *c, const float4 *d, int N, int C, llm4d_dropout dr) {
+    const size_t groups = (size_t)N * C / 4;
+    for (size_t gi = blockIdx.x * (size_t)blockDim.x + threadIdx.x; gi < groups; gi += (size_t)gridDim.x * blockDim.x) {
+        float m[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if (dr.p > 0.0f) {
+            llm4d_kidx_words wc;
+            wc.valid = 0;
+            const size_t i0 = 4 * gi;
+            const int64_t n = (int64_t)(i0 / C);
+            const int c0 = (int)(i0 % C);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                m[k] = llm4d_kidx_mult(&wc, dr.seed, dr.stream, dr.p,
+                                       llm4d_kidx_act_pos(dr.sample_ids, dr.T, dr.tok0, n, C, c0 + k));
+        }
+        const float4 x = c[gi];
+        const float4 xm = make_float4(x.x * m[0], x.y * m[1], x.z * m[2], x.w * m[3]);
+        if (MODE == 0) {
+            a[gi] = xm;
+        } else if (MODE == 1) {
+            float4 y = a[gi];
+            y.x += xm.x, y.y += xm.y, y.z += xm.z, y.w += xm.w;
+            a[gi] = y;
+        } else if (MODE == 2) {
+            const float4 r = x, y = d[gi];
+            a[gi] = make_float4(r.x + y.x * m[0], r.y + y.y * m[1], r.z + y.z * m[2], r.w + y.w * m[3]);
+        } else {
+            a[gi] = x;
+            b[gi] = xm;
+        }
+    }
 }
 
 __global__ void convert_k(void *dst, int fmt, const float *src, size_t n, int act) {
@@ -298,15 +415,21 @@ void llm4d_k_colsum_final(cudaStream_t s, float *db, const float *part, int nchu
 void llm4d_k_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp, const float *w,
                                const float *b, int N, int C) {
     if (N <= 0) return;
-    layernorm_forward_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, kThreads, 0, s>>>(out, mean, rstd, inp, w, b, N,
-                                                                                      C);
+    const unsigned g = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    if (C % 4 == 0 && al16(out) && al16(inp) && al16(w) && al16(b))
+        layernorm_forward4_k<<<g, kThreads, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    else
+        layernorm_forward_k<<<g, kThreads, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
 }
 
 void llm4d_k_layernorm_backward(cudaStream_t s, float *dinp, float *part, const float *dout, const float *inp,
                                 const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0) return;
-    layernorm_backward_dx_k<<<(N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, kThreads, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                                          rstd, N, C);
+    const unsigned g = (N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    if (C % 4 == 0 && al16(dinp) && al16(dout) && al16(inp) && al16(w))
+        layernorm_backward_dx4_k<<<g, kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    else
+        layernorm_backward_dx_k<<<g, kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     const dim3 grid((N + LLM4D_CUDA_COL_ROWS - 1) / LLM4D_CUDA_COL_ROWS, (C + kThreads - 1) / kThreads);
     layernorm_backward_part_k<<<grid, kThreads, 0, s>>>(part, dout, inp, mean, rstd, N, C);
 }
@@ -316,7 +439,13 @@ void llm4d_k_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n
 }
 
 void llm4d_k_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n) {
-    if (n) gelu_backward_k<<<grid_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+    if (!n) return;
+    if (n % 4 == 0 && al16(dinp) && al16(inp) && al16(dout))
+        gelu_backward4_k<<<grid_for(n / 4), kThreads, 0, s>>>(reinterpret_cast<float4 *>(dinp),
+                                                               reinterpret_cast<const float4 *>(inp),
+                                                               reinterpret_cast<const float4 *>(dout), n / 4);
+    else
+        gelu_backward_k<<<grid_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
 }
 
 void llm4d_k_dropout(cudaStream_t s, int mode, float *a, float *b, const float *c, const float *d, int N, int C,
@@ -324,6 +453,17 @@ void llm4d_k_dropout(cudaStream_t s, int mode, float *a, float *b, const float *
     const size_t total = (size_t)N * C;
     if (!total) return;
     const unsigned g = grid_for((total + 3) / 4);
+    if (C % 4 == 0 && al16(a) && al16(b) && al16(c) && al16(d)) {
+        float4 *a4 = reinterpret_cast<float4 *>(a), *b4 = reinterpret_cast<float4 *>(b);
+        const float4 *c4 = reinterpret_cast<const float4 *>(c), *d4 = reinterpret_cast<const float4 *>(d);
+        switch (mode) {
+        case 0: dropout4_k<0><<<g, kThreads, 0, s>>>(a4, b4, c4, d4, N, C, drop); break;
+        case 1: dropout4_k<1><<<g, kThreads, 0, s>>>(a4, b4, c4, d4, N, C, drop); break;
+        case 2: dropout4_k<2><<<g, kThreads, 0, s>>>(a4, b4, c4, d4, N, C, drop); break;
+        default: dropout4_k<3><<<g, kThreads, 0, s>>>(a4, b4, c4, d4, N, C, drop); break;
+        }
+        return;
+    }
     switch (mode) {
     case 0: dropout_k<0><<<g, kThreads, 0, s>>>(a, b, c, d, N, C, drop); break;
     case 1: dropout_k<1><<<g, kThreads, 0, s>>>(a, b, c, d, N, C, drop); break;
@@ -333,7 +473,12 @@ void llm4d_k_dropout(cudaStream_t s, int mode, float *a, float *b, const float *
 }
 
 void llm4d_k_add(cudaStream_t s, float *dst, const float *src, size_t n) {
-    if (n) add_k<<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
+    if (!n) return;
+    if (n % 4 == 0 && al16(dst) && al16(src))
+        add4_k<<<grid_for(n / 4), kThreads, 0, s>>>(reinterpret_cast<float4 *>(dst),
+                                                     reinterpret_cast<const float4 *>(src), n / 4);
+    else
+        add_k<<<grid_for(n), kThreads, 0, s>>>(dst, src, n);
 }
 
 void llm4d_k_scale(cudaStream_t s, float *x, float f, size_t n) {
