@@ -9,12 +9,14 @@
 // next product (P~ V in forward), and no score ever goes through shared memory.
 //
 // Forward: a block of 4 warps takes 64 query rows of one (batch row, head), 16 per warp; it walks the key tiles of
-// 64 up to the diagonal, S = Q K^T (Q in registers, K from shared memory), the running max and sum per row, P~ =
-// P x dropout in bf16, O += P~ V (V row-major in shared memory; ldmatrix .trans reads its B fragments). Out and the
-// log-sum-exp per row at the end. Backward is two kernels, so that no gradient needs atomics: dQ (query rows:
-// S, P, dP~ = dout V^T, dS, dQ += dS K) and dK/dV (key rows: S^T = K Q^T, dV += P~^T dout, dP~^T = V dout^T,
-// dK += dS^T Q). The probabilities and score gradients are rounded to bf16 before their products, as the CPU's bf16
-// attention rounds them. Q, K, V and dout arrive already in bf16 (llm4d_k_convert), in qkv's layout.
+// 64 up to the diagonal (each tile copied by cp.async while the one before is multiplied), S = Q K^T (Q in
+// registers, K from shared memory), the running max and sum per row, P~ = P x dropout in bf16, O += P~ V (V
+// row-major in shared memory; ldmatrix .trans reads its B fragments). Out and the log-sum-exp per row at the end.
+// Backward is two kernels, so that no gradient needs atomics: dQ (query rows: S, P, dP~ = dout V^T, dS,
+// dQ += dS K) and dK/dV (key rows: S^T = K Q^T, dV += P~^T dout, dP~^T = V dout^T, dK += dS^T Q), each
+// double-buffering its tiles as the forward does. The probabilities and score gradients are rounded to bf16
+// before their products, as the CPU's bf16 attention rounds them. Q, K, V and dout arrive already in bf16
+// (llm4d_k_convert), in qkv's layout.
 // Dropout: the word of core/rng.h's Philox at each probability's position (kidx.h), the CPU's mask.
 #include "backend/cuda/k_common.cuh"
 #include "backend/cuda/kidx.h"
@@ -61,6 +63,26 @@ __device__ void load_rows(bf16 *dst, const bf16 *head, int r0, int T, int C3) {
         if (t < T) x = *reinterpret_cast<const uint4 *>(head + (size_t)t * C3 + v * 8);
         *reinterpret_cast<uint4 *>(dst + r * LD + v * 8) = x;
     }
+}
+
+// The same rows copied by cp.async (16 bytes a lane, zero-filled past T): the next tile is on its way while the
+// current one is multiplied (two buffers). Completed by cp_wait, made visible to the block by __syncthreads.
+template <int HS, int ROWS>
+__device__ void load_rows_async(bf16 *dst, const bf16 *head, int r0, int T, int C3) {
+    constexpr int VPR = HS / 8, LD = HS + 8;
+    for (int e = threadIdx.x; e < ROWS * VPR; e += NT) {
+        const int r = e / VPR, v = e % VPR, t = r0 + r;
+        const bf16 *src = t < T ? head + (size_t)t * C3 + v * 8 : head; // a valid address; nothing read past T
+        const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * LD + v * 8));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(t < T ? 16 : 0)
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // B fragments for two 8-column tiles of a row-major tile src[k][n] (rows LD apart): ldmatrix .trans hands lane l,
@@ -155,14 +177,14 @@ __device__ __noinline__ uint32_t col_keep(const llm4d_dropout &dr, const geo &g,
 
 template <int HS>
 constexpr size_t fwd_smem() {
-    return (size_t)(3 * BR * (HS + 8)) * sizeof(bf16);
+    return (size_t)(5 * BR * (HS + 8)) * sizeof(bf16); // Q, and K and V twice
 }
 
 template <int HS>
 __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *qkv, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ks = Qs + BR * LD, *Vs = Ks + BR * LD;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *KV = Qs + BR * LD; // KV: buffer i's K at 2 i, its V at 2 i + 1
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
@@ -184,10 +206,20 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
             if (rows[r] < g.T) rowpos[r] = llm4d_kidx_att_row(dr.sample_ids[b], g.NHt, g.head0, h, g.T, rows[r]);
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f; /* a kept probability's multiplier */
     const int last = min(g.T - 1, q0 + BR - 1);
-    for (int k0 = 0; k0 <= last; k0 += BR) {
-        __syncthreads(); // the previous tile is no longer read
-        load_rows<HS, BR>(Ks, head + g.C, k0, g.T, g.C3);
-        load_rows<HS, BR>(Vs, head + 2 * g.C, k0, g.T, g.C3);
+    load_rows_async<HS, BR>(KV, head + g.C, 0, g.T, g.C3);
+    load_rows_async<HS, BR>(KV + BR * LD, head + 2 * g.C, 0, g.T, g.C3);
+    cp_commit();
+    for (int k0 = 0, it = 0; k0 <= last; k0 += BR, it++) {
+        const bf16 *Ks = KV + (2 * (it & 1)) * BR * LD, *Vs = Ks + BR * LD;
+        if (k0 + BR <= last) { // the next tile into the other buffer (read last in the previous round)
+            bf16 *nk = KV + (2 * ((it + 1) & 1)) * BR * LD;
+            load_rows_async<HS, BR>(nk, head + g.C, k0 + BR, g.T, g.C3);
+            load_rows_async<HS, BR>(nk + BR * LD, head + 2 * g.C, k0 + BR, g.T, g.C3);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
         float sc[BR / 8][4];
         mul_abt<HS, BR>(sc, qa, Ks, gq, tq);
@@ -230,6 +262,7 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
                 sc[nt][e] = p;
             }
         mul_pv<HS, BR>(o, sc, Vs, lane);
+        __syncthreads(); // this buffer is no longer read: the next round may fill it
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -250,7 +283,7 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
 // dQ: KW keys per tile (32 at HS 128, to keep the accumulators in registers)
 template <int HS, int KW>
 constexpr size_t dq_smem() {
-    return (size_t)(2 * BR * (HS + 8) + 2 * KW * (HS + 8)) * sizeof(bf16);
+    return (size_t)(2 * BR * (HS + 8) + 4 * KW * (HS + 8)) * sizeof(bf16); // Q, dout; K and V twice
 }
 
 template <int HS, int KW>
@@ -258,7 +291,7 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
                                            const float *D, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ys = Qs + BR * LD, *Ks = Ys + BR * LD, *Vs = Ks + KW * LD;
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem), *Ys = Qs + BR * LD, *KV = Ys + BR * LD;
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
@@ -286,10 +319,20 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
     for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f;
     const int last = min(g.T - 1, q0 + BR - 1);
-    for (int k0 = 0; k0 <= last; k0 += KW) {
-        __syncthreads();
-        load_rows<HS, KW>(Ks, head + g.C, k0, g.T, g.C3);
-        load_rows<HS, KW>(Vs, head + 2 * g.C, k0, g.T, g.C3);
+    load_rows_async<HS, KW>(KV, head + g.C, 0, g.T, g.C3);
+    load_rows_async<HS, KW>(KV + KW * LD, head + 2 * g.C, 0, g.T, g.C3);
+    cp_commit();
+    for (int k0 = 0, it = 0; k0 <= last; k0 += KW, it++) {
+        const bf16 *Ks = KV + (2 * (it & 1)) * KW * LD, *Vs = Ks + KW * LD;
+        if (k0 + KW <= last) {
+            bf16 *nk = KV + (2 * ((it + 1) & 1)) * KW * LD;
+            load_rows_async<HS, KW>(nk, head + g.C, k0 + KW, g.T, g.C3);
+            load_rows_async<HS, KW>(nk + KW * LD, head + 2 * g.C, k0 + KW, g.T, g.C3);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
         float sc[KW / 8][4], dp[KW / 8][4];
         mul_abt<HS, KW>(sc, qa, Ks, gq, tq); // S = Q K^T
@@ -314,6 +357,7 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
                 sc[nt][e] = ds;
             }
         mul_pv<HS, KW>(dq, sc, Ks, lane); // dQ += dS K
+        __syncthreads();
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -330,8 +374,8 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
 // dK, dV: QW queries per tile (32 at HS 128)
 template <int HS, int QW>
 constexpr size_t dkdv_smem() {
-    return (size_t)(2 * BR * (HS + 8) + 2 * QW * (HS + 8)) * sizeof(bf16) +
-           2 * QW * sizeof(float);
+    return (size_t)(2 * BR * (HS + 8) + 4 * QW * (HS + 8)) * sizeof(bf16) + // K, V; Q and dout twice
+           4 * QW * sizeof(float);
 }
 
 template <int HS, int QW>
@@ -339,8 +383,8 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
                                              const float *D, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *Kst = reinterpret_cast<bf16 *>(smem), *Vst = Kst + BR * LD, *Qs = Vst + BR * LD, *Ys = Qs + QW * LD;
-    float *ls = reinterpret_cast<float *>(Ys + QW * LD), *Ds = ls + QW;
+    bf16 *Kst = reinterpret_cast<bf16 *>(smem), *Vst = Kst + BR * LD, *QY = Vst + BR * LD; // buffer i: Q, dout
+    float *rowt = reinterpret_cast<float *>(QY + 4 * QW * LD);                              // buffer i: lse, D
     const int kb = blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int k0 = kb * BR;
@@ -359,14 +403,28 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
     for (int dt = 0; dt < DT; dt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
-    for (int q0 = k0; q0 < g.T; q0 += QW) {
-        __syncthreads();
-        load_rows<HS, QW>(Qs, head, q0, g.T, g.C3);
-        load_rows<HS, QW>(Ys, yhead, q0, g.T, g.C);
+    // tile loads: Q and dout by cp.async, the row terms by the threads (a few hundred bytes)
+    auto issue = [&](int q, int buf) {
+        bf16 *qs = QY + 2 * buf * QW * LD;
+        load_rows_async<HS, QW>(qs, head, q, g.T, g.C3);
+        load_rows_async<HS, QW>(qs + QW * LD, yhead, q, g.T, g.C);
+        cp_commit();
+        float *l2 = rowt + 2 * buf * QW;
         for (int i = threadIdx.x; i < QW; i += NT) {
-            const int t = q0 + i;
-            ls[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
-            Ds[i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
+            const int t = q + i;
+            l2[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
+            l2[QW + i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
+        }
+    };
+    issue(k0, 0);
+    for (int q0 = k0, it = 0; q0 < g.T; q0 += QW, it++) {
+        const bf16 *Qs = QY + 2 * (it & 1) * QW * LD, *Ys = Qs + QW * LD;
+        const float *ls = rowt + 2 * (it & 1) * QW, *Ds = ls + QW;
+        if (q0 + QW < g.T) {
+            issue(q0 + QW, (it + 1) & 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
         }
         __syncthreads();
         float st[QW / 8][4], dpt[QW / 8][4];
@@ -390,6 +448,7 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
             }
         mul_pv<HS, QW>(dv, dpt, Ys, lane); // dV += P~^T dout
         mul_pv<HS, QW>(dk, st, Qs, lane);  // dK += dS^T Q
+        __syncthreads();
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

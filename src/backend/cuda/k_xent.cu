@@ -4,8 +4,9 @@
 //
 // A block per row: the row's maximum and its sum of exponentials are reductions over thousands of columns, done by
 // the block in a fixed tree (every run the same bits) after one read of the row; the per-thread sums are fp32 over
-// ~200 terms (an online softmax), the tree in double (the CPU sums fp32 blocks of 2048 in double). The backward writes every column of the part (padding
-// zero), and may write over the logits: each element is read and written by the same thread.
+// ~200 terms (an online softmax), the tree in double (the CPU sums fp32 blocks of 2048 in double). The backward
+// writes every column of the part (padding zero), and may write over the logits: each element is read and written
+// by the same thread.
 #include <math.h>
 
 #include "backend/cuda/k_common.cuh"
