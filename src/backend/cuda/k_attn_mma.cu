@@ -85,6 +85,26 @@ __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The K and V tiles of keys [k, k + ROWS) into buf (K) and buf + ROWS (HS + 8) (V), as one cp.async group.
+template <int HS, int ROWS>
+__device__ __forceinline__ void kv_issue(bf16 *buf, const bf16 *head, const geo g, int k) {
+    load_rows_async<HS, ROWS>(buf, head + g.C, k, g.T, g.C3);
+    load_rows_async<HS, ROWS>(buf + ROWS * (HS + 8), head + 2 * g.C, k, g.T, g.C3);
+    cp_commit();
+}
+
+// Round `it` of a walk over key tiles from 0 to `last` (tile it in buffer it & 1 of KV): the next tile into the other
+// buffer (read last in the previous round, which ended with __syncthreads), then wait for this round's.
+template <int HS, int ROWS>
+__device__ __forceinline__ void kv_next(bf16 *KV, const bf16 *head, const geo g, int k0, int last, int it) {
+    if (k0 + ROWS <= last) {
+        kv_issue<HS, ROWS>(KV + 2 * ((it + 1) & 1) * ROWS * (HS + 8), head, g, k0 + ROWS);
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
+}
+
 // B fragments for two 8-column tiles of a row-major tile src[k][n] (rows LD apart): ldmatrix .trans hands lane l,
 // of each 8 x 8 matrix, column l/4 at rows 2 (l%4) and 2 (l%4) + 1, which is mma's B fragment of B[k][n] = src[k][n].
 // Lanes 0-15 address rows k0 .. k0 + 15 at column n0, lanes 16-31 the same rows at n0 + 8: b[0..1] are n-tile n0,
@@ -206,20 +226,10 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
             if (rows[r] < g.T) rowpos[r] = llm4d_kidx_att_row(dr.sample_ids[b], g.NHt, g.head0, h, g.T, rows[r]);
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f; /* a kept probability's multiplier */
     const int last = min(g.T - 1, q0 + BR - 1);
-    load_rows_async<HS, BR>(KV, head + g.C, 0, g.T, g.C3);
-    load_rows_async<HS, BR>(KV + BR * LD, head + 2 * g.C, 0, g.T, g.C3);
-    cp_commit();
+    kv_issue<HS, BR>(KV, head, g, 0);
     for (int k0 = 0, it = 0; k0 <= last; k0 += BR, it++) {
         const bf16 *Ks = KV + (2 * (it & 1)) * BR * LD, *Vs = Ks + BR * LD;
-        if (k0 + BR <= last) { // the next tile into the other buffer (read last in the previous round)
-            bf16 *nk = KV + (2 * ((it + 1) & 1)) * BR * LD;
-            load_rows_async<HS, BR>(nk, head + g.C, k0 + BR, g.T, g.C3);
-            load_rows_async<HS, BR>(nk + BR * LD, head + 2 * g.C, k0 + BR, g.T, g.C3);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        kv_next<HS, BR>(KV, head, g, k0, last, it);
         __syncthreads();
         float sc[BR / 8][4];
         mul_abt<HS, BR>(sc, qa, Ks, gq, tq);
@@ -319,20 +329,10 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
     for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f;
     const int last = min(g.T - 1, q0 + BR - 1);
-    load_rows_async<HS, KW>(KV, head + g.C, 0, g.T, g.C3);
-    load_rows_async<HS, KW>(KV + KW * LD, head + 2 * g.C, 0, g.T, g.C3);
-    cp_commit();
+    kv_issue<HS, KW>(KV, head, g, 0);
     for (int k0 = 0, it = 0; k0 <= last; k0 += KW, it++) {
         const bf16 *Ks = KV + (2 * (it & 1)) * KW * LD, *Vs = Ks + KW * LD;
-        if (k0 + KW <= last) {
-            bf16 *nk = KV + (2 * ((it + 1) & 1)) * KW * LD;
-            load_rows_async<HS, KW>(nk, head + g.C, k0 + KW, g.T, g.C3);
-            load_rows_async<HS, KW>(nk + KW * LD, head + 2 * g.C, k0 + KW, g.T, g.C3);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        kv_next<HS, KW>(KV, head, g, k0, last, it);
         __syncthreads();
         float sc[KW / 8][4], dp[KW / 8][4];
         mul_abt<HS, KW>(sc, qa, Ks, gq, tq); // S = Q K^T
