@@ -191,9 +191,8 @@ static int step(shm_op *op, int on_main) {
         const size_t lo = fused_piece(op, chunk, r, &plen);
         const void *in[LLM4D_SHM_MAX_RANKS];
         for (int j = 0; j < n; j++) in[j] = j == r ? op->send + (op->off + lo) * esz : slot(g, j, op->parity) + lo * esz;
-        char *sum = slot(g, r, op->parity) + lo * esz;
-        llm4d_shm_sum(sum, in, n, plen, op->dt, th);
-        llm4d_shm_copy(op->recv + (op->off + lo) * esz, sum, plen * esz, th);
+        /* the sums into the slot (for the peers) and the buffer in one pass */
+        llm4d_shm_sum2(slot(g, r, op->parity) + lo * esz, op->recv + (op->off + lo) * esz, in, n, plen, op->dt, th);
         publish(g);
         op->target = g->phase;
         op->state = S_AR_OUT;

@@ -27,8 +27,9 @@
  *                   slice is summed once, by its owner). Small buffers (<= 16 KiB) take one phase instead: each rank
  *                   copies the whole buffer in and sums every element itself, in the same rank order.
  * So the results are the plain sum in rank order, bit for bit, whatever the chunking. Memory traffic per rank for an
- * all-reduce of B bytes: reads (2 + (n-1)/n) B and writes 2 B (copies in and out of both halves, the sum's reads),
- * with the chunk just written by one core read by the others while it is still in the caches.
+ * all-reduce of B bytes on one host: reads (1 + 2 (n-1)/n) B and writes 2 B (the peers' pieces copied in, the own
+ * piece's n inputs read and its sum written to the slot and to the buffer in the same pass, the peers' sums copied
+ * out), with the chunk just written by one core read by the others while it is still in the caches.
  *
  * Across hosts (a group whose ranks are on H > 1 hosts, the same number on each): the all-reduce is hierarchical.
  * The host's ranks reduce-scatter through the segment, rank r of each host all-reduces its slice with rank r of every

@@ -16,6 +16,10 @@
 /* out[i] = in[0][i] + ... + in[n-1][i] for i < len (elements of dt: F32 or BF16). out may be one of the inputs.
  * threads > 1: split over that many OpenMP threads (the caller is outside any parallel region). */
 void llm4d_shm_sum(void *out, const void *const *in, int n, size_t len, llm4d_comm_dtype dt, int threads);
+/* The same sums written to out and to out2 (either may be one of the inputs, at the same offset): an all-reduce's
+ * own piece goes to the segment, for the peers, and to the caller's buffer in one pass instead of a sum and a copy. */
+void llm4d_shm_sum2(void *out, void *out2, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
+                    int threads);
 /* memcpy, split over threads the same way. */
 void llm4d_shm_copy(void *dst, const void *src, size_t bytes, int threads);
 
