@@ -244,5 +244,10 @@ int main(void) {
     test_gemm(llm4d_amx_gemm, "AMX GEMM", 300, 330, 800); /* several blocks of C and of K */
     test_threads(300, 330, 800);
     test_threads(1000, 96, 64);
+    /* K long against the output (the LM head's input gradient): one block of C per thread, cut along its larger
+     * side (cpu_amx.c blocking); the last also halves its blocks to keep C in L2 */
+    test_gemm(llm4d_amx_gemm, "AMX GEMM", 70, 100, 2100);
+    test_threads(100, 90, 3000);
+    test_threads(1024, 416, 16400);
     return check_summary();
 }

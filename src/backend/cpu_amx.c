@@ -119,17 +119,40 @@ static void kernel_edge(float *c, int64_t ldc, int mr, int nr, const uint16_t *a
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The C blocks threads own. A block streams its rows of A and its columns of B over the whole of K, so where K is
+ * long against the output (the LM head's input gradient: 512 x 768 over K = 50304) the operands are read once per
+ * block: 12 blocks of 128 x 256 read 464 MB for a 40 GFLOP product. There each thread gets one block, the larger side
+ * cut in equal parts, kept under LONGK_C_BYTES so the block of C stays in L2 while the K blocks pass. Otherwise
+ * blocks of up to AMX_MC x AMX_NC, halved until every thread has several (load balance). The K order of every C
+ * element is the same either way: the blocking never changes a bit. */
+#define LONGK_C_BYTES ((int64_t)768 << 10)
+
+static void blocking(int64_t Mp, int64_t Np, int64_t K, int nth, int64_t *mcp, int64_t *ncp) {
+    int64_t mc = AMX_MC, nc = AMX_NC;
+    if (K >= 16 * (Mp > Np ? Mp : Np)) {
+        mc = Mp, nc = Np;
+        if (nc >= mc) nc = llm4d_amx_pad(cdiv(Np, nth), 32);
+        else mc = llm4d_amx_pad(cdiv(Mp, nth), 32);
+        while (mc * nc * (int64_t)sizeof(float) > LONGK_C_BYTES && (mc > 32 || nc > 32)) {
+            if (mc >= nc && mc > 32) mc = llm4d_amx_pad(mc / 2, 32);
+            else nc = llm4d_amx_pad(nc / 2, 32);
+        }
+    } else {
+        while (cdiv(Mp, mc) * cdiv(Np, nc) < 4 * (int64_t)nth && (mc > 32 || nc > 32)) {
+            if (mc >= nc && mc > 32) mc /= 2;
+            else nc /= 2;
+        }
+    }
+    *mcp = mc, *ncp = nc;
+}
+
 void llm4d_amx_gemm(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B, const float *bias, int M, int N,
                     int K, int accumulate) {
     if (M <= 0 || N <= 0) return;
     const int64_t Mp = llm4d_amx_pad(M, LLM4D_AMX_MB), Np = llm4d_amx_pad(N, LLM4D_AMX_MB);
     const int64_t KT = llm4d_amx_pad(K, LLM4D_AMX_KB) / LLM4D_AMX_KB; /* K tiles */
-    const int nth = omp_get_max_threads();
-    int64_t mc = AMX_MC, nc = AMX_NC;
-    while (cdiv(Mp, mc) * cdiv(Np, nc) < 4 * (int64_t)nth && (mc > 32 || nc > 32)) {
-        if (mc >= nc && mc > 32) mc /= 2;
-        else nc /= 2;
-    }
+    int64_t mc, nc;
+    blocking(Mp, Np, K, omp_get_max_threads(), &mc, &nc);
     const int64_t nbm = cdiv(Mp, mc), nbn = cdiv(Np, nc), nblocks = nbm * nbn;
     const int init0 = accumulate ? INIT_LOAD : bias ? INIT_BIAS : INIT_ZERO;
     if (K <= 0) { /* no products: C is the bias, or what it held */
