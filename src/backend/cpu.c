@@ -412,7 +412,9 @@ static int dinp_transposed(const cpu_ctx *cx, int N, int C, int OC) {
 
 /* wt[j, r] = w[r, j] for r < R, j < cols: w is R rows of row stride ld, wt cols rows of R floats */
 static void transpose_block(float *wt, const float *w, int R, int ld, int cols) {
+#ifdef __AVX__
     const int R8 = R & ~7, cols8 = cols & ~7;
+#endif
 #pragma omp parallel for schedule(static)
     for (int j0 = 0; j0 < cols; j0 += 8) {
         int r0 = 0;

@@ -7,6 +7,11 @@
 
 #include "core/bf16.h"
 
+/* The 64-byte vectors pass between static functions of this file only, never across an ABI boundary: GCC's note that
+ * their passing convention differs with AVX-512 on or off (an error under -Werror in a build without -march, such as
+ * CMake's Debug, where nothing is inlined) does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 typedef float v16f __attribute__((vector_size(64)));
 typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
