@@ -123,7 +123,37 @@ llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_e
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_pp_plan_keep_schedules(llm4d_pp_plan *p, llm4d_err *err) {
+    if (p->sched || p->P <= 1) return LLM4D_OK;
+    llm4d_pp_schedule *s = calloc((size_t)p->P, sizeof *s);
+    if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int st = 0; st < p->P; st++) {
+        llm4d_err why = {0};
+        const llm4d_code rc = llm4d_pp_schedule_build(&s[st], p->runs->kind, p->P, p->V, p->M, st, &why);
+        if (rc != LLM4D_OK) { /* kept none: each user builds its own and says why it cannot */
+            for (int k = 0; k < st; k++) llm4d_pp_schedule_free(&s[k]);
+            free(s);
+            return rc == LLM4D_ENOMEM ? (*err = why, rc) : LLM4D_OK;
+        }
+    }
+    p->sched = s;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_pp_plan_schedule(const llm4d_pp_plan *p, int stage, llm4d_pp_schedule *tmp,
+                                  const llm4d_pp_schedule **out, llm4d_err *err) {
+    if (p->sched) {
+        *out = &p->sched[stage];
+        return LLM4D_OK;
+    }
+    LLM4D_TRY(llm4d_pp_schedule_build(tmp, p->runs->kind, p->P, p->V, p->M, stage, err));
+    *out = tmp;
+    return LLM4D_OK;
+}
+
 void llm4d_pp_plan_free(llm4d_pp_plan *p) {
+    for (int st = 0; p->sched && st < p->P; st++) llm4d_pp_schedule_free(&p->sched[st]);
+    free(p->sched);
     free(p->lo);
     free(p->hi);
     free(p->cost);
@@ -143,10 +173,11 @@ llm4d_code llm4d_pp_plan_stage(const llm4d_pp_plan *p, int stage, llm4d_model_pa
     }
     part->embedding = stage == llm4d_pp_stage_of(P, 0);
     part->head = stage == llm4d_pp_stage_of(P, P * V - 1);
-    llm4d_pp_schedule s;
-    LLM4D_TRY(llm4d_pp_schedule_build(&s, p->runs->kind, P, V, p->M, stage, err));
-    for (int c = 0; c < V; c++) layout->slots[c] = s.peak[c] > 0 ? s.peak[c] : 1;
-    llm4d_pp_schedule_free(&s);
+    llm4d_pp_schedule tmp;
+    const llm4d_pp_schedule *s;
+    LLM4D_TRY(llm4d_pp_plan_schedule(p, stage, &tmp, &s, err));
+    for (int c = 0; c < V; c++) layout->slots[c] = s->peak[c] > 0 ? s->peak[c] : 1;
+    if (s == &tmp) llm4d_pp_schedule_free(&tmp);
     layout->split_backward = p->runs->split_backward;
     return LLM4D_OK;
 }

@@ -74,6 +74,11 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
         return add(x->out, &c, err);
     }
     x->out->n_valid++;
+    /* every stage's schedule built once for the layout, not once per use (every shortcut off: built per use) */
+    if (!x->pr->exhaustive && llm4d_pp_plan_keep_schedules(&pp, &why) != LLM4D_OK) {
+        llm4d_pp_plan_free(&pp);
+        return *err = why, LLM4D_ENOMEM;
+    }
     llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
     if (prc == LLM4D_OK) {
         c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
