@@ -21,6 +21,7 @@
 
 #include "plan/layout.h"
 #include "plan/predict.h"
+#include "plan/simmemo.h"
 #include "parallel/schedule.h"
 #include "train/memplan.h"
 
@@ -329,7 +330,7 @@ static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *
     }
     if (rc == LLM4D_OK) stage_rates(pr, st, P, rate);
     const llm4d_pp_costs costs = {cost, p2p, rate};
-    if (rc == LLM4D_OK) rc = llm4d_pp_schedule_simulate(sch ? sch : pp->sched, P, &costs, span, busy, err);
+    if (rc == LLM4D_OK) rc = llm4d_sim_memo_simulate(pr->sim, sch ? sch : pp->sched, P, &costs, span, busy, err);
     for (int s = 0; sch && s < P; s++) llm4d_pp_schedule_free(&sch[s]);
     free(sch), free(cost), free(rate);
     return rc;
