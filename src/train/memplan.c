@@ -157,8 +157,19 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
 
 /* The slot of key k (unused when absent), growing the table past half full; NULL: out of memory. */
 static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
+    /* hashed without the chunk words past n_chunks (k[7]; the whole key is still compared): a key is mostly those
+     * (64 chunks' room), and hashing them was a tenth of a large search; finished so that the slot's low bits
+     * depend on every bit hashed */
+    const int64_t n = k[7] < 0 ? 0 : k[7] > LLM4D_MAX_CHUNKS ? LLM4D_MAX_CHUNKS : k[7];
+    const int64_t slots = 8 + LLM4D_MAX_CHUNKS + 11; /* where the layout's slots begin (memo_key) */
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < MEMO_KEY; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < MEMO_KEY; i++) {
+        if (i == 8 + n) i = 8 + LLM4D_MAX_CHUNKS;
+        if (i == slots + n) i = slots + LLM4D_MAX_CHUNKS;
+        if (i >= MEMO_KEY) break;
+        h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    }
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33;
     if (2 * (m->n + 1) > m->cap) {
         const size_t cap = 2 * m->cap;
         memo_slot *ns = calloc(cap, sizeof *ns);
