@@ -10,7 +10,8 @@
 
 /* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
  * the problem when the layers cannot be split as asked. */
-static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err) {
+static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_pp_balance_memo *memo,
+                        llm4d_err *err) {
     const int L = cfg->model.num_layers, VP = P * V;
     int *n = calloc((size_t)VP, sizeof *n);
     if (!n) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
@@ -60,7 +61,7 @@ static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi,
                             "first and the last a block; use fewer pipeline stages", L, VP - 2);
         else {
             const llm4d_pp_split_costs c = llm4d_pp_costs_of(cfg);
-            llm4d_pp_balance(&c, L, VP, n);
+            llm4d_pp_balance_memo_get(memo, &c, L, VP, n);
         }
     } else if (L % VP) {
         rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d is not divisible by pp_degree %d x virtual_pp_degree %d = %d; "
@@ -94,6 +95,11 @@ static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi,
 }
 
 llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_err *err) {
+    return llm4d_pp_plan_make_memo(p, cfg, NULL, err);
+}
+
+llm4d_code llm4d_pp_plan_make_memo(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_pp_balance_memo *memo,
+                                   llm4d_err *err) {
     memset(p, 0, sizeof *p);
     const int P = cfg->dist.pp_degree, V = cfg->model.virtual_pp_degree;
     p->P = P, p->V = V, p->M = (int)cfg->accumulate_steps;
@@ -109,7 +115,7 @@ llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_e
     p->lo = calloc((size_t)P * V, sizeof *p->lo);
     p->hi = calloc((size_t)P * V, sizeof *p->hi);
     p->cost = calloc((size_t)P * V, sizeof *p->cost);
-    llm4d_code rc = p->lo && p->hi && p->cost ? split(cfg, P, V, p->lo, p->hi, err)
+    llm4d_code rc = p->lo && p->hi && p->cost ? split(cfg, P, V, p->lo, p->hi, memo, err)
                                               : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (rc != LLM4D_OK) {
         llm4d_pp_plan_free(p);

@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "model/gpt.h"
+#include "parallel/pp_balance.h"
 #include "parallel/schedule.h"
 
 typedef struct {
@@ -33,6 +34,9 @@ typedef struct {
 /* The plan of cfg (finalized): the schedule resolved and fitted to the step's micro-batches, the blocks split. With
  * pp_degree 1 only a pp_layers split is checked (no schedule). Every problem is a user error naming it. */
 llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_err *err);
+/* The same, a balanced split taken from memo when it has it (pp_balance.h; NULL: computed). */
+llm4d_code llm4d_pp_plan_make_memo(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_pp_balance_memo *memo,
+                                   llm4d_err *err);
 void llm4d_pp_plan_free(llm4d_pp_plan *p);
 /* Build every stage's schedule once and keep it in the plan, for a caller that asks for the stages' lists, slots
  * and receive buffers many times (the planner: each stage's memory plan, traces and simulation); without it each

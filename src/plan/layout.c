@@ -35,6 +35,12 @@ static void put(char *dst, size_t n, const char *src) {
 
 llm4d_code llm4d_layout_config(const llm4d_config *base, const llm4d_layout *l, long long global, llm4d_config *out,
                                llm4d_pp_plan *pp, llm4d_err *err) {
+    return llm4d_layout_config_memo(base, l, global, out, pp, NULL, err);
+}
+
+llm4d_code llm4d_layout_config_memo(const llm4d_config *base, const llm4d_layout *l, long long global,
+                                    llm4d_config *out, llm4d_pp_plan *pp, llm4d_pp_balance_memo *memo,
+                                    llm4d_err *err) {
     memcpy(out, base, sizeof *out);
     llm4d_dist_config *d = &out->dist;
     d->dp_degree = l->dp, d->sharding_degree = l->sharding, d->mp_degree = l->mp, d->pp_degree = l->pp;
@@ -52,7 +58,7 @@ llm4d_code llm4d_layout_config(const llm4d_config *base, const llm4d_layout *l, 
     out->global_batch_size = global;
     if (!out->data.input_dir[0]) put(out->data.input_dir, sizeof out->data.input_dir, "(planning)");
     LLM4D_TRY(llm4d_config_finalize(out, llm4d_layout_world(l), err));
-    return llm4d_pp_plan_make(pp, out, err);
+    return llm4d_pp_plan_make_memo(pp, out, memo, err);
 }
 
 void llm4d_layout_name(const llm4d_layout *l, char *buf, size_t n) {
