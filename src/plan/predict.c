@@ -94,7 +94,7 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     const int R = pr->cluster.ranks_per_node;
     /* the groups' paths as comm_shm.c chooses them for R ranks per host */
     llm4d_memplan_paths paths;
-    llm4d_memplan_paths_predict(cfg, topo, R, &paths);
+    llm4d_memplan_paths_predict_memo(pr->memo, cfg, topo, R, &paths);
     LLM4D_TRY(llm4d_memplan_make_memo(cfg, topo, pp, pr->be, &paths, pr->memo, &mp, err));
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
     mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
