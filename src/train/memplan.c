@@ -243,6 +243,9 @@ static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
     return &m->slot[j];
 }
 
+static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
+                             llm4d_param_table *own, const llm4d_param_table **t, llm4d_err *err);
+
 /* The model's counting run and the backend's converted operands it implies, from the memo when it has them. */
 static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
                              const llm4d_model_part *part, const llm4d_tp *tp, const llm4d_gpt_layout *layout,
@@ -258,7 +261,15 @@ static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm
     memo_slot *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (!s->used) {
-        LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, s->cat, &sizes, err));
+        /* the counting run with the memo's table of the part: its arrays stay put while the memo lives, but the
+         * slot holding it may move when part_table's lookup grows the table, so it is copied, and s found again */
+        llm4d_param_table own;
+        const llm4d_param_table *t;
+        LLM4D_TRY(part_table(m, cfg, part, &own, &t, err));
+        const llm4d_param_table tv = *t;
+        s = memo_find(m, k);
+        if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        LLM4D_TRY(llm4d_gpt_plan_table(&cfg->model, part, tp, layout, &tv, s->cat, &sizes, err));
         s->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
         s->used = s->has_plan = 1, m->n++;
     }
