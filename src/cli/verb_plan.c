@@ -20,6 +20,7 @@
 #include "plan/evaluate.h"
 #include "plan/report.h"
 #include "plan/search.h"
+#include "plan/simmemo.h"
 #include "train/memplan.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -254,6 +255,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
     llm4d_backend *be = NULL;
     llm4d_stagecost_cache *cache = NULL;
     llm4d_memplan_memo *memo = NULL;
+    llm4d_sim_memo *sim = NULL;
     char path[LLM4D_PATH_MAX];
     if (bad) {
         code = fail("--hostfile needs a file naming the hosts (one per line: `host slots=N`)");
@@ -300,16 +302,18 @@ int llm4d_cmd_plan(int argc, char **argv) {
     if (llm4d_backend_create(&be, "cpu", cfg->backend_ref, 1, &err) != LLM4D_OK ||
         (cfg->use_amp && be->set_precision && be->set_precision(be, llm4d_memplan_precision(cfg), &err) != LLM4D_OK) ||
         llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK ||
-        (!sw.no_memo && llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK)) {
+        (!sw.no_memo && llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK) ||
+        (!sw.no_memo && llm4d_sim_memo_create(&sim, &err) != LLM4D_OK)) {
         code = fail(err.msg);
         goto out;
     }
     llm4d_stagecost_cache_by_count(cache, !sw.no_memo);
-    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo,
+    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo, .sim = sim,
                                 .exhaustive = sw.no_memo};
     code = sw.evaluate ? run_evaluate(&pr, cfg, R0, &sw, &prof, path) : run_search(&pr, cfg, &sw, &prof, path);
 out:
     llm4d_memplan_memo_destroy(memo);
+    llm4d_sim_memo_destroy(sim);
     llm4d_stagecost_cache_destroy(cache);
     if (be) be->destroy(be);
     llm4d_profile_free(&prof);

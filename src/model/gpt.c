@@ -181,7 +181,7 @@ static void block_offsets(llm4d_gpt *g) {
 /* Everything but the weights' values: the table, the sizes, and every buffer (counted only, when planning). */
 static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
                         llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout, uint64_t seed,
-                        size_t *plan, llm4d_err *err) {
+                        size_t *plan, const llm4d_param_table *given, llm4d_err *err) {
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->be = be;
@@ -192,7 +192,8 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     g->seed = seed;
     LLM4D_ASSERT(tp->size == part->mp_size && tp->rank == part->mp_rank, "tensor-parallel context %d/%d, part %d/%d",
                  tp->rank, tp->size, part->mp_rank, part->mp_size);
-    LLM4D_TRY(llm4d_param_table_build(&g->table, cfg, part, err));
+    if (given) g->table = *given; /* borrowed (planning): let go before destroying g */
+    else LLM4D_TRY(llm4d_param_table_build(&g->table, cfg, part, err));
     const int M = tp->size;
     g->B = layout->B, g->T = layout->T, g->BT = g->B * g->T;
     g->BTl = tp->sp ? g->BT / M : g->BT;
@@ -252,6 +253,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     g->dfch_gelu = alloc_f(&A, W, N * g->Fl);
     g->dlocal = alloc_f(&A, W, Nl * C);
     if (!A.ok) {
+        if (given) memset(&g->table, 0, sizeof g->table);
         llm4d_gpt_destroy(g);
         return llm4d_fail(err, LLM4D_ENOMEM,
                           "out of memory allocating the model for micro batches of %d x %d; lower micro_batch_size "
@@ -264,7 +266,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
 llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
                             const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
                             uint64_t seed, llm4d_err *err) {
-    LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, err));
+    LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, NULL, err));
     if (!(g->grads_ready = be->event_create(be))) {
         llm4d_gpt_destroy(g);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the model's event");
@@ -276,10 +278,17 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
 llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
                           const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES],
                           llm4d_operand_sizes *operands, llm4d_err *err) {
+    return llm4d_gpt_plan_table(cfg, part, tp, layout, NULL, bytes, operands, err);
+}
+
+llm4d_code llm4d_gpt_plan_table(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
+                                const llm4d_gpt_layout *layout, const llm4d_param_table *table,
+                                size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_operand_sizes *operands, llm4d_err *err) {
     llm4d_gpt g;
     memset(bytes, 0, LLM4D_MEM_NCATEGORIES * sizeof *bytes);
-    llm4d_code rc = build(&g, cfg, part, tp, NULL, NULL, layout, 0, bytes, err);
+    llm4d_code rc = build(&g, cfg, part, tp, NULL, NULL, layout, 0, bytes, table, err);
     if (operands) *operands = g.operands;
+    if (table) memset(&g.table, 0, sizeof g.table); /* borrowed (a failed build let go of it already) */
     llm4d_gpt_destroy(&g);
     return rc;
 }

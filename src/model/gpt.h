@@ -160,6 +160,13 @@ llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const l
 llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
                           const llm4d_gpt_layout *layout, size_t bytes[LLM4D_MEM_NCATEGORIES],
                           llm4d_operand_sizes *operands, llm4d_err *err);
+/* The same with the part's parameter table given (table NULL: built), for a caller that keeps tables by part (the
+ * planner's memory-plan memo): building the table, which names every parameter, was most of a counting run. The
+ * table must be the one llm4d_param_table_build makes of part, or of a part with the same block count per chunk (the
+ * counting reads its sizes, not the blocks' places); it is only read. */
+llm4d_code llm4d_gpt_plan_table(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
+                                const llm4d_gpt_layout *layout, const llm4d_param_table *table,
+                                size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_operand_sizes *operands, llm4d_err *err);
 /* The whole model in one process, one slot: what tests and tools use. */
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
                                   int B, int T, int recompute, uint64_t seed, llm4d_err *err);

@@ -61,6 +61,29 @@ typedef struct {
     int group_open;      /* entries since this one belong to the group being built */
 } builder;
 
+/* snprintf(dst, n, "%s", src) of a src of k bytes, without the formatter: the planner builds parameter tables by the
+ * thousand (every model part it counts), and formatting the names was a tenth of a large search. */
+static void copy_name(char *dst, size_t n, const char *src, size_t k) {
+    if (k >= n) k = n - 1;
+    memcpy(dst, src, k);
+    dst[k] = 0;
+}
+
+/* snprintf(buf, n, "transformer.h.%d.%s", l, suffix), written out for the same reason. */
+static void block_name(char *buf, size_t n, int l, const char *suffix) {
+    char t[LLM4D_PARAM_NAME_MAX + 32], d[16];
+    size_t k = 0, nd = 0;
+    static const char head[] = "transformer.h.";
+    memcpy(t, head, sizeof head - 1), k = sizeof head - 1;
+    long long x = l;
+    if (x < 0) t[k++] = '-', x = -x;
+    do d[nd++] = (char)('0' + x % 10), x /= 10; while (x > 0);
+    while (nd > 0) t[k++] = d[--nd];
+    t[k++] = '.';
+    for (const char *c = suffix; *c && k < sizeof t - 1; c++) t[k++] = *c;
+    copy_name(buf, n, t, k);
+}
+
 static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char *name, const int64_t off[2],
                         const int64_t shape[2], int split_dim, int owner, int decay, float init_std,
                         float init_const) {
@@ -68,7 +91,7 @@ static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char
     LLM4D_ASSERT(t->n < b->cap, "parameter table capacity %d exceeded", b->cap);
     llm4d_param *p = &t->p[t->n++];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
+    copy_name(p->name, sizeof p->name, name, strlen(name));
     p->kind = kind;
     p->layer = layer;
     p->ndim = global_shape(kind, b->m, p->gshape);
@@ -133,7 +156,7 @@ static void add_block(builder *b, int l) {
     for (int s = 0; s < N_LAYER_SPECS; s++) {
         const layer_param_spec *sp = &layer_specs[s];
         char name[LLM4D_PARAM_NAME_MAX];
-        snprintf(name, sizeof name, "transformer.h.%d.%s", l, sp->suffix);
+        block_name(name, sizeof name, l, sp->suffix);
         int64_t g[2] = {0, 0};
         const int nd = global_shape(sp->kind, m, g);
         const int is_ln_weight = sp->kind == LLM4D_P_LN1W || sp->kind == LLM4D_P_LN2W;

@@ -105,10 +105,11 @@ static const llm4d_engine_ops pipeline_ops = {
 static int rbufs(const llm4d_pp_schedule *s) { return 2 * (s->recv_depth > 2 ? s->recv_depth : 2); }
 
 llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_elems, size_t *bytes, llm4d_err *err) {
-    llm4d_pp_schedule s;
-    LLM4D_TRY(llm4d_pp_schedule_build(&s, plan->runs->kind, plan->P, plan->V, plan->M, stage, err));
-    *bytes = (size_t)rbufs(&s) * act_elems * sizeof(float);
-    llm4d_pp_schedule_free(&s);
+    llm4d_pp_schedule tmp;
+    const llm4d_pp_schedule *s;
+    LLM4D_TRY(llm4d_pp_plan_schedule(plan, stage, &tmp, &s, err));
+    *bytes = (size_t)rbufs(s) * act_elems * sizeof(float);
+    if (s == &tmp) llm4d_pp_schedule_free(&tmp);
     return LLM4D_OK;
 }
 

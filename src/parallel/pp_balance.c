@@ -1,6 +1,8 @@
 /* pp_balance.c — the pipeline split balanced by cost (see pp_balance.h). */
 #include "parallel/pp_balance.h"
 
+#include <stdlib.h>
+
 
 llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg) {
     const llm4d_model_config *m = &cfg->model;
@@ -64,11 +66,8 @@ static int runs_cmp(const runs *a, const runs *b) {
     return 0;
 }
 
-void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
-    if (VP == 1) {
-        n[0] = L;
-        return;
-    }
+/* The split's first and last counts (have 0: no candidate, the even split) of (c, L, VP), VP > 1. */
+static void best_ends(const llm4d_pp_split_costs *c, int L, int VP, int *have_out, int *bj_out, int *bk_out) {
     runs best = {0}, cur;
     int have = 0, bj = 0, bk = 0;
     const int mid = VP - 2;
@@ -80,10 +79,96 @@ void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
             if (have && runs_cmp(&cur, &best) >= 0) continue;
             have = 1, best = cur, bj = j, bk = k;
         }
+    *have_out = have, *bj_out = bj, *bk_out = bk;
+}
+
+/* n[] from the ends best_ends chose. */
+static void fill(int L, int VP, int have, int bj, int bk, int *n) {
+    const int mid = VP - 2;
     if (have) {
         n[0] = bj, n[VP - 1] = bk;
         const int rest = L - bj - bk;
         for (int v = 1; v <= mid; v++) n[v] = rest / mid + (v - 1 < rest % mid);
     } else /* no split gives every stage between a block (L is then what the caller checked): the even split */
         for (int v = 0; v < VP; v++) n[v] = L / VP + (v < L % VP);
+}
+
+void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
+    if (VP == 1) {
+        n[0] = L;
+        return;
+    }
+    int have, bj, bk;
+    best_ends(c, L, VP, &have, &bj, &bk);
+    fill(L, VP, have, bj, bk, n);
+}
+
+/* ---- the memo: an open-addressing table of (costs, L, VP) -> (have, bj, bk) ---- */
+
+typedef struct {
+    int used;
+    llm4d_pp_split_costs c;
+    int L, VP, have, bj, bk;
+} balance_slot;
+
+struct llm4d_pp_balance_memo {
+    balance_slot *slot;
+    size_t cap, n;
+};
+
+llm4d_pp_balance_memo *llm4d_pp_balance_memo_create(void) {
+    llm4d_pp_balance_memo *m = calloc(1, sizeof *m);
+    if (m) m->cap = 256, m->slot = calloc(m->cap, sizeof *m->slot);
+    if (m && !m->slot) free(m), m = NULL;
+    return m;
+}
+
+void llm4d_pp_balance_memo_destroy(llm4d_pp_balance_memo *m) {
+    if (!m) return;
+    free(m->slot);
+    free(m);
+}
+
+static uint64_t balance_hash(const llm4d_pp_split_costs *c, int L, int VP) {
+    const uint64_t w[5] = {(uint64_t)c->block, (uint64_t)c->embedding, (uint64_t)c->head, (uint64_t)L, (uint64_t)VP};
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 5; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static int same(const balance_slot *s, const llm4d_pp_split_costs *c, int L, int VP) {
+    return s->c.block == c->block && s->c.embedding == c->embedding && s->c.head == c->head && s->L == L &&
+           s->VP == VP;
+}
+
+void llm4d_pp_balance_memo_get(llm4d_pp_balance_memo *m, const llm4d_pp_split_costs *c, int L, int VP, int *n) {
+    if (!m || VP == 1) {
+        llm4d_pp_balance(c, L, VP, n);
+        return;
+    }
+    if (2 * (m->n + 1) > m->cap) { /* grow past half full; without room, compute */
+        const size_t cap = 2 * m->cap;
+        balance_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns) {
+            llm4d_pp_balance(c, L, VP, n);
+            return;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->slot[i].used) continue;
+            size_t j = balance_hash(&m->slot[i].c, m->slot[i].L, m->slot[i].VP) & (cap - 1);
+            while (ns[j].used) j = (j + 1) & (cap - 1);
+            ns[j] = m->slot[i];
+        }
+        free(m->slot);
+        m->slot = ns, m->cap = cap;
+    }
+    size_t j = balance_hash(c, L, VP) & (m->cap - 1);
+    while (m->slot[j].used && !same(&m->slot[j], c, L, VP)) j = (j + 1) & (m->cap - 1);
+    balance_slot *s = &m->slot[j];
+    if (!s->used) {
+        *s = (balance_slot){.used = 1, .c = *c, .L = L, .VP = VP};
+        best_ends(c, L, VP, &s->have, &s->bj, &s->bk);
+        m->n++;
+    }
+    fill(L, VP, s->have, s->bj, s->bk, n);
 }

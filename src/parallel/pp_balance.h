@@ -35,6 +35,16 @@ llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg);
  * least one), balanced as above. */
 void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n);
 
+/* The balanced splits already made, by (the costs, L, VP): a search configures the same pipeline split for every
+ * layout that shares the tensor-parallel degree, recompute and virtual stage count, and each split compares O(L^2)
+ * candidates. The answer depends on nothing else, so a remembered one is the one llm4d_pp_balance would give. Owned
+ * by the caller and passed explicitly; NULL everywhere means no memo. */
+typedef struct llm4d_pp_balance_memo llm4d_pp_balance_memo;
+llm4d_pp_balance_memo *llm4d_pp_balance_memo_create(void); /* NULL: out of memory */
+void llm4d_pp_balance_memo_destroy(llm4d_pp_balance_memo *m);
+/* llm4d_pp_balance through the memo m (NULL: computed). */
+void llm4d_pp_balance_memo_get(llm4d_pp_balance_memo *m, const llm4d_pp_split_costs *c, int L, int VP, int *n);
+
 /* The cost of virtual stage v of VP holding nv blocks. */
 static inline int64_t llm4d_pp_stage_cost(const llm4d_pp_split_costs *c, int v, int VP, int nv) {
     return (int64_t)nv * c->block + (v == 0 ? c->embedding : 0) + (v == VP - 1 ? c->head : 0);

@@ -10,7 +10,8 @@
 
 /* The blocks [lo[v], hi[v]) of each virtual stage v (P x V of them), from cfg's pipeline keys; a user error naming
  * the problem when the layers cannot be split as asked. */
-static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_err *err) {
+static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi, llm4d_pp_balance_memo *memo,
+                        llm4d_err *err) {
     const int L = cfg->model.num_layers, VP = P * V;
     int *n = calloc((size_t)VP, sizeof *n);
     if (!n) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
@@ -60,7 +61,7 @@ static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi,
                             "first and the last a block; use fewer pipeline stages", L, VP - 2);
         else {
             const llm4d_pp_split_costs c = llm4d_pp_costs_of(cfg);
-            llm4d_pp_balance(&c, L, VP, n);
+            llm4d_pp_balance_memo_get(memo, &c, L, VP, n);
         }
     } else if (L % VP) {
         rc = llm4d_fail(err, LLM4D_EUSER, "num_layers %d is not divisible by pp_degree %d x virtual_pp_degree %d = %d; "
@@ -94,6 +95,11 @@ static llm4d_code split(const llm4d_config *cfg, int P, int V, int *lo, int *hi,
 }
 
 llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_err *err) {
+    return llm4d_pp_plan_make_memo(p, cfg, NULL, err);
+}
+
+llm4d_code llm4d_pp_plan_make_memo(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_pp_balance_memo *memo,
+                                   llm4d_err *err) {
     memset(p, 0, sizeof *p);
     const int P = cfg->dist.pp_degree, V = cfg->model.virtual_pp_degree;
     p->P = P, p->V = V, p->M = (int)cfg->accumulate_steps;
@@ -109,7 +115,7 @@ llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_e
     p->lo = calloc((size_t)P * V, sizeof *p->lo);
     p->hi = calloc((size_t)P * V, sizeof *p->hi);
     p->cost = calloc((size_t)P * V, sizeof *p->cost);
-    llm4d_code rc = p->lo && p->hi && p->cost ? split(cfg, P, V, p->lo, p->hi, err)
+    llm4d_code rc = p->lo && p->hi && p->cost ? split(cfg, P, V, p->lo, p->hi, memo, err)
                                               : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (rc != LLM4D_OK) {
         llm4d_pp_plan_free(p);
@@ -123,7 +129,37 @@ llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_e
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_pp_plan_keep_schedules(llm4d_pp_plan *p, llm4d_err *err) {
+    if (p->sched || p->P <= 1) return LLM4D_OK;
+    llm4d_pp_schedule *s = calloc((size_t)p->P, sizeof *s);
+    if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int st = 0; st < p->P; st++) {
+        llm4d_err why = {0};
+        const llm4d_code rc = llm4d_pp_schedule_build(&s[st], p->runs->kind, p->P, p->V, p->M, st, &why);
+        if (rc != LLM4D_OK) { /* kept none: each user builds its own and says why it cannot */
+            for (int k = 0; k < st; k++) llm4d_pp_schedule_free(&s[k]);
+            free(s);
+            return rc == LLM4D_ENOMEM ? (*err = why, rc) : LLM4D_OK;
+        }
+    }
+    p->sched = s;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_pp_plan_schedule(const llm4d_pp_plan *p, int stage, llm4d_pp_schedule *tmp,
+                                  const llm4d_pp_schedule **out, llm4d_err *err) {
+    if (p->sched) {
+        *out = &p->sched[stage];
+        return LLM4D_OK;
+    }
+    LLM4D_TRY(llm4d_pp_schedule_build(tmp, p->runs->kind, p->P, p->V, p->M, stage, err));
+    *out = tmp;
+    return LLM4D_OK;
+}
+
 void llm4d_pp_plan_free(llm4d_pp_plan *p) {
+    for (int st = 0; p->sched && st < p->P; st++) llm4d_pp_schedule_free(&p->sched[st]);
+    free(p->sched);
     free(p->lo);
     free(p->hi);
     free(p->cost);
@@ -143,10 +179,11 @@ llm4d_code llm4d_pp_plan_stage(const llm4d_pp_plan *p, int stage, llm4d_model_pa
     }
     part->embedding = stage == llm4d_pp_stage_of(P, 0);
     part->head = stage == llm4d_pp_stage_of(P, P * V - 1);
-    llm4d_pp_schedule s;
-    LLM4D_TRY(llm4d_pp_schedule_build(&s, p->runs->kind, P, V, p->M, stage, err));
-    for (int c = 0; c < V; c++) layout->slots[c] = s.peak[c] > 0 ? s.peak[c] : 1;
-    llm4d_pp_schedule_free(&s);
+    llm4d_pp_schedule tmp;
+    const llm4d_pp_schedule *s;
+    LLM4D_TRY(llm4d_pp_plan_schedule(p, stage, &tmp, &s, err));
+    for (int c = 0; c < V; c++) layout->slots[c] = s->peak[c] > 0 ? s->peak[c] : 1;
+    if (s == &tmp) llm4d_pp_schedule_free(&tmp);
     layout->split_backward = p->runs->split_backward;
     return LLM4D_OK;
 }

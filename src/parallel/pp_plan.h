@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "model/gpt.h"
+#include "parallel/pp_balance.h"
 #include "parallel/schedule.h"
 
 typedef struct {
@@ -27,12 +28,23 @@ typedef struct {
     int *lo, *hi;                /* [P V] the blocks [lo[v], hi[v]) of each virtual stage */
     int64_t *cost;               /* [P V] each virtual stage's predicted cost per token (pp_balance.h) */
     int balanced;                /* the split was balanced by cost (no pp_layers, pp_split balanced) */
+    llm4d_pp_schedule *sched;    /* [P] every stage's list, when kept (llm4d_pp_plan_keep_schedules); else NULL */
 } llm4d_pp_plan;
 
 /* The plan of cfg (finalized): the schedule resolved and fitted to the step's micro-batches, the blocks split. With
  * pp_degree 1 only a pp_layers split is checked (no schedule). Every problem is a user error naming it. */
 llm4d_code llm4d_pp_plan_make(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_err *err);
+/* The same, a balanced split taken from memo when it has it (pp_balance.h; NULL: computed). */
+llm4d_code llm4d_pp_plan_make_memo(llm4d_pp_plan *p, const llm4d_config *cfg, llm4d_pp_balance_memo *memo,
+                                   llm4d_err *err);
 void llm4d_pp_plan_free(llm4d_pp_plan *p);
+/* Build every stage's schedule once and keep it in the plan, for a caller that asks for the stages' lists, slots
+ * and receive buffers many times (the planner: each stage's memory plan, traces and simulation); without it each
+ * asks builds its own. A list that cannot be built is not kept (its user then builds it and reports why). */
+llm4d_code llm4d_pp_plan_keep_schedules(llm4d_pp_plan *p, llm4d_err *err);
+/* Stage `stage`'s schedule: the kept one (*owned 0), or built into *tmp (*owned 1: free it). */
+llm4d_code llm4d_pp_plan_schedule(const llm4d_pp_plan *p, int stage, llm4d_pp_schedule *tmp,
+                                  const llm4d_pp_schedule **out, llm4d_err *err);
 /* Stage `stage`'s part of the model (its chunks, the embedding, the head) and its layout (activation slots per
  * chunk, split backward) from the plan. */
 llm4d_code llm4d_pp_plan_stage(const llm4d_pp_plan *p, int stage, llm4d_model_part *part, llm4d_gpt_layout *layout,

@@ -24,15 +24,30 @@ llm4d_layout llm4d_layout_of(const llm4d_config *cfg) {
     return l;
 }
 
+/* snprintf(dst, n, "%s", src) without the formatter: a search configures every layout (half a million at 1024
+ * hosts), and formatting was a visible share of it. */
+static void put(char *dst, size_t n, const char *src) {
+    size_t k = strlen(src);
+    if (k >= n) k = n - 1;
+    memcpy(dst, src, k);
+    dst[k] = 0;
+}
+
 llm4d_code llm4d_layout_config(const llm4d_config *base, const llm4d_layout *l, long long global, llm4d_config *out,
                                llm4d_pp_plan *pp, llm4d_err *err) {
+    return llm4d_layout_config_memo(base, l, global, out, pp, NULL, err);
+}
+
+llm4d_code llm4d_layout_config_memo(const llm4d_config *base, const llm4d_layout *l, long long global,
+                                    llm4d_config *out, llm4d_pp_plan *pp, llm4d_pp_balance_memo *memo,
+                                    llm4d_err *err) {
     memcpy(out, base, sizeof *out);
     llm4d_dist_config *d = &out->dist;
     d->dp_degree = l->dp, d->sharding_degree = l->sharding, d->mp_degree = l->mp, d->pp_degree = l->pp;
     d->sharding_stage = l->sharding > 1 ? l->stage : (d->sharding_stage >= 1 && d->sharding_stage <= 3 ? d->sharding_stage : 1);
     d->sharding_offload = l->sharding > 1 && l->offload;
-    snprintf(d->pp_schedule, sizeof d->pp_schedule, "%s", l->schedule == LLM4D_PP_ZBH1 ? "ZBH1"
-                                                          : l->schedule == LLM4D_PP_INTERLEAVED ? "interleaved" : "1F1B");
+    put(d->pp_schedule, sizeof d->pp_schedule, l->schedule == LLM4D_PP_ZBH1 ? "ZBH1"
+                                               : l->schedule == LLM4D_PP_INTERLEAVED ? "interleaved" : "1F1B");
     if (l->split != LLM4D_SPLIT_GIVEN) d->pp_layers[0] = 0;
     d->pp_account_embedding_loss = l->split == LLM4D_SPLIT_EMBED_LOSS;
     out->model.sequence_parallel = l->mp > 1 && l->sp;
@@ -41,9 +56,9 @@ llm4d_code llm4d_layout_config(const llm4d_config *base, const llm4d_layout *l, 
     out->micro_batch_size = l->mb;
     out->local_batch_size = 0;
     out->global_batch_size = global;
-    if (!out->data.input_dir[0]) snprintf(out->data.input_dir, sizeof out->data.input_dir, "(planning)");
+    if (!out->data.input_dir[0]) put(out->data.input_dir, sizeof out->data.input_dir, "(planning)");
     LLM4D_TRY(llm4d_config_finalize(out, llm4d_layout_world(l), err));
-    return llm4d_pp_plan_make(pp, out, err);
+    return llm4d_pp_plan_make_memo(pp, out, memo, err);
 }
 
 void llm4d_layout_name(const llm4d_layout *l, char *buf, size_t n) {

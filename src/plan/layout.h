@@ -40,6 +40,10 @@ llm4d_layout llm4d_layout_of(const llm4d_config *cfg);
  * configuration refuses is LLM4D_EUSER with its message. input_dir may be empty (nothing is read). */
 llm4d_code llm4d_layout_config(const llm4d_config *base, const llm4d_layout *l, long long global, llm4d_config *out,
                                llm4d_pp_plan *pp, llm4d_err *err);
+/* The same, the pipeline's balanced split from memo when it has it (pp_balance.h; NULL: computed). */
+llm4d_code llm4d_layout_config_memo(const llm4d_config *base, const llm4d_layout *l, long long global,
+                                    llm4d_config *out, llm4d_pp_plan *pp, llm4d_pp_balance_memo *memo,
+                                    llm4d_err *err);
 
 /* World size: dp x sharding x mp x pp. */
 static inline int llm4d_layout_world(const llm4d_layout *l) { return l->dp * l->sharding * l->mp * l->pp; }

@@ -21,10 +21,18 @@ const char *llm4d_pm_name(int k) {
 }
 
 int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node) {
-    const int n = topo->degree[axis];
-    int hosts = 0, last = -1;
+    const int n = topo->degree[axis], R = ranks_per_node > 0 ? ranks_per_node : 1;
+    if (n <= 0) return 0;
+    /* member i is base + i stride (ranks are mixed-radix in the axes, the later ones faster): a stride of a host
+     * or more puts every member on its own host; else count the host changes, without building each rank */
+    long long stride = 1;
+    for (int a = axis + 1; a < LLM4D_NAXES; a++) stride *= topo->degree[a];
+    if (stride >= R) return n;
+    const long long base = llm4d_topology_group_member(topo, axis, 0);
+    int hosts = 0;
+    long long last = -1;
     for (int i = 0; i < n; i++) { /* members are in increasing rank order: count the host changes */
-        const int h = llm4d_topology_group_member(topo, axis, i) / (ranks_per_node > 0 ? ranks_per_node : 1);
+        const long long h = (base + i * stride) / R;
         if (h != last) hosts++, last = h;
     }
     return hosts;
@@ -94,7 +102,7 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     const int R = pr->cluster.ranks_per_node;
     /* the groups' paths as comm_shm.c chooses them for R ranks per host */
     llm4d_memplan_paths paths;
-    llm4d_memplan_paths_predict(cfg, topo, R, &paths);
+    llm4d_memplan_paths_predict_memo(pr->memo, cfg, topo, R, &paths);
     LLM4D_TRY(llm4d_memplan_make_memo(cfg, topo, pp, pr->be, &paths, pr->memo, &mp, err));
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
     mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;

@@ -79,6 +79,7 @@ typedef struct {
     int per_rank;                 /* fill rank_peak */
     llm4d_stagecost_cache *cache; /* priced traces (required) */
     struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
+    struct llm4d_sim_memo *sim;   /* pipeline simulations by their inputs (optional: NULL simulates each: simmemo.h) */
     int exhaustive;               /* every rank walked, every shortcut off (the tests' oracle) */
     int step_only;                /* the step time without the pipeline sends' exposed/hidden split (a search) */
     double time_above;            /* > 0: a pipeline bound to take longer than this is not simulated

@@ -48,6 +48,7 @@ typedef struct {
     llm4d_prediction pred;
     int top;           /* the K fastest a search reports (0: no bound) */
     double *best;      /* [top] the fastest step times found, ascending */
+    llm4d_pp_balance_memo *balance; /* the balanced splits made (NULL under --no_memo: each computed) */
     int n_best;
 } ctx;
 
@@ -66,7 +67,7 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_candidate c = {.layout = *l, .status = LLM4D_CAND_OK};
     llm4d_pp_plan pp;
     llm4d_err why = {0};
-    const llm4d_code rc = llm4d_layout_config(x->base, l, x->global, x->cfg, &pp, &why);
+    const llm4d_code rc = llm4d_layout_config_memo(x->base, l, x->global, x->cfg, &pp, x->balance, &why);
     if (rc != LLM4D_OK) {
         if (rc != LLM4D_EUSER) return *err = why, rc;
         c.status = LLM4D_CAND_INVALID;
@@ -74,6 +75,11 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
         return add(x->out, &c, err);
     }
     x->out->n_valid++;
+    /* every stage's schedule built once for the layout, not once per use (every shortcut off: built per use) */
+    if (!x->pr->exhaustive && llm4d_pp_plan_keep_schedules(&pp, &why) != LLM4D_OK) {
+        llm4d_pp_plan_free(&pp);
+        return *err = why, LLM4D_ENOMEM;
+    }
     llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
     if (prc == LLM4D_OK) {
         c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
@@ -166,8 +172,9 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
              .top = pr->exhaustive ? 0 : base->plan.top};
     x.cfg = malloc(sizeof *x.cfg);
     x.best = calloc(x.top > 0 ? (size_t)x.top : 1, sizeof *x.best);
-    if (!x.cfg || !x.best) {
-        free(x.cfg), free(x.best);
+    x.balance = pr->exhaustive ? NULL : llm4d_pp_balance_memo_create();
+    if (!x.cfg || !x.best || (!pr->exhaustive && !x.balance)) {
+        free(x.cfg), free(x.best), llm4d_pp_balance_memo_destroy(x.balance);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     const int W = pr->cluster.nodes * pr->cluster.ranks_per_node;
@@ -175,6 +182,7 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
     llm4d_prediction_free(&x.pred);
     free(x.cfg);
     free(x.best);
+    llm4d_pp_balance_memo_destroy(x.balance);
     if (rc == LLM4D_OK) qsort(out->c, (size_t)out->n, sizeof *out->c, by_rank);
     out->seconds = now_s() - t0;
     return rc;

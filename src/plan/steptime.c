@@ -21,6 +21,7 @@
 
 #include "plan/layout.h"
 #include "plan/predict.h"
+#include "plan/simmemo.h"
 #include "parallel/schedule.h"
 #include "train/memplan.h"
 
@@ -318,17 +319,18 @@ static double span_bound(const llm4d_pp_plan *pp, const stage_time *st, const do
 static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *pp,
                                 const stage_time *st, double p2p, double *span, double *busy, llm4d_err *err) {
     const int P = pp->P, V = pp->V;
-    llm4d_pp_schedule *sch = calloc((size_t)P, sizeof *sch);
+    /* the plan's kept lists when it has them (the planner's), else built here */
+    llm4d_pp_schedule *sch = pp->sched ? NULL : calloc((size_t)P, sizeof *sch);
     double *cost = calloc((size_t)P * 3 * V, sizeof *cost), *rate = calloc((size_t)P + 1, sizeof *rate);
-    llm4d_code rc = sch && cost && rate ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = (sch || pp->sched) && cost && rate ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int s = 0; rc == LLM4D_OK && s < P; s++) {
-        rc = llm4d_pp_schedule_build(&sch[s], pp->runs->kind, P, V, pp->M, s, err);
+        if (sch) rc = llm4d_pp_schedule_build(&sch[s], pp->runs->kind, P, V, pp->M, s, err);
         for (int c = 0; c < V; c++)
             for (int k = 0; k < 3; k++) cost[((size_t)s * 3 + (size_t)k) * V + (size_t)c] = st[s].mid[k][c];
     }
     if (rc == LLM4D_OK) stage_rates(pr, st, P, rate);
     const llm4d_pp_costs costs = {cost, p2p, rate};
-    if (rc == LLM4D_OK) rc = llm4d_pp_schedule_simulate(sch, P, &costs, span, busy, err);
+    if (rc == LLM4D_OK) rc = llm4d_sim_memo_simulate(pr->sim, sch ? sch : pp->sched, P, &costs, span, busy, err);
     for (int s = 0; sch && s < P; s++) llm4d_pp_schedule_free(&sch[s]);
     free(sch), free(cost), free(rate);
     return rc;

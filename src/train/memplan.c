@@ -105,7 +105,19 @@ typedef struct {
     size_t operands;                         /* and the backend's converted operands for it */
 } memo_slot;
 
+/* The paths comm_shm.c would choose (llm4d_memplan_paths_predict), by everything they depend on: comm_path is
+ * "mpi", comm_chunk_kb, the topology's world, rank, degrees and indices, the ranks per host. */
+#define PATHS_KEY (5 + 2 * LLM4D_NAXES)
+typedef struct {
+    int64_t k[PATHS_KEY];
+    uint64_t h;
+    int used;
+    llm4d_memplan_paths paths;
+} paths_slot;
+
 struct llm4d_memplan_memo {
+    paths_slot *pslot;                       /* not emptied with the model's entries: the paths ignore the model */
+    size_t pcap, pn;
     llm4d_model_config model;
     int have_model;
     size_t copy_bytes[LLM4D_PREC_TF32 + 1];  /* the backend's bytes per weight copy element, by precision (+1) */
@@ -116,7 +128,9 @@ struct llm4d_memplan_memo {
 llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err) {
     llm4d_memplan_memo *m = calloc(1, sizeof *m);
     if (m) m->cap = 1024, m->slot = calloc(m->cap, sizeof *m->slot);
-    if (!m || !m->slot) {
+    if (m) m->pcap = 256, m->pslot = calloc(m->pcap, sizeof *m->pslot);
+    if (!m || !m->slot || !m->pslot) {
+        if (m) free(m->slot), free(m->pslot);
         free(m);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
@@ -135,7 +149,46 @@ void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m) {
     if (!m) return;
     memo_clear(m);
     free(m->slot);
+    free(m->pslot);
     free(m);
+}
+
+void llm4d_memplan_paths_predict_memo(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_topology *topo,
+                                      int ranks_per_node, llm4d_memplan_paths *out) {
+    if (!m) {
+        llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, out);
+        return;
+    }
+    int64_t k[PATHS_KEY] = {!strcmp(cfg->dist.comm_path, "mpi"), cfg->dist.comm_chunk_kb, topo->world_size,
+                            topo->rank, ranks_per_node};
+    for (int a = 0; a < LLM4D_NAXES; a++) k[5 + a] = topo->degree[a], k[5 + LLM4D_NAXES + a] = topo->index[a];
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < PATHS_KEY; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33;
+    if (2 * (m->pn + 1) > m->pcap) { /* grow past half full; without room, compute */
+        const size_t cap = 2 * m->pcap;
+        paths_slot *ns = calloc(cap, sizeof *ns);
+        if (!ns) {
+            llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, out);
+            return;
+        }
+        for (size_t i = 0; i < m->pcap; i++) {
+            if (!m->pslot[i].used) continue;
+            size_t j = m->pslot[i].h & (cap - 1);
+            while (ns[j].used) j = (j + 1) & (cap - 1);
+            ns[j] = m->pslot[i];
+        }
+        free(m->pslot);
+        m->pslot = ns, m->pcap = cap;
+    }
+    size_t j = h & (m->pcap - 1);
+    while (m->pslot[j].used && (m->pslot[j].h != h || memcmp(m->pslot[j].k, k, sizeof k))) j = (j + 1) & (m->pcap - 1);
+    paths_slot *s = &m->pslot[j];
+    if (!s->used) {
+        memcpy(s->k, k, sizeof k), s->h = h, s->used = 1, m->pn++;
+        llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, &s->paths);
+    }
+    *out = s->paths;
 }
 
 /* The key of a part (with_layout 0: the parameter table's) or of a part, context and layout (the counting run's). */
@@ -157,8 +210,19 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
 
 /* The slot of key k (unused when absent), growing the table past half full; NULL: out of memory. */
 static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
+    /* hashed without the chunk words past n_chunks (k[7]; the whole key is still compared): a key is mostly those
+     * (64 chunks' room), and hashing them was a tenth of a large search; finished so that the slot's low bits
+     * depend on every bit hashed */
+    const int64_t n = k[7] < 0 ? 0 : k[7] > LLM4D_MAX_CHUNKS ? LLM4D_MAX_CHUNKS : k[7];
+    const int64_t slots = 8 + LLM4D_MAX_CHUNKS + 11; /* where the layout's slots begin (memo_key) */
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < MEMO_KEY; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    for (int64_t i = 0; i < MEMO_KEY; i++) {
+        if (i == 8 + n) i = 8 + LLM4D_MAX_CHUNKS;
+        if (i == slots + n) i = slots + LLM4D_MAX_CHUNKS;
+        if (i >= MEMO_KEY) break;
+        h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+    }
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33;
     if (2 * (m->n + 1) > m->cap) {
         const size_t cap = 2 * m->cap;
         memo_slot *ns = calloc(cap, sizeof *ns);
@@ -179,6 +243,9 @@ static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
     return &m->slot[j];
 }
 
+static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
+                             llm4d_param_table *own, const llm4d_param_table **t, llm4d_err *err);
+
 /* The model's counting run and the backend's converted operands it implies, from the memo when it has them. */
 static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
                              const llm4d_model_part *part, const llm4d_tp *tp, const llm4d_gpt_layout *layout,
@@ -194,7 +261,15 @@ static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm
     memo_slot *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (!s->used) {
-        LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, s->cat, &sizes, err));
+        /* the counting run with the memo's table of the part: its arrays stay put while the memo lives, but the
+         * slot holding it may move when part_table's lookup grows the table, so it is copied, and s found again */
+        llm4d_param_table own;
+        const llm4d_param_table *t;
+        LLM4D_TRY(part_table(m, cfg, part, &own, &t, err));
+        const llm4d_param_table tv = *t;
+        s = memo_find(m, k);
+        if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        LLM4D_TRY(llm4d_gpt_plan_table(&cfg->model, part, tp, layout, &tv, s->cat, &sizes, err));
         s->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
         s->used = s->has_plan = 1, m->n++;
     }

@@ -68,6 +68,11 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
 typedef struct llm4d_memplan_memo llm4d_memplan_memo;
 llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err);
 void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m);
+/* llm4d_memplan_paths_predict, kept in memo by its inputs (NULL: computed): the planner asks for every class of rank
+ * of every layout, and a layout's topology repeats across its micro-batch, recompute and schedule choices, while
+ * the walk over a group's members is long on large clusters. */
+void llm4d_memplan_paths_predict_memo(llm4d_memplan_memo *memo, const llm4d_config *cfg, const llm4d_topology *topo,
+                                      int ranks_per_node, llm4d_memplan_paths *out);
 llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
                                    llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan_memo *memo,
                                    llm4d_memplan *out, llm4d_err *err);
