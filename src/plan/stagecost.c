@@ -28,20 +28,50 @@ typedef struct {
     llm4d_price_how how;
 } price_memo;
 
-static llm4d_price_how memo_price(price_memo *m, size_t cap, const llm4d_pricer *pr, const llm4d_rc_call *x,
-                                  double s[LLM4D_WORK_N]) {
-    uint64_t h = 1469598103934665603ull ^ x->op ^ ((uint64_t)(x->drop > 0) << 16);
-    for (int i = 0; i < LLM4D_RC_DIMS; i++) h = (h ^ (uint64_t)x->d[i]) * 1099511628211ull;
+/* The distinct keys of a trace: a handful per layer kind, however many layers repeat them. So the table starts small
+ * and doubles past half full (it was sized to twice the trace's calls, and zeroing that per priced part was a
+ * thirtieth of a large search). */
+typedef struct {
+    price_memo *e;
+    size_t cap, n;
+} price_table;
+
+static size_t memo_slot(const price_memo *m, size_t cap, uint16_t op, uint8_t drop, const int64_t *d) {
+    uint64_t h = 1469598103934665603ull ^ op ^ ((uint64_t)drop << 16);
+    for (int i = 0; i < LLM4D_RC_DIMS; i++) h = (h ^ (uint64_t)d[i]) * 1099511628211ull;
     size_t j = h & (cap - 1);
-    while (m[j].used && (m[j].op != x->op || m[j].drop != (x->drop > 0) || memcmp(m[j].d, x->d, sizeof m[j].d)))
+    while (m[j].used && (m[j].op != op || m[j].drop != drop || memcmp(m[j].d, d, sizeof m[j].d)))
         j = (j + 1) & (cap - 1);
-    if (!m[j].used) { /* the table holds at most half the calls: a free slot is always found */
+    return j;
+}
+
+static int memo_grow(price_table *t) {
+    if (2 * (t->n + 1) <= t->cap) return 1;
+    const size_t cap = 2 * t->cap;
+    price_memo *e = calloc(cap, sizeof *e);
+    if (!e) return 0;
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->e[i].used) e[memo_slot(e, cap, t->e[i].op, t->e[i].drop, t->e[i].d)] = t->e[i];
+    free(t->e);
+    t->e = e, t->cap = cap;
+    return 1;
+}
+
+/* 0: out of memory */
+static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_call *x, double s[LLM4D_WORK_N],
+                      llm4d_price_how *how) {
+    if (!memo_grow(t)) return 0;
+    price_memo *m = t->e;
+    const size_t j = memo_slot(m, t->cap, x->op, x->drop > 0, x->d);
+    if (!m[j].used) { /* under half full: a free slot is always found */
         m[j].used = 1, m[j].op = x->op, m[j].drop = x->drop > 0;
         memcpy(m[j].d, x->d, sizeof m[j].d);
         m[j].how = llm4d_price_call(pr, x, m[j].s);
+        t->n++;
     }
+    *how = m[j].how;
     for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += m[j].s[i];
-    return m[j].how;
+    return 1;
 }
 
 llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
@@ -80,10 +110,8 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
     out->total = tb->total;
     out->sp_partial = llm4d_tensor_parallel_plan(tb) / sizeof(float);
     /* a part's layers repeat the same calls: each distinct cost key is priced once */
-    size_t cap = 64;
-    while (cap < 2 * (size_t)t->rec.n) cap *= 2;
-    price_memo *memo = calloc(cap, sizeof *memo);
-    if (!memo) {
+    price_table memo = {calloc(64, sizeof(price_memo)), 64, 0};
+    if (!memo.e) {
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
     }
@@ -94,7 +122,12 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
                 const llm4d_rc_call *x = &t->rec.calls[i];
                 if (x->op < LLM4D_RC_NKERNELS) {
                     double s[LLM4D_WORK_N] = {0};
-                    const llm4d_price_how how = memo_price(memo, cap, pr, x, s);
+                    llm4d_price_how how;
+                    if (!memo_price(&memo, pr, x, s, &how)) {
+                        free(memo.e);
+                        llm4d_stagecost_free(out);
+                        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
+                    }
                     if (how == LLM4D_PRICE_EXACT) out->priced_exact++;
                     else out->priced_other++;
                     for (int j = 0; j < LLM4D_WORK_N; j++) out->kinds[k][c][j] += s[j], since += s[j];
@@ -111,7 +144,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
             }
             out->tail[k][c] = since;
         }
-    free(memo);
+    free(memo.e);
     return LLM4D_OK;
 }
 
