@@ -91,6 +91,8 @@ typedef struct shm_group {
     uint64_t chunks;         /* chunks run so far: chunk k uses slot k mod 2 */
     shm_op *head, *tail;     /* the queue: started, not finished, in start order */
     shm_op *spare;           /* finished records, reused */
+    shm_op *records;         /* every record this group allocated (through `owned`): freed at detach, also one whose
+                              * request was given up (a wait past its deadline never finishes it into `spare`) */
     int pending;
 } shm_group;
 
@@ -114,6 +116,7 @@ struct shm_op {
     llm4d_code rc;
     llm4d_err err;
     shm_op *next;
+    shm_op *owned;           /* the group's list of all its records (kept when the record is reused) */
 };
 
 static char *slot(const shm_group *g, int j, int parity) {
@@ -378,15 +381,20 @@ static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, s
     shm_group *g = group_of(c);
     llm4d_shm_hub *h = g->hub;
     pthread_mutex_lock(&h->lock);
-    shm_op *op = g->spare;
-    if (op) g->spare = op->next;
-    else if (!(op = malloc(sizeof *op))) {
+    shm_op *op = g->spare, *owned;
+    if (op) {
+        g->spare = op->next;
+        owned = op->owned;
+    } else if ((op = malloc(sizeof *op))) {
+        owned = g->records;
+        g->records = op;
+    } else {
         pthread_mutex_unlock(&h->lock);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     const size_t esz = llm4d_comm_dtype_size(dt);
     *op = (shm_op){.g = g, .kind = kind, .dt = dt, .esz = esz, .send = send, .recv = recv, .S = block,
-                   .total = total, .state = kind == K_AG ? S_AG : S_RS};
+                   .total = total, .state = kind == K_AG ? S_AG : S_RS, .owned = owned};
     op->small = kind == K_AR && g->hosts == 1 && total * esz <= LLM4D_SHM_SMALL_BYTES &&
                 total * esz <= g->slot_bytes;
     if (op->small) op->S = 1; /* one chunk */
@@ -711,9 +719,9 @@ void llm4d_shm_detach(llm4d_comm *c) {
     pthread_mutex_unlock(&h->lock);
     unmap(g);
     llm4d_comm_destroy(g->cross);
-    while (g->spare) {
-        shm_op *op = g->spare;
-        g->spare = op->next;
+    while (g->records) { /* the spares, and any record whose request was given up */
+        shm_op *op = g->records;
+        g->records = op->owned;
         free(op);
     }
     free(g);
