@@ -36,6 +36,11 @@ static void put(char *dst, size_t n, const char *src) {
 
 /* *out = *base without the unused ends of the two key lists (48 of the configuration's 57 KiB; every reader stops at
  * their counts): a search configures every layout, and copying whole configurations was a twelfth of its time. */
+_Static_assert(offsetof(llm4d_config, n_explicit) > offsetof(llm4d_config, noeffect) &&
+                   offsetof(llm4d_config, explicit_keys) > offsetof(llm4d_config, n_explicit) &&
+                   sizeof(llm4d_config) - offsetof(llm4d_config, explicit_keys) <
+                       sizeof(((llm4d_config *)0)->explicit_keys) + 8,
+               "config_copy copies whole everything before noeffect: the two key lists must stay at the end");
 static void config_copy(llm4d_config *out, const llm4d_config *base) {
     memcpy(out, base, offsetof(llm4d_config, noeffect));
     memcpy(out->noeffect, base->noeffect, (size_t)base->n_noeffect * sizeof base->noeffect[0]);

@@ -40,12 +40,6 @@ struct cuda_timers {
 
 cuda_timers *llm4d_cuda_timers_create(void) { return calloc(1, sizeof(cuda_timers)); }
 
-static const char *kind_name(int k) {
-    static const char *const names[LLM4D_WORK_N] = {"gemm", "attention", "optimizer", "cross_entropy", "convert",
-                                                    "elementwise"};
-    return k >= 0 && k < LLM4D_WORK_N && names[k] ? names[k] : "?";
-}
-
 static void write_sites(const cuda_timers *t, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) return;
@@ -53,7 +47,7 @@ static void write_sites(const cuda_timers *t, const char *path) {
     for (int i = 0; i <= TM_SITES; i++) {
         const tsite *x = &t->site[i];
         if (x->calls == 0) continue;
-        fprintf(f, "%s:%d\t%s\t%.6f\t%.0f\n", x->func ? x->func : "other", x->line, kind_name(x->kind), x->sec,
+        fprintf(f, "%s:%d\t%s\t%.6f\t%.0f\n", x->func ? x->func : "other", x->line, llm4d_work_name(x->kind), x->sec,
                 x->calls);
     }
     fclose(f);
