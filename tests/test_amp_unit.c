@@ -94,6 +94,45 @@ static double worst_product(const float *got, const float *a, int ars, int acs, 
     return worst;
 }
 
+/* The bias gradient: fp32 column sums of dy whatever the GEMM precision (against the sums in double); and the input
+ * and weight gradients of that call, whose output gradient is converted in the same pass as the sums (on AMX CPUs
+ * also transposed for the weight gradient, a block of rows and columns at a time): against the products in double,
+ * within the format's bound. w: the layer's weight [OC, C], or NULL for a random one. */
+static void fused_bias_case(llm4d_backend *be, const char *name, double eps, int NB, int C, int OC, const float *w,
+                            unsigned *s) {
+    float *dyb = malloc((size_t)NB * OC * sizeof(float)), *xb = malloc((size_t)NB * C * sizeof(float));
+    float *dxb = malloc((size_t)NB * C * sizeof(float)), *dwb = calloc((size_t)OC * C, sizeof(float));
+    float *db = calloc((size_t)OC, sizeof(float)), *wr = w ? NULL : malloc((size_t)OC * C * sizeof(float));
+    if (!dyb || !xb || !dxb || !dwb || !db || (!w && !wr)) {
+        printf("FAIL out of memory\n");
+        failed++;
+        exit(1);
+    }
+    for (size_t i = 0; i < (size_t)NB * OC; i++) dyb[i] = frand(s);
+    for (size_t i = 0; i < (size_t)NB * C; i++) xb[i] = frand(s);
+    if (wr)
+        for (size_t i = 0; i < (size_t)OC * C; i++) wr[i] = frand(s);
+    const float *wl = w ? w : wr;
+    be->linear_backward(be, dxb, LLM4D_WRITE, dwb, db, dyb, xb, wl, NB, C, OC);
+    double db_err = 0;
+    for (int j = 0; j < OC; j++) {
+        double sum = 0;
+        for (int i = 0; i < NB; i++) sum += dyb[(size_t)i * OC + j];
+        db_err = fmax(db_err, fabs(db[j] - sum) / (fabs(sum) + 1e-3));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error), %d x %d", name, NB, OC);
+    check(db_err < 1e-6, what, db_err, db_err);
+    double ex, eb;
+    const double wx = worst_product(dxb, dyb, OC, 1, wl, C, 1, NB, C, OC, eps, &ex);
+    const double wb = worst_product(dwb, dyb, 1, OC, xb, C, 1, OC, C, NB, eps, &eb);
+    snprintf(what, sizeof what, "%s linear backward dinp, %d x %d, bias gradient fused", name, NB, OC);
+    check(wx <= 1.0, what, wx, ex);
+    snprintf(what, sizeof what, "%s linear backward dweight, %d x %d, bias gradient fused", name, NB, OC);
+    check(wb <= 1.0, what, wb, eb);
+    free(dyb), free(xb), free(dxb), free(dwb), free(db), free(wr);
+}
+
 int main(void) {
     if (fegetround() != FE_TONEAREST) return fprintf(stderr, "rounding mode is not to-nearest\n"), 1;
     llm4d_err err = {0};
@@ -165,33 +204,11 @@ int main(void) {
         r = worst_ratio(ylp, yg32, gx, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward, input through GELU", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
-        /* the bias gradient: fp32 column sums of dy whatever the GEMM precision, over a row count that is not a
-         * multiple of the sums' chunk (64 rows) */
-        enum { NB = 150 };
-        static float dyb[NB * OC], xb[NB * C], dxb[NB * C], dwb[OC * C], db[OC];
-        for (int i = 0; i < NB * OC; i++) dyb[i] = frand(&s);
-        for (int i = 0; i < NB * C; i++) xb[i] = frand(&s);
-        memset(db, 0, sizeof db);
-        memset(dwb, 0, sizeof dwb);
-        be->linear_backward(be, dxb, LLM4D_WRITE, dwb, db, dyb, xb, w, NB, C, OC);
-        double db_err = 0;
-        for (int j = 0; j < OC; j++) {
-            double sum = 0;
-            for (int i = 0; i < NB; i++) sum += dyb[(size_t)i * OC + j];
-            db_err = fmax(db_err, fabs(db[j] - sum) / (fabs(sum) + 1e-3));
-        }
-        snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error)", modes[m].name);
-        check(db_err < 1e-6, what, db_err, db_err);
-        /* and the input and weight gradients of that call, whose output gradient is converted in the same pass as
-         * the sums (on AMX CPUs also transposed for the weight gradient, chunk by chunk): against the products in
-         * double, within the format's bound */
-        double ex, eb;
-        const double wx = worst_product(dxb, dyb, OC, 1, w, C, 1, NB, C, OC, modes[m].eps, &ex);
-        const double wb = worst_product(dwb, dyb, 1, OC, xb, C, 1, OC, C, NB, modes[m].eps, &eb);
-        snprintf(what, sizeof what, "%s linear backward dinp, %d rows, bias gradient fused", modes[m].name, NB);
-        check(wx <= 1.0, what, wx, ex);
-        snprintf(what, sizeof what, "%s linear backward dweight, %d rows, bias gradient fused", modes[m].name, NB);
-        check(wb <= 1.0, what, wb, eb);
+        /* the bias gradient fused into the output gradient's conversion, over a row count that is not a multiple
+         * of the sums' chunk (64 rows); then an output wider than one strip of that pass (1024 columns) and not a
+         * multiple of the tiles' 32 */
+        fused_bias_case(be, modes[m].name, modes[m].eps, 150, C, OC, w, &s);
+        fused_bias_case(be, modes[m].name, modes[m].eps, 70, 40, 1100, NULL, &s);
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
     be->linear_forward(be, ylp, x, w, NULL, N, C, OC);

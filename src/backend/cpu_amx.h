@@ -65,16 +65,19 @@ void llm4d_amx_gemm_ref(float *C, int64_t ldc, const uint16_t *A, const uint16_t
 
 /* A tiles of act(X), X [M, K] with row stride ld. Parallel. */
 void llm4d_amx_pack_a(uint16_t *dst, const float *x, int64_t ld, int M, int K, llm4d_act act);
-/* Row r of the A tiles of an [M, K] operand from the K floats at row (single-threaded: inside a caller's parallel
- * loop; the caller's pass reads the row for something else too, e.g. a bias gradient's column sums). The padding
- * rows [M, Mp) are pack_a_pad_rows'. */
-void llm4d_amx_pack_a_row(uint16_t *dst, int K, int r, const float *row);
+/* Elements [k0, k0 + n) of row r of the A tiles of an [M, K] operand from the n floats at piece (k0 a multiple of 32;
+ * a piece ending inside a tile row zeroes the rest of it), single-threaded: inside a caller's parallel loop, whose
+ * pass reads the row for something else too, e.g. a bias gradient's column sums. The padding rows [M, Mp) are
+ * pack_a_pad_rows'. */
+void llm4d_amx_pack_a_row_piece(uint16_t *dst, int K, int r, const float *piece, int k0, int n);
 void llm4d_amx_pack_a_pad_rows(uint16_t *dst, int M, int K);
 /* A tiles of G^T, G [K, M] with row stride ld (A[m][k] = G[k][m]). Parallel. */
 void llm4d_amx_pack_a_t(uint16_t *dst, const float *g, int64_t ld, int M, int K);
-/* The same for the K tiles [kt0, kt1) only (rows [32 kt0, 32 kt1) of G), single-threaded: a pass over G's rows
- * that packs them as A tiles too (pack_a_row) writes their transpose while they are in cache. */
-void llm4d_amx_pack_a_t_ktiles(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1);
+/* The same for the tiles of K tiles [kt0, kt1) (rows [32 kt0, 32 kt1) of G) and M tiles [mt0, mt1) (columns
+ * [16 mt0, 16 mt1) of G; mt1 is capped at the padded M's), single-threaded: a pass over a block of G that packs it
+ * as A tiles too (pack_a_row_piece) writes its transpose while the block is in cache. */
+void llm4d_amx_pack_a_t_block(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1,
+                              int64_t mt0, int64_t mt1);
 /* B tiles of act(X), X [K, N] with row stride ld. Parallel. */
 void llm4d_amx_pack_b(uint16_t *dst, const float *x, int64_t ld, int K, int N, llm4d_act act);
 /* B tiles of W^T, W [N, K] with row stride ld (B[k][n] = W[n][k]). Parallel. */

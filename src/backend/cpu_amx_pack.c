@@ -90,7 +90,9 @@ TARGET static void a_row_piece(uint16_t *dst, int64_t KT, int r, const float *sr
         _mm512_storeu_si512(base + (size_t)((k0 + k) / 32) * 512, cvt32(src + k, n - k));
 }
 
-void llm4d_amx_pack_a_row(uint16_t *dst, int K, int r, const float *row) { a_row_piece(dst, kt_of(K), r, row, 0, K); }
+void llm4d_amx_pack_a_row_piece(uint16_t *dst, int K, int r, const float *piece, int k0, int n) {
+    a_row_piece(dst, kt_of(K), r, piece, k0, n);
+}
 
 void llm4d_amx_pack_a_pad_rows(uint16_t *dst, int M, int K) {
     const int64_t KT = kt_of(K), Mp = llm4d_amx_pad(M, LLM4D_AMX_MB);
@@ -133,10 +135,12 @@ TARGET static void a_t_tile(uint16_t *dst, const float *g, int64_t ld, int M, in
     for (int i = 0; i < 16; i++) _mm512_storeu_si512(t + i * 32, r[i]);
 }
 
-void llm4d_amx_pack_a_t_ktiles(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1) {
+void llm4d_amx_pack_a_t_block(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1,
+                              int64_t mt0, int64_t mt1) {
     const int64_t MT = llm4d_amx_pad(M, LLM4D_AMX_MB) / 16;
+    if (mt1 > MT) mt1 = MT;
     for (int64_t kt = kt0; kt < kt1; kt++)
-        for (int64_t mt = 0; mt < MT; mt++) a_t_tile(dst, g, ld, M, K, mt, kt);
+        for (int64_t mt = mt0; mt < mt1; mt++) a_t_tile(dst, g, ld, M, K, mt, kt);
 }
 
 void llm4d_amx_pack_a_t(uint16_t *dst, const float *g, int64_t ld, int M, int K) {
