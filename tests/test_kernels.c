@@ -906,8 +906,11 @@ int main(void) {
     const llm4d_attn_shape sharp = {2, 40, 2, 8, 0, 2};
     test_attention(cpu, ref, sharp, 0.0f, 6.0f);
     test_attention(cpu, ref, sharp, 0.3f, 6.0f);
-    /* low-precision GEMM operands: T across two key blocks (256) with a tail, and GPT-2's head size */
-    const llm4d_attn_shape lp_shapes[] = {{2, 300, 2, 16, 1, 3}, {1, 130, 2, 64, 0, 2}};
+    /* low-precision GEMM operands: T across two key blocks (256) with a tail, and GPT-2's head size; then whole
+     * AMX tiles (T and HS multiples of 32: on an AMX CPU the attention's own tile path, cpu_attn.c) across two
+     * key blocks and three row blocks, and the narrowest head it takes */
+    const llm4d_attn_shape lp_shapes[] = {
+        {2, 300, 2, 16, 1, 3}, {1, 130, 2, 64, 0, 2}, {2, 320, 2, 64, 1, 3}, {1, 96, 3, 32, 0, 3}};
     for (size_t i = 0; i < sizeof lp_shapes / sizeof lp_shapes[0]; i++)
         for (int d = 0; d < 2; d++) {
             test_attention_lowp(cpu, ref, lp_shapes[i], d ? 0.1f : 0.0f, LLM4D_PREC_BF16, "bf16");

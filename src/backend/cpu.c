@@ -690,8 +690,11 @@ static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
     static const char *const fmt[] = {[LLM4D_CPU_FP32] = "fp32", [LLM4D_CPU_BF16] = "bf16",
                                       [LLM4D_CPU_FP32_BF16] = "fp32 holding bf16-rounded values (no AVX512-BF16)",
                                       [LLM4D_CPU_FP32_FP16] = "fp32 holding fp16-rounded values"};
-    snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s", isa_name(), fmt[cx->fmt],
-             cx->amx ? "llm4d's AMX kernel (bf16 tiles)" : lin[0] ? lin : "none yet", att[0] ? att : "none yet");
+    static const char amx[] = "llm4d's AMX kernel (bf16 tiles)";
+    snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s%s%s", isa_name(),
+             fmt[cx->fmt], cx->amx ? amx : lin[0] ? lin : "none yet",
+             cx->att_amx ? amx : att[0] ? att : "none yet", cx->att_amx && att[0] ? ", other shapes " : "",
+             cx->att_amx && att[0] ? att : "");
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

@@ -39,23 +39,22 @@ int llm4d_amx_usable(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-/* palette 1, eight tiles of 16 rows x 64 bytes */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
     uint8_t rows[16];
 } amx_tilecfg;
 
-__attribute__((target("amx-tile"))) static void tiles_configure(void) {
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
-}
+/* Palette 1, eight tiles of 16 rows x 64 bytes. A constant: built on the stack, GCC 12 dropped the stores of the
+ * column and row fields where it inlined this into a caller (it does not see LDTILECFG read them), and the
+ * configuration loaded was garbage. */
+static const amx_tilecfg tile_cfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+__attribute__((target("amx-tile"))) static void tiles_configure(void) { _tile_loadconfig(&tile_cfg); }
 
 __attribute__((target("amx-tile"))) static void tiles_release(void) { _tile_release(); }
 
@@ -110,7 +109,7 @@ static void kernel_edge(float *c, int64_t ldc, int mr, int nr, const uint16_t *a
     if (init == INIT_LOAD) {
         memset(tmp, 0, sizeof tmp);
         for (int i = 0; i < mr; i++) memcpy(tmp + i * 32, c + (size_t)i * ldc, (size_t)nr * sizeof(float));
-    } else if (init == INIT_BIAS) {
+    } else if (init == INIT_BIAS && bias) {
         memcpy(bpad, bias, (size_t)nr * sizeof(float));
     }
     kernel(tmp, 32, a0, a1, b0, b1, steps, init, bpad);
@@ -187,6 +186,26 @@ void llm4d_amx_gemm(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B,
             }
         }
         tiles_release();
+    }
+}
+
+void llm4d_amx_tiles_on(void) { tiles_configure(); }
+void llm4d_amx_tiles_off(void) { tiles_release(); }
+
+void llm4d_amx_gemm_block(float *C, int64_t ldc, const uint16_t *A, int64_t a_rs, const uint16_t *B, int64_t b_rs,
+                          int M, int N, int ksteps, int accumulate) {
+    const int init = accumulate ? INIT_LOAD : INIT_ZERO;
+    for (int m = 0; m < M; m += 32) {
+        const uint16_t *a0 = A + (size_t)(m / 16) * (size_t)a_rs, *a1 = a0 + a_rs;
+        for (int n = 0; n < N; n += 32) {
+            const uint16_t *b0 = B + (size_t)(n / 16) * (size_t)b_rs, *b1 = b0 + b_rs;
+            float *c = C + (size_t)m * (size_t)ldc + n;
+            if (m + 32 <= M && n + 32 <= N)
+                kernel(c, ldc, a0, a1, b0, b1, ksteps, init, NULL);
+            else
+                kernel_edge(c, ldc, M - m < 32 ? M - m : 32, N - n < 32 ? N - n : 32, a0, a1, b0, b1, ksteps, init,
+                            NULL);
+        }
     }
 }
 

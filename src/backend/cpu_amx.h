@@ -56,6 +56,16 @@ int llm4d_amx_usable(void);
 void llm4d_amx_gemm(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B, const float *bias, int M, int N,
                     int K, int accumulate);
 
+/* The same on one thread, for callers that run many small products side by side (the attention's blocks): C[M, N]
+ * (=|+=) A B over ksteps K tiles, A given by its first tile with its 16-row groups a_rs elements apart and
+ * consecutive K tiles 512 apart (a block of rows of a larger pack: A tiles of [M', K'] have a_rs = 512 Kp'/32), B
+ * the same with its 16-column groups b_rs apart. Both must be readable to 32 rows / columns past M, N (the packs'
+ * padding). The thread must have the tiles on: llm4d_amx_tiles_on() before, llm4d_amx_tiles_off() after. */
+void llm4d_amx_gemm_block(float *C, int64_t ldc, const uint16_t *A, int64_t a_rs, const uint16_t *B, int64_t b_rs,
+                          int M, int N, int ksteps, int accumulate);
+void llm4d_amx_tiles_on(void);
+void llm4d_amx_tiles_off(void);
+
 /* The same product computed in plain C from the same packed operands (fp32 products of bf16 values, accumulated
  * in double): the tests' oracle for the kernel and for the layouts. */
 void llm4d_amx_gemm_ref(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B, const float *bias, int M, int N,

@@ -49,9 +49,11 @@ typedef struct {
     size_t prims_cap;
     llm4d_cpu_fmt fmt;       /* how the operands of all GEMMs are stored */
     int amx;                 /* the linear layers' GEMMs run on the AMX kernel, operands in its tiles (cpu_amx.h) */
+    int att_amx;             /* an attention ran its products on the AMX kernel (cpu_attn.c), for describe_gemms */
     void *cvt[3];            /* converted copies of the GEMM operands: two (attention: qkv and dout), three on the
-                              * AMX path (a weight gradient's two tiled operands beside the input gradient's); slot 2
-                              * a block of a transposed weight elsewhere (cpu.c, dinp_by_blocks) */
+                              * AMX path (a weight gradient's two tiled operands beside the input gradient's; the
+                              * attention's per-head tiles); slot 2 a block of a transposed weight elsewhere (cpu.c,
+                              * dinp_by_blocks) */
     size_t cvt_cap[3];       /* bytes */
     int avx2_nocopy;         /* oneDNN's sgemm is its AVX2 one: go around its no-copy kernels (cpu.c nocopy_fp32) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
