@@ -81,9 +81,9 @@ typedef struct {
     const void *qkv;       /* Q, K, V packed: [3][B][NH][T][HS] in the operand precision */
     const void *dout;      /* backward: dout packed, [B][NH][T][HS] */
     llm4d_dnnl_prim **prims;
-    /* On the AMX kernel (att_amx): every operand in the tiles its product reads (cpu_amx.h), packed per head; a
-     * head's pack of a [T, HS] operand is head_el elements, its A tiles' and B^T tiles' 16-row groups kt_hs tiles
-     * apart, its B tiles' 16-column groups kt_t tiles apart. */
+    /* amx: the products on the AMX kernel, every operand in the tiles its product reads (cpu_amx.h), packed per
+     * head; a head's pack of a [T, HS] operand is head_el elements, its A tiles' and B^T tiles' 16-row groups kt_hs
+     * tiles apart, its B tiles' 16-column groups kt_t tiles apart. */
     int amx;
     int64_t kt_hs, kt_t;
     size_t head_el;
