@@ -203,7 +203,8 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
  * Rapids threads). */
 #define COLSUM_STRIP 1024
 _Static_assert(COLSUM_ROWS % LLM4D_AMX_KB == 0, "a chunk of rows is whole K tiles of the transposed pack");
-_Static_assert(COLSUM_STRIP % LLM4D_AMX_KB == 0, "a strip is whole tile rows of the A pack and M tiles of its transpose");
+_Static_assert(COLSUM_STRIP % LLM4D_AMX_KB == 0, "a strip is whole tile rows of the A pack, whole M tiles of its "
+                                                 "transpose");
 
 /* db[OC] += the column sums of dout [N, OC] (db may be NULL: none), and, when dst is not NULL, dout in the working
  * precision written to dst in the same pass (on the AMX path as the kernel's A tiles); on the AMX path, when dst_t

@@ -49,15 +49,16 @@ static inline void drop_mults_portable(const llm4d_dropout *d, uint64_t pos0, in
 }
 
 #if LLM4D_DROP_AVX512
-/* The same words with AVX-512, 16 blocks per vector in structure-of-arrays form: a 32 x 32 -> 64-bit product of
- * 16 lanes is two VPMULUDQs (even and odd lanes) blended, the two XORs of a round one VPTERNLOGD. A vector's ten
- * rounds are a chain of dependent multiplies, so G vectors (blocks b .. b + 16G - 1) go side by side; the
- * 32-bit moves between halves of a lane are shuffles (swap32), which leaves the multiplies' port to them. The four words' comparison masks (unsigned, against ceil(p 2^24) << 8) are
- * interleaved into positions 4i + k with PDEP, and the keep multipliers of the 64G positions left in out. */
 /* The two 32-bit halves of every 64-bit lane swapped: where only one half is used afterwards, what a 32-bit shift
  * would give, on the shuffle port instead of the one the multiplies need. */
 static inline __m512i swap32(__m512i v) { return _mm512_shuffle_epi32(v, _MM_PERM_CDAB); }
 
+/* The same words with AVX-512, 16 blocks per vector in structure-of-arrays form: a 32 x 32 -> 64-bit product of
+ * 16 lanes is two VPMULUDQs (even and odd lanes) blended, the two XORs of a round one VPTERNLOGD. A vector's ten
+ * rounds are a chain of dependent multiplies, so G vectors (blocks b .. b + 16G - 1) go side by side; the
+ * 32-bit moves between halves of a lane are shuffles (swap32), which leaves the multiplies' port to them. The four
+ * words' comparison masks (unsigned, against ceil(p 2^24) << 8) are interleaved into positions 4i + k with PDEP,
+ * and the keep multipliers of the 64G positions left in out */
 static inline __attribute__((always_inline)) void drop_vectors_avx512(int G, const llm4d_dropout *d, uint64_t b,
                                                                       float *out) {
     const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
