@@ -58,7 +58,7 @@ static inline __m512i swap32(__m512i v) { return _mm512_shuffle_epi32(v, _MM_PER
  * rounds are a chain of dependent multiplies, so G vectors (blocks b .. b + 16G - 1) go side by side; the
  * 32-bit moves between halves of a lane are shuffles (swap32), which leaves the multiplies' port to them. The four
  * words' comparison masks (unsigned, against ceil(p 2^24) << 8) are interleaved into positions 4i + k with PDEP,
- * and the keep multipliers of the 64G positions left in out */
+ * and the keep multipliers of the 64G positions left in out. */
 static inline __attribute__((always_inline)) void drop_vectors_avx512(int G, const llm4d_dropout *d, uint64_t b,
                                                                       float *out) {
     const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
