@@ -118,6 +118,27 @@ static void kernel_edge(float *c, int64_t ldc, int mr, int nr, const uint16_t *a
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The 32 x 32 blocks of C in rows [m0, m1) and columns [n0, n1) over `steps` K tiles, on the calling thread: A's
+ * 16-row groups a_rs elements apart from its first K tile, B's 16-column groups b_rs apart (consecutive K tiles 512
+ * apart in both); the blocks crossing M or N through kernel_edge. */
+static void blocks(float *C, int64_t ldc, const uint16_t *A, int64_t a_rs, const uint16_t *B, int64_t b_rs,
+                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, int M, int N, int steps, int init,
+                   const float *bias) {
+    for (int64_t m = m0; m < m1; m += 32) {
+        const uint16_t *a0 = A + (size_t)(m / 16) * (size_t)a_rs, *a1 = a0 + a_rs;
+        for (int64_t n = n0; n < n1; n += 32) {
+            const uint16_t *b0 = B + (size_t)(n / 16) * (size_t)b_rs, *b1 = b0 + b_rs;
+            float *c = C + (size_t)m * (size_t)ldc + n;
+            const float *bn = bias ? bias + n : NULL;
+            if (m + 32 <= M && n + 32 <= N)
+                kernel(c, ldc, a0, a1, b0, b1, steps, init, bn);
+            else
+                kernel_edge(c, ldc, M - m < 32 ? (int)(M - m) : 32, N - n < 32 ? (int)(N - n) : 32, a0, a1, b0, b1,
+                            steps, init, bn);
+        }
+    }
+}
+
 /* The C blocks threads own. A block streams its rows of A and its columns of B over the whole of K, so where K is
  * long against the output (the LM head's input gradient: 512 x 768 over K = 50304) the operands are read once per
  * block: 12 blocks of 128 x 256 read 464 MB for a 40 GFLOP product. There each thread gets one block, the larger side
@@ -169,20 +190,8 @@ void llm4d_amx_gemm(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B,
             const int64_t m1 = m0 + mc < Mp ? m0 + mc : Mp, n1 = n0 + nc < Np ? n0 + nc : Np;
             for (int64_t k0 = 0; k0 < KT; k0 += AMX_KC / LLM4D_AMX_KB) {
                 const int steps = (int)(KT - k0 < AMX_KC / LLM4D_AMX_KB ? KT - k0 : AMX_KC / LLM4D_AMX_KB);
-                const int init = k0 == 0 ? init0 : INIT_LOAD;
-                for (int64_t m = m0; m < m1; m += 32) {
-                    const uint16_t *a0 = A + ((size_t)(m / 16) * KT + k0) * 512, *a1 = a0 + (size_t)KT * 512;
-                    for (int64_t n = n0; n < n1; n += 32) {
-                        const uint16_t *b0 = B + ((size_t)(n / 16) * KT + k0) * 512, *b1 = b0 + (size_t)KT * 512;
-                        float *c = C + (size_t)m * ldc + n;
-                        const float *bn = bias ? bias + n : NULL;
-                        if (m + 32 <= M && n + 32 <= N)
-                            kernel(c, ldc, a0, a1, b0, b1, steps, init, bn);
-                        else
-                            kernel_edge(c, ldc, M - m < 32 ? (int)(M - m) : 32, N - n < 32 ? (int)(N - n) : 32, a0,
-                                        a1, b0, b1, steps, init, bn);
-                    }
-                }
+                blocks(C, ldc, A + (size_t)k0 * 512, KT * 512, B + (size_t)k0 * 512, KT * 512, m0, m1, n0, n1, M, N,
+                       steps, k0 == 0 ? init0 : INIT_LOAD, bias);
             }
         }
         tiles_release();
@@ -194,19 +203,7 @@ void llm4d_amx_tiles_off(void) { tiles_release(); }
 
 void llm4d_amx_gemm_block(float *C, int64_t ldc, const uint16_t *A, int64_t a_rs, const uint16_t *B, int64_t b_rs,
                           int M, int N, int ksteps, int accumulate) {
-    const int init = accumulate ? INIT_LOAD : INIT_ZERO;
-    for (int m = 0; m < M; m += 32) {
-        const uint16_t *a0 = A + (size_t)(m / 16) * (size_t)a_rs, *a1 = a0 + a_rs;
-        for (int n = 0; n < N; n += 32) {
-            const uint16_t *b0 = B + (size_t)(n / 16) * (size_t)b_rs, *b1 = b0 + b_rs;
-            float *c = C + (size_t)m * (size_t)ldc + n;
-            if (m + 32 <= M && n + 32 <= N)
-                kernel(c, ldc, a0, a1, b0, b1, ksteps, init, NULL);
-            else
-                kernel_edge(c, ldc, M - m < 32 ? M - m : 32, N - n < 32 ? N - n : 32, a0, a1, b0, b1, ksteps, init,
-                            NULL);
-        }
-    }
+    blocks(C, ldc, A, a_rs, B, b_rs, 0, M, 0, N, M, N, ksteps, accumulate ? INIT_LOAD : INIT_ZERO, NULL);
 }
 
 static float bf16_value(uint16_t h) {
