@@ -75,6 +75,7 @@ typedef struct {
     const llm4d_dropout *drop; /* NULL when not dropping */
     int T, HS, C, C3, nblk, nkb;
     float scale;
+    float sscale;          /* the scale the softmax applies to S: 1 where oneDNN's GEMM did (its alpha) */
     float keep;            /* a kept probability's multiplier, 1/(1-p) (as drop_mults computes it) */
     llm4d_cpu_fmt fmt;
     size_t esz;            /* bytes of one GEMM operand element */
@@ -206,6 +207,7 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
     ac.kt_hs = ac.HS / LLM4D_AMX_KB;
     ac.kt_t = ac.T / LLM4D_AMX_KB;
     ac.head_el = (size_t)ac.T * (size_t)ac.HS;
+    ac.sscale = ac.amx ? ac.scale : 1.0f;
     cx->att_amx |= ac.amx;
     /* the linear layers' conversion slots are free between kernels: Q, K, V are packed once per call */
     {
@@ -308,13 +310,12 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
                 att_put_row(ac, pa, r, srow, 0, n);
                 continue;
             }
-            if (ac->amx) {
-#pragma omp simd
-                for (int t = 0; t < lim; t++) srow[t] *= ac->scale;
-            }
             float mx = rmax[r];
 #pragma omp simd reduction(max : mx)
-            for (int t = 0; t < lim; t++) mx = srow[t] > mx ? srow[t] : mx;
+            for (int t = 0; t < lim; t++) {
+                srow[t] *= ac->sscale;
+                mx = srow[t] > mx ? srow[t] : mx;
+            }
             /* the first block always holds key 0, so rmax is finite from then on */
             const float f = rmax[r] == -INFINITY ? 0.0f : vexp(rmax[r] - mx);
             float sum = 0.0f;
@@ -416,8 +417,6 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
                 vj = att_row(ac, ac->qkv, 2, b, h, c0), dyi = att_row(ac, ac->dout, 0, b, h, r0);
                 llm4d_dnnl_run_mt(cx->dnnl, p[P_DP], dyi, vj, NULL, dP);
             }
-            /* the scores' scale: oneDNN's alpha applied it, the AMX path's exponent does */
-            const float sc = ac->amx ? ac->scale : 1.0f;
             for (int r = 0; r < m; r++) {
                 const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1;
                 float *srow = S + (size_t)r * n, *grow = dP + (size_t)r * n;
@@ -428,7 +427,7 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
                 }
                 const float l = lrow[t1], Dt = D[t1];
 #pragma omp simd
-                for (int t = 0; t < lim; t++) srow[t] = vexp(sc * srow[t] - l); /* P */
+                for (int t = 0; t < lim; t++) srow[t] = vexp(ac->sscale * srow[t] - l); /* P */
                 float pt[ATT_KB]; /* P~ = mult P, when dropping */
                 if (ac->drop) {
                     /* dP = mult dP~ in place */
