@@ -18,7 +18,10 @@
 #   (e) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
 #       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
 # for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
-# replicas; 157 of 3676 valid layouts rejected by memory), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
+# replicas; 157 of 3676 valid layouts rejected by memory), the latter again on Open MPI's collectives with library
+# temporaries that differ by a rank's place in its group (a reduce-scatter's binomial children, an all-reduce's
+# first, even and odd ranks: ranks of one stage unequal within its ZeRO group and across data replicas; breaking
+# the data classes in ranks_by_runs fails it), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
 # 200 GiB per host (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
 # The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
 # of this process, which moves between any two runs.
@@ -30,9 +33,24 @@ require_exe "$LLM4D"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PROF="$SRC_DIR/bench/profiles/a100_selene.json"
+# The published profile measured no collective: a copy with all-reduce and reduce-scatter series whose library
+# temporaries differ on a group's first, other even and odd ranks, so that ranks of one stage differ by their data
+# index (ranks_by_runs' data classes) and hosts sum unequal ranks.
+TEMPS="$tmp/a100_temps.json"
+/usr/bin/python3 - "$PROF" "$TEMPS" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+sizes = [1e5, 1e7, 1e9]
+p["collectives"] = [{"op": op, "group": g, "ranks_on_host": 6, "hosts": 1, "bytes": sizes,
+                     "seconds": [1e-5 * g, 1e-3 * g, 1e-1 * g], "temp_first": [b * 8.0 for b in sizes],
+                     "temp_other": [b * 4.0 for b in sizes], "temp_odd": [0.0, 0.0, 0.0]}
+                    for op in ("allreduce", "reduce_scatter", "allgather") for g in (2, 3, 6)]
+json.dump(p, open(sys.argv[2], "w"))
+PY
 cases=(
   "tiny  --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
   "tiny12 --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
+  "tiny12t --machine_profile $TEMPS --comm_path mpi --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
   "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
   "g13b  --model_name_or_path gpt3-1.3b --max_seq_len 2048 --global_batch_size 64 --use_amp true --nodes 2 --ranks_per_node 8 --memory_per_node 200 --top 5"
   "g175  --evaluate --model_name_or_path gpt3-175b --max_seq_len 2048 --global_batch_size 64 --micro_batch_size 1 --use_amp true --mp_degree 8 --pp_degree 8 --use_recompute true --max_steps 10 --nodes 8 --ranks_per_node 8"
@@ -40,12 +58,13 @@ cases=(
 for c in "${cases[@]}"; do
   read -r name args <<<"$c"
   args="$args --input_dir $tmp/no_data"
+  [[ " $args " == *" --machine_profile "* ]] || args="--machine_profile $PROF $args"
   # shellcheck disable=SC2086
-  "$LLM4D" plan --json --explain --machine_profile "$PROF" $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
+  "$LLM4D" plan --json --explain $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
   # shellcheck disable=SC2086
-  "$LLM4D" plan --json --explain --no_memo --machine_profile "$PROF" $args >"$tmp/$name.fresh.json" 2>"$tmp/$name.fresh.err"
+  "$LLM4D" plan --json --explain --no_memo $args >"$tmp/$name.fresh.json" 2>"$tmp/$name.fresh.err"
   # shellcheck disable=SC2086
-  "$LLM4D" plan --json --machine_profile "$PROF" $args >"$tmp/$name.fast.json" 2>"$tmp/$name.fast.err"
+  "$LLM4D" plan --json $args >"$tmp/$name.fast.json" 2>"$tmp/$name.fast.err"
   for mode in memo fast; do
   verdict=$(/usr/bin/python3 - "$tmp/$name.$mode.json" "$tmp/$name.fresh.json" <<'PY'
 import json, sys

@@ -58,30 +58,32 @@ static double base_bytes(const llm4d_profile *p, int r) {
     return p->base_bytes[lo] + f * (p->base_bytes[hi] - p->base_bytes[lo]);
 }
 
+#define LLM4D_MAX_SH_CLASSES 40 /* sharding_classes: 2 + log2 of any int */
+
 /* The collective library's temporaries the rank's largest collectives leave (the largest of them: each is freed
  * when it ends), except ZeRO's reduce-scatters, which the memory plan holds. */
 static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_topology *topo,
                         const llm4d_stagecost *sc) {
     const int R = pr->cluster.ranks_per_node;
-    double best = 0, t[2];
+    double best = 0, t[3];
     if (cfg->dist.sharding_degree <= 1 && topo->data_world > 1) { /* the largest data-parallel bucket */
         size_t len = 0;
         for (int b = 0; b < sc->n_buckets; b++) len = sc->bucket_len[b] > len ? sc->bucket_len[b] : len;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)len * sizeof(float), topo->data_world, R,
                          llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), t);
-        best = t[topo->data_rank == 0 ? 0 : 1];
+        best = llm4d_coll_temp_of(t, topo->data_rank);
     }
     if (topo->degree[LLM4D_AXIS_MODEL] > 1 && sc->tp_max_bytes > 0) {
         llm4d_price_coll(pr->prof, sc->tp_max_op, sc->tp_max_bytes, topo->degree[LLM4D_AXIS_MODEL], R,
                          llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), t);
-        const double x = t[topo->index[LLM4D_AXIS_MODEL] == 0 ? 0 : 1];
+        const double x = llm4d_coll_temp_of(t, topo->index[LLM4D_AXIS_MODEL]);
         best = x > best ? x : best;
     }
     if (cfg->dist.pp_degree > 1 && sc->wte_elems) { /* the tied embedding's all-reduce, first and last stage */
         const int N = cfg->dist.sharding_degree > 1 ? cfg->dist.sharding_degree : 1;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->wte_elems / N * sizeof(float), 2, R,
                          llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, t);
-        const double x = t[topo->index[LLM4D_AXIS_PIPE] == 0 ? 0 : 1];
+        const double x = llm4d_coll_temp_of(t, topo->index[LLM4D_AXIS_PIPE] == 0 ? 0 : 1);
         best = x > best ? x : best;
     }
     if (cfg->dist.sharding_degree > 1) { /* the parameter gathers of the largest group */
@@ -89,7 +91,7 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
         for (int g = 0; g < sc->n_groups; g++) len = sc->group_len[g] > len ? sc->group_len[g] : len;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLGATHER, (double)len * sizeof(float), cfg->dist.sharding_degree,
                          R, llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R), t);
-        const double x = t[topo->index[LLM4D_AXIS_SHARDING] == 0 ? 0 : 1];
+        const double x = llm4d_coll_temp_of(t, topo->index[LLM4D_AXIS_SHARDING]);
         best = x > best ? x : best;
     }
     return best;
@@ -135,27 +137,56 @@ static double sum(const double *x, int n) {
     return s;
 }
 
+/* The distinct ranks of a stage within its sharding group: the group's first rank, and the others by how many
+ * children they reduce-scatter from over Open MPI (memplan.h llm4d_memplan_rs_children: each holds a temporary;
+ * on the shared-memory path the counts plan alike). class_of[i] is index i's class, rep[k] class k's first index;
+ * returns the number of classes (at most 2 + log2 N). */
+static int sharding_classes(int N, int *class_of, int *rep) {
+    int n = 0, key[LLM4D_MAX_SH_CLASSES];
+    for (int i = 0; i < N; i++) {
+        const int kv = i == 0 ? -1 : llm4d_memplan_rs_children(N, i);
+        int k = 0;
+        while (k < n && key[k] != kv) k++;
+        if (k == n) key[n] = kv, rep[n] = i, n++;
+        class_of[i] = k;
+    }
+    return n;
+}
+
+/* The distinct ranks of a layout, per stage: the sharding classes, and where a flat data-parallel group's
+ * all-reduce leaves temporaries by rank (price.h llm4d_coll_temp_of: the first, the odd, the other even ranks),
+ * its data index's class too. */
+typedef struct {
+    int dcs, ks;       /* data classes (1 to 3), sharding classes: a stage has dcs x ks */
+    const int *sh_of;  /* [N] a sharding index's class */
+} class_map;
+
+static int class_at(const class_map *m, int pipe, int data, int sh) {
+    const int dc = m->dcs == 1 || data == 0 ? 0 : data % 2 ? 1 : 2;
+    return (pipe * m->dcs + dc) * m->ks + m->sh_of[sh];
+}
+
 /* The rank walk of ranks_and_hosts without visiting every rank: ranks are (data, pipe, sharding, model) with the
- * model index fastest, so one data replica is, stage by stage, a run of mp ranks of the sharding group's first
- * class and a run of (N - 1) mp of the other, and the replicas repeat it. A host inside one run sums R equal
+ * model index fastest, so one data replica is, stage by stage, runs of mp ranks of each sharding index's class
+ * (consecutive indices of one class as one run), and the replicas repeat it. A host inside one run sums R equal
  * peaks; its sum is made once per run by the same additions one at a time, so every sum is bit for bit the one
  * the walk makes. When a replica fills whole hosts the hosts repeat with it: one replica is walked. */
-static void ranks_by_runs(int R, int dp, int P, int N, int MP, int classes, const double *cls,
+static void ranks_by_runs(int R, int dp, int P, int N, int MP, const class_map *m, const double *cls,
                           llm4d_prediction *out) {
     const long long per = (long long)P * N * MP, world = per * dp;
-    const int reps = per % R == 0 ? 1 : dp;
-    long long r = 0;
+    /* replicas filling whole hosts: one of each data class (data indices 0, 1, 2 are the first, an odd, an even) */
+    const int reps = per % R == 0 ? (m->dcs < dp ? m->dcs : dp) : dp;
     int in_host = 0;
     out->peak_class = 0;
     double host = 0;
-    for (int rep = 0; rep < reps; rep++)
+    for (int rep = 0; rep < reps; rep++) {
+        long long r = rep * per;
         for (int p = 0; p < P; p++)
-            for (int k = 0; k < classes; k++) {
-                const int c = p * classes + k;
+            for (int i = 0, j; i < N; i = j) {
+                for (j = i + 1; j < N && m->sh_of[j] == m->sh_of[i]; j++) {}
+                const int c = class_at(m, p, rep, i);
                 const double b = cls[c];
-                long long len = k == 0 ? MP : (long long)(N - 1) * MP;
-                if (classes == 1) len = (long long)N * MP;
-                if (len <= 0) continue;
+                long long len = (long long)(j - i) * MP;
                 if (b > out->peak_bytes) out->peak_bytes = b, out->peak_rank = (int)r, out->peak_class = c;
                 r += len;
                 while (len > 0 && in_host > 0) { /* the host begun before the run */
@@ -167,20 +198,21 @@ static void ranks_by_runs(int R, int dp, int P, int N, int MP, int classes, cons
                 }
                 if (len >= R) { /* whole hosts of this class */
                     double full = 0;
-                    for (int i = 0; i < R; i++) full += b;
+                    for (int q = 0; q < R; q++) full += b;
                     if (full > out->host_bytes) out->host_bytes = full;
                     len %= R;
                 }
                 for (; len > 0; len--) host += b, in_host++; /* the start of the next host */
             }
+    }
     if (in_host > 0 && reps * per == world && host > out->host_bytes) out->host_bytes = host; /* the last, short */
 }
 
 /* Every rank's peak from its class (fill: rank_peak too, when asked), the largest and the fullest host: rank by
  * rank (the oracle, and whenever every rank's peak is wanted), or by runs. */
 static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, int world, int P, int N,
-                                  int classes, const double *cls, const double (*cmem)[LLM4D_PM_N], int fill,
-                                  llm4d_prediction *out, llm4d_err *err) {
+                                  const class_map *m, const double *cls, const double (*cmem)[LLM4D_PM_N],
+                                  int fill, llm4d_prediction *out, llm4d_err *err) {
     const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
     if (fill) {
         free(out->rank_peak);
@@ -191,7 +223,7 @@ static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_co
     LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err));
     out->peak_bytes = 0, out->host_bytes = 0;
     if (!pr->exhaustive && !out->rank_peak) {
-        ranks_by_runs(R, d->dp_degree, P, N, d->mp_degree, classes, cls, out);
+        ranks_by_runs(R, d->dp_degree, P, N, d->mp_degree, m, cls, out);
         if (out->peak_bytes > 0) memcpy(out->mem, cmem[out->peak_class], sizeof out->mem);
         return LLM4D_OK;
     }
@@ -200,7 +232,7 @@ static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_co
     for (int r = 0; r < world; r++) {
         int rem = r, idx[LLM4D_NAXES];
         for (int a = LLM4D_NAXES - 1; a >= 0; a--) idx[a] = rem % t0.degree[a], rem /= t0.degree[a];
-        const int c = idx[LLM4D_AXIS_PIPE] * classes + (classes > 1 && idx[LLM4D_AXIS_SHARDING] != 0);
+        const int c = class_at(m, idx[LLM4D_AXIS_PIPE], idx[LLM4D_AXIS_DATA], idx[LLM4D_AXIS_SHARDING]);
         const double b = cls[c];
         if (out->rank_peak) out->rank_peak[r] = b;
         if (b > out->peak_bytes) {
@@ -220,44 +252,49 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                                 llm4d_prediction *out, llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
-    /* the distinct ranks: each stage, as the first rank of its ZeRO group and as another */
-    const int classes = N > 1 ? 2 : 1;
-    double *cls = calloc((size_t)P * classes, sizeof *cls);
-    double (*cmem)[LLM4D_PM_N] = calloc((size_t)P * classes, sizeof *cmem);
+    /* the distinct ranks: each stage, as each class of its ZeRO group's ranks and of a flat data group's */
+    int *class_of = malloc((size_t)N * sizeof *class_of), rep[LLM4D_MAX_SH_CLASSES];
+    const int dp = d->dp_degree, dcs = N <= 1 && dp > 1 ? (dp < 3 ? dp : 3) : 1;
+    const int ks = class_of ? sharding_classes(N, class_of, rep) : 1, per_stage = dcs * ks, classes = P * per_stage;
+    const class_map m = {dcs, ks, class_of};
+    double *cls = calloc((size_t)classes, sizeof *cls);
+    double (*cmem)[LLM4D_PM_N] = calloc((size_t)classes, sizeof *cmem);
     free(out->stage_peak);
     out->stage_peak = calloc((size_t)P, sizeof *out->stage_peak);
     out->n_stages = P;
-    llm4d_code rc = cls && cmem && out->stage_peak ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = class_of && cls && cmem && out->stage_peak ? LLM4D_OK
+                                                               : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     /* every class without its collectives' temporaries first: when that already overflows a host by
      * pr->reject_above, the layout is rejected without recording and pricing its traces (the temporaries only add) */
-    llm4d_topology *ct = malloc((size_t)P * classes * sizeof *ct);
+    llm4d_topology *ct = malloc((size_t)classes * sizeof *ct);
     if (rc == LLM4D_OK && !ct) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int s = 0; rc == LLM4D_OK && s < P; s++)
-        for (int k = 0; rc == LLM4D_OK && k < classes; k++) {
-            const int idx[LLM4D_NAXES] = {0, s, k, 0};
-            llm4d_topology t0, *topo = &ct[s * classes + k];
-            rc = llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err);
-            if (rc == LLM4D_OK)
-                rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), d->dp_degree, P, N,
-                                         d->mp_degree, err);
-            if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, topo, cmem[s * classes + k], err);
-        }
+        for (int dc = 0; rc == LLM4D_OK && dc < dcs; dc++) /* data indices 0, 1, 2: the classes' first ranks */
+            for (int k = 0; rc == LLM4D_OK && k < ks; k++) {
+                const int idx[LLM4D_NAXES] = {dc, s, rep[k], 0}, c = class_at(&m, s, dc, rep[k]);
+                llm4d_topology t0, *topo = &ct[c];
+                rc = llm4d_topology_init(&t0, world, 0, dp, P, N, d->mp_degree, err);
+                if (rc == LLM4D_OK)
+                    rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree,
+                                             err);
+                if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, topo, cmem[c], err);
+            }
     out->bound = 0;
     if (rc == LLM4D_OK && pr->reject_above > 0) {
-        for (int c = 0; c < P * classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
-        rc = ranks_and_hosts(pr, d, world, P, N, classes, cls, cmem, 0, out, err);
+        for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
+        rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, 0, out, err);
         out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */
     }
-    for (int c = 0; rc == LLM4D_OK && !out->bound && c < P * classes; c++)
+    for (int c = 0; rc == LLM4D_OK && !out->bound && c < classes; c++)
         rc = rank_coll_temp(pr, cfg, pp, &ct[c], cmem[c], err);
     free(ct);
     if (rc == LLM4D_OK) {
-        for (int c = 0; c < P * classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
-        for (int s = 0; s < P; s++)
-            for (int k = 0; k < classes; k++)
-                if (cls[s * classes + k] > out->stage_peak[s]) out->stage_peak[s] = cls[s * classes + k];
+        for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
+        for (int c = 0; c < classes; c++)
+            if (cls[c] > out->stage_peak[c / per_stage]) out->stage_peak[c / per_stage] = cls[c];
     }
-    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, classes, cls, cmem, 1, out, err);
+    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, 1, out, err);
+    free(class_of);
     free(cls);
     free(cmem);
     return rc;

@@ -139,10 +139,8 @@ static double interp(const double *x, const double *y, int n, double at) {
     return y[n - 1] + (slope > 0 ? slope : 0) * (at - x[n - 1]);
 }
 
-double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group, int ranks_on_host, int hosts,
-                        double temp[2]) {
-    if (temp) temp[0] = temp[1] = 0;
-    if (group <= 1 || bytes <= 0) return 0;
+/* The measured series nearest to (op, group, ranks_on_host, within or across hosts), or NULL. */
+static const llm4d_prof_coll *nearest_coll(const llm4d_profile *p, int op, int group, int ranks_on_host, int hosts) {
     const int across = hosts > 1;
     const llm4d_prof_coll *best = NULL;
     double best_d = INFINITY;
@@ -153,6 +151,15 @@ double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group,
         const double d = fabs(log((double)c->group / group)) * 4 + fabs(log((double)c->ranks_on_host / ranks_on_host));
         if (d < best_d) best_d = d, best = c;
     }
+    return best;
+}
+
+double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group, int ranks_on_host, int hosts,
+                        double temp[3]) {
+    if (temp) temp[0] = temp[1] = temp[2] = 0;
+    if (group <= 1 || bytes <= 0) return 0;
+    const int across = hosts > 1;
+    const llm4d_prof_coll *best = nearest_coll(p, op, group, ranks_on_host, hosts);
     if (best) {
         /* another group size: its bus bandwidth, scaled by the ring bytes */
         const double scale = best->group == group ? 1.0
@@ -161,11 +168,24 @@ double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group,
         if (temp) {
             temp[0] = interp(best->bytes, best->temp_first, best->n, bytes);
             temp[1] = interp(best->bytes, best->temp_other, best->n, bytes);
+            temp[2] = interp(best->bytes, best->temp_odd, best->n, bytes);
         }
         return interp(best->bytes, best->seconds, best->n, bytes) * scale;
     }
     return p->coll_latency_s[across] * (group > 1 ? log2((double)group) + 1 : 1) +
            llm4d_coll_ring_bytes(op, bytes, group) / (p->coll_gbps[across] * 1e9);
+}
+
+double llm4d_price_wait(const llm4d_profile *p, int threads, int ranks_on_host, int group) {
+    const int t = threads > 0 ? threads : 1, cores = p->cores > 0 ? p->cores : 1;
+    if (group <= 1 || (double)ranks_on_host * t <= cores) return 0;
+    /* a rank arriving finds every other member of its group running with the chance that the F - 1 other ranks
+     * the cores run beside it (F = cores / threads) include them all, the scheduler picking at random among the
+     * R - 1; otherwise it waits for a descheduled one */
+    const int F = cores / t, g = group < ranks_on_host ? group : ranks_on_host;
+    double together = 1;
+    for (int j = 1; j < g; j++) together *= F - j > 0 ? (double)(F - j) / (ranks_on_host - j) : 0;
+    return p->wait_cpu_s * (1 - together);
 }
 
 /* The measured share of (threads, ranks), or NULL. */

@@ -28,9 +28,20 @@ llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c,
 /* Seconds of one collective (llm4d_comm_op: ALLREDUCE, REDUCE_SCATTER, ALLGATHER; SEND: one message to a
  * neighbour) of `bytes` (the whole buffer: profile.h) over `group` ranks, with ranks_on_host ranks of the job on a
  * host and the group spanning `hosts` hosts; temp (may be NULL) receives the bytes the library allocates for it on
- * the group's first rank [0] and on the others [1]. */
+ * the group's first rank [0], its other even ranks [1] and its odd ranks [2] (llm4d_coll_temp_of picks). */
 double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group, int ranks_on_host, int hosts,
-                        double temp[2]);
+                        double temp[3]);
+/* Which of llm4d_price_coll's temporaries the group's rank `index` holds. */
+static inline double llm4d_coll_temp_of(const double temp[3], int index) {
+    return temp[index == 0 ? 0 : index % 2 ? 2 : 1];
+}
+
+/* The processor time a blocking wait of a `group`-rank collective burns, expected, on a host whose ranks' threads
+ * outnumber its cores: the profile's wait_cpu_s where a member is descheduled when the rank arrives (the chance
+ * that the cores do not run the whole group at once), time the ranks still computing lose, so a stage counts it
+ * with its kernels, slowed by the host's time-slicing as they are; 0 where the cores suffice (a waiting rank then
+ * takes no one's core). */
+double llm4d_price_wait(const llm4d_profile *p, int threads, int ranks_on_host, int group);
 
 /* The slowdown of each kind of work (time over the time alone) when `active` ranks of `threads` threads compute at
  * once on a host of the profile's cores: the measured shares where the host is not oversubscribed, and beyond

@@ -134,6 +134,7 @@ static cJSON *to_json(const llm4d_profile *p) {
     }
     cJSON_AddNumberToObject(o, "overlap", p->overlap);
     cJSON_AddNumberToObject(o, "oversubscription_penalty", p->oversub_penalty);
+    cJSON_AddNumberToObject(o, "wait_cpu_s", p->wait_cpu_s);
     cJSON *fb = cJSON_AddObjectToObject(o, "fallback");
     for (int q = 0; q < 3; q++) {
         char k[32];
@@ -169,6 +170,7 @@ static cJSON *to_json(const llm4d_profile *p) {
         cJSON_AddItemToObject(e, "seconds", num_array(c->seconds, c->n));
         cJSON_AddItemToObject(e, "temp_first", num_array(c->temp_first, c->n));
         cJSON_AddItemToObject(e, "temp_other", num_array(c->temp_other, c->n));
+        cJSON_AddItemToObject(e, "temp_odd", num_array(c->temp_odd, c->n));
         cJSON_AddItemToArray(cs, e);
     }
     return o;
@@ -284,6 +286,10 @@ static void read_tables(reader *r, const cJSON *o, llm4d_profile *p) {
              "a collective's \"temp_first\" is not a list of sizes");
         nums(r, cJSON_GetObjectItemCaseSensitive(e, "temp_other"), c.temp_other, LLM4D_PROF_SIZES,
              "a collective's \"temp_other\" is not a list of sizes");
+        /* a profile from before temp_odd: temp_other was every non-first rank's */
+        if (nums(r, cJSON_GetObjectItemCaseSensitive(e, "temp_odd"), c.temp_odd, LLM4D_PROF_SIZES,
+                 "a collective's \"temp_odd\" is not a list of sizes") <= 0)
+            memcpy(c.temp_odd, c.temp_other, sizeof c.temp_odd);
         if (r->bad) return;
         if (c.n < 1 || ns != c.n || c.group < 1 || c.ranks_on_host < 1 || c.hosts < 1)
             return (void)garbled(r, "a collective entry needs group, ranks_on_host >= 1 and as many seconds as bytes");
@@ -321,6 +327,7 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     }
     p->overlap = num(r, o, "overlap", 0, 0);
     p->oversub_penalty = num(r, o, "oversubscription_penalty", 0, 0);
+    p->wait_cpu_s = num(r, o, "wait_cpu_s", 0, 0);
     const cJSON *fb = cJSON_GetObjectItemCaseSensitive(o, "fallback");
     if (fb) {
         for (int q = 0; q < 3; q++) {

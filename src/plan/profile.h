@@ -6,12 +6,13 @@
  *                a bf16 linear layer's operand conversion counts as "convert", as the trainer reports it);
  *   collectives  seconds of each collective by kind, group size, the job's ranks on the host at the time (every
  *                group of that size busy at once, as in a layout), hosts spanned and bytes, and the memory the
- *                collective library allocated for it on the group's first rank and on the others;
+ *                collective library allocated for it on the group's first rank, its other even ones and its odd ones;
  *   process      the resident memory of a rank before it allocates its model (libraries, MPI, the runtime) by ranks
  *                on the host, and what a training process holds beyond its memory plan (allocator arenas, the
  *                library's generated code);
  *   shares       how much slower each kind of work runs when k ranks of t threads share the host (memory bandwidth,
- *                caches), and what fraction of a background collective's time a computing rank hides;
+ *                caches), what fraction of a background collective's time a computing rank hides, and the
+ *                processor time a blocking wait burns while a peer is descheduled;
  *   fallback     rates for what was not measured: GEMM and attention GFLOP/s, memory GB/s (by threads), a
  *                kernel's fixed cost; collective latency and bandwidth within and across hosts; the disk's GB/s
  *                (offload). A published profile has only these.
@@ -45,7 +46,10 @@ typedef struct {
     double bytes[LLM4D_PROF_SIZES];     /* the whole buffer (all-reduce: the buffer; reduce-scatter: the input;
                                          * all-gather: the output; send: the message) */
     double seconds[LLM4D_PROF_SIZES];
-    double temp_first[LLM4D_PROF_SIZES], temp_other[LLM4D_PROF_SIZES]; /* bytes the library allocated */
+    /* bytes the library allocated on the group's first rank, on its other even ranks and on its odd ranks (Open
+     * MPI's binomial trees leave the odd ones, their leaves, without: gpt2-tiny's 12.9 MB all-reduce over 16 ranks
+     * took 14 MiB on every even rank, none on the odd ones) */
+    double temp_first[LLM4D_PROF_SIZES], temp_other[LLM4D_PROF_SIZES], temp_odd[LLM4D_PROF_SIZES];
 } llm4d_prof_coll;
 
 typedef struct {
@@ -68,6 +72,9 @@ typedef struct {
     llm4d_prof_share share[64];
     double overlap;            /* fraction of a background collective's time hidden behind computing */
     double oversub_penalty;    /* extra slowdown per thread beyond the cores, when threads per rank > 1 */
+    double wait_cpu_s;         /* processor seconds a blocking wait burns while a peer is descheduled (comm.c's
+                                * waits poll, then sleep): on an oversubscribed host, time the computing ranks lose;
+                                * 0: unmeasured */
     /* fallback */
     double gemm_gflops[3][LLM4D_PROF_MAXT + 1]; /* by precision, threads (0: unknown) */
     double attn_gflops[3][LLM4D_PROF_MAXT + 1];

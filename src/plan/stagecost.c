@@ -133,9 +133,11 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
                     for (int j = 0; j < LLM4D_WORK_N; j++) out->kinds[k][c][j] += s[j], since += s[j];
                 } else if (x->op == LLM4D_RC_COMM) {
                     const double bytes = (double)x->d[1] * (x->d[0] == LLM4D_COMM_OP_ALLREDUCE ? 1 : (double)x->d[2]);
+                    const double spin = llm4d_price_wait(pr->prof, pr->threads, ranks_on_host, (int)x->d[2]);
                     const double s = llm4d_price_coll(pr->prof, (int)x->d[0], bytes, (int)x->d[2], ranks_on_host,
-                                                      tp_hosts, NULL);
-                    out->tp[k][c] += s, since += s;
+                                                      tp_hosts, NULL) +
+                                     spin;
+                    out->tp[k][c] += s, since += s, out->spin += spin;
                     if (bytes > out->tp_max_bytes) out->tp_max_bytes = bytes, out->tp_max_op = (int)x->d[0];
                 } else if (x->op == LLM4D_RC_PARAMS_FOR || x->op == LLM4D_RC_GRADS_DONE) {
                     out->ev[out->n_ev++] = (llm4d_hook_ev){(uint8_t)k, (uint8_t)x->op, (uint16_t)c, (int)x->d[0], since};

@@ -26,6 +26,9 @@ typedef struct {
     int n_chunks, split;
     double kinds[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS][LLM4D_WORK_N]; /* kernels alone, by kind */
     double tp[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                  /* tensor-parallel collectives */
+    double spin;                /* of tp: the processor time their waits burn per micro-batch on an oversubscribed
+                                 * host (price.h llm4d_price_wait), which the host's sharing slows as it does the
+                                 * kernels */
     double tail[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                /* work after the pass's last event */
     double tp_max_bytes;        /* the largest tensor-parallel collective's buffer */
     int tp_max_op;

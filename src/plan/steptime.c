@@ -142,7 +142,8 @@ typedef struct {
     double post;          /* after its last action: the last micro-batch's extra, what is in flight, the finish */
     double optim;
     double kinds[LLM4D_WORK_N]; /* kernels per step, alone */
-    double kernels;       /* the micro-batches' kernels per step, alone (the part the host's sharing slows) */
+    double kernels;       /* the micro-batches' kernels per step, alone, and their waits' spin (the part the host's
+                           * sharing slows) */
     double exposed[LLM4D_ENG_N], hidden[LLM4D_ENG_N];
     double slow;          /* the kernels' slowdown with every rank of the host computing */
 } stage_time;
@@ -212,7 +213,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
             mid_sum += dur[k][c];
             for (int j = 0; j < LLM4D_WORK_N; j++) st->kinds[j] += M * sc->kinds[k][c][j];
         }
-    st->kernels = total_kinds(st->kinds);
+    st->kernels = total_kinds(st->kinds) + M * sc->spin;
     if (M > 2) {
         walk_micro(&w, &en, 1, dur);
         for (int c = 0; c < sc->n_chunks; c++)
@@ -221,6 +222,9 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         last_sum = mid_sum;
     }
     double post = last_sum - mid_sum; /* what the last micro-batch adds */
+    /* the blocking waits of the step's end burn processor time on an oversubscribed host (price.h): spin */
+    const int thr = pr->cluster.threads;
+    double spin = w.n > 0 ? llm4d_price_wait(prof, thr, R, N > 1 ? N : topo->data_world) : 0;
     post += w_wait(&w, w.n - 1);      /* what is still in flight (the last bucket is blocking: below) */
 
     /* the end of the step */
@@ -234,22 +238,26 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         st->slow = s / kt;
     }
     double exposed[LLM4D_ENG_N] = {0};
-    if (en.dp_flat && sc->n_buckets > 0) exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1];
+    if (en.dp_flat && sc->n_buckets > 0)
+        exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1], spin += llm4d_price_wait(prof, thr, R, topo->data_world);
     size_t local = 0; /* the elements this rank updates */
     for (int g = 0; g < G; g++) local += N > 1 ? (sc->group_len[g] + (size_t)N - 1) / (size_t)N : sc->group_len[g];
     if (N > 1 && d->dp_degree > 1) /* hybrid: the own shards over the dp group */
-        exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
+        spin += llm4d_price_wait(prof, thr, R, d->dp_degree), exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
                                                   d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);
     if (topo->degree[LLM4D_AXIS_MODEL] > 1 && cfg->model.sequence_parallel && sc->sp_partial)
-        exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
+        spin += llm4d_price_wait(prof, thr, R, topo->degree[LLM4D_AXIS_MODEL]),
+            exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
                                                   topo->degree[LLM4D_AXIS_MODEL], R,
                                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), NULL);
     const int P = d->pp_degree;
     if (P > 1 && sc->wte_elems) /* the tied embedding's two copies */
-        exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
+        spin += llm4d_price_wait(prof, thr, R, 2), exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
                                                    (double)sc->wte_elems / (N > 1 ? N : 1) * sizeof(float), 2, R,
                                                    llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, NULL);
     const int world = topo->world_size, world_hosts = (world + R - 1) / R;
+    spin += llm4d_price_wait(prof, thr, R, world) + 2 * llm4d_price_wait(prof, thr, R, topo->data_world) +
+            llm4d_price_wait(prof, thr, R, P); /* the step's scalars */
     exposed[LLM4D_ENG_STEP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, 8, world, R, world_hosts, NULL) +
                                2 * llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, 8, topo->data_world, R, data_hosts,
                                                     NULL) +
@@ -271,7 +279,8 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     st->optim = optim;
     st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
     if (N > 1 && d->sharding_stage <= 2) /* stages 1, 2: every group's parameters gathered after the update */
-        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
+        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g], spin += llm4d_price_wait(prof, thr, R, N);
+    post += spin * st->slow;
     for (int e = 0; e < LLM4D_ENG_N; e++) {
         post += exposed[e];
         st->exposed[e] = w.exposed[e] + exposed[e];

@@ -66,13 +66,18 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, size_t p
  * there), stage 3 +50-60 MiB (two 27 MiB blocks); gpt2-tiny (8 blocks) sharding4 stage 1 and 2: rank 0 twice rank
  * 2's, ranks 1 and 3 none. A sharding group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its
  * segment: no temporaries. */
-static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, int rs_in_shm,
-                              const llm4d_param_table *t) {
-    const int N = cfg->dist.sharding_degree, i = topo->index[LLM4D_AXIS_SHARDING];
-    if (N < 2 || rs_in_shm) return 0;
+int llm4d_memplan_rs_children(int N, int i) {
     int children = 0;
     const int low = i == 0 ? N : (i & -i);
     for (int step = 1; step < low && i + step < N; step <<= 1) children++;
+    return children;
+}
+
+static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, int rs_in_shm,
+                              const llm4d_param_table *t) {
+    const int N = cfg->dist.sharding_degree;
+    if (N < 2 || rs_in_shm) return 0;
+    const int children = llm4d_memplan_rs_children(N, topo->index[LLM4D_AXIS_SHARDING]);
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
         const size_t len = t->g[g].hi - t->g[g].lo;

@@ -54,6 +54,10 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *to
 /* The matmul precision a configuration runs (use_amp, amp_dtype). */
 llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg);
 
+/* How many children rank i of an N-rank sharding group receives from in Open MPI's (libnbc's) binomial
+ * reduce-scatter: each holds a temporary on it (memplan.c mpi_temporaries). Ranks with the same count plan alike. */
+int llm4d_memplan_rs_children(int N, int i);
+
 /* The plan of the rank at topo's coordinates, for cfg (finalized) and its pipeline plan pp (P = 1: none); be
  * supplies the size functions of the backend the run uses (operand_workspace, weight_copy_bytes; nothing is
  * allocated on it); paths: which groups collect through shared memory (NULL: none), whose segments the plan counts
