@@ -58,7 +58,7 @@ static double base_bytes(const llm4d_profile *p, int r) {
     return p->base_bytes[lo] + f * (p->base_bytes[hi] - p->base_bytes[lo]);
 }
 
-#define LLM4D_MAX_SH_CLASSES 40 /* sharding_classes: 2 + log2 of any int */
+#define LLM4D_MAX_SH_CLASSES 72 /* sharding_classes: 2 + 2 log2 of any int */
 
 /* The collective library's temporaries the rank's largest collectives leave (the largest of them: each is freed
  * when it ends), except ZeRO's reduce-scatters, which the memory plan holds. */
@@ -138,13 +138,15 @@ static double sum(const double *x, int n) {
 }
 
 /* The distinct ranks of a stage within its sharding group: the group's first rank, and the others by how many
- * children they reduce-scatter from over Open MPI (memplan.h llm4d_memplan_rs_children: each holds a temporary;
- * on the shared-memory path the counts plan alike). class_of[i] is index i's class, rep[k] class k's first index;
- * returns the number of classes (at most 2 + log2 N). */
-static int sharding_classes(int N, int *class_of, int *rep) {
+ * children they reduce-scatter from over Open MPI where the group reduce-scatters there (rs_mpi; memplan.h
+ * llm4d_memplan_rs_children: each holds a temporary) and by their index's parity where the profile measured
+ * collectives (parity: price.h llm4d_coll_temp_of). class_of[i] is index i's class, rep[k] class k's first index
+ * (index 1, a leaf, is class 1's); returns the number of classes (at most 2 + 2 log2 N). A search asks this of
+ * every layout: classes that cannot differ are not made. */
+static int sharding_classes(int N, int rs_mpi, int parity, int *class_of, int *rep) {
     int n = 0, key[LLM4D_MAX_SH_CLASSES];
     for (int i = 0; i < N; i++) {
-        const int kv = i == 0 ? -1 : llm4d_memplan_rs_children(N, i);
+        const int kv = i == 0 ? -1 : 2 * (rs_mpi ? llm4d_memplan_rs_children(N, i) : 0) + (parity ? i % 2 : 0);
         int k = 0;
         while (k < n && key[k] != kv) k++;
         if (k == n) key[n] = kv, rep[n] = i, n++;
@@ -159,6 +161,8 @@ static int sharding_classes(int N, int *class_of, int *rep) {
 typedef struct {
     int dcs, ks;       /* data classes (1 to 3), sharding classes: a stage has dcs x ks */
     const int *sh_of;  /* [N] a sharding index's class */
+    int nruns;         /* the sharding indices as runs of one class: */
+    const int *run_first, *run_len; /* [nruns] each run's first index and length */
 } class_map;
 
 static int class_at(const class_map *m, int pipe, int data, int sh) {
@@ -182,11 +186,10 @@ static void ranks_by_runs(int R, int dp, int P, int N, int MP, const class_map *
     for (int rep = 0; rep < reps; rep++) {
         long long r = rep * per;
         for (int p = 0; p < P; p++)
-            for (int i = 0, j; i < N; i = j) {
-                for (j = i + 1; j < N && m->sh_of[j] == m->sh_of[i]; j++) {}
-                const int c = class_at(m, p, rep, i);
+            for (int u = 0; u < m->nruns; u++) {
+                const int c = class_at(m, p, rep, m->run_first[u]);
                 const double b = cls[c];
-                long long len = (long long)(j - i) * MP;
+                long long len = (long long)m->run_len[u] * MP;
                 if (b > out->peak_bytes) out->peak_bytes = b, out->peak_rank = (int)r, out->peak_class = c;
                 r += len;
                 while (len > 0 && in_host > 0) { /* the host begun before the run */
@@ -253,10 +256,27 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     const llm4d_dist_config *d = &cfg->dist;
     const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
     /* the distinct ranks: each stage, as each class of its ZeRO group's ranks and of a flat data group's */
-    int *class_of = malloc((size_t)N * sizeof *class_of), rep[LLM4D_MAX_SH_CLASSES];
-    const int dp = d->dp_degree, dcs = N <= 1 && dp > 1 ? (dp < 3 ? dp : 3) : 1;
-    const int ks = class_of ? sharding_classes(N, class_of, rep) : 1, per_stage = dcs * ks, classes = P * per_stage;
-    const class_map m = {dcs, ks, class_of};
+    /* which distinctions can matter: library temporaries by a rank's parity only where the profile measured
+     * collectives, ZeRO's reduce-scatter children only where its group reduce-scatters over MPI */
+    const int parity = pr->prof->n_colls > 0, dp = d->dp_degree;
+    const int dcs = parity && N <= 1 && dp > 1 ? (dp < 3 ? dp : 3) : 1;
+    int rs_mpi = 0;
+    if (N > 1) {
+        llm4d_topology t0;
+        llm4d_memplan_paths paths;
+        LLM4D_TRY(llm4d_topology_init(&t0, world, 0, dp, P, N, d->mp_degree, err));
+        llm4d_memplan_paths_predict_memo(pr->memo, cfg, &t0, pr->cluster.ranks_per_node, &paths);
+        rs_mpi = !(paths.host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths.hosts[LLM4D_SHMG_SHARDING] == 1);
+    }
+    int *class_of = malloc((size_t)N * 3 * sizeof *class_of), rep[LLM4D_MAX_SH_CLASSES], nruns = 0;
+    const int ks = class_of ? sharding_classes(N, rs_mpi, parity, class_of, rep) : 1;
+    const int per_stage = dcs * ks, classes = P * per_stage;
+    int *run_first = class_of ? class_of + N : NULL, *run_len = class_of ? class_of + 2 * N : NULL;
+    for (int i = 0, j; class_of && i < N; i = j, nruns++) { /* made once per layout: the walk repeats them */
+        for (j = i + 1; j < N && class_of[j] == class_of[i]; j++) {}
+        run_first[nruns] = i, run_len[nruns] = j - i;
+    }
+    const class_map m = {dcs, ks, class_of, nruns, run_first, run_len};
     double *cls = calloc((size_t)classes, sizeof *cls);
     double (*cmem)[LLM4D_PM_N] = calloc((size_t)classes, sizeof *cmem);
     free(out->stage_peak);
@@ -277,7 +297,16 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                 if (rc == LLM4D_OK)
                     rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree,
                                              err);
-                if (rc == LLM4D_OK) rc = rank_memory(pr, cfg, pp, topo, cmem[c], err);
+                const int children = rs_mpi && k > 1 ? llm4d_memplan_rs_children(N, rep[k]) : 0;
+                if (rc == LLM4D_OK && children == 0) rc = rank_memory(pr, cfg, pp, topo, cmem[c], err);
+                if (rc == LLM4D_OK && children > 0) {
+                    /* an inner rank plans as the leaf (class 1, index 1) but for its reduce-scatter temporaries,
+                     * one per child as the first rank's (memplan.c mpi_temporaries): not planned again (a search
+                     * over 1024 hosts meets sharding groups of 64 ranks, 7 classes) */
+                    const int leaf = class_at(&m, s, dc, rep[1]), first = class_at(&m, s, dc, 0);
+                    memcpy(cmem[c], cmem[leaf], sizeof cmem[c]);
+                    cmem[c][LLM4D_PM_MPI] = cmem[first][LLM4D_PM_MPI] / llm4d_memplan_rs_children(N, 0) * children;
+                }
             }
     out->bound = 0;
     if (rc == LLM4D_OK && pr->reject_above > 0) {
