@@ -34,7 +34,7 @@ unset OMP_NUM_THREADS # the launcher's threads per rank (cores / ranks), which t
 DATA=data/fortunes_ids.npz
 TINY=(--model_name_or_path gpt2-tiny -o Model.num_layers=8 --input_dir "$DATA" --max_seq_len 64 --comm_path mpi)
 EN=(--model_name_or_path gpt2-en --input_dir "$DATA" --max_seq_len 64 --comm_path mpi)
-GB_TINY=16 GB_EN=4 STEPS_TINY=6 STEPS_EN=4
+GB_TINY=16 GB_EN=4 STEPS_TINY=12 STEPS_EN=4
 echo "# bench_plan.sh ($SET) at $(git rev-parse --short HEAD 2>/dev/null): $(nproc) cores ($(lscpu |
   sed -n 's/^Model name: *//p')), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), load" \
   "$(cut -d' ' -f1-3 /proc/loadavg)"
