@@ -106,7 +106,6 @@ static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm
     llm4d_replay rp;
     LLM4D_TRY(llm4d_replay_init(&rp, r, be, err));
     double (*s)[LLM4D_WORK_N] = calloc((size_t)r->n * reps + 1, sizeof *s);
-
     if (!s) {
         llm4d_replay_free(&rp);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");

@@ -255,18 +255,18 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                                 llm4d_prediction *out, llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
-    /* the distinct ranks: each stage, as each class of its ZeRO group's ranks and of a flat data group's */
-    /* which distinctions can matter: library temporaries by a rank's parity only where the profile measured
-     * collectives, ZeRO's reduce-scatter children only where its group reduce-scatters over MPI */
+    /* the distinct ranks: each stage, as each class of its ZeRO group's ranks and of a flat data group's, made
+     * only where they can differ: library temporaries by a rank's parity where the profile measured collectives,
+     * ZeRO's reduce-scatter children where its group reduce-scatters over MPI */
     const int parity = pr->prof->n_colls > 0, dp = d->dp_degree;
     const int dcs = parity && N <= 1 && dp > 1 ? (dp < 3 ? dp : 3) : 1;
+    llm4d_topology t0; /* rank 0's: the grid the classes' first ranks are placed in */
+    LLM4D_TRY(llm4d_topology_init(&t0, world, 0, dp, P, N, d->mp_degree, err));
     int rs_mpi = 0;
     if (N > 1) {
-        llm4d_topology t0;
         llm4d_memplan_paths paths;
-        LLM4D_TRY(llm4d_topology_init(&t0, world, 0, dp, P, N, d->mp_degree, err));
         llm4d_memplan_paths_predict_memo(pr->memo, cfg, &t0, pr->cluster.ranks_per_node, &paths);
-        rs_mpi = !(paths.host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths.hosts[LLM4D_SHMG_SHARDING] == 1);
+        rs_mpi = !llm4d_memplan_rs_in_shm(&paths);
     }
     int *class_of = malloc((size_t)N * 3 * sizeof *class_of), rep[LLM4D_MAX_SH_CLASSES], nruns = 0;
     const int ks = class_of ? sharding_classes(N, rs_mpi, parity, class_of, rep) : 1;
@@ -292,11 +292,8 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
         for (int dc = 0; rc == LLM4D_OK && dc < dcs; dc++) /* data indices 0, 1, 2: the classes' first ranks */
             for (int k = 0; rc == LLM4D_OK && k < ks; k++) {
                 const int idx[LLM4D_NAXES] = {dc, s, rep[k], 0}, c = class_at(&m, s, dc, rep[k]);
-                llm4d_topology t0, *topo = &ct[c];
-                rc = llm4d_topology_init(&t0, world, 0, dp, P, N, d->mp_degree, err);
-                if (rc == LLM4D_OK)
-                    rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree,
-                                             err);
+                llm4d_topology *topo = &ct[c];
+                rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree, err);
                 const int children = rs_mpi && k > 1 ? llm4d_memplan_rs_children(N, rep[k]) : 0;
                 if (rc == LLM4D_OK && children == 0) rc = rank_memory(pr, cfg, pp, topo, cmem[c], err);
                 if (rc == LLM4D_OK && children > 0) {

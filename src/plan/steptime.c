@@ -238,23 +238,30 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         st->slow = s / kt;
     }
     double exposed[LLM4D_ENG_N] = {0};
-    if (en.dp_flat && sc->n_buckets > 0)
-        exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1], spin += llm4d_price_wait(prof, thr, R, topo->data_world);
+    if (en.dp_flat && sc->n_buckets > 0) {
+        exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1];
+        spin += llm4d_price_wait(prof, thr, R, topo->data_world);
+    }
     size_t local = 0; /* the elements this rank updates */
     for (int g = 0; g < G; g++) local += N > 1 ? (sc->group_len[g] + (size_t)N - 1) / (size_t)N : sc->group_len[g];
-    if (N > 1 && d->dp_degree > 1) /* hybrid: the own shards over the dp group */
-        spin += llm4d_price_wait(prof, thr, R, d->dp_degree), exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
+    if (N > 1 && d->dp_degree > 1) { /* hybrid: the own shards over the dp group */
+        exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
                                                   d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);
-    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && cfg->model.sequence_parallel && sc->sp_partial)
-        spin += llm4d_price_wait(prof, thr, R, topo->degree[LLM4D_AXIS_MODEL]),
-            exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
+        spin += llm4d_price_wait(prof, thr, R, d->dp_degree);
+    }
+    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && cfg->model.sequence_parallel && sc->sp_partial) {
+        exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
                                                   topo->degree[LLM4D_AXIS_MODEL], R,
                                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), NULL);
+        spin += llm4d_price_wait(prof, thr, R, topo->degree[LLM4D_AXIS_MODEL]);
+    }
     const int P = d->pp_degree;
-    if (P > 1 && sc->wte_elems) /* the tied embedding's two copies */
-        spin += llm4d_price_wait(prof, thr, R, 2), exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
+    if (P > 1 && sc->wte_elems) { /* the tied embedding's two copies */
+        exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
                                                    (double)sc->wte_elems / (N > 1 ? N : 1) * sizeof(float), 2, R,
                                                    llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, NULL);
+        spin += llm4d_price_wait(prof, thr, R, 2);
+    }
     const int world = topo->world_size, world_hosts = (world + R - 1) / R;
     spin += llm4d_price_wait(prof, thr, R, world) + 2 * llm4d_price_wait(prof, thr, R, topo->data_world) +
             llm4d_price_wait(prof, thr, R, P); /* the step's scalars */
@@ -278,8 +285,10 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     }
     st->optim = optim;
     st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
-    if (N > 1 && d->sharding_stage <= 2) /* stages 1, 2: every group's parameters gathered after the update */
-        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g], spin += llm4d_price_wait(prof, thr, R, N);
+    if (N > 1 && d->sharding_stage <= 2) { /* stages 1, 2: every group's parameters gathered after the update */
+        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
+        spin += G * llm4d_price_wait(prof, thr, R, N);
+    }
     post += spin * st->slow;
     for (int e = 0; e < LLM4D_ENG_N; e++) {
         post += exposed[e];

@@ -66,6 +66,10 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, size_t p
  * there), stage 3 +50-60 MiB (two 27 MiB blocks); gpt2-tiny (8 blocks) sharding4 stage 1 and 2: rank 0 twice rank
  * 2's, ranks 1 and 3 none. A sharding group on the shared-memory path (comm/comm_shm.h) reduce-scatters in its
  * segment: no temporaries. */
+int llm4d_memplan_rs_in_shm(const llm4d_memplan_paths *paths) {
+    return paths && paths->host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths->hosts[LLM4D_SHMG_SHARDING] == 1;
+}
+
 int llm4d_memplan_rs_children(int N, int i) {
     int children = 0;
     const int low = i == 0 ? N : (i & -i);
@@ -307,7 +311,7 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
                                    llm4d_backend *be, const llm4d_memplan_paths *paths, llm4d_memplan_memo *memo,
                                    llm4d_memplan *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
-    const int rs_in_shm = paths && paths->host_ranks[LLM4D_SHMG_SHARDING] > 1 && paths->hosts[LLM4D_SHMG_SHARDING] == 1;
+    const int rs_in_shm = llm4d_memplan_rs_in_shm(paths);
     if (memo) { /* the model's configuration but the keys' fields, which the layouts of a search change */
         llm4d_model_config mc = cfg->model;
         mc.sequence_parallel = 0, mc.use_recompute = 0, mc.virtual_pp_degree = 0;

@@ -54,6 +54,10 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *to
 /* The matmul precision a configuration runs (use_amp, amp_dtype). */
 llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg);
 
+/* Whether the sharding group reduce-scatters in its shared-memory segment (no library temporaries) on these
+ * paths (NULL: none do). */
+int llm4d_memplan_rs_in_shm(const llm4d_memplan_paths *paths);
+
 /* How many children rank i of an N-rank sharding group receives from in Open MPI's (libnbc's) binomial
  * reduce-scatter: each holds a temporary on it (memplan.c mpi_temporaries). Ranks with the same count plan alike. */
 int llm4d_memplan_rs_children(int N, int i);
