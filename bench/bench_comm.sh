@@ -4,7 +4,8 @@
 #
 # For 2..N ranks (one OpenMP thread each) and each size, bench/comm_bench.c times all-reduce, reduce-scatter and
 # all-gather three ways in turn, one call each per round (so the machine's load hits them alike): llm4d's path
-# (comm_path auto: shared memory on one host), llm4d on MPI (comm_path mpi: Open MPI's non-blocking collectives,
+# (comm_path auto: shared memory on one host, through its slots), llm4d's path over buffers shared in place (l4sh,
+# all-reduce: how the data-parallel gradients are reduced), llm4d on MPI (comm_path mpi: Open MPI's non-blocking collectives,
 # polled, what training used before), and Open MPI's own blocking MPI_Allreduce / MPI_Reduce_scatter_block /
 # MPI_Allgather. Bus bandwidth as nccl-tests define it (all-reduce 2 (n-1)/n x bytes / time, the others
 # (n-1)/n x bytes / time; bytes: the whole buffer), the median over the rounds. The yardstick is one thread's
@@ -47,11 +48,13 @@ for line in open(f"{tmp}/runs.txt"):
     d = dict(zip(f[0::2], f[1::2]))
     rows.setdefault((d["op"], int(d["ranks"]), int(d["bytes"])), {})[d["path"]] = float(d["busbw_gbps"])
 print(f"\none thread's memcpy: {memcpy:.2f} GB/s copied (mem_bandwidth, 1 thread)")
-print(f"{'op':<15} {'ranks':>5} {'MB':>6} {'llm4d':>8} {'l4mpi':>8} {'MPI':>8} {'llm4d/MPI':>9} {'% memcpy':>8}   (bus GB/s)")
+print("llm4d: the slots; l4sh: buffers shared in place (the data-parallel gradients' all-reduce)")
+print(f"{'op':<15} {'ranks':>5} {'MB':>6} {'llm4d':>8} {'l4sh':>8} {'l4mpi':>8} {'MPI':>8} {'llm4d/MPI':>9} {'l4sh/MPI':>9} {'% memcpy':>8}   (bus GB/s)")
 for (op, n, b), p in sorted(rows.items()):
-    l, lm, mp = p.get("llm4d"), p.get("l4mpi"), p.get("mpi")
+    l, ls, lm, mp = p.get("llm4d"), p.get("l4sh"), p.get("l4mpi"), p.get("mpi")
     fmt = lambda x: f"{x:8.2f}" if x is not None else f"{'-':>8}"
-    ratio = f"{l / mp:9.2f}" if l and mp else f"{'-':>9}"
-    print(f"{op:<15} {n:>5} {b / 1e6:>6.0f} {fmt(l)} {fmt(lm)} {fmt(mp)} {ratio} {100 * l / memcpy:>7.0f}%")
+    ratio = lambda x: f"{x / mp:9.2f}" if x and mp else f"{'-':>9}"
+    best = max(x for x in (l, ls) if x is not None)
+    print(f"{op:<15} {n:>5} {b / 1e6:>6.0f} {fmt(l)} {fmt(ls)} {fmt(lm)} {fmt(mp)} {ratio(l)} {ratio(ls)} {100 * best / memcpy:>7.0f}%")
 print(f"\nload average {load0} at start, {load1} at end")
 PY

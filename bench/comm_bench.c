@@ -8,7 +8,9 @@
  *          training (so its waits are the polled ones training uses);
  *   l4mpi  the same calls on a group with comm_path mpi (what training used before: MPI's non-blocking collectives,
  *          polled);
- *   mpi    MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather called directly (Open MPI's own, blocking).
+ *   mpi    MPI_Allreduce / MPI_Reduce_scatter_block / MPI_Allgather called directly (Open MPI's own, blocking);
+ *   l4sh   all-reduce only: llm4d's path over a buffer shared in place with the host's ranks (comm/shm_share.h), as
+ *          the data-parallel gradients are: the host's buffers summed where they are, no copies through the slots.
  * A call's time is the slowest rank's, after a barrier; the figure is the median over the rounds. Bus bandwidth
  * follows nccl-tests: all-reduce 2 (n-1)/n x bytes / time, reduce-scatter and all-gather (n-1)/n x bytes / time.
  *
@@ -22,11 +24,12 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_shm.h"
 #include "comm/runtime.h"
 #include "core/timer.h"
 
-enum { C_LLM4D, C_L4MPI, C_MPI, NC };
-static const char *const cname[NC] = {"llm4d", "l4mpi", "mpi"};
+enum { C_LLM4D, C_L4MPI, C_MPI, C_L4SH, NC };
+static const char *const cname[NC] = {"llm4d", "l4mpi", "mpi", "l4sh"};
 
 static void die(const char *what, const llm4d_err *err) {
     fprintf(stderr, "comm_bench: %s: %s\n", what, err ? err->msg : "");
@@ -38,15 +41,24 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One call of op on count elements by contender k; returns the slowest rank's seconds. */
-static double one(int k, const char *op, llm4d_comm *l4, llm4d_comm *l4m, void *a, void *b, size_t count,
+/* Whether contender k runs op (at dt). */
+static int runs(int k, const char *op, llm4d_comm_dtype dt, int shared) {
+    if (k == C_MPI) return dt != LLM4D_COMM_BF16;
+    if (k == C_L4SH) return shared && !strcmp(op, "allreduce");
+    return 1;
+}
+
+/* One call of op on count elements by contender k (l4sh: on the shared buffer s); returns the slowest rank's
+ * seconds. */
+static double one(int k, const char *op, llm4d_comm *l4, llm4d_comm *l4m, void *a, void *b, void *s, size_t count,
                   llm4d_comm_dtype dt) {
     llm4d_err err = {0};
     const int n = l4->size;
     const MPI_Datatype mt = dt == LLM4D_COMM_F32 ? MPI_FLOAT : MPI_UINT16_T; /* bf16 only with llm4d's contenders */
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = llm4d_now();
-    llm4d_comm *c = k == C_LLM4D ? l4 : l4m;
+    llm4d_comm *c = k == C_LLM4D || k == C_L4SH ? l4 : l4m;
+    if (k == C_L4SH) a = s;
     llm4d_code rc = LLM4D_OK;
     if (!strcmp(op, "allreduce")) {
         if (k == C_MPI) MPI_Allreduce(MPI_IN_PLACE, a, (int)count, mt, MPI_SUM, MPI_COMM_WORLD);
@@ -107,19 +119,25 @@ int main(int argc, char **argv) {
             size_t count = (size_t)(atof(m) * 1e6) / esz / (size_t)n * (size_t)n; /* whole blocks */
             if (count == 0) count = (size_t)n;
             const size_t bytes = count * esz;
-            char *a = malloc(bytes), *b = malloc(bytes);
-            if (!a || !b) die("out of memory", NULL);
+            const size_t span = (bytes + 4095) / 4096 * 4096;
+            char *a = malloc(bytes), *b = malloc(bytes), *s = aligned_alloc(4096, span);
+            if (!a || !b || !s) die("out of memory", NULL);
             memset(a, 0, bytes); /* first touch; zeros stay zeros under sums */
             memset(b, 0, bytes);
+            memset(s, 0, span);
+            int shared = 0;
+            char why[200];
+            if (llm4d_shm_share(l4, s, span, &shared, why, sizeof why, &err) != LLM4D_OK) die("sharing", &err);
+            if (!shared && rt.rank == 0 && m == list) printf("# l4sh: no buffer shared in place (%s)\n", why);
             double t[NC][64];
             const int R = rounds < 64 ? rounds : 64;
             for (int k = 0; k < NC; k++)
-                if (!(dt == LLM4D_COMM_BF16 && k == C_MPI)) one(k, op, l4, l4m, a, b, count, dt); /* warm-up */
+                if (runs(k, op, dt, shared)) one(k, op, l4, l4m, a, b, s, count, dt); /* warm-up */
             for (int r = 0; r < R; r++)
                 for (int k = 0; k < NC; k++)
-                    t[k][r] = dt == LLM4D_COMM_BF16 && k == C_MPI ? 0 : one(k, op, l4, l4m, a, b, count, dt);
+                    t[k][r] = runs(k, op, dt, shared) ? one(k, op, l4, l4m, a, b, s, count, dt) : 0;
             for (int k = 0; k < NC && rt.rank == 0; k++) {
-                if (dt == LLM4D_COMM_BF16 && k == C_MPI) continue;
+                if (!runs(k, op, dt, shared)) continue;
                 qsort(t[k], (size_t)R, sizeof(double), cmp);
                 const double med = R % 2 ? t[k][R / 2] : 0.5 * (t[k][R / 2 - 1] + t[k][R / 2]);
                 const double f = !strcmp(op, "allreduce") ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
@@ -127,8 +145,10 @@ int main(int argc, char **argv) {
                        f * (double)bytes / med / 1e9);
             }
             fflush(stdout);
+            llm4d_shm_unshare(l4, s);
             free(a);
             free(b);
+            free(s);
         }
     }
     llm4d_comm_destroy(l4);

@@ -247,6 +247,92 @@ static void check_in_flight(rank_tally *t, llm4d_comm *c) {
                              "test / wait out of order: every sum right");
 }
 
+/* Sets buf[lo, hi) of fp32 (bf16: b16) to data set `set` of this rank, element i of the buffer being element i of
+ * the set. */
+static void fill(float *buf, uint16_t *b16, int set, int r, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++)
+        if (b16) b16[i] = bval(set, r, i);
+        else buf[i] = val(set, r, i);
+}
+
+/* Whether buf[lo, hi) holds the plain sum in rank order (sum) or this rank's own data (!sum). */
+static int holds(const float *buf, const uint16_t *b16, int set, int n, int r, size_t lo, size_t hi, int sum) {
+    int ok = 1;
+    for (size_t i = lo; i < hi; i++) {
+        if (b16) ok &= b16[i] == (sum ? bsum_in_order(set, n, i) : bval(set, r, i));
+        else {
+            const float want = sum ? sum_in_order(set, n, i) : val(set, r, i);
+            ok &= bits_equal(&buf[i], &want, 4);
+        }
+    }
+    return ok;
+}
+
+/* All-reduces over a buffer shared in place (comm/shm_share.h), against the plain sum in rank order: ranges at
+ * several offsets and lengths (the elements outside a range untouched), bf16 at an odd offset, two in flight with a
+ * slot-path one between them, completed out of order; the contents kept through sharing and giving back; a buffer
+ * that is not whole pages, or a group not on the path, not shared (and saying why); ranks that enter different
+ * ranges fail rather than sum. */
+static void check_shared(rank_tally *t, llm4d_comm *c, llm4d_comm *mpi) {
+    llm4d_err err = {0};
+    const int n = c->size, r = c->rank;
+    const size_t bytes = (size_t)5 << 20, N = bytes / 4;
+    float *buf = aligned_alloc(4096, bytes);
+    fill(buf, NULL, 20, r, 0, N);
+    int shared = 0;
+    char why[200] = "", line[300];
+    must(llm4d_shm_share(mpi, buf, bytes, &shared, why, sizeof why, &err), &err);
+    snprintf(line, sizeof line, "a group not on the path shares nothing (%s)", why);
+    rank_check(t, !shared && why[0], line);
+    must(llm4d_shm_share(c, buf + 16, bytes - 4096, &shared, why, sizeof why, &err), &err);
+    snprintf(line, sizeof line, "a buffer that is not whole pages is not shared (%s)", why);
+    rank_check(t, !shared && strstr(why, "pages") && holds(buf, NULL, 20, n, r, 0, N, 0), line);
+    must(llm4d_shm_share(c, buf, bytes, &shared, why, sizeof why, &err), &err);
+    snprintf(line, sizeof line, "5 MiB shared in place on %d ranks, its contents kept (%s)", n, shared ? "" : why);
+    rank_check(t, shared && holds(buf, NULL, 20, n, r, 0, N, 0), line);
+    const size_t cases[][2] = {{0, 1}, {16, 1000}, {4097, 333333}, {1, N - 1}};
+    for (int k = 0; k < 4; k++) {
+        const size_t lo = cases[k][0], hi = lo + cases[k][1];
+        fill(buf, NULL, 21 + k, r, 0, N);
+        must(llm4d_comm_allreduce(c, buf + lo, hi - lo, LLM4D_COMM_F32, &err), &err);
+        snprintf(line, sizeof line, "shared: all-reduce of [%zu, %zu) = the plain sum in rank order, the rest untouched",
+                 lo, hi);
+        rank_check(t, holds(buf, NULL, 21 + k, n, r, lo, hi, 1) && holds(buf, NULL, 21 + k, n, r, 0, lo, 0) &&
+                          holds(buf, NULL, 21 + k, n, r, hi, N, 0), line);
+    }
+    uint16_t *b16 = (uint16_t *)buf;
+    fill(NULL, b16, 30, r, 0, 2 * N);
+    must(llm4d_comm_allreduce(c, b16 + 3, 777777, LLM4D_COMM_BF16, &err), &err);
+    rank_check(t, holds(NULL, b16, 30, n, r, 3, 777780, 1) && holds(NULL, b16, 30, n, r, 0, 3, 0),
+               "shared: bf16 all-reduce at an odd offset = fp32 sum in rank order rounded once");
+    /* in flight: two ranges of the shared buffer and a slot-path all-reduce between them, waited in reverse */
+    fill(buf, NULL, 31, r, 0, N);
+    float *other = malloc(50000 * 4);
+    fill(other, NULL, 32, r, 0, 50000);
+    llm4d_comm_req q[3] = {{0}};
+    must(llm4d_comm_iallreduce(c, buf, 100000, LLM4D_COMM_F32, &q[0], &err), &err);
+    must(llm4d_comm_iallreduce(c, other, 50000, LLM4D_COMM_F32, &q[1], &err), &err);
+    must(llm4d_comm_iallreduce(c, buf + 200000, 300000, LLM4D_COMM_F32, &q[2], &err), &err);
+    for (int k = 2; k >= 0; k--) must(llm4d_comm_wait(&q[k], &err), &err);
+    rank_check(t, holds(buf, NULL, 31, n, r, 0, 100000, 1) && holds(buf, NULL, 31, n, r, 100000, 200000, 0) &&
+                      holds(buf, NULL, 31, n, r, 200000, 500000, 1) && holds(other, NULL, 32, n, r, 0, 50000, 1),
+               "shared: two in flight with a slot-path all-reduce between, waited in reverse, each the plain sum");
+    free(other);
+    /* ranks that disagree on the range: an error on every rank, nothing summed */
+    fill(buf, NULL, 33, r, 0, N);
+    const llm4d_code rc = llm4d_comm_allreduce(c, buf + (r == 0 ? 0 : 16), 1000, LLM4D_COMM_F32, &err);
+    snprintf(line, sizeof line, "shared: ranks entering different ranges fail (%.200s)", rc != LLM4D_OK ? err.msg : "no error");
+    rank_check(t, rc != LLM4D_OK && holds(buf, NULL, 33, n, r, 0, N, 0), line);
+    fill(buf, NULL, 34, r, 0, N);
+    must(llm4d_comm_allreduce(c, buf, N, LLM4D_COMM_F32, &err), &err);
+    llm4d_shm_unshare(c, buf);
+    rank_check(t, holds(buf, NULL, 34, n, r, 0, N, 1), "shared: given back to private memory with its contents");
+    buf[0] = (float)r; /* private again: a peer's write would show here */
+    must(llm4d_comm_barrier(c, &err), &err);
+    rank_check(t, buf[0] == (float)r, "shared: given back, writes stay private");
+    free(buf);
+}
+
 static void test_mpi(rank_tally *t, llm4d_comm *world) {
     llm4d_err err = {0};
     llm4d_comm *mpi = NULL, *big = NULL, *small = NULL, *thr = NULL;
@@ -283,6 +369,7 @@ static void test_mpi(rank_tally *t, llm4d_comm *world) {
     check_allgather(t, small, 5001, "4 KiB chunks");
     check_in_flight(t, big);
     check_in_flight(t, small);
+    check_shared(t, big, mpi);
     snprintf(line, sizeof line, "with a progress thread: %s", thr->path_desc);
     rank_check(t, strstr(thr->path_desc, "by a thread") != NULL, line);
     check_allreduce(t, thr, mpi, 33333, 8, "progress thread, 8 KiB chunks");

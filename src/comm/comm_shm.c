@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm/host_check.h"
+#include "comm/shm_share.h"
 #include "comm/shm_sum.h"
 
 #define SEG_MAGIC 0x6d73346cu /* "l4sm" */
@@ -68,6 +69,10 @@ void llm4d_shm_hub_destroy(llm4d_shm_hub *h) {
 
 typedef struct {
     _Alignas(LLM4D_SHM_LINE) _Atomic uint64_t phase; /* phases this rank has finished: written by it alone */
+    /* an all-reduce over shared buffers: which one this rank has entered (written before its arrival is
+     * published, read by the peers after they see it), so that ranks that disagree fail instead of summing
+     * different ranges */
+    uint64_t z_seq, z_off, z_count, z_dt;
 } flag_line;
 
 typedef struct {
@@ -94,14 +99,17 @@ typedef struct shm_group {
     shm_op *records;         /* every record this group allocated (through `owned`): freed at detach, also one whose
                               * request was given up (a wait past its deadline never finishes it into `spare`) */
     int pending;
+    llm4d_shm_region *regions; /* buffers shared with the host's peers (shm_share.h) */
+    uint64_t started;          /* operations started on the group: the same sequence on every rank */
 } shm_group;
 
 enum { K_RS, K_AG, K_AR };
-enum { S_RS, S_RS_WAIT, S_CROSS, S_CROSS_WAIT, S_AG, S_AG_WAIT, S_SMALL_WAIT, S_AR, S_AR_SUM, S_AR_OUT, S_DONE };
+enum { S_RS, S_RS_WAIT, S_CROSS, S_CROSS_WAIT, S_AG, S_AG_WAIT, S_SMALL_WAIT, S_AR, S_AR_SUM, S_AR_OUT, S_Z, S_Z_SUM,
+       S_Z_END, S_DONE };
 
 struct shm_op {
     shm_group *g;
-    int kind, state, small, fused;
+    int kind, state, small;
     llm4d_comm_dtype dt;
     size_t esz;
     const char *send;        /* RS: n blocks; AG: the own block; AR: the buffer */
@@ -112,6 +120,9 @@ struct shm_op {
     int parity;
     uint64_t target;
     llm4d_comm_req xreq;     /* the cross-host all-reduce */
+    const llm4d_shm_region *reg; /* AR over a shared buffer: its region (NULL: the slots) */
+    size_t zoff;             /* ... and the buffer's byte offset in it */
+    uint64_t seq;            /* g->started when this one started */
     int done;
     llm4d_code rc;
     llm4d_err err;
@@ -163,6 +174,22 @@ static size_t fused_piece(const shm_op *op, size_t chunk, int k, size_t *plen) {
     return lo;
 }
 
+/* Every rank entered the same all-reduce over shared buffers (the same operation, range and type). */
+static llm4d_code z_agree(shm_op *op) {
+    const shm_group *g = op->g;
+    for (int j = 0; j < g->n; j++) {
+        const flag_line *f = &g->seg->flag[j];
+        if (f->z_seq != op->seq || f->z_off != op->zoff || f->z_count != op->total || f->z_dt != (uint64_t)op->dt)
+            return llm4d_fail(&op->err, LLM4D_EINTERNAL,
+                              "all-reduce over shared buffers: local rank %d entered operation %llu at byte %llu, "
+                              "%llu elements, where rank %d entered %llu at byte %llu, %llu elements",
+                              j, (unsigned long long)f->z_seq, (unsigned long long)f->z_off,
+                              (unsigned long long)f->z_count, g->r, (unsigned long long)op->seq,
+                              (unsigned long long)op->zoff, (unsigned long long)op->total);
+    }
+    return LLM4D_OK;
+}
+
 /* One step of the state machine; 0 when it must wait for a peer (or the network), 1 when it moved. on_main: the
  * thread that may call MPI (the cross-host phase waits for it) and use the OpenMP team. */
 static int step(shm_op *op, int on_main) {
@@ -209,6 +236,38 @@ static int step(shm_op *op, int on_main) {
         }
         op->off += chunk;
         op->state = S_AR;
+        return 1;
+    /* the all-reduce over shared buffers (shm_share.h): arrive; sum slice r of every rank's buffer into all of them,
+     * a slot's worth per step; arrive again: once every rank has, every buffer holds every slice's sum */
+    case S_Z: {
+        flag_line *me = &g->seg->flag[r];
+        me->z_seq = op->seq, me->z_off = op->zoff, me->z_count = op->total, me->z_dt = (uint64_t)op->dt;
+        publish(g);
+        op->target = g->phase;
+        op->off = 0;
+        op->state = S_Z_SUM;
+        return 1;
+    }
+    case S_Z_SUM: {
+        if (!peers_at(g, op->target)) return 0;
+        const size_t len = clen(op, r, 0, op->S);
+        if (op->off == 0 && (op->rc = z_agree(op)) != LLM4D_OK) op->off = len; /* no sum: the step fails */
+        if (op->off < len) {
+            const size_t c = len - op->off < slot_elems ? len - op->off : slot_elems;
+            const size_t at = op->zoff + ((size_t)r * op->S + op->off) * esz;
+            void *ptr[LLM4D_SHM_MAX_RANKS];
+            for (int j = 0; j < n; j++) ptr[j] = op->reg->at[j] + at;
+            llm4d_shm_sum_to(ptr, n, (const void *const *)ptr, n, c, op->dt, th);
+            if ((op->off += c) < len) return 1;
+        }
+        publish(g);
+        op->target = g->phase;
+        op->state = S_Z_END;
+        return 1;
+    }
+    case S_Z_END:
+        if (!peers_at(g, op->target)) return 0;
+        op->state = S_DONE;
         return 1;
     case S_RS: /* copy the peers' pieces of this chunk into the own slot, then tell them */
         if (op->off >= op->S) {
@@ -395,9 +454,16 @@ static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, s
     const size_t esz = llm4d_comm_dtype_size(dt);
     *op = (shm_op){.g = g, .kind = kind, .dt = dt, .esz = esz, .send = send, .recv = recv, .S = block,
                    .total = total, .state = kind == K_AG ? S_AG : S_RS, .owned = owned};
-    op->small = kind == K_AR && g->hosts == 1 && total * esz <= LLM4D_SHM_SMALL_BYTES &&
+    op->seq = g->started++;
+    if (kind == K_AR && g->hosts == 1) { /* over a shared buffer: in place; else through the slots */
+        for (const llm4d_shm_region *reg = g->regions; reg && !op->reg; reg = reg->next)
+            if ((const char *)send >= reg->base && (const char *)send + total * esz <= reg->base + reg->bytes)
+                op->reg = reg, op->zoff = (size_t)((const char *)send - reg->base);
+    }
+    op->small = kind == K_AR && g->hosts == 1 && !op->reg && total * esz <= LLM4D_SHM_SMALL_BYTES &&
                 total * esz <= g->slot_bytes;
-    if (op->small) op->S = 1; /* one chunk */
+    if (op->reg) op->state = S_Z;
+    else if (op->small) op->S = 1; /* one chunk */
     else if (kind == K_AR && g->hosts == 1) op->state = S_AR; /* the fused form; hierarchical: RS, MPI, AG */
     if (g->tail) g->tail->next = op;
     else g->head = op;
@@ -700,6 +766,40 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
     return LLM4D_OK;
 }
 
+llm4d_code llm4d_shm_share(llm4d_comm *c, void *buf, size_t bytes, int *shared, char *why, size_t why_n,
+                           llm4d_err *err) {
+    shm_group *g = c->path == &llm4d_shm_ops ? c->path_ctx : NULL;
+    *shared = 0;
+    if (!g || g->hosts > 1) { /* the same answer on every rank: the path is chosen for the whole group */
+        snprintf(why, why_n, "%s", g ? "the group spans hosts" : "the group is not on the shared-memory path");
+        return LLM4D_OK;
+    }
+    llm4d_shm_region *reg = NULL;
+    LLM4D_TRY(llm4d_shm_region_make(c, buf, bytes, g->hub->made++, &reg, why, why_n, err));
+    if (!reg) return LLM4D_OK;
+    pthread_mutex_lock(&g->hub->lock);
+    reg->next = g->regions;
+    g->regions = reg;
+    pthread_mutex_unlock(&g->hub->lock);
+    *shared = 1;
+    return LLM4D_OK;
+}
+
+void llm4d_shm_unshare(llm4d_comm *c, void *buf) {
+    shm_group *g = c && c->path == &llm4d_shm_ops ? c->path_ctx : NULL;
+    if (!g) return;
+    pthread_mutex_lock(&g->hub->lock);
+    llm4d_shm_region **at = &g->regions;
+    while (*at && (*at)->base != buf) at = &(*at)->next;
+    llm4d_shm_region *reg = *at;
+    if (reg) *at = reg->next;
+    for (const shm_op *op = g->head; reg && op; op = op->next)
+        LLM4D_ASSERT(op->reg != reg, "a shared buffer of group %s given back while an all-reduce on it is pending",
+                     c->name);
+    pthread_mutex_unlock(&g->hub->lock);
+    llm4d_shm_region_free(reg);
+}
+
 int llm4d_shm_host_ranks(const llm4d_comm *c, int *hosts) {
     const shm_group *g = c && c->path == &llm4d_shm_ops ? c->path_ctx : NULL;
     if (hosts) *hosts = g ? g->hosts : 0;
@@ -717,6 +817,11 @@ void llm4d_shm_detach(llm4d_comm *c) {
             break;
         }
     pthread_mutex_unlock(&h->lock);
+    while (g->regions) { /* the buffers still shared go back to their owners' private memory */
+        llm4d_shm_region *reg = g->regions;
+        g->regions = reg->next;
+        llm4d_shm_region_free(reg);
+    }
     unmap(g);
     llm4d_comm_destroy(g->cross);
     while (g->records) { /* the spares, and any record whose request was given up */

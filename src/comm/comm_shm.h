@@ -26,6 +26,11 @@
  *   all-reduce      reduce-scatter in place, then all-gather of the slices: every rank gets the same bits (each
  *                   slice is summed once, by its owner). Small buffers (<= 16 KiB) take one phase instead: each rank
  *                   copies the whole buffer in and sums every element itself, in the same rank order.
+ *   all-reduce over shared buffers (shm_share.h: the host's ranks' buffers mapped by all, as the data-parallel
+ *                   gradients are): every rank arrives (a phase, and which operation, range and type it entered,
+ *                   which the peers check); rank r sums slice r of every rank's buffer, in rank order, writing the
+ *                   sums into all of them in the same pass; every rank arrives again, and then every buffer holds the
+ *                   whole sum. Per rank a read and a write of B bytes (what one memcpy of the buffer moves), no slot.
  * So the results are the plain sum in rank order, bit for bit, whatever the chunking. Memory traffic per rank for an
  * all-reduce of B bytes on one host: reads (1 + 2 (n-1)/n) B and writes 2 B (the peers' pieces copied in, the own
  * piece's n inputs read and its sum written to the slot and to the buffer in the same pass, the peers' sums copied
@@ -103,6 +108,17 @@ int llm4d_shm_takes(const llm4d_comm *c, llm4d_comm_op op, llm4d_comm_dtype dt, 
 llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, int waiting, llm4d_err *err);
 /* Operations started and not yet completed on every group of the hub. */
 int llm4d_shm_pending(llm4d_shm_hub *h);
+
+/* Buffers shared in place (shm_share.h), collective over c: buf (bytes: whole pages, page-aligned, the same size on
+ * every rank) is moved into shared memory where it is and mapped by the host's peers; an all-reduce of a range of it
+ * (the same range on every rank) then sums the buffers directly. *shared: 1 on every rank, or 0 on every rank with
+ * why saying why not (the group not on this path or spanning hosts, /dev/shm too small, ...). Only a failing MPI
+ * call is an error. */
+llm4d_code llm4d_shm_share(llm4d_comm *c, void *buf, size_t bytes, int *shared, char *why, size_t why_n,
+                           llm4d_err *err);
+/* buf back to private memory (its contents kept), before its owner frees it; no all-reduce on it may be pending.
+ * Local; a buffer not shared, or c not on the path: nothing. llm4d_shm_detach gives back those still shared. */
+void llm4d_shm_unshare(llm4d_comm *c, void *buf);
 
 /* c's ranks on this host when its collectives go through a segment, else 0; *hosts (if not NULL): the hosts it
  * spans (0 when not on the path). */

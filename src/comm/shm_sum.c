@@ -43,8 +43,8 @@ static inline void st_bf16(uint16_t *p, v16f f) {
     memcpy(p, &h, sizeof h);
 }
 
-/* out2 (not NULL): the sums stored there too, from the registers (one pass where a copy would read them again) */
-static void sum_f32(float *out, float *out2, const float *const *in, int n, size_t lo, size_t hi) {
+/* the sums stored to every one of the n_out outputs from the registers (one pass where copies would read them again) */
+static void sum_f32(float *const *out, int n_out, const float *const *in, int n, size_t lo, size_t hi) {
     size_t i = lo;
     for (; i + 32 <= hi; i += 32) { /* two vectors per round: two independent chains of adds */
         v16f a = ld_f32(in[0] + i), b = ld_f32(in[0] + i + 16);
@@ -52,41 +52,39 @@ static void sum_f32(float *out, float *out2, const float *const *in, int n, size
             a += ld_f32(in[j] + i);
             b += ld_f32(in[j] + i + 16);
         }
-        memcpy(out + i, &a, sizeof a);
-        memcpy(out + i + 16, &b, sizeof b);
-        if (out2) {
-            memcpy(out2 + i, &a, sizeof a);
-            memcpy(out2 + i + 16, &b, sizeof b);
+        for (int o = 0; o < n_out; o++) {
+            memcpy(out[o] + i, &a, sizeof a);
+            memcpy(out[o] + i + 16, &b, sizeof b);
         }
     }
     for (; i < hi; i++) {
         float a = in[0][i];
         for (int j = 1; j < n; j++) a += in[j][i];
-        out[i] = a;
-        if (out2) out2[i] = a;
+        for (int o = 0; o < n_out; o++) out[o][i] = a;
     }
 }
 
-static void sum_bf16(uint16_t *out, uint16_t *out2, const uint16_t *const *in, int n, size_t lo, size_t hi) {
+static void sum_bf16(uint16_t *const *out, int n_out, const uint16_t *const *in, int n, size_t lo, size_t hi) {
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) {
         v16f a = ld_bf16(in[0] + i);
         for (int j = 1; j < n; j++) a += ld_bf16(in[j] + i);
-        st_bf16(out + i, a);
-        if (out2) memcpy(out2 + i, out + i, 16 * sizeof *out);
+        uint16_t h[16];
+        st_bf16(h, a);
+        for (int o = 0; o < n_out; o++) memcpy(out[o] + i, h, sizeof h);
     }
     for (; i < hi; i++) {
         float a = llm4d_bf16_to_f32(in[0][i]);
         for (int j = 1; j < n; j++) a += llm4d_bf16_to_f32(in[j][i]);
-        out[i] = llm4d_bf16_from_f32(a);
-        if (out2) out2[i] = out[i];
+        const uint16_t h = llm4d_bf16_from_f32(a);
+        for (int o = 0; o < n_out; o++) out[o][i] = h;
     }
 }
 
-static void sum_range(void *out, void *out2, const void *const *in, int n, size_t lo, size_t hi,
+static void sum_range(void *const *out, int n_out, const void *const *in, int n, size_t lo, size_t hi,
                       llm4d_comm_dtype dt) {
-    if (dt == LLM4D_COMM_BF16) sum_bf16(out, out2, (const uint16_t *const *)in, n, lo, hi);
-    else sum_f32(out, out2, (const float *const *)in, n, lo, hi);
+    if (dt == LLM4D_COMM_BF16) sum_bf16((uint16_t *const *)out, n_out, (const uint16_t *const *)in, n, lo, hi);
+    else sum_f32((float *const *)out, n_out, (const float *const *)in, n, lo, hi);
 }
 
 /* Below this many bytes a piece is not worth waking the thread team for. */
@@ -99,23 +97,29 @@ static void part_of(size_t len, size_t per_line, int t, int nt, size_t *lo, size
     *hi = *lo + per < len ? *lo + per : len;
 }
 
-void llm4d_shm_sum2(void *out, void *out2, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
-                    int threads) {
+void llm4d_shm_sum_to(void *const *out, int n_out, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
+                      int threads) {
     const size_t esz = llm4d_comm_dtype_size(dt);
     if (threads <= 1 || len * esz < PAR_MIN_BYTES) {
-        sum_range(out, out2, in, n, 0, len, dt);
+        sum_range(out, n_out, in, n, 0, len, dt);
         return;
     }
 #pragma omp parallel num_threads(threads)
     {
         size_t lo, hi;
         part_of(len, 64 / esz, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        sum_range(out, out2, in, n, lo, hi, dt);
+        sum_range(out, n_out, in, n, lo, hi, dt);
     }
 }
 
+void llm4d_shm_sum2(void *out, void *out2, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
+                    int threads) {
+    void *const outs[2] = {out, out2};
+    llm4d_shm_sum_to(outs, out2 ? 2 : 1, in, n, len, dt, threads);
+}
+
 void llm4d_shm_sum(void *out, const void *const *in, int n, size_t len, llm4d_comm_dtype dt, int threads) {
-    llm4d_shm_sum2(out, NULL, in, n, len, dt, threads);
+    llm4d_shm_sum_to(&out, 1, in, n, len, dt, threads);
 }
 
 void llm4d_shm_copy(void *dst, const void *src, size_t bytes, int threads) {

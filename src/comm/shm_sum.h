@@ -20,6 +20,10 @@ void llm4d_shm_sum(void *out, const void *const *in, int n, size_t len, llm4d_co
  * own piece goes to the segment, for the peers, and to the caller's buffer in one pass instead of a sum and a copy. */
 void llm4d_shm_sum2(void *out, void *out2, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
                     int threads);
+/* The same sums written to each of out[0 .. n_out-1] (an input may also be an output, at the same offset): the
+ * all-reduce over shared buffers writes its slice's sums into every rank's buffer in the pass that reads them. */
+void llm4d_shm_sum_to(void *const *out, int n_out, const void *const *in, int n, size_t len, llm4d_comm_dtype dt,
+                      int threads);
 /* memcpy, split over threads the same way. */
 void llm4d_shm_copy(void *dst, const void *src, size_t bytes, int threads);
 

@@ -27,9 +27,11 @@ void llm4d_mem_account(llm4d_mem *mem, llm4d_mem_category c, long long delta) {
 }
 
 void *llm4d_mem_alloc(llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
-    size_t rounded = (bytes + 63) & ~(size_t)63;
+    const size_t align =
+        c == LLM4D_MEM_GRADS || c == LLM4D_MEM_COMM || bytes >= LLM4D_MEM_PAGED_MIN ? LLM4D_MEM_PAGE : 64;
+    size_t rounded = (bytes + align - 1) & ~(align - 1);
     if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
+    void *p = aligned_alloc(align, rounded);
     if (!p) return NULL;
     memset(p, 0, rounded);
     llm4d_mem_account(mem, c, (long long)bytes);

@@ -29,7 +29,15 @@ typedef struct {
 
 const char *llm4d_mem_category_name(llm4d_mem_category c);
 
-/* 64-byte aligned, zero-filled. Returns NULL when the system is out of memory (callers report it). */
+/* Gradient and communication buffers, and any allocation of at least LLM4D_MEM_PAGED_MIN bytes, are page-aligned
+ * and own whole pages, so that shared memory can be mapped over them in place (comm/shm_share.h: the data-parallel
+ * gradients); LLM4D_MEM_SPAN(bytes) is what such a one owns. */
+#define LLM4D_MEM_PAGE ((size_t)4096)
+#define LLM4D_MEM_PAGED_MIN ((size_t)1 << 20)
+#define LLM4D_MEM_SPAN(bytes) (((bytes) + LLM4D_MEM_PAGE - 1) & ~(LLM4D_MEM_PAGE - 1))
+
+/* 64-byte aligned (or page-aligned, above), zero-filled. Returns NULL when the system is out of
+ * memory (callers report it). */
 void *llm4d_mem_alloc(llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
 void llm4d_mem_free(llm4d_mem *mem, llm4d_mem_category c, void *ptr, size_t bytes);
 /* Account bytes held elsewhere (for example memory owned by a library) without allocating. */

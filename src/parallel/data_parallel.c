@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_shm.h"
 #include "core/timer.h"
 
 static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
@@ -134,6 +135,8 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
 
 static void dp_destroy(llm4d_engine *e) {
     llm4d_dp *dp = of(e);
+    if (dp->shared) llm4d_shm_unshare(dp->comm, dp->shared); /* private again before its owner frees it */
+    dp->shared = NULL;
     if (dp->g16) dp->g->be->free(dp->g->be, dp->g->mem, LLM4D_MEM_COMM, dp->g16, llm4d_dp_plan(&dp->g->table, 1));
     dp->g16 = NULL;
     free(dp->buckets);
@@ -146,7 +149,9 @@ static void dp_destroy(llm4d_engine *e) {
 static void dp_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_dp *dp = of(e);
     snprintf(buf, n, "data parallel over %d ranks: gradients all-reduced in %d buckets as backward completes them, "
-             "%s payloads", dp->comm->size, dp->n_buckets, dp->g16 ? "bf16" : "fp32");
+             "%s payloads%s%s%s", dp->comm->size, dp->n_buckets, dp->g16 ? "bf16" : "fp32",
+             dp->shared ? ", summed in place in memory the host's ranks share" : "",
+             !dp->shared && dp->share_why[0] ? ", not shared in place: " : "", dp->shared ? "" : dp->share_why);
 }
 
 static const llm4d_engine_ops dp_ops = {
@@ -216,6 +221,20 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
     if (bf16 && !(dp->g16 = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_dp_plan(t, 1)))) {
         dp_destroy(&dp->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the bf16 gradient payloads");
+    }
+    /* On the shared-memory path the payload buffer is moved into shared memory where it is (comm/shm_share.h), so
+     * that a bucket's all-reduce sums the host's buffers directly instead of copying them through the slots. Host
+     * memory only (a device's gradients are staged), and only where the whole group can (else it says why). */
+    if (llm4d_shm_host_ranks(data_comm, NULL) > 1 && g->be->host_addressable && !data_comm->nccl) {
+        void *payload = dp->g16 ? (void *)dp->g16 : (void *)dp->grads;
+        const size_t bytes = LLM4D_MEM_SPAN(dp->g16 ? llm4d_dp_plan(t, 1) : t->total * sizeof(float));
+        int shared = 0;
+        llm4d_code rc = llm4d_shm_share(data_comm, payload, bytes, &shared, dp->share_why, sizeof dp->share_why, err);
+        if (rc != LLM4D_OK) {
+            dp_destroy(&dp->base);
+            return rc;
+        }
+        if (shared) dp->shared = payload;
     }
     dp->overlap_mode = !strcmp(overlap, "off") ? 0 : !strcmp(overlap, "alternate") ? 2 : 1;
     dp->overlap = dp->overlap_mode != 0;

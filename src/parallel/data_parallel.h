@@ -29,7 +29,12 @@
  * gradient buffer (the backend's to_bf16, after its last gradient kernel), all-reduced as bf16 (each element summed
  * in fp32 over the ranks and rounded once on the shared-memory path; after each pairwise add on MPI's), and written
  * back to the fp32 gradients when it completes: half the bytes on the wire and in the shared segment, two more passes
- * over the bucket, and each rank's gradient rounded to 8 bits of mantissa before the sum. */
+ * over the bucket, and each rank's gradient rounded to 8 bits of mantissa before the sum.
+ *
+ * On the shared-memory path (one host, host memory), the payload buffer (the gradients, or their bf16 copy) is moved
+ * into shared memory in place at init (comm/shm_share.h): a bucket's all-reduce then reads the host's buffers where
+ * they are and writes every rank's sum into all of them, one pass instead of copies through the segment's slots.
+ * Its cost in the resident set: (n - 1) / n of the buffer, the slices of the peers' buffers this rank sums. */
 #ifndef LLM4D_PARALLEL_DATA_PARALLEL_H
 #define LLM4D_PARALLEL_DATA_PARALLEL_H
 
@@ -63,6 +68,8 @@ typedef struct {
     int trace;              /* dp_trace */
     double t_arm, t_backward_end; /* arm time; time of the last grads_done (seconds since arm) */
     int tests;              /* progress calls this step */
+    void *shared;           /* the payload buffer (grads or g16) when shared in place with the host's ranks */
+    char share_why[160];    /* why not, on the shared-memory path */
 } llm4d_dp;
 
 /* The buckets of about bucket_bytes over the table's groups, in the order backward completes them (the engine's

@@ -50,6 +50,7 @@ static int cmpd(const void *a, const void *b) {
 static llm4d_code once(llm4d_comm *c, int op, float *a, float *b, size_t bytes, llm4d_err *err) {
     const size_t n = bytes / sizeof(float), g = (size_t)c->size;
     switch (op) {
+    case LLM4D_PROF_AR_SHARED: /* a is shared in place (series) */
     case LLM4D_COMM_OP_ALLREDUCE: return llm4d_comm_allreduce(c, a, n, LLM4D_COMM_F32, err);
     case LLM4D_COMM_OP_REDUCE_SCATTER: return llm4d_comm_reduce_scatter(c, a, b, n / g, LLM4D_COMM_F32, err);
     case LLM4D_COMM_OP_ALLGATHER: return llm4d_comm_allgather(c, a, b, n / g, LLM4D_COMM_F32, err);
@@ -81,6 +82,13 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
                           .hosts = hosts > 1 ? hosts : 1, .n = ns};
     llm4d_comm_destroy(here);
     llm4d_comm_destroy(wide);
+    /* the all-reduce over buffers shared in place: only where the trainer shares its gradients (one host, its path) */
+    int on_host = 0;
+    const int shared = op == LLM4D_PROF_AR_SHARED;
+    if (shared && (llm4d_shm_host_ranks(c, &on_host) < 2 || on_host > 1)) {
+        llm4d_comm_destroy(c);
+        return rc;
+    }
     /* On the shared-memory path the group's new segment becomes resident as its first collectives touch it: the
      * memory plan counts segments (train/memplan_shm.c), so they are made resident here, by one collective of the
      * largest size, before any temporary is measured. */
@@ -91,15 +99,25 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
         free(a), free(b);
     }
     for (int s = 0; rc == LLM4D_OK && s < ns; s++) {
-        const size_t bytes = (size_t)sizes[s] / (4 * (size_t)g) * (4 * (size_t)g);
-        float *a = calloc(bytes / sizeof(float) + 1, sizeof(float)), *b = calloc(bytes / sizeof(float) + 1, sizeof(float));
+        const size_t bytes = (size_t)sizes[s] / (4 * (size_t)g) * (4 * (size_t)g), span = (bytes + 4095) / 4096 * 4096;
+        float *a = aligned_alloc(4096, span), *b = calloc(bytes / sizeof(float) + 1, sizeof(float));
         if (!a || !b) {
             free(a), free(b);
             rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
             break;
         }
         double t[16];
-        memset(a, 1, bytes), memset(b, 1, bytes); /* the buffers resident before the peak is reset */
+        memset(a, 1, span), memset(b, 1, bytes); /* the buffers resident before the peak is reset */
+        int ok = 1;
+        char why[200];
+        if (shared) rc = llm4d_shm_share(c, a, span, &ok, why, sizeof why, err);
+        /* the peers' pages the sums touch are the memory plan's (memplan_shm.c), not a temporary: touched first */
+        if (rc == LLM4D_OK && ok && shared) rc = once(c, op, a, b, bytes, err);
+        if (rc != LLM4D_OK || !ok) { /* not shared (every rank alike): no series */
+            pc.n = 0;
+            free(a), free(b);
+            break;
+        }
         const double h0 = reset_peak();
         for (int r = 0; rc == LLM4D_OK && r <= reps; r++) {
             rc = llm4d_comm_barrier(world, err);
@@ -117,10 +135,11 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
         pc.bytes[s] = (double)bytes, pc.seconds[s] = t[reps / 2];
         pc.temp_first[s] = temp[0] > 0 ? temp[0] : 0, pc.temp_other[s] = temp[1] > 0 ? temp[1] : 0;
         pc.temp_odd[s] = temp[2] > 0 ? temp[2] : 0;
+        if (shared) llm4d_shm_unshare(c, a);
         free(a), free(b);
     }
     llm4d_comm_destroy(c);
-    if (rc == LLM4D_OK && world->rank == 0) rc = llm4d_profile_add_coll(frag, &pc, err);
+    if (rc == LLM4D_OK && world->rank == 0 && pc.n) rc = llm4d_profile_add_coll(frag, &pc, err);
     return rc;
 }
 
@@ -300,6 +319,7 @@ int llm4d_calibrate_worker(int argc, char **argv) {
         if (k % g) continue;
         for (int op = LLM4D_COMM_OP_ALLREDUCE; rc == LLM4D_OK && op <= LLM4D_COMM_OP_ALLGATHER; op++)
             rc = series(rt.world, g, op, &o, &frag, &err);
+        if (rc == LLM4D_OK) rc = series(rt.world, g, LLM4D_PROF_AR_SHARED, &o, &frag, &err);
         if (rc == LLM4D_OK && g == 2) rc = series(rt.world, 2, LLM4D_COMM_OP_SEND, &o, &frag, &err);
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);

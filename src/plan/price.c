@@ -123,6 +123,7 @@ double llm4d_coll_ring_bytes(int op, double bytes, int group) {
     if (group <= 1) return 0;
     const double f = (double)(group - 1) / group;
     switch (op) {
+    case LLM4D_PROF_AR_SHARED:
     case LLM4D_COMM_OP_ALLREDUCE: return 2 * f * bytes;
     case LLM4D_COMM_OP_REDUCE_SCATTER:
     case LLM4D_COMM_OP_ALLGATHER: return f * bytes;
@@ -160,6 +161,8 @@ double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group,
     if (group <= 1 || bytes <= 0) return 0;
     const int across = hosts > 1;
     const llm4d_prof_coll *best = nearest_coll(p, op, group, ranks_on_host, hosts);
+    if (!best && op == LLM4D_PROF_AR_SHARED) /* not measured: a plain all-reduce */
+        return llm4d_price_coll(p, LLM4D_COMM_OP_ALLREDUCE, bytes, group, ranks_on_host, hosts, temp);
     if (best) {
         /* another group size: its bus bandwidth, scaled by the ring bytes */
         const double scale = best->group == group ? 1.0

@@ -99,7 +99,10 @@ void llm4d_profile_default_path(char *buf, size_t n) {
 /* ---- JSON ---- */
 
 static const char *const prec_names[3] = {"fp32", "bf16", "fp16"};
-static const char *const coll_names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send"};
+static const char *const coll_names[] = {[LLM4D_COMM_OP_ALLREDUCE] = "allreduce",
+                                         [LLM4D_COMM_OP_REDUCE_SCATTER] = "reduce_scatter",
+                                         [LLM4D_COMM_OP_ALLGATHER] = "allgather", [LLM4D_COMM_OP_BROADCAST] = "broadcast",
+                                         [LLM4D_COMM_OP_SEND] = "send", [LLM4D_PROF_AR_SHARED] = "allreduce_shared"};
 
 static cJSON *num_array(const double *x, int n) {
     cJSON *a = cJSON_CreateArray();
@@ -272,9 +275,11 @@ static void read_tables(reader *r, const cJSON *o, llm4d_profile *p) {
         str(e, "op", op, sizeof op);
         c.op = -1;
         for (int k = 0; k < (int)(sizeof coll_names / sizeof coll_names[0]); k++)
-            if (!strcmp(op, coll_names[k])) c.op = k;
+            if (coll_names[k] && !strcmp(op, coll_names[k])) c.op = k;
         c.op = c.op == LLM4D_COMM_OP_BROADCAST ? -1 : c.op;
-        if (c.op < 0) return (void)garbled(r, "a collective's \"op\" is not allreduce, reduce_scatter, allgather or send");
+        if (c.op < 0)
+            return (void)garbled(r, "a collective's \"op\" is not allreduce, allreduce_shared, reduce_scatter, "
+                                    "allgather or send");
         c.group = (int)num(r, e, "group", 0, 1);
         c.ranks_on_host = (int)num(r, e, "ranks_on_host", 0, 1);
         c.hosts = (int)num(r, e, "hosts", 1, 0);

@@ -38,9 +38,14 @@ typedef struct {
     double s[LLM4D_WORK_N];    /* seconds by kind of work */
 } llm4d_prof_kernel;
 
+/* A collective of the profile beyond llm4d_comm_op's: an all-reduce over buffers shared in place with the host's
+ * ranks (comm/shm_share.h), as the data-parallel gradients are reduced on a CPU host. A profile without it (a
+ * device's, or one calibrated before it existed) prices those as plain all-reduces. */
+#define LLM4D_PROF_AR_SHARED LLM4D_COMM_NOPS
+
 typedef struct {
     int op;                    /* llm4d_comm_op: ALLREDUCE, REDUCE_SCATTER, ALLGATHER, SEND (one message each way
-                                * between neighbours, as a pipeline sends) */
+                                * between neighbours, as a pipeline sends); or LLM4D_PROF_AR_SHARED */
     int group, ranks_on_host, hosts;
     int n;
     double bytes[LLM4D_PROF_SIZES];     /* the whole buffer (all-reduce: the buffer; reduce-scatter: the input;

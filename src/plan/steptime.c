@@ -178,9 +178,13 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         en.t_ag[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLGATHER, bytes, N, R, sh_hosts, NULL);
         en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, bytes, N, R, sh_hosts, NULL);
     }
+    /* a CPU host's data-parallel gradients are shared in place on the shared-memory path (data_parallel.h) */
+    const int ar_op = !strcmp(cfg->device, "cpu") && strcmp(d->comm_path, "mpi") && data_hosts == 1
+                          ? LLM4D_PROF_AR_SHARED
+                          : LLM4D_COMM_OP_ALLREDUCE;
     for (int b = 0; b < sc->n_buckets; b++)
-        en.t_ar[b] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->bucket_len[b] * sizeof(float),
-                                      topo->data_world, R, data_hosts, NULL);
+        en.t_ar[b] = llm4d_price_coll(prof, ar_op, (double)sc->bucket_len[b] * sizeof(float), topo->data_world, R,
+                                      data_hosts, NULL);
     for (int i = 0; i < sc->n_ev; i++) { /* the next params_for, cyclically */
         en.next_pf[i] = -1;
         for (int j = 1; j <= sc->n_ev; j++) {

@@ -9,12 +9,16 @@
  *   model      tensor parallel: activations all-reduced, or with sequence parallelism all-gathered and
  *              reduce-scattered, and the partial gradients of the replicated tensors all-reduced once a step
  *   embedding  pipeline: the tied embedding's gradient all-reduced between the first and the last stage
+ * On a CPU and one host, the data group's gradients are shared in place (data_parallel.h): their all-reduces take no
+ * slot; instead the rank touches, in each peer's buffer, the slice of every bucket it sums.
  * Gradient payloads are bf16 with grad_comm_dtype bfloat16. Groups that carry only MPI's traffic (the world, the
  * pipeline's point to point, an unused one) hold the segment's header. A group spanning hosts reduces hierarchically:
  * a reduce-scatter and an all-gather of its host's ranks in the segment, the rest on MPI. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_shm.h"
+#include "parallel/data_parallel.h"
 #include "model/params.h"
 #include "train/memplan.h"
 
@@ -101,6 +105,23 @@ void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg,
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Bytes of the pages of one peer's shared gradient buffer that rank r of n sums in: per bucket, its slice of the
+ * bucket (comm_shm.c: ceil(count / n) elements rounded up to cache lines), in whole pages of the buffer. */
+static size_t shared_pages(const llm4d_param_table *tab, size_t bucket_bytes, size_t esz, int n, int r) {
+    const int G = tab->n_groups;
+    int *of = calloc((size_t)G, sizeof *of), *ng = calloc((size_t)G, sizeof *ng);
+    size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi), bytes = 0;
+    const int nb = of && ng && lo && hi ? llm4d_dp_buckets(tab, bucket_bytes, of, lo, hi, ng) : 0;
+    const size_t line = LLM4D_SHM_LINE / esz, P = 4096;
+    for (int b = 0; b < nb; b++) {
+        const size_t count = hi[b] - lo[b], S = ((count + (size_t)n - 1) / (size_t)n + line - 1) / line * line;
+        const size_t a = (size_t)r * S, e = (size_t)(r + 1) * S < count ? (size_t)(r + 1) * S : count;
+        if (a < e) bytes += (((lo[b] + e) * esz - 1) / P - (lo[b] + a) * esz / P + 1) * P;
+    }
+    free(of), free(ng), free(lo), free(hi);
+    return bytes;
+}
+
 size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t, const llm4d_param_table *tab,
                                size_t crossing, const llm4d_memplan_paths *paths) {
     const llm4d_dist_config *d = &cfg->dist;
@@ -114,7 +135,14 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t,
     }
     llm4d_shm_use use[LLM4D_SHMG_N];
     memset(use, 0, sizeof use);
-    if (!sharded && t->data_world > 1) use[LLM4D_SHMG_DATA].allreduce = group_max * gsz;
+    size_t shared = 0; /* the pages of the peers' gradient buffers this rank sums in (data_parallel.h) */
+    const int nd = paths->host_ranks[LLM4D_SHMG_DATA];
+    if (!sharded && t->data_world > 1 && nd > 1 && paths->hosts[LLM4D_SHMG_DATA] == 1 && !strcmp(cfg->device, "cpu")) {
+        use[LLM4D_SHMG_DATA].allreduce = sizeof(double); /* the slots carry the loss's sums only */
+        shared = (size_t)(nd - 1) * shared_pages(tab, (size_t)d->bucket_size_bytes, gsz, nd, t->index[LLM4D_AXIS_DATA]);
+    } else if (!sharded && t->data_world > 1) {
+        use[LLM4D_SHMG_DATA].allreduce = group_max * gsz;
+    }
     if (sharded) {
         use[LLM4D_SHMG_SHARDING].rs_block = group_max / (size_t)N * gsz;
         use[LLM4D_SHMG_SHARDING].ag_block = group_max / (size_t)N * sizeof(float);
@@ -131,7 +159,7 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t,
         }
     }
     use[LLM4D_SHMG_EMBEDDING].allreduce = wte_max * sizeof(float);
-    size_t bytes = 0;
+    size_t bytes = shared;
     for (int k = 0; k < LLM4D_SHMG_N; k++) {
         const int n = paths->host_ranks[k];
         if (n < 2) continue;
