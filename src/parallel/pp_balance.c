@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "core/hmap.h"
 
 llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg) {
     const llm4d_model_config *m = &cfg->model;
@@ -103,42 +104,34 @@ void llm4d_pp_balance(const llm4d_pp_split_costs *c, int L, int VP, int *n) {
     fill(L, VP, have, bj, bk, n);
 }
 
-/* ---- the memo: an open-addressing table of (costs, L, VP) -> (have, bj, bk) ---- */
+/* ---- the memo: (costs, L, VP) -> (have, bj, bk), indexed by core/hmap.h ---- */
 
 typedef struct {
-    int used;
     llm4d_pp_split_costs c;
     int L, VP, have, bj, bk;
-} balance_slot;
+} balance_entry;
 
 struct llm4d_pp_balance_memo {
-    balance_slot *slot;
-    size_t cap, n;
+    llm4d_hmap index;
 };
 
 llm4d_pp_balance_memo *llm4d_pp_balance_memo_create(void) {
     llm4d_pp_balance_memo *m = calloc(1, sizeof *m);
-    if (m) m->cap = 256, m->slot = calloc(m->cap, sizeof *m->slot);
-    if (m && !m->slot) free(m), m = NULL;
+    if (m && !llm4d_hmap_init(&m->index, 256)) free(m), m = NULL;
     return m;
 }
 
 void llm4d_pp_balance_memo_destroy(llm4d_pp_balance_memo *m) {
     if (!m) return;
-    free(m->slot);
+    for (size_t i = 0; i < m->index.cap; i++) free(m->index.s[i].e);
+    llm4d_hmap_free(&m->index);
     free(m);
 }
 
-static uint64_t balance_hash(const llm4d_pp_split_costs *c, int L, int VP) {
-    const uint64_t w[5] = {(uint64_t)c->block, (uint64_t)c->embedding, (uint64_t)c->head, (uint64_t)L, (uint64_t)VP};
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 5; i++) h = (h ^ w[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
-}
-
-static int same(const balance_slot *s, const llm4d_pp_split_costs *c, int L, int VP) {
-    return s->c.block == c->block && s->c.embedding == c->embedding && s->c.head == c->head && s->L == L &&
-           s->VP == VP;
+static int same(const void *entry, const void *key) {
+    const balance_entry *s = entry, *k = key;
+    return s->c.block == k->c.block && s->c.embedding == k->c.embedding && s->c.head == k->c.head && s->L == k->L &&
+           s->VP == k->VP;
 }
 
 void llm4d_pp_balance_memo_get(llm4d_pp_balance_memo *m, const llm4d_pp_split_costs *c, int L, int VP, int *n) {
@@ -146,29 +139,20 @@ void llm4d_pp_balance_memo_get(llm4d_pp_balance_memo *m, const llm4d_pp_split_co
         llm4d_pp_balance(c, L, VP, n);
         return;
     }
-    if (2 * (m->n + 1) > m->cap) { /* grow past half full; without room, compute */
-        const size_t cap = 2 * m->cap;
-        balance_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns) {
-            llm4d_pp_balance(c, L, VP, n);
-            return;
-        }
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->slot[i].used) continue;
-            size_t j = balance_hash(&m->slot[i].c, m->slot[i].L, m->slot[i].VP) & (cap - 1);
-            while (ns[j].used) j = (j + 1) & (cap - 1);
-            ns[j] = m->slot[i];
-        }
-        free(m->slot);
-        m->slot = ns, m->cap = cap;
+    const balance_entry k = {.c = *c, .L = L, .VP = VP};
+    const int64_t w[5] = {c->block, c->embedding, c->head, L, VP};
+    const uint64_t h = llm4d_hmap_hash(w, 5);
+    llm4d_hslot *s = llm4d_hmap_find(&m->index, h, same, &k);
+    balance_entry *e = s && !s->e ? malloc(sizeof *e) : NULL;
+    if (e) {
+        *e = k;
+        best_ends(c, L, VP, &e->have, &e->bj, &e->bk);
+        s->h = h, s->e = e, m->index.n++;
     }
-    size_t j = balance_hash(c, L, VP) & (m->cap - 1);
-    while (m->slot[j].used && !same(&m->slot[j], c, L, VP)) j = (j + 1) & (m->cap - 1);
-    balance_slot *s = &m->slot[j];
-    if (!s->used) {
-        *s = (balance_slot){.used = 1, .c = *c, .L = L, .VP = VP};
-        best_ends(c, L, VP, &s->have, &s->bj, &s->bk);
-        m->n++;
+    if (!s || !s->e) { /* without room: computed */
+        llm4d_pp_balance(c, L, VP, n);
+        return;
     }
-    fill(L, VP, s->have, s->bj, s->bk, n);
+    const balance_entry *x = s->e;
+    fill(L, VP, x->have, x->bj, x->bk, n);
 }

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hmap.h"
 #include "parallel/data_parallel.h"
 #include "parallel/stack.h"
 #include "parallel/tensor_parallel.h"
 
 void llm4d_stagecost_free(llm4d_stagecost *s) {
+    free(s->chunk);
     free(s->ev);
     free(s->group_len);
     free(s->windows);
@@ -78,6 +80,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
                                  size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
     out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems;
+    out->chunk = calloc((size_t)t->n_chunks + 1, sizeof *out->chunk);
     const llm4d_param_table *tb = &t->table;
     out->n_groups = tb->n_groups;
     out->group_len = calloc((size_t)tb->n_groups + 1, sizeof *out->group_len);
@@ -97,7 +100,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
     }
     const int ok = lo && hi && out->bucket_len && out->bucket_of_group && out->bucket_groups;
     free(lo), free(hi);
-    if (!out->group_len || !out->windows || !out->ev || !ok) {
+    if (!out->chunk || !out->group_len || !out->windows || !out->ev || !ok) {
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
     }
@@ -130,21 +133,21 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
                     }
                     if (how == LLM4D_PRICE_EXACT) out->priced_exact++;
                     else out->priced_other++;
-                    for (int j = 0; j < LLM4D_WORK_N; j++) out->kinds[k][c][j] += s[j], since += s[j];
+                    for (int j = 0; j < LLM4D_WORK_N; j++) out->chunk[c].kinds[k][j] += s[j], since += s[j];
                 } else if (x->op == LLM4D_RC_COMM) {
                     const double bytes = (double)x->d[1] * (x->d[0] == LLM4D_COMM_OP_ALLREDUCE ? 1 : (double)x->d[2]);
                     const double spin = llm4d_price_wait(pr->prof, pr->threads, ranks_on_host, (int)x->d[2]);
                     const double s = llm4d_price_coll(pr->prof, (int)x->d[0], bytes, (int)x->d[2], ranks_on_host,
                                                       tp_hosts, NULL) +
                                      spin;
-                    out->tp[k][c] += s, since += s, out->spin += spin;
+                    out->chunk[c].tp[k] += s, since += s, out->spin += spin;
                     if (bytes > out->tp_max_bytes) out->tp_max_bytes = bytes, out->tp_max_op = (int)x->d[0];
                 } else if (x->op == LLM4D_RC_PARAMS_FOR || x->op == LLM4D_RC_GRADS_DONE) {
                     out->ev[out->n_ev++] = (llm4d_hook_ev){(uint8_t)k, (uint8_t)x->op, (uint16_t)c, (int)x->d[0], since};
                     since = 0;
                 }
             }
-            out->tail[k][c] = since;
+            out->chunk[c].tail[k] = since;
         }
     free(memo.e);
     return LLM4D_OK;
@@ -176,14 +179,11 @@ static void make_key(cache_key *k, const llm4d_model_part *p, const llm4d_gpt_la
 
 typedef struct {
     cache_key key;
-    uint64_t h;
     llm4d_stagecost cost;
-    int used;
-} cache_slot;
+} cache_entry;
 
 struct llm4d_stagecost_cache {
-    cache_slot *slot;
-    size_t cap, n;
+    llm4d_hmap index; /* of cache_entry, each allocated once */
     int by_count;
 };
 
@@ -191,9 +191,8 @@ void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on) { c->by_co
 
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err) {
     llm4d_stagecost_cache *c = calloc(1, sizeof *c);
-    if (c) c->cap = 256, c->slot = calloc(c->cap, sizeof *c->slot);
-    if (!c || !c->slot) {
-        if (c) free(c);
+    if (!c || !llm4d_hmap_init(&c->index, 256)) {
+        free(c);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     *out = c;
@@ -202,9 +201,13 @@ llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *
 
 void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c) {
     if (!c) return;
-    for (size_t i = 0; i < c->cap; i++)
-        if (c->slot[i].used) llm4d_stagecost_free(&c->slot[i].cost);
-    free(c->slot);
+    for (size_t i = 0; i < c->index.cap; i++) {
+        cache_entry *e = c->index.s[i].e;
+        if (!e) continue;
+        llm4d_stagecost_free(&e->cost);
+        free(e);
+    }
+    llm4d_hmap_free(&c->index);
     free(c);
 }
 
@@ -223,24 +226,8 @@ static uint64_t key_hash(const cache_key *k) {
     return h;
 }
 
-/* The slot of key (empty when absent), growing the table past half full. */
-static cache_slot *lookup(llm4d_stagecost_cache *c, const cache_key *k, uint64_t h) {
-    if (2 * (c->n + 1) > c->cap) {
-        const size_t cap = 2 * c->cap;
-        cache_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns) return NULL;
-        for (size_t i = 0; i < c->cap; i++) {
-            if (!c->slot[i].used) continue;
-            size_t j = c->slot[i].h & (cap - 1);
-            while (ns[j].used) j = (j + 1) & (cap - 1);
-            ns[j] = c->slot[i];
-        }
-        free(c->slot);
-        c->slot = ns, c->cap = cap;
-    }
-    size_t j = h & (c->cap - 1);
-    while (c->slot[j].used && (c->slot[j].h != h || memcmp(&c->slot[j].key, k, sizeof *k))) j = (j + 1) & (c->cap - 1);
-    return &c->slot[j];
+static int same_key(const void *entry, const void *key) {
+    return !memcmp(&((const cache_entry *)entry)->key, key, sizeof(cache_key));
 }
 
 llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_config *cfg,
@@ -254,18 +241,26 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
     LLM4D_ASSERT(cache, "llm4d_stagecost_get needs a cache");
     make_key(&k, &part, &layout, ranks_on_host, tp_hosts, bucket_bytes, cache->by_count);
     const uint64_t h = key_hash(&k);
-    cache_slot *s = lookup(cache, &k, h);
+    llm4d_hslot *s = llm4d_hmap_find(&cache->index, h, same_key, &k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (s->used) {
-        *out = &s->cost;
+    if (s->e) {
+        *out = &((cache_entry *)s->e)->cost;
         return LLM4D_OK;
     }
+    cache_entry *e = malloc(sizeof *e);
+    if (!e) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     llm4d_mbtrace t;
-    LLM4D_TRY(llm4d_mbtrace_make(&t, cfg, topo, pp, like, err));
-    const llm4d_code rc = llm4d_stagecost_price(&t, pr, ranks_on_host, tp_hosts, bucket_bytes, &s->cost, err);
-    llm4d_mbtrace_free(&t);
-    LLM4D_TRY(rc);
-    s->key = k, s->h = h, s->used = 1, cache->n++;
-    *out = &s->cost;
+    llm4d_code rc = llm4d_mbtrace_make(&t, cfg, topo, pp, like, err);
+    if (rc == LLM4D_OK) {
+        rc = llm4d_stagecost_price(&t, pr, ranks_on_host, tp_hosts, bucket_bytes, &e->cost, err);
+        llm4d_mbtrace_free(&t);
+    }
+    if (rc != LLM4D_OK) {
+        free(e);
+        return rc;
+    }
+    e->key = k;
+    s->h = h, s->e = e, cache->index.n++;
+    *out = &e->cost;
     return LLM4D_OK;
 }

@@ -22,14 +22,19 @@ typedef struct {
     double dt;
 } llm4d_hook_ev;
 
+/* One chunk's passes (F, B, W). */
+typedef struct {
+    double kinds[LLM4D_TRACE_NPASS][LLM4D_WORK_N]; /* kernels alone, by kind */
+    double tp[LLM4D_TRACE_NPASS];                  /* tensor-parallel collectives */
+    double tail[LLM4D_TRACE_NPASS];                /* work after the pass's last event */
+} llm4d_stagecost_chunk;
+
 typedef struct {
     int n_chunks, split;
-    double kinds[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS][LLM4D_WORK_N]; /* kernels alone, by kind */
-    double tp[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                  /* tensor-parallel collectives */
+    llm4d_stagecost_chunk *chunk; /* [n_chunks] */
     double spin;                /* of tp: the processor time their waits burn per micro-batch on an oversubscribed
                                  * host (price.h llm4d_price_wait), which the host's sharing slows as it does the
                                  * kernels */
-    double tail[LLM4D_TRACE_NPASS][LLM4D_MAX_CHUNKS];                /* work after the pass's last event */
     double tp_max_bytes;        /* the largest tensor-parallel collective's buffer */
     int tp_max_op;
     int n_ev;

@@ -125,8 +125,8 @@ static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_
                     }
                 }
             }
-            w_compute(w, sc->tail[k][c]);
-            dur[k][c] = t + sc->tail[k][c];
+            w_compute(w, sc->chunk[c].tail[k]);
+            dur[k][c] = t + sc->chunk[c].tail[k];
         }
 }
 
@@ -215,7 +215,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     for (int c = 0; c < sc->n_chunks; c++)
         for (int k = 0; k < LLM4D_TRACE_NPASS; k++) {
             mid_sum += dur[k][c];
-            for (int j = 0; j < LLM4D_WORK_N; j++) st->kinds[j] += M * sc->kinds[k][c][j];
+            for (int j = 0; j < LLM4D_WORK_N; j++) st->kinds[j] += M * sc->chunk[c].kinds[k][j];
         }
     st->kernels = total_kinds(st->kinds) + M * sc->spin;
     if (M > 2) {
@@ -437,7 +437,7 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
                                      llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
         if (rc == LLM4D_OK) {
             for (int c = 0; c < sc->n_chunks; c++)
-                for (int k = 0; k < LLM4D_TRACE_NPASS; k++) out->exposed_s[LLM4D_ENG_TP] += M * sc->tp[k][c];
+                for (int k = 0; k < LLM4D_TRACE_NPASS; k++) out->exposed_s[LLM4D_ENG_TP] += M * sc->chunk[c].tp[k];
             out->priced_exact = sc->priced_exact, out->priced_other = sc->priced_other;
         }
     }

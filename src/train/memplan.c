@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "comm/comm_shm.h"
+#include "core/hmap.h"
 #include "core/proc.h"
 #include "parallel/stack.h"
 #include "train/memplan.h"
@@ -106,40 +107,35 @@ llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg) {
 #define MEMO_KEY (21 + 2 * LLM4D_MAX_CHUNKS)
 
 typedef struct {
-    int64_t k[MEMO_KEY];
-    uint64_t h;
     int used, has_plan;
     llm4d_param_table table;                 /* by the part alone (has_plan 0 entries) */
     size_t cat[LLM4D_MEM_NCATEGORIES];       /* the model's counting run (has_plan 1 entries) */
     size_t operands;                         /* and the backend's converted operands for it */
-} memo_slot;
+    size_t len;
+    int64_t k[];                             /* the key without the chunk words past n_chunks (memo_compact) */
+} memo_entry;
 
 /* The paths comm_shm.c would choose (llm4d_memplan_paths_predict), by everything they depend on: comm_path is
  * "mpi", comm_chunk_kb, the topology's world, rank, degrees and indices, the ranks per host. */
 #define PATHS_KEY (5 + 2 * LLM4D_NAXES)
 typedef struct {
     int64_t k[PATHS_KEY];
-    uint64_t h;
-    int used;
     llm4d_memplan_paths paths;
-} paths_slot;
+} paths_entry;
 
 struct llm4d_memplan_memo {
-    paths_slot *pslot;                       /* not emptied with the model's entries: the paths ignore the model */
-    size_t pcap, pn;
+    llm4d_hmap paths;                        /* of paths_entry; not emptied with the model's entries: the paths
+                                              * ignore the model */
     llm4d_model_config model;
     int have_model;
     size_t copy_bytes[LLM4D_PREC_TF32 + 1];  /* the backend's bytes per weight copy element, by precision (+1) */
-    memo_slot *slot;
-    size_t cap, n;
+    llm4d_hmap parts;                        /* of memo_entry */
 };
 
 llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err) {
     llm4d_memplan_memo *m = calloc(1, sizeof *m);
-    if (m) m->cap = 1024, m->slot = calloc(m->cap, sizeof *m->slot);
-    if (m) m->pcap = 256, m->pslot = calloc(m->pcap, sizeof *m->pslot);
-    if (!m || !m->slot || !m->pslot) {
-        if (m) free(m->slot), free(m->pslot);
+    if (!m || !llm4d_hmap_init(&m->parts, 1024) || !llm4d_hmap_init(&m->paths, 256)) {
+        if (m) llm4d_hmap_free(&m->parts), llm4d_hmap_free(&m->paths);
         free(m);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
@@ -148,18 +144,26 @@ llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err) {
 }
 
 static void memo_clear(llm4d_memplan_memo *m) {
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->slot[i].used && !m->slot[i].has_plan) llm4d_param_table_free(&m->slot[i].table);
-    memset(m->slot, 0, m->cap * sizeof *m->slot);
-    m->n = 0;
+    for (size_t i = 0; i < m->parts.cap; i++) {
+        memo_entry *e = m->parts.s[i].e;
+        if (!e) continue;
+        if (e->used && !e->has_plan) llm4d_param_table_free(&e->table);
+        free(e);
+    }
+    llm4d_hmap_clear(&m->parts);
 }
 
 void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m) {
     if (!m) return;
     memo_clear(m);
-    free(m->slot);
-    free(m->pslot);
+    for (size_t i = 0; i < m->paths.cap; i++) free(m->paths.s[i].e);
+    llm4d_hmap_free(&m->parts);
+    llm4d_hmap_free(&m->paths);
     free(m);
+}
+
+static int same_paths(const void *entry, const void *key) {
+    return !memcmp(((const paths_entry *)entry)->k, key, PATHS_KEY * sizeof(int64_t));
 }
 
 void llm4d_memplan_paths_predict_memo(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_topology *topo,
@@ -171,33 +175,16 @@ void llm4d_memplan_paths_predict_memo(llm4d_memplan_memo *m, const llm4d_config 
     int64_t k[PATHS_KEY] = {!strcmp(cfg->dist.comm_path, "mpi"), cfg->dist.comm_chunk_kb, topo->world_size,
                             topo->rank, ranks_per_node};
     for (int a = 0; a < LLM4D_NAXES; a++) k[5 + a] = topo->degree[a], k[5 + LLM4D_NAXES + a] = topo->index[a];
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < PATHS_KEY; i++) h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
-    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33;
-    if (2 * (m->pn + 1) > m->pcap) { /* grow past half full; without room, compute */
-        const size_t cap = 2 * m->pcap;
-        paths_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns) {
-            llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, out);
-            return;
-        }
-        for (size_t i = 0; i < m->pcap; i++) {
-            if (!m->pslot[i].used) continue;
-            size_t j = m->pslot[i].h & (cap - 1);
-            while (ns[j].used) j = (j + 1) & (cap - 1);
-            ns[j] = m->pslot[i];
-        }
-        free(m->pslot);
-        m->pslot = ns, m->pcap = cap;
+    const uint64_t h = llm4d_hmap_hash(k, PATHS_KEY);
+    llm4d_hslot *s = llm4d_hmap_find(&m->paths, h, same_paths, k);
+    paths_entry *e = s && !s->e ? malloc(sizeof *e) : NULL;
+    if (e) { /* without room: computed each time */
+        memcpy(e->k, k, sizeof k);
+        llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, &e->paths);
+        s->h = h, s->e = e, m->paths.n++;
     }
-    size_t j = h & (m->pcap - 1);
-    while (m->pslot[j].used && (m->pslot[j].h != h || memcmp(m->pslot[j].k, k, sizeof k))) j = (j + 1) & (m->pcap - 1);
-    paths_slot *s = &m->pslot[j];
-    if (!s->used) {
-        memcpy(s->k, k, sizeof k), s->h = h, s->used = 1, m->pn++;
-        llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, &s->paths);
-    }
-    *out = s->paths;
+    if (s && s->e) *out = ((const paths_entry *)s->e)->paths;
+    else llm4d_memplan_paths_predict(cfg, topo, ranks_per_node, out);
 }
 
 /* The key of a part (with_layout 0: the parameter table's) or of a part, context and layout (the counting run's). */
@@ -217,39 +204,47 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
     for (int c = 0; c < LLM4D_MAX_CHUNKS; c++) *v++ = l->slots[c];
 }
 
-/* The slot of key k (unused when absent), growing the table past half full; NULL: out of memory. */
-static memo_slot *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
-    /* hashed without the chunk words past n_chunks (k[7]; the whole key is still compared): a key is mostly those
-     * (64 chunks' room), and hashing them was a tenth of a large search; finished so that the slot's low bits
-     * depend on every bit hashed */
+/* The key without the chunk words past n_chunks (k[7]): a key is mostly those (64 chunks' room); into c, its length
+ * returned. */
+static size_t memo_compact(const int64_t k[MEMO_KEY], int64_t c[MEMO_KEY]) {
     const int64_t n = k[7] < 0 ? 0 : k[7] > LLM4D_MAX_CHUNKS ? LLM4D_MAX_CHUNKS : k[7];
     const int64_t slots = 8 + LLM4D_MAX_CHUNKS + 11; /* where the layout's slots begin (memo_key) */
-    uint64_t h = 1469598103934665603ull;
+    size_t len = 0;
     for (int64_t i = 0; i < MEMO_KEY; i++) {
         if (i == 8 + n) i = 8 + LLM4D_MAX_CHUNKS;
         if (i == slots + n) i = slots + LLM4D_MAX_CHUNKS;
         if (i >= MEMO_KEY) break;
-        h = (h ^ (uint64_t)k[i]) * 1099511628211ull;
+        c[len++] = k[i];
     }
-    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33;
-    if (2 * (m->n + 1) > m->cap) {
-        const size_t cap = 2 * m->cap;
-        memo_slot *ns = calloc(cap, sizeof *ns);
-        if (!ns) return NULL;
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->slot[i].used) continue;
-            size_t j = m->slot[i].h & (cap - 1);
-            while (ns[j].used) j = (j + 1) & (cap - 1);
-            ns[j] = m->slot[i];
-        }
-        free(m->slot);
-        m->slot = ns, m->cap = cap;
+    return len;
+}
+
+typedef struct {
+    const int64_t *k;
+    size_t len;
+} memo_probe;
+
+static int same_memo(const void *entry, const void *key) {
+    const memo_entry *e = entry;
+    const memo_probe *p = key;
+    return e->len == p->len && !memcmp(e->k, p->k, p->len * sizeof *p->k);
+}
+
+/* The entry of key k (made, unused, when absent); NULL: out of memory. Entries never move. */
+static memo_entry *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
+    int64_t c[MEMO_KEY];
+    const memo_probe p = {c, memo_compact(k, c)};
+    const uint64_t h = llm4d_hmap_hash(c, p.len);
+    llm4d_hslot *s = llm4d_hmap_find(&m->parts, h, same_memo, &p);
+    if (!s) return NULL;
+    if (!s->e) {
+        memo_entry *e = calloc(1, sizeof *e + p.len * sizeof *c);
+        if (!e) return NULL;
+        e->len = p.len;
+        memcpy(e->k, c, p.len * sizeof *c);
+        s->h = h, s->e = e, m->parts.n++;
     }
-    size_t j = h & (m->cap - 1);
-    while (m->slot[j].used && (m->slot[j].h != h || memcmp(m->slot[j].k, k, MEMO_KEY * sizeof *k)))
-        j = (j + 1) & (m->cap - 1);
-    if (!m->slot[j].used) memcpy(m->slot[j].k, k, MEMO_KEY * sizeof *k), m->slot[j].h = h;
-    return &m->slot[j];
+    return s->e;
 }
 
 static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
@@ -267,20 +262,15 @@ static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm
     }
     int64_t k[MEMO_KEY];
     memo_key(k, &cfg->model, prec, part, layout, 1);
-    memo_slot *s = memo_find(m, k);
+    memo_entry *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (!s->used) {
-        /* the counting run with the memo's table of the part: its arrays stay put while the memo lives, but the
-         * slot holding it may move when part_table's lookup grows the table, so it is copied, and s found again */
+    if (!s->used) { /* the counting run with the memo's table of the part */
         llm4d_param_table own;
         const llm4d_param_table *t;
         LLM4D_TRY(part_table(m, cfg, part, &own, &t, err));
-        const llm4d_param_table tv = *t;
-        s = memo_find(m, k);
-        if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-        LLM4D_TRY(llm4d_gpt_plan_table(&cfg->model, part, tp, layout, &tv, s->cat, &sizes, err));
+        LLM4D_TRY(llm4d_gpt_plan_table(&cfg->model, part, tp, layout, t, s->cat, &sizes, err));
         s->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
-        s->used = s->has_plan = 1, m->n++;
+        s->used = s->has_plan = 1;
     }
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) cat[c] += s->cat[c];
     *operands = s->operands;
@@ -297,11 +287,11 @@ static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, con
     }
     int64_t k[MEMO_KEY];
     memo_key(k, &cfg->model, LLM4D_PREC_FP32, part, NULL, 0);
-    memo_slot *s = memo_find(m, k);
+    memo_entry *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (!s->used) {
         LLM4D_TRY(llm4d_param_table_build(&s->table, &cfg->model, part, err));
-        s->used = 1, m->n++;
+        s->used = 1;
     }
     *t = &s->table;
     return LLM4D_OK;
