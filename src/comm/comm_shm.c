@@ -149,6 +149,14 @@ static void publish(shm_group *g) {
     atomic_store_explicit(&g->seg->flag[g->r].phase, g->phase, memory_order_release);
 }
 
+/* This rank has finished a phase: published, and the operation waits for its peers to reach it in state next. */
+static int arrive(shm_op *op, int next) {
+    publish(op->g);
+    op->target = op->g->phase;
+    op->state = next;
+    return 1;
+}
+
 static int peers_at(const shm_group *g, uint64_t target) {
     for (int j = 0; j < g->n; j++)
         if (j != g->r && atomic_load_explicit(&g->seg->flag[j].phase, memory_order_acquire) < target) return 0;
@@ -212,10 +220,7 @@ static int step(shm_op *op, int on_main) {
             const size_t lo = fused_piece(op, chunk, k, &plen);
             if (k != r) llm4d_shm_copy(slot(g, r, op->parity) + lo * esz, op->send + (op->off + lo) * esz, plen * esz, th);
         }
-        publish(g);
-        op->target = g->phase;
-        op->state = S_AR_SUM;
-        return 1;
+        return arrive(op, S_AR_SUM);
     case S_AR_SUM: {
         if (!peers_at(g, op->target)) return 0;
         const size_t lo = fused_piece(op, chunk, r, &plen);
@@ -223,10 +228,7 @@ static int step(shm_op *op, int on_main) {
         for (int j = 0; j < n; j++) in[j] = j == r ? op->send + (op->off + lo) * esz : slot(g, j, op->parity) + lo * esz;
         /* the sums into the slot (for the peers) and the buffer in one pass */
         llm4d_shm_sum2(slot(g, r, op->parity) + lo * esz, op->recv + (op->off + lo) * esz, in, n, plen, op->dt, th);
-        publish(g);
-        op->target = g->phase;
-        op->state = S_AR_OUT;
-        return 1;
+        return arrive(op, S_AR_OUT);
     }
     case S_AR_OUT:
         if (!peers_at(g, op->target)) return 0;
@@ -242,11 +244,8 @@ static int step(shm_op *op, int on_main) {
     case S_Z: {
         flag_line *me = &g->seg->flag[r];
         me->z_seq = op->seq, me->z_off = op->zoff, me->z_count = op->total, me->z_dt = (uint64_t)op->dt;
-        publish(g);
-        op->target = g->phase;
         op->off = 0;
-        op->state = S_Z_SUM;
-        return 1;
+        return arrive(op, S_Z_SUM);
     }
     case S_Z_SUM: {
         if (!peers_at(g, op->target)) return 0;
@@ -260,10 +259,7 @@ static int step(shm_op *op, int on_main) {
             llm4d_shm_sum_to(ptr, n, (const void *const *)ptr, n, c, op->dt, th);
             if ((op->off += c) < len) return 1;
         }
-        publish(g);
-        op->target = g->phase;
-        op->state = S_Z_END;
-        return 1;
+        return arrive(op, S_Z_END);
     }
     case S_Z_END:
         if (!peers_at(g, op->target)) return 0;
@@ -284,10 +280,7 @@ static int step(shm_op *op, int on_main) {
                     llm4d_shm_copy(slot(g, r, op->parity) + (size_t)k * L_rs * esz,
                                    op->send + ((size_t)k * op->S + op->off) * esz, clen(op, k, op->off, L_rs) * esz, th);
         }
-        publish(g);
-        op->target = g->phase;
-        op->state = op->small ? S_SMALL_WAIT : S_RS_WAIT;
-        return 1;
+        return arrive(op, op->small ? S_SMALL_WAIT : S_RS_WAIT);
     case S_RS_WAIT: { /* every peer's pieces are there: sum the own slice, in rank order */
         if (!peers_at(g, op->target)) return 0;
         const void *in[LLM4D_SHM_MAX_RANKS];
@@ -341,10 +334,7 @@ static int step(shm_op *op, int on_main) {
         op->parity = (int)(g->chunks++ & 1);
         llm4d_shm_copy(slot(g, r, op->parity), (op->kind == K_AG ? op->send : own_out(op)) + op->off * esz,
                        clen(op, r, op->off, L_ag) * esz, th);
-        publish(g);
-        op->target = g->phase;
-        op->state = S_AG_WAIT;
-        return 1;
+        return arrive(op, S_AG_WAIT);
     case S_AG_WAIT:
         if (!peers_at(g, op->target)) return 0;
         for (int j = 0; j < n; j++)
