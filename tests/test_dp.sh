@@ -4,6 +4,9 @@
 # run through `llm4d launch`. Checks: every layout's loss curve equals the single-process one within 1e-5; the
 # parameters are bit-identical on every rank after every step (hashes logged by --debug_check_replicas); the
 # bytes each rank sends per step equal a ring all-reduce of the gradients, 2 x params x 4 x (dp-1)/dp, within 5 %.
+# The gradients are shared in place with the host's ranks (comm/shm_share.h) and say so; dp2 again with rank 1's
+# sharing failing as where /dev/shm is too small (LLM4D_FAULT=shmshare@1): both ranks fall back to the segment's
+# slots, each says why in its log, and the loss curve is the shared run's bit for bit (both sum in rank order).
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -30,6 +33,7 @@ for cfg in "dp2 2 4" "dp2_acc2 2 2 0.1" "dp4 4 2" "dp4_acc2 4 1"; do
   set -- $cfg
   run "$1" "$2" "$3" "${4:-25}"
 done
+LLM4D_FAULT=shmshare@1 LLM4D_FAULT_RANK=1 run dp2_noshare 2 4
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, os, re, sys
 tmp = sys.argv[1]
@@ -63,6 +67,25 @@ for name, np_ in (("dp2", 2), ("dp2_acc2", 2), ("dp4", 4), ("dp4_acc2", 4)):
     got = m[-1]["comm_bytes"]
     check(abs(got - expect) <= 0.05 * expect, f"{name}: bytes sent per step per rank {got} vs ring all-reduce "
           f"2 x {params} x 4 x ({np_}-1)/{np_} = {expect:.0f} ({100 * (got - expect) / expect:+.2f} %)")
+def engine_line(name, r):
+    try:
+        return next((l for l in open(f"{tmp}/{name}/log/workerlog.{r}") if "data parallel over" in l), "")
+    except OSError:
+        return ""
+for r in range(2):
+    check("summed in place in memory the host's ranks share" in engine_line("dp2", r),
+          f"dp2 rank {r}: the gradients shared in place ({engine_line('dp2', r).strip()[-90:]})")
+why = {0: "another rank of the group could not share", 1: "does not fit in /dev/shm"}
+for r in range(2):
+    line = engine_line("dp2_noshare", r)
+    check("not shared in place" in line and why[r] in line,
+          f"dp2 with rank 1's sharing failing: rank {r} on the slots, saying why ({line.strip()[-110:]})")
+try:
+    a, b = load(f"{tmp}/dp2/out/metrics.jsonl"), load(f"{tmp}/dp2_noshare/out/metrics.jsonl")
+    check(len(a) == len(b) == 20 and all(x["loss"] == y["loss"] for x, y in zip(a, b)),
+          "dp2 through the slots = dp2 shared in place, bit for bit over 20 steps")
+except OSError:
+    check(False, "dp2_noshare: no metrics (the run failed)")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 PY

@@ -12,6 +12,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/fault.h"
+
 #define PAGE ((size_t)4096)
 #define NAME_N 48
 
@@ -24,14 +26,16 @@ static void restore_private(char *base, size_t bytes) {
                  "mremap of a shared buffer back: %s", strerror(errno));
 }
 
-/* The own buffer into a new shared file, mapped over it; *why set when it cannot be (nothing changed then). */
-static void share_own(char *base, size_t bytes, const char *name, char *why, size_t why_n) {
+/* The own buffer into a new shared file, mapped over it; *why set when it cannot be (nothing changed then).
+ * injected: the errno the reservation fails with (core/fault.h shmshare), or 0. */
+static void share_own(char *base, size_t bytes, const char *name, int injected, char *why, size_t why_n) {
     const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         snprintf(why, why_n, "shm_open %s: %s", name, strerror(errno));
         return;
     }
-    const int e = posix_fallocate(fd, 0, (off_t)bytes); /* a full /dev/shm fails here, not with SIGBUS later */
+    /* a full /dev/shm fails here, not with SIGBUS later */
+    const int e = injected ? injected : posix_fallocate(fd, 0, (off_t)bytes);
     void *tmp = e ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (e) {
         struct statvfs sv;
@@ -83,7 +87,11 @@ llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigne
         snprintf(why, why_n, "the buffer is not whole pages (%p, %zu bytes)", buf, bytes);
     char name[NAME_N] = "";
     snprintf(name, sizeof name, "/llm4d-%d-b%u", (int)getpid(), id);
-    if (!why[0]) share_own(buf, bytes, name, why, why_n);
+    llm4d_fault f;
+    llm4d_err ferr;
+    const int injected =
+        llm4d_fault_from_env(&f, c->world_rank, &ferr) == LLM4D_OK ? llm4d_fault_hit(&f, LLM4D_FAULT_SHMSHARE) : 0;
+    if (!why[0]) share_own(buf, bytes, name, injected, why, why_n);
     const int shared = !why[0];
     int ok = 0;
     if ((rc = all_ok(c, why, &ok, err)) != LLM4D_OK) goto out;

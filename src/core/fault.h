@@ -13,6 +13,8 @@
  *   LLM4D_FAULT=collective@<K>       the first collective operation of training step K fails (comm/comm.c)
  *   LLM4D_FAULT=cma@1                start-up's probe of single-copy transfers between the ranks of a host fails
  *                                    with EPERM, as in a container without ptrace permission (comm/host_check.c)
+ *   LLM4D_FAULT=shmshare@1           moving a buffer into shared memory in place (comm/shm_share.c: the data-parallel
+ *                                    gradients) fails with ENOSPC, as where /dev/shm is too small for it
  *   LLM4D_FAULT_RANK=<r>             only rank r injects (default: every rank)
  *
  * Each checkpoint save counts its own operations from 1 (store_save.c keeps an llm4d_fault in its saver and the file
@@ -34,6 +36,7 @@ typedef enum {
     LLM4D_FAULT_RENAME,
     LLM4D_FAULT_COLLECTIVE,
     LLM4D_FAULT_CMA,
+    LLM4D_FAULT_SHMSHARE,
 } llm4d_fault_op;
 
 typedef struct {
