@@ -10,7 +10,8 @@
  * of the default size), reduce-scatter, all-gather (in place, out of place, 8-byte and 1-byte elements), several
  * operations in flight completed out of order with an MPI collective of the same group between them, and the same
  * calls on an MPI-only communicator, which must agree bit for bit on 2 ranks (a sum of two does not depend on the
- * order) and within 1e-6 relative on more. Also: the path each group chose, operations the path does not take (a
+ * order) and within 1e-6 relative on more; all-reduces over buffers shared in place (comm/shm_share.h), with and
+ * without the progress thread (check_shared). Also: the path each group chose, operations the path does not take (a
  * maximum, int64 sums) still right, the byte counts unchanged.
  *
  * With --fault (2 ranks; LLM4D_PROGRESS_DIR set): rank 1 starts a shared-memory all-reduce and stops itself
@@ -376,6 +377,7 @@ static void test_mpi(rank_tally *t, llm4d_comm *world) {
     check_reduce_scatter(t, thr, mpi, 12345, "progress thread, 8 KiB chunks");
     check_allgather(t, thr, 5001, "progress thread, 8 KiB chunks");
     check_in_flight(t, thr);
+    check_shared(t, thr, mpi); /* the thread sums the shared buffers */
     /* the byte counts are the algorithm's, whichever path moved them */
     llm4d_comm_stats_reset(big);
     float v[1024] = {0};
