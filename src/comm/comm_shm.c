@@ -100,6 +100,7 @@ typedef struct shm_group {
                               * request was given up (a wait past its deadline never finishes it into `spare`) */
     int pending;
     llm4d_shm_region *regions; /* buffers shared with the host's peers (shm_share.h) */
+    llm4d_shm_region *retired; /* given back with an abandoned operation still queued on them (llm4d_shm_unshare) */
     uint64_t started;          /* operations started on the group: the same sequence on every rank */
 } shm_group;
 
@@ -783,11 +784,19 @@ void llm4d_shm_unshare(llm4d_comm *c, void *buf) {
     while (*at && (*at)->base != buf) at = &(*at)->next;
     llm4d_shm_region *reg = *at;
     if (reg) *at = reg->next;
-    for (const shm_op *op = g->head; reg && op; op = op->next)
-        LLM4D_ASSERT(op->reg != reg, "a shared buffer of group %s given back while an all-reduce on it is pending",
-                     c->name);
+    /* an operation on it still queued is one a wait gave up on (a peer hung past the deadline; the job is ending):
+     * abandoned, never advanced again, and the record kept for it until the group goes; the buffer is its owner's */
+    int abandoned = 0;
+    for (shm_op *op = g->head; reg && op; op = op->next)
+        if (op->reg == reg && op->state != S_DONE) {
+            op->rc = llm4d_fail(&op->err, LLM4D_EINTERNAL, "an all-reduce over a shared buffer of group %s abandoned "
+                                "when its buffer was given back", c->name);
+            op->state = S_DONE, abandoned = 1;
+        }
+    if (abandoned) reg->next = g->retired, g->retired = reg;
     pthread_mutex_unlock(&g->hub->lock);
-    llm4d_shm_region_free(reg);
+    if (abandoned) llm4d_shm_region_give_back(reg);
+    else llm4d_shm_region_free(reg);
 }
 
 int llm4d_shm_host_ranks(const llm4d_comm *c, int *hosts) {
@@ -807,11 +816,12 @@ void llm4d_shm_detach(llm4d_comm *c) {
             break;
         }
     pthread_mutex_unlock(&h->lock);
-    while (g->regions) { /* the buffers still shared go back to their owners' private memory */
-        llm4d_shm_region *reg = g->regions;
-        g->regions = reg->next;
-        llm4d_shm_region_free(reg);
-    }
+    for (llm4d_shm_region **list = &g->regions; list; list = list == &g->regions ? &g->retired : NULL)
+        while (*list) { /* the buffers still shared go back to their owners' private memory */
+            llm4d_shm_region *reg = *list;
+            *list = reg->next;
+            llm4d_shm_region_free(reg);
+        }
     unmap(g);
     llm4d_comm_destroy(g->cross);
     while (g->records) { /* the spares, and any record whose request was given up */

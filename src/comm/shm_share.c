@@ -96,7 +96,7 @@ llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigne
     int ok = 0;
     if ((rc = all_ok(c, why, &ok, err)) != LLM4D_OK) goto out;
     if (ok) rc = c->ops->allgather(c, name, names, NAME_N, LLM4D_COMM_BYTE, err);
-    reg->base = buf, reg->bytes = bytes, reg->n = n, reg->at[r] = buf;
+    reg->base = buf, reg->bytes = bytes, reg->n = n, reg->self = r, reg->at[r] = buf;
     for (int j = 0; ok && rc == LLM4D_OK && j < n && !why[0]; j++) {
         if (j == r) continue;
         const int fd = shm_open(names + (size_t)j * NAME_N, O_RDWR, 0600);
@@ -123,11 +123,15 @@ out:
     return rc;
 }
 
+void llm4d_shm_region_give_back(llm4d_shm_region *reg) {
+    if (reg->given_back) return;
+    restore_private(reg->base, reg->bytes);
+    reg->given_back = 1;
+}
+
 void llm4d_shm_region_free(llm4d_shm_region *reg) {
     if (!reg) return;
-    int self = 0;
-    while (self < reg->n && reg->at[self] != reg->base) self++;
-    unmap_peers(reg, self);
-    restore_private(reg->base, reg->bytes);
+    llm4d_shm_region_give_back(reg);
+    unmap_peers(reg, reg->self);
     free(reg);
 }

@@ -29,6 +29,8 @@ typedef struct llm4d_shm_region {
     size_t bytes; /* whole pages */
     int n;        /* the ranks of the host */
     char *at[LLM4D_SHM_MAX_RANKS]; /* every rank's buffer as mapped in this process (at[rank] == base for this rank) */
+    int self;                      /* this rank's index */
+    int given_back;                /* base is its owner's private memory again (llm4d_shm_region_give_back) */
     struct llm4d_shm_region *next;
 } llm4d_shm_region;
 
@@ -38,7 +40,9 @@ typedef struct llm4d_shm_region {
  * wrong here or that another rank failed; buffers are left as they were. Only a failing MPI call is an error. */
 llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigned id, llm4d_shm_region **out,
                                  char *why, size_t why_n, llm4d_err *err);
-/* This rank's buffer back to private memory (its contents kept), the peers' unmapped, reg freed. Local. */
+/* This rank's buffer back to private memory (its contents kept); the peers' stay mapped. Local; once. */
+void llm4d_shm_region_give_back(llm4d_shm_region *reg);
+/* The buffer given back (unless it was), the peers' unmapped, reg freed. Local. */
 void llm4d_shm_region_free(llm4d_shm_region *reg);
 
 #endif
