@@ -100,14 +100,18 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
     }
     for (int s = 0; rc == LLM4D_OK && s < ns; s++) {
         const size_t bytes = (size_t)sizes[s] / (4 * (size_t)g) * (4 * (size_t)g), span = (bytes + 4095) / 4096 * 4096;
-        float *a = aligned_alloc(4096, span), *b = calloc(bytes / sizeof(float) + 1, sizeof(float));
+        /* a shared buffer must be whole pages; the others are allocated as before, since the library's temporaries
+         * measured below depend on the heap's state (an aligned allocation instead of calloc hid 2-8 MB of Open
+         * MPI's all-reduce temporaries over 16 ranks) */
+        float *a = shared ? aligned_alloc(4096, span) : calloc(bytes / sizeof(float) + 1, sizeof(float));
+        float *b = calloc(bytes / sizeof(float) + 1, sizeof(float));
         if (!a || !b) {
             free(a), free(b);
             rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
             break;
         }
         double t[16];
-        memset(a, 1, span), memset(b, 1, bytes); /* the buffers resident before the peak is reset */
+        memset(a, 1, shared ? span : bytes), memset(b, 1, bytes); /* the buffers resident before the peak is reset */
         int ok = 1;
         char why[200];
         if (shared) rc = llm4d_shm_share(c, a, span, &ok, why, sizeof why, err);
