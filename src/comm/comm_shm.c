@@ -606,11 +606,9 @@ static void create_segment(shm_group *g, char *name, size_t name_n, char *why, s
     /* reserve the pages now: a full /dev/shm then fails here, not with SIGBUS at the first touch */
     const int e = posix_fallocate(fd, 0, (off_t)g->seg_bytes);
     if (e) {
-        struct statvfs sv;
-        const double free_mib = statvfs("/dev/shm", &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize / 1048576.0 : -1;
         snprintf(why, why_n, "a %.0f MiB segment does not fit in /dev/shm (%s; %.0f MiB free there); enlarge it "
                  "(docker run --shm-size=1g, or mount -o remount,size=1G /dev/shm)", (double)g->seg_bytes / 1048576.0,
-                 strerror(e), free_mib);
+                 strerror(e), llm4d_shm_free_mib());
         close(fd);
         shm_unlink(name);
         return;
@@ -649,12 +647,16 @@ static void open_segment(shm_group *g, const char *name, char *why, size_t why_n
     }
 }
 
-/* The whole group agrees: every rank's failure (a non-empty why) makes all stay on MPI. Returns 1 when all can. */
-static llm4d_code agree(llm4d_comm *c, const char *why, int *all_ok, llm4d_err *err) {
+llm4d_code llm4d_shm_agree(llm4d_comm *c, const char *why, int *all_ok, llm4d_err *err) {
     int64_t bad = why[0] != 0;
     LLM4D_TRY(c->ops->allreduce(c, &bad, 1, LLM4D_COMM_I64, LLM4D_COMM_MAX, err));
     *all_ok = bad == 0;
     return LLM4D_OK;
+}
+
+double llm4d_shm_free_mib(void) {
+    struct statvfs sv;
+    return statvfs("/dev/shm", &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize / 1048576.0 : -1;
 }
 
 /* The segment of g's host: made, mapped by all, then unlinked (the name is gone; the mappings stay). */
@@ -670,7 +672,7 @@ static llm4d_code make_segment(llm4d_comm *c, llm4d_comm *local, shm_group *g, c
     LLM4D_TRY(local->ops->barrier(local, err)); /* everyone has mapped it (or failed) */
     if (g->r == 0 && name[0]) shm_unlink(name);
     int ok;
-    LLM4D_TRY(agree(c, why, &ok, err));
+    LLM4D_TRY(llm4d_shm_agree(c, why, &ok, err));
     if (!ok && !why[0]) snprintf(why, why_n, "another rank of the group could not map its host's segment");
     if (!ok) unmap(g);
     g->slots = g->seg ? (char *)g->seg + llm4d_shm_head_bytes(g->n) : NULL;
@@ -710,7 +712,7 @@ llm4d_code llm4d_shm_attach(llm4d_comm *c, llm4d_shm_hub *h, llm4d_err *err) {
             snprintf(why, sizeof why, "more than %d ranks on a host", LLM4D_SHM_MAX_RANKS);
     }
     int ok = 0;
-    if (rc == LLM4D_OK) rc = agree(c, why, &ok, err); /* the same decision on every host */
+    if (rc == LLM4D_OK) rc = llm4d_shm_agree(c, why, &ok, err); /* the same decision on every host */
     if (rc == LLM4D_OK && ok) rc = make_segment(c, local, g, why, sizeof why, err);
     if (rc == LLM4D_OK && g->seg && g->hosts > 1) /* rank r of every host */
         rc = c->ops->split(c, g->r, c->rank, "cross-host", &g->cross, err);

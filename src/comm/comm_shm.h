@@ -109,6 +109,12 @@ llm4d_code llm4d_shm_progress_all(llm4d_shm_hub *h, int waiting, llm4d_err *err)
 /* Operations started and not yet completed on every group of the hub. */
 int llm4d_shm_pending(llm4d_shm_hub *h);
 
+/* Collective over c: whether no rank has a reason not to (why empty on every rank), the same answer everywhere, so
+ * that a path or a shared buffer is taken by the whole group or by none. */
+llm4d_code llm4d_shm_agree(llm4d_comm *c, const char *why, int *all_ok, llm4d_err *err);
+/* MiB free in /dev/shm (-1: unknown), for the line saying a segment or buffer does not fit there. */
+double llm4d_shm_free_mib(void);
+
 /* Buffers shared in place (shm_share.h), collective over c: buf (bytes: whole pages, page-aligned, the same size on
  * every rank) is moved into shared memory where it is and mapped by the host's peers; an all-reduce of a range of it
  * (the same range on every rank) then sums the buffers directly. *shared: 1 on every rank, or 0 on every rank with

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "core/fault.h"
@@ -38,10 +37,8 @@ static void share_own(char *base, size_t bytes, const char *name, int injected, 
     const int e = injected ? injected : posix_fallocate(fd, 0, (off_t)bytes);
     void *tmp = e ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (e) {
-        struct statvfs sv;
-        const double free_mib = statvfs("/dev/shm", &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize / 1048576.0 : -1;
         snprintf(why, why_n, "a %.0f MiB gradient buffer does not fit in /dev/shm (%s; %.0f MiB free there); enlarge "
-                 "it (docker run --shm-size=...)", (double)bytes / 1048576.0, strerror(e), free_mib);
+                 "it (docker run --shm-size=...)", (double)bytes / 1048576.0, strerror(e), llm4d_shm_free_mib());
     } else if (tmp == MAP_FAILED) {
         snprintf(why, why_n, "mmap of %s: %s", name, strerror(errno));
     } else {
@@ -52,14 +49,6 @@ static void share_own(char *base, size_t bytes, const char *name, int injected, 
     }
     close(fd);
     if (why[0]) shm_unlink(name);
-}
-
-/* Every rank agrees: 1 when no rank set a reason. */
-static llm4d_code all_ok(llm4d_comm *c, const char *why, int *ok, llm4d_err *err) {
-    int64_t bad = why[0] != 0;
-    LLM4D_TRY(c->ops->allreduce(c, &bad, 1, LLM4D_COMM_I64, LLM4D_COMM_MAX, err));
-    *ok = bad == 0;
-    return LLM4D_OK;
 }
 
 static void unmap_peers(llm4d_shm_region *reg, int self) {
@@ -74,12 +63,11 @@ llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigne
     const int n = c->size, r = c->rank;
     llm4d_shm_region *reg = calloc(1, sizeof *reg);
     char *names = calloc((size_t)n, NAME_N);
-    int64_t lo = -(int64_t)bytes, hi = (int64_t)bytes; /* the smallest as the largest of the negated */
+    int64_t size[2] = {-(int64_t)bytes, (int64_t)bytes}; /* the smallest as the largest of the negated, the largest */
     llm4d_code rc = reg && names ? LLM4D_OK : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (rc == LLM4D_OK) rc = c->ops->allreduce(c, &lo, 1, LLM4D_COMM_I64, LLM4D_COMM_MAX, err);
-    if (rc == LLM4D_OK) rc = c->ops->allreduce(c, &hi, 1, LLM4D_COMM_I64, LLM4D_COMM_MAX, err);
+    if (rc == LLM4D_OK) rc = c->ops->allreduce(c, size, 2, LLM4D_COMM_I64, LLM4D_COMM_MAX, err);
     if (rc != LLM4D_OK) goto out;
-    lo = -lo;
+    const int64_t lo = -size[0], hi = size[1];
     if (n > LLM4D_SHM_MAX_RANKS) snprintf(why, why_n, "more than %d ranks on a host", LLM4D_SHM_MAX_RANKS);
     else if (lo != hi) snprintf(why, why_n, "the ranks' buffers differ in size (%lld and %lld bytes)", (long long)lo,
                                 (long long)hi);
@@ -94,7 +82,7 @@ llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigne
     if (!why[0]) share_own(buf, bytes, name, injected, why, why_n);
     const int shared = !why[0];
     int ok = 0;
-    if ((rc = all_ok(c, why, &ok, err)) != LLM4D_OK) goto out;
+    if ((rc = llm4d_shm_agree(c, why, &ok, err)) != LLM4D_OK) goto out;
     if (ok) rc = c->ops->allgather(c, name, names, NAME_N, LLM4D_COMM_BYTE, err);
     reg->base = buf, reg->bytes = bytes, reg->n = n, reg->self = r, reg->at[r] = buf;
     for (int j = 0; ok && rc == LLM4D_OK && j < n && !why[0]; j++) {
@@ -108,7 +96,7 @@ llm4d_code llm4d_shm_region_make(llm4d_comm *c, void *buf, size_t bytes, unsigne
     }
     if (ok && rc == LLM4D_OK) rc = c->ops->barrier(c, err); /* every rank has mapped every file (or failed) */
     if (shared) shm_unlink(name);
-    if (ok && rc == LLM4D_OK) rc = all_ok(c, why, &ok, err);
+    if (ok && rc == LLM4D_OK) rc = llm4d_shm_agree(c, why, &ok, err);
     if (rc == LLM4D_OK && !ok && !why[0]) snprintf(why, why_n, "another rank of the group could not share its buffer");
     if (rc == LLM4D_OK && ok) {
         *out = reg;

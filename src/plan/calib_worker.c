@@ -83,9 +83,9 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
     llm4d_comm_destroy(here);
     llm4d_comm_destroy(wide);
     /* the all-reduce over buffers shared in place: only where the trainer shares its gradients (one host, its path) */
-    int on_host = 0;
+    int spans = 0; /* hosts */
     const int shared = op == LLM4D_PROF_AR_SHARED;
-    if (shared && (llm4d_shm_host_ranks(c, &on_host) < 2 || on_host > 1)) {
+    if (shared && (llm4d_shm_host_ranks(c, &spans) < 2 || spans > 1)) {
         llm4d_comm_destroy(c);
         return rc;
     }
