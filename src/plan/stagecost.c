@@ -76,8 +76,8 @@ static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_cal
     return 1;
 }
 
-llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
-                                 size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
+llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int coll_ranks,
+                                 int tp_hosts, size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
     out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems;
     out->chunk = calloc((size_t)t->n_chunks + 1, sizeof *out->chunk);
@@ -137,7 +137,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
                 } else if (x->op == LLM4D_RC_COMM) {
                     const double bytes = (double)x->d[1] * (x->d[0] == LLM4D_COMM_OP_ALLREDUCE ? 1 : (double)x->d[2]);
                     const double spin = llm4d_price_wait(pr->prof, pr->threads, ranks_on_host, (int)x->d[2]);
-                    const double s = llm4d_price_coll(pr->prof, (int)x->d[0], bytes, (int)x->d[2], ranks_on_host,
+                    const double s = llm4d_price_coll(pr->prof, (int)x->d[0], bytes, (int)x->d[2], coll_ranks,
                                                       tp_hosts, NULL) +
                                      spin;
                     out->chunk[c].tp[k] += s, since += s, out->spin += spin;
@@ -157,13 +157,13 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
 
 /* The key: every field of the part and of the layout that changes the calls (not the slots, which change memory
  * only), and the pricing context, as integers (no padding to compare). */
-#define KEY_N (3 + 2 * LLM4D_MAX_CHUNKS + 5 + 6 + 3)
+#define KEY_N (3 + 2 * LLM4D_MAX_CHUNKS + 5 + 6 + 4)
 typedef struct {
     int64_t v[KEY_N];
 } cache_key;
 
 static void make_key(cache_key *k, const llm4d_model_part *p, const llm4d_gpt_layout *l, int ranks_on_host,
-                     int tp_hosts, size_t bucket_bytes, int by_count) {
+                     int coll_ranks, int tp_hosts, size_t bucket_bytes, int by_count) {
     int64_t *v = k->v;
     memset(k, 0, sizeof *k);
     *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
@@ -174,7 +174,7 @@ static void make_key(cache_key *k, const llm4d_model_part *p, const llm4d_gpt_la
         *v++ = c < p->n_chunks ? p->layer_hi[c] - (by_count ? p->layer_lo[c] : 0) : 0;
     *v++ = p->embedding, *v++ = p->head, *v++ = p->sequence_parallel, *v++ = p->align, *v++ = p->wte_block_rows;
     *v++ = l->B, *v++ = l->T, *v++ = l->recompute, *v++ = l->split_backward, *v++ = l->no_params, *v++ = l->no_grads;
-    *v++ = ranks_on_host, *v++ = tp_hosts, *v++ = (int64_t)bucket_bytes;
+    *v++ = ranks_on_host, *v++ = coll_ranks, *v++ = tp_hosts, *v++ = (int64_t)bucket_bytes;
 }
 
 typedef struct {
@@ -237,9 +237,15 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
     llm4d_gpt_layout layout;
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));
     const size_t bucket_bytes = (size_t)cfg->dist.bucket_size_bytes;
+    /* A pipeline stage's micro-batch is one action of the schedule simulator, which slows all of it by the
+     * time-slicing of the ranks computing at once (steptime.c): its tensor-parallel collectives are priced as on a
+     * host with no more ranks than cores, or the slicing would count twice (the series measured with every rank
+     * of an oversubscribed host in a collective already hold it). Without a pipeline nothing scales them. */
+    const int thr = pr->threads > 0 ? pr->threads : 1, fill = pr->prof->cores / thr > 1 ? pr->prof->cores / thr : 1;
+    const int coll_ranks = cfg->dist.pp_degree > 1 && ranks_on_host > fill ? fill : ranks_on_host;
     cache_key k;
     LLM4D_ASSERT(cache, "llm4d_stagecost_get needs a cache");
-    make_key(&k, &part, &layout, ranks_on_host, tp_hosts, bucket_bytes, cache->by_count);
+    make_key(&k, &part, &layout, ranks_on_host, coll_ranks, tp_hosts, bucket_bytes, cache->by_count);
     const uint64_t h = key_hash(&k);
     llm4d_hslot *s = llm4d_hmap_find(&cache->index, h, same_key, &k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
@@ -252,7 +258,7 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
     llm4d_mbtrace t;
     llm4d_code rc = llm4d_mbtrace_make(&t, cfg, topo, pp, like, err);
     if (rc == LLM4D_OK) {
-        rc = llm4d_stagecost_price(&t, pr, ranks_on_host, tp_hosts, bucket_bytes, &e->cost, err);
+        rc = llm4d_stagecost_price(&t, pr, ranks_on_host, coll_ranks, tp_hosts, bucket_bytes, &e->cost, err);
         llm4d_mbtrace_free(&t);
     }
     if (rc != LLM4D_OK) {

@@ -68,8 +68,9 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
                                int ranks_on_host, int tp_hosts, const llm4d_stagecost **out, llm4d_err *err);
 void llm4d_stagecost_free(llm4d_stagecost *s);
 
-/* Price a trace (the cache's work, exposed for the tests). */
-llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int tp_hosts,
-                                 size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err);
+/* Price a trace (the cache's work, exposed for the tests); coll_ranks, the ranks per host its collectives are
+ * priced at (ranks_on_host prices the processor time their waits burn). */
+llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int coll_ranks,
+                                 int tp_hosts, size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err);
 
 #endif
