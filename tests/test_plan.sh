@@ -18,7 +18,11 @@
 #       seconds per step and, within 1 %, the same peak as `plan --evaluate --json` of its flags) and at the end the
 #       measured step against it; the oracle for that error is computed here from the run's metrics.jsonl (median
 #       batch_cost of the steps after the first) and the evaluate's step_s, and the memory error from the run's
-#       reported peak resident set; a run with no profile (an empty HOME) logs no prediction.
+#       reported peak resident set; a run with no profile (an empty HOME) logs no prediction;
+#   (f) a host given more ranks than cores: the calibration's job at that many ranks measures what a blocking
+#       all-reduce in pairs costs a computing rank (the profile's pair_waits), and the planner prices the
+#       tensor-parallel waits of a layout there from it: an mp2 layout's step grows with it, in proportion (the
+#       figure set to 0, 1 and 2 ms in copies of the profile), and the layout is priced alike without it.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -183,4 +187,50 @@ done <"$tmp/own.verdict"
 mkdir -p "$tmp/home"
 HOME="$tmp/home" "$LLM4D" train "${TRAIN[@]}" >"$tmp/none.log" 2>&1
 check "a run with no machine profile logs no prediction" test "$(grep -c "plan prediction" "$tmp/none.log")" = 0
+
+# ---- (f) an oversubscribed host: the pair waits measured and priced -------------------------------------------------
+# ranks per host: twice the cores (nproc would count OMP_NUM_THREADS), at least 4; a host of more than 16 cores
+# would start more than 32 processes for it, and says so instead
+R=$((2 * $(getconf _NPROCESSORS_ONLN)))
+[ $R -lt 4 ] && R=4
+if [ $R -gt 32 ]; then
+  echo "skip (f): this host has $((R / 2)) cores; oversubscribing it takes more than 32 processes"
+  finish
+fi
+SMALL=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32 -o Model.num_layers=2
+       --comm_path auto --global_batch_size 16)
+"$LLM4D" plan --calibrate --quick "${SMALL[@]}" --ranks_per_node $R --machine_profile "$tmp/over.json" \
+  >"$tmp/cal_over.txt" 2>&1
+LAY=(--dp_degree $((R / 2)) --mp_degree 2 --micro_batch_size 2 --ranks_per_node $R)
+/usr/bin/python3 - "$tmp" "$R" <<'PY' >"$tmp/over.verdict"
+import json, math, sys
+tmp, R = sys.argv[1], int(sys.argv[2])
+p = json.load(open(f"{tmp}/over.json"))
+w = [x for x in p.get("pair_waits", []) if x["ranks"] == R]
+ok = len(w) == 1 and math.isfinite(w[0]["cpu_s"]) and 0 <= w[0]["cpu_s"] < 0.1
+print(("ok   " if ok else "FAIL ") + f"the calibration of {R} ranks on {p.get('cores')} cores measured a pair wait: {w}")
+for v in (0, 1e-3, 2e-3):
+    for x in p["pair_waits"]: x["cpu_s"] = v
+    json.dump(p, open(f"{tmp}/over_{v}.json", "w"))
+del p["pair_waits"]
+json.dump(p, open(f"{tmp}/over_none.json", "w"))
+PY
+for v in 0 0.001 0.002 none; do
+  "$LLM4D" plan --evaluate --json "${SMALL[@]}" "${LAY[@]}" --machine_profile "$tmp/over_$v.json" >"$tmp/ev_$v.json" \
+    2>"$tmp/ev_$v.err" || echo "FAIL plan --evaluate with the pair wait $v: $(head -c 300 "$tmp/ev_$v.err")" >>"$tmp/over.verdict"
+done
+/usr/bin/python3 - "$tmp" <<'PY' >>"$tmp/over.verdict"
+import json, sys
+tmp = sys.argv[1]
+s = {v: json.load(open(f"{tmp}/ev_{v}.json"))["step_s"] for v in ("0", "0.001", "0.002", "none")}
+d1, d2 = s["0.001"] - s["0"], s["0.002"] - s["0"]
+ok = d1 > 0 and abs(d2 - 2 * d1) <= 0.01 * d2
+print(("ok   " if ok else "FAIL ") + f"mp2 on the oversubscribed host: {s['0']:.4f} s a step with pair waits of 0, "
+      f"{s['0.001']:.4f} s with 1 ms, {s['0.002']:.4f} s with 2 ms (the growth in proportion)")
+ok = s["none"] > s["0"]
+print(("ok   " if ok else "FAIL ") + f"without pair waits the profile's wait_cpu_s prices them: {s['none']:.4f} s")
+PY
+while read -r verdict rest; do
+  if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi
+done <"$tmp/over.verdict"
 finish

@@ -10,9 +10,12 @@
  *                alone, by kind of work, when k ranks of t threads fit the cores;
  *   overlap      (k = 2) a background all-reduce progressed between the replayed kernels, as the engines do:
  *                what fraction of the computing time it advanced by;
- *   wait_cpu     (k = 2) the processor time a blocking wait burns while a peer is late. */
+ *   wait_cpu     (k = 2) the processor time a blocking wait burns while a peer is late;
+ *   pair_wait    (k ranks of t threads outnumbering the cores) what a small all-reduce in pairs costs a computing
+ *                rank in processor time, as a tensor-parallel group meets it. */
 #include "plan/calibrate.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -122,6 +125,10 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
             free(a), free(b);
             break;
         }
+        /* the heap's free pages returned first: a temporary the library takes from free heap memory shows as
+         * growth too, whatever the calls before left free (glibc's mmap threshold moves with them: rank 0 of a
+         * 16-rank all-reduce read 0 or 2 and 8 MB between identical calibrations) */
+        malloc_trim(0);
         const double h0 = reset_peak();
         for (int r = 0; rc == LLM4D_OK && r <= reps; r++) {
             rc = llm4d_comm_barrier(world, err);
@@ -173,7 +180,68 @@ static llm4d_code wait_cpu(llm4d_comm *world, double *out, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-/* The model's whole micro-batch (mb 1, one process) recorded, for the shares and the overlap. */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The processor seconds this rank spends replaying the trace reps times (after a warm-up), with a 16-float
+ * all-reduce over `pair` after every `every` calls (pair NULL: none); *calls receives the all-reduces made. */
+static llm4d_code replay_cpu(llm4d_replay *rp, int reps, llm4d_comm *pair, int every, double *cpu, int *calls,
+                             llm4d_err *err) {
+    float x[16] = {0};
+    const int n = rp->rec->n;
+    *calls = 0;
+    llm4d_replay_run(rp, 0, n, NULL);
+    const double c0 = cpu_now();
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < n; i++) {
+            llm4d_replay_run(rp, i, i + 1, NULL);
+            if (pair && i % every == every - 1) {
+                LLM4D_TRY(llm4d_comm_allreduce(pair, x, 16, LLM4D_COMM_F32, err));
+                (*calls)++;
+            }
+        }
+    *cpu = cpu_now() - c0;
+    return LLM4D_OK;
+}
+
+/* On a host whose ranks outnumber its cores, what a blocking all-reduce in pairs costs the rank in processor time
+ * while every rank of the host computes, as the tensor-parallel groups' all-reduces between a layer's kernels do:
+ * every rank replays the model's micro-batch alone and with an all-reduce over its pair of consecutive ranks after
+ * every 8 calls (about a layer's kernels between two), in alternation; the difference per all-reduce, the host's
+ * mean, the median of the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the
+ * operation's own work and the scheduler's switches, which the collectives' series, measured with no computing
+ * beside them, do not. */
+static llm4d_code pair_waits(llm4d_comm *world, llm4d_replay *rp, const wopts *o, llm4d_profile *frag,
+                             llm4d_err *err) {
+    enum { ROUNDS = 3, EVERY = 8 };
+    llm4d_comm *pair = NULL;
+    LLM4D_TRY(llm4d_comm_split(world, world->rank / 2, world->rank, "plancal_pair", &pair, err));
+    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 2;
+    double per[ROUNDS] = {0};
+    llm4d_code rc = LLM4D_OK;
+    for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
+        double plain = 0, with = 0, v[2];
+        int calls = 0;
+        rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) rc = replay_cpu(rp, reps, NULL, EVERY, &plain, &calls, err);
+        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) rc = replay_cpu(rp, reps, pair, EVERY, &with, &calls, err);
+        v[0] = calls > 0 ? (with - plain) / calls : 0, v[1] = 1;
+        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, v, 2, LLM4D_COMM_F64, err);
+        per[q] = v[0] / v[1] > 0 ? v[0] / v[1] : 0;
+    }
+    llm4d_comm_destroy(pair);
+    qsort(per, (size_t)rounds, sizeof per[0], cmpd);
+    llm4d_prof_share w = {.threads = o->threads, .ranks = world->size};
+    w.factor[0] = per[rounds / 2];
+    if (rc == LLM4D_OK && world->rank == 0) llm4d_profile_add_pair_wait(frag, &w);
+    return rc;
+}
+
+/* The model's whole micro-batch (mb 1, one process) recorded, for the shares, the overlap and the pair waits. */
 static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_mbtrace *t, llm4d_err *err) {
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
@@ -220,19 +288,27 @@ static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, l
     llm4d_replay rp;
     llm4d_code rc = llm4d_replay_init(&rp, &t.rec, be, err);
     /* rank 0 alone, then every rank at once, in alternation: the median of the rounds' ratios (one round's ratio
-     * moved from 0.84 to 1.14 between calibrations of one idle VM, and it scales every multi-rank layout's time) */
-    enum { ROUNDS = 5 };
-    const int reps = o->quick ? 1 : 3, rounds = o->quick ? 3 : ROUNDS;
-    double ratio[LLM4D_WORK_N][ROUNDS] = {{0}};
-    for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
-        double alone[LLM4D_WORK_N] = {0}, together[LLM4D_WORK_N] = {0};
+     * moved from 0.84 to 1.14 between calibrations of one idle VM, and it scales every multi-rank layout's time).
+     * The rounds go on for a few seconds, at least five: five rounds of gpt2-tiny's micro-batch took 50 ms, inside
+     * one slow moment of a VM (a calibration of a 2-vCPU EPYC read 1.17-1.22 against 1.00-1.06 for the others that
+     * hour, and every 2-rank layout's prediction moved with it) */
+    enum { MAX_ROUNDS = 64, MIN_ROUNDS = 5 };
+    const int reps = o->quick ? 1 : 3;
+    const double span = o->quick ? 0.5 : 3.0, t_start = omp_get_wtime();
+    double ratio[LLM4D_WORK_N][MAX_ROUNDS] = {{0}};
+    int rounds = 0;
+    for (int more = 1; rc == LLM4D_OK && more && rounds < MAX_ROUNDS; rounds++) {
+        double alone[LLM4D_WORK_N] = {0}, together[LLM4D_WORK_N + 1] = {0};
         rc = llm4d_comm_barrier(world, err);
         if (rc == LLM4D_OK && world->rank == 0) replay_kinds(&rp, reps, NULL, alone);
         if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
         if (rc == LLM4D_OK) replay_kinds(&rp, reps, NULL, together);
-        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, together, LLM4D_WORK_N, LLM4D_COMM_F64, err);
+        /* rank 0's clock decides whether another round follows, for every rank (the sum carries it) */
+        together[LLM4D_WORK_N] = world->rank == 0 && (rounds + 1 < MIN_ROUNDS || omp_get_wtime() - t_start < span);
+        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, together, LLM4D_WORK_N + 1, LLM4D_COMM_F64, err);
+        more = together[LLM4D_WORK_N] > 0.5;
         for (int k = 0; k < LLM4D_WORK_N; k++)
-            ratio[k][q] = alone[k] > 1e-6 ? together[k] / world->size / alone[k] : 1.0;
+            ratio[k][rounds] = alone[k] > 1e-6 ? together[k] / world->size / alone[k] : 1.0;
     }
     llm4d_prof_share sh = {.threads = o->threads, .ranks = world->size};
     for (int k = 0; k < LLM4D_WORK_N; k++) {
@@ -328,6 +404,19 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (rc == LLM4D_OK && k >= 2 && (long)k * o.threads <= cores) rc = shares(rt.world, be, &o, &frag, &err);
+    if (rc == LLM4D_OK && k >= 2 && k % 2 == 0 && (long)k * o.threads > cores) {
+        llm4d_mbtrace t;
+        llm4d_replay rp;
+        rc = share_trace(&o, be, &t, &err);
+        if (rc == LLM4D_OK) {
+            rc = llm4d_replay_init(&rp, &t.rec, be, &err);
+            if (rc == LLM4D_OK) {
+                rc = pair_waits(rt.world, &rp, &o, &frag, &err);
+                llm4d_replay_free(&rp);
+            }
+            llm4d_mbtrace_free(&t);
+        }
+    }
     if (rc == LLM4D_OK && k == 2) rc = wait_cpu(rt.world, &frag.wait_cpu_s, &err);
     if (rc == LLM4D_OK && rt.rank == 0) rc = llm4d_profile_save(&frag, o.out, &err);
     llm4d_profile_free(&frag);

@@ -289,6 +289,7 @@ static llm4d_code merge(llm4d_profile *prof, const char *path, llm4d_err *err) {
     llm4d_code rc = LLM4D_OK;
     for (int i = 0; i < f.n_colls && rc == LLM4D_OK; i++) rc = llm4d_profile_add_coll(prof, &f.colls[i], err);
     for (int i = 0; i < f.n_share; i++) llm4d_profile_add_share(prof, &f.share[i]);
+    for (int i = 0; i < f.n_pair_wait; i++) llm4d_profile_add_pair_wait(prof, &f.pair_wait[i]);
     for (int i = 0; i < f.n_base && prof->n_base < 64; i++)
         prof->base_ranks[prof->n_base] = f.base_ranks[i], prof->base_bytes[prof->n_base++] = f.base_bytes[i];
     if (f.overlap > 0) prof->overlap = f.overlap;

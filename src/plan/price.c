@@ -186,8 +186,19 @@ double llm4d_price_wait(const llm4d_profile *p, int threads, int ranks_on_host, 
      * the cores run beside it (F = cores / threads) include them all, the scheduler picking at random among the
      * R - 1; otherwise it waits for a descheduled one */
     const int F = cores / t, g = group < ranks_on_host ? group : ranks_on_host;
-    double together = 1;
+    double together = 1, pair = 1;
     for (int j = 1; j < g; j++) together *= F - j > 0 ? (double)(F - j) / (ranks_on_host - j) : 0;
+    if (ranks_on_host > 1) pair = F - 1 > 0 ? (double)(F - 1) / (ranks_on_host - 1) : 0;
+    /* measured in pairs at this many ranks (or the nearest count measured): a larger group waits for a
+     * descheduled member more often, by the same chance */
+    const llm4d_prof_share *m = NULL;
+    for (int i = 0; i < p->n_pair_wait; i++) {
+        const llm4d_prof_share *w = &p->pair_wait[i];
+        if (w->threads == t && (!m || fabs(log((double)w->ranks / ranks_on_host)) <
+                                          fabs(log((double)m->ranks / ranks_on_host))))
+            m = w;
+    }
+    if (m && pair < 1) return m->factor[0] * (1 - together) / (1 - pair);
     return p->wait_cpu_s * (1 - together);
 }
 

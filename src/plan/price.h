@@ -37,10 +37,11 @@ static inline double llm4d_coll_temp_of(const double temp[3], int index) {
 }
 
 /* The processor time a blocking wait of a `group`-rank collective burns, expected, on a host whose ranks' threads
- * outnumber its cores: the profile's wait_cpu_s where a member is descheduled when the rank arrives (the chance
- * that the cores do not run the whole group at once), time the ranks still computing lose, so a stage counts it
- * with its kernels, slowed by the host's time-slicing as they are; 0 where the cores suffice (a waiting rank then
- * takes no one's core). */
+ * outnumber its cores: the profile's pair wait measured at (about) this many ranks, for a larger group scaled by
+ * the chance that the cores do not run the whole group at once against a pair's; without one, wait_cpu_s (a wait
+ * for a member descheduled) times that chance. Time the ranks still computing lose, so a stage counts it with its
+ * kernels, slowed by the host's time-slicing as they are; 0 where the cores suffice (a waiting rank then takes no
+ * one's core). */
 double llm4d_price_wait(const llm4d_profile *p, int threads, int ranks_on_host, int group);
 
 /* The slowdown of each kind of work (time over the time alone) when `active` ranks of `threads` threads compute at

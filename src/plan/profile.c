@@ -82,13 +82,22 @@ llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, ll
     return LLM4D_OK;
 }
 
-void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s) {
-    for (int i = 0; i < p->n_share; i++)
-        if (p->share[i].threads == s->threads && p->share[i].ranks == s->ranks) {
-            p->share[i] = *s;
+/* Put s into a table keyed by (threads, ranks): replacing the entry of its key, else appended while there is room. */
+static void put_keyed(llm4d_prof_share *tab, int *n, int cap, const llm4d_prof_share *s) {
+    for (int i = 0; i < *n; i++)
+        if (tab[i].threads == s->threads && tab[i].ranks == s->ranks) {
+            tab[i] = *s;
             return;
         }
-    if (p->n_share < (int)(sizeof p->share / sizeof p->share[0])) p->share[p->n_share++] = *s;
+    if (*n < cap) tab[(*n)++] = *s;
+}
+
+void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s) {
+    put_keyed(p->share, &p->n_share, (int)(sizeof p->share / sizeof p->share[0]), s);
+}
+
+void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w) {
+    put_keyed(p->pair_wait, &p->n_pair_wait, (int)(sizeof p->pair_wait / sizeof p->pair_wait[0]), w);
 }
 
 void llm4d_profile_default_path(char *buf, size_t n) {
@@ -138,6 +147,14 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON_AddNumberToObject(o, "overlap", p->overlap);
     cJSON_AddNumberToObject(o, "oversubscription_penalty", p->oversub_penalty);
     cJSON_AddNumberToObject(o, "wait_cpu_s", p->wait_cpu_s);
+    cJSON *pw = cJSON_AddArrayToObject(o, "pair_waits");
+    for (int i = 0; i < p->n_pair_wait; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "threads", p->pair_wait[i].threads);
+        cJSON_AddNumberToObject(e, "ranks", p->pair_wait[i].ranks);
+        cJSON_AddNumberToObject(e, "cpu_s", p->pair_wait[i].factor[0]);
+        cJSON_AddItemToArray(pw, e);
+    }
     cJSON *fb = cJSON_AddObjectToObject(o, "fallback");
     for (int q = 0; q < 3; q++) {
         char k[32];
@@ -333,6 +350,11 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     p->overlap = num(r, o, "overlap", 0, 0);
     p->oversub_penalty = num(r, o, "oversubscription_penalty", 0, 0);
     p->wait_cpu_s = num(r, o, "wait_cpu_s", 0, 0);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pair_waits")) {
+        llm4d_prof_share w = {.threads = (int)num(r, e, "threads", 1, 1), .ranks = (int)num(r, e, "ranks", 1, 1)};
+        w.factor[0] = num(r, e, "cpu_s", 0, 1);
+        llm4d_profile_add_pair_wait(p, &w);
+    }
     const cJSON *fb = cJSON_GetObjectItemCaseSensitive(o, "fallback");
     if (fb) {
         for (int q = 0; q < 3; q++) {

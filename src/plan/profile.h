@@ -80,6 +80,8 @@ typedef struct {
     double wait_cpu_s;         /* processor seconds a blocking wait burns while a peer is descheduled (comm.c's
                                 * waits poll, then sleep): on an oversubscribed host, time the computing ranks lose;
                                 * 0: unmeasured */
+    int n_pair_wait;           /* measured on oversubscribed hosts: the processor seconds a computing rank's */
+    llm4d_prof_share pair_wait[16]; /* blocking 2-rank all-reduce costs it, expected, by (threads, ranks): factor[0] */
     /* fallback */
     double gemm_gflops[3][LLM4D_PROF_MAXT + 1]; /* by precision, threads (0: unknown) */
     double attn_gflops[3][LLM4D_PROF_MAXT + 1];
@@ -107,6 +109,7 @@ llm4d_code llm4d_profile_save(const llm4d_profile *p, const char *path, llm4d_er
 llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k, llm4d_err *err);
 llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, llm4d_err *err);
 void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s);
+void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w);
 /* Sort the kernel table for lookups (after adding; load sorts). */
 void llm4d_profile_sort(llm4d_profile *p);
 
