@@ -22,7 +22,8 @@
 #   (f) a host given more ranks than cores: the calibration's job at that many ranks measures what a blocking
 #       all-reduce in pairs costs a computing rank (the profile's pair_waits), and the planner prices the
 #       tensor-parallel waits of a layout there from it: an mp2 layout's step grows with it, in proportion (the
-#       figure set to 0, 1 and 2 ms in copies of the profile), and the layout is priced alike without it.
+#       figure set to 0, 1 and 2 ms in copies of the profile), and a profile without it prices the waits from
+#       wait_cpu_s.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}

@@ -207,40 +207,6 @@ static llm4d_code replay_cpu(llm4d_replay *rp, int reps, llm4d_comm *pair, int e
     return LLM4D_OK;
 }
 
-/* On a host whose ranks outnumber its cores, what a blocking all-reduce in pairs costs the rank in processor time
- * while every rank of the host computes, as the tensor-parallel groups' all-reduces between a layer's kernels do:
- * every rank replays the model's micro-batch alone and with an all-reduce over its pair of consecutive ranks after
- * every 8 calls (about a layer's kernels between two), in alternation; the difference per all-reduce, the host's
- * mean, the median of the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the
- * operation's own work and the scheduler's switches, which the collectives' series, measured with no computing
- * beside them, do not. */
-static llm4d_code pair_waits(llm4d_comm *world, llm4d_replay *rp, const wopts *o, llm4d_profile *frag,
-                             llm4d_err *err) {
-    enum { ROUNDS = 3, EVERY = 8 };
-    llm4d_comm *pair = NULL;
-    LLM4D_TRY(llm4d_comm_split(world, world->rank / 2, world->rank, "plancal_pair", &pair, err));
-    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 2;
-    double per[ROUNDS] = {0};
-    llm4d_code rc = LLM4D_OK;
-    for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
-        double plain = 0, with = 0, v[2];
-        int calls = 0;
-        rc = llm4d_comm_barrier(world, err);
-        if (rc == LLM4D_OK) rc = replay_cpu(rp, reps, NULL, EVERY, &plain, &calls, err);
-        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
-        if (rc == LLM4D_OK) rc = replay_cpu(rp, reps, pair, EVERY, &with, &calls, err);
-        v[0] = calls > 0 ? (with - plain) / calls : 0, v[1] = 1;
-        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, v, 2, LLM4D_COMM_F64, err);
-        per[q] = v[0] / v[1] > 0 ? v[0] / v[1] : 0;
-    }
-    llm4d_comm_destroy(pair);
-    qsort(per, (size_t)rounds, sizeof per[0], cmpd);
-    llm4d_prof_share w = {.threads = o->threads, .ranks = world->size};
-    w.factor[0] = per[rounds / 2];
-    if (rc == LLM4D_OK && world->rank == 0) llm4d_profile_add_pair_wait(frag, &w);
-    return rc;
-}
-
 /* The model's whole micro-batch (mb 1, one process) recorded, for the shares, the overlap and the pair waits. */
 static llm4d_code share_trace(const wopts *o, llm4d_backend *be, llm4d_mbtrace *t, llm4d_err *err) {
     llm4d_config *cfg = calloc(1, sizeof *cfg);
@@ -282,11 +248,58 @@ static void replay_kinds(llm4d_replay *rp, int reps, llm4d_comm *comm, double ou
     free(s);
 }
 
+/* The model's micro-batch recorded and ready to replay (on failure nothing is left to free). */
+static llm4d_code share_replay(const wopts *o, llm4d_backend *be, llm4d_mbtrace *t, llm4d_replay *rp,
+                               llm4d_err *err) {
+    LLM4D_TRY(share_trace(o, be, t, err));
+    const llm4d_code rc = llm4d_replay_init(rp, &t->rec, be, err);
+    if (rc != LLM4D_OK) llm4d_mbtrace_free(t);
+    return rc;
+}
+
+/* On a host whose ranks outnumber its cores, what a blocking all-reduce in pairs costs the rank in processor time
+ * while every rank of the host computes, as the tensor-parallel groups' all-reduces between a layer's kernels do:
+ * every rank replays the model's micro-batch alone and with an all-reduce over its pair of consecutive ranks after
+ * every 8 calls (about a layer's kernels between two), in alternation; the difference per all-reduce, the host's
+ * mean, the median of the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the
+ * operation's own work and the scheduler's switches, which the collectives' series, measured with no computing
+ * beside them, do not. */
+static llm4d_code pair_waits(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag,
+                             llm4d_err *err) {
+    enum { ROUNDS = 3, EVERY = 8 };
+    llm4d_mbtrace t;
+    llm4d_replay rp;
+    LLM4D_TRY(share_replay(o, be, &t, &rp, err));
+    llm4d_comm *pair = NULL;
+    llm4d_code rc = llm4d_comm_split(world, world->rank / 2, world->rank, "plancal_pair", &pair, err);
+    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 2;
+    double per[ROUNDS] = {0};
+    for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
+        double plain = 0, with = 0, v = 0;
+        int calls = 0;
+        rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, NULL, EVERY, &plain, &calls, err);
+        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, pair, EVERY, &with, &calls, err);
+        v = calls > 0 ? (with - plain) / calls : 0;
+        if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, &v, 1, LLM4D_COMM_F64, err);
+        per[q] = v > 0 ? v / world->size : 0;
+    }
+    llm4d_comm_destroy(pair);
+    llm4d_replay_free(&rp);
+    llm4d_mbtrace_free(&t);
+    qsort(per, (size_t)rounds, sizeof per[0], cmpd);
+    llm4d_prof_share w = {.threads = o->threads, .ranks = world->size};
+    w.factor[0] = per[rounds / 2];
+    if (rc == LLM4D_OK && world->rank == 0) llm4d_profile_add_pair_wait(frag, &w);
+    return rc;
+}
+
 static llm4d_code shares(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag, llm4d_err *err) {
     llm4d_mbtrace t;
-    LLM4D_TRY(share_trace(o, be, &t, err));
     llm4d_replay rp;
-    llm4d_code rc = llm4d_replay_init(&rp, &t.rec, be, err);
+    LLM4D_TRY(share_replay(o, be, &t, &rp, err));
+    llm4d_code rc = LLM4D_OK;
     /* rank 0 alone, then every rank at once, in alternation: the median of the rounds' ratios (one round's ratio
      * moved from 0.84 to 1.14 between calibrations of one idle VM, and it scales every multi-rank layout's time).
      * The rounds go on for a few seconds, at least five: five rounds of gpt2-tiny's micro-batch took 50 ms, inside
@@ -404,19 +417,8 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (rc == LLM4D_OK && k >= 2 && (long)k * o.threads <= cores) rc = shares(rt.world, be, &o, &frag, &err);
-    if (rc == LLM4D_OK && k >= 2 && k % 2 == 0 && (long)k * o.threads > cores) {
-        llm4d_mbtrace t;
-        llm4d_replay rp;
-        rc = share_trace(&o, be, &t, &err);
-        if (rc == LLM4D_OK) {
-            rc = llm4d_replay_init(&rp, &t.rec, be, &err);
-            if (rc == LLM4D_OK) {
-                rc = pair_waits(rt.world, &rp, &o, &frag, &err);
-                llm4d_replay_free(&rp);
-            }
-            llm4d_mbtrace_free(&t);
-        }
-    }
+    if (rc == LLM4D_OK && k >= 2 && k % 2 == 0 && (long)k * o.threads > cores)
+        rc = pair_waits(rt.world, be, &o, &frag, &err);
     if (rc == LLM4D_OK && k == 2) rc = wait_cpu(rt.world, &frag.wait_cpu_s, &err);
     if (rc == LLM4D_OK && rt.rank == 0) rc = llm4d_profile_save(&frag, o.out, &err);
     llm4d_profile_free(&frag);

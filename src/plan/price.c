@@ -179,13 +179,18 @@ double llm4d_price_coll(const llm4d_profile *p, int op, double bytes, int group,
            llm4d_coll_ring_bytes(op, bytes, group) / (p->coll_gbps[across] * 1e9);
 }
 
+int llm4d_price_fill(const llm4d_profile *p, int threads) {
+    const int t = threads > 0 ? threads : 1, cores = p->cores > 0 ? p->cores : 1;
+    return cores / t > 0 ? cores / t : 1;
+}
+
 double llm4d_price_wait(const llm4d_profile *p, int threads, int ranks_on_host, int group) {
     const int t = threads > 0 ? threads : 1, cores = p->cores > 0 ? p->cores : 1;
     if (group <= 1 || (double)ranks_on_host * t <= cores) return 0;
     /* a rank arriving finds every other member of its group running with the chance that the F - 1 other ranks
      * the cores run beside it (F = cores / threads) include them all, the scheduler picking at random among the
      * R - 1; otherwise it waits for a descheduled one */
-    const int F = cores / t, g = group < ranks_on_host ? group : ranks_on_host;
+    const int F = llm4d_price_fill(p, t), g = group < ranks_on_host ? group : ranks_on_host;
     double together = 1, pair = 1;
     for (int j = 1; j < g; j++) together *= F - j > 0 ? (double)(F - j) / (ranks_on_host - j) : 0;
     if (ranks_on_host > 1) pair = F - 1 > 0 ? (double)(F - 1) / (ranks_on_host - 1) : 0;
@@ -212,8 +217,7 @@ static const llm4d_prof_share *share_of(const llm4d_profile *p, int threads, int
 void llm4d_price_share(const llm4d_profile *p, int threads, int active, double slow[LLM4D_WORK_N]) {
     for (int k = 0; k < LLM4D_WORK_N; k++) slow[k] = 1.0;
     if (active < 1 || threads < 1) return;
-    const int cores = p->cores > 0 ? p->cores : 1;
-    const int full = cores / threads > 0 ? cores / threads : 1; /* ranks that fill the cores */
+    const int cores = p->cores > 0 ? p->cores : 1, full = llm4d_price_fill(p, threads);
     const int within = active < full ? active : full;
     /* the share of `within` co-running ranks: measured, else the nearest measured fewer */
     for (int r = within; r >= 2; r--) {

@@ -36,6 +36,9 @@ static inline double llm4d_coll_temp_of(const double temp[3], int index) {
     return temp[index == 0 ? 0 : index % 2 ? 2 : 1];
 }
 
+/* The ranks of `threads` threads that fill the profile's cores (at least 1). */
+int llm4d_price_fill(const llm4d_profile *p, int threads);
+
 /* The processor time a blocking wait of a `group`-rank collective burns, expected, on a host whose ranks' threads
  * outnumber its cores: the profile's pair wait measured at (about) this many ranks, for a larger group scaled by
  * the chance that the cores do not run the whole group at once against a pair's; without one, wait_cpu_s (a wait

@@ -80,8 +80,10 @@ typedef struct {
     double wait_cpu_s;         /* processor seconds a blocking wait burns while a peer is descheduled (comm.c's
                                 * waits poll, then sleep): on an oversubscribed host, time the computing ranks lose;
                                 * 0: unmeasured */
-    int n_pair_wait;           /* measured on oversubscribed hosts: the processor seconds a computing rank's */
-    llm4d_prof_share pair_wait[16]; /* blocking 2-rank all-reduce costs it, expected, by (threads, ranks): factor[0] */
+    /* measured on oversubscribed hosts, by (threads, ranks): the processor seconds a computing rank's blocking
+     * 2-rank all-reduce costs it, in factor[0] (the shares' keyed table, one number used) */
+    int n_pair_wait;
+    llm4d_prof_share pair_wait[16];
     /* fallback */
     double gemm_gflops[3][LLM4D_PROF_MAXT + 1]; /* by precision, threads (0: unknown) */
     double attn_gflops[3][LLM4D_PROF_MAXT + 1];

@@ -241,7 +241,7 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
      * time-slicing of the ranks computing at once (steptime.c): its tensor-parallel collectives are priced as on a
      * host with no more ranks than cores, or the slicing would count twice (the series measured with every rank
      * of an oversubscribed host in a collective already hold it). Without a pipeline nothing scales them. */
-    const int thr = pr->threads > 0 ? pr->threads : 1, fill = pr->prof->cores / thr > 1 ? pr->prof->cores / thr : 1;
+    const int fill = llm4d_price_fill(pr->prof, pr->threads);
     const int coll_ranks = cfg->dist.pp_degree > 1 && ranks_on_host > fill ? fill : ranks_on_host;
     cache_key k;
     LLM4D_ASSERT(cache, "llm4d_stagecost_get needs a cache");
