@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/heap.h"
 
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return argc < 2 ? 2 : 0;
     }
+    llm4d_heap_fix(); /* before anything is allocated: every verb's resident size as the memory plan counts it */
     for (int i = 0; i < n_verbs; i++)
         if (!strcmp(argv[1], verbs[i].name)) return verbs[i].run(argc - 1, argv + 1);
     fprintf(stderr, "llm4d: unknown verb '%s'; run `llm4d --help` for the list of verbs\n", argv[1]);
