@@ -27,6 +27,7 @@
 #include "comm/comm_shm.h"
 #include "comm/host_check.h"
 #include "comm/runtime.h"
+#include "core/heap.h"
 #include "core/proc.h"
 #include "plan/replay.h"
 #include "plan/trace.h"
@@ -404,7 +405,7 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     if (rc == LLM4D_OK && o.amp) rc = be->set_precision(be, LLM4D_PREC_BF16, &err);
     /* the base: what a rank holds when the trainer plans (its start-up measurement is already done and freed) */
     if (rc == LLM4D_OK && be->matmul_peak_gflops) be->matmul_peak_gflops(be);
-    double base = (double)llm4d_proc_kb("/proc/self/status", "VmRSS");
+    double base = (double)llm4d_heap_resident();
     if (rc == LLM4D_OK) rc = llm4d_comm_allreduce_max(rt.world, &base, 1, LLM4D_COMM_F64, &err);
     frag.n_base = 1, frag.base_ranks[0] = rt.world_size, frag.base_bytes[0] = base;
     const int k = rt.world_size;

@@ -6,8 +6,8 @@
  *                at every thread count up to the cores; the optimizer's passes at a few sizes; the fallback GEMM
  *                and copy rates by threads;
  *   process      a rank's resident size before its model (libraries, MPI, the runtime) for 1 to max_ranks ranks
- *                on the host, and what a short training run holds beyond its plan (when the configuration names
- *                data that exists);
+ *                on the host, and what a short training run holds beyond that base, its data index and its plan
+ *                (when the configuration names data that exists);
  *   collectives  all-reduce, reduce-scatter, all-gather and point-to-point by group size, ranks on the host and
  *                bytes, every group busy at once, with what the library allocated for each; given a hostfile,
  *                the same across its hosts;

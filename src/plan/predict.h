@@ -2,7 +2,7 @@
  *
  * Memory (predict.c) is the trainer's own plan (train/memplan.h) of every distinct rank (each pipeline stage, the
  * first rank of a ZeRO group and the others), plus what the profile measured a process to hold besides it (its
- * base by ranks on the host, the residue a training process keeps beyond its plan) and the collective library's
+ * base by ranks on the host, the residue a training process keeps beyond that base, its data and its plan) and the collective library's
  * temporaries for the rank's largest collectives, plus the data loader's indices when known.
  *
  * Time (steptime.c): each stage's micro-batch priced from its trace (plan/stagecost.h); the engines'
@@ -42,7 +42,7 @@ enum {
     LLM4D_PM_SHM,      /* the pages of the shared-memory collectives' segments the rank touches */
     LLM4D_PM_BASE,     /* the process before it allocates (libraries, MPI) */
     LLM4D_PM_DATA,     /* the data loader's indices */
-    LLM4D_PM_RESIDUAL, /* what a training process holds beyond its plan */
+    LLM4D_PM_RESIDUAL, /* what a training process holds beyond its base, data and plan */
     LLM4D_PM_N
 };
 const char *llm4d_pm_name(int k);

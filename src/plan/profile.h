@@ -71,7 +71,7 @@ typedef struct {
     int n_base;
     int base_ranks[64];
     double base_bytes[64];     /* resident before the model, by ranks on the host */
-    double residual_bytes;     /* what a training process holds beyond its plan and its base */
+    double residual_bytes;     /* what a training process holds beyond its plan, its data index and the base */
     /* shares */
     int n_share;
     llm4d_prof_share share[64];

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "comm/comm_shm.h"
+#include "core/heap.h"
 #include "core/hmap.h"
-#include "core/proc.h"
 #include "parallel/stack.h"
 #include "train/memplan.h"
 #include "train/trainer.h"
@@ -362,7 +362,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     const size_t add = llm4d_memplan_total(&mp);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
-    const long long rss = llm4d_proc_kb("/proc/self/status", "VmRSS");
+    const long long rss = llm4d_heap_resident();
     tr->plan_base = rss > 0 ? (size_t)rss : 0;
     tr->plan_total = tr->plan_base + add;
     size_t dev_free = 0, dev_total = 0; /* the device's memory: on the CPU backends the host's */
