@@ -15,7 +15,6 @@
  *                rank in processor time, as a tensor-parallel group meets it. */
 #include "plan/calibrate.h"
 
-#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -39,10 +38,14 @@ typedef struct {
 
 /* The peak resident bytes since the last reset_peak (Linux: writing 5 to clear_refs sets VmHWM to VmRSS). */
 static double hwm(void) { return (double)llm4d_proc_kb("/proc/self/status", "VmHWM"); }
+/* The heap's free pages returned first (llm4d_heap_resident), then the peak reset to the live size: a temporary the
+ * library takes from free heap memory shows as growth too, whatever the calls before left free (rank 0 of a 16-rank
+ * all-reduce read 0 or 2 and 8 MB between identical calibrations before). Returns that size. */
 static double reset_peak(void) {
+    const double live = (double)llm4d_heap_resident();
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (f) fputs("5", f), fclose(f);
-    return (double)llm4d_proc_kb("/proc/self/status", "VmRSS"); /* bytes, despite the name */
+    return live;
 }
 
 static int cmpd(const void *a, const void *b) {
@@ -126,10 +129,6 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
             free(a), free(b);
             break;
         }
-        /* the heap's free pages returned first: a temporary the library takes from free heap memory shows as
-         * growth too, whatever the calls before left free (glibc's mmap threshold moves with them: rank 0 of a
-         * 16-rank all-reduce read 0 or 2 and 8 MB between identical calibrations) */
-        malloc_trim(0);
         const double h0 = reset_peak();
         for (int r = 0; rc == LLM4D_OK && r <= reps; r++) {
             rc = llm4d_comm_barrier(world, err);

@@ -382,16 +382,18 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
     /* the residue of a short training run, when the configuration names data that exists */
     struct stat st;
     if (rc == LLM4D_OK && o.base->data.input_dir[0] && stat(o.base->data.input_dir, &st) == 0) {
-        char log[1200], outd[1200], seq[16], layers[48];
+        enum { RUN_STEPS = 3 }; /* of global batch 1, micro-batch 1 */
+        char log[1200], outd[1200], seq[16], layers[48], steps[16];
         snprintf(log, sizeof log, "%s/train.log", tmp);
         snprintf(outd, sizeof outd, "%s/out", tmp);
         snprintf(seq, sizeof seq, "%d", o.base->data.max_seq_len);
         snprintf(layers, sizeof layers, "Model.num_layers=%d", o.base->model.num_layers);
+        snprintf(steps, sizeof steps, "%d", RUN_STEPS);
         /* through a shell that forks it: a process started straight from this one would inherit this one's peak
          * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
         char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o.self, "train", "--model_name_or_path", (char *)o.base->model.name_or_path,
                         "--input_dir", (char *)o.base->data.input_dir, "--max_seq_len", seq, "-o", layers,
-                        "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", "3", "--save_steps",
+                        "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", steps, "--save_steps",
                         "-1", "--logging_freq", "1", "--output_dir", outd, "--use_amp",
                         o.base->use_amp ? "true" : "false", NULL};
         const pid_t pid = fork();
@@ -407,7 +409,7 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         llm4d_config *run = malloc(sizeof *run);
         if (run) {
             *run = *o.base;
-            run->global_batch_size = 1, run->local_batch_size = 1, run->max_steps = 3;
+            run->global_batch_size = 1, run->local_batch_size = 1, run->max_steps = RUN_STEPS;
             llm4d_err derr = {0};
             if (llm4d_plan_data_bytes(run, 1, &data, &derr) != LLM4D_OK) data = 0;
             free(run);
