@@ -259,12 +259,14 @@ static void fill(float *buf, uint16_t *b16, int set, int r, size_t lo, size_t hi
 /* Whether buf[lo, hi) holds the plain sum in rank order (sum) or this rank's own data (!sum). */
 static int holds(const float *buf, const uint16_t *b16, int set, int n, int r, size_t lo, size_t hi, int sum) {
     int ok = 1;
+    if (b16) {
+        for (size_t i = lo; i < hi; i++) ok &= b16[i] == (sum ? bsum_in_order(set, n, i) : bval(set, r, i));
+        return ok;
+    }
+    if (!buf) return 0; /* said so that GCC 13, inlining a call with buf NULL, sees no read of it below */
     for (size_t i = lo; i < hi; i++) {
-        if (b16) ok &= b16[i] == (sum ? bsum_in_order(set, n, i) : bval(set, r, i));
-        else {
-            const float want = sum ? sum_in_order(set, n, i) : val(set, r, i);
-            ok &= bits_equal(&buf[i], &want, 4);
-        }
+        const float want = sum ? sum_in_order(set, n, i) : val(set, r, i);
+        ok &= bits_equal(&buf[i], &want, 4);
     }
     return ok;
 }
