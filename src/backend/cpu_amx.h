@@ -56,6 +56,19 @@ int llm4d_amx_usable(void);
 void llm4d_amx_gemm(float *C, int64_t ldc, const uint16_t *A, const uint16_t *B, const float *bias, int M, int N,
                     int K, int accumulate);
 
+/* How llm4d_amx_gemm cuts the product: C into mc x nc blocks (each thread owns whole blocks: no C element is shared),
+ * K into blocks of kc, and inside a block the 32 x 32 kernel calls walk along N for each pair of A's tile rows
+ * (order 0: A's K slice stays in L1) or along M for each pair of B's tile columns (order 1). Each a multiple of 32.
+ * No blocking changes a bit of C: every element is summed over K in the same order. */
+typedef struct {
+    int mc, nc, kc, order;
+} llm4d_amx_blocking;
+/* The blocking llm4d_amx_gemm uses for this shape on nth threads. */
+void llm4d_amx_blocking_of(int M, int N, int K, int nth, llm4d_amx_blocking *bk);
+/* llm4d_amx_gemm with a given blocking (NULL: llm4d_amx_blocking_of's), for the benchmark's sweep and the tests. */
+void llm4d_amx_gemm_with(const llm4d_amx_blocking *bk, float *C, int64_t ldc, const uint16_t *A, const uint16_t *B,
+                         const float *bias, int M, int N, int K, int accumulate);
+
 /* The same on one thread, for callers that run many small products side by side (the attention's blocks): C[M, N]
  * (=|+=) A B over ksteps K tiles, A given by its first tile with its 16-row groups a_rs elements apart and
  * consecutive K tiles 512 apart (a block of rows of a larger pack: A tiles of [M', K'] have a_rs = 512 Kp'/32), B
