@@ -4,10 +4,11 @@
 # its steps after the first; prints B / A per round. For "no slower than before" checks of a change (issue 25: the
 # device boundary against b4bf68d, both shapes within 3 %).
 #   bench/bench_ab.sh A_LLM4D B_LLM4D [rounds] [threads] [shape ...]   shape: "B T" (default "4 64" "2 1024")
+# AB_AMP=true compares them in bf16 (--use_amp; default fp32); BENCH_PY names the python that reads the metrics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/bench_ab.sh A_LLM4D B_LLM4D [rounds] [threads] [shape ...]" >&2; exit 2; }
-A=$1 B=$2 ROUNDS=${3:-3} THREADS=${4:-2}
+A=$1 B=$2 ROUNDS=${3:-3} THREADS=${4:-2} AMP=${AB_AMP:-false} PY=${BENCH_PY:-/usr/bin/python3}
 shift $(( $# < 4 ? $# : 4 ))
 SHAPES=("$@")
 [ ${#SHAPES[@]} -gt 0 ] || SHAPES=("4 64" "2 1024")
@@ -18,17 +19,17 @@ run() { # binary B T -> median step seconds (steps 2-4)
   rm -rf "$tmp/out"
   OMP_NUM_THREADS=$THREADS "$1" train --model_name_or_path gpt2-en --input_dir data/fortunes_ids.npz \
     --output_dir "$tmp/out" --max_seq_len "$3" --micro_batch_size "$2" --global_batch_size "$2" --max_steps 4 \
-    --logging_freq 1000 --save_steps 1000000 --threads "$THREADS" --use_amp false >"$tmp/log" 2>&1 ||
+    --logging_freq 1000 --save_steps 1000000 --threads "$THREADS" --use_amp "$AMP" >"$tmp/log" 2>&1 ||
     { cat "$tmp/log" >&2; exit 1; }
-  /usr/bin/python3 -c "import json, statistics, sys
+  $PY -c "import json, statistics, sys
 print(statistics.median(json.loads(l)['batch_cost'] for l in list(open(sys.argv[1]))[1:]))" "$tmp/out/metrics.jsonl"
 }
-echo "# bench_ab: A=$A B=$B, $THREADS threads, fp32, $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
+echo "# bench_ab: A=$A B=$B, $THREADS threads, $([ "$AMP" = true ] && echo bf16 || echo fp32), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
 for ((r = 1; r <= ROUNDS; r++)); do
   for shape in "${SHAPES[@]}"; do
     set -- $shape
     a=$(run "$A" "$1" "$2")
     b=$(run "$B" "$1" "$2")
-    echo "round $r B=$1 T=$2: A $a s, B $b s, B/A $(/usr/bin/python3 -c "print(f'{$b / $a:.4f}')"), load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "round $r B=$1 T=$2: A $a s, B $b s, B/A $($PY -c "print(f'{$b / $a:.4f}')"), load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done

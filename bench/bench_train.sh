@@ -10,6 +10,9 @@
 # outside the backend), the optimizer's GB/s against the copy bandwidth bench/mem_bandwidth measures in the same
 # run, and the GEMM implementations (ISA) oneDNN chose.
 #   bench/bench_train.sh [threads] [steps] [shape ...]     shape: "B T" (default "4 64" "8 1024")
+# Elsewhere than a Debian machine (the lent device machine: bench/device_cpu.sh), BENCH_PY names the python with
+# PyTorch to use (nothing is installed then) and BENCH_BUILD the build folder (default build). BENCH_TORCH=bf16 runs
+# the PyTorch peer in bf16 only, none not at all (its columns then read 0), where machine time is short.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-$(nproc)}
@@ -17,13 +20,15 @@ STEPS=${2:-3}
 shift $(( $# < 2 ? $# : 2 ))
 SHAPES=("$@")
 [ ${#SHAPES[@]} -gt 0 ] || SHAPES=("4 64" "8 1024")
-PY=/usr/bin/python3
+PY=${BENCH_PY:-/usr/bin/python3}
+BUILD=${BENCH_BUILD:-build}
+TORCH=${BENCH_TORCH:-all}
 export OMP_NUM_THREADS=$THREADS
 # The peer must use an optimized BLAS: Debian's python3-torch calls the system libblas.so.3, which is the slow
 # reference BLAS unless OpenBLAS provides it (the OpenMP build shares one thread pool, as llm4d's kernels do).
 # The peer itself is Debian's python3-torch (what `LLM4D_TEST_DEPS=1 scripts/setup.sh`, i.e. ./test.sh, installs).
 need=()
-for p in python3-torch python3-numpy libopenblas0-openmp; do
+[ -n "${BENCH_PY:-}" ] || for p in python3-torch python3-numpy libopenblas0-openmp; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -35,13 +40,15 @@ $PY -c "import torch, time; torch.set_num_threads($THREADS); a = torch.randn(204
 print('PyTorch fp32 matmul (2048^3, %d threads): %.1f GFLOP/s' % ($THREADS, 2 * 2048**3 / (time.time() - t) / 1e9))"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+TIME="" # peak RSS by GNU time, where there is one (not on the device machine: the memory columns read 0 there)
+if [ -x /usr/bin/time ]; then TIME="/usr/bin/time -f %M -o $tmp/rss"; fi
 
 # The peak is measured before the runs and again after them, and the higher reading kept: a neighbour's burst on
 # this shared machine can only lower a reading, and an understated peak would overstate MFU.
-build/mem_bandwidth >"$tmp/membw"
+"$BUILD"/mem_bandwidth >"$tmp/membw"
 copy_gbps=$(awk '$1 == "copy_gbps:" {print $2}' "$tmp/membw")
 echo "copy bandwidth (bench/mem_bandwidth, $THREADS threads, read + write): $copy_gbps GB/s"
-build/matmul_peak >"$tmp/peak"
+"$BUILD"/matmul_peak >"$tmp/peak"
 peak_of() { awk -v k="$1_peak_gflops:" '$1 == k {print $2}' "$tmp/peak"; }
 peak32=$(peak_of fp32)
 peak16=$(peak_of bf16)
@@ -57,7 +64,8 @@ fi
 # backend's timers over the same steps go to $tmp/work_<B>_<T>_<amp>.json for the second table
 ours() { # B T amp
   rm -rf "$tmp/out"
-  /usr/bin/time -f "%M" -o "$tmp/rss" build/llm4d train --model_name_or_path gpt2-en \
+  echo 0 >"$tmp/rss"
+  $TIME "$BUILD"/llm4d train --model_name_or_path gpt2-en \
       --input_dir data/fortunes_ids.npz --output_dir "$tmp/out" --max_seq_len "$2" --micro_batch_size "$1" \
       --global_batch_size "$1" --max_steps $((STEPS + 1)) --logging_freq 1000 --save_steps 1000000 \
       --threads "$THREADS" --use_amp "$3" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
@@ -86,14 +94,18 @@ for shape in "${SHAPES[@]}"; do
   B=$1 T=$2
   echo "bench: B=$B T=$T: llm4d fp32 ..." >&2
   o32=$(ours "$B" "$T" false)
-  echo "bench: B=$B T=$T: PyTorch fp32 ..." >&2
-  t32=$(theirs "$B" "$T")
-  o16="0 0 0" t16="0 0"
+  t32="0 0" o16="0 0 0" t16="0 0"
+  if [ "$TORCH" = all ]; then
+    echo "bench: B=$B T=$T: PyTorch fp32 ..." >&2
+    t32=$(theirs "$B" "$T")
+  fi
   if [ $bf16 = 1 ]; then
     echo "bench: B=$B T=$T: llm4d bf16 ..." >&2
     o16=$(ours "$B" "$T" true)
-    echo "bench: B=$B T=$T: PyTorch bf16 ..." >&2
-    t16=$(theirs "$B" "$T" --bf16)
+    if [ "$TORCH" != none ]; then
+      echo "bench: B=$B T=$T: PyTorch bf16 ..." >&2
+      t16=$(theirs "$B" "$T" --bf16)
+    fi
   fi
   rows+=("$B $T $o32 $t32 $o16 $t16")
 done
@@ -102,9 +114,9 @@ done
 # gradients; a bf16 layer's operand conversions included, as in the step), against the peak of their precision.
 for shape in "${SHAPES[@]}"; do
   set -- $shape
-  build/matmul_peak --linear --tokens $(($1 * $2)) --reps 3 >"$tmp/linear_$1_$2"
+  "$BUILD"/matmul_peak --linear --tokens $(($1 * $2)) --reps 3 >"$tmp/linear_$1_$2"
 done
-build/matmul_peak >"$tmp/peak"
+"$BUILD"/matmul_peak >"$tmp/peak"
 peak32=$(awk -v a="$peak32" -v b="$(peak_of fp32)" 'BEGIN {print (a > b ? a : b)}')
 peak16=$(awk -v a="$peak16" -v b="$(peak_of bf16)" 'BEGIN {print (a > b ? a : b)}')
 echo "matmul peak, higher of the readings before and after the runs: fp32 $peak32 GFLOP/s, bf16 $peak16 GFLOP/s"
