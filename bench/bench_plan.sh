@@ -15,7 +15,10 @@
 # and prints predicted against measured time and every rank's memory; then the mean absolute percentage error of
 # the time, the largest memory error (a rank more than 5 % off is flagged: the issue's target), and, per model and
 # process count, whether the planner's first choice (`llm4d plan --top 1 --json` for the same model, global batch
-# and ranks) is within 10 % of the fastest measured layout of that group (run too when it is not in the set).
+# and ranks) is within 10 % of the fastest measured layout of that group (run too when it is not in the set). Where
+# the first choice is not the fastest, the two then run head to head, one right after the other in alternating
+# order (BENCH_PLAN_H2H rounds, default 3; 0: none), and the verdict is on those runs' medians: this VM's speed
+# drifts 20 % in an hour, so two layouts' pass medians can come from different speeds.
 #
 # Timings depend on the machine and on what else runs on it (the load average is printed before and after each
 # run): the targets (MAPE <= 10 %, memory within 5 %, the first choice within 10 % of the fastest) are reported,
@@ -178,22 +181,35 @@ done
 # This VM's speed drifts by 10-20 % over minutes (gpt2-tiny on one process read 0.152 to 0.200 s a step within an
 # hour, the same build): every layout runs again, the last first, so that a layout's steps come from two moments
 # and its median from both (BENCH_PLAN_PASSES=1: one pass).
+# rerun NAME NP SUFFIX: layout NAME again with its own flags, its output in NAME.SUFFIX (stdin closed: a caller's
+# list would be read by mpirun)
+rerun() {
+  local name=$1 np=$2 sfx=$3
+  mapfile -t flags <"$tmp/$name.flags"
+  for i in "${!flags[@]}"; do [ "${flags[$i]}" = "$tmp/$name" ] && flags[$i]="$tmp/$name.$sfx"; done
+  if [ "$np" = 1 ]; then "$L" train "${flags[@]}" </dev/null >"$tmp/$name.$sfx.log" 2>&1
+  else "$L" launch --nproc "$np" --log_dir "$tmp/$name.$sfx.logs" -- train "${flags[@]}" </dev/null \
+    >"$tmp/$name.$sfx.log" 2>&1; fi ||
+    echo "$name: the run $sfx failed: $(tail -2 "$tmp/$name.$sfx.log")"
+}
 if [ "$SET" != --reprice ] && [ "${BENCH_PLAN_PASSES:-2}" -ge 2 ]; then
-  tac "$tmp/runs.txt" | while read -r name _ np _; do
-    mapfile -t flags <"$tmp/$name.flags"
-    for i in "${!flags[@]}"; do [ "${flags[$i]}" = "$tmp/$name" ] && flags[$i]="$tmp/$name.p2"; done
-    # (stdin is the list: mpirun would read it)
-    if [ "$np" = 1 ]; then "$L" train "${flags[@]}" </dev/null >"$tmp/$name.p2.log" 2>&1
-    else "$L" launch --nproc "$np" --log_dir "$tmp/$name.p2.logs" -- train "${flags[@]}" </dev/null \
-      >"$tmp/$name.p2.log" 2>&1; fi ||
-      echo "$name: the second run failed: $(tail -2 "$tmp/$name.p2.log")"
-  done
+  tac "$tmp/runs.txt" | while read -r name _ np _; do rerun "$name" "$np" p2; done
 fi
 
 # ---- the table -----------------------------------------------------------------------------------------------------
-/usr/bin/python3 - "$tmp" <<'PY'
+# table show: the table and the verdicts; table pairs: "FIRST FASTEST NP" for each group whose first choice is not
+# the fastest measured (the head-to-head below runs them)
+table() {
+/usr/bin/python3 - "$tmp" "$1" <<'PY'
 import glob, json, os, re, statistics, sys
-tmp = sys.argv[1]
+tmp, mode = sys.argv[1], sys.argv[2]
+if mode == "pairs": sys.stdout = open(os.devnull, "w")
+def steps(name, sfx):
+    try:
+        return [json.loads(x)["batch_cost"] for x in open(f"{tmp}/{name}{sfx}/metrics.jsonl")
+                if json.loads(x)["step"] > 1]
+    except (OSError, ValueError):
+        return []
 runs = [l.split() for l in open(f"{tmp}/runs.txt")] if os.path.exists(f"{tmp}/runs.txt") else []
 rows, mape, worst = [], [], (0, "")
 print(f"\n{'layout':13} {'model':5} {'np':>2} {'planner name':34} {'pred s':>8} {'meas s':>8} {'err %':>7}  "
@@ -245,9 +261,34 @@ for f in sorted(glob.glob(f"{tmp}/top_*.json")):
     if not mine:
         print(f"first choice, {m} on {np_}: {first['layout']} (no measurement)"); continue
     ratio = mine[0][4] / best[4]
+    if mode == "pairs" and mine[0][0] != best[0]:
+        sys.__stdout__.write(f"{mine[0][0]} {best[0]} {np_}\n")
+    # head to head: the two run alternately right after each other (this VM's speed drifts 20 % in an hour, so the
+    # passes' medians of two layouts can come from different speeds); the verdict is then theirs
+    a = sorted(x for r in range(1, 10) for x in steps(mine[0][0], f".h2h{r}"))
+    b = sorted(x for r in range(1, 10) for x in steps(best[0], f".h2h{r}"))
+    h2h = ""
+    if a and b and mine[0][0] != best[0]:
+        ratio = statistics.median(a) / statistics.median(b)
+        h2h = (f"; head to head, alternated: {statistics.median(a):.4f} s against {statistics.median(b):.4f} s, "
+               f"{100 * (ratio - 1):+.1f} %")
     print(f"first choice, {m} on {np_} process{'es' if int(np_) > 1 else ''}: {first['layout']} ({mine[0][0]}), "
           f"measured {mine[0][4]:.4f} s against the fastest {best[3]} ({best[0]}) {best[4]:.4f} s: "
-          f"{100 * (ratio - 1):+.1f} % ({'within' if ratio <= 1.1 else 'NOT within'} 10 %; {len(group)} measured)")
+          f"{100 * (mine[0][4] / best[4] - 1):+.1f} %{h2h} ({'within' if ratio <= 1.1 else 'NOT within'} 10 %; "
+          f"{len(group)} measured)")
 PY
+}
+# ---- head to head: each first choice that is not the fastest measured against the fastest, BENCH_PLAN_H2H rounds
+# (default 3) of the two run one after the other, in alternating order
+if [ "$SET" != --reprice ] && [ "${BENCH_PLAN_H2H:-3}" -gt 0 ]; then
+  table pairs >"$tmp/h2h.txt"
+  while read -r a b np; do
+    for ((r = 1; r <= ${BENCH_PLAN_H2H:-3}; r++)); do
+      if ((r % 2)); then rerun "$a" "$np" "h2h$r"; rerun "$b" "$np" "h2h$r"
+      else rerun "$b" "$np" "h2h$r"; rerun "$a" "$np" "h2h$r"; fi
+    done
+  done <"$tmp/h2h.txt"
+fi
+table show
 echo "# load at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $failed
