@@ -38,6 +38,7 @@ typedef struct {
     const shape *s;
     uint16_t *A, *B;
     float *bias, *c, *c0, *want; /* C, its contents before an accumulating call, the default's result */
+    int mismatches;              /* blockings whose C differed from the default's */
 } problem;
 
 static void fill(float *x, size_t n, unsigned stream) {
@@ -46,6 +47,7 @@ static void fill(float *x, size_t n, unsigned stream) {
 
 static void make(problem *p, const shape *s) {
     p->s = s;
+    p->mismatches = 0;
     float *x = xalloc((size_t)s->M * s->K * 4), *w = xalloc((size_t)s->N * s->K * 4);
     fill(x, (size_t)s->M * s->K, 1);
     fill(w, (size_t)s->N * s->K, 2);
@@ -74,7 +76,6 @@ static int cmp_double(const void *a, const void *b) {
 
 /* the fastest of reps calls, in seconds (after one from C0 that is checked against the default's bits; the later calls
  * accumulate onto it, which changes no timing) */
-static int mismatches;
 static double timed(problem *p, const llm4d_amx_blocking *bk, int reps) {
     const size_t nc = (size_t)p->s->M * p->s->N;
     memcpy(p->c, p->c0, nc * 4);
@@ -82,7 +83,7 @@ static double timed(problem *p, const llm4d_amx_blocking *bk, int reps) {
     if (memcmp(p->c, p->want, nc * 4) != 0) {
         printf("MISMATCH %s M=%d N=%d K=%d: blocking %d x %d x %d order %d changed C's bits\n", p->s->name, p->s->M,
                p->s->N, p->s->K, bk->mc, bk->nc, bk->kc, bk->order);
-        mismatches++;
+        p->mismatches++;
     }
     double t[64];
     if (reps > 64) reps = 64;
@@ -154,6 +155,7 @@ int main(int argc, char **argv) {
     const int nth = omp_get_max_threads();
     printf("# amx_sweep: %d threads, the fastest of %d runs per candidate\n", nth, reps);
     double total_def = 0, total_best = 0;
+    int mismatches = 0;
     for (int ti = 0; ti < ntok; ti++) {
         const int T = tokens[ti], Tc = T < 512 ? T : 512;
         static const int layers[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
                    flop / td[2] / 1e9, best.mc, best.nc, best.kc, best.order, flop / tb[2] / 1e9,
                    100.0 * (td[2] / tb[2] - 1.0));
             fflush(stdout);
+            mismatches += p.mismatches;
             drop(&p);
         }
         printf("sweep T=%d: a step's products on the kernel %.1f ms with the default blockings, %.1f ms with the best "

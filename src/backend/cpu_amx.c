@@ -6,7 +6,7 @@
  * measured on Sapphire Rapids, one core, the same kernel ran at 2.8 TFLOP/s with both operands' K blocks in L1
  * (256 K: 16 KiB each) and at 1.5-2.0 with them in L2 (768 K). A thread holds a 32 x kc slice of A while it walks
  * the block's columns (each B slice read from L2), and C's tiles are stored after each K block and loaded again for
- * the next (4 KiB each way per 32 kc / 256 TDPBF16PS). Inside whole products the C round trips weigh more than the
+ * the next (4 KiB each way per kc / 8 TDPBF16PS). Inside whole products the C round trips weigh more than the
  * kernel alone shows: bench/amx_sweep.c on the lent 16-core Xeon (2 threads) found the whole of K in one block (the
  * first block starts C from zero or the bias, so C is then written once and never read) faster than blocks of 256
  * for 9 of the 12 products with K = 768 at 256 and 2048 tokens, and K blocks of 2048-3072 for 5 of the 8 longer ones.
@@ -192,8 +192,10 @@ static void blocks(float *C, int64_t ldc, const uint16_t *A, int64_t a_rs, const
 
 void llm4d_amx_blocking_of(int M, int N, int K, int nth, llm4d_amx_blocking *bk) {
     const int64_t Mp = llm4d_amx_pad(M, LLM4D_AMX_MB), Np = llm4d_amx_pad(N, LLM4D_AMX_MB);
+    const int64_t Kp = llm4d_amx_pad(K, LLM4D_AMX_KB);
+    const int longk = K >= 16 * (Mp > Np ? Mp : Np);
     int64_t mc = AMX_MC, nc = AMX_NC;
-    if (K >= 16 * (Mp > Np ? Mp : Np)) {
+    if (longk) {
         mc = Mp, nc = Np;
         if (nc >= mc) nc = llm4d_amx_pad(cdiv(Np, nth), 32);
         else mc = llm4d_amx_pad(cdiv(Mp, nth), 32);
@@ -207,8 +209,7 @@ void llm4d_amx_blocking_of(int M, int N, int K, int nth, llm4d_amx_blocking *bk)
             else nc /= 2;
         }
     }
-    const int64_t Kp = llm4d_amx_pad(K, LLM4D_AMX_KB);
-    const int64_t kc = K >= 16 * (Mp > Np ? Mp : Np) ? AMX_KC_LONGK : Kp <= AMX_KC_MAX ? Kp : AMX_KC_LONG;
+    const int64_t kc = longk ? AMX_KC_LONGK : Kp <= AMX_KC_MAX ? Kp : AMX_KC_LONG;
     *bk = (llm4d_amx_blocking){.mc = (int)mc, .nc = (int)nc, .kc = (int)(kc > 0 ? kc : LLM4D_AMX_KB), .order = 0};
 }
 
