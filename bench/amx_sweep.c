@@ -5,9 +5,8 @@
  * gradient, and the LM head's for its chunk of at most 512 tokens) at the given token counts, on packed operands of
  * the model's sizes. Per shape a search: the C block sides over a grid at the default's K block and walk order,
  * then the K block and the order at the best sides, then the sides again; each candidate timed as the fastest of
- * --reps runs (a neighbour on a shared machine can only slow a run). Then the default and the best are timed again, five times each, alternating, and the gain printed from the
- * medians.
- * Every candidate's C is compared bit for bit with the default's (no blocking may change a bit): a difference is
+ * --reps runs (a neighbour on a shared machine can only slow a run). Then the default and the best are timed again,
+ * five times each, alternating, and the gain printed from the medians. Every candidate's C is compared bit for bit with the default's (no blocking may change a bit): a difference is
  * printed and the exit status is 1. Threads: OMP_NUM_THREADS.
  *   amx_sweep [--tokens N]... [--reps R]       (default: --tokens 256 --tokens 2048 --reps 2)
  * Output: one line per shape, "sweep <name> M N K: default mc x nc x kc order o: X GFLOP/s; best ...: Y GFLOP/s

@@ -24,12 +24,15 @@ run() { # binary B T -> median step seconds (steps 2-4)
   $PY -c "import json, statistics, sys
 print(statistics.median(json.loads(l)['batch_cost'] for l in list(open(sys.argv[1]))[1:]))" "$tmp/out/metrics.jsonl"
 }
-echo "# bench_ab: A=$A B=$B, $THREADS threads, $([ "$AMP" = true ] && echo bf16 || echo fp32), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
+prec=fp32
+[ "$AMP" = true ] && prec=bf16
+echo "# bench_ab: A=$A B=$B, $THREADS threads, $prec, $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p'))"
 for ((r = 1; r <= ROUNDS; r++)); do
   for shape in "${SHAPES[@]}"; do
     set -- $shape
     a=$(run "$A" "$1" "$2")
     b=$(run "$B" "$1" "$2")
-    echo "round $r B=$1 T=$2: A $a s, B $b s, B/A $($PY -c "print(f'{$b / $a:.4f}')"), load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "round $r B=$1 T=$2: A $a s, B $b s, B/A $($PY -c "print(f'{$b / $a:.4f}')")," \
+         "load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done

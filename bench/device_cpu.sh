@@ -32,13 +32,18 @@ stage() { # stage NAME: whether it was asked for and there is time to start it
   return 1
 }
 IFS=';' read -r -a shapes <<<"$SHAPES"
-[ -f .device-kit/remote.sh ] || { say "no .device-kit here: pack it (../shared/tools/device/pack.sh .) and carry it"; exit 1; }
+if [ ! -f .device-kit/remote.sh ]; then
+  say "no .device-kit here: pack it (../shared/tools/device/pack.sh .) and carry it"
+  exit 1
+fi
 PYBIN=$(command -v python3)
 
-say "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(git status --porcelain 2>/dev/null | wc -l) changed files"
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
+    "$(git status --porcelain 2>/dev/null | wc -l) changed files"
 { lscpu | grep -E 'Model name|^CPU\(s\)|Thread|L2|L3'
   grep -o 'amx_tile\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
-  "$PYBIN" -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -1; } | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  "$PYBIN" -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -1
+} | sed 's/^/  /' | tee -a "$OUT/summary.txt"
 
 if stage build; then
   say "build (device kit, CPU only) ..."
@@ -70,7 +75,8 @@ if stage tests; then
   timeout 300 bash .device-kit/remote.sh run ctest --test-dir build-device -R "$TESTS" -j6 --timeout 280 \
     --output-on-failure >"$OUT/tests.log" 2>&1
   say "ctest exit $?"
-  grep -E "Test +#|tests passed|FAIL|^[0-9]+ passed" "$OUT/tests.log" | head -40 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  grep -E "Test +#|tests passed|FAIL|^[0-9]+ passed" "$OUT/tests.log" | head -40 | sed 's/^/  /' |
+    tee -a "$OUT/summary.txt"
 fi
 
 if stage ab; then
