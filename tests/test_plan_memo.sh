@@ -17,6 +17,8 @@
 #       step times and breakdowns;
 #   (e) hosts' sums made by runs of equal ranks (predict.c ranks_by_runs) instead of rank by rank: the fullest
 #       host and the largest rank (its number) of every rejection, and the fits, as the walk's;
+#   (f) in both, the search on 3 threads (--search_threads 3: blocks of layouts, memos per thread, the candidates put
+#       back in order; `--no_memo` searches on one): the same answer;
 # for gpt2-tiny (4 layers) on 2 ranks and on 2 hosts x 6 ranks with 0.3 GiB each (hosts that straddle data
 # replicas; 157 of 3676 valid layouts rejected by memory), the latter again on Open MPI's collectives with library
 # temporaries that differ by a rank's place in its group (a reduce-scatter's binomial children, an all-reduce's
@@ -60,11 +62,11 @@ for c in "${cases[@]}"; do
   args="$args --input_dir $tmp/no_data"
   [[ " $args " == *" --machine_profile "* ]] || args="--machine_profile $PROF $args"
   # shellcheck disable=SC2086
-  "$LLM4D" plan --json --explain $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
+  "$LLM4D" plan --json --explain --search_threads 3 $args >"$tmp/$name.memo.json" 2>"$tmp/$name.memo.err"
   # shellcheck disable=SC2086
   "$LLM4D" plan --json --explain --no_memo $args >"$tmp/$name.fresh.json" 2>"$tmp/$name.fresh.err"
   # shellcheck disable=SC2086
-  "$LLM4D" plan --json $args >"$tmp/$name.fast.json" 2>"$tmp/$name.fast.err"
+  "$LLM4D" plan --json --search_threads 3 $args >"$tmp/$name.fast.json" 2>"$tmp/$name.fast.err"
   for mode in memo fast; do
   verdict=$(/usr/bin/python3 - "$tmp/$name.$mode.json" "$tmp/$name.fresh.json" <<'PY'
 import json, sys

@@ -27,7 +27,8 @@
 
 static const char usage[] =
     "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
-    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain] [--json]\n"
+    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--search_threads T] [--explain]\n"
+    "                  [--json]\n"
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
     "                  [--hostfile FILE --nodes N] [--machine_profile FILE]\n"

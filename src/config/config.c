@@ -587,6 +587,9 @@ llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err) {
     if (p->threads_per_rank < 0)
         return llm4d_fail(err, LLM4D_EUSER, "Plan.threads_per_rank (--threads_per_rank) must be >= 1 (0: derived), "
                           "got %d", p->threads_per_rank);
+    if (p->search_threads < 0)
+        return llm4d_fail(err, LLM4D_EUSER, "Plan.search_threads (--search_threads) must be >= 1 (0: this machine's "
+                          "processors), got %d", p->search_threads);
     if (!(p->memory_per_node_gib >= 0) || !isfinite(p->memory_per_node_gib))
         return llm4d_fail(err, LLM4D_EUSER, "Plan.memory_per_node (--memory_per_node) must be GiB >= 0 (0: the "
                           "machine profile's), got %g", p->memory_per_node_gib);

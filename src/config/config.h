@@ -87,6 +87,7 @@ typedef struct {
     int ranks_per_node;              /* processes per host; 0: the layout's world on one host (evaluate), or the
                                       * profile's cores (search) */
     int threads_per_rank;            /* 0: Global.threads, else OMP_NUM_THREADS, else cores / ranks_per_node */
+    int search_threads;              /* the search's own threads on this machine; 0: its processors */
     float memory_per_node_gib;       /* 0: the profile's (this machine's) */
     int top;                         /* layouts printed */
     char machine_profile[LLM4D_PATH_MAX]; /* "": ~/.cache/llm4d/machine.json */

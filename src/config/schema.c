@@ -279,6 +279,8 @@ static const llm4d_key keys[] = {
     EXT("Plan.threads_per_rank", LLM4D_KT_INT, plan.threads_per_rank, "0", NULL, "--threads_per_rank",
         "llm4d plan: threads of each process; 0: Global.threads, else OMP_NUM_THREADS, else the host's cores over "
         "its processes"),
+    EXT("Plan.search_threads", LLM4D_KT_INT, plan.search_threads, "0", NULL, "--search_threads",
+        "llm4d plan: threads the search runs on, on this machine; 0: its processors (the answer is the same)"),
     EXT("Plan.memory_per_node", LLM4D_KT_FLOAT, plan.memory_per_node_gib, "0", NULL, "--memory_per_node",
         "llm4d plan: GiB of memory per host; 0: the machine profile's"),
     EXT("Plan.top", LLM4D_KT_INT, plan.top, "5", NULL, "--top", "llm4d plan: how many layouts to print"),
