@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_layout.h"
 #include "backend/cpu_amx.h"
 #include "check.h"
 
@@ -34,22 +35,6 @@ static uint16_t bf16(float v) {
     memcpy(&u, &v, 4);
     const uint32_t lsb = (u >> 16) & 1u;
     return (uint16_t)((u + 0x7fffu + lsb) >> 16);
-}
-static double val(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static int64_t pad(int64_t n, int64_t g) { return (n + g - 1) / g * g; }
-
-/* the position of A[m][k] in A tiles of K columns, of B[k][n] in B tiles of K rows */
-static size_t pos_a(int64_t K, int64_t m, int64_t k) {
-    return (size_t)(((m / 16) * (pad(K, 32) / 32) + k / 32) * 512 + (m % 16) * 32 + k % 32);
-}
-static size_t pos_b(int64_t K, int64_t k, int64_t n) {
-    return (size_t)(((n / 16) * (pad(K, 32) / 32) + k / 32) * 512 + ((k % 32) / 2) * 32 + (n % 16) * 2 + (k & 1));
 }
 
 static uint16_t *talloc(size_t elems) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "amx_layout.h"
 #include "check.h"
 
 static uint32_t rng = 2024u;
@@ -25,20 +26,6 @@ static uint16_t rand_bf16(void) { /* a bf16 in (-1, 1) */
     uint32_t u;
     memcpy(&u, &f, 4);
     return (uint16_t)(u >> 16);
-}
-static double val(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static int64_t pad(int64_t n, int64_t g) { return (n + g - 1) / g * g; }
-/* where A[m][k] and B[k][n] are in their tiles, from cpu_amx.h's description */
-static size_t pos_a(int64_t K, int64_t m, int64_t k) {
-    return (size_t)(((m / 16) * (pad(K, 32) / 32) + k / 32) * 512 + (m % 16) * 32 + k % 32);
-}
-static size_t pos_b(int64_t K, int64_t k, int64_t n) {
-    return (size_t)(((n / 16) * (pad(K, 32) / 32) + k / 32) * 512 + ((k % 32) / 2) * 32 + (n % 16) * 2 + (k & 1));
 }
 
 typedef struct {
