@@ -6,7 +6,8 @@
  * counted as blocks; the configuration's pp_layers where it applies), every micro-batch size dividing the local
  * batch, and recompute on and off. Each is checked by the configuration's validation (plan/layout.h), then by
  * memory (every rank's peak from the trainer's plan; the fullest host against its memory), then timed; the
- * fitting ones are ranked by predicted step time. A rejected layout keeps the reason, for --explain. */
+ * fitting ones are ranked by predicted step time. A rejected layout keeps the reason, for --explain. The search
+ * runs on Plan.search_threads threads of this machine (search.c says how); the answer does not depend on them. */
 #ifndef LLM4D_PLAN_SEARCH_H
 #define LLM4D_PLAN_SEARCH_H
 
