@@ -204,12 +204,14 @@ table() {
 import glob, json, os, re, statistics, sys
 tmp, mode = sys.argv[1], sys.argv[2]
 if mode == "pairs": sys.stdout = open(os.devnull, "w")
-def steps(name, sfx):
+def steps(out):  # a run's step times after the first, from its output folder (None: no readable metrics)
     try:
-        return [json.loads(x)["batch_cost"] for x in open(f"{tmp}/{name}{sfx}/metrics.jsonl")
-                if json.loads(x)["step"] > 1]
+        rows = [json.loads(x) for x in open(f"{out}/metrics.jsonl")]
     except (OSError, ValueError):
-        return []
+        return None
+    return [r["batch_cost"] for r in rows if r["step"] > 1]
+def h2h_steps(name):  # the head-to-head runs' steps (folders NAME.h2h1, NAME.h2h2, ...)
+    return [x for d in sorted(glob.glob(f"{tmp}/{name}.h2h*[0-9]")) for x in steps(d) or []]
 runs = [l.split() for l in open(f"{tmp}/runs.txt")] if os.path.exists(f"{tmp}/runs.txt") else []
 rows, mape, worst = [], [], (0, "")
 print(f"\n{'layout':13} {'model':5} {'np':>2} {'planner name':34} {'pred s':>8} {'meas s':>8} {'err %':>7}  "
@@ -218,14 +220,12 @@ for name, m, np_, l0, l1, wall in runs:
     np_ = int(np_)
     try:
         ev = json.load(open(f"{tmp}/{name}.json"))
-        costs = [json.loads(x) for x in open(f"{tmp}/{name}/metrics.jsonl")]
     except (OSError, ValueError):
+        ev = None
+    first = steps(f"{tmp}/{name}")
+    if ev is None or first is None:
         print(f"{name:13} {m:5} {np_:2}  (failed)"); continue
-    try:  # the second pass's steps, where it ran
-        costs += [json.loads(x) for x in open(f"{tmp}/{name}.p2/metrics.jsonl")]
-    except (OSError, ValueError):
-        pass
-    c = sorted(x["batch_cost"] for x in costs if x["step"] > 1)
+    c = sorted(first + (steps(f"{tmp}/{name}.p2") or []))  # and the second pass's steps, where it ran
     meas = statistics.median(c) if c else float("nan")
     terr = 100 * (ev["step_s"] - meas) / meas
     mape.append(abs(terr))
@@ -265,13 +265,12 @@ for f in sorted(glob.glob(f"{tmp}/top_*.json")):
         sys.__stdout__.write(f"{mine[0][0]} {best[0]} {np_}\n")
     # head to head: the two run alternately right after each other (this VM's speed drifts 20 % in an hour, so the
     # passes' medians of two layouts can come from different speeds); the verdict is then theirs
-    a = sorted(x for r in range(1, 10) for x in steps(mine[0][0], f".h2h{r}"))
-    b = sorted(x for r in range(1, 10) for x in steps(best[0], f".h2h{r}"))
+    a, b = h2h_steps(mine[0][0]), h2h_steps(best[0])
     h2h = ""
     if a and b and mine[0][0] != best[0]:
-        ratio = statistics.median(a) / statistics.median(b)
-        h2h = (f"; head to head, alternated: {statistics.median(a):.4f} s against {statistics.median(b):.4f} s, "
-               f"{100 * (ratio - 1):+.1f} %")
+        ta, tb = statistics.median(a), statistics.median(b)
+        ratio = ta / tb
+        h2h = f"; head to head, alternated: {ta:.4f} s against {tb:.4f} s, {100 * (ratio - 1):+.1f} %"
     print(f"first choice, {m} on {np_} process{'es' if int(np_) > 1 else ''}: {first['layout']} ({mine[0][0]}), "
           f"measured {mine[0][4]:.4f} s against the fastest {best[3]} ({best[0]}) {best[4]:.4f} s: "
           f"{100 * (mine[0][4] / best[4] - 1):+.1f} %{h2h} ({'within' if ratio <= 1.1 else 'NOT within'} 10 %; "
