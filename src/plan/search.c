@@ -7,7 +7,7 @@
  * before they are ranked. Every prediction is a function of its layout alone, whichever memo holds it, so the
  * answer does not depend on the thread count. Only the pruning does: a thread bounds a layout against the K
  * fastest of the blocks it has seen, and a layout pruned there or not is slower than the final K fastest either
- * way. GPT-3 175B on 1024 hosts: 10.3-11.0 s on one thread, 5.6-6.1 s on two (2-vCPU Zen 4 VM). */
+ * way. GPT-3 175B on 1024 hosts: 10.3-11.7 s on one thread, 5.6-7.2 s on two (2-vCPU Zen 4 VM; docs/design.md). */
 #include "plan/search.h"
 
 #include <omp.h>
