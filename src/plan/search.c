@@ -183,12 +183,15 @@ static int pairs_of(int W, int (*pair)[2]) {
 
 llm4d_code llm4d_layouts_each(const llm4d_config *base, long long global, int W, llm4d_layout_fn fn, void *u,
                               llm4d_err *err) {
-    for (int mp = 1; mp <= W; mp++) {
-        if (W % mp) continue;
-        for (int pp = 1; pp <= W / mp; pp++)
-            if ((W / mp) % pp == 0) LLM4D_TRY(layouts_of_pair(base, global, W, mp, pp, fn, u, err));
-    }
-    return LLM4D_OK;
+    const int n = pairs_of(W, NULL); /* the pairs' order is the search's: one definition for both */
+    int (*pair)[2] = malloc((size_t)(n ? n : 1) * sizeof *pair);
+    if (!pair) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    pairs_of(W, pair);
+    llm4d_code rc = LLM4D_OK;
+    for (int i = 0; i < n && rc == LLM4D_OK; i++)
+        rc = layouts_of_pair(base, global, W, pair[i][0], pair[i][1], fn, u, err);
+    free(pair);
+    return rc;
 }
 
 static llm4d_code consider_fn(void *u, const llm4d_layout *l, llm4d_err *err) { return consider(u, l, err); }
