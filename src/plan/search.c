@@ -167,29 +167,40 @@ static llm4d_code layouts_of_pair(const llm4d_config *base, long long global, in
     return LLM4D_OK;
 }
 
-/* The (mp, pp) pairs of W processes in the search's order (mp, then pp, ascending) into pair (NULL: counted). */
-static int pairs_of(int W, int (*pair)[2]) {
+typedef struct {
+    int mp, pp;
+} mp_pp;
+
+/* The (mp, pp) pairs of W processes in the search's order (mp, then pp, ascending) into out (NULL: counted). */
+static int pairs_walk(int W, mp_pp *out) {
     int n = 0;
     for (int mp = 1; mp <= W; mp++) {
         if (W % mp) continue;
         for (int pp = 1; pp <= W / mp; pp++) {
             if ((W / mp) % pp) continue;
-            if (pair) pair[n][0] = mp, pair[n][1] = pp;
+            if (out) out[n] = (mp_pp){mp, pp};
             n++;
         }
     }
     return n;
 }
 
+/* Those pairs as a new array of *n (NULL: out of memory): the one list both the walk and the search take. */
+static mp_pp *pairs_new(int W, int *n) {
+    *n = pairs_walk(W, NULL);
+    mp_pp *pair = malloc((size_t)(*n ? *n : 1) * sizeof *pair);
+    if (pair) pairs_walk(W, pair);
+    return pair;
+}
+
 llm4d_code llm4d_layouts_each(const llm4d_config *base, long long global, int W, llm4d_layout_fn fn, void *u,
                               llm4d_err *err) {
-    const int n = pairs_of(W, NULL); /* the pairs' order is the search's: one definition for both */
-    int (*pair)[2] = malloc((size_t)(n ? n : 1) * sizeof *pair);
+    int n;
+    mp_pp *pair = pairs_new(W, &n);
     if (!pair) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    pairs_of(W, pair);
     llm4d_code rc = LLM4D_OK;
     for (int i = 0; i < n && rc == LLM4D_OK; i++)
-        rc = layouts_of_pair(base, global, W, pair[i][0], pair[i][1], fn, u, err);
+        rc = layouts_of_pair(base, global, W, pair[i].mp, pair[i].pp, fn, u, err);
     free(pair);
     return rc;
 }
@@ -261,11 +272,11 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
     memset(out, 0, sizeof *out);
     out->memory_per_node = pr->cluster.memory_per_node;
     const int W = pr->cluster.nodes * pr->cluster.ranks_per_node;
-    const int npairs = pairs_of(W, NULL);
+    int npairs;
+    mp_pp *pair = pairs_new(W, &npairs);
     /* every shortcut off (--no_memo, the tests' oracle): one thread with the caller's memos (none) */
     const int want = base->plan.search_threads > 0 ? base->plan.search_threads : omp_get_num_procs();
     const int nth = pr->exhaustive || npairs < 2 ? 1 : want < npairs ? want : npairs;
-    int (*pair)[2] = malloc((size_t)(npairs ? npairs : 1) * sizeof *pair);
     llm4d_search *parts = calloc((size_t)(npairs ? npairs : 1), sizeof *parts);
     llm4d_err *perr = calloc((size_t)(npairs ? npairs : 1), sizeof *perr);
     llm4d_code *prc = calloc((size_t)(npairs ? npairs : 1), sizeof *prc);
@@ -275,7 +286,6 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
         rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
         goto out;
     }
-    pairs_of(W, pair);
     for (int t = 0; t < nth && rc == LLM4D_OK; t++) rc = worker_init(&wk[t], pr, base, global, reasons, t > 0, err);
     if (rc != LLM4D_OK) goto out;
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (nth > 1)
@@ -283,7 +293,7 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
         worker *w = &wk[omp_get_thread_num()];
         w->x.out = &parts[i];
         parts[i].memory_per_node = out->memory_per_node;
-        prc[i] = layouts_of_pair(base, global, W, pair[i][0], pair[i][1], consider_fn, &w->x, &perr[i]);
+        prc[i] = layouts_of_pair(base, global, W, pair[i].mp, pair[i].pp, consider_fn, &w->x, &perr[i]);
     }
     for (int i = 0; i < npairs && rc == LLM4D_OK; i++)
         if (prc[i] != LLM4D_OK) *err = perr[i], rc = prc[i]; /* the first failure in the search's order */
