@@ -6,8 +6,9 @@
  * the model's sizes. Per shape a search: the C block sides over a grid at the default's K block and walk order,
  * then the K block and the order at the best sides, then the sides again; each candidate timed as the fastest of
  * --reps runs (a neighbour on a shared machine can only slow a run). Then the default and the best are timed again,
- * five times each, alternating, and the gain printed from the medians. Every candidate's C is compared bit for bit with the default's (no blocking may change a bit): a difference is
- * printed and the exit status is 1. Threads: OMP_NUM_THREADS.
+ * five times each, alternating, and the gain printed from the medians. Every candidate's C is compared bit for bit
+ * with the default's (no blocking may change a bit): a difference is printed and the exit status is 1. Threads:
+ * OMP_NUM_THREADS.
  *   amx_sweep [--tokens N]... [--reps R]       (default: --tokens 256 --tokens 2048 --reps 2)
  * Output: one line per shape, "sweep <name> M N K: default mc x nc x kc order o: X GFLOP/s; best ...: Y GFLOP/s
  * (+Z %)", then a summary of the time the whole set takes with each. Exits 77 saying why where the CPU has no AMX. */
@@ -153,14 +154,16 @@ int main(int argc, char **argv) {
     }
     const int nth = omp_get_max_threads();
     printf("# amx_sweep: %d threads, the fastest of %d runs per candidate\n", nth, reps);
-    double total_def = 0, total_best = 0;
     int mismatches = 0;
     for (int ti = 0; ti < ntok; ti++) {
         const int T = tokens[ti], Tc = T < 512 ? T : 512;
-        static const int layers[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
-        shape shapes[16];
+        /* a block's four linear layers (C, OC), each run by all GPT2_LAYERS blocks */
+        enum { GPT2_LAYERS = 12, LINEARS = 4, LAYER_PRODUCTS = 3 * LINEARS };
+        static const int layers[LINEARS][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+        shape shapes[LAYER_PRODUCTS + 3];
         int ns = 0;
-        for (int l = 0; l < 4; l++) {
+        double total_def = 0, total_best = 0;
+        for (int l = 0; l < LINEARS; l++) {
             const int C = layers[l][0], OC = layers[l][1];
             shapes[ns++] = (shape){"forward", T, OC, C, 1, 0};
             shapes[ns++] = (shape){"input-grad", T, C, OC, 0, 0};
@@ -188,8 +191,8 @@ int main(int argc, char **argv) {
             qsort(td, 5, sizeof td[0], cmp_double);
             qsort(tb, 5, sizeof tb[0], cmp_double);
             const double flop = 2.0 * s->M * s->N * s->K;
-            /* the layers' products run 12 times a step, the head's as many times as there are chunks */
-            const double times = i < 12 ? 12.0 : (double)T / Tc;
+            /* the layers' products run GPT2_LAYERS times a step, the head's as many times as there are chunks */
+            const double times = i < LAYER_PRODUCTS ? GPT2_LAYERS : (double)T / Tc;
             total_def += times * td[2], total_best += times * tb[2];
             printf("sweep T=%d %s M=%d N=%d K=%d: default %d x %d x %d order %d: %.1f GFLOP/s; best %d x %d x %d order "
                    "%d: %.1f GFLOP/s (%+.1f %%)\n", T, s->name, s->M, s->N, s->K, def.mc, def.nc, def.kc, def.order,
@@ -201,7 +204,6 @@ int main(int argc, char **argv) {
         }
         printf("sweep T=%d: a step's products on the kernel %.1f ms with the default blockings, %.1f ms with the best "
                "(%+.1f %%)\n", T, 1e3 * total_def, 1e3 * total_best, 100.0 * (total_def / total_best - 1.0));
-        total_def = total_best = 0;
     }
     if (mismatches) printf("amx_sweep: %d blockings changed C's bits (see MISMATCH above)\n", mismatches);
     return mismatches != 0;
