@@ -53,8 +53,8 @@ static void make(problem *p, const shape *s) {
     fill(w, (size_t)s->N * s->K, 2);
     p->A = xalloc(llm4d_amx_a_elems(s->M, s->K) * 2);
     p->B = xalloc(llm4d_amx_b_elems(s->K, s->N) * 2);
-    llm4d_amx_pack_a(p->A, x, s->K, s->M, s->K, LLM4D_ACT_NONE);
-    llm4d_amx_pack_b_t(p->B, w, s->K, s->N, s->K);
+    llm4d_amx_pack_a(p->A, llm4d_ct32(x), s->K, s->M, s->K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_b_t(p->B, llm4d_ct32(w), s->K, s->N, s->K);
     free(x), free(w);
     const size_t nc = (size_t)s->M * s->N;
     p->bias = xalloc((size_t)s->N * 4), p->c = xalloc(nc * 4), p->c0 = xalloc(nc * 4), p->want = xalloc(nc * 4);

@@ -106,8 +106,8 @@ static double amx_peak(int reps) {
         uint16_t *a = xalloc(llm4d_amx_a_elems(M, K) * 2), *b = xalloc(llm4d_amx_b_elems(K, N) * 2);
         fill_f32(x, (size_t)M * K, 1);
         fill_f32(w, (size_t)N * K, 2);
-        llm4d_amx_pack_a(a, x, K, M, K, LLM4D_ACT_NONE);
-        llm4d_amx_pack_b_t(b, w, K, N, K);
+        llm4d_amx_pack_a(a, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
+        llm4d_amx_pack_b_t(b, llm4d_ct32(w), K, N, K);
         llm4d_amx_gemm(c, N, a, b, NULL, M, N, K, 0); /* warm-up */
         double t = 1e30;
         for (int r = 0; r < reps; r++) {
@@ -146,12 +146,13 @@ typedef struct {
 
 static void lin_fwd(void *p) {
     lin_args *a = p;
-    a->be->linear_forward(a->be, a->out, a->inp, a->w, a->b, a->N, a->C, a->OC);
+    a->be->linear_forward(a->be, llm4d_t32(a->out), llm4d_ct32(a->inp), a->w, a->b, a->N, a->C, a->OC);
 }
 
 static void lin_bwd(void *p) {
     lin_args *a = p;
-    a->be->linear_backward(a->be, a->dinp, LLM4D_ADD, a->dw, a->db, a->dout, a->inp, a->w, a->N, a->C, a->OC);
+    a->be->linear_backward(a->be, llm4d_t32(a->dinp), LLM4D_ADD, a->dw, a->db, llm4d_ct32(a->dout), llm4d_ct32(a->inp),
+                           a->w, a->N, a->C, a->OC);
 }
 
 /* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
@@ -184,12 +185,13 @@ typedef struct {
 
 static void att_fwd(void *p) {
     att_args *a = p;
-    a->be->attention_forward(a->be, a->out, a->lse, a->qkv, a->s, a->drop);
+    a->be->attention_forward(a->be, llm4d_t32(a->out), a->lse, llm4d_ct32(a->qkv), a->s, a->drop);
 }
 
 static void att_bwd(void *p) {
     att_args *a = p;
-    a->be->attention_backward(a->be, a->dqkv, a->dout, a->out, a->qkv, a->lse, a->s, a->drop);
+    a->be->attention_backward(a->be, llm4d_t32(a->dqkv), llm4d_ct32(a->dout), llm4d_ct32(a->out), llm4d_ct32(a->qkv),
+                              a->lse, a->s, a->drop);
 }
 
 /* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */

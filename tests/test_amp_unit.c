@@ -1,13 +1,15 @@
 /* test_amp_unit.c — the mixed-precision GEMM paths of the CPU backend against fp32, with tolerances that follow
- * from the formats: rounding each operand to bf16 (8-bit significand) errs by at most 2^-9 relative, so a product
- * errs by at most ~2^-8 and |y_lowp - y_fp32| <= 2^-8 * sum_k |a_ik b_jk| (+ fp32 accumulation noise); fp16
- * (11-bit significand) gives 2^-10. Also checks the low-precision path is really taken (the error is not zero),
- * and backward (dinp, dw) the same way; a layer whose input goes through GELU (linear_forward_act) against the same
- * bound with gelu(x) in place of x; and the bias gradient, which in low precision is summed while the output
- * gradient is converted, against the column sums in double (it must not lose precision). And that the forward
- * computes exactly the format's products whatever the CPU stores (bf16 for AVX512-BF16 kernels, or fp32 holding
- * rounded values on CPUs without): equal, to fp32 accumulation error (C x 2^-24 relative), to x~ w~^T in double
- * with x~, w~ rounded to the format's significand by this test's own arithmetic. */
+ * from the formats: rounding an operand to bf16 (8-bit significand) errs by at most 2^-8 relative (half an ulp), so
+ * a product of two rounded operands by at most ~2^-7; the sums of random-signed products here stay within half
+ * that, |y_lowp - y_fp32| <= 2^-8 * sum_k |a_ik b_jk| (+ fp32 accumulation noise), which is what is checked (a
+ * rigorous per-operand bound: test_kernels16_gemm.c); fp16 (11-bit significand) gives 2^-10. Also checks the
+ * low-precision path is really taken (the error is not zero), and backward (dinp, dw) the same way; a layer whose
+ * input goes through GELU (linear_forward_act) against the same bound with gelu(x) in place of x; and the bias
+ * gradient, which in low precision is summed while the output gradient is converted, against the column sums in
+ * double (it must not lose precision). And that the forward computes exactly the format's products whatever the CPU
+ * stores (bf16 for AVX512-BF16 kernels, or fp32 holding rounded values on CPUs without): equal, to fp32
+ * accumulation error (C x 2^-24 relative), to x~ w~^T in double with x~, w~ rounded to the format's significand by
+ * this test's own arithmetic. */
 #include <fenv.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,7 +115,7 @@ static void fused_bias_case(llm4d_backend *be, const char *name, double eps, int
     if (wr)
         for (size_t i = 0; i < (size_t)OC * C; i++) wr[i] = frand(s);
     const float *wl = w ? w : wr;
-    be->linear_backward(be, dxb, LLM4D_WRITE, dwb, db, dyb, xb, wl, NB, C, OC);
+    be->linear_backward(be, llm4d_t32(dxb), LLM4D_WRITE, dwb, db, llm4d_ct32(dyb), llm4d_ct32(xb), wl, NB, C, OC);
     double db_err = 0;
     for (int j = 0; j < OC; j++) {
         double sum = 0;
@@ -155,8 +157,8 @@ int main(void) {
     for (int j = 0; j < OC; j++)
         for (int k = 0; k < C; k++) wt[(size_t)k * OC + j] = w[(size_t)j * C + k];
 
-    be->linear_forward(be, y32, x, w, NULL, N, C, OC);
-    be->linear_backward(be, dx32, LLM4D_ADD, dw32, NULL, dy, x, w, N, C, OC);
+    be->linear_forward(be, llm4d_t32(y32), llm4d_ct32(x), w, NULL, N, C, OC);
+    be->linear_backward(be, llm4d_t32(dx32), LLM4D_ADD, dw32, NULL, llm4d_ct32(dy), llm4d_ct32(x), w, N, C, OC);
     const struct { llm4d_precision p; const char *name; double eps; int bits; } modes[] = {
         {LLM4D_PREC_BF16, "bf16", 1.0 / 256, 8}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024, 11}};
     for (int m = 0; m < 2; m++) {
@@ -167,7 +169,7 @@ int main(void) {
         }
         char what[64];
         double maxerr, r;
-        be->linear_forward(be, ylp, x, w, NULL, N, C, OC);
+        be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, NULL, N, C, OC);
         r = worst_ratio(ylp, y32, x, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
@@ -176,7 +178,7 @@ int main(void) {
         check(r <= 1.0, what, r, maxerr);
         memset(dxlp, 0, sizeof dxlp);
         memset(dwlp, 0, sizeof dwlp);
-        be->linear_backward(be, dxlp, LLM4D_ADD, dwlp, NULL, dy, x, w, N, C, OC);
+        be->linear_backward(be, llm4d_t32(dxlp), LLM4D_ADD, dwlp, NULL, llm4d_ct32(dy), llm4d_ct32(x), w, N, C, OC);
         r = worst_ratio(dxlp, dx32, dy, wt, N, OC, C, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear backward dinp", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
@@ -184,10 +186,10 @@ int main(void) {
         snprintf(what, sizeof what, "%s linear backward dweight", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
         /* the bias is added in fp32 */
-        be->linear_forward(be, ylp, x, w, b, N, C, OC);
+        be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, b, N, C, OC);
         double bias_err = 0;
         static float ynb[N * OC];
-        be->linear_forward(be, ynb, x, w, NULL, N, C, OC);
+        be->linear_forward(be, llm4d_t32(ynb), llm4d_ct32(x), w, NULL, N, C, OC);
         for (int i = 0; i < N * OC; i++) bias_err = fmax(bias_err, fabs(ylp[i] - ynb[i] - b[i % OC]));
         snprintf(what, sizeof what, "%s bias added in fp32", modes[m].name);
         check(bias_err < 1e-5, what, bias_err, bias_err);
@@ -198,9 +200,9 @@ int main(void) {
             gx[i] = (float)(0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
         }
         be->set_precision(be, LLM4D_PREC_FP32, &err);
-        be->linear_forward(be, yg32, gx, w, NULL, N, C, OC);
+        be->linear_forward(be, llm4d_t32(yg32), llm4d_ct32(gx), w, NULL, N, C, OC);
         be->set_precision(be, modes[m].p, &err);
-        be->linear_forward_act(be, ylp, x, LLM4D_ACT_GELU, w, NULL, N, C, OC);
+        be->linear_forward_act(be, llm4d_t32(ylp), llm4d_ct32(x), LLM4D_ACT_GELU, w, NULL, N, C, OC);
         r = worst_ratio(ylp, yg32, gx, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward, input through GELU", modes[m].name);
         check(r <= 1.0 && maxerr > 0, what, r, maxerr);
@@ -211,7 +213,7 @@ int main(void) {
         fused_bias_case(be, modes[m].name, modes[m].eps, 70, 40, 1100, NULL, &s);
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
-    be->linear_forward(be, ylp, x, w, NULL, N, C, OC);
+    be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, NULL, N, C, OC);
     check(memcmp(ylp, y32, sizeof y32) == 0, "back to fp32: bit-identical to the first fp32 run", 0, 0);
     be->destroy(be);
     printf("%d passed, %d failed\n", passed, failed);

@@ -78,26 +78,26 @@ static void test_layouts(int M, int K) {
     const int64_t Mp = pad(M, 32), Kp = pad(K, 32);
     uint16_t *a = talloc(llm4d_amx_a_elems(M, K)), *b = talloc(llm4d_amx_b_elems(M, K));
     int ulp;
-    llm4d_amx_pack_a(a, x, K, M, K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_a(a, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
     check(layout_ok(a, K, pos_a, M, K, Mp, Kp, x, K, 0, 0, &ulp), "pack_a %d x %d: A tiles of X, padding zero", M, K);
-    llm4d_amx_pack_a(a, x, K, M, K, LLM4D_ACT_GELU);
+    llm4d_amx_pack_a(a, llm4d_ct32(x), K, M, K, LLM4D_ACT_GELU);
     check(layout_ok(a, K, pos_a, M, K, Mp, Kp, x, K, 0, 1, &ulp) && ulp <= M * K / 100,
           "pack_a %d x %d through GELU (%d of %d elements one bf16 ulp off the double GELU)", M, K, ulp, M * K);
     /* A = X^T: M' = K rows, K' = M */
     uint16_t *at = talloc(llm4d_amx_a_elems(K, M));
-    llm4d_amx_pack_a_t(at, x, K, K, M);
+    llm4d_amx_pack_a_t(at, llm4d_ct32(x), K, K, M);
     check(layout_ok(at, M, pos_a, K, M, pad(K, 32), pad(M, 32), x, K, 1, 0, &ulp),
           "pack_a_t of a %d x %d matrix: A tiles of its transpose", M, K);
     /* B = X [K' = M, N' = K] */
-    llm4d_amx_pack_b(b, x, K, M, K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_b(b, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
     check(layout_ok(b, M, pos_b, M, K, pad(M, 32), pad(K, 32), x, K, 0, 0, &ulp), "pack_b %d x %d: B tiles, pairs "
           "of rows interleaved", M, K);
-    llm4d_amx_pack_b(b, x, K, M, K, LLM4D_ACT_GELU);
+    llm4d_amx_pack_b(b, llm4d_ct32(x), K, M, K, LLM4D_ACT_GELU);
     check(layout_ok(b, M, pos_b, M, K, pad(M, 32), pad(K, 32), x, K, 0, 1, &ulp) && ulp <= M * K / 100,
           "pack_b %d x %d through GELU (%d one ulp off)", M, K, ulp);
     /* B = X^T [K' = K, N' = M] */
     uint16_t *bt = talloc(llm4d_amx_b_elems(K, M));
-    llm4d_amx_pack_b_t(bt, x, K, M, K);
+    llm4d_amx_pack_b_t(bt, llm4d_ct32(x), K, M, K);
     check(layout_ok(bt, K, pos_b, K, M, pad(K, 32), pad(M, 32), x, K, 1, 0, &ulp), "pack_b_t of a %d x %d matrix: "
           "B tiles of its transpose", M, K);
 
@@ -117,7 +117,7 @@ static void test_layouts(int M, int K) {
         llm4d_amx_pack_b_range(r1, x, M, K, cuts[c], cuts[c + 1]);
         llm4d_amx_pack_b_t_range(r2, x, M, K, cuts[c], cuts[c + 1]);
     }
-    llm4d_amx_pack_b(b, x, K, M, K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_b(b, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
     check(memcmp(r1, b, llm4d_amx_b_elems(M, K) * 2) == 0, "pack_b_range in %zu runs = pack_b (%d x %d)", nc, M, K);
     check(memcmp(r2, bt, llm4d_amx_b_elems(K, M) * 2) == 0, "pack_b_t_range in %zu runs = pack_b_t (%d x %d)", nc, M,
           K);
@@ -162,8 +162,8 @@ static void test_gemm(gemm_fn gemm, const char *name, int M, int N, int K) {
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = frand();
     for (int i = 0; i < N; i++) bias[i] = frand();
     uint16_t *A = talloc(llm4d_amx_a_elems(M, K)), *B = talloc(llm4d_amx_b_elems(K, N));
-    llm4d_amx_pack_a(A, x, K, M, K, LLM4D_ACT_NONE);
-    llm4d_amx_pack_b_t(B, w, K, N, K);
+    llm4d_amx_pack_a(A, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_b_t(B, llm4d_ct32(w), K, N, K);
     double *want = malloc(sizeof(double) * (size_t)M * N), *mag = malloc(sizeof(double) * (size_t)M * N);
     for (int mode = 0; mode < 3; mode++) { /* C = AB, C = AB + bias, C += AB */
         for (size_t i = 0; i < (size_t)M * ldc; i++) c[i] = 7.0f;
@@ -194,8 +194,8 @@ static void test_threads(int M, int N, int K) {
     for (size_t i = 0; i < (size_t)M * K; i++) x[i] = frand();
     for (size_t i = 0; i < (size_t)N * K; i++) w[i] = frand();
     uint16_t *A = talloc(llm4d_amx_a_elems(M, K)), *B = talloc(llm4d_amx_b_elems(K, N));
-    llm4d_amx_pack_a(A, x, K, M, K, LLM4D_ACT_NONE);
-    llm4d_amx_pack_b_t(B, w, K, N, K);
+    llm4d_amx_pack_a(A, llm4d_ct32(x), K, M, K, LLM4D_ACT_NONE);
+    llm4d_amx_pack_b_t(B, llm4d_ct32(w), K, N, K);
     const int before = omp_get_max_threads();
     for (int t = 0; t < 3; t++) {
         c[t] = falloc((size_t)M * N);

@@ -7,8 +7,80 @@
  * (tensor cores where the head size allows, and the portable kernels forced) and fp16 (portable, rounding as they
  * read) against the CPU backend's error in the same format. Backward writes its gradient (run twice over the same
  * buffer: the same bits), and both directions give the same bits run to run. Generation: the cached attention within
- * 1e-5 of ref, sampling draws ref's tokens for greedy, temperature, top-k and top-p settings. */
+ * 1e-5 of ref, sampling draws ref's tokens for greedy, temperature, top-k and top-p settings.
+ *
+ * Typed tensors (tensor.h): the same shapes with qkv and dout of one type and out and dqkv of another, as the model
+ * keeps them (all bf16 under bf16: the tensor-core kernels read them as they are; all fp16 under fp16; bf16 under
+ * fp32 GEMMs; fp32 qkv with bf16 results; bf16 qkv with fp32 results), each backend's backward reading the oracle's
+ * out and lse, so that dqkv compares the backward alone. Against ref given the same typed tensors: the forward under
+ * fp32 within the fp32 tolerance plus one ulp of the output's type (two backends may round a value computed to
+ * within the tolerance to neighbouring 16-bit numbers), everything else against the CPU backend's error in the same
+ * format (a 16-bit out read back by the backward carries its rounding), plus one ulp of a 16-bit output. */
 #include "cuda_util.h"
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* typed test data (test_cuda_kernels.c has the same helpers) */
+
+static size_t tbytes(size_t n, llm4d_ftype t) { return (n ? n : 1) * llm4d_ftype_size(t); }
+
+/* h's values rounded to type t in a new host buffer of that type (h NULL: zeros) */
+static void *host_t(const float *h, size_t n, llm4d_ftype t) {
+    void *p = calloc(1, tbytes(n, t));
+    if (!p) exit(1);
+    for (size_t i = 0; h && i < n; i++) llm4d_ftype_set(llm4d_t(p, t), i, h[i]);
+    return p;
+}
+
+static float *widen(const void *p, size_t n, llm4d_ftype t) {
+    float *f = falloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = llm4d_ftype_get(llm4d_ct(p, t), i);
+    return f;
+}
+
+/* a device buffer of type t brought back as fp32 */
+static float *got_t(const void *d, size_t n, llm4d_ftype t) {
+    void *x = host_t(NULL, n, t);
+    G->copy_async(G, x, d, tbytes(n, t), LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    float *f = widen(x, n, t);
+    free(x);
+    return f;
+}
+
+/* one ulp of type t at magnitude x (fp32: 0, the tolerance covers it) */
+static double ulp_t(double x, llm4d_ftype t) {
+    int e;
+    frexp(fabs(x), &e); /* |x| = m 2^e, m in [0.5, 1) */
+    if (t == LLM4D_BF16) return ldexp(1.0, e - 8);
+    if (t == LLM4D_F16) return ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return 0.0;
+}
+
+/* every |a - b| within one ulp of t at the larger of the two, plus tol of max|b| */
+static void cmp_t(const char *what, const float *a, const float *b, size_t n, double tol, llm4d_ftype t) {
+    double den = 0.0, worst = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]), m = fabs(a[i]) > fabs(b[i]) ? fabs(a[i]) : fabs(b[i]);
+        bad += !(d <= ulp_t(m, t) + tol * den);
+        if (!(d <= worst)) worst = d;
+    }
+    check(bad == 0, "%s: %zu of %zu beyond one %s ulp + %.0e (largest difference %.2e of max %.2e)", what, bad, n,
+          llm4d_ftype_name(t), tol, worst, den);
+}
+
+/* cmp_lowp for an output of type t: one more ulp of a 16-bit t, normwise (2^-7 of max|oracle| in bf16, 2^-10 in
+ * fp16); an fp32 output must differ from the oracle's (the low-precision path ran), a rounded one may not */
+static void cmp_lowp_t(const char *what, const float *gpu, const float *cpu, const float *oracle, size_t n,
+                       llm4d_ftype t) {
+    const double eg = relerr(gpu, oracle, n), ec = relerr(cpu, oracle, n);
+    const double u = t == LLM4D_BF16 ? 0x1p-7 : t == LLM4D_F16 ? 0x1p-10 : 0.0;
+    check((t != LLM4D_F32 || eg > 0) && eg <= 2.0 * ec + u + 1e-6, "%s: rel err %.2e against the CPU backend's "
+          "%.2e in the same format", what, eg, ec);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 
 typedef struct {
     float *out, *lse, *dqkv;
@@ -20,8 +92,9 @@ static att_result gpu_attention(const float *qkv, const float *dout, llm4d_attn_
     float *gq = up(qkv, nqkv), *gy = up(dout, nout), *go = up(NULL, nout), *gl = up(NULL, nlse), *gd = up(qkv, nqkv);
     llm4d_dropout gdr = *d;
     gdr.sample_ids = up_bytes(d->sample_ids, sizeof(int64_t) * (size_t)s.B);
-    G->attention_forward(G, go, gl, gq, s, &gdr);
-    G->attention_backward(G, gd, gy, go, gq, gl, s, &gdr); /* over qkv's values: written, not added */
+    G->attention_forward(G, llm4d_t32(go), gl, llm4d_ct32(gq), s, &gdr);
+    /* over qkv's values: written, not added */
+    G->attention_backward(G, llm4d_t32(gd), llm4d_ct32(gy), llm4d_ct32(go), llm4d_ct32(gq), gl, s, &gdr);
     att_result r = {got(go, nout), got(gl, nlse), got(gd, nqkv)};
     dfree(gq, nqkv * 4), dfree(gy, nout * 4), dfree(go, nout * 4), dfree(gl, nlse * 4), dfree(gd, nqkv * 4);
     dfree((void *)gdr.sample_ids, sizeof(int64_t) * (size_t)s.B);
@@ -32,8 +105,8 @@ static att_result host_attention(llm4d_backend *be, const float *qkv, const floa
                                  const llm4d_dropout *d) {
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
     att_result r = {falloc(nout), falloc((size_t)s.B * s.NH * s.T), falloc(nqkv)};
-    be->attention_forward(be, r.out, r.lse, qkv, s, d);
-    be->attention_backward(be, r.dqkv, dout, r.out, qkv, r.lse, s, d);
+    be->attention_forward(be, llm4d_t32(r.out), r.lse, llm4d_ct32(qkv), s, d);
+    be->attention_backward(be, llm4d_t32(r.dqkv), llm4d_ct32(dout), llm4d_ct32(r.out), llm4d_ct32(qkv), r.lse, s, d);
     return r;
 }
 
@@ -80,6 +153,90 @@ static void test_attention(llm4d_attn_shape s, float p) {
     free(qkv), free(dout);
 }
 
+/* One typed case: qkv and dout of type tq, out and dqkv of type to, under precision prec (portable: the SIMT kernels
+ * forced). [0] ref, [1] cpu, [2] gpu; the backward of each reads ref's out and lse. */
+typedef struct {
+    llm4d_ftype tq, to;
+    llm4d_precision prec;
+    int portable;
+    const char *name;
+} att_case;
+
+static const att_case ATT_CASES[] = {
+    {LLM4D_BF16, LLM4D_BF16, LLM4D_PREC_BF16, 0, "bf16 tensors, bf16"},
+    {LLM4D_BF16, LLM4D_BF16, LLM4D_PREC_BF16, 1, "bf16 tensors, bf16 portable"},
+    {LLM4D_F32, LLM4D_BF16, LLM4D_PREC_BF16, 0, "fp32 qkv, bf16 out and dqkv, bf16"},
+    {LLM4D_BF16, LLM4D_F32, LLM4D_PREC_BF16, 0, "bf16 qkv, fp32 out and dqkv, bf16"},
+    {LLM4D_F16, LLM4D_F16, LLM4D_PREC_FP16, 0, "fp16 tensors, fp16 portable"},
+    {LLM4D_BF16, LLM4D_BF16, LLM4D_PREC_FP32, 0, "bf16 tensors, fp32"},
+};
+
+static void test_attention_typed(llm4d_attn_shape s, float p, const att_case *k) {
+    int64_t sids[4] = {6, 2, 0, 11};
+    llm4d_dropout d = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, NULL};
+    llm4d_dropout gdr = d;
+    gdr.sample_ids = up_bytes(sids, sizeof(int64_t) * (size_t)s.B);
+    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nlse = (size_t)s.B * s.NH * s.T;
+    char tag[200], what[280];
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f, %s", s.B, s.T, s.NH, s.HS, s.head0,
+             s.NH_total, p, k->name);
+    float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
+    void *hq = host_t(qkv, nqkv, k->tq), *hy = host_t(dout, nout, k->tq);
+    void *ho[2] = {host_t(NULL, nout, k->to), host_t(NULL, nout, k->to)};
+    void *hd[2] = {host_t(NULL, nqkv, k->to), host_t(NULL, nqkv, k->to)};
+    float *lse[3] = {falloc(nlse), falloc(nlse), NULL}, *out[3], *dqkv[3];
+    llm4d_err err = {0};
+    llm4d_backend *hb[2] = {R, CPU};
+    for (int i = 0; i < 2; i++) {
+        llm4d_backend *be = hb[i];
+        if (i == 1) be->set_precision(be, k->prec, &err);
+        be->attention_forward(be, llm4d_t(ho[i], k->to), lse[i], llm4d_ct(hq, k->tq), s, &d);
+        be->attention_backward(be, llm4d_t(hd[i], k->to), llm4d_ct(hy, k->tq), llm4d_ct(ho[0], k->to),
+                               llm4d_ct(hq, k->tq), lse[0], s, &d);
+        out[i] = widen(ho[i], nout, k->to), dqkv[i] = widen(hd[i], nqkv, k->to);
+    }
+    CPU->set_precision(CPU, LLM4D_PREC_FP32, &err);
+    G->set_precision(G, k->prec, &err);
+    llm4d_cuda_set_attention_portable(G, k->portable);
+    void *gq = up_bytes(hq, tbytes(nqkv, k->tq)), *gy = up_bytes(hy, tbytes(nout, k->tq));
+    void *go = up_bytes(NULL, tbytes(nout, k->to)), *gro = up_bytes(ho[0], tbytes(nout, k->to));
+    void *gd = up_bytes(NULL, tbytes(nqkv, k->to));
+    float *gl = up(NULL, nlse), *grl = up(lse[0], nlse), *again[2];
+    for (int r = 0; r < 2; r++) { /* twice: the same bits */
+        G->attention_forward(G, llm4d_t(go, k->to), gl, llm4d_ct(gq, k->tq), s, &gdr);
+        G->attention_backward(G, llm4d_t(gd, k->to), llm4d_ct(gy, k->tq), llm4d_ct(gro, k->to), llm4d_ct(gq, k->tq),
+                              grl, s, &gdr);
+        if (r == 0) out[2] = got_t(go, nout, k->to), dqkv[2] = got_t(gd, nqkv, k->to), lse[2] = got(gl, nlse);
+        else again[0] = got_t(go, nout, k->to), again[1] = got_t(gd, nqkv, k->to);
+    }
+    check(same_bits(again[0], out[2], nout) && same_bits(again[1], dqkv[2], nqkv), "%s: the same bits run to run",
+          tag);
+    if (k->prec == LLM4D_PREC_FP32) {
+        snprintf(what, sizeof what, "%s out", tag), cmp_t(what, out[2], out[0], nout, TOL, k->to);
+        snprintf(what, sizeof what, "%s lse", tag), cmp(what, lse[2], lse[0], nlse, TOL);
+        /* the backward reads out as stored (its row terms D = dout . out carry out's rounding; ref recomputes the
+         * probabilities exactly instead), so its error is the type's, as the CPU backend's */
+        snprintf(what, sizeof what, "%s dqkv (written)", tag);
+        cmp_lowp_t(what, dqkv[2], dqkv[1], dqkv[0], nqkv, k->to);
+    } else {
+        snprintf(what, sizeof what, "%s out", tag), cmp_lowp_t(what, out[2], out[1], out[0], nout, k->to);
+        const double el = relerr(lse[2], lse[0], nlse), ec = relerr(lse[1], lse[0], nlse);
+        /* from 16-bit inputs the products are exact: the sums' order may be all that differs */
+        check(el <= 2.0 * ec + 1e-6, "%s lse: rel err %.2e against the CPU backend's %.2e", tag, el, ec);
+        snprintf(what, sizeof what, "%s dqkv (written)", tag);
+        cmp_lowp_t(what, dqkv[2], dqkv[1], dqkv[0], nqkv, k->to);
+    }
+    llm4d_cuda_set_attention_portable(G, 0);
+    G->set_precision(G, LLM4D_PREC_FP32, &err);
+    for (int i = 0; i < 3; i++) free(out[i]), free(dqkv[i]), free(lse[i]);
+    for (int i = 0; i < 2; i++) free(ho[i]), free(hd[i]), free(again[i]);
+    free(qkv), free(dout), free(hq), free(hy);
+    dfree(gq, tbytes(nqkv, k->tq)), dfree(gy, tbytes(nout, k->tq)), dfree(go, tbytes(nout, k->to));
+    dfree(gro, tbytes(nout, k->to)), dfree(gd, tbytes(nqkv, k->to)), dfree(gl, nlse * 4), dfree(grl, nlse * 4);
+    dfree((void *)gdr.sample_ids, sizeof(int64_t) * (size_t)s.B);
+}
+
 static void test_cached(int n, int p0, int NH, int HS, int Tmax) {
     const int C = NH * HS, ld = Tmax;
     float *qkv = frand((size_t)n * 3 * C, 1.0f), *kc = frand((size_t)Tmax * C, 1.0f), *vc = frand((size_t)Tmax * C, 1.0f);
@@ -113,13 +270,14 @@ static void test_sample(int V) {
 
 int main(void) {
     setup_or_skip();
-    test_attention((llm4d_attn_shape){2, 37, 3, 16, 1, 5}, 0.1f);
-    test_attention((llm4d_attn_shape){1, 130, 2, 64, 0, 2}, 0.1f);
-    test_attention((llm4d_attn_shape){2, 64, 4, 32, 2, 8}, 0.0f);
-    test_attention((llm4d_attn_shape){1, 70, 1, 128, 0, 1}, 0.2f);
-    test_attention((llm4d_attn_shape){2, 33, 2, 24, 0, 2}, 0.1f);
-    test_attention((llm4d_attn_shape){1, 20, 1, 200, 0, 1}, 0.1f);
-    test_attention((llm4d_attn_shape){2, 256, 4, 64, 4, 12}, 0.1f);
+    const llm4d_attn_shape shapes[7] = {{2, 37, 3, 16, 1, 5},  {1, 130, 2, 64, 0, 2}, {2, 64, 4, 32, 2, 8},
+                                        {1, 70, 1, 128, 0, 1}, {2, 33, 2, 24, 0, 2},  {1, 20, 1, 200, 0, 1},
+                                        {2, 256, 4, 64, 4, 12}};
+    const float ps[7] = {0.1f, 0.1f, 0.0f, 0.2f, 0.1f, 0.1f, 0.1f};
+    for (int i = 0; i < 7; i++) test_attention(shapes[i], ps[i]);
+    for (int i = 0; i < 7; i++)
+        for (size_t k = 0; k < sizeof ATT_CASES / sizeof ATT_CASES[0]; k++)
+            test_attention_typed(shapes[i], ps[i], &ATT_CASES[k]);
     test_cached(1, 0, 2, 16, 16);
     test_cached(3, 5, 2, 16, 16);
     test_cached(4, 60, 12, 64, 64);

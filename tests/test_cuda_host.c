@@ -32,7 +32,7 @@ static void test_act_dropout(llm4d_backend *ref, int N, int C, int T, int64_t to
     const size_t n = (size_t)N * C;
     float *ones = falloc(n), *out = falloc(n);
     for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-    ref->dropout_forward(ref, out, ones, N, C, &d);
+    ref->dropout_forward(ref, llm4d_t32(out), llm4d_ct32(ones), N, C, &d);
     size_t same = 0, kept = 0;
     for (int r = 0; r < N; r++)
         for (int c = 0; c < C; c++) {
@@ -57,7 +57,7 @@ static void test_att_dropout(llm4d_backend *ref) {
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < HS; i++) qkv[((size_t)b * T + t) * C3 + 2 * C + h * HS + i] = i == t ? 1.0f : 0.0f;
-    ref->attention_forward(ref, out, lse, qkv, s, &d);
+    ref->attention_forward(ref, llm4d_t32(out), lse, llm4d_ct32(qkv), s, &d);
     int same = 0, total = 0;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -150,13 +150,13 @@ static const float *pick(char which, const float *w, const float *x, const float
 static void test_gemm_plans(llm4d_backend *ref, int N, int C, int OC) {
     float *x = frand((size_t)N * C, 1.0f, 2), *w = frand((size_t)OC * C, 0.3f, 3), *g = frand((size_t)N * OC, 1.0f, 4);
     float *want = falloc((size_t)N * OC), *got = falloc((size_t)N * OC);
-    ref->linear_forward(ref, want, x, w, NULL, N, C, OC);
+    ref->linear_forward(ref, llm4d_t32(want), llm4d_ct32(x), w, NULL, N, C, OC);
     llm4d_gemm_plan p = llm4d_gemm_plan_of(LLM4D_GEMM_FWD, N, C, OC);
     colmajor_gemm(&p, pick(p.a, w, x, g), pick(p.b, w, x, g), got);
     const double e1 = relerr(got, want, (size_t)N * OC);
     float *dx = falloc((size_t)N * C), *dx2 = falloc((size_t)N * C), *dw = falloc((size_t)OC * C);
     float *dw2 = falloc((size_t)OC * C);
-    ref->linear_backward(ref, dx, LLM4D_WRITE, dw, NULL, g, x, w, N, C, OC);
+    ref->linear_backward(ref, llm4d_t32(dx), LLM4D_WRITE, dw, NULL, llm4d_ct32(g), llm4d_ct32(x), w, N, C, OC);
     p = llm4d_gemm_plan_of(LLM4D_GEMM_DINP, N, C, OC);
     colmajor_gemm(&p, pick(p.a, w, x, g), pick(p.b, w, x, g), dx2);
     const double e2 = relerr(dx2, dx, (size_t)N * C);

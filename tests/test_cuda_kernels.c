@@ -8,10 +8,95 @@
  * add the increment again. Also: AdamW's in-pass bf16 weight copies equal a fresh conversion (one range with more
  * copies than a launch carries, too); the reductions are bit-identical run to run and sumsq_many's parts are sumsq's;
  * init_param is the CPU's weights; memory is zeroed, copies and streams order as backend.h says; the work timers
- * count every kind that ran. */
+ * count every kind that ran.
+ *
+ * Typed tensors (tensor.h): every typed method again with bf16 and fp16 activations (and the mixes the model uses:
+ * fp32 dout into LayerNorm, fp32 x into the residual add, fp32 outputs of 16-bit GEMMs), each against ref given the
+ * same typed tensors. Two backends that compute a value to within the fp32 tolerance may still round it to
+ * neighbouring 16-bit numbers, so a 16-bit result may differ by one ulp of its type at that value (2^-8 to 2^-7 of
+ * it in bf16, 2^-11 to 2^-10 in fp16) plus what the fp32 comparison allows (cmp_t); results that are the same fp32
+ * value on both sides (dropout masks, copies, conversions) must have the same bits. 16-bit GEMMs are compared as
+ * the fp32 ones (against the CPU backend's error in the same format), plus one ulp of a 16-bit output (cmp_lowp_t). */
 #include "backend/cuda/cuda_kernels.h"
 #include "core/bf16.h"
 #include "cuda_util.h"
+
+#define T32 llm4d_t32
+#define C32 llm4d_ct32
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* typed test data (the attention's test has the same helpers) */
+
+/* the stream the backend runs its kernels on, for the kernels this test launches itself */
+static cudaStream_t gstream(void) { return (cudaStream_t)llm4d_cuda_stream(G, LLM4D_STREAM_COMPUTE); }
+
+static size_t tbytes(size_t n, llm4d_ftype t) { return (n ? n : 1) * llm4d_ftype_size(t); }
+
+/* h's values rounded to type t in a new host buffer of that type (h NULL: zeros) */
+static void *host_t(const float *h, size_t n, llm4d_ftype t) {
+    void *p = calloc(1, tbytes(n, t));
+    if (!p) exit(1);
+    for (size_t i = 0; h && i < n; i++) llm4d_ftype_set(llm4d_t(p, t), i, h[i]);
+    return p;
+}
+
+/* a typed buffer's values as fp32 */
+static float *widen(const void *p, size_t n, llm4d_ftype t) {
+    float *f = falloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = llm4d_ftype_get(llm4d_ct(p, t), i);
+    return f;
+}
+
+/* h rounded to t, in device memory (h NULL: zeros); and a device buffer of type t brought back as fp32 */
+static void *up_t(const float *h, size_t n, llm4d_ftype t) {
+    void *x = host_t(h, n, t), *d = up_bytes(x, tbytes(n, t));
+    free(x);
+    return d;
+}
+static float *got_t(const void *d, size_t n, llm4d_ftype t) {
+    void *x = host_t(NULL, n, t);
+    G->copy_async(G, x, d, tbytes(n, t), LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    float *f = widen(x, n, t);
+    free(x);
+    return f;
+}
+static void dfree_t(void *d, size_t n, llm4d_ftype t) { dfree(d, tbytes(n, t)); }
+
+/* One ulp of type t at magnitude x (fp32: 0, the tolerance covers it) */
+static double ulp_t(double x, llm4d_ftype t) {
+    int e;
+    frexp(fabs(x), &e); /* |x| = m 2^e, m in [0.5, 1) */
+    if (t == LLM4D_BF16) return ldexp(1.0, e - 8);
+    if (t == LLM4D_F16) return ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return 0.0;
+}
+
+/* every |a - b| within one ulp of t at the larger of the two, plus tol of max|b| */
+static void cmp_t(const char *what, const float *a, const float *b, size_t n, double tol, llm4d_ftype t) {
+    double den = 0.0, worst = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]), m = fabs(a[i]) > fabs(b[i]) ? fabs(a[i]) : fabs(b[i]);
+        bad += !(d <= ulp_t(m, t) + tol * den);
+        if (!(d <= worst)) worst = d;
+    }
+    check(bad == 0, "%s: %zu of %zu beyond one %s ulp + %.0e (largest difference %.2e of max %.2e)", what, bad, n,
+          llm4d_ftype_name(t), tol, worst, den);
+}
+
+/* cmp_lowp for an output of type t: one more ulp of a 16-bit t, normwise (2^-7 of max|oracle| in bf16, 2^-10 in
+ * fp16); an fp32 output must differ from the oracle's (the low-precision path ran), a rounded one may not */
+static void cmp_lowp_t(const char *what, const float *gpu, const float *cpu, const float *oracle, size_t n,
+                       llm4d_ftype t) {
+    const double eg = relerr(gpu, oracle, n), ec = relerr(cpu, oracle, n);
+    const double u = t == LLM4D_BF16 ? 0x1p-7 : t == LLM4D_F16 ? 0x1p-10 : 0.0;
+    check((t != LLM4D_F32 || eg > 0) && eg <= 2.0 * ec + u + 1e-6, "%s: rel err %.2e against the CPU backend's "
+          "%.2e in the same format", what, eg, ec);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 
 static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
     char tag[160];
@@ -20,8 +105,8 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
     float *x = frand(nx, 1.0f), *w = frand(nw, 0.1f), *b = bias ? frand(OC, 0.5f) : NULL, *dy = frand(ny, 1.0f);
     float *dx0 = frand(nx, 1.0f), *dw0 = frand(nw, 1.0f), *db0 = frand(OC, 1.0f);
     float *y = falloc(ny), *dx = fdup(dx0, nx), *dw = fdup(dw0, nw), *db = fdup(db0, OC);
-    R->linear_forward_act(R, y, x, act, w, b, N, C, OC);
-    R->linear_backward_act(R, dx, LLM4D_ADD, dw, db, dy, x, act, w, N, C, OC);
+    R->linear_forward_act(R, T32(y), C32(x), act, w, b, N, C, OC);
+    R->linear_backward_act(R, T32(dx), LLM4D_ADD, dw, db, C32(dy), C32(x), act, w, N, C, OC);
     float *gx = up(x, nx), *gw = up(w, nw), *gb = b ? up(b, OC) : NULL, *gdy = up(dy, ny), *gy = up(NULL, ny);
     float *gdx = up(dx0, nx), *gdw = up(dw0, nw), *gdb = up(db0, OC);
     char what[224];
@@ -33,8 +118,8 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
         G->copy_async(G, gdx, dx0, nx * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
         G->copy_async(G, gdw, dw0, nw * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
         G->copy_async(G, gdb, db0, OC * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
-        G->linear_forward_act(G, gy, gx, act, gw, gb, N, C, OC);
-        G->linear_backward_act(G, gdx, LLM4D_ADD, gdw, gdb, gdy, gx, act, gw, N, C, OC);
+        G->linear_forward_act(G, T32(gy), C32(gx), act, gw, gb, N, C, OC);
+        G->linear_backward_act(G, T32(gdx), LLM4D_ADD, gdw, gdb, C32(gdy), C32(gx), act, gw, N, C, OC);
         float *hy = got(gy, ny), *hdx = got(gdx, nx), *hdw = got(gdw, nw), *hdb = got(gdb, OC);
         if (p == 0) {
             snprintf(what, sizeof what, "%s fp32 forward", tag), cmp(what, hy, y, ny, TOL);
@@ -45,7 +130,7 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
                 float *b1 = falloc((size_t)OC + 1), *gy1 = up(NULL, ny);
                 memcpy(b1 + 1, b, (size_t)OC * 4);
                 float *gb1 = up(b1, (size_t)OC + 1);
-                G->linear_forward_act(G, gy1, gx, act, gw, gb1 + 1, N, C, OC);
+                G->linear_forward_act(G, T32(gy1), C32(gx), act, gw, gb1 + 1, N, C, OC);
                 float *hy1 = got(gy1, ny);
                 snprintf(what, sizeof what, "%s fp32 forward, bias not 16-byte aligned", tag);
                 cmp(what, hy1, y, ny, TOL);
@@ -53,10 +138,10 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
             }
             /* written: over random contents, the gradient from zero, twice the same bits */
             float *rx = falloc(nx);
-            R->linear_backward_act(R, rx, LLM4D_WRITE, NULL, NULL, dy, x, act, w, N, C, OC);
-            G->linear_backward_act(G, gdx, LLM4D_WRITE, NULL, NULL, gdy, gx, act, gw, N, C, OC);
+            R->linear_backward_act(R, T32(rx), LLM4D_WRITE, NULL, NULL, C32(dy), C32(x), act, w, N, C, OC);
+            G->linear_backward_act(G, T32(gdx), LLM4D_WRITE, NULL, NULL, C32(gdy), C32(gx), act, gw, N, C, OC);
             float *a1 = got(gdx, nx);
-            G->linear_backward_act(G, gdx, LLM4D_WRITE, NULL, NULL, gdy, gx, act, gw, N, C, OC);
+            G->linear_backward_act(G, T32(gdx), LLM4D_WRITE, NULL, NULL, C32(gdy), C32(gx), act, gw, N, C, OC);
             float *a2 = got(gdx, nx);
             snprintf(what, sizeof what, "%s fp32 dinp written", tag), cmp(what, a1, rx, nx, TOL);
             check(same_bits(a1, a2, nx), "%s: dinp written again, the same bits", tag);
@@ -64,8 +149,8 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
         } else if (p < 3) { /* against the CPU backend in the same format */
             CPU->set_precision(CPU, precs[p], &err);
             float *cy = falloc(ny), *cdx = fdup(dx0, nx), *cdw = fdup(dw0, nw), *cdb = fdup(db0, OC);
-            CPU->linear_forward_act(CPU, cy, x, act, w, b, N, C, OC);
-            CPU->linear_backward_act(CPU, cdx, LLM4D_ADD, cdw, cdb, dy, x, act, w, N, C, OC);
+            CPU->linear_forward_act(CPU, T32(cy), C32(x), act, w, b, N, C, OC);
+            CPU->linear_backward_act(CPU, T32(cdx), LLM4D_ADD, cdw, cdb, C32(dy), C32(x), act, w, N, C, OC);
             CPU->set_precision(CPU, LLM4D_PREC_FP32, &err);
             snprintf(what, sizeof what, "%s %s forward", tag, names[p]), cmp_lowp(what, hy, cy, y, ny);
             snprintf(what, sizeof what, "%s %s dinp", tag, names[p]), cmp_lowp(what, hdx, cdx, dx, nx);
@@ -83,6 +168,100 @@ static void test_linear(int N, int C, int OC, int bias, llm4d_act act) {
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(y), free(dx), free(dw), free(db);
     dfree(gx, nx * 4), dfree(gw, nw * 4), dfree(gdy, ny * 4), dfree(gy, ny * 4), dfree(gdx, nx * 4);
     dfree(gdw, nw * 4), dfree(gdb, OC * 4);
+    if (gb) dfree(gb, OC * 4);
+}
+
+/* A linear layer's tensors: in (inp), out, dout, dinp, each of its own type, under a GEMM precision. */
+typedef struct {
+    llm4d_precision prec;
+    llm4d_ftype in, out, dout, dinp;
+    const char *name;
+} lin_case;
+
+static const lin_case LIN_CASES[] = {
+    {LLM4D_PREC_BF16, LLM4D_BF16, LLM4D_BF16, LLM4D_BF16, LLM4D_BF16, "bf16 GEMMs, bf16 tensors (O2)"},
+    {LLM4D_PREC_BF16, LLM4D_BF16, LLM4D_F32, LLM4D_F32, LLM4D_F32, "bf16 GEMMs, bf16 input, fp32 out and grads"},
+    {LLM4D_PREC_FP16, LLM4D_F16, LLM4D_F16, LLM4D_F16, LLM4D_F16, "fp16 GEMMs, fp16 tensors"},
+    {LLM4D_PREC_FP32, LLM4D_BF16, LLM4D_BF16, LLM4D_BF16, LLM4D_BF16, "fp32 GEMMs, bf16 tensors"},
+    {LLM4D_PREC_BF16, LLM4D_F16, LLM4D_F16, LLM4D_F16, LLM4D_BF16, "bf16 GEMMs, fp16 tensors, bf16 dinp"},
+};
+
+/* forward, backward added to random contents and backward written, on ref (the oracle: fp32 arithmetic on the typed
+ * values), the CPU backend (the same precision) and the GPU; [0] ref, [1] cpu, [2] gpu */
+static void test_linear_typed(int N, int C, int OC, int bias, llm4d_act act, const lin_case *k) {
+    char tag[200], what[300];
+    snprintf(tag, sizeof tag, "linear N=%d C=%d OC=%d bias=%d%s, %s", N, C, OC, bias, act ? " through GELU" : "",
+             k->name);
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = frand(nx, 1.0f), *w = frand(nw, 0.1f), *b = bias ? frand(OC, 0.5f) : NULL, *dy = frand(ny, 1.0f);
+    float *dx0 = frand(nx, 1.0f), *dw0 = frand(nw, 1.0f), *db0 = frand(OC, 1.0f);
+    float *y[3], *dxa[3], *dxw[3], *dw[3], *db[3];
+    llm4d_err err = {0};
+    void *hx = host_t(x, nx, k->in), *hdy = host_t(dy, ny, k->dout);
+    llm4d_backend *hb[2] = {R, CPU};
+    for (int i = 0; i < 2; i++) {
+        llm4d_backend *be = hb[i];
+        if (i == 1) be->set_precision(be, k->prec, &err);
+        void *hy = host_t(NULL, ny, k->out), *ha = host_t(dx0, nx, k->dinp), *hw = host_t(dx0, nx, k->dinp);
+        dw[i] = fdup(dw0, nw), db[i] = fdup(db0, OC);
+        be->linear_forward_act(be, llm4d_t(hy, k->out), llm4d_ct(hx, k->in), act, w, b, N, C, OC);
+        be->linear_backward_act(be, llm4d_t(ha, k->dinp), LLM4D_ADD, dw[i], db[i], llm4d_ct(hdy, k->dout),
+                                llm4d_ct(hx, k->in), act, w, N, C, OC);
+        be->linear_backward_act(be, llm4d_t(hw, k->dinp), LLM4D_WRITE, NULL, NULL, llm4d_ct(hdy, k->dout),
+                                llm4d_ct(hx, k->in), act, w, N, C, OC);
+        y[i] = widen(hy, ny, k->out), dxa[i] = widen(ha, nx, k->dinp), dxw[i] = widen(hw, nx, k->dinp);
+        free(hy), free(ha), free(hw);
+    }
+    CPU->set_precision(CPU, LLM4D_PREC_FP32, &err);
+    G->set_precision(G, k->prec, &err);
+    void *gx = up_t(x, nx, k->in), *gdy = up_t(dy, ny, k->dout), *gy = up_t(NULL, ny, k->out);
+    void *gdx = up_t(dx0, nx, k->dinp);
+    float *gw = up(w, nw), *gb = b ? up(b, OC) : NULL, *gdw = up(dw0, nw), *gdb = up(db0, OC);
+    G->linear_forward_act(G, llm4d_t(gy, k->out), llm4d_ct(gx, k->in), act, gw, gb, N, C, OC);
+    G->linear_backward_act(G, llm4d_t(gdx, k->dinp), LLM4D_ADD, gdw, gdb, llm4d_ct(gdy, k->dout), llm4d_ct(gx, k->in),
+                           act, gw, N, C, OC);
+    y[2] = got_t(gy, ny, k->out), dxa[2] = got_t(gdx, nx, k->dinp), dw[2] = got(gdw, nw), db[2] = got(gdb, OC);
+    void *g0 = up_t(dx0, nx, k->dinp); /* written over random contents, twice */
+    G->linear_backward_act(G, llm4d_t(g0, k->dinp), LLM4D_WRITE, NULL, NULL, llm4d_ct(gdy, k->dout),
+                           llm4d_ct(gx, k->in), act, gw, N, C, OC);
+    dxw[2] = got_t(g0, nx, k->dinp);
+    G->linear_backward_act(G, llm4d_t(g0, k->dinp), LLM4D_WRITE, NULL, NULL, llm4d_ct(gdy, k->dout),
+                           llm4d_ct(gx, k->in), act, gw, N, C, OC);
+    float *again = got_t(g0, nx, k->dinp);
+    check(same_bits(again, dxw[2], nx), "%s: dinp written again, the same bits", tag);
+    if (k->prec == LLM4D_PREC_FP32) { /* the same fp32 GEMMs of the same values: the fp32 tolerance, one ulp more */
+        snprintf(what, sizeof what, "%s forward", tag), cmp_t(what, y[2], y[0], ny, TOL, k->out);
+        snprintf(what, sizeof what, "%s dinp (added)", tag), cmp_t(what, dxa[2], dxa[0], nx, TOL, k->dinp);
+        snprintf(what, sizeof what, "%s dinp (written)", tag), cmp_t(what, dxw[2], dxw[0], nx, TOL, k->dinp);
+        snprintf(what, sizeof what, "%s dw (added)", tag), cmp(what, dw[2], dw[0], nw, TOL);
+    } else {
+        snprintf(what, sizeof what, "%s forward", tag), cmp_lowp_t(what, y[2], y[1], y[0], ny, k->out);
+        snprintf(what, sizeof what, "%s dinp (added)", tag), cmp_lowp_t(what, dxa[2], dxa[1], dxa[0], nx, k->dinp);
+        snprintf(what, sizeof what, "%s dinp (written)", tag), cmp_lowp_t(what, dxw[2], dxw[1], dxw[0], nx, k->dinp);
+        /* dw's operands already in the GEMM's type: nothing is rounded, only the sums' order differs */
+        const llm4d_ftype f = k->prec == LLM4D_PREC_BF16 ? LLM4D_BF16 : LLM4D_F16;
+        snprintf(what, sizeof what, "%s dw (added)", tag);
+        if (k->in == f && k->dout == f && !act) cmp(what, dw[2], dw[0], nw, TOL);
+        else cmp_lowp(what, dw[2], dw[1], dw[0], nw);
+    }
+    /* the bias gradient: the column sums of dout's values as stored, in every format */
+    snprintf(what, sizeof what, "%s db (added)", tag), cmp(what, db[2], db[0], OC, TOL);
+    if (b) { /* a bias 4 bytes off alignment: a 16-bit output takes it from an aligned copy */
+        float *b1 = falloc((size_t)OC + 1);
+        memcpy(b1 + 1, b, (size_t)OC * 4);
+        float *gb1 = up(b1, (size_t)OC + 1);
+        void *gy1 = up_t(NULL, ny, k->out);
+        G->linear_forward_act(G, llm4d_t(gy1, k->out), llm4d_ct(gx, k->in), act, gw, gb1 + 1, N, C, OC);
+        float *y1 = got_t(gy1, ny, k->out);
+        snprintf(what, sizeof what, "%s forward, bias not 16-byte aligned", tag);
+        cmp_t(what, y1, y[2], ny, TOL, k->out);
+        free(b1), free(y1), dfree(gb1, ((size_t)OC + 1) * 4), dfree_t(gy1, ny, k->out);
+    }
+    G->set_precision(G, LLM4D_PREC_FP32, &err);
+    for (int i = 0; i < 3; i++) free(y[i]), free(dxa[i]), free(dxw[i]), free(dw[i]), free(db[i]);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(hx), free(hdy), free(again);
+    dfree_t(gx, nx, k->in), dfree_t(gdy, ny, k->dout), dfree_t(gy, ny, k->out), dfree_t(gdx, nx, k->dinp);
+    dfree_t(g0, nx, k->dinp), dfree(gw, nw * 4), dfree(gdw, nw * 4), dfree(gdb, OC * 4);
     if (gb) dfree(gb, OC * 4);
 }
 
@@ -127,22 +306,22 @@ static void test_layernorm_gelu_bias(int N, int C) {
     float *dx = frand(n, 1.0f), *dw = frand(C, 1.0f), *db = frand(C, 1.0f);
     float *gx = up(x, n), *gw = up(w, C), *gb = up(b, C), *gdy = up(dy, n), *gy = up(NULL, n);
     float *gm = up(NULL, N), *gr = up(NULL, N), *gdx = up(dx, n), *gdw = up(dw, C), *gdb = up(db, C);
-    R->layernorm_forward(R, y, mean, rstd, x, w, b, N, C);
-    G->layernorm_forward(G, gy, gm, gr, gx, gw, gb, N, C);
+    R->layernorm_forward(R, T32(y), mean, rstd, C32(x), w, b, N, C);
+    G->layernorm_forward(G, T32(gy), gm, gr, C32(gx), gw, gb, N, C);
     float *hy = got(gy, n), *hm = got(gm, N), *hr = got(gr, N);
     char what[128];
     snprintf(what, sizeof what, "layernorm N=%d C=%d forward", N, C), cmp(what, hy, y, n, TOL);
     cmp("layernorm mean", hm, mean, N, TOL), cmp("layernorm rstd", hr, rstd, N, TOL);
-    R->layernorm_backward(R, dx, dw, db, dy, x, w, mean, rstd, N, C);
-    G->layernorm_backward(G, gdx, gdw, gdb, gdy, gx, gw, gm, gr, N, C);
+    R->layernorm_backward(R, T32(dx), dw, db, C32(dy), C32(x), w, mean, rstd, N, C);
+    G->layernorm_backward(G, T32(gdx), gdw, gdb, C32(gdy), C32(gx), gw, gm, gr, N, C);
     float *hdx = got(gdx, n), *hdw = got(gdw, C), *hdb = got(gdb, C);
     cmp("layernorm dinp (added)", hdx, dx, n, TOL), cmp("layernorm dw (added)", hdw, dw, C, TOL);
     cmp("layernorm db (added)", hdb, db, C, TOL);
     /* GELU over [-30, 30] (its tails) and the bias */
     for (size_t i = 0; i < n; i++) x[i] = -30.0f + 60.0f * (float)i / (float)n;
     G->copy_async(G, gx, x, n * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
-    R->gelu_forward(R, y, x, n), G->gelu_forward(G, gy, gx, n);
-    R->gelu_backward(R, dx, x, dy, n), G->gelu_backward(G, gdx, gx, gdy, n);
+    R->gelu_forward(R, T32(y), C32(x), n), G->gelu_forward(G, T32(gy), C32(gx), n);
+    R->gelu_backward(R, T32(dx), C32(x), C32(dy), n), G->gelu_backward(G, T32(gdx), C32(gx), C32(gdy), n);
     float *hg = got(gy, n), *hgd = got(gdx, n);
     cmp("gelu forward on [-30, 30]", hg, y, n, TOL), cmp("gelu backward (written)", hgd, dx, n, TOL);
     float *o = frand(n, 1.0f), *go = up(o, n), *ro = fdup(o, n);
@@ -150,7 +329,7 @@ static void test_layernorm_gelu_bias(int N, int C) {
     float *ho = got(go, n);
     check(same_bits(ho, ro, n), "bias forward: ref's bits");
     float *rdb = fdup(db, C);
-    R->bias_backward(R, rdb, dy, N, C), G->bias_backward(G, gdb, gdy, N, C);
+    R->bias_backward(R, rdb, C32(dy), N, C), G->bias_backward(G, gdb, C32(gdy), N, C);
     float *hb2 = got(gdb, C);
     cmp("bias backward (added)", hb2, rdb, C, TOL);
     free(x), free(w), free(b), free(dy), free(y), free(mean), free(rstd), free(dx), free(dw), free(db), free(hy);
@@ -158,6 +337,61 @@ static void test_layernorm_gelu_bias(int N, int C) {
     free(hb2);
     dfree(gx, n * 4), dfree(gw, C * 4), dfree(gb, C * 4), dfree(gdy, n * 4), dfree(gy, n * 4), dfree(gm, N * 4);
     dfree(gr, N * 4), dfree(gdx, n * 4), dfree(gdw, C * 4), dfree(gdb, C * 4), dfree(go, n * 4);
+}
+
+/* LayerNorm, GELU and the bias gradient with typed tensors: ta is the type of the 16-bit side (the LayerNorm output,
+ * its input gradient, GELU's tensors), tb LayerNorm's input; the backward's dout is fp32 as the model's (the input
+ * gradient of the GEMM after it) and then ta. */
+static void test_elem_typed(int N, int C, llm4d_ftype ta, llm4d_ftype tb) {
+    const size_t n = (size_t)N * C;
+    char tag[96], what[192];
+    snprintf(tag, sizeof tag, "N=%d C=%d, %s over %s", N, C, llm4d_ftype_name(ta), llm4d_ftype_name(tb));
+    float *x = frand(n, 2.0f), *w = frand(C, 1.0f), *b = frand(C, 1.0f), *dy = frand(n, 1.0f), *dx0 = frand(n, 1.0f);
+    float *dw = frand(C, 1.0f), *db = frand(C, 1.0f), *mean = falloc(N), *rstd = falloc(N);
+    void *rx = host_t(x, n, tb), *ry = host_t(NULL, n, ta);
+    void *gx = up_t(x, n, tb), *gy = up_t(NULL, n, ta);
+    float *gw = up(w, C), *gb = up(b, C), *gm = up(NULL, N), *gr = up(NULL, N);
+    R->layernorm_forward(R, llm4d_t(ry, ta), mean, rstd, llm4d_ct(rx, tb), w, b, N, C);
+    G->layernorm_forward(G, llm4d_t(gy, ta), gm, gr, llm4d_ct(gx, tb), gw, gb, N, C);
+    float *ref = widen(ry, n, ta), *h = got_t(gy, n, ta), *hm = got(gm, N), *hr = got(gr, N);
+    snprintf(what, sizeof what, "layernorm %s forward", tag), cmp_t(what, h, ref, n, TOL, ta);
+    snprintf(what, sizeof what, "layernorm %s mean and rstd", tag);
+    check(relerr(hm, mean, N) <= TOL && relerr(hr, rstd, N) <= TOL, "%s", what);
+    free(ref), free(h);
+    for (int k = 0; k < 2; k++) { /* dout fp32, then ta */
+        const llm4d_ftype td = k ? ta : LLM4D_F32;
+        void *rdy = host_t(dy, n, td), *rdx = host_t(dx0, n, ta), *gdy = up_t(dy, n, td), *gdx = up_t(dx0, n, ta);
+        float *rdw = fdup(dw, C), *rdb = fdup(db, C), *gdw = up(dw, C), *gdb = up(db, C);
+        R->layernorm_backward(R, llm4d_t(rdx, ta), rdw, rdb, llm4d_ct(rdy, td), llm4d_ct(rx, tb), w, mean, rstd, N, C);
+        G->layernorm_backward(G, llm4d_t(gdx, ta), gdw, gdb, llm4d_ct(gdy, td), llm4d_ct(gx, tb), gw, gm, gr, N, C);
+        float *r1 = widen(rdx, n, ta), *h1 = got_t(gdx, n, ta), *hw = got(gdw, C), *hb = got(gdb, C);
+        snprintf(what, sizeof what, "layernorm %s backward, dout %s: dinp (added)", tag, llm4d_ftype_name(td));
+        cmp_t(what, h1, r1, n, TOL, ta);
+        snprintf(what, sizeof what, "layernorm %s backward, dout %s: dw, db (added)", tag, llm4d_ftype_name(td));
+        check(relerr(hw, rdw, C) <= TOL && relerr(hb, rdb, C) <= TOL, "%s", what);
+        free(rdy), free(rdx), free(rdw), free(rdb), free(r1), free(h1), free(hw), free(hb);
+        dfree_t(gdy, n, td), dfree_t(gdx, n, ta), dfree(gdw, C * 4), dfree(gdb, C * 4);
+    }
+    /* GELU over [-30, 30] (its tails), all ta; the bias gradient of a ta gradient */
+    for (size_t i = 0; i < n; i++) x[i] = -30.0f + 60.0f * (float)i / (float)n;
+    void *ga = up_t(x, n, ta), *gd = up_t(dy, n, ta), *gg = up_t(NULL, n, ta), *ha = host_t(x, n, ta);
+    void *hd = host_t(dy, n, ta), *hg = host_t(NULL, n, ta);
+    R->gelu_forward(R, llm4d_t(hg, ta), llm4d_ct(ha, ta), n), G->gelu_forward(G, llm4d_t(gg, ta), llm4d_ct(ga, ta), n);
+    ref = widen(hg, n, ta), h = got_t(gg, n, ta);
+    snprintf(what, sizeof what, "gelu forward %s on [-30, 30]", tag), cmp_t(what, h, ref, n, TOL, ta);
+    free(ref), free(h);
+    R->gelu_backward(R, llm4d_t(hg, ta), llm4d_ct(ha, ta), llm4d_ct(hd, ta), n);
+    G->gelu_backward(G, llm4d_t(gg, ta), llm4d_ct(ga, ta), llm4d_ct(gd, ta), n);
+    ref = widen(hg, n, ta), h = got_t(gg, n, ta);
+    snprintf(what, sizeof what, "gelu backward %s (written)", tag), cmp_t(what, h, ref, n, TOL, ta);
+    float *rdb = fdup(db, C), *gdb = up(db, C);
+    R->bias_backward(R, rdb, llm4d_ct(hd, ta), N, C), G->bias_backward(G, gdb, llm4d_ct(gd, ta), N, C);
+    float *hb = got(gdb, C);
+    snprintf(what, sizeof what, "bias backward of a %s gradient (added)", tag), cmp(what, hb, rdb, C, TOL);
+    free(ref), free(h), free(rdb), free(hb), free(ha), free(hd), free(hg), free(rx), free(ry), free(hm), free(hr);
+    free(x), free(w), free(b), free(dy), free(dx0), free(dw), free(db), free(mean), free(rstd);
+    dfree_t(ga, n, ta), dfree_t(gd, n, ta), dfree_t(gg, n, ta), dfree_t(gx, n, tb), dfree_t(gy, n, ta);
+    dfree(gw, C * 4), dfree(gb, C * 4), dfree(gm, N * 4), dfree(gr, N * 4), dfree(gdb, C * 4);
 }
 
 static void test_dropout(int N, int C, int T, int64_t tok0, float p) {
@@ -170,17 +404,19 @@ static void test_dropout(int N, int C, int T, int64_t tok0, float p) {
     for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
     float *gones = up(ones, n), *gx = up(x, n), *gres = up(res, n), *ga = up(NULL, n), *gb = up(NULL, n);
     float *ra = falloc(n), *rb = falloc(n);
-    R->dropout_forward(R, ra, ones, N, C, &d), G->dropout_forward(G, ga, gones, N, C, &gd);
+    R->dropout_forward(R, T32(ra), C32(ones), N, C, &d), G->dropout_forward(G, T32(ga), C32(gones), N, C, &gd);
     float *h = got(ga, n);
     check(same_bits(h, ra, n), "dropout N=%d C=%d T=%d tok0=%lld p=%.1f: the mask is ref's, bit for bit", N, C, T,
           (long long)tok0, p);
     free(h);
-    R->dropout_add_forward(R, ra, res, x, N, C, &d), G->dropout_add_forward(G, ga, gres, gx, N, C, &gd);
+    R->dropout_add_forward(R, T32(ra), C32(res), C32(x), N, C, &d);
+    G->dropout_add_forward(G, T32(ga), C32(gres), C32(gx), N, C, &gd);
     h = got(ga, n), cmp("dropout_add forward", h, ra, n, 1e-6), free(h);
     memcpy(ra, g0, n * 4), G->copy_async(G, ga, g0, n * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
-    R->dropout_backward(R, ra, x, N, C, &d), G->dropout_backward(G, ga, gx, N, C, &gd);
+    R->dropout_backward(R, T32(ra), C32(x), N, C, &d), G->dropout_backward(G, T32(ga), C32(gx), N, C, &gd);
     h = got(ga, n), cmp("dropout backward (added)", h, ra, n, 1e-6), free(h);
-    R->dropout_add_backward(R, ra, rb, x, N, C, &d), G->dropout_add_backward(G, ga, gb, gx, N, C, &gd);
+    R->dropout_add_backward(R, T32(ra), T32(rb), C32(x), N, C, &d);
+    G->dropout_add_backward(G, T32(ga), T32(gb), C32(gx), N, C, &gd);
     float *h2 = got(gb, n);
     h = got(ga, n);
     check(same_bits(h, ra, n) && same_bits(h2, rb, n), "dropout_add backward: dres and dx are ref's bits");
@@ -189,40 +425,112 @@ static void test_dropout(int N, int C, int T, int64_t tok0, float p) {
     dfree(ga, n * 4), dfree(gb, n * 4);
 }
 
-/* the loss over vocabulary blocks (merge) of a padded vocabulary, then its gradient written over the logits */
-static void test_xent(int N, int Vp, int V, int blocks) {
-    const size_t n = (size_t)N * Vp;
+/* The dropouts with typed tensors as the model mixes them: out (t) = dropout(inp fp32); out (t) = res (t) +
+ * dropout(x fp32); dinp (fp32 and t) += dropout'(dout t); dres, dx (t) = dout (t), dropout'(dout). A product of a
+ * mask and a value is the same fp32 number on both sides, so its rounding has the same bits; a sum with a product
+ * may be one fused multiply-add on one side and not the other (test_dropout's 1e-6), so one ulp more. */
+static void test_dropout_typed(int N, int C, int T, int64_t tok0, float p, llm4d_ftype t) {
+    int64_t sids[8] = {11, 2, 40, 3, 7, 0, 25, 6};
+    llm4d_dropout d = {p, 99, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_OUT, 3), sids, T, tok0, NULL};
+    llm4d_dropout gd = d;
+    gd.sample_ids = up_bytes(sids, sizeof sids);
+    const size_t n = (size_t)N * C;
+    char tag[96];
+    snprintf(tag, sizeof tag, "dropout %s N=%d C=%d T=%d tok0=%lld p=%.1f", llm4d_ftype_name(t), N, C, T,
+             (long long)tok0, p);
+    float *x = frand(n, 1.0f), *res = frand(n, 1.0f), *g0 = frand(n, 1.0f);
+    void *hres = host_t(res, n, t), *hdy = host_t(x, n, t), *ha = host_t(NULL, n, t), *hb = host_t(NULL, n, t);
+    float *gx = up(x, n), *gf = up(g0, n);
+    void *gres = up_t(res, n, t), *gdy = up_t(x, n, t), *ga = up_t(NULL, n, t), *gb = up_t(NULL, n, t);
+    R->dropout_forward(R, llm4d_t(ha, t), C32(x), N, C, &d);
+    G->dropout_forward(G, llm4d_t(ga, t), C32(gx), N, C, &gd);
+    float *r = widen(ha, n, t), *h = got_t(ga, n, t);
+    check(same_bits(h, r, n), "%s: forward of an fp32 input, ref's bits", tag);
+    free(r), free(h);
+    R->dropout_add_forward(R, llm4d_t(ha, t), llm4d_ct(hres, t), C32(x), N, C, &d);
+    G->dropout_add_forward(G, llm4d_t(ga, t), llm4d_ct(gres, t), C32(gx), N, C, &gd);
+    char what[160];
+    r = widen(ha, n, t), h = got_t(ga, n, t);
+    snprintf(what, sizeof what, "%s: residual add of an fp32 x", tag), cmp_t(what, h, r, n, 1e-6, t);
+    free(r), free(h);
+    float *rf = fdup(g0, n);
+    R->dropout_backward(R, T32(rf), llm4d_ct(hdy, t), N, C, &d);
+    G->dropout_backward(G, T32(gf), llm4d_ct(gdy, t), N, C, &gd);
+    h = got(gf, n);
+    snprintf(what, sizeof what, "%s: backward into fp32 (added)", tag), cmp(what, h, rf, n, 1e-6);
+    free(h);
+    void *hacc = host_t(g0, n, t), *gacc = up_t(g0, n, t);
+    R->dropout_backward(R, llm4d_t(hacc, t), llm4d_ct(hdy, t), N, C, &d);
+    G->dropout_backward(G, llm4d_t(gacc, t), llm4d_ct(gdy, t), N, C, &gd);
+    r = widen(hacc, n, t), h = got_t(gacc, n, t);
+    snprintf(what, sizeof what, "%s: backward into %s (added, rounded once)", tag, llm4d_ftype_name(t));
+    cmp_t(what, h, r, n, 1e-6, t);
+    free(r), free(h);
+    R->dropout_add_backward(R, llm4d_t(ha, t), llm4d_t(hb, t), llm4d_ct(hdy, t), N, C, &d);
+    G->dropout_add_backward(G, llm4d_t(ga, t), llm4d_t(gb, t), llm4d_ct(gdy, t), N, C, &gd);
+    float *r2 = widen(hb, n, t), *h2 = got_t(gb, n, t);
+    r = widen(ha, n, t), h = got_t(ga, n, t);
+    check(same_bits(h, r, n) && same_bits(h2, r2, n), "%s: residual backward, dres and dx are ref's bits", tag);
+    free(r), free(h), free(r2), free(h2), free(x), free(res), free(g0), free(rf), free(hres), free(hdy), free(ha);
+    free(hb), free(hacc);
+    dfree((void *)gd.sample_ids, sizeof sids), dfree(gx, n * 4), dfree(gf, n * 4), dfree_t(gres, n, t);
+    dfree_t(gdy, n, t), dfree_t(ga, n, t), dfree_t(gb, n, t), dfree_t(gacc, n, t);
+}
+
+/* The loss over vocabulary blocks (merge) of a padded vocabulary of logits of type t (the LM head's output), then its
+ * gradient: in fp32 beside the logits, and written in t over them (the model's). The statistics and losses of the
+ * same values within the fp32 tolerance, a 16-bit gradient within one ulp more. */
+static void test_xent(int N, int Vp, int V, int blocks, llm4d_ftype t) {
+    const size_t n = (size_t)N * Vp, es = llm4d_ftype_size(t);
+    char tag[96], what[192];
+    snprintf(tag, sizeof tag, "cross-entropy of %s logits N=%d V=%d/%d in %d blocks", llm4d_ftype_name(t), N, V, Vp,
+             blocks);
     float *l = frand(n, 3.0f), *dloss = frand(N, 1.0f);
     int32_t *tg = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) tg[i] = (int32_t)((i * 7u + 3u) % (unsigned)V);
-    float *gl = up(l, n), *gdl = up(dloss, N), *gs = up(NULL, 3 * (size_t)N), *gloss = up(NULL, N);
+    void *rl = host_t(l, n, t), *gl = up_t(l, n, t);
+    float *gdl = up(dloss, N), *gs = up(NULL, 3 * (size_t)N), *gloss = up(NULL, N), *gd32 = up(NULL, n);
     int32_t *gtg = up_bytes(tg, sizeof(int32_t) * N);
-    float *rs = falloc(3 * (size_t)N), *rloss = falloc(N), *rl = fdup(l, n);
+    float *rs = falloc(3 * (size_t)N), *rloss = falloc(N), *rd32 = falloc(n);
     const int w = (Vp + blocks - 1) / blocks;
     /* each block's columns are a separate [N, w] matrix: the model's vocabulary blocks are */
-    float *blk = falloc((size_t)N * w), *gblk = up(NULL, (size_t)N * w);
+    char *blk = host_t(NULL, (size_t)N * w, t);
+    void *gblk = up_t(NULL, (size_t)N * w, t);
     for (int k = 0, v0 = 0; v0 < Vp; k++, v0 += w) {
-        const int Vl = Vp - v0 < w ? Vp - v0 : w;
-        for (int i = 0; i < N; i++) memcpy(blk + (size_t)i * Vl, l + (size_t)i * Vp + v0, (size_t)Vl * 4);
-        G->copy_async(G, gblk, blk, (size_t)N * Vl * 4, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
-        R->xent_forward(R, rs, blk, tg, N, Vl, v0, V, k > 0);
-        G->xent_forward(G, gs, gblk, gtg, N, Vl, v0, V, k > 0);
+        const size_t Vl = (size_t)(Vp - v0 < w ? Vp - v0 : w);
+        for (int i = 0; i < N; i++) memcpy(blk + i * Vl * es, (char *)rl + ((size_t)i * Vp + v0) * es, Vl * es);
+        G->copy_async(G, gblk, blk, N * Vl * es, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+        R->xent_forward(R, rs, llm4d_ct(blk, t), tg, N, (int)Vl, v0, V, k > 0);
+        G->xent_forward(G, gs, llm4d_ct(gblk, t), gtg, N, (int)Vl, v0, V, k > 0);
     }
     float *hs = got(gs, 3 * (size_t)N);
-    cmp("cross-entropy statistics merged over blocks", hs, rs, 3 * (size_t)N, TOL);
+    snprintf(what, sizeof what, "%s: statistics merged over blocks", tag), cmp(what, hs, rs, 3 * (size_t)N, TOL);
     float gmax_h[64];
     for (int i = 0; i < N && i < 64; i++) gmax_h[i] = rs[i] + 0.5f;
     float *gmax = up(gmax_h, N);
     R->xent_rescale(R, rs, gmax_h, N), G->xent_rescale(G, gs, gmax, N);
     free(hs), hs = got(gs, 3 * (size_t)N);
-    cmp("cross-entropy rescaled to a larger max", hs, rs, 3 * (size_t)N, TOL);
-    R->xent_backward(R, rloss, rl, rl, rs, tg, dloss, N, Vp, 0, V);
-    G->xent_backward(G, gloss, gl, gl, gs, gtg, gdl, N, Vp, 0, V);
-    float *hl = got(gloss, N), *hd = got(gl, n);
-    cmp("cross-entropy losses", hl, rloss, N, TOL), cmp("cross-entropy dlogits (written over the logits)", hd, rl, n, TOL);
-    free(l), free(dloss), free(tg), free(rs), free(rloss), free(rl), free(blk), free(hs), free(hl), free(hd);
-    dfree(gl, n * 4), dfree(gdl, N * 4), dfree(gs, 12 * (size_t)N), dfree(gloss, N * 4), dfree(gtg, N * 4);
-    dfree(gblk, (size_t)N * w * 4), dfree(gmax, N * 4);
+    snprintf(what, sizeof what, "%s: rescaled to a larger max", tag), cmp(what, hs, rs, 3 * (size_t)N, TOL);
+    R->xent_backward(R, NULL, T32(rd32), llm4d_ct(rl, t), rs, tg, dloss, N, Vp, 0, V);
+    G->xent_backward(G, NULL, T32(gd32), llm4d_ct(gl, t), gs, gtg, gdl, N, Vp, 0, V);
+    float *h = got(gd32, n);
+    snprintf(what, sizeof what, "%s: fp32 dlogits", tag), cmp(what, h, rd32, n, TOL);
+    free(h);
+    R->xent_backward(R, rloss, llm4d_t(rl, t), llm4d_ct(rl, t), rs, tg, dloss, N, Vp, 0, V);
+    G->xent_backward(G, gloss, llm4d_t(gl, t), llm4d_ct(gl, t), gs, gtg, gdl, N, Vp, 0, V);
+    float *hloss = got(gloss, N), *r = widen(rl, n, t);
+    h = got_t(gl, n, t);
+    snprintf(what, sizeof what, "%s: losses", tag), cmp(what, hloss, rloss, N, TOL);
+    snprintf(what, sizeof what, "%s: dlogits written over the logits", tag), cmp_t(what, h, r, n, TOL, t);
+    free(l), free(dloss), free(tg), free(rl), free(rs), free(rloss), free(rd32), free(blk), free(hs), free(h);
+    free(hloss), free(r);
+    dfree_t(gl, n, t), dfree(gdl, N * 4), dfree(gs, 12 * (size_t)N), dfree(gloss, N * 4), dfree(gd32, n * 4);
+    dfree(gtg, sizeof(int32_t) * N), dfree_t(gblk, (size_t)N * w, t), dfree(gmax, N * 4);
+}
+
+/* y = x w^T on the GPU, fp32 */
+static void linear_into(float *y, const float *x, const float *w, int N, int C, int OC) {
+    G->linear_forward(G, T32(y), C32(x), w, NULL, N, C, OC);
 }
 
 /* AdamW against ref; then its bf16 copies: in one flat range holding nw weights used by linear layers, the copies
@@ -236,7 +544,7 @@ static void test_adamw(int nw) {
     float *gy = up(NULL, (size_t)N * OC * nw);
     llm4d_err err = {0};
     G->set_precision(G, LLM4D_PREC_BF16, &err);
-    for (int k = 0; k < nw; k++) G->linear_forward(G, gy + (size_t)k * N * OC, gx, gp + k * per, NULL, N, C, OC);
+    for (int k = 0; k < nw; k++) linear_into(gy + (size_t)k * N * OC, gx, gp + k * per, N, C, OC);
     G->weights_changed(G, NULL, 0); /* as the trainer says before an update: AdamW's pass makes them valid again */
     R->adamw(R, p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f, 1);
     G->adamw(G, gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f, 1);
@@ -245,10 +553,10 @@ static void test_adamw(int nw) {
     int zero = 1;
     for (size_t i = 0; i < n; i++) zero &= hg[i] == 0.0f;
     check(zero, "adamw zeroed the gradients in its pass");
-    for (int k = 0; k < nw; k++) G->linear_forward(G, gy + (size_t)k * N * OC, gx, gp + k * per, NULL, N, C, OC);
+    for (int k = 0; k < nw; k++) linear_into(gy + (size_t)k * N * OC, gx, gp + k * per, N, C, OC);
     float *y1 = got(gy, (size_t)N * OC * nw);
     G->weights_changed(G, NULL, 0);
-    for (int k = 0; k < nw; k++) G->linear_forward(G, gy + (size_t)k * N * OC, gx, gp + k * per, NULL, N, C, OC);
+    for (int k = 0; k < nw; k++) linear_into(gy + (size_t)k * N * OC, gx, gp + k * per, N, C, OC);
     float *y2 = got(gy, (size_t)N * OC * nw);
     check(same_bits(y1, y2, (size_t)N * OC * nw), "adamw over %d weights with bf16 copies: the copies it wrote equal "
           "a fresh conversion (the GEMMs agree bit for bit)", nw);
@@ -354,49 +662,88 @@ static void test_small_ops(void) {
     dfree(ga, n * 4), dfree(gb, n * 4), dfree(z, n * 4);
 }
 
-/* The operand conversion on its own (the linear layers' shapes all take its four-wide path): lengths that leave a
- * tail, and src and dst one element off 16-byte alignment (the scalar path), each against a conversion on the host
- * (bf16 and fp16 bit for bit; GELU's fp32 values against the fp32 path's, which the linear tests check). */
+/* The conversion kernel on its own (the linear layers' shapes all take its four-wide paths), from each type: lengths
+ * that leave a tail, and src and dst one element off alignment (the scalar path), each against a conversion on the
+ * host: widening exact, rounding to bf16 and fp16 bit for bit the host's (GELU's fp32 values: the kernel's own fp32
+ * output, which the linear tests check). Then the backend's convert against ref's, bit for bit. */
 static void test_convert(void) {
     const size_t ns[5] = {1, 3, 6, 1029, 262147};
-    const int fmts[3] = {LLM4D_CUDA_F32, LLM4D_CUDA_BF16, LLM4D_CUDA_F16};
+    const llm4d_ftype ts[3] = {LLM4D_F32, LLM4D_BF16, LLM4D_F16};
     for (int in = 0; in < 5; in++)
         for (int off = 0; off < 2; off++)
-            for (int act = 0; act < 2; act++) {
-                const size_t n = ns[in];
-                float *x = frand(n + 1, 3.0f);
-                float *gx = up(x, n + 1), *gf = up(NULL, n + 1), *g16 = up(NULL, n / 2 + 2);
-                cudaDeviceSynchronize(); /* the uploads ran on the backend's stream */
-                float *want = NULL;
-                for (int f = 0; f < 3; f++) {
-                    void *dst = fmts[f] == LLM4D_CUDA_F32 ? (void *)(gf + off) : (void *)((uint16_t *)g16 + off);
-                    llm4d_k_convert(0, dst, fmts[f], gx + off, n, act ? LLM4D_ACT_GELU : LLM4D_ACT_NONE);
+            for (int act = 0; act < 2; act++)
+                for (int st = 0; st < 3; st++) {
+                    const size_t n = ns[in], es = llm4d_ftype_size(ts[st]);
+                    const llm4d_act a = act ? LLM4D_ACT_GELU : LLM4D_ACT_NONE;
+                    float *x = frand(n + 1, 3.0f);
+                    void *hx = host_t(x, n + 1, ts[st]), *gx = up_t(x, n + 1, ts[st]);
+                    float *xs = widen(hx, n + 1, ts[st]), *gf = up(NULL, n + 1);
+                    uint16_t *g16 = (uint16_t *)up(NULL, n / 2 + 2);
+                    const llm4d_ctensor src = llm4d_ct((char *)gx + off * es, ts[st]);
+                    cudaDeviceSynchronize(); /* the uploads ran on the backend's stream */
+                    llm4d_k_convert(0, T32(gf + off), src, n, a);
                     check(cudaDeviceSynchronize() == cudaSuccess, "convert n=%zu: the kernels ran", n);
-                    if (fmts[f] == LLM4D_CUDA_F32) {
-                        want = got(gf, n + 1);
-                        if (!act) check(same_bits(want + off, x + off, n), "convert fp32 n=%zu off=%d: a copy", n, off);
-                        continue;
-                    }
-                    uint16_t *h = (uint16_t *)got(g16, n / 2 + 2);
-                    size_t bad = 0;
-                    for (size_t i = 0; i < n; i++) {
-                        const float v = want[off + i];
-                        uint16_t r;
-                        if (fmts[f] == LLM4D_CUDA_BF16) {
-                            r = llm4d_bf16_from_f32(v);
-                        } else {
-                            const _Float16 hv = (_Float16)v;
-                            memcpy(&r, &hv, 2);
+                    float *want = got(gf, n + 1);
+                    if (!act)
+                        check(same_bits(want + off, xs + off, n), "convert %s -> fp32 n=%zu off=%d: exact",
+                              llm4d_ftype_name(ts[st]), n, off);
+                    for (int dt = 1; dt < 3; dt++) {
+                        llm4d_k_convert(0, llm4d_t(g16 + off, ts[dt]), src, n, a);
+                        check(cudaDeviceSynchronize() == cudaSuccess, "convert n=%zu: the kernels ran", n);
+                        uint16_t *h = (uint16_t *)got(g16, n / 2 + 2);
+                        size_t bad = 0;
+                        for (size_t i = 0; i < n; i++) {
+                            uint16_t r[2] = {0, 0}; /* room for what the setter's fp32 branch could store */
+                            llm4d_ftype_set(llm4d_t(r, ts[dt]), 0, want[off + i]);
+                            bad += h[off + i] != r[0];
                         }
-                        bad += h[off + i] != r;
+                        check(bad == 0, "convert %s -> %s n=%zu off=%d%s: %zu of %zu differ from the host's rounding",
+                              llm4d_ftype_name(ts[st]), llm4d_ftype_name(ts[dt]), n, off, act ? " through GELU" : "",
+                              bad, n);
+                        free(h);
                     }
-                    check(bad == 0, "convert %s n=%zu off=%d%s: %zu of %zu differ from the host's rounding",
-                          fmts[f] == LLM4D_CUDA_BF16 ? "bf16" : "fp16", n, off, act ? " through GELU" : "", bad, n);
-                    free(h);
+                    free(x), free(hx), free(xs), free(want);
+                    dfree(gx, (n + 1) * es), dfree(gf, (n + 1) * 4), dfree(g16, (n / 2 + 2) * 4);
                 }
-                free(x), free(want);
-                dfree(gx, (n + 1) * 4), dfree(gf, (n + 1) * 4), dfree(g16, (n / 2 + 2) * 4);
-            }
+    /* the method, between every pair of types */
+    const size_t n = 1029;
+    float *x = frand(n, 3.0f);
+    int same = 1;
+    for (int st = 0; st < 3; st++)
+        for (int dt = 0; dt < 3; dt++) {
+            void *hx = host_t(x, n, ts[st]), *hy = host_t(NULL, n, ts[dt]), *gx = up_t(x, n, ts[st]);
+            void *gy = up_t(NULL, n, ts[dt]);
+            R->convert(R, llm4d_t(hy, ts[dt]), llm4d_ct(hx, ts[st]), n);
+            G->convert(G, llm4d_t(gy, ts[dt]), llm4d_ct(gx, ts[st]), n);
+            float *r = widen(hy, n, ts[dt]), *h = got_t(gy, n, ts[dt]);
+            same &= same_bits(h, r, n);
+            free(hx), free(hy), free(r), free(h), dfree_t(gx, n, ts[st]), dfree_t(gy, n, ts[dt]);
+        }
+    check(same, "convert between every pair of fp32, bf16 and fp16: ref's bits");
+    free(x);
+}
+
+/* A GEMM's fp32 result stored into a 16-bit output: src + bias, or the old value + src, in fp32, rounded once */
+static void test_store_rows(int N, int C, llm4d_ftype t) {
+    const size_t n = (size_t)N * C;
+    float *src = frand(n, 2.0f), *b = frand(C, 1.0f), *old = frand(n, 2.0f);
+    float *gsrc = up(src, n), *gbias = up(b, C);
+    int ok = 1;
+    for (int mode = 0; mode < 3; mode++) { /* 0: src, 1: src + b, 2: old + src */
+        void *gd = up_t(old, n, t), *hold = host_t(old, n, t);
+        llm4d_k_store_rows(gstream(), llm4d_t(gd, t), gsrc, mode == 1 ? gbias : NULL, N, C, mode == 2);
+        float *h = got_t(gd, n, t), *o = widen(hold, n, t);
+        for (size_t i = 0; i < n; i++) {
+            float v = src[i];
+            if (mode == 1) v += b[i % C];
+            if (mode == 2) v = o[i] + v;
+            ok &= h[i] == llm4d_ftype_round(t, v);
+        }
+        free(h), free(o), free(hold), dfree_t(gd, n, t);
+    }
+    check(ok, "a GEMM's fp32 result stored in %s N=%d C=%d (as it is, with a bias, added): rounded once, the host's "
+          "bits", llm4d_ftype_name(t), N, C);
+    free(src), free(b), free(old), dfree(gsrc, n * 4), dfree(gbias, C * 4);
 }
 
 int main(void) {
@@ -404,20 +751,32 @@ int main(void) {
     test_linear(7, 12, 5, 1, LLM4D_ACT_NONE);
     test_linear(64, 96, 288, 1, LLM4D_ACT_GELU);
     test_linear(130, 200, 72, 0, LLM4D_ACT_NONE);
+    for (size_t k = 0; k < sizeof LIN_CASES / sizeof LIN_CASES[0]; k++) {
+        test_linear_typed(64, 96, 288, 1, LLM4D_ACT_GELU, &LIN_CASES[k]);
+        test_linear_typed(7, 12, 5, 1, LLM4D_ACT_NONE, &LIN_CASES[k]);
+        test_linear_typed(130, 200, 72, 0, LLM4D_ACT_NONE, &LIN_CASES[k]);
+    }
     test_embeddings(50, 24, 37, 3, 16, 5);
     test_embeddings(300, 70, 1000, 1, 64, 0);
     test_layernorm_gelu_bias(33, 50);
     test_layernorm_gelu_bias(256, 768);
+    const llm4d_ftype ta[3] = {LLM4D_BF16, LLM4D_BF16, LLM4D_F16}, tb[3] = {LLM4D_BF16, LLM4D_F32, LLM4D_F16};
+    for (int k = 0; k < 3; k++) test_elem_typed(33, 50, ta[k], tb[k]), test_elem_typed(256, 768, ta[k], tb[k]);
     test_dropout(24, 20, 8, 0, 0.1f);
     test_dropout(13, 7, 5, 9, 0.5f);
     test_dropout(40, 64, 16, 3, 0.0f);
-    test_xent(17, 530, 500, 3);
-    test_xent(64, 2048, 2000, 1);
+    test_dropout_typed(24, 20, 8, 0, 0.1f, LLM4D_BF16);
+    test_dropout_typed(13, 7, 5, 9, 0.5f, LLM4D_BF16);
+    test_dropout_typed(24, 20, 8, 0, 0.1f, LLM4D_F16);
+    test_dropout_typed(13, 7, 5, 9, 0.5f, LLM4D_F16);
+    for (int t = 0; t < LLM4D_NFTYPES; t++) test_xent(17, 530, 500, 3, (llm4d_ftype)t);
+    test_xent(64, 2048, 2000, 1, LLM4D_F32), test_xent(64, 2048, 2000, 1, LLM4D_BF16);
     test_adamw(3);
     test_adamw(45); /* more copies than one launch carries */
     test_reductions();
     test_small_ops();
     test_convert();
+    test_store_rows(7, 5, LLM4D_BF16), test_store_rows(64, 96, LLM4D_BF16), test_store_rows(64, 96, LLM4D_F16);
     llm4d_work_stats ws;
     G->work_stats(G, &ws);
     int all = 1;

@@ -87,7 +87,7 @@ typedef struct {
 
 static double linear_obj(void *p) {
     linear_ctx *c = p;
-    c->be->linear_forward(c->be, c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+    c->be->linear_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->inp), c->w, c->b, c->N, c->C, c->OC);
     return dot(c->out, c->R, (size_t)c->N * c->OC);
 }
 
@@ -96,7 +96,8 @@ static void test_linear(llm4d_backend *be) {
     c.inp = frand((size_t)c.N * c.C, 1.0f), c.w = frand((size_t)c.OC * c.C, 0.5f), c.b = frand(c.OC, 0.5f);
     c.out = falloc((size_t)c.N * c.OC), c.R = frand((size_t)c.N * c.OC, 1.0f);
     float *dinp = falloc((size_t)c.N * c.C), *dw = falloc((size_t)c.OC * c.C), *db = falloc(c.OC);
-    be->linear_backward(be, dinp, LLM4D_WRITE, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
+    be->linear_backward(be, llm4d_t32(dinp), LLM4D_WRITE, dw, db, llm4d_ct32(c.R), llm4d_ct32(c.inp), c.w, c.N, c.C,
+                        c.OC);
     gradcheck("linear dinp", c.inp, (size_t)c.N * c.C, dinp, linear_obj, &c);
     gradcheck("linear dw", c.w, (size_t)c.OC * c.C, dw, linear_obj, &c);
     gradcheck("linear db", c.b, c.OC, db, linear_obj, &c);
@@ -151,7 +152,7 @@ typedef struct {
 
 static double ln_obj(void *p) {
     ln_ctx *c = p;
-    c->be->layernorm_forward(c->be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    c->be->layernorm_forward(c->be, llm4d_t32(c->out), c->mean, c->rstd, llm4d_ct32(c->x), c->w, c->b, c->N, c->C);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -163,7 +164,7 @@ static void test_layernorm(llm4d_backend *be) {
     c.out = falloc(n), c.mean = falloc(c.N), c.rstd = falloc(c.N), c.R = frand(n, 1.0f);
     ln_obj(&c);
     float *dx = falloc(n), *dw = falloc(c.C), *db = falloc(c.C);
-    be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, c.N, c.C);
+    be->layernorm_backward(be, llm4d_t32(dx), dw, db, llm4d_ct32(c.R), llm4d_ct32(c.x), c.w, c.mean, c.rstd, c.N, c.C);
     gradcheck("layernorm dinp", c.x, n, dx, ln_obj, &c);
     gradcheck("layernorm dw", c.w, c.C, dw, ln_obj, &c);
     gradcheck("layernorm db", c.b, c.C, db, ln_obj, &c);
@@ -178,7 +179,7 @@ typedef struct {
 
 static double gelu_obj(void *p) {
     gelu_ctx *c = p;
-    c->be->gelu_forward(c->be, c->out, c->x, c->n);
+    c->be->gelu_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->x), c->n);
     return dot(c->out, c->R, c->n);
 }
 
@@ -186,7 +187,7 @@ static void test_gelu(llm4d_backend *be) {
     gelu_ctx c = {be, 40, NULL, NULL, NULL};
     c.x = frand(c.n, 2.0f), c.out = falloc(c.n), c.R = frand(c.n, 1.0f);
     float *dx = falloc(c.n);
-    be->gelu_backward(be, dx, c.x, c.R, c.n);
+    be->gelu_backward(be, llm4d_t32(dx), llm4d_ct32(c.x), llm4d_ct32(c.R), c.n);
     gradcheck("gelu dinp", c.x, c.n, dx, gelu_obj, &c);
     free(c.x), free(c.out), free(c.R), free(dx);
 }
@@ -200,7 +201,7 @@ typedef struct {
 
 static double att_obj(void *p) {
     att_ctx *c = p;
-    c->be->attention_forward(c->be, c->out, c->lse, c->qkv, c->s, c->drop);
+    c->be->attention_forward(c->be, llm4d_t32(c->out), c->lse, llm4d_ct32(c->qkv), c->s, c->drop);
     return dot(c->out, c->R, (size_t)c->s.B * c->s.T * c->s.NH * c->s.HS);
 }
 
@@ -214,7 +215,7 @@ static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_
     c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.lse = falloc(nlse), c.R = frand(nout, 1.0f);
     att_obj(&c);
     float *dqkv = falloc(nqkv);
-    be->attention_backward(be, dqkv, c.R, c.out, c.qkv, c.lse, s, &drop);
+    be->attention_backward(be, llm4d_t32(dqkv), llm4d_ct32(c.R), llm4d_ct32(c.out), llm4d_ct32(c.qkv), c.lse, s, &drop);
     char what[128];
     snprintf(what, sizeof what, "%s attention dqkv (B=%d T=%d NH=%d HS=%d, p=%.1f)", be->name, s.B, s.T, s.NH, s.HS,
              p);
@@ -231,8 +232,9 @@ typedef struct {
 
 static double ce_obj(void *p) {
     ce_ctx *c = p;
-    c->be->xent_forward(c->be, c->stats, c->logits, c->tg, c->N, c->Vp, 0, c->V, 0);
-    c->be->xent_backward(c->be, c->losses, NULL, c->logits, c->stats, c->tg, NULL, c->N, c->Vp, 0, c->V);
+    c->be->xent_forward(c->be, c->stats, llm4d_ct32(c->logits), c->tg, c->N, c->Vp, 0, c->V, 0);
+    c->be->xent_backward(c->be, c->losses, llm4d_t32(NULL), llm4d_ct32(c->logits), c->stats, c->tg, NULL, c->N, c->Vp,
+                         0, c->V);
     return dot(c->losses, c->w, c->N);
 }
 
@@ -244,8 +246,8 @@ static void test_crossentropy(llm4d_backend *be) {
     float wv[4] = {0.25f, 0.0f, 0.5f, 1.0f / 3.0f}; /* a loss mask / count, one row masked out */
     memcpy(c.w, wv, sizeof wv);
     float *dl = falloc(n);
-    be->xent_forward(be, c.stats, c.logits, tg, c.N, c.Vp, 0, c.V, 0);
-    be->xent_backward(be, c.losses, dl, c.logits, c.stats, tg, c.w, c.N, c.Vp, 0, c.V);
+    be->xent_forward(be, c.stats, llm4d_ct32(c.logits), tg, c.N, c.Vp, 0, c.V, 0);
+    be->xent_backward(be, c.losses, llm4d_t32(dl), llm4d_ct32(c.logits), c.stats, tg, c.w, c.N, c.Vp, 0, c.V);
     gradcheck("crossentropy dlogits (Vp > V, weighted rows)", c.logits, n, dl, ce_obj, &c);
     int pad = 1, masked = 1;
     for (int i = 0; i < c.N; i++)
@@ -266,9 +268,9 @@ typedef struct {
 static double drop_obj(void *p) {
     drop_ctx *c = p;
     if (c->add)
-        c->be->dropout_add_forward(c->be, c->out, c->res, c->x, c->N, c->C, c->drop);
+        c->be->dropout_add_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->res), llm4d_ct32(c->x), c->N, c->C, c->drop);
     else
-        c->be->dropout_forward(c->be, c->out, c->x, c->N, c->C, c->drop);
+        c->be->dropout_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->x), c->N, c->C, c->drop);
     return dot(c->out, c->R, (size_t)c->N * c->C);
 }
 
@@ -280,9 +282,9 @@ static void test_dropout(llm4d_backend *be, int add, float p) {
     c.res = frand(n, 1.0f), c.x = frand(n, 1.0f), c.out = falloc(n), c.R = frand(n, 1.0f);
     float *dres = falloc(n), *dx = falloc(n);
     if (add)
-        be->dropout_add_backward(be, dres, dx, c.R, c.N, c.C, &drop);
+        be->dropout_add_backward(be, llm4d_t32(dres), llm4d_t32(dx), llm4d_ct32(c.R), c.N, c.C, &drop);
     else
-        be->dropout_backward(be, dx, c.R, c.N, c.C, &drop);
+        be->dropout_backward(be, llm4d_t32(dx), llm4d_ct32(c.R), c.N, c.C, &drop);
     char what[96];
     snprintf(what, sizeof what, "%s dx (p=%.1f)", add ? "dropout_add" : "dropout", p);
     gradcheck(what, c.x, n, dx, drop_obj, &c);

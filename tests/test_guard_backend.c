@@ -3,10 +3,12 @@
  *   - the host reading a tensor (device memory) outside a backend call dies of SIGSEGV, and the guard's handler
  *     printed the faulting address and a stack;
  *   - the host writing one dies the same way;
- *   - a kernel given a host pointer (not device, not pinned memory) is refused by name and aborts;
+ *   - a kernel given a host pointer (not device, not pinned memory) is refused by name and aborts, a typed tensor's
+ *     pointer as well;
  *   - a D2H copy whose host side is device memory aborts.
  * And what is allowed works: kernels and copies on device memory, the host on pinned memory, a copy's pageable host
- * side, memory freed and allocated again reads as zeros, and the values computed equal the cpu backend's. */
+ * side, memory freed and allocated again reads as zeros, and the values computed (fp32 and a conversion to bf16)
+ * equal the cpu backend's. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +63,12 @@ static void kernel_gets_host_memory(llm4d_backend *be) {
     be->add(be, dev, host, 64);
 }
 
+static void typed_kernel_gets_host_memory(llm4d_backend *be) {
+    uint16_t *dev = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 64 * sizeof(uint16_t));
+    static float host[64];
+    be->convert(be, llm4d_t(dev, LLM4D_BF16), llm4d_ct32(host), 64);
+}
+
 static void d2h_into_device(llm4d_backend *be) {
     float *a = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256), *b = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256);
     be->copy_async(be, b, a, 256, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
@@ -93,6 +101,8 @@ int main(void) {
          "the host reading a tensor dies of SIGSEGV, with a stack"},
         {host_writes, SIGSEGV, "segmentation fault at address", "the host writing a tensor dies of SIGSEGV"},
         {kernel_gets_host_memory, SIGABRT, "add was given", "a kernel given host memory is refused by name"},
+        {typed_kernel_gets_host_memory, SIGABRT, "convert was given",
+         "a kernel given host memory in a typed tensor is refused by name"},
         {d2h_into_device, SIGABRT, "D2H with device memory on the host side", "a D2H copy into device memory aborts"},
         {nothing_forbidden, 0, "", "kernels on device and pinned memory, the host on pinned memory: no fault"},
     };
@@ -111,13 +121,13 @@ int main(void) {
     for (int i = 0; i < N * C; i++) st = st * 1664525u + 1013904223u, x[i] = (float)(st >> 8) / 16777216.0f - 0.5f;
     for (int i = 0; i < OC * C; i++) st = st * 1664525u + 1013904223u, w[i] = (float)(st >> 8) / 16777216.0f - 0.5f;
     for (int i = 0; i < OC; i++) b[i] = 0.01f * (float)i;
-    cpu->linear_forward(cpu, y_cpu, x, w, b, N, C, OC);
+    cpu->linear_forward(cpu, llm4d_t32(y_cpu), llm4d_ct32(x), w, b, N, C, OC);
     float *dx = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof x), *dw = g->alloc(g, &mem, LLM4D_MEM_PARAMS, sizeof w);
     float *db = g->alloc(g, &mem, LLM4D_MEM_PARAMS, sizeof b), *dy = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);
     g->copy_async(g, dx, x, sizeof x, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
     g->copy_async(g, dw, w, sizeof w, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
     g->copy_async(g, db, b, sizeof b, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
-    g->linear_forward(g, dy, dx, dw, db, N, C, OC);
+    g->linear_forward(g, llm4d_t32(dy), llm4d_ct32(dx), dw, db, N, C, OC);
     g->copy_async(g, y_g, dy, sizeof y_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
     check(&T, !memcmp(y_cpu, y_g, sizeof y_g), "a linear layer on the guard equals the cpu backend's, bit for bit", "");
     const double s_cpu = cpu->sumsq(cpu, y_cpu, N * OC), s_g = g->sumsq(g, dy, N * OC);
@@ -128,6 +138,14 @@ int main(void) {
     snprintf(detail, sizeof detail, "%.17g %.17g %.17g", s_cpu, s_g, each[0]);
     check(&T, s_cpu == s_g && each[0] == s_g && s_many == each[0] + each[1] && each[1] == g->sumsq(g, dx, N * C),
           "sumsq and the fused sumsq_many read back the cpu backend's sums", detail);
+    /* a typed kernel: the layer's output rounded to bf16 */
+    uint16_t h_cpu[N * OC], h_g[N * OC];
+    uint16_t *dh = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof h_g);
+    cpu->convert(cpu, llm4d_t(h_cpu, LLM4D_BF16), llm4d_ct32(y_cpu), N * OC);
+    g->convert(g, llm4d_t(dh, LLM4D_BF16), llm4d_ct32(dy), N * OC);
+    g->copy_async(g, h_g, dh, sizeof h_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    check(&T, !memcmp(h_cpu, h_g, sizeof h_g), "a conversion to bf16 on the guard equals the cpu backend's", "");
+    g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dh, sizeof h_g);
     /* freed and allocated again: zeros, as alloc promises */
     g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dy, sizeof y_g);
     float *again = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);

@@ -11,7 +11,9 @@
  * where its tails are a tiny sech^2 times a large polynomial. AdamW is checked against a double-precision loop,
  * and sumsq must be bit-identical with 1 and 2 threads. Tolerances: fp32 vs the double-accumulating
  * reference, normwise max|a-b|/max|b| <= 1e-5 (observed errors are ~1e-7); the attention with bf16 / fp16
- * GEMM operands against per-element bounds derived from the formats (test_attention_lowp). */
+ * GEMM operands against per-element bounds derived from the formats (test_attention_lowp, attn_bound.h). Every
+ * tensor here is fp32; the kernels' 16-bit tensors (backend/tensor.h) are test_kernels16.c's and
+ * test_kernels16_gemm.c's. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include "backend/cpu_dnnl.h"
 #include "core/bf16.h"
 #include "core/rng.h"
+#include "attn_bound.h"
 #include "check.h"
 
 
@@ -89,14 +92,16 @@ static void cmp_overwrites(const char *what, const float *g1, const float *g2, s
  * for LLM4D_ACT_NONE). */
 static void lin_fwd(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w, const float *b,
                     int N, int C, int OC) {
-    if (act == LLM4D_ACT_NONE) be->linear_forward(be, out, inp, w, b, N, C, OC);
-    else be->linear_forward_act(be, out, inp, act, w, b, N, C, OC);
+    if (act == LLM4D_ACT_NONE) be->linear_forward(be, llm4d_t32(out), llm4d_ct32(inp), w, b, N, C, OC);
+    else be->linear_forward_act(be, llm4d_t32(out), llm4d_ct32(inp), act, w, b, N, C, OC);
 }
 
 static void lin_bwd_store(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db, const float *dout,
                           const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
-    if (act == LLM4D_ACT_NONE) be->linear_backward(be, dinp, st, dw, db, dout, inp, w, N, C, OC);
-    else be->linear_backward_act(be, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
+    if (act == LLM4D_ACT_NONE)
+        be->linear_backward(be, llm4d_t32(dinp), st, dw, db, llm4d_ct32(dout), llm4d_ct32(inp), w, N, C, OC);
+    else
+        be->linear_backward_act(be, llm4d_t32(dinp), st, dw, db, llm4d_ct32(dout), llm4d_ct32(inp), act, w, N, C, OC);
 }
 
 static void lin_bwd(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -218,11 +223,11 @@ static void test_bias(llm4d_backend *cpu, llm4d_backend *ref, int N, int C) {
     ref->bias_forward(ref, o2, b, N, C);
     check(memcmp(o1, o2, sizeof(float) * N * C) == 0, "bias N=%d C=%d forward identical", N, C);
     float *dout = frand((size_t)N * C, 1.0f), *d0 = frand(C, 1.0f), *d1 = fdup(d0, C), *d2 = fdup(d0, C);
-    cpu->bias_backward(cpu, d1, dout, N, C);
-    ref->bias_backward(ref, d2, dout, N, C);
+    cpu->bias_backward(cpu, d1, llm4d_ct32(dout), N, C);
+    ref->bias_backward(ref, d2, llm4d_ct32(dout), N, C);
     cmp("bias backward", d1, d2, C, 1e-6);
     float *d3 = fdup(d1, C);
-    cpu->bias_backward(cpu, d3, dout, N, C);
+    cpu->bias_backward(cpu, d3, llm4d_ct32(dout), N, C);
     cmp_twice("bias db", d0, d1, d3, C);
     const double s1 = cpu->dot(cpu, o1, dout, (size_t)N * C), s2 = ref->dot(ref, o1, dout, (size_t)N * C);
     const double u1 = cpu->dot(cpu, o1, NULL, (size_t)N * C), u2 = ref->dot(ref, o1, NULL, (size_t)N * C);
@@ -236,8 +241,8 @@ static void test_layernorm(llm4d_backend *cpu, llm4d_backend *ref, int N, int C)
     for (size_t i = 0; i < (size_t)N * C; i++) x[i] += 3.0f; /* a non-zero mean */
     float *o1 = falloc((size_t)N * C), *o2 = falloc((size_t)N * C);
     float *m1 = falloc(N), *m2 = falloc(N), *r1 = falloc(N), *r2 = falloc(N);
-    cpu->layernorm_forward(cpu, o1, m1, r1, x, w, b, N, C);
-    ref->layernorm_forward(ref, o2, m2, r2, x, w, b, N, C);
+    cpu->layernorm_forward(cpu, llm4d_t32(o1), m1, r1, llm4d_ct32(x), w, b, N, C);
+    ref->layernorm_forward(ref, llm4d_t32(o2), m2, r2, llm4d_ct32(x), w, b, N, C);
     char what[128];
     snprintf(what, sizeof what, "layernorm N=%d C=%d forward out", N, C);
     cmp(what, o1, o2, (size_t)N * C, TOL);
@@ -247,14 +252,14 @@ static void test_layernorm(llm4d_backend *cpu, llm4d_backend *ref, int N, int C)
     float *dx0 = frand((size_t)N * C, 1.0f), *dw0 = frand(C, 1.0f), *db0 = frand(C, 1.0f);
     float *dx1 = fdup(dx0, (size_t)N * C), *dw1 = fdup(dw0, C), *db1 = fdup(db0, C);
     float *dx2 = fdup(dx0, (size_t)N * C), *dw2 = fdup(dw0, C), *db2 = fdup(db0, C);
-    cpu->layernorm_backward(cpu, dx1, dw1, db1, dout, x, w, m2, r2, N, C);
-    ref->layernorm_backward(ref, dx2, dw2, db2, dout, x, w, m2, r2, N, C);
+    cpu->layernorm_backward(cpu, llm4d_t32(dx1), dw1, db1, llm4d_ct32(dout), llm4d_ct32(x), w, m2, r2, N, C);
+    ref->layernorm_backward(ref, llm4d_t32(dx2), dw2, db2, llm4d_ct32(dout), llm4d_ct32(x), w, m2, r2, N, C);
     snprintf(what, sizeof what, "layernorm N=%d C=%d backward dinp", N, C);
     cmp(what, dx1, dx2, (size_t)N * C, TOL);
     cmp("layernorm backward dw", dw1, dw2, C, TOL);
     cmp("layernorm backward db", db1, db2, C, TOL);
     float *dx3 = fdup(dx1, (size_t)N * C), *dw3 = fdup(dw1, C), *db3 = fdup(db1, C);
-    cpu->layernorm_backward(cpu, dx3, dw3, db3, dout, x, w, m2, r2, N, C);
+    cpu->layernorm_backward(cpu, llm4d_t32(dx3), dw3, db3, llm4d_ct32(dout), llm4d_ct32(x), w, m2, r2, N, C);
     cmp_twice("layernorm dinp", dx0, dx1, dx3, (size_t)N * C);
     cmp_twice("layernorm dw", dw0, dw1, dw3, C);
     cmp_twice("layernorm db", db0, db1, db3, C);
@@ -266,17 +271,17 @@ static void test_layernorm(llm4d_backend *cpu, llm4d_backend *ref, int N, int C)
 static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     float *x = frand(n, 3.0f), *o1 = falloc(n), *o2 = falloc(n);
     x[0] = 0.0f, x[1] = 20.0f, x[2] = -20.0f, x[3] = 1e-8f; /* the clamps and the origin */
-    cpu->gelu_forward(cpu, o1, x, n);
-    ref->gelu_forward(ref, o2, x, n);
+    cpu->gelu_forward(cpu, llm4d_t32(o1), llm4d_ct32(x), n);
+    ref->gelu_forward(ref, llm4d_t32(o2), llm4d_ct32(x), n);
     char what[64];
     snprintf(what, sizeof what, "gelu n=%zu forward", n);
     cmp(what, o1, o2, n, TOL);
     float *dout = frand(n, 1.0f), *d0 = frand(n, 1.0f), *d1 = fdup(d0, n), *d2 = fdup(d0, n);
-    cpu->gelu_backward(cpu, d1, x, dout, n);
-    ref->gelu_backward(ref, d2, x, dout, n);
+    cpu->gelu_backward(cpu, llm4d_t32(d1), llm4d_ct32(x), llm4d_ct32(dout), n);
+    ref->gelu_backward(ref, llm4d_t32(d2), llm4d_ct32(x), llm4d_ct32(dout), n);
     cmp("gelu backward", d1, d2, n, TOL);
     float *d3 = fdup(d1, n);
-    cpu->gelu_backward(cpu, d3, x, dout, n);
+    cpu->gelu_backward(cpu, llm4d_t32(d3), llm4d_ct32(x), llm4d_ct32(dout), n);
     cmp_overwrites("gelu dinp", d1, d3, n);
     free(x), free(o1), free(o2), free(dout), free(d0), free(d1), free(d2), free(d3);
     /* the derivative over [-30, 30] with unit output gradients: in the tails it is the tanh's sech^2 (tiny) times a
@@ -284,8 +289,8 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     const size_t m = 6001;
     float *xt = falloc(m), *g = falloc(m), *t1 = falloc(m), *t2 = falloc(m);
     for (size_t i = 0; i < m; i++) xt[i] = -30.0f + 0.01f * (float)i, g[i] = 1.0f, t1[i] = t2[i] = 0.0f;
-    cpu->gelu_backward(cpu, t1, xt, g, m);
-    ref->gelu_backward(ref, t2, xt, g, m);
+    cpu->gelu_backward(cpu, llm4d_t32(t1), llm4d_ct32(xt), llm4d_ct32(g), m);
+    ref->gelu_backward(ref, llm4d_t32(t2), llm4d_ct32(xt), llm4d_ct32(g), m);
     cmp("gelu derivative on [-30, 30]", t1, t2, m, TOL);
     free(xt), free(g), free(t1), free(t2);
 }
@@ -300,8 +305,8 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, qscale);
     float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *l1 = frand(nlse, 1.0f), *l2 = falloc(nlse);
-    cpu->attention_forward(cpu, o1, l1, qkv, s, &drop);
-    ref->attention_forward(ref, o2, l2, qkv, s, &drop);
+    cpu->attention_forward(cpu, llm4d_t32(o1), l1, llm4d_ct32(qkv), s, &drop);
+    ref->attention_forward(ref, llm4d_t32(o2), l2, llm4d_ct32(qkv), s, &drop);
     char what[256];
     snprintf(what, sizeof what, "%s forward out", tag);
     cmp(what, o1, o2, nout, TOL);
@@ -347,12 +352,12 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
     free(o3);
 
     float *dout = frand(nout, 1.0f), *d0 = frand(nqkv, 1.0f), *d1 = fdup(d0, nqkv), *d2 = fdup(d0, nqkv);
-    cpu->attention_backward(cpu, d1, dout, o1, qkv, l1, s, &drop);
-    ref->attention_backward(ref, d2, dout, o2, qkv, l2, s, &drop);
+    cpu->attention_backward(cpu, llm4d_t32(d1), llm4d_ct32(dout), llm4d_ct32(o1), llm4d_ct32(qkv), l1, s, &drop);
+    ref->attention_backward(ref, llm4d_t32(d2), llm4d_ct32(dout), llm4d_ct32(o2), llm4d_ct32(qkv), l2, s, &drop);
     snprintf(what, sizeof what, "%s backward dqkv", tag);
     cmp(what, d1, d2, nqkv, TOL);
     float *d3 = fdup(d1, nqkv);
-    cpu->attention_backward(cpu, d3, dout, o1, qkv, l1, s, &drop);
+    cpu->attention_backward(cpu, llm4d_t32(d3), llm4d_ct32(dout), llm4d_ct32(o1), llm4d_ct32(qkv), l1, s, &drop);
     snprintf(what, sizeof what, "%s dqkv", tag);
     cmp_overwrites(what, d1, d3, nqkv);
     if (p > 0.0f) {
@@ -364,7 +369,7 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
         llm4d_dropout kept = drop;
         kept.bits = bits;
         float *o4 = falloc(nout), *l4 = falloc(nlse), *d4 = fdup(d0, nqkv);
-        cpu->attention_forward(cpu, o4, l4, qkv, s, &kept);
+        cpu->attention_forward(cpu, llm4d_t32(o4), l4, llm4d_ct32(qkv), s, &kept);
         size_t wrong = 0;
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
@@ -381,7 +386,7 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
               wrong);
         check(memcmp(o4, o1, nout * sizeof(float)) == 0 && memcmp(l4, l1, nlse * sizeof(float)) == 0,
               "%s forward keeping the bits: the same output and lse, bit for bit", tag);
-        cpu->attention_backward(cpu, d4, dout, o1, qkv, l1, s, &kept);
+        cpu->attention_backward(cpu, llm4d_t32(d4), llm4d_ct32(dout), llm4d_ct32(o1), llm4d_ct32(qkv), l1, s, &kept);
         check(memcmp(d4, d1, nqkv * sizeof(float)) == 0, "%s backward reading the bits = drawing the mask again, bit "
               "for bit", tag);
         free(bits), free(o4), free(l4), free(d4);
@@ -390,26 +395,9 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
 }
 
 /* Low-precision attention (bf16 or fp16 GEMM operands) against the fp32 reference, per element, with a bound
- * derived from the format. Rounding to a format with a p-bit significand errs by at most u = 2^-p relative
- * (bf16: p = 8, u = 2^-8; fp16: p = 11, u = 2^-11, plus an absolute 2^-25 where a value falls below fp16's normal
- * range). First-order propagation through the algorithm, err(x) the absolute error of x, computed in double from
- * the exact values of one query row:
- *   S_j = scale q.k_j, q and k rounded:      err(S_j) <= 2u scale sum|q||k_j| <= eS (the row's largest)
- *   P_j = exp(S_j - max)/sum, exp(S_j - lse): err(P_j) <= P_j 2 eS (the shift and the normaliser move by <= eS)
- *   P~_j = m_j P_j rounded as an operand:     err(P~_j) <= P~_j (2 eS + u)
- *   out = sum_j P~_j v_j, v rounded:          err(out) <= sum_j P~_j |v_j| (2 eS + 2u);   err(lse) <= eS
- *   dP~_j = dout.v_j, both rounded:           err(dP~_j) <= 2u sum|dout||v_j|
- *   D = dout.out (out from this forward):     err(D) <= sum |dout| err(out)
- *   dS_j = scale P_j (m_j dP~_j - D), rounded: err(dS_j) <= scale P_j (2 eS |m_j dP~_j - D| + m_j err(dP~_j)
- *                                              + err(D)) + u |dS_j|
- *   dQ = sum_j dS_j k_j, dK_j += dS_j q, dV_j += P~_j dout: each term errs by err(a)|b| + |a||b| u.
- * plus fp32 accumulation, 1e-5 of the sum of magnitudes. The bound is multiplied by 1.25 for the second-order
- * terms (exp(eS) - 1 exceeds eS by eS^2/2). The check also requires a non-zero error (the low-precision path is
- * really taken) and bit-identical fp32 results after switching back. */
-typedef struct {
-    double u, tiny;
-} lp_format;
-
+ * derived from the format (attn_bound.h: first-order propagation of each rounding through the algorithm, times 1.25
+ * for the second-order terms). The check also requires a non-zero error (the low-precision path is really taken)
+ * and bit-identical fp32 results after switching back. */
 static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p,
                                 llm4d_precision prec, const char *name) {
     const lp_format fm = prec == LLM4D_PREC_BF16 ? (lp_format){1.0 / 256, 0.0} : (lp_format){1.0 / 2048, 0x1p-25};
@@ -423,85 +411,26 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
     float *o32 = falloc(nout), *l32 = falloc(nlse), *olp = falloc(nout), *llp = falloc(nlse), *oref = falloc(nout);
     float *lref = falloc(nlse), *d32 = falloc(nqkv), *dlp = falloc(nqkv), *dref = falloc(nqkv);
-    cpu->attention_forward(cpu, o32, l32, qkv, s, &drop);
-    cpu->attention_backward(cpu, d32, dout, o32, qkv, l32, s, &drop);
-    ref->attention_forward(ref, oref, lref, qkv, s, &drop);
-    ref->attention_backward(ref, dref, dout, oref, qkv, lref, s, &drop);
+    cpu->attention_forward(cpu, llm4d_t32(o32), l32, llm4d_ct32(qkv), s, &drop);
+    cpu->attention_backward(cpu, llm4d_t32(d32), llm4d_ct32(dout), llm4d_ct32(o32), llm4d_ct32(qkv), l32, s, &drop);
+    ref->attention_forward(ref, llm4d_t32(oref), lref, llm4d_ct32(qkv), s, &drop);
+    ref->attention_backward(ref, llm4d_t32(dref), llm4d_ct32(dout), llm4d_ct32(oref), llm4d_ct32(qkv), lref, s, &drop);
     llm4d_err err = {0};
     if (cpu->set_precision(cpu, prec, &err) != LLM4D_OK) {
         check(0, "%s: %s", tag, err.msg);
         return;
     }
-    cpu->attention_forward(cpu, olp, llp, qkv, s, &drop);
-    cpu->attention_backward(cpu, dlp, dout, olp, qkv, llp, s, &drop);
+    cpu->attention_forward(cpu, llm4d_t32(olp), llp, llm4d_ct32(qkv), s, &drop);
+    cpu->attention_backward(cpu, llm4d_t32(dlp), llm4d_ct32(dout), llm4d_ct32(olp), llm4d_ct32(qkv), llp, s, &drop);
     cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);
     /* bounds and magnitudes, accumulated per element */
     double *bo = calloc(nout, sizeof(double)), *bl = calloc(nlse, sizeof(double));
     double *bd = calloc(nqkv, sizeof(double)), *md = calloc(nqkv, sizeof(double));
-    double *P = malloc((size_t)T * sizeof(double));
-    double *M = malloc((size_t)T * sizeof(double));
-    if (!bo || !bl || !bd || !md || !P || !M) {
+    if (!bo || !bl || !bd || !md) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
-    const double u = fm.u, sc = 1.0 / sqrt((double)HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t1 = 0; t1 < T; t1++) {
-                const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
-                const float *dy = dout + ((size_t)b * T + t1) * C + h * HS;
-                const size_t oi = ((size_t)b * T + t1) * C + h * HS;
-                double mx = -INFINITY, eSm = 0.0;
-                for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
-                    double d = 0.0, a = 0.0;
-                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i], a += fabs((double)q[i] * k[i]);
-                    P[t2] = d * sc;
-                    mx = fmax(mx, P[t2]);
-                    eSm = fmax(eSm, 2 * u * sc * a + 2 * fm.tiny * HS);
-                }
-                double sum = 0.0;
-                for (int t2 = 0; t2 <= t1; t2++) sum += P[t2] = exp(P[t2] - mx);
-                for (int t2 = 0; t2 <= t1; t2++) {
-                    P[t2] /= sum;
-                    uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
-                    uint32_t w[4];
-                    llm4d_rng_block(drop.seed, drop.stream, pos >> 2, w);
-                    M[t2] = p == 0.0f ? 1.0 : llm4d_rng_u01(w[pos & 3]) >= p ? 1.0 / (1.0 - p) : 0.0;
-                }
-                const double eP = 2 * eSm + u; /* relative error of P~ as an operand */
-                bl[((size_t)b * NH + h) * T + t1] = eSm + 1e-6 * (fabs(mx) + 1.0);
-                double Dt = 0.0, eD = 0.0;
-                for (int c = 0; c < HS; c++) {
-                    double e = 0.0, mag = 0.0;
-                    for (int t2 = 0; t2 <= t1; t2++) {
-                        const double t = P[t2] * M[t2] * fabs(qkv[((size_t)b * T + t2) * C3 + 2 * C + h * HS + c]);
-                        e += t * (eP + u) + M[t2] * P[t2] * fm.tiny;
-                        mag += t;
-                    }
-                    bo[oi + c] = e + 1e-5 * mag;
-                    Dt += (double)dy[c] * oref[oi + c];
-                    eD += fabs(dy[c]) * bo[oi + c];
-                }
-                for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS, *v = k + C;
-                    double dp = 0.0, dpa = 0.0;
-                    for (int c = 0; c < HS; c++) dp += (double)dy[c] * v[c], dpa += fabs((double)dy[c] * v[c]);
-                    const double g = M[t2] * dp - Dt, dS = sc * P[t2] * g;
-                    const double edP = M[t2] * (2 * u * dpa + 2 * fm.tiny * HS); /* of m dP~ */
-                    const double edS = sc * P[t2] * (2 * eSm * fabs(g) + edP + eD) + u * fabs(dS) + fm.tiny;
-                    const size_t qi = ((size_t)b * T + t1) * C3 + h * HS, ki = ((size_t)b * T + t2) * C3 + C + h * HS;
-                    for (int c = 0; c < HS; c++) {
-                        bd[qi + c] += edS * fabs(k[c]) + fabs(dS * k[c]) * u;
-                        md[qi + c] += fabs(dS * k[c]);
-                        bd[ki + c] += edS * fabs(q[c]) + fabs(dS * q[c]) * u;
-                        md[ki + c] += fabs(dS * q[c]);
-                        const double pv = M[t2] * P[t2] * fabs(dy[c]);
-                        bd[ki + C + c] += pv * (eP + u) + M[t2] * fm.tiny * fabs(dy[c]);
-                        md[ki + C + c] += pv;
-                    }
-                }
-            }
+    attn_bounds(qkv, dout, oref, s, &drop, fm, (lp_format){0.0, 0.0}, bo, bl, bd, md);
     double ro = 0, rl = 0, rd = 0, eo = 0, el = 0, ed = 0;
     for (size_t i = 0; i < nout; i++) {
         const double e = fabs((double)olp[i] - oref[i]);
@@ -519,13 +448,13 @@ static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_at
     check(rl <= 1.0 && el > 0, "%s forward lse: worst err/bound %.3f, max err %.2e", tag, rl, el);
     check(rd <= 1.0 && ed > 0, "%s backward dqkv: worst err/bound %.3f, max err %.2e", tag, rd, ed);
     float *o4 = falloc(nout), *l4 = falloc(nlse), *d4 = falloc(nqkv);
-    cpu->attention_forward(cpu, o4, l4, qkv, s, &drop);
-    cpu->attention_backward(cpu, d4, dout, o4, qkv, l4, s, &drop);
+    cpu->attention_forward(cpu, llm4d_t32(o4), l4, llm4d_ct32(qkv), s, &drop);
+    cpu->attention_backward(cpu, llm4d_t32(d4), llm4d_ct32(dout), llm4d_ct32(o4), llm4d_ct32(qkv), l4, s, &drop);
     check(!memcmp(o4, o32, nout * sizeof(float)) && !memcmp(l4, l32, nlse * sizeof(float)) &&
               !memcmp(d4, d32, nqkv * sizeof(float)),
           "%s: back to fp32, bit-identical to the fp32 run before", tag);
     free(qkv), free(dout), free(o32), free(l32), free(olp), free(llp), free(oref), free(lref), free(d32), free(dlp);
-    free(dref), free(bo), free(bl), free(bd), free(md), free(P), free(M), free(o4), free(l4);
+    free(dref), free(bo), free(bl), free(bd), free(md), free(o4), free(l4);
     free(d4);
 }
 
@@ -545,8 +474,8 @@ static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, i
     snprintf(tag, sizeof tag, "dropout N=%d C=%d T=%d tok0=%lld p=%.1f", N, C, T, (long long)tok0, p);
     char what[160];
     float *x = frand(n, 1.0f), *res = frand(n, 1.0f), *o1 = falloc(n), *o2 = falloc(n);
-    cpu->dropout_forward(cpu, o1, x, N, C, &drop);
-    ref->dropout_forward(ref, o2, x, N, C, &drop);
+    cpu->dropout_forward(cpu, llm4d_t32(o1), llm4d_ct32(x), N, C, &drop);
+    ref->dropout_forward(ref, llm4d_t32(o2), llm4d_ct32(x), N, C, &drop);
     snprintf(what, sizeof what, "%s forward identical to ref", tag);
     check(memcmp(o1, o2, n * sizeof(float)) == 0, "%s", what);
     /* against the definition: element (i, c) is token tok0 + i, at (sample, t) */
@@ -561,7 +490,7 @@ static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, i
         }
     check(bad == 0, "%s forward matches rng.h mask definition (%d mismatches)", tag, bad);
     float *o3 = fdup(x, n); /* in place */
-    cpu->dropout_forward(cpu, o3, o3, N, C, &drop);
+    cpu->dropout_forward(cpu, llm4d_t32(o3), llm4d_ct32(o3), N, C, &drop);
     check(memcmp(o1, o3, n * sizeof(float)) == 0, "%s forward in place", tag);
     /* a slice of the tokens (sequence parallel) gets the slice of the whole activation's mask */
     if (N > 2) {
@@ -569,34 +498,34 @@ static void test_dropout(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, i
         llm4d_dropout d2 = drop;
         d2.tok0 = tok0 + half;
         float *o4 = falloc(n);
-        cpu->dropout_forward(cpu, o4, x, half, C, &drop);
-        cpu->dropout_forward(cpu, o4 + (size_t)half * C, x + (size_t)half * C, N - half, C, &d2);
+        cpu->dropout_forward(cpu, llm4d_t32(o4), llm4d_ct32(x), half, C, &drop);
+        cpu->dropout_forward(cpu, llm4d_t32(o4 + (size_t)half * C), llm4d_ct32(x + (size_t)half * C), N - half, C, &d2);
         check(memcmp(o1, o4, n * sizeof(float)) == 0, "%s: two token slices == the whole", tag);
         free(o4);
     }
 
     float *dout = frand(n, 1.0f), *d0 = frand(n, 1.0f), *d1 = fdup(d0, n), *d2 = fdup(d0, n);
-    cpu->dropout_backward(cpu, d1, dout, N, C, &drop);
-    ref->dropout_backward(ref, d2, dout, N, C, &drop);
+    cpu->dropout_backward(cpu, llm4d_t32(d1), llm4d_ct32(dout), N, C, &drop);
+    ref->dropout_backward(ref, llm4d_t32(d2), llm4d_ct32(dout), N, C, &drop);
     snprintf(what, sizeof what, "%s backward", tag);
     cmp(what, d1, d2, n, 1e-6);
     float *d3 = fdup(d1, n);
-    cpu->dropout_backward(cpu, d3, dout, N, C, &drop);
+    cpu->dropout_backward(cpu, llm4d_t32(d3), llm4d_ct32(dout), N, C, &drop);
     cmp_twice(what, d0, d1, d3, n);
 
-    cpu->dropout_add_forward(cpu, o1, res, x, N, C, &drop);
-    ref->dropout_add_forward(ref, o2, res, x, N, C, &drop);
+    cpu->dropout_add_forward(cpu, llm4d_t32(o1), llm4d_ct32(res), llm4d_ct32(x), N, C, &drop);
+    ref->dropout_add_forward(ref, llm4d_t32(o2), llm4d_ct32(res), llm4d_ct32(x), N, C, &drop);
     snprintf(what, sizeof what, "%s add forward", tag);
     cmp(what, o1, o2, n, 1e-6);
     float *e0 = frand(n, 1.0f), *e1 = fdup(e0, n), *e2 = fdup(e0, n), *f1 = fdup(d0, n), *f2 = fdup(d0, n);
-    cpu->dropout_add_backward(cpu, e1, f1, dout, N, C, &drop);
-    ref->dropout_add_backward(ref, e2, f2, dout, N, C, &drop);
+    cpu->dropout_add_backward(cpu, llm4d_t32(e1), llm4d_t32(f1), llm4d_ct32(dout), N, C, &drop);
+    ref->dropout_add_backward(ref, llm4d_t32(e2), llm4d_t32(f2), llm4d_ct32(dout), N, C, &drop);
     snprintf(what, sizeof what, "%s add backward dres", tag);
     cmp(what, e1, e2, n, 1e-6);
     snprintf(what, sizeof what, "%s add backward dx", tag);
     cmp(what, f1, f2, n, 1e-6);
     float *e3 = fdup(e1, n), *f3 = fdup(f1, n);
-    cpu->dropout_add_backward(cpu, e3, f3, dout, N, C, &drop);
+    cpu->dropout_add_backward(cpu, llm4d_t32(e3), llm4d_t32(f3), llm4d_ct32(dout), N, C, &drop);
     snprintf(what, sizeof what, "%s add dres", tag);
     cmp_overwrites(what, e1, e3, n);
     snprintf(what, sizeof what, "%s add dx", tag);
@@ -612,7 +541,7 @@ static void test_dropout_rate(llm4d_backend *cpu, float p) {
     llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 1), sids, T, 0, NULL};
     float *x = falloc(n);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-    cpu->dropout_forward(cpu, x, x, N, C, &drop);
+    cpu->dropout_forward(cpu, llm4d_t32(x), llm4d_ct32(x), N, C, &drop);
     size_t dropped = 0, badval = 0;
     for (size_t i = 0; i < n; i++) {
         if (x[i] == 0.0f)
@@ -628,7 +557,7 @@ static void test_dropout_rate(llm4d_backend *cpu, float p) {
     d2.stream = llm4d_rng_stream(LLM4D_RNG_DROPOUT, 0, LLM4D_DROP_EMBED, 2);
     float *y = falloc(n);
     for (size_t i = 0; i < n; i++) y[i] = 1.0f;
-    cpu->dropout_forward(cpu, y, y, N, C, &d2);
+    cpu->dropout_forward(cpu, llm4d_t32(y), llm4d_ct32(y), N, C, &d2);
     size_t differ = 0;
     for (size_t i = 0; i < n; i++) differ += (x[i] == 0.0f) != (y[i] == 0.0f);
     check(differ > n * p * (1 - p), "dropout masks of two steps differ (%zu of %zu)", differ, n);
@@ -656,10 +585,10 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
     tg[0] = V - 1;
     float *st1 = falloc(3 * (size_t)N), *st2 = falloc(3 * (size_t)N);
     float *l1 = falloc(N), *l2 = falloc(N), *g1 = frand(n, 1.0f), *g2 = falloc(n);
-    cpu->xent_forward(cpu, st1, logits, tg, N, Vp, 0, V, 0);
-    ref->xent_forward(ref, st2, logits, tg, N, Vp, 0, V, 0);
-    cpu->xent_backward(cpu, l1, g1, logits, st1, tg, dloss, N, Vp, 0, V);
-    ref->xent_backward(ref, l2, g2, logits, st2, tg, dloss, N, Vp, 0, V);
+    cpu->xent_forward(cpu, st1, llm4d_ct32(logits), tg, N, Vp, 0, V, 0);
+    ref->xent_forward(ref, st2, llm4d_ct32(logits), tg, N, Vp, 0, V, 0);
+    cpu->xent_backward(cpu, l1, llm4d_t32(g1), llm4d_ct32(logits), st1, tg, dloss, N, Vp, 0, V);
+    ref->xent_backward(ref, l2, llm4d_t32(g2), llm4d_ct32(logits), st2, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s losses", tag);
     cmp(what, l1, l2, N, TOL);
     snprintf(what, sizeof what, "%s dlogits", tag);
@@ -677,12 +606,12 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
     check(padzero && rowsum < 1e-5, "%s padded columns get zero gradient, rows sum to 0 (%.1e)", tag, rowsum);
     /* loss only */
     float *l3 = falloc(N);
-    cpu->xent_backward(cpu, l3, NULL, logits, st1, tg, dloss, N, Vp, 0, V);
+    cpu->xent_backward(cpu, l3, llm4d_t32(NULL), llm4d_ct32(logits), st1, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s loss only (dlogits NULL)", tag);
     cmp(what, l3, l2, N, TOL);
     /* in place: dlogits == logits */
     float *al = fdup(logits, n);
-    cpu->xent_backward(cpu, l3, al, al, st1, tg, dloss, N, Vp, 0, V);
+    cpu->xent_backward(cpu, l3, llm4d_t32(al), llm4d_ct32(al), st1, tg, dloss, N, Vp, 0, V);
     snprintf(what, sizeof what, "%s aliased dlogits == logits", tag);
     check(relerr(l3, l2, N) <= TOL && relerr(al, g2, n) <= TOL, "%s (err %.1e, %.1e)", what, relerr(l3, l2, N),
           relerr(al, g2, n));
@@ -697,8 +626,8 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
             const int v0 = k * w, wk = Vp - v0 < w ? Vp - v0 : w;
             for (int i = 0; i < N; i++) memcpy(part + (size_t)i * wk, logits + (size_t)i * Vp + v0, wk * sizeof(float));
             if (pass == 0) { /* statistics: online over the parts, and per part as a rank would */
-                cpu->xent_forward(cpu, on, part, tg, N, wk, v0, V, k > 0);
-                cpu->xent_forward(cpu, rk + 3 * (size_t)k * N, part, tg, N, wk, v0, V, 0);
+                cpu->xent_forward(cpu, on, llm4d_ct32(part), tg, N, wk, v0, V, k > 0);
+                cpu->xent_forward(cpu, rk + 3 * (size_t)k * N, llm4d_ct32(part), tg, N, wk, v0, V, 0);
                 if (k < parts - 1) continue;
                 /* the ranks' combination: MAX of m, rescale, SUM of (s, y), in part order */
                 for (int i = 0; i < N; i++) {
@@ -711,14 +640,14 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
                     for (int i = 0; i < 2 * N; i++) sum[N + i] += rk[3 * (size_t)q * N + N + i];
                 }
                 memcpy(sum, gmax, N * sizeof(float));
-                cpu->xent_backward(cpu, l3, NULL, logits, on, tg, dloss, N, Vp, 0, V);
+                cpu->xent_backward(cpu, l3, llm4d_t32(NULL), llm4d_ct32(logits), on, tg, dloss, N, Vp, 0, V);
                 worst_on = relerr(l3, l2, N);
-                cpu->xent_backward(cpu, l3, NULL, logits, sum, tg, dloss, N, Vp, 0, V);
+                cpu->xent_backward(cpu, l3, llm4d_t32(NULL), llm4d_ct32(logits), sum, tg, dloss, N, Vp, 0, V);
                 worst_rk = relerr(l3, l2, N);
                 continue;
             }
             /* gradients, part by part, from the combined statistics */
-            cpu->xent_backward(cpu, NULL, gpart, part, sum, tg, dloss, N, wk, v0, V);
+            cpu->xent_backward(cpu, NULL, llm4d_t32(gpart), llm4d_ct32(part), sum, tg, dloss, N, wk, v0, V);
             for (int i = 0; i < N; i++)
                 for (int j = 0; j < wk; j++)
                     worst_rk = fmax(worst_rk, fabs(gpart[(size_t)i * wk + j] - g2[(size_t)i * Vp + v0 + j]));
@@ -787,8 +716,10 @@ static void test_reductions(llm4d_backend *cpu, llm4d_backend *ref) {
             memset(db[t], 0, K * sizeof(float));
             omp_set_num_threads(t + 1);
             /* in low precision the bias gradient is fused with dout's conversion */
-            if (lowp) cpu->linear_backward(cpu, dx, LLM4D_WRITE, NULL, db[t], x, x, w, R, 1, K);
-            else cpu->bias_backward(cpu, db[t], x, R, K);
+            if (lowp)
+                cpu->linear_backward(cpu, llm4d_t32(dx), LLM4D_WRITE, NULL, db[t], llm4d_ct32(x), llm4d_ct32(x), w,
+                                     R, 1, K);
+            else cpu->bias_backward(cpu, db[t], llm4d_ct32(x), R, K);
         }
         omp_set_num_threads(saved);
         if (lowp) cpu->set_precision(cpu, LLM4D_PREC_FP32, &err);

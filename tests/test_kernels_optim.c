@@ -110,11 +110,11 @@ static void test_timers(llm4d_backend *cpu) {
     for (int i = 0; i < N; i++) tg[i] = (i * 7) % V;
     llm4d_work_stats s0 = stats(cpu);
     const double t0 = llm4d_now();
-    cpu->linear_forward(cpu, y, x, w, b, N, C, OC);
+    cpu->linear_forward(cpu, llm4d_t32(y), llm4d_ct32(x), w, b, N, C, OC);
     const llm4d_work_stats s1 = stats(cpu);
-    cpu->layernorm_forward(cpu, x, mean, rstd, x, lnw, lnb, N, C);
+    cpu->layernorm_forward(cpu, llm4d_t32(x), mean, rstd, llm4d_ct32(x), lnw, lnb, N, C);
     const llm4d_work_stats s2 = stats(cpu);
-    cpu->xent_forward(cpu, st, logits, tg, N, V, 0, V, 0);
+    cpu->xent_forward(cpu, st, llm4d_ct32(logits), tg, N, V, 0, V, 0);
     const llm4d_work_stats s3 = stats(cpu);
     const double wall = llm4d_now() - t0;
     double sum = 0.0;
@@ -139,7 +139,7 @@ static void test_timers(llm4d_backend *cpu) {
     check(cpu->set_precision(cpu, LLM4D_PREC_BF16, &err) == LLM4D_OK, "set_precision(bf16) on this CPU: %s",
           err.msg[0] ? err.msg : "accepted");
     s0 = stats(cpu);
-    cpu->linear_forward(cpu, y, x, w, b, N, C, OC);
+    cpu->linear_forward(cpu, llm4d_t32(y), llm4d_ct32(x), w, b, N, C, OC);
     const llm4d_work_stats s4 = stats(cpu);
     check(s4.calls[LLM4D_WORK_CONVERT] > s0.calls[LLM4D_WORK_CONVERT] &&
               s4.seconds[LLM4D_WORK_CONVERT] > s0.seconds[LLM4D_WORK_CONVERT] &&
@@ -169,8 +169,8 @@ static void fresh_linear(llm4d_precision prec, float *y, float *dx, const float 
         printf("FAIL - fresh backend: %s\n", err.msg);
         exit(1);
     }
-    be->linear_forward(be, y, x, w, NULL, N, C, OC);
-    be->linear_backward(be, dx, LLM4D_WRITE, NULL, NULL, dy, x, w, N, C, OC);
+    be->linear_forward(be, llm4d_t32(y), llm4d_ct32(x), w, NULL, N, C, OC);
+    be->linear_backward(be, llm4d_t32(dx), LLM4D_WRITE, NULL, NULL, llm4d_ct32(dy), llm4d_ct32(x), w, N, C, OC);
     be->destroy(be);
 }
 
@@ -182,8 +182,8 @@ static int same_as_fresh(llm4d_backend *cpu, llm4d_precision prec, const float *
     float *dx1 = falloc((size_t)N * C), *dx2 = falloc((size_t)N * C);
     for (size_t i = 0; i < (size_t)N * OC; i++) dy[i] = x[i % ((size_t)N * C)] - 0.5f * x[(i * 7) % ((size_t)N * C)];
     const llm4d_work_stats a = stats(cpu);
-    cpu->linear_forward(cpu, y1, x, w, NULL, N, C, OC);
-    cpu->linear_backward(cpu, dx1, LLM4D_WRITE, NULL, NULL, dy, x, w, N, C, OC);
+    cpu->linear_forward(cpu, llm4d_t32(y1), llm4d_ct32(x), w, NULL, N, C, OC);
+    cpu->linear_backward(cpu, llm4d_t32(dx1), LLM4D_WRITE, NULL, NULL, llm4d_ct32(dy), llm4d_ct32(x), w, N, C, OC);
     const llm4d_work_stats b = stats(cpu);
     *conversions = b.calls[LLM4D_WORK_CONVERT] - a.calls[LLM4D_WORK_CONVERT];
     fresh_linear(prec, y2, dx2, x, dy, w, N, C, OC);

@@ -100,20 +100,26 @@ ncopies=$((1 + amx))
 copies=$(/usr/bin/python3 -c "print(f'{$ncopies * $es * (12 * 768 * (2304 + 768 + 3072 + 3072) + 50304 * 768) / 2**20:.2f}')")
 check_if $(yes_if grep -q "the backend's bf16 copies of the weights $copies MiB" "$tmp/b1.log") \
   "bf16: the plan holds the weights' bf16 copies: $copies MiB ($ncopies x $es bytes per linear and token-embedding weight)"
-# and the operands it converts: two conversion slots as large as the largest operand a GEMM reads, here the LM
-# head's logits gradient for a chunk of 64 tokens x 50304 ($es bytes each), and the bias gradients' partial
-# sums (a double per 64 elements of the widest activation, 64 tokens x 3072); on AVX2 CPUs (no AVX-512) with
-# 4-byte operands, also the 4 MiB block of a transposed weight (input gradients of few tokens, src/backend/cpu.c)
-# On AMX CPUs three slots of tiles instead: two of the largest operand and one of the widest activation (64 x 3072),
-# each with at most 31 rows and columns of padding (64 tokens, 50304 columns) and a tile's 32 x 32.
+# and the operands it converts or makes (use_amp keeps activations in bf16: AMP level O2). With AVX512-BF16 the
+# GEMMs read the bf16 activations in place, so the two conversion slots hold only what the backend makes: GELU's
+# output as c_proj reads it, 64 tokens x 3072 (2 bytes each); plus the bias gradients' partial sums (a double per 64
+# elements of the widest activation, 64 tokens x 3072). Without it the operands are bf16-rounded fp32 (4 bytes):
+# two slots as large as the largest operand a GEMM reads, here the LM head's logits gradient for a chunk of 64 tokens
+# x 50304, and an fp32 slot as large for the results it rounds into bf16 tensors; on AVX2 CPUs (no AVX-512) also
+# the 4 MiB block of a transposed weight (input gradients of few tokens, src/backend/cpu.c). On AMX CPUs three
+# slots of tiles: two of the largest operand and one of the widest activation (64 x 3072), each with at most 31
+# rows and columns of padding (64 tokens, 50304 columns) and a tile's 32 x 32, and the fp32 result slot.
 wt=0; [ $es = 4 ] && ! grep -qw avx512bw /proc/cpuinfo && wt=$((4 << 20))
 if [ $amx = 1 ]; then
   ops=$(/usr/bin/python3 -c "p = 31 * (64 + 50304) + 1024
-print(f'{((2 * (64 * 50304 + p) + 64 * 3072 + p) * 2 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}')")
-  what="three slots of tiles"
+print(f'{((2 * (64 * 50304 + p) + 64 * 3072 + p) * 2 + (64 * 3072 // 64 + 1) * 8 + 4 * 64 * 50304) / 2**20:.2f}')")
+  what="three slots of tiles and the fp32 result slot"
+elif [ $es = 2 ]; then
+  ops=$(/usr/bin/python3 -c "print(f'{(2 * 2 * 64 * 3072 + (64 * 3072 // 64 + 1) * 8) / 2**20:.2f}')")
+  what="two slots of the widest operand the backend makes (GELU's output)"
 else
-  ops=$(/usr/bin/python3 -c "print(f'{(2 * $es * 64 * 50304 + (64 * 3072 // 64 + 1) * 8 + $wt) / 2**20:.2f}')")
-  what="two slots of the largest operand"
+  ops=$(/usr/bin/python3 -c "print(f'{(3 * 4 * 64 * 50304 + (64 * 3072 // 64 + 1) * 8 + $wt) / 2**20:.2f}')")
+  what="two slots of the largest operand and the fp32 result slot"
 fi
 check_if $(yes_if grep -q "the backend's converted GEMM operands $ops MiB" "$tmp/b1.log") \
   "bf16: the plan holds the backend's converted GEMM operands: $ops MiB ($what)"

@@ -169,22 +169,25 @@ MiB = 2**20
 def vocab(M):
     u = 128 * M
     return -(-V // u) * u
-def slot_floats(nl, B, M, sp, zb, recompute, head):
-    """Floats one activation slot of a chunk of nl blocks holds (gpt.c): the residual stream entering each block and
+def slot_bytes(nl, B, M, sp, zb, recompute, head, a=4):
+    """Bytes one activation slot of a chunk of nl blocks holds (gpt.c): the residual stream entering each block and
     leaving the chunk; per block what backward reads (not with recompute), the attention dropout's mask among it (a
     32-bit word per 32 keys of each of the B x H/M x T rows); with ZB-H1, the inputs of the weight gradients kept
-    until W; on the last stage, d ln_f and ln_f's statistics."""
+    until W; on the last stage, d ln_f and ln_f's statistics. a: bytes of an activation element (2 under bf16 AMP
+    O2: the residual stream, LayerNorm outputs, qkv, the attention output, the MLP's hidden layer and the kept
+    gradients; statistics, masks and d ln_f are 4-byte)."""
     N = B * T
     Nl = N // M if sp else N
     mask = B * (H // M) * T * -(-T // 32)  # attention_probs_dropout_prob is 0.1 here
-    block = N * C + 2 * Nl + 3 * N * C // M + N * C // M + B * (H // M) * T + Nl * C + N * C + 2 * Nl + N * F // M
-    block += mask
-    wgrad = 3 * N * C // M + N * C + N * F // M + N * C + 4 * C
-    f = (nl + 1) * Nl * C
+    # ln1, qkv, atty, res2, ln2, fch; both LayerNorms' statistics, lse, the mask
+    block = a * (N * C + 3 * N * C // M + N * C // M + Nl * C + N * C + N * F // M) + 4 * (4 * Nl + B * (H // M) * T)
+    block += 4 * mask
+    wgrad = a * (3 * N * C // M + N * C + N * F // M + N * C) + 4 * 4 * C
+    f = a * (nl + 1) * Nl * C
     if not recompute:
         f += nl * (block + (wgrad if zb else 0))
     if head:
-        f += Nl * C + 2 * Nl
+        f += 4 * (Nl * C + 2 * Nl)
     return f, block
 def balanced(L, VP, M, recompute):
     """pp_balance.h: per token, a block's FLOPs plus 10 x its bytes, times 3 passes (4 with recompute); the embedding
@@ -288,13 +291,14 @@ for line in open(f"{tmp}/layouts"):
         if not a:
             check(False, f"{name}: stage {s} printed no pipeline summary"); continue
         peaks = [tuple(map(int, x)) for x in re.findall(r"(\d+) \(of (\d+) slots\)", a.group(2))]
-        floats = 0
+        nbytes = 0
+        a_ = 2 if "bfloat16" in extra else 4
         for c, (peak, slots) in enumerate(peaks):
             head = s == P - 1 and c == Vv - 1
-            f, block = slot_floats(n[c * P + s], micro, mp, sp, zb, rc_, head)
-            floats += slots * f
+            f, block = slot_bytes(n[c * P + s], micro, mp, sp, zb, rc_, head, a_)
+            nbytes += slots * f
         if rc_:
-            floats += block
+            nbytes += block
         if sched == "interleaved":  # the bound per chunk comes from the schedule itself (test_schedule checks it)
             ok = all(p == sl for p, sl in peaks)
             what = f"alive {peaks} reach the schedule's slots"
@@ -303,13 +307,15 @@ for line in open(f"{tmp}/layouts"):
             ok = peaks == [(bound, bound)]
             what = f"alive {peaks[0][0]} of {peaks[0][1]} slots = {'min(P, M)' if zb else 'min(P - s, M)'} = {bound}"
         got_mib = float(a.group(3))
-        check(ok and abs(got_mib - 4 * floats / MiB) <= 0.001,
-              f"{name}: stage {s}: {what}; activations {got_mib:.3f} MiB = {4 * floats / MiB:.3f} MiB computed")
+        check(ok and abs(got_mib - nbytes / MiB) <= 0.001,
+              f"{name}: stage {s}: {what}; activations {got_mib:.3f} MiB = {nbytes / MiB:.3f} MiB computed")
     # bytes stage 0 sends per step, the pipeline alone
     if np_ == P:
         VP = P * Vv
         bounds = sum((v < VP - 1) + (v > 0) for v in range(0, VP, P))   # stage 0 holds v = 0, P, 2P, ...
-        want = M * bounds * micro * T * C * 4 + vocab(1) * C * 4        # + the 2-rank all-reduce of wte's gradient
+        # a message is B x T x C of the residual stream's type (bf16 under AMP O2), + the 2-rank all-reduce of wte's
+        # fp32 gradient
+        want = M * bounds * micro * T * C * (2 if "bfloat16" in extra else 4) + vocab(1) * C * 4
         got = m[-1]["comm_bytes"]
         check(want <= got <= want + 64, f"{name}: stage 0 sends {got} bytes per step = {M} micro-batches x {bounds} "
               f"transfers x B x T x C + the tied embedding's all-reduce ({want}) + a few scalars")

@@ -119,31 +119,37 @@ def param_bytes(M, sh, stage):
         wte = [pad(wte_rows * C)]
     total = sum(wte) + pad(P * C) + L * pad(block) + pad(2 * C)
     return 4 * total // (sh if stage == 3 and sh > 1 else 1)
-def act_bytes(M, sp, B, recompute):
+def act_bytes(M, sp, B, recompute, a=4):
     """Bytes of activations the model keeps (one slot): the residual stream entering each block and the output,
     the head's d ln_f and ln_f's statistics, and per block what backward reads (with recompute: one block's worth,
-    refilled). Returns (all of it, the LayerNorm/dropout regions' part)."""
+    refilled). a: bytes of an activation element (2 under bf16 AMP O2: the residual stream, the LayerNorm outputs,
+    qkv, the attention output and the MLP's hidden layer; d ln_f and the statistics stay fp32). Returns (all of it,
+    the LayerNorm/dropout regions' part)."""
     N = B * T
     Nl = N // M if sp else N                     # tokens of the LayerNorm/dropout regions on this rank
-    res, head = (L + 1) * Nl * C, Nl * C + 2 * Nl
-    region_block = Nl * C + 4 * Nl               # res2, both LayerNorms' mean and rstd
-    other_block = 2 * N * C + 3 * N * C // M + N * C // M + B * (4 // M) * T + N * F // M  # ln1, ln2, qkv, atty, lse, fch
+    res, head = a * (L + 1) * Nl * C, 4 * (Nl * C + 2 * Nl)
+    region_block = a * Nl * C + 4 * 4 * Nl       # res2, both LayerNorms' mean and rstd
+    # ln1, ln2, qkv, atty, fch; lse
+    other_block = a * (2 * N * C + 3 * N * C // M + N * C // M + N * F // M) + 4 * B * (4 // M) * T
     nb = 1 if recompute else L
-    return 4 * (res + head + nb * (region_block + other_block)), 4 * (res + head + nb * region_block)
-def traffic(M, sp, B):
-    """Elements a rank sends in a step of one micro-batch, tensor parallelism alone (ring costs: all-reduce
-    2 (M-1)/M, all-gather and reduce-scatter (M-1)/M of the payload)."""
+    return res + head + nb * (region_block + other_block), res + head + nb * region_block
+def traffic(M, sp, B, a=4):
+    """Bytes a rank sends in a step of one micro-batch, tensor parallelism alone (ring costs: all-reduce
+    2 (M-1)/M, all-gather and reduce-scatter (M-1)/M of the payload). a: bytes of an activation element; the sums
+    (all-reduces, reduce-scatters: a row-parallel layer's partial outputs, a LayerNorm output's gradient, the
+    embedding, d ln_f) are fp32 in every precision, the gathers of activations move a bytes each (the embedding's
+    backward gathers its fp32 gradient)."""
     N = B * T
     ar, half = 2 * (M - 1) / M, (M - 1) / M
     NC = N * C
-    stats = ar * 3 * N                 # the head's row maxima (MAX) and sums/target logits (SUM): one chunk
-    norm = ar * 2                      # the gradient norm: one double = 2 floats
+    stats = 4 * ar * 3 * N             # the head's row maxima (MAX) and sums/target logits (SUM): one chunk
+    norm = 8 * ar                      # the gradient norm: one double
     if not sp:                         # per layer 4 all-reduces; the embedding's and d ln_f's all-reduces
-        return ar * (4 * L + 2) * NC + stats + norm
+        return 4 * ar * (4 * L + 2) * NC + stats + norm
     partial = L * 6 * C + P * C + 2 * C  # LayerNorms, row-parallel biases, wpe, ln_f: summed after backward
-    # per layer 4 all-gathers + 4 reduce-scatters; embedding reduce-scatter, its backward all-gather, ln_f's
-    # all-gather and d ln_f's reduce-scatter
-    return half * (8 * L + 4) * NC + stats + ar * partial + norm
+    # per layer 4 all-gathers (a bytes) + 4 reduce-scatters (4); the embedding's reduce-scatter and its backward
+    # all-gather (4), ln_f's all-gather (a) and d ln_f's reduce-scatter (4)
+    return half * ((4 * L + 1) * a + (4 * L + 3) * 4) * NC + stats + 4 * ar * partial + norm
 for line in open(f"{tmp}/layouts"):
     name, np_, mp, dp, sh, stage, sp, micro, extra = line.split()
     np_, mp, dp, sh, stage, micro, sp = int(np_), int(mp), int(dp), int(sh), int(stage), int(micro), sp == "True"
@@ -178,16 +184,17 @@ for line in open(f"{tmp}/layouts"):
           f"{name}: rank 0 parameter bytes {table.get('params', -1):.2f} MiB = split / {mp} + replicated "
           f"{'/ ' + str(sh) + ' (stage 3) ' if stage == 3 and sh > 1 else ''}= {want:.2f} MiB")
     rc = "use_recompute" in extra
-    act, region = act_bytes(mp, sp, micro, rc)
+    a = 2 if bf16 else 4
+    act, region = act_bytes(mp, sp, micro, rc, a)
     got = float(re.search(r"activations: ([\d.]+) MiB", log0).group(1))
     check(abs(got - act / MiB) <= 0.01, f"{name}: activations {got:.2f} MiB = {act / MiB:.2f} MiB computed "
           f"(LayerNorm/dropout regions {region / MiB:.3f} MiB{', / ' + str(mp) + ' by sequence parallelism' if sp else ''})")
     if dp * sh == 1 and micro == 8 and not rc:  # one micro-batch, tensor parallelism alone
-        got = m[-1]["comm_bytes"] / 4
-        want = traffic(mp, sp, micro)
-        check(abs(got - want) <= 0.001 * want, f"{name}: elements sent per step {got:.0f} vs formula {want:.0f} "
+        got = m[-1]["comm_bytes"]
+        want = traffic(mp, sp, micro, a)
+        check(abs(got - want) <= 0.001 * want, f"{name}: bytes sent per step {got:.0f} vs formula {want:.0f} "
               f"({'4 all-gathers + 4 reduce-scatters' if sp else '4 all-reduces'} of B x T x C per layer + embedding, "
-              f"head, {'partial gradients, ' if sp else ''}norm)")
+              f"head, {'partial gradients, ' if sp else ''}norm{'; gathers of bf16 activations' if a == 2 else ''})")
 # activations with sequence parallelism: the LayerNorm/dropout regions fall by M
 for M in (2, 4):
     a0, r0 = act_bytes(M, False, 8, False)

@@ -35,6 +35,8 @@
  *   add (+=) (micro-batches, vocabulary blocks and the residual stream accumulate into them); the caller zeroes a
  *   gradient buffer when a new accumulation starts. Each method's comment below says which.
  *
+ * Types. Activations and their gradients are typed tensors (tensor.h: fp32, bf16 or fp16, said per argument);
+ *   everything else a kernel touches is fp32. A kernel rounds a typed result once, when it stores it.
  * Conventions (llm.c's): outputs first, then inputs, then sizes. Shapes are row-major; a weight of a linear layer
  * is [OC, C] (out features, in features) and y = x W^T + b.
  *
@@ -56,6 +58,7 @@
 
 #include "core/error.h"
 #include "core/mem.h"
+#include "backend/tensor.h"
 
 /* Where a dropout's random numbers come from. p == 0 disables the dropout (no random numbers are drawn).
  * Element (n, c) of an [N, C] activation is token tok0 + n of the micro-batch's flattened [B*T] tokens, i.e. batch
@@ -91,11 +94,13 @@ typedef struct llm4d_backend llm4d_backend;
 /* The largest GEMM operands of a step, in elements (for the memory plan: operand_workspace). made: the largest a
  * backend may have to materialise itself in any precision (an activation applied to a layer's input, attention's
  * packed panels); read: the largest any GEMM reads (made, or the LM head's logits gradient), which a backend
- * converts in low precision; rows, cols: no operand has more rows (tokens) or columns (features, vocabulary
- * entries) than these, which bounds what a backend that pads its operands' sides adds to them. */
+ * converts when it is not stored in the GEMM's precision; rows, cols: no operand has more rows (tokens) or columns
+ * (features, vocabulary entries) than these, which bounds what a backend that pads its operands' sides adds to them;
+ * act: the type the step's activations are stored in (tensor.h), which decides what needs converting at all. */
 typedef struct {
     size_t made, read;
     size_t rows, cols;
+    llm4d_ftype act;
 } llm4d_operand_sizes;
 
 /* How a kernel stores a result: over what the output held, or added to it (a gradient with several parts). */
@@ -113,8 +118,11 @@ typedef enum {
     LLM4D_WORK_OPTIM,    /* the optimizer's passes: AdamW (with the gradient zeroing and the low-precision weight
                           * copies fused into its pass) and the gradient norm's sum of squares */
     LLM4D_WORK_LOSS,     /* the softmax cross-entropy */
-    LLM4D_WORK_CONVERT,  /* GEMM operands converted to bf16/fp16 before a GEMM (activations, and weights whose copy
-                          * was stale); the attention's per-block conversions count as attention */
+    LLM4D_WORK_CONVERT,  /* conversions between types around a GEMM: operands not stored in the GEMM's precision
+                          * (fp32 activations under O1, weights whose copy was stale, 16-bit ones widened for an
+                          * fp32 GEMM) and outputs a GEMM could not write in their type; packing an operand that
+                          * needs no conversion into the layout a kernel reads counts as the kernel's work; the
+                          * attention's per-block conversions count as attention */
     LLM4D_WORK_ELEM,     /* every other kernel: embeddings, LayerNorm, GELU, dropout, zeroing, copies */
     LLM4D_WORK_N
 } llm4d_work;
@@ -133,9 +141,10 @@ static inline const char *llm4d_work_name(int k) {
     return k >= 0 && k < LLM4D_WORK_N ? names[k] : "?";
 }
 
-/* Precision of the matmul operands (linear layers, attention GEMMs). Accumulation, LayerNorm, softmax, the loss and
- * every tensor the model keeps stay fp32: bf16/fp16 only round the GEMM inputs (mixed precision with fp32 master
- * weights). */
+/* Precision of the matmul operands (linear layers, attention GEMMs): what a GEMM multiplies, whatever type its
+ * typed arguments are stored in (tensor.h). An fp32 activation is rounded to the precision as the GEMM reads it (O1,
+ * Paddle's level: fp32 activations, 16-bit GEMM operands), a bf16 activation under bf16 is read as it is (O2: the
+ * model keeps its activations in the precision's type). Accumulation, statistics and the loss stay fp32. */
 typedef enum { LLM4D_PREC_FP32 = 0, LLM4D_PREC_BF16, LLM4D_PREC_FP16, LLM4D_PREC_TF32 } llm4d_precision;
 /* LLM4D_PREC_TF32: fp32 operands multiplied by tensor cores with 10-bit significands (a GPU's format; the CPU
  * backends refuse it). */
@@ -220,23 +229,29 @@ struct llm4d_backend {
     void (*event_sync)(llm4d_backend *be, const llm4d_event *ev);
     void (*stream_sync)(llm4d_backend *be, llm4d_stream s);
 
+    /* TYPED ARGUMENTS (tensor.h). The activations and their gradients are llm4d_tensor / llm4d_ctensor arguments:
+     * each may be fp32, bf16 or fp16, independently of the others, and a method reads them as fp32 values,
+     * computes in fp32 (or wider) and rounds each typed output once, on store, to its own type. A result that is
+     * added to (+=) a 16-bit tensor is its old value plus the new part, rounded once. Weights, weight and bias
+     * gradients, LayerNorm and softmax statistics and losses are `float *`: always fp32. */
+
     /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
-    void (*linear_forward)(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
-                           int C, int OC);
-    /* dinp[N,C] (=|+=) dout W (dinp_store);  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp,
-     * dw, db may be NULL (not computed): zero-bubble pipelines compute dinp first and dw, db later. A block's
-     * layers write their input gradient (LLM4D_WRITE: no buffer to clear first, and the GEMM does not read it);
-     * the LM head adds each vocabulary block's part (LLM4D_ADD). */
-    void (*linear_backward)(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                            const float *dout, const float *inp, const float *w, int N, int C, int OC);
+    void (*linear_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
+                           int N, int C, int OC);
+    /* dinp[N,C] (=|+=) dout W (dinp_store);  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp
+     * (a NULL pointer), dw, db may be NULL (not computed): zero-bubble pipelines compute dinp first and dw, db
+     * later. A block's layers write their input gradient (LLM4D_WRITE: no buffer to clear first, and the GEMM does
+     * not read it); the LM head adds each vocabulary block's part (LLM4D_ADD). */
+    void (*linear_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw, float *db,
+                            llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC);
     /* The same with the input read through an activation: out = act(inp) W^T + b; dinp (=|+=) dout W (the gradient
      * with respect to act(inp), the layer's real input), dw += dout^T act(inp), db as above. act(inp) is never
      * stored: the backend applies it while making its GEMM operand, so the MLP's second layer, which reads GELU of
      * the first layer's output, costs no pass that writes the GELU output, forward or backward. */
-    void (*linear_forward_act)(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
-                               const float *b, int N, int C, int OC);
-    void (*linear_backward_act)(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                                const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+    void (*linear_forward_act)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
+                               const float *w, const float *b, int N, int C, int OC);
+    void (*linear_backward_act)(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw, float *db,
+                                llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
                                 int OC);
 
     /* Token embedding over the vocabulary rows [row0, row0 + nrows) held in w[nrows, C]:
@@ -244,58 +259,63 @@ struct llm4d_backend {
      * (a vocabulary-parallel rank or a ZeRO vocabulary block adds its part, the sum over parts is the lookup). */
     void (*embedding_forward)(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
                               int nrows, int N, int C);
-    /* dw[tokens[n] - row0] += dout[n] for the tokens in [row0, row0 + nrows). */
+    /* dw[tokens[n] - row0] += dout[n] for the tokens in [row0, row0 + nrows). The embeddings' activations are fp32:
+     * the model sums the lookup's parts (vocabulary blocks, ranks) and the positions in fp32 before the dropout
+     * rounds the result into the residual stream's type. */
     void (*embedding_backward)(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
                                int nrows, int N, int C);
     /* Position embedding of tokens tok0 .. tok0+N-1 of a flattened [B, T] micro-batch: out[n] += wpe[(tok0+n) % T]. */
     void (*position_forward)(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0);
     void (*position_backward)(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T, int64_t tok0);
-    /* out[N,C] += b[C] (a row-parallel layer adds its bias once, after the reduction); db[C] += column sums. */
+    /* out[N,C] += b[C] (a row-parallel layer adds its bias once, after the reduction of its fp32 partial sums);
+     * db[C] += column sums of dout. */
     void (*bias_forward)(llm4d_backend *be, float *out, const float *b, int N, int C);
-    void (*bias_backward)(llm4d_backend *be, float *db, const float *dout, int N, int C);
+    void (*bias_backward)(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C);
 
     /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. Backward adds (+=) to dinp,
      * dw and db (the residual stream's gradient, and every micro-batch's part of the weights'). */
-    void (*layernorm_forward)(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                               const float *w, const float *b, int N, int C);
-    void (*layernorm_backward)(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean, const float *rstd, int N,
+    void (*layernorm_backward)(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                               llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                int C);
 
     /* GELU, tanh approximation (GPT-2). The model applies GELU inside linear_forward_act and calls only the
      * backward; the forward stays for the tests (each backend's kernel against the reference, and the objective
      * whose finite differences check gelu_backward). */
-    void (*gelu_forward)(llm4d_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n);
     /* dinp = gelu'(inp) * dout: written, not added (see the backward kernels' note below). */
-    void (*gelu_backward)(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n);
 
     /* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V
      * (GPT-2's layout); out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal
      * scores, all backward needs to rebuild the probabilities P = exp(S - lse) (no T x T matrix is kept).
      * Probabilities are dropped with `drop`, the position of (b,h,t1,t2) being
      * ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */
-    void (*attention_forward)(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                              const llm4d_dropout *drop);
+    void (*attention_forward)(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                              llm4d_attn_shape s, const llm4d_dropout *drop);
     /* dqkv = d(out)/d(qkv) . dout, given forward's out and lse for the same qkv and drop. Written, not added:
      * gelu_backward, attention_backward and dropout_add_backward produce a block's activation gradients that
      * nothing else contributes to, so they overwrite their outputs; accumulating would need a zeroing pass before
      * and a read of the zeros during (at B=8 T=1024, 11 of the 18 N x C buffers a block's backward cleared, about
      * 3 % of a bf16 step). The linear layers, LayerNorm and dropout_backward add (+=): their outputs collect
      * several contributions (micro-batches, vocabulary blocks, the residual stream). */
-    void (*attention_backward)(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                               const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
+    void (*attention_backward)(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                               llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
 
-    /* out[N,C] = dropout(inp), in place or not (positions: llm4d_dropout). */
-    void (*dropout_forward)(llm4d_backend *be, float *out, const float *inp, int N, int C, const llm4d_dropout *drop);
+    /* out[N,C] = dropout(inp), in place (the same memory and type) or not (positions: llm4d_dropout). */
+    void (*dropout_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
+                            const llm4d_dropout *drop);
     /* dinp += mask * dout / (1-p) */
-    void (*dropout_backward)(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+    void (*dropout_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                              const llm4d_dropout *drop);
-    /* out = res + dropout(x): the residual connection after a sublayer. */
-    void (*dropout_add_forward)(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
+    /* out = res + dropout(x): the residual connection after a sublayer (x: the sublayer's fp32 output, or any
+     * type). */
+    void (*dropout_add_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N, int C,
                                 const llm4d_dropout *drop);
     /* dres = dout; dx = mask * dout / (1-p): written, not added (attention_backward's note) */
-    void (*dropout_add_backward)(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                 const llm4d_dropout *drop);
+    void (*dropout_add_backward)(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
+                                 int C, const llm4d_dropout *drop);
 
     /* Softmax cross-entropy of N rows over a vocabulary of V real entries, in parts: logits[N, Vl] are the columns
      * of vocabulary entries [v0, v0 + Vl) (a vocabulary-parallel rank's slice or a vocabulary block; entries >= V
@@ -304,15 +324,16 @@ struct llm4d_backend {
      * the target is not in this part), so that parts combine: over blocks with `merge` (an online softmax), over
      * ranks by a MAX all-reduce of m, xent_rescale, then a SUM all-reduce of the last 2N.
      * merge = 0: stats = this part's statistics; merge = 1: stats = stats combined with this part's. */
-    void (*xent_forward)(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N, int Vl,
-                         int v0, int V, int merge);
+    void (*xent_forward)(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
+                         int Vl, int v0, int V, int merge);
     /* stats[N..2N) *= exp(stats[0..N) - gmax); stats[0..N) = gmax (gmax: the max over all parts). */
     void (*xent_rescale)(llm4d_backend *be, float *stats, const float *gmax, int N);
     /* With the combined stats: losses[i] = m + log(s) - target logit (NULL: not written);
-     * dlogits[i, j] = (softmax_ij - onehot_ij) * dloss[i] over this part's columns (written; may alias logits;
-     * NULL: no gradient). */
-    void (*xent_backward)(llm4d_backend *be, float *losses, float *dlogits, const float *logits, const float *stats,
-                          const int32_t *targets, const float *dloss, int N, int Vl, int v0, int V);
+     * dlogits[i, j] = (softmax_ij - onehot_ij) * dloss[i] over this part's columns (written in dlogits' type, the
+     * operand of the LM head's backward GEMM; may alias logits when their types agree; NULL: no gradient). */
+    void (*xent_backward)(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
+                          const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                          int V);
 
     /* Paddle's AdamW on n elements, step t >= 1:
      *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -338,6 +359,8 @@ struct llm4d_backend {
     void (*add)(llm4d_backend *be, float *dst, const float *src, size_t n);
     /* x *= s */
     void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
+    /* dst[i] = src[i] in dst's type (rounded once), for i < n; a copy when the types agree. */
+    void (*convert)(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n);
     /* bf16 payloads of the gradient reductions (Distributed.grad_comm_dtype): dst[i] = bf16(src[i]), rounded to
      * nearest even as core/bf16.h says; and dst[i] (=|+=) the fp32 value of src[i]. NULL: the backend cannot (then
      * bf16 gradient traffic is refused at start-up). */

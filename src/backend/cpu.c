@@ -1,10 +1,13 @@
-/* cpu.c — the fast CPU backend: oneDNN matmul for every GEMM, OpenMP loops for everything else.
+/* cpu.c — the fast CPU backend: oneDNN matmul for every GEMM, OpenMP loops for everything else. This file holds
+ * memory, the operands' precision and their conversion, the reductions, the machine's peak and the method table.
  *
  * Why it is shaped this way:
  * - GEMMs dominate a GPT step, so every one (linear layers and the four attention products) goes through a
  *   cached oneDNN primitive (cpu_dnnl.h). Transposes and the per-head views of qkv are strided memory
  *   descriptors, so nothing is copied; accumulation into gradients (backend.h: backward +=) is oneDNN's "sum"
  *   post-op, and the linear bias is the matmul's own bias.
+ * - The linear layers (cpu_linear.c) read their activations in place where they are stored as the GEMM's operands
+ *   are (fp32, or bf16 on AVX512-BF16 kernels: AMP O2), and convert them into a slot otherwise.
  * - Attention is flash-style (cpu_attn.c): no T x T matrix anywhere.
  * - The element-wise kernels (cpu_elem.c) are written so that GCC vectorises them (`omp simd`): exp is a
  *   polynomial rather than libm's scalar expf, and Philox (core/rng.h) is evaluated for many counters at once. The
@@ -28,6 +31,7 @@
 #include "backend/cpu_impl.h"
 #include "backend/host.h"
 #include "core/bf16.h"
+#include "core/fault.h"
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* memory */
@@ -104,6 +108,9 @@ llm4d_cpu_fmt llm4d_cpu_fmt_of(llm4d_precision p) {
 }
 
 int llm4d_cpu_amx_for(llm4d_precision p) {
+#ifdef LLM4D_AMX_EMULATE /* tests/test_kernels16_gemm_amxemu: the AMX paths on the plain-C tile kernel, any CPU */
+    return llm4d_cpu_fmt_of(p) == LLM4D_CPU_BF16;
+#endif
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     return llm4d_cpu_fmt_of(p) == LLM4D_CPU_BF16 &&
            (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx && llm4d_amx_usable();
@@ -153,6 +160,25 @@ void llm4d_cpu_convert(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n)
     }
 }
 
+void llm4d_cpu_convert_typed(llm4d_cpu_fmt fmt, void *dst, llm4d_ctensor src, size_t i, size_t n) {
+    if (src.t == LLM4D_F32) {
+        llm4d_cpu_convert_block(fmt, dst, (const float *)src.p + i, n);
+    } else if (llm4d_cpu_in_place(fmt, src.t)) {
+        memcpy(dst, (const char *)src.p + i * llm4d_ftype_size(src.t), n * llm4d_ftype_size(src.t));
+    } else if (fmt == LLM4D_CPU_FP32 || (fmt == LLM4D_CPU_FP32_BF16 && src.t == LLM4D_BF16) ||
+               (fmt == LLM4D_CPU_FP32_FP16 && src.t == LLM4D_F16)) {
+        llm4d_cpu_load(dst, src, i, n); /* widening is exact: the values are already the format's */
+    } else {
+        const size_t es = llm4d_cpu_operand_bytes(fmt);
+        float buf[CVT_BLOCK];
+        for (size_t k = 0; k < n; k += CVT_BLOCK) {
+            const size_t len = n - k < CVT_BLOCK ? n - k : CVT_BLOCK;
+            llm4d_cpu_load(buf, src, i + k, len);
+            llm4d_cpu_convert_block(fmt, (char *)dst + k * es, buf, len);
+        }
+    }
+}
+
 void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes) {
     if (bytes > cx->cvt_cap[slot]) {
         free(cx->cvt[slot]);
@@ -163,11 +189,22 @@ void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes) {
     return cx->cvt[slot];
 }
 
-const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n) {
-    if (cx->fmt == LLM4D_CPU_FP32) return src;
+const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, llm4d_ctensor src, size_t n) {
+    if (llm4d_cpu_in_place(cx->fmt, src.t)) return src.p;
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    void *d = llm4d_cpu_slot(cx, slot, n * llm4d_cpu_operand_bytes(cx->fmt));
-    llm4d_cpu_convert(cx->fmt, d, src, n);
+    const llm4d_cpu_fmt fmt = cx->fmt;
+    const size_t es = llm4d_cpu_operand_bytes(fmt);
+    char *d = llm4d_cpu_slot(cx, slot, n * es);
+    if (src.t == LLM4D_F32) {
+        llm4d_cpu_convert(fmt, d, src.p, n);
+        return d;
+    }
+    const long ntasks = (long)((n + CVT_BLOCK - 1) / CVT_BLOCK);
+#pragma omp parallel for schedule(static) if (ntasks > 1)
+    for (long t = 0; t < ntasks; t++) {
+        const size_t i0 = (size_t)t * CVT_BLOCK;
+        llm4d_cpu_convert_typed(fmt, d + i0 * es, src, i0, n - i0 < CVT_BLOCK ? n - i0 : CVT_BLOCK);
+    }
     return d;
 }
 
@@ -176,9 +213,11 @@ const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n)
  * 12 ms for 25M elements, 2 threads), slower than GELU and the conversion as two passes. */
 #define ACT_BLOCK 1024
 
-const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_t n, llm4d_act act) {
+/* GELU's output is made here, as the GEMM that reads it needs it: element-wise work when the input is stored as
+ * the GEMM's operands are (the output is of the same type), a conversion too when it is not. */
+const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, llm4d_ctensor src, size_t n, llm4d_act act) {
     if (act == LLM4D_ACT_NONE) return llm4d_cpu_operand(cx, slot, src, n);
-    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+    WORK_SCOPE(cx, llm4d_cpu_in_place(cx->fmt, src.t) ? LLM4D_WORK_ELEM : LLM4D_WORK_CONVERT);
     const llm4d_cpu_fmt fmt = cx->fmt;
     const size_t es = llm4d_cpu_operand_bytes(fmt);
     char *dst = llm4d_cpu_slot(cx, slot, n * es);
@@ -186,89 +225,12 @@ const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < ntasks; t++) {
         const size_t i0 = (size_t)t * ACT_BLOCK, len = n - i0 < ACT_BLOCK ? n - i0 : ACT_BLOCK;
-        float a[ACT_BLOCK];
+        float a[ACT_BLOCK], w[ACT_BLOCK];
+        const float *x = cpu_in(src, i0, len, w);
 #pragma omp simd
-        for (size_t i = 0; i < len; i++) a[i] = vgelu(src[i0 + i]);
+        for (size_t i = 0; i < len; i++) a[i] = vgelu(x[i]);
         llm4d_cpu_convert_block(fmt, dst + i0 * es, a, len);
     }
-    return dst;
-}
-
-/* Column sums (bias gradients): rows per chunk, and columns per task of the chunks' final sum. */
-#define COLSUM_ROWS 64
-#define COLSUM_COLS 64
-/* Columns of a chunk worked on at a time: 64 rows x 1024 floats (256 KiB) stay in L2 while the strip is summed and
- * packed both ways, so dout is read from memory once (whole rows of the LM head's 50304 logits, 12.9 MB a chunk,
- * were read again for the transposed pack: that layer's backward 55 -> 50 ms for a 512-token chunk, two Sapphire
- * Rapids threads). */
-#define COLSUM_STRIP 1024
-_Static_assert(COLSUM_ROWS % LLM4D_AMX_KB == 0, "a chunk of rows is whole K tiles of the transposed pack");
-_Static_assert(COLSUM_STRIP % LLM4D_AMX_KB == 0, "a strip is whole tile rows of the A pack, whole M tiles of its "
-                                                 "transpose");
-
-/* db[OC] += the column sums of dout [N, OC] (db may be NULL: none), and, when dst is not NULL, dout in the working
- * precision written to dst in the same pass (on the AMX path as the kernel's A tiles); on the AMX path, when dst_t
- * is not NULL, also dout^T's A tiles (the weight gradient's operand), each chunk's while its rows are in cache: one
- * read of dout for all three. A linear layer's bias gradient rides on the conversion of its output gradient instead
- * of reading it again. The sums are in double (N is thousands of rows: float would drift from the reference) over
- * fixed chunks of COLSUM_ROWS rows, and the chunks' partial sums are added in chunk order, so the thread count
- * does not change the bits. */
-static void colsum(cpu_ctx *cx, float *db, const float *dout, int N, int OC, void *dst, uint16_t *dst_t) {
-    const llm4d_cpu_fmt fmt = cx->fmt;
-    const size_t es = llm4d_cpu_operand_bytes(fmt);
-    const long nch = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    if (db && (size_t)nch * OC > cx->colsum_cap) {
-        free(cx->colsum);
-        cx->colsum = aligned_alloc(64, ((size_t)nch * OC * sizeof(double) + 63) & ~(size_t)63);
-        LLM4D_ASSERT(cx->colsum, "out of memory for %ld x %d partial bias-gradient sums", nch, OC);
-        cx->colsum_cap = (size_t)nch * OC;
-    }
-    double *part = cx->colsum;
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < nch; ch++) {
-        double *p = db ? part + (size_t)ch * OC : NULL;
-        const int r0 = (int)ch * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
-        if (p) memset(p, 0, (size_t)OC * sizeof(double));
-        for (int c0 = 0; c0 < OC; c0 += COLSUM_STRIP) {
-            const int c1 = c0 + COLSUM_STRIP < OC ? c0 + COLSUM_STRIP : OC, n = c1 - c0;
-            for (int r = r0; r < r1; r++) {
-                const float *row = dout + (size_t)r * OC + c0;
-                if (dst && cx->amx) llm4d_amx_pack_a_row_piece(dst, OC, r, row, c0, n);
-                else if (dst) llm4d_cpu_convert_block(fmt, (char *)dst + ((size_t)r * OC + c0) * es, row, (size_t)n);
-                if (!p) continue;
-                double *pc = p + c0;
-#pragma omp simd
-                for (int o = 0; o < n; o++) pc[o] += row[o];
-            }
-            /* the strip's transpose, the last strip's reaching into M's padding */
-            if (dst_t)
-                llm4d_amx_pack_a_t_block(dst_t, dout, OC, OC, N, r0 / 32, (r1 + 31) / 32, c0 / 16,
-                                         c1 == OC ? INT64_MAX : c1 / 16);
-        }
-    }
-    if (dst && cx->amx) llm4d_amx_pack_a_pad_rows(dst, N, OC);
-    if (!db) return;
-    const int ncb = (OC + COLSUM_COLS - 1) / COLSUM_COLS;
-#pragma omp parallel for schedule(static)
-    for (int cb = 0; cb < ncb; cb++) {
-        const int o0 = cb * COLSUM_COLS, len = OC - o0 < COLSUM_COLS ? OC - o0 : COLSUM_COLS;
-        double acc[COLSUM_COLS] = {0};
-        for (long ch = 0; ch < nch; ch++) {
-            const double *p = part + (size_t)ch * OC + o0;
-#pragma omp simd
-            for (int j = 0; j < len; j++) acc[j] += p[j];
-        }
-        for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
-    }
-}
-
-/* dout [N, OC] in the working precision in conversion slot `slot`, with db += its column sums (not in fp32 mode,
- * where there is no conversion pass to join). */
-static const void *operand_colsum(cpu_ctx *cx, int slot, const float *dout, int N, int OC, float *db) {
-    WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-    const size_t elems = cx->amx ? llm4d_amx_a_elems(N, OC) : (size_t)N * OC;
-    void *dst = llm4d_cpu_slot(cx, slot, elems * llm4d_cpu_operand_bytes(cx->fmt));
-    colsum(cx, db, dout, N, OC, dst, NULL);
     return dst;
 }
 
@@ -283,232 +245,51 @@ llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t
     return mm;
 }
 
+/* A CPU's bf16 GEMMs can be slower than its fp32 ones: an Intel Xeon VM with AVX512-BF16 but no AMX exposed ran
+ * oneDNN's brg:avx512_core_bf16 at 112 GFLOP/s against 219 in fp32 (issue 42), where training with use_amp took
+ * 1.7x longer a step. So where bf16 would run on oneDNN's AVX512-BF16 kernels (not on AMX), set_precision measures
+ * both peaks and, when bf16's is below BF16_SLOW of fp32's, computes the bf16 numerics on the fp32 kernels
+ * (LLM4D_CPU_FP32_BF16, as on AVX2 CPUs: the same products, bits that differ only by summation order). The margin
+ * is wide so that a noisy machine does not flip the choice between two starts of one run (a resumed run would then
+ * change kernels): the CPUs measured so far are at 0.51 (that VM) or above 1.6 (Zen 4, Zen 5). */
+#define BF16_SLOW 0.75
+
+static double peak_gflops(cpu_ctx *cx); /* below, with the machine's limits */
+
 static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
     cpu_ctx *cx = ctx_of(be);
     if (p == LLM4D_PREC_TF32)
         return llm4d_fail(err, LLM4D_EUSER, "tfloat32 operands need a GPU's tensor cores (--device cuda); on the CPU "
                           "use --amp_dtype bfloat16 or float16, or drop --use_amp");
-    const llm4d_cpu_fmt fmt = llm4d_cpu_fmt_of(p);
+    llm4d_cpu_fmt fmt = llm4d_cpu_fmt_of(p);
+    const int amx = llm4d_cpu_amx_for(p);
     if (fmt == LLM4D_CPU_BF16) {
         /* create the bf16 primitives now, where errors can be reported */
         llm4d_dnnl_mm probe = llm4d_dnnl_mm_2d(8, 8, 8, 0, 8, 1, 8, 8, 0);
         probe.ab_type = LLM4D_DNNL_BF16;
         LLM4D_TRY(llm4d_dnnl_prepare(cx->dnnl, &probe, NULL, err));
     }
+    if (fmt == LLM4D_CPU_BF16 && !amx && !cx->bf16_checked) {
+        cx->fmt = LLM4D_CPU_FP32, cx->amx = 0;
+        cx->peak_fp32 = peak_gflops(cx);
+        cx->fmt = LLM4D_CPU_BF16;
+        cx->peak_bf16 = peak_gflops(cx);
+        llm4d_fault f;
+        llm4d_err ferr;
+        const int faked = llm4d_fault_from_env(&f, 0, &ferr) == LLM4D_OK && f.op == LLM4D_FAULT_BF16SLOW;
+        cx->bf16_slow = faked || cx->peak_bf16 < BF16_SLOW * cx->peak_fp32;
+        cx->bf16_faked = faked;
+        cx->bf16_checked = 1;
+    }
+    if (fmt == LLM4D_CPU_BF16 && !amx && cx->bf16_slow) fmt = LLM4D_CPU_FP32_BF16;
     cx->fmt = fmt;
-    cx->amx = llm4d_cpu_amx_for(p);
+    cx->amx = amx;
     return LLM4D_OK;
 }
 
-/* ---------------------------------------------------------------------------------------------------------- */
-/* linear */
-
-/* oneDNN 2.6's sgemm (gemm:jit) packs neither operand when one side of the output is short (its "no-copy" kernels,
- * chosen when 1/m + 1/n >= 0.0038: N up to ~260 tokens), and on AVX2 those kernels are slow in two of the shapes a
- * GPT step has; the backend goes around them there (dinp_transposed, forward_in_blocks), where it was measured
- * (cx->avx2_nocopy: oneDNN's ISA is AVX2 without AVX-512, whose sgemm has its own rules) and the operands are
- * 4-byte (fp32, or fp32 holding rounded values). */
-static int nocopy_fp32(const cpu_ctx *cx, int m, int n) {
-    return cx->avx2_nocopy && llm4d_cpu_operand_bytes(cx->fmt) == sizeof(float) && 1.0 / m + 1.0 / n >= 0.0038;
-}
-
-/* Very wide outputs: the LM head's logits, 256 tokens x 50304 x 768, take 125-128 ms at once against 114 ms in
- * blocks of 2048 output columns (Zen 3, 2 threads; outputs up to 3072 wide gain nothing). So a forward wider than
- * 2 WIDE_COLS in the no-copy regime runs a block of WIDE_COLS columns at a time (rows of W, columns of the output):
- * the same dot products, each summed by the same kind of kernel over the same K. */
-#define WIDE_COLS 2048
-
-static int forward_in_blocks(const cpu_ctx *cx, int N, int OC) { return OC > 2 * WIDE_COLS && nocopy_fp32(cx, N, OC); }
-
-/* ---------------------------------------------------------------------------------------------------------- */
-/* linear layers on the AMX kernel (cpu_amx.h): every operand is converted into the tiles it is read from, the
- * weights once per update (the optimizer's pass writes both of a weight's packs), the activations and gradients per
- * call (the pass that converts them anyway):
- *   forward  out[N, OC] = act(X)[N, C] W^T          A: act(X) as A tiles       B: the tiles of W^T
- *   dinp     dX[N, C] (=|+=) dY[N, OC] W             A: dY as A tiles (+ db)    B: the tiles of W
- *   dw       dW[OC, C] += dY^T[OC, N] act(X)[N, C]   A: dY^T as A tiles         B: act(X) as B tiles
- * Slot 0 holds the first A operand, slots 1 and 2 the weight gradient's two. */
-
-static void amx_forward(cpu_ctx *cx, float *out, const float *inp, llm4d_act act, const float *w, const float *b,
-                        int N, int C, int OC) {
-    uint16_t *a;
-    {
-        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-        a = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, C) * sizeof(uint16_t));
-        llm4d_amx_pack_a(a, inp, C, N, C, act);
-    }
-    llm4d_amx_gemm(out, OC, a, llm4d_cpu_weight_tiles(cx, w, OC, C, LLM4D_CPU_TILES_WT), b, N, OC, C, 0);
-}
-
-static void amx_backward(cpu_ctx *cx, float *dinp, llm4d_store dinp_store, float *dw, float *db, const float *dout,
-                         const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
-    uint16_t *g = NULL, *gt = NULL, *x = NULL;
-    {
-        /* dout's packs (the A tiles for dinp, their transpose for dw) and its column sums in one pass */
-        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-        if (dinp) g = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(N, OC) * sizeof(uint16_t));
-        if (dw) gt = llm4d_cpu_slot(cx, 1, llm4d_amx_a_elems(OC, N) * sizeof(uint16_t));
-        colsum(cx, db, dout, N, OC, g, gt);
-    }
-    if (dinp)
-        llm4d_amx_gemm(dinp, C, g, llm4d_cpu_weight_tiles(cx, w, OC, C, LLM4D_CPU_TILES_W), NULL, N, C, OC,
-                       dinp_store == LLM4D_ADD);
-    if (!dw) return;
-    {
-        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
-        x = llm4d_cpu_slot(cx, 2, llm4d_amx_b_elems(N, C) * sizeof(uint16_t));
-        llm4d_amx_pack_b(x, inp, C, N, C, act);
-    }
-    llm4d_amx_gemm(dw, C, gt, x, NULL, OC, C, N, 1);
-}
-
-static void cpu_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
-                                   const float *b, int N, int C, int OC) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    cpu_ctx *cx = ctx_of(be);
-    if (cx->amx) {
-        amx_forward(cx, out, inp, act, w, b, N, C, OC);
-        return;
-    }
-    const void *a = llm4d_cpu_operand_act(cx, 0, inp, (size_t)N * C, act);
-    const char *wop = llm4d_cpu_weight(cx, w, (size_t)OC * C);
-    const size_t es = llm4d_cpu_operand_bytes(cx->fmt);
-    const int cols = forward_in_blocks(cx, N, OC) ? WIDE_COLS : OC;
-    for (int o0 = 0; o0 < OC; o0 += cols) {
-        const int n = OC - o0 < cols ? OC - o0 : cols;
-        /* out[N, o0:o0+n] = act(inp)[N,C] . (W[o0:o0+n, C])^T: W is read as a [C,n] operand with strides (1, C) */
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, n, C, 0, C, 1, C, OC, 0);
-        mm.has_bias = b != NULL;
-        llm4d_dnnl_matmul(cx->dnnl, &mm, a, wop + (size_t)o0 * C * es, b ? b + o0 : NULL, out + o0);
-    }
-}
-
-static void cpu_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
-                               int N, int C, int OC) {
-    cpu_linear_forward_act(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
-}
-
-/* db[C] += column sums of dout[N, C] */
-static void cpu_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    colsum(ctx_of(be), db, dout, N, C, NULL, NULL);
-}
-
-static void cpu_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *o = out + (size_t)n * C;
-#pragma omp simd
-        for (int c = 0; c < C; c++) o[c] += b[c];
-    }
-}
-
-/* The input gradient through a transposed weight.
- *
- * dinp = dout W reads W [OC, C] as a row-major B operand, and in the no-copy regime (nocopy_fp32) the AVX2 kernel
- * walks W's rows at a stride of C floats: when that stride is a multiple of 2 KiB (C = 1024, 1536, 2048, 3072, ...)
- * the GEMM runs at half speed (rows that far apart compete for the same cache sets, the likely cause). Measured on
- * a Zen 3, 2 threads, N = 256 tokens, OC = 768 (bench/matmul_peak --tokens 256 shows it in the GPT-2 MLP
- * projection's backward): C = 3072 90 GFLOP/s, C = 2304 175; the same products with W^T as a [C, OC] operand (the
- * forward's orientation, its rows contiguous) 160-180 at every C. So there the backend copies W^T a block of columns
- * at a time into a buffer of at most WT_BLOCK_BYTES (the block stays in cache for its GEMM) and multiplies by it:
- * GPT-2 124M's MLP projection, dinp 13.5 -> 7.5 ms, of which the transposition is 0.7 ms. The copies are exact, so
- * the result is the same product (summed in another kernel's order). */
-#define WT_BLOCK_BYTES ((size_t)4 << 20)
-
-#define WT_MIN_COLS 64 /* narrower blocks would cost the GEMM more than the stride does */
-
-static int dinp_transposed(const cpu_ctx *cx, int N, int C, int OC) {
-    return C >= 1024 && C % 512 == 0 && WT_BLOCK_BYTES / ((size_t)OC * sizeof(float)) >= WT_MIN_COLS &&
-           nocopy_fp32(cx, N, C);
-}
-
-/* wt[j, r] = w[r, j] for r < R, j < cols: w is R rows of row stride ld, wt cols rows of R floats */
-static void transpose_block(float *wt, const float *w, int R, int ld, int cols) {
-#ifdef __AVX__
-    const int R8 = R & ~7, cols8 = cols & ~7;
-#endif
-#pragma omp parallel for schedule(static)
-    for (int j0 = 0; j0 < cols; j0 += 8) {
-        int r0 = 0;
-#ifdef __AVX__
-        if (j0 < cols8) /* 8 x 8 tiles in registers: unpack pairs, shuffle quads, swap 128-bit halves */
-            for (; r0 < R8; r0 += 8) {
-                const float *s = w + (size_t)r0 * ld + j0;
-                float *d = wt + (size_t)j0 * R + r0;
-                __m256 a[8], b[8];
-                for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(s + (size_t)i * ld);
-                for (int i = 0; i < 8; i += 2)
-                    b[i] = _mm256_unpacklo_ps(a[i], a[i + 1]), b[i + 1] = _mm256_unpackhi_ps(a[i], a[i + 1]);
-                a[0] = _mm256_shuffle_ps(b[0], b[2], 0x44), a[1] = _mm256_shuffle_ps(b[0], b[2], 0xEE);
-                a[2] = _mm256_shuffle_ps(b[1], b[3], 0x44), a[3] = _mm256_shuffle_ps(b[1], b[3], 0xEE);
-                a[4] = _mm256_shuffle_ps(b[4], b[6], 0x44), a[5] = _mm256_shuffle_ps(b[4], b[6], 0xEE);
-                a[6] = _mm256_shuffle_ps(b[5], b[7], 0x44), a[7] = _mm256_shuffle_ps(b[5], b[7], 0xEE);
-                for (int i = 0; i < 4; i++) {
-                    _mm256_storeu_ps(d + (size_t)i * R, _mm256_permute2f128_ps(a[i], a[i + 4], 0x20));
-                    _mm256_storeu_ps(d + (size_t)(i + 4) * R, _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
-                }
-            }
-#endif
-        const int j1 = j0 + 8 < cols ? j0 + 8 : cols;
-        for (int j = j0; j < j1; j++)
-            for (int r = r0; r < R; r++) wt[(size_t)j * R + r] = w[(size_t)r * ld + j];
-    }
-}
-
-/* dinp (=|+=) g[N,OC] W[OC,C] with W^T copied a block of columns at a time (dinp_transposed) */
-static void dinp_by_blocks(cpu_ctx *cx, float *dinp, int accumulate, const void *g, const float *w, int N, int C,
-                           int OC) {
-    const int maxcols = (int)(WT_BLOCK_BYTES / ((size_t)OC * sizeof(float))) & ~7;
-    const int nblk = (C + maxcols - 1) / maxcols;
-    const int cols = ((C + nblk - 1) / nblk + 7) & ~7; /* equal blocks of a multiple of 8 columns, <= maxcols */
-    float *wt = llm4d_cpu_slot(cx, 2, (size_t)cols * OC * sizeof(float));
-    for (int c0 = 0; c0 < C; c0 += cols) {
-        const int n = C - c0 < cols ? C - c0 : cols;
-        transpose_block(wt, w + c0, OC, C, n);
-        /* dinp[:, c0:c0+n] (=|+=) g[N,OC] (W^T[c0:c0+n, OC])^T */
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, n, OC, 0, OC, 1, OC, C, accumulate);
-        llm4d_dnnl_matmul(cx->dnnl, &mm, g, wt, NULL, dinp + c0);
-    }
-}
-
-static void cpu_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                                    const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
-                                    int OC) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_GEMM);
-    cpu_ctx *cx = ctx_of(be);
-    llm4d_dnnl *d = cx->dnnl;
-    if (cx->amx && (dinp || dw)) {
-        amx_backward(cx, dinp, dinp_store, dw, db, dout, inp, act, w, N, C, OC);
-        return;
-    }
-    if (!dinp && !dw) {
-        if (db) cpu_bias_backward(be, db, dout, N, OC);
-        return;
-    }
-    /* in low precision the bias gradient comes with dout's conversion */
-    const int fused_db = db && cx->fmt != LLM4D_CPU_FP32;
-    const void *g = fused_db ? operand_colsum(cx, 0, dout, N, OC, db) : llm4d_cpu_operand(cx, 0, dout, (size_t)N * OC);
-    if (dinp) {
-        const void *wop = llm4d_cpu_weight(cx, w, (size_t)OC * C);
-        if (dinp_transposed(cx, N, C, OC)) {
-            dinp_by_blocks(cx, dinp, dinp_store == LLM4D_ADD, g, wop, N, C, OC);
-        } else { /* dinp (=|+=) dout[N,OC] W[OC,C] */
-            llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, N, C, OC, 0, OC, 0, C, C, dinp_store == LLM4D_ADD);
-            llm4d_dnnl_matmul(d, &mm, g, wop, NULL, dinp);
-        }
-    }
-    if (dw) {
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] act(inp)[N,C] */
-        llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_operand_act(cx, 1, inp, (size_t)N * C, act), NULL, dw);
-    }
-    if (db && !fused_db) cpu_bias_backward(be, db, dout, N, OC);
-}
-
-static void cpu_linear_backward(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                                const float *dout, const float *inp, const float *w, int N, int C, int OC) {
-    cpu_linear_backward_act(be, dinp, dinp_store, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
+llm4d_cpu_fmt llm4d_cpu_fmt_for(const cpu_ctx *cx, llm4d_precision p) {
+    const llm4d_cpu_fmt f = llm4d_cpu_fmt_of(p);
+    return f == LLM4D_CPU_BF16 && cx->bf16_slow && !llm4d_cpu_amx_for(p) ? LLM4D_CPU_FP32_BF16 : f;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -585,8 +366,8 @@ static void cpu_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, si
 #define PEAK_REPS 5
 #define PEAK_SECONDS 0.25
 
-static double cpu_matmul_peak_gflops(llm4d_backend *be) {
-    cpu_ctx *cx = ctx_of(be);
+/* The peak in the context's current format (cx->fmt, cx->amx). */
+static double peak_gflops(cpu_ctx *cx) {
     const size_t n = (size_t)PEAK_DIM * PEAK_DIM;
     float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float));
     float *c = aligned_alloc(64, n * sizeof(float));
@@ -602,11 +383,11 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
         if (cx->amx) {
             uint16_t *ta = llm4d_cpu_slot(cx, 0, llm4d_amx_a_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
             uint16_t *tb = llm4d_cpu_slot(cx, 1, llm4d_amx_b_elems(PEAK_DIM, PEAK_DIM) * sizeof(uint16_t));
-            llm4d_amx_pack_a(ta, a, PEAK_DIM, PEAK_DIM, PEAK_DIM, LLM4D_ACT_NONE);
-            llm4d_amx_pack_b_t(tb, b, PEAK_DIM, PEAK_DIM, PEAK_DIM);
+            llm4d_amx_pack_a(ta, llm4d_ct32(a), PEAK_DIM, PEAK_DIM, PEAK_DIM, LLM4D_ACT_NONE);
+            llm4d_amx_pack_b_t(tb, llm4d_ct32(b), PEAK_DIM, PEAK_DIM, PEAK_DIM);
             pa = ta, pb = tb;
         } else {
-            pa = llm4d_cpu_operand(cx, 0, a, n), pb = llm4d_cpu_operand(cx, 1, b, n);
+            pa = llm4d_cpu_operand(cx, 0, llm4d_ct32(a), n), pb = llm4d_cpu_operand(cx, 1, llm4d_ct32(b), n);
         }
         const double start = omp_get_wtime();
         for (int r = 0; r <= PEAK_REPS || (omp_get_wtime() - start < PEAK_SECONDS && r < 100); r++) {
@@ -623,38 +404,21 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) {
     return best;
 }
 
+static double cpu_matmul_peak_gflops(llm4d_backend *be) { return peak_gflops(ctx_of(be)); }
+
 static size_t cpu_workspace_bytes(llm4d_backend *be) {
     const cpu_ctx *cx = ctx_of(be);
-    return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->cvt_cap[2] + cx->colsum_cap * sizeof(double) +
+    return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->cvt_cap[2] + cx->cvt_cap[3] + cx->colsum_cap * sizeof(double) +
            llm4d_cpu_attention_workspace(cx) + llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
 }
 
-static size_t cpu_operand_bytes(llm4d_backend *be, llm4d_precision prec) {
-    (void)be;
-    return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_of(prec));
+size_t llm4d_cpu_operand_bytes_of(llm4d_backend *be, llm4d_precision prec) {
+    return llm4d_cpu_operand_bytes(llm4d_cpu_fmt_for(ctx_of(be), prec));
 }
 
 /* a bf16 copy in row order, or on the AMX path the two tile layouts (their padding is a few rows per weight) */
 static size_t cpu_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
-    return (llm4d_cpu_amx_for(prec) ? 2 : 1) * cpu_operand_bytes(be, prec);
-}
-
-/* The two conversion slots, each as large as the largest operand they hold: in fp32 only what the backend makes
- * (an activation applied, the attention's packed panels: GEMMs read every other fp32 operand in place), in low
- * precision every converted operand; the bias gradients' partial sums (a double per 64 elements of an output
- * gradient, at most the widest activation's); and where input gradients may go through a transposed weight
- * (dinp_transposed: fp32 operands on an AVX2 CPU), its block, at most WT_BLOCK_BYTES (the plan does not know
- * whether the model's shapes will call for it, so it counts it whenever they might). On the AMX path three slots
- * hold tiles: two of any operand (the input gradient's output gradient, the weight gradient's transposed one) and
- * one of an activation (the weight gradient's input), each with its padding to 32 rows and columns. */
-static size_t cpu_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
-    const size_t slot = prec == LLM4D_PREC_FP32 ? s.made : s.read, es = cpu_operand_bytes(be, prec);
-    if (llm4d_cpu_amx_for(prec)) {
-        const size_t pad = (LLM4D_AMX_MB - 1) * (s.rows + s.cols) + LLM4D_AMX_MB * LLM4D_AMX_MB;
-        return (2 * (s.read + pad) + s.made + pad) * es + (s.made / COLSUM_ROWS + 1) * sizeof(double);
-    }
-    const size_t wt = ctx_of(be)->avx2_nocopy && es == sizeof(float) ? WT_BLOCK_BYTES : 0;
-    return 2 * slot * es + (s.made / COLSUM_ROWS + 1) * sizeof(double) + wt;
+    return (llm4d_cpu_amx_for(prec) ? 2 : 1) * llm4d_cpu_operand_bytes_of(be, prec);
 }
 
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
@@ -689,13 +453,20 @@ static void cpu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
     llm4d_dnnl_impls(cx->dnnl, 0, lin, sizeof lin);
     llm4d_dnnl_impls(cx->dnnl, 1, att, sizeof att);
     static const char *const fmt[] = {[LLM4D_CPU_FP32] = "fp32", [LLM4D_CPU_BF16] = "bf16",
-                                      [LLM4D_CPU_FP32_BF16] = "fp32 holding bf16-rounded values (no AVX512-BF16)",
+                                      [LLM4D_CPU_FP32_BF16] = "fp32 holding bf16-rounded values",
                                       [LLM4D_CPU_FP32_FP16] = "fp32 holding fp16-rounded values"};
     static const char amx[] = "llm4d's AMX kernel (bf16 tiles)";
-    snprintf(buf, n, "oneDNN ISA %s; operands %s; linear GEMMs: %s; attention GEMMs: %s%s%s", isa_name(),
-             fmt[cx->fmt], cx->amx ? amx : lin[0] ? lin : "none yet",
-             cx->att_amx ? amx : att[0] ? att : "none yet", cx->att_amx && att[0] ? ", other shapes " : "",
-             cx->att_amx && att[0] ? att : "");
+    char why[160] = "";
+    if (cx->fmt == LLM4D_CPU_FP32_BF16 && !cx->bf16_slow) snprintf(why, sizeof why, " (no AVX512-BF16)");
+    if (cx->fmt == LLM4D_CPU_FP32_BF16 && cx->bf16_slow)
+        snprintf(why, sizeof why, " (this CPU's bf16 GEMMs measured %.0f GFLOP/s against fp32's %.0f%s: bf16 numerics "
+                 "on the fp32 kernels)", cx->peak_bf16, cx->peak_fp32, cx->bf16_faked ? ", slower by LLM4D_FAULT" : "");
+    /* in AMX mode only the AMX kernel; after it, also the oneDNN GEMMs of other precisions */
+    const int lin_other = !cx->amx && cx->lin_amx && lin[0];
+    snprintf(buf, n, "oneDNN ISA %s; operands %s%s; linear GEMMs: %s%s%s; attention GEMMs: %s%s%s", isa_name(),
+             fmt[cx->fmt], why, cx->amx || cx->lin_amx ? amx : lin[0] ? lin : "none yet",
+             lin_other ? ", other precisions " : "", lin_other ? lin : "", cx->att_amx ? amx : att[0] ? att : "none yet",
+             cx->att_amx && att[0] ? ", other shapes " : "", cx->att_amx && att[0] ? att : "");
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -707,7 +478,7 @@ static void cpu_destroy(llm4d_backend *be) {
         llm4d_dnnl_destroy(cx->dnnl);
         llm4d_cpu_attention_free(cx);
         llm4d_cpu_wcache_free(cx);
-        for (int k = 0; k < 3; k++) free(cx->cvt[k]);
+        for (int k = 0; k < 4; k++) free(cx->cvt[k]);
         free(cx->colsum);
         free(cx);
     }
@@ -741,12 +512,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->free = cpu_free;
     be->zero = cpu_zero;
     be->copy = cpu_copy;
-    be->linear_forward = cpu_linear_forward;
-    be->linear_backward = cpu_linear_backward;
-    be->linear_forward_act = cpu_linear_forward_act;
-    be->linear_backward_act = cpu_linear_backward_act;
-    be->bias_forward = cpu_bias_forward;
-    be->bias_backward = cpu_bias_backward;
+    llm4d_cpu_linear_install(be);
     be->attention_forward = llm4d_cpu_attention_forward;
     be->attention_backward = llm4d_cpu_attention_backward;
     llm4d_cpu_elem_install(be);
@@ -759,7 +525,6 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->set_precision = cpu_set_precision;
     be->matmul_peak_gflops = cpu_matmul_peak_gflops;
     be->workspace_bytes = cpu_workspace_bytes;
-    be->operand_workspace = cpu_operand_workspace;
     be->weight_copy_bytes = cpu_weight_copy_bytes;
     be->weights_changed = cpu_weights_changed;
     be->work_stats = cpu_work_stats;

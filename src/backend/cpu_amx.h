@@ -17,7 +17,8 @@
  * with Mp, Np rounded up to 32 (the kernel's 32 x 32 block of C, four 16 x 16 fp32 tiles) and Kp to 32 (one tile's
  * K). Padding is zero, so it adds nothing to any product and C is written only inside [M, N].
  *
- * Packing (from fp32, rounding to nearest even) in every orientation a linear layer needs:
+ * Packing (from a typed tensor, backend/tensor.h: fp32 or fp16 rounded to nearest even, bf16 as it is) in every
+ * orientation a linear layer needs:
  *  - pack_a: A = act(X) (the forward's activations; an output gradient for the input gradient);
  *  - pack_a_t: A = G^T for G [K, M] (the weight gradient's output-gradient operand, tokens along K);
  *  - pack_b: B = act(X) for X [K, N] (the weight gradient's input operand; a weight W [OC, C] for dX = dY W);
@@ -87,7 +88,7 @@ void llm4d_amx_gemm_ref(float *C, int64_t ldc, const uint16_t *A, const uint16_t
 /* --- packing (cpu_amx_pack.c); every packer writes the whole padded operand unless it says otherwise --- */
 
 /* A tiles of act(X), X [M, K] with row stride ld. Parallel. */
-void llm4d_amx_pack_a(uint16_t *dst, const float *x, int64_t ld, int M, int K, llm4d_act act);
+void llm4d_amx_pack_a(uint16_t *dst, llm4d_ctensor x, int64_t ld, int M, int K, llm4d_act act);
 /* Elements [k0, k0 + n) of row r of the A tiles of an [M, K] operand from the n floats at piece (k0 a multiple of 32;
  * a piece ending inside a tile row zeroes the rest of it), single-threaded: inside a caller's parallel loop, whose
  * pass reads the row for something else too, e.g. a bias gradient's column sums. The padding rows [M, Mp) are
@@ -95,16 +96,16 @@ void llm4d_amx_pack_a(uint16_t *dst, const float *x, int64_t ld, int M, int K, l
 void llm4d_amx_pack_a_row_piece(uint16_t *dst, int K, int r, const float *piece, int k0, int n);
 void llm4d_amx_pack_a_pad_rows(uint16_t *dst, int M, int K);
 /* A tiles of G^T, G [K, M] with row stride ld (A[m][k] = G[k][m]). Parallel. */
-void llm4d_amx_pack_a_t(uint16_t *dst, const float *g, int64_t ld, int M, int K);
+void llm4d_amx_pack_a_t(uint16_t *dst, llm4d_ctensor g, int64_t ld, int M, int K);
 /* The same for the tiles of K tiles [kt0, kt1) (rows [32 kt0, 32 kt1) of G) and M tiles [mt0, mt1) (columns
  * [16 mt0, 16 mt1) of G; mt1 is capped at the padded M's), single-threaded: a pass over a block of G that packs it
  * as A tiles too (pack_a_row_piece) writes its transpose while the block is in cache. */
-void llm4d_amx_pack_a_t_block(uint16_t *dst, const float *g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1,
+void llm4d_amx_pack_a_t_block(uint16_t *dst, llm4d_ctensor g, int64_t ld, int M, int K, int64_t kt0, int64_t kt1,
                               int64_t mt0, int64_t mt1);
 /* B tiles of act(X), X [K, N] with row stride ld. Parallel. */
-void llm4d_amx_pack_b(uint16_t *dst, const float *x, int64_t ld, int K, int N, llm4d_act act);
+void llm4d_amx_pack_b(uint16_t *dst, llm4d_ctensor x, int64_t ld, int K, int N, llm4d_act act);
 /* B tiles of W^T, W [N, K] with row stride ld (B[k][n] = W[n][k]). Parallel. */
-void llm4d_amx_pack_b_t(uint16_t *dst, const float *w, int64_t ld, int N, int K);
+void llm4d_amx_pack_b_t(uint16_t *dst, llm4d_ctensor w, int64_t ld, int N, int K);
 
 /* The elements [e0, e1) of a row-major weight W [rows, cols] (w: its element 0) written into its packs, nothing else
  * (single-threaded: the optimizer's tasks call them on disjoint runs, in parallel). The padding is never written:

@@ -6,7 +6,9 @@
  * it. At GPT-2 124M with B=8, T=1024 this saves 384 MiB of probabilities per layer plus a 384 MiB backward
  * scratch. The blocks of all heads are many small independent GEMMs, so threads take whole tasks and run them
  * single-threaded, with the softmax and dropout in between while the block is in per-thread scratch (faster than
- * oneDNN's batched GEMM over heads with each GEMM split across threads).
+ * oneDNN's batched GEMM over heads with each GEMM split across threads). Q, K, V, dout, out and dqkv are typed
+ * tensors (backend/tensor.h): the packing reads them in whatever type they are stored, the outputs are rounded into
+ * theirs once, when a head's rows are done; the statistics (lse, D, the running max and sum) stay fp32.
  *
  * Every GEMM operand and output is dense. Q, K, V (and backward's dout) are packed once per call into per-head
  * [T, HS] panels in the operand precision, and backward accumulates dQ, dK, dV of a head in per-thread [T, HS]
@@ -139,7 +141,7 @@ static size_t att_thread_floats(int T, int HS) {
 
 /* Pack nparts [B, T, nparts * NH * HS] rows (qkv: Q, K, V; dout: one part) into [nparts][B][NH][T][HS] in the
  * operand precision: every head's panel dense. */
-static void *att_pack(cpu_ctx *cx, int slot, const float *src, const llm4d_attn_shape *s, int nparts) {
+static void *att_pack(cpu_ctx *cx, int slot, llm4d_ctensor src, const llm4d_attn_shape *s, int nparts) {
     const int T = s->T, HS = s->HS, NH = s->NH, C = NH * HS, rowlen = nparts * C;
     const size_t es = llm4d_cpu_operand_bytes(cx->fmt), panel = (size_t)T * HS;
     char *dst = llm4d_cpu_slot(cx, slot, (size_t)s->B * T * rowlen * es);
@@ -151,7 +153,7 @@ static void *att_pack(cpu_ctx *cx, int slot, const float *src, const llm4d_attn_
         for (int p = 0; p < nparts; p++)
             for (int h = 0; h < NH; h++) {
                 const size_t e = (((size_t)p * s->B + (size_t)b) * NH + (size_t)h) * panel + (size_t)t * HS;
-                llm4d_cpu_convert_block(fmt, dst + e * es, src + (size_t)bt * rowlen + (size_t)p * C + (size_t)h * HS,
+                llm4d_cpu_convert_typed(fmt, dst + e * es, src, (size_t)bt * rowlen + (size_t)p * C + (size_t)h * HS,
                                         (size_t)HS);
             }
     }
@@ -161,27 +163,28 @@ static void *att_pack(cpu_ctx *cx, int slot, const float *src, const llm4d_attn_
 /* The AMX path's operands: per head, Q, K, V (and dout) in the tile layouts of the products that read them, in
  * conversion slots 0 (the forward's three), 1 (backward's three more) and 2 (dout's two): at most 3, 3 and 2 times
  * B T C elements, within what the memory plan gives the slots (cpu.c cpu_operand_workspace). */
-static void att_pack_amx(cpu_ctx *cx, att_call *ac, const float *qkv, const float *dout) {
+static void att_pack_amx(cpu_ctx *cx, att_call *ac, llm4d_ctensor qkv, llm4d_ctensor dout) {
     const llm4d_attn_shape *s = ac->s;
     const int T = s->T, HS = s->HS, NH = s->NH, C = ac->C, C3 = ac->C3;
     const long nbh = (long)s->B * NH;
     const size_t he = ac->head_el, part = (size_t)nbh * he;
     uint16_t *p0 = llm4d_cpu_slot(cx, 0, 3 * part * sizeof(uint16_t));
-    uint16_t *p1 = dout ? llm4d_cpu_slot(cx, 1, 3 * part * sizeof(uint16_t)) : NULL;
-    uint16_t *p2 = dout ? llm4d_cpu_slot(cx, 2, 2 * part * sizeof(uint16_t)) : NULL;
+    uint16_t *p1 = dout.p ? llm4d_cpu_slot(cx, 1, 3 * part * sizeof(uint16_t)) : NULL;
+    uint16_t *p2 = dout.p ? llm4d_cpu_slot(cx, 2, 2 * part * sizeof(uint16_t)) : NULL;
     ac->qa = p0, ac->kbt = p0 + part, ac->vb = p0 + 2 * part;
-    if (dout) ac->qb = p1, ac->kb = p1 + part, ac->vbt = p1 + 2 * part, ac->dya = p2, ac->dyb = p2 + part;
+    if (dout.p) ac->qb = p1, ac->kb = p1 + part, ac->vbt = p1 + 2 * part, ac->dya = p2, ac->dyb = p2 + part;
     /* heads side by side, each packer on one thread (nested regions run on the calling thread) */
 #pragma omp parallel for schedule(static)
     for (long bh = 0; bh < nbh; bh++) {
         const long b = bh / NH, h = bh % NH;
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+        const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS;
+        const llm4d_ctensor q = llm4d_ct_at(qkv, q0), k = llm4d_ct_at(qkv, q0 + C), v = llm4d_ct_at(qkv, q0 + 2 * C);
         const size_t o = (size_t)bh * he;
         llm4d_amx_pack_a(p0 + o, q, C3, T, HS, LLM4D_ACT_NONE);
         llm4d_amx_pack_b_t(p0 + part + o, k, C3, T, HS);
         llm4d_amx_pack_b(p0 + 2 * part + o, v, C3, T, HS, LLM4D_ACT_NONE);
-        if (!dout) continue;
-        const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+        if (!dout.p) continue;
+        const llm4d_ctensor dy = llm4d_ct_at(dout, (size_t)b * T * C + (size_t)h * HS);
         llm4d_amx_pack_b(p1 + o, q, C3, T, HS, LLM4D_ACT_NONE);
         llm4d_amx_pack_b(p1 + part + o, k, C3, T, HS, LLM4D_ACT_NONE);
         llm4d_amx_pack_b_t(p1 + 2 * part + o, v, C3, T, HS);
@@ -192,8 +195,8 @@ static void att_pack_amx(cpu_ctx *cx, att_call *ac, const float *qkv, const floa
 
 /* Set up one call: the operands in the working precision, room for the primitive handles and each thread's
  * scratch (both grown on the first call of a larger shape only), and the primitives themselves. */
-static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dropout *drop, const float *qkv,
-                          const float *dout) {
+static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dropout *drop, llm4d_ctensor qkv,
+                          llm4d_ctensor dout) {
     att_call ac = {.s = s, .drop = drop_on(drop) ? drop : NULL, .T = s->T, .HS = s->HS, .C = s->NH * s->HS};
     ac.C3 = 3 * ac.C;
     ac.nblk = (ac.T + ATT_TB - 1) / ATT_TB;
@@ -209,14 +212,16 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
     ac.head_el = (size_t)ac.T * (size_t)ac.HS;
     ac.sscale = ac.amx ? ac.scale : 1.0f;
     cx->att_amx |= ac.amx;
-    /* the linear layers' conversion slots are free between kernels: Q, K, V are packed once per call */
+    /* the linear layers' conversion slots are free between kernels: Q, K, V are packed once per call (a conversion
+     * where they are not stored in the operand precision, else the attention's own layout work) */
     {
-        WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
+        const int same = ac.amx ? qkv.t == LLM4D_BF16 : llm4d_cpu_in_place(cx->fmt, qkv.t);
+        WORK_SCOPE(cx, same ? LLM4D_WORK_ATTN : LLM4D_WORK_CONVERT);
         if (ac.amx) {
             att_pack_amx(cx, &ac, qkv, dout);
         } else {
             ac.qkv = att_pack(cx, 0, qkv, s, 3);
-            ac.dout = dout ? att_pack(cx, 1, dout, s, 1) : NULL;
+            ac.dout = dout.p ? att_pack(cx, 1, dout, s, 1) : NULL;
         }
     }
     const size_t nprim = (size_t)ac.nblk * ac.nkb * ATT_NPRIM;
@@ -234,7 +239,7 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
         LLM4D_ASSERT(cx->work != NULL, "out of memory for the attention's per-thread blocks (%zu floats)", need);
         cx->work_cap = need;
     }
-    if (!ac.amx) att_prims(cx, &ac, dout != NULL);
+    if (!ac.amx) att_prims(cx, &ac, dout.p != NULL);
     return ac;
 }
 
@@ -289,7 +294,7 @@ static void att_acc_hs(const att_call *ac, float *C, const uint16_t *A, const ui
 }
 
 /* One forward task: rows [r0, r1) of head h of batch row b. */
-static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int i, float *out,
+static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int i, llm4d_tensor out,
                              float *lse) {
     const int T = ac->T, HS = ac->HS, C = ac->C;
     const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
@@ -347,9 +352,11 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
     }
     for (int r = 0; r < m; r++) {
         const float inv = 1.0f / rsum[r], *o = O + (size_t)r * HS;
-        float *y = out + ((size_t)b * T + r0 + r) * C + (size_t)h * HS;
+        const size_t at = ((size_t)b * T + r0 + r) * C + (size_t)h * HS;
+        float *y = cpu_out(out, at, S); /* the score block is done with: a row of it holds a 16-bit row's values */
 #pragma omp simd
         for (int c = 0; c < HS; c++) y[c] = o[c] * inv;
+        cpu_done(out, at, y, (size_t)HS);
         lse[((size_t)b * ac->s->NH + h) * T + r0 + r] = rmax[r] + logf(rsum[r]);
     }
 }
@@ -357,11 +364,11 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
 /* Threads take whole (head, row block) tasks and run their GEMMs single-threaded (llm4d_dnnl_run_mt): attention
  * is many small independent GEMMs, better run side by side than each split over the threads, and the softmax of
  * a block happens while the block is in cache. */
-void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                 const llm4d_dropout *drop) {
+void llm4d_cpu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                 llm4d_attn_shape s, const llm4d_dropout *drop) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ATTN);
     cpu_ctx *cx = ctx_of(be);
-    const att_call ac = att_begin(cx, &s, drop, qkv, NULL);
+    const att_call ac = att_begin(cx, &s, drop, qkv, (llm4d_ctensor){NULL, LLM4D_F32});
     const long nbh = (long)s.B * s.NH, ntasks = (long)ac.nblk * nbh;
     const size_t per = att_thread_floats(ac.T, ac.HS);
 #pragma omp parallel
@@ -381,8 +388,8 @@ void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, cons
 /* One backward task: all of head h of batch row b (dK and dV of a key block receive a contribution from every
  * row block at or below it, so a head's blocks run in order on one thread, accumulating dQ, dK, dV in the
  * thread's dense panels, written into dqkv at the end; different heads write disjoint columns of dqkv). */
-static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, float *dqkv,
-                              const float *dout, const float *out, const float *lse) {
+static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, llm4d_tensor dqkv,
+                              llm4d_ctensor dout, llm4d_ctensor out, const float *lse) {
     const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
     float *S = work, *dP = S + ATT_TB * ATT_KB, *Pop = dP + ATT_TB * ATT_KB, *dSop = Pop + ATT_TB * ATT_KB;
     float *D = S + 4 * ATT_TB * ATT_KB + ATT_TB * HS + 2 * ATT_TB;
@@ -390,9 +397,11 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
     const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS, y0 = (size_t)b * T * C + (size_t)h * HS;
     const float *lrow = lse + ((size_t)b * ac->s->NH + h) * T;
     memset(dQ, 0, 3 * (size_t)T * HS * sizeof(float));
-    /* D_t = sum_t2 P~ dP~ = dout_t . out_t: the softmax backward's row term, from the kept output */
+    /* D_t = sum_t2 P~ dP~ = dout_t . out_t: the softmax backward's row term, from the kept output (16-bit rows
+     * widened into the score blocks, free until the first block's GEMM) */
     for (int t = 0; t < T; t++) {
-        const float *dy = dout + y0 + (size_t)t * C, *y = out + y0 + (size_t)t * C;
+        const float *dy = cpu_in(dout, y0 + (size_t)t * C, (size_t)HS, S);
+        const float *y = cpu_in(out, y0 + (size_t)t * C, (size_t)HS, S + HS);
         float d = 0.0f;
 #pragma omp simd reduction(+ : d)
         for (int c = 0; c < HS; c++) d += dy[c] * y[c];
@@ -458,8 +467,8 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
                 /* P~^T and dS^T as A tiles (the dS rows went into theirs in the loop) */
                 const int km = (m + LLM4D_AMX_KB - 1) / LLM4D_AMX_KB;
                 uint16_t *pta = pa, *dsta = (uint16_t *)da + llm4d_amx_a_elems(m, n);
-                llm4d_amx_pack_a_t_block(pta, S, n, n, m, 0, km, 0, INT64_MAX);
-                llm4d_amx_pack_a_t_block(dsta, dP, n, n, m, 0, km, 0, INT64_MAX);
+                llm4d_amx_pack_a_t_block(pta, llm4d_ct32(S), n, n, m, 0, km, 0, INT64_MAX);
+                llm4d_amx_pack_a_t_block(dsta, llm4d_ct32(dP), n, n, m, 0, km, 0, INT64_MAX);
                 att_acc_hs(ac, dV + (size_t)c0 * HS, pta, att_head(ac, ac->dyb, b, h), r0, n, m);
                 att_acc_hs(ac, dQ + (size_t)r0 * HS, da, att_head(ac, ac->kb, b, h), c0, m, n);
                 att_acc_hs(ac, dK + (size_t)c0 * HS, dsta, att_head(ac, ac->qb, b, h), r0, n, m);
@@ -470,8 +479,17 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
             llm4d_dnnl_run_mt(cx->dnnl, p[P_DK], da, qi, NULL, dK + (size_t)c0 * HS);
         }
     }
+    if (dqkv.t != LLM4D_F32) {
+        for (int t = 0; t < T; t++) {
+            const size_t at = q0 + (size_t)t * C3;
+            llm4d_cpu_store(dqkv, at, dQ + (size_t)t * HS, (size_t)HS);
+            llm4d_cpu_store(dqkv, at + C, dK + (size_t)t * HS, (size_t)HS);
+            llm4d_cpu_store(dqkv, at + 2 * (size_t)C, dV + (size_t)t * HS, (size_t)HS);
+        }
+        return;
+    }
     for (int t = 0; t < T; t++) {
-        float *row = dqkv + q0 + (size_t)t * C3;
+        float *row = (float *)dqkv.p + q0 + (size_t)t * C3;
         const float *q = dQ + (size_t)t * HS, *k = dK + (size_t)t * HS, *v = dV + (size_t)t * HS;
 #pragma omp simd
         for (int c = 0; c < HS; c++) {
@@ -482,8 +500,8 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
     }
 }
 
-void llm4d_cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+void llm4d_cpu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                  llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ATTN);
     cpu_ctx *cx = ctx_of(be);
     const att_call ac = att_begin(cx, &s, drop, qkv, dout);

@@ -19,7 +19,7 @@
 typedef struct {
     int64_t v[20];
     uint32_t alpha_bits;
-    int32_t accumulate, has_bias, ab_type;
+    int32_t accumulate, has_bias, ab_type, c_type;
 } mm_key;
 
 enum { ARG_A, ARG_B, ARG_C, ARG_BIAS, ARG_SCRATCH, NARGS };
@@ -74,6 +74,7 @@ static mm_key make_key(const llm4d_dnnl_mm *mm) {
     k.accumulate = mm->accumulate != 0;
     k.has_bias = mm->has_bias != 0;
     k.ab_type = (int32_t)mm->ab_type;
+    k.c_type = (int32_t)mm->c_type;
     return k;
 }
 
@@ -300,7 +301,8 @@ static llm4d_code entry_create(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, int mt, m
     dnnl_data_type_t abt = mm->ab_type == LLM4D_DNNL_BF16 ? dnnl_bf16 : dnnl_f32;
     DNNL_CHECK(md_init(&e->md[ARG_A], mm, mm->M, mm->K, mm->a_bs, mm->a_rs, mm->a_cs, abt), "memory desc (A)");
     DNNL_CHECK(md_init(&e->md[ARG_B], mm, mm->K, mm->N, mm->b_bs, mm->b_rs, mm->b_cs, abt), "memory desc (B)");
-    DNNL_CHECK(md_init(&e->md[ARG_C], mm, mm->M, mm->N, mm->c_bs, mm->c_rs, mm->c_cs, dnnl_f32), "memory desc (C)");
+    const dnnl_data_type_t ct = mm->c_type == LLM4D_DNNL_BF16 ? dnnl_bf16 : dnnl_f32;
+    DNNL_CHECK(md_init(&e->md[ARG_C], mm, mm->M, mm->N, mm->c_bs, mm->c_rs, mm->c_cs, ct), "memory desc (C)");
     e->used[ARG_A] = e->used[ARG_B] = e->used[ARG_C] = 1;
     if (mm->has_bias) {
         dnnl_dims_t dims, strides;
@@ -388,7 +390,7 @@ llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char
     return LLM4D_OK;
 }
 
-static void run(llm4d_dnnl *d, mm_entry *e, int slot, const void *a, const void *b, const float *bias, float *c) {
+static void run(llm4d_dnnl *d, mm_entry *e, int slot, const void *a, const void *b, const float *bias, void *c) {
     void *ptrs[NARGS] = {(void *)a, (void *)b, c, (void *)bias, d->scratch[slot]};
     LLM4D_ASSERT(!e->used[ARG_BIAS] || bias != NULL, "matmul created with a bias called without one (M=%lld)",
                  (long long)e->key.v[2]);
@@ -414,7 +416,7 @@ static mm_entry *get_or_abort(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, int mt) {
 }
 
 void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
-                       float *c) {
+                       void *c) {
     run(d, get_or_abort(d, mm, 0), 0, a, b, bias, c);
 }
 

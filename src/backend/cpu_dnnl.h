@@ -26,7 +26,8 @@ typedef enum { LLM4D_DNNL_F32 = 0, LLM4D_DNNL_BF16 = 1 } llm4d_dnnl_type;
  * the bias).
  * Element (m,k) of A for batch (i,j) lives at a[i*a_bs[0] + j*a_bs[1] + m*a_rs + k*a_cs] (strides in elements),
  * likewise B (k,n) and C (m,n). Unused batch dims have size 1 (their strides are then ignored). A and B share
- * `ab_type` (fp32 or bf16); C and bias are fp32. accumulate: C += ... instead of C = .... */
+ * `ab_type` (fp32 or bf16); C is `c_type` (fp32, or bf16 with bf16 operands: the result rounded once, after the
+ * bias and any accumulation); bias is fp32. accumulate: C += ... instead of C = .... */
 typedef struct {
     int64_t batch[2];
     int64_t M, N, K;
@@ -37,6 +38,7 @@ typedef struct {
     int accumulate;
     int has_bias;
     llm4d_dnnl_type ab_type;
+    llm4d_dnnl_type c_type;
 } llm4d_dnnl_mm;
 
 /* Engine + stream on CPU 0. Fails with LLM4D_EINTERNAL naming the oneDNN status. */
@@ -50,7 +52,7 @@ llm4d_code llm4d_dnnl_prepare(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const char
 /* Run mm on the given buffers (bias may be NULL when !has_bias). A creation failure here is an internal bug in
  * the caller's description and aborts with the oneDNN status (the ops using this have no error channel). */
 void llm4d_dnnl_matmul(llm4d_dnnl *d, const llm4d_dnnl_mm *mm, const void *a, const void *b, const float *bias,
-                       float *c);
+                       void *c);
 
 /* Concurrent use from the threads of an OpenMP parallel region, each running its own (single-threaded: oneDNN
  * does not nest parallelism) GEMM: worthwhile when there are many small independent GEMMs, such as one per

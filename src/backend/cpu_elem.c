@@ -3,7 +3,10 @@
  *
  * Each is one pass (or two) over memory, parallelised over fixed chunks with `omp simd` inner loops, so GCC
  * vectorises them and their results do not depend on the thread count: reductions that cross rows (embedding and
- * LayerNorm weight gradients) are split over fixed column blocks, never over "whatever rows this thread got". */
+ * LayerNorm weight gradients) are split over fixed column blocks, never over "whatever rows this thread got".
+ * Typed tensors (cpu_impl.h): a kernel works on a row (LayerNorm), a chunk (GELU, dropout) or a block of a row
+ * (the cross-entropy) at a time, reading an fp32 tensor in place and widening a 16-bit one into a buffer, and
+ * rounds its typed outputs once from fp32; with every tensor fp32 the loops are the ones that ran before. */
 #include <omp.h>
 #include <stdlib.h>
 
@@ -77,12 +80,16 @@ static void cpu_position_backward(llm4d_backend *be, float *dwpe, const float *d
 /* ---------------------------------------------------------------------------------------------------------- */
 /* layernorm */
 
-static void cpu_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void cpu_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                                   const float *w, const float *b, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
-#pragma omp parallel for schedule(static)
+    const int wide = inp.t != LLM4D_F32 || out.t != LLM4D_F32;
+#pragma omp parallel
+    {
+    float *xb = llm4d_cpu_thread_buf(wide ? 2 * (size_t)C : 0), *ob = xb ? xb + C : NULL;
+#pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
+        const float *x = cpu_in(inp, (size_t)n * C, (size_t)C, xb);
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += x[c];
@@ -91,27 +98,33 @@ static void cpu_layernorm_forward(llm4d_backend *be, float *out, float *mean, fl
 #pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         const float r = 1.0f / sqrtf(v / C + 1e-5f);
-        float *o = out + (size_t)n * C;
+        float *o = cpu_out(out, (size_t)n * C, ob);
 #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        cpu_done(out, (size_t)n * C, o, (size_t)C);
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = r;
+    }
+    free(xb);
     }
 }
 
 #define LN_COLS 64 /* channels per dw/db task */
 
-static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
+static void cpu_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                                   llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const int ntasks = (C + LN_COLS - 1) / LN_COLS;
+    const int wide = dinp.t != LLM4D_F32 || dout.t != LLM4D_F32 || inp.t != LLM4D_F32;
 #pragma omp parallel
     {
+        float *xb = llm4d_cpu_thread_buf(wide ? 3 * (size_t)C : 0), *yb = xb ? xb + C : NULL, *gb = xb ? yb + C : NULL;
         /* dinp row by row: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat*xhat)), dxhat = dy*w */
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            const size_t row = (size_t)n * C;
+            const float *x = cpu_in(inp, row, (size_t)C, xb), *dy = cpu_in(dout, row, (size_t)C, yb);
             const float m = mean[n], r = rstd[n];
             float a = 0.0f, bsum = 0.0f;
 #pragma omp simd reduction(+ : a, bsum)
@@ -122,17 +135,20 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
             }
             a /= C;
             bsum /= C;
-            float *dx = dinp + (size_t)n * C;
+            float *dx = cpu_acc(dinp, row, (size_t)C, gb);
 #pragma omp simd
             for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - a - (x[c] - m) * r * bsum);
+            cpu_done(dinp, row, dx, (size_t)C);
         }
         /* dw, db over fixed column blocks, rows in order */
 #pragma omp for schedule(static)
         for (int task = 0; task < ntasks; task++) {
             const int c0 = task * LN_COLS, len = C - c0 < LN_COLS ? C - c0 : LN_COLS;
             double aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
+            float xs[LN_COLS], ys[LN_COLS];
             for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                const size_t at = (size_t)n * C + c0;
+                const float *x = cpu_in(inp, at, (size_t)len, xs), *dy = cpu_in(dout, at, (size_t)len, ys);
                 const float m = mean[n], r = rstd[n];
 #pragma omp simd
                 for (int j = 0; j < len; j++) {
@@ -145,6 +161,7 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
                 db[c0 + j] += (float)ab[j];
             }
         }
+        free(xb);
     }
 }
 
@@ -153,25 +170,34 @@ static void cpu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 
 #define EW_CHUNK 4096              /* elements per element-wise task */
 
-static void cpu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+static void cpu_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < ntasks; t++) {
-        const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
+        const size_t i0 = (size_t)t * EW_CHUNK, len = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        float xb[EW_CHUNK], ob[EW_CHUNK];
+        const float *x = cpu_in(inp, i0, len, xb);
+        float *o = cpu_out(out, i0, ob);
 #pragma omp simd
-        for (size_t i = i0; i < i1; i++) out[i] = vgelu(inp[i]);
+        for (size_t i = 0; i < len; i++) o[i] = vgelu(x[i]);
+        cpu_done(out, i0, o, len);
     }
 }
 
-static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+static void cpu_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout,
+                              size_t n) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const long ntasks = (long)((n + EW_CHUNK - 1) / EW_CHUNK);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < ntasks; t++) {
-        const size_t i0 = (size_t)t * EW_CHUNK, i1 = i0 + EW_CHUNK < n ? i0 + EW_CHUNK : n;
+        const size_t i0 = (size_t)t * EW_CHUNK, len = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        float xb[EW_CHUNK], yb[EW_CHUNK], gb[EW_CHUNK];
+        const float *x = cpu_in(inp, i0, len, xb), *dy = cpu_in(dout, i0, len, yb);
+        float *dx = cpu_out(dinp, i0, gb);
 #pragma omp simd
-        for (size_t i = i0; i < i1; i++) dinp[i] = vgelu_grad(inp[i]) * dout[i];
+        for (size_t i = 0; i < len; i++) dx[i] = vgelu_grad(x[i]) * dy[i];
+        cpu_done(dinp, i0, dx, len);
     }
 }
 
@@ -206,64 +232,121 @@ static void cpu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, 
         }                                                                                                        \
     } while (0)
 
-static void cpu_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+static void cpu_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
                                 const llm4d_dropout *drop) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     const size_t total = (size_t)N * C;
     if (!drop_on(drop)) {
-        if (out != inp) be->copy(be, out, inp, total * sizeof(float));
+        if (out.t != inp.t) be->convert(be, out, inp, total);
+        else if (out.p != inp.p) be->copy(be, out.p, inp.p, total * llm4d_ftype_size(out.t));
         return;
     }
     DROP_FOREACH(N, C, drop, {
-        _Pragma("omp simd") for (int i = 0; i < n; i++) out[k0 + i] = inp[k0 + i] * mult[i];
+        float xb[DROP_CHUNK], ob[DROP_CHUNK];
+        const float *x = cpu_in(inp, k0, (size_t)n, xb);
+        float *o = cpu_out(out, k0, ob);
+        _Pragma("omp simd") for (int i = 0; i < n; i++) o[i] = x[i] * mult[i];
+        cpu_done(out, k0, o, (size_t)n);
     });
 }
 
-static void cpu_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+static void cpu_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                                  const llm4d_dropout *drop) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
     if (!drop_on(drop)) {
         const size_t total = (size_t)N * C;
+        if (dinp.t == LLM4D_F32 && dout.t == LLM4D_F32) {
+            float *d = dinp.p;
+            const float *g = dout.p;
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < total; i++) dinp[i] += dout[i];
-        return;
-    }
-    DROP_FOREACH(N, C, drop, {
-        _Pragma("omp simd") for (int i = 0; i < n; i++) dinp[k0 + i] += dout[k0 + i] * mult[i];
-    });
-}
-
-static void cpu_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
-                                    const llm4d_dropout *drop) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
-    if (!drop_on(drop)) {
-        const size_t total = (size_t)N * C;
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < total; i++) out[i] = res[i] + x[i];
-        return;
-    }
-    DROP_FOREACH(N, C, drop, {
-        _Pragma("omp simd") for (int i = 0; i < n; i++) out[k0 + i] = res[k0 + i] + x[k0 + i] * mult[i];
-    });
-}
-
-static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                     const llm4d_dropout *drop) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
-    if (!drop_on(drop)) {
-        const size_t total = (size_t)N * C;
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < total; i++) {
-            dres[i] = dout[i];
-            dx[i] = dout[i];
+            for (size_t i = 0; i < total; i++) d[i] += g[i];
+            return;
+        }
+        const long ntasks = (long)((total + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static)
+        for (long t = 0; t < ntasks; t++) {
+            const size_t i0 = (size_t)t * EW_CHUNK, len = total - i0 < EW_CHUNK ? total - i0 : EW_CHUNK;
+            float gb[EW_CHUNK], db[EW_CHUNK];
+            const float *g = cpu_in(dout, i0, len, gb);
+            float *d = cpu_acc(dinp, i0, len, db);
+#pragma omp simd
+            for (size_t i = 0; i < len; i++) d[i] += g[i];
+            cpu_done(dinp, i0, d, len);
         }
         return;
     }
     DROP_FOREACH(N, C, drop, {
+        float gb[DROP_CHUNK], db[DROP_CHUNK];
+        const float *g = cpu_in(dout, k0, (size_t)n, gb);
+        float *d = cpu_acc(dinp, k0, (size_t)n, db);
+        _Pragma("omp simd") for (int i = 0; i < n; i++) d[i] += g[i] * mult[i];
+        cpu_done(dinp, k0, d, (size_t)n);
+    });
+}
+
+static void cpu_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
+                                    int C, const llm4d_dropout *drop) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    if (!drop_on(drop)) {
+        const size_t total = (size_t)N * C;
+        if (out.t == LLM4D_F32 && res.t == LLM4D_F32 && x.t == LLM4D_F32) {
+            float *o = out.p;
+            const float *r = res.p, *a = x.p;
+#pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < total; i++) o[i] = r[i] + a[i];
+            return;
+        }
+        const long ntasks = (long)((total + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static)
+        for (long t = 0; t < ntasks; t++) {
+            const size_t i0 = (size_t)t * EW_CHUNK, len = total - i0 < EW_CHUNK ? total - i0 : EW_CHUNK;
+            float rb[EW_CHUNK], ab[EW_CHUNK], ob[EW_CHUNK];
+            const float *r = cpu_in(res, i0, len, rb), *a = cpu_in(x, i0, len, ab);
+            float *o = cpu_out(out, i0, ob);
+#pragma omp simd
+            for (size_t i = 0; i < len; i++) o[i] = r[i] + a[i];
+            cpu_done(out, i0, o, len);
+        }
+        return;
+    }
+    DROP_FOREACH(N, C, drop, {
+        float rb[DROP_CHUNK], ab[DROP_CHUNK], ob[DROP_CHUNK];
+        const float *r = cpu_in(res, k0, (size_t)n, rb), *a = cpu_in(x, k0, (size_t)n, ab);
+        float *o = cpu_out(out, k0, ob);
+        _Pragma("omp simd") for (int i = 0; i < n; i++) o[i] = r[i] + a[i] * mult[i];
+        cpu_done(out, k0, o, (size_t)n);
+    });
+}
+
+static void cpu_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
+                                     int C, const llm4d_dropout *drop) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    if (!drop_on(drop)) {
+        const size_t total = (size_t)N * C;
+        if (dres.t == LLM4D_F32 && dx.t == LLM4D_F32 && dout.t == LLM4D_F32) {
+            float *r = dres.p, *a = dx.p;
+            const float *g = dout.p;
+#pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < total; i++) {
+                r[i] = g[i];
+                a[i] = g[i];
+            }
+            return;
+        }
+        be->convert(be, dres, dout, total);
+        be->convert(be, dx, dout, total);
+        return;
+    }
+    DROP_FOREACH(N, C, drop, {
+        float gb[DROP_CHUNK], rb[DROP_CHUNK], ab[DROP_CHUNK];
+        const float *g = cpu_in(dout, k0, (size_t)n, gb);
+        float *r = cpu_out(dres, k0, rb), *a = cpu_out(dx, k0, ab);
         _Pragma("omp simd") for (int i = 0; i < n; i++) {
-            dres[k0 + i] = dout[k0 + i];
-            dx[k0 + i] = dout[k0 + i] * mult[i];
+            r[i] = g[i];
+            a[i] = g[i] * mult[i];
         }
+        cpu_done(dres, k0, r, (size_t)n);
+        cpu_done(dx, k0, a, (size_t)n);
     });
 }
 
@@ -275,43 +358,57 @@ static void cpu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, 
 /* Columns of this part that hold real vocabulary entries (the rest is padding). */
 static int real_cols(int Vl, int v0, int V) { return V - v0 >= Vl ? Vl : (V - v0 > 0 ? V - v0 : 0); }
 
-/* sum of exp(l[j] - mx) over j < n, float partials over blocks added in double (a float-to-double reduction inside
- * the exp loop vectorises ten times worse) */
-static double sum_exp(const float *l, int n, float mx) {
+/* sum of exp(l[j] - mx) over the n columns of row `row` of the logits, float partials over blocks added in double
+ * (a float-to-double reduction inside the exp loop vectorises ten times worse); a 16-bit row is widened a block at
+ * a time */
+static double sum_exp(llm4d_ctensor logits, size_t row, int n, float mx) {
     double sum = 0.0;
+    float buf[CE_BLOCK];
     for (int j0 = 0; j0 < n; j0 += CE_BLOCK) {
-        const int j1 = j0 + CE_BLOCK < n ? j0 + CE_BLOCK : n;
+        const int len = n - j0 < CE_BLOCK ? n - j0 : CE_BLOCK;
+        const float *l = cpu_in(logits, row + (size_t)j0, (size_t)len, buf);
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int j = j0; j < j1; j++) s += vexp(l[j] - mx);
+        for (int j = 0; j < len; j++) s += vexp(l[j] - mx);
         sum += s;
     }
     return sum;
 }
 
-static void cpu_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+/* the largest of the n logits of row `row` (exact in any order) */
+static float row_max(llm4d_ctensor logits, size_t row, int n) {
+    float mx = -INFINITY, buf[CE_BLOCK];
+    for (int j0 = 0; j0 < n; j0 += CE_BLOCK) {
+        const int len = n - j0 < CE_BLOCK ? n - j0 : CE_BLOCK;
+        const float *l = cpu_in(logits, row + (size_t)j0, (size_t)len, buf);
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < len; j++) mx = l[j] > mx ? l[j] : mx;
+    }
+    return mx;
+}
+
+static void cpu_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
                              int Vl, int v0, int V, int merge) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_LOSS);
     const int real = real_cols(Vl, v0, V);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vl;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < real; j++) mx = l[j] > mx ? l[j] : mx;
+        const size_t row = (size_t)n * Vl;
+        const float mx = row_max(logits, row, real);
         const int y = targets[n] - v0;
-        float ly = y >= 0 && y < real ? l[y] : 0.0f;
+        float ly = y >= 0 && y < real ? llm4d_ftype_get(logits, row + (size_t)y) : 0.0f;
         if (merge) { /* combine with the running (m, s, y): rescale the smaller max's sum (an online softmax) */
             const float m0 = stats[n], s0 = stats[N + n];
             const float m = m0 > mx ? m0 : mx;
-            const double s = (s0 > 0 ? (double)s0 * exp((double)m0 - m) : 0.0) + (real > 0 ? sum_exp(l, real, m) : 0.0);
+            const double s = (s0 > 0 ? (double)s0 * exp((double)m0 - m) : 0.0) +
+                             (real > 0 ? sum_exp(logits, row, real, m) : 0.0);
             stats[n] = m;
             stats[N + n] = (float)s;
             stats[2 * N + n] += ly;
             continue;
         }
         stats[n] = mx;
-        stats[N + n] = real > 0 ? (float)sum_exp(l, real, mx) : 0.0f;
+        stats[N + n] = real > 0 ? (float)sum_exp(logits, row, real, mx) : 0.0f;
         stats[2 * N + n] = ly;
     }
 }
@@ -324,7 +421,7 @@ static void cpu_xent_rescale(llm4d_backend *be, float *stats, const float *gmax,
     }
 }
 
-static void cpu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+static void cpu_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
                               const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
                               int V) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_LOSS);
@@ -333,16 +430,25 @@ static void cpu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, 
     for (int n = 0; n < N; n++) {
         const double lse = stats[n] + log((double)stats[N + n]);
         if (losses) losses[n] = (float)(lse - stats[2 * N + n]);
-        if (!dlogits) continue;
-        const float *l = logits + (size_t)n * Vl;
-        float *d = dlogits + (size_t)n * Vl;
+        if (!dlogits.p) continue;
+        const size_t row = (size_t)n * Vl;
         const float w = dloss ? dloss[n] : 1.0f, flse = (float)lse;
         const int y = targets[n] - v0;
-        /* exp(l - lse) directly: the combined lse makes every part's softmax consistent (no per-part sum) */
+        /* exp(l - lse) directly: the combined lse makes every part's softmax consistent (no per-part sum); a block
+         * at a time, the padding columns (>= real) zero */
+        for (int j0 = 0; j0 < Vl; j0 += CE_BLOCK) {
+            const int len = Vl - j0 < CE_BLOCK ? Vl - j0 : CE_BLOCK;
+            int lim = real - j0; /* real columns of the block */
+            lim = lim < 0 ? 0 : lim > len ? len : lim;
+            float lb[CE_BLOCK], db[CE_BLOCK];
+            const float *l = cpu_in(logits, row + (size_t)j0, (size_t)lim, lb);
+            float *d = cpu_out(dlogits, row + (size_t)j0, db);
 #pragma omp simd
-        for (int j = 0; j < real; j++) d[j] = vexp(l[j] - flse) * w;
-        if (y >= 0 && y < real) d[y] -= w;
-        for (int j = real; j < Vl; j++) d[j] = 0.0f;
+            for (int j = 0; j < lim; j++) d[j] = vexp(l[j] - flse) * w;
+            if (y >= j0 && y < j0 + lim) d[y - j0] -= w;
+            for (int j = lim; j < len; j++) d[j] = 0.0f;
+            cpu_done(dlogits, row + (size_t)j0, d, (size_t)len);
+        }
     }
 }
 
@@ -362,4 +468,5 @@ void llm4d_cpu_elem_install(llm4d_backend *be) {
     be->xent_forward = cpu_xent_forward;
     be->xent_rescale = cpu_xent_rescale;
     be->xent_backward = cpu_xent_backward;
+    llm4d_cpu_cast_install(be);
 }

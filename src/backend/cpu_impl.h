@@ -48,13 +48,18 @@ typedef struct {
     llm4d_dnnl_prim **prims; /* attention GEMM handles, ATT_NPRIM per (row block, key block) */
     size_t prims_cap;
     llm4d_cpu_fmt fmt;       /* how the operands of all GEMMs are stored */
+    int bf16_checked, bf16_slow; /* set_precision measured the bf16 and fp32 peaks; bf16's was the slower */
+    int bf16_faked;              /* the tests said so (LLM4D_FAULT=bf16slow@1, core/fault.h) */
+    double peak_fp32, peak_bf16; /* those peaks, GFLOP/s (describe_gemms says why the format was chosen) */
     int amx;                 /* the linear layers' GEMMs run on the AMX kernel, operands in its tiles (cpu_amx.h) */
     int att_amx;             /* an attention ran its products on the AMX kernel (cpu_attn.c), for describe_gemms */
-    void *cvt[3];            /* converted copies of the GEMM operands: two (attention: qkv and dout), three on the
+    int lin_amx;             /* a linear layer ran on it (cpu.c), likewise */
+    void *cvt[4];            /* converted copies of the GEMM operands: two (attention: qkv and dout), three on the
                               * AMX path (a weight gradient's two tiled operands beside the input gradient's; the
                               * attention's per-head tiles); slot 2 a block of a transposed weight elsewhere (cpu.c,
-                              * dinp_by_blocks) */
-    size_t cvt_cap[3];       /* bytes */
+                              * dinp_by_blocks); slot 3 the fp32 result of a GEMM that cannot store its output's
+                              * 16-bit type itself (cpu.c, gemm_out) */
+    size_t cvt_cap[4];       /* bytes */
     int avx2_nocopy;         /* oneDNN's sgemm is its AVX2 one: go around its no-copy kernels (cpu.c nocopy_fp32) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
     size_t colsum_cap;       /* doubles */
@@ -142,6 +147,37 @@ static inline float vgelu_grad(float x) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* typed tensors (backend/tensor.h), cpu_cast.c: the kernels compute in fp32 on rows or pieces of their tensors.
+ * An fp32 tensor is used in place (its kernel then runs the very loops it ran before tensors had types: the fp32
+ * path keeps its bits); a 16-bit one is widened into a buffer on the way in and rounded once on the way out. */
+
+/* dst[k] = element i + k of t as fp32, k < n (exact: bf16 and fp16 values are fp32 values). */
+void llm4d_cpu_load(float *dst, llm4d_ctensor t, size_t i, size_t n);
+/* element i + k of t = src[k] rounded to t's type (to nearest even), k < n. */
+void llm4d_cpu_store(llm4d_tensor t, size_t i, const float *src, size_t n);
+
+/* n values of t from element i as fp32: t's own memory when it is fp32, else widened into buf. */
+static inline const float *cpu_in(llm4d_ctensor t, size_t i, size_t n, float *buf) {
+    if (t.t == LLM4D_F32) return (const float *)t.p + i;
+    llm4d_cpu_load(buf, t, i, n);
+    return buf;
+}
+/* Where a kernel writes n fp32 results for element i on of t: t itself when it is fp32, else buf, which cpu_done
+ * then rounds into t. A kernel that adds (+=) to t starts buf from t's values (cpu_acc). */
+static inline float *cpu_out(llm4d_tensor t, size_t i, float *buf) { return t.t == LLM4D_F32 ? (float *)t.p + i : buf; }
+static inline float *cpu_acc(llm4d_tensor t, size_t i, size_t n, float *buf) {
+    if (t.t == LLM4D_F32) return (float *)t.p + i;
+    llm4d_cpu_load(buf, (llm4d_ctensor){t.p, t.t}, i, n);
+    return buf;
+}
+static inline void cpu_done(llm4d_tensor t, size_t i, const float *buf, size_t n) {
+    if (t.t != LLM4D_F32) llm4d_cpu_store(t, i, buf, n);
+}
+/* A thread's buffer of n floats for the rows it widens (NULL for n == 0: a kernel whose tensors are all fp32 needs
+ * none), allocated inside the kernel's parallel region and freed at its end with free(). */
+float *llm4d_cpu_thread_buf(size_t n);
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* shared between the files (cpu.c) */
 
 /* Reductions (sumsq, dot) sum chunks of a size that depends only on n and add the partials in chunk order, so the
@@ -154,14 +190,20 @@ static inline size_t llm4d_cpu_operand_bytes(llm4d_cpu_fmt fmt) { return fmt == 
 /* n floats to operand format fmt: on the calling thread (inside parallel regions), or parallelised. */
 void llm4d_cpu_convert_block(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
 void llm4d_cpu_convert(llm4d_cpu_fmt fmt, void *dst, const float *src, size_t n);
-/* Conversion slot `slot` (0, 1 or 2) with room for at least `bytes`: the linear layers' operands, the attention's
- * packed operands, a transposed weight block. */
+/* Elements [i, i + n) of a typed tensor to operand format fmt, on the calling thread. */
+void llm4d_cpu_convert_typed(llm4d_cpu_fmt fmt, void *dst, llm4d_ctensor src, size_t i, size_t n);
+/* Whether format fmt stores GEMM operands as tensors of type t do: a GEMM then reads such a tensor in place. */
+static inline int llm4d_cpu_in_place(llm4d_cpu_fmt fmt, llm4d_ftype t) {
+    return (fmt == LLM4D_CPU_FP32 && t == LLM4D_F32) || (fmt == LLM4D_CPU_BF16 && t == LLM4D_BF16);
+}
+/* Conversion slot `slot` (0 to 3) with room for at least `bytes`: the linear layers' operands, the attention's
+ * packed operands, a transposed weight block, a GEMM's fp32 result. */
 void *llm4d_cpu_slot(cpu_ctx *cx, int slot, size_t bytes);
-/* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself in
- * fp32 mode. */
-const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, const float *src, size_t n);
-/* The operand act(src), the activation applied in the conversion's pass (src itself for LLM4D_ACT_NONE in fp32). */
-const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, const float *src, size_t n, llm4d_act act);
+/* The operand `src` (n elements) in the working precision, in conversion slot `slot` (0 or 1): src itself where
+ * it is stored so (llm4d_cpu_in_place). */
+const void *llm4d_cpu_operand(cpu_ctx *cx, int slot, llm4d_ctensor src, size_t n);
+/* The operand act(src), the activation applied in the conversion's pass (src itself for LLM4D_ACT_NONE in place). */
+const void *llm4d_cpu_operand_act(cpu_ctx *cx, int slot, llm4d_ctensor src, size_t n, llm4d_act act);
 /* A 2-D GEMM (llm4d_dnnl_mm_2d's arguments) whose operands are in the working precision. */
 llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t K, int ta, int64_t lda, int tb,
                                 int64_t ldb, int64_t ldc, int accumulate);
@@ -169,15 +211,23 @@ llm4d_dnnl_mm llm4d_cpu_gemm_2d(const cpu_ctx *cx, int64_t M, int64_t N, int64_t
 void llm4d_cpu_cvt_bf16_block(uint16_t *d, const float *s, size_t n);
 
 /* cpu_attn.c */
-void llm4d_cpu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                 const llm4d_dropout *drop);
-void llm4d_cpu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
+void llm4d_cpu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                 llm4d_attn_shape s, const llm4d_dropout *drop);
+void llm4d_cpu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                  llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
 size_t llm4d_cpu_attention_workspace(const cpu_ctx *cx);
 void llm4d_cpu_attention_free(cpu_ctx *cx);
 
+/* cpu_linear.c: fills the linear layers' entries and operand_workspace */
+void llm4d_cpu_linear_install(llm4d_backend *be);
+/* The format precision p runs in on this backend: llm4d_cpu_fmt_of's, unless set_precision found the CPU's bf16
+ * GEMMs slower than its fp32 ones (cpu.c); and the bytes of one operand element in it. */
+llm4d_cpu_fmt llm4d_cpu_fmt_for(const cpu_ctx *cx, llm4d_precision p);
+size_t llm4d_cpu_operand_bytes_of(llm4d_backend *be, llm4d_precision prec);
 /* cpu_elem.c: fills the element-wise entries of the method table */
 void llm4d_cpu_elem_install(llm4d_backend *be);
+/* cpu_cast.c: the convert method */
+void llm4d_cpu_cast_install(llm4d_backend *be);
 /* cpu_wcache.c: the weights' low-precision copies */
 /* w (n elements, a linear layer's weight) in the working precision: its copy, made now if it has none or a stale
  * one; w itself in fp32 mode. */

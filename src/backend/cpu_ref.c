@@ -4,8 +4,10 @@
  * the one the finite-difference gradient checks validate, so it is written for obviousness, not speed: one
  * thread, the formulas spelled out as in llm.c, reductions accumulated in double so that its own rounding is
  * well below the tolerances the tests use, and each dropout decision recomputed from the counter-based RNG
- * (core/rng.h) at the element's global position. Nothing here allocates except alloc itself and the attention,
- * which takes two rows of T doubles per call (it has no context to keep them in). */
+ * (core/rng.h) at the element's global position. Typed tensors (fp32, bf16, fp16: tensor.h) are read and written
+ * one element at a time through one pair of helpers, so every kernel is written once for all types. Nothing here
+ * allocates except alloc itself and the attention, which takes two rows of T doubles per call (it has no context
+ * to keep them in) and, backward, an fp32 buffer for a 16-bit dqkv. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,15 @@ static float drop_mult(const llm4d_dropout *d, uint64_t pos) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* typed tensors (tensor.h): every kernel below reads a typed element as the fp32 value it holds (a 16-bit value is
+ * exactly a float), so with fp32 tensors each expression is the one it was on float arrays, bit for bit; and it
+ * stores a result by rounding it to fp32, as the loops always did, then to the tensor's type (nothing more to do
+ * for fp32): one rounding per typed output, on store. */
+
+static float ld(llm4d_ctensor t, size_t i) { return llm4d_ftype_get(t, i); }
+static void st(llm4d_tensor t, size_t i, double v) { llm4d_ftype_set(t, i, (float)v); }
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* linear */
 
 /* GELU, tanh approximation, in double */
@@ -56,54 +67,55 @@ static float drop_mult(const llm4d_dropout *d, uint64_t pos) {
 static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(GELU_K * (x + 0.044715 * x * x * x))); }
 
 /* element i of a linear layer's input as the layer reads it */
-static double ref_in(const float *inp, size_t i, llm4d_act act) {
-    return act == LLM4D_ACT_GELU ? ref_gelu(inp[i]) : (double)inp[i];
+static double ref_in(llm4d_ctensor inp, size_t i, llm4d_act act) {
+    return act == LLM4D_ACT_GELU ? ref_gelu(ld(inp, i)) : (double)ld(inp, i);
 }
 
-static void ref_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
-                                   const float *b, int N, int C, int OC) {
+static void ref_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
+                                   const float *w, const float *b, int N, int C, int OC) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double acc = b ? b[o] : 0.0;
             for (int c = 0; c < C; c++) acc += ref_in(inp, (size_t)n * C + c, act) * w[(size_t)o * C + c];
-            out[(size_t)n * OC + o] = (float)acc;
+            st(out, (size_t)n * OC + o, acc);
         }
 }
 
-static void ref_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b,
-                               int N, int C, int OC) {
+static void ref_linear_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w,
+                               const float *b, int N, int C, int OC) {
     ref_linear_forward_act(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
 }
 
-static void ref_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                                    const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
-                                    int OC) {
+static void ref_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw,
+                                    float *db, llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w,
+                                    int N, int C, int OC) {
     (void)be;
-    if (dinp)
+    if (dinp.p)
         for (int n = 0; n < N; n++)
             for (int c = 0; c < C; c++) {
                 double acc = 0.0;
-                for (int o = 0; o < OC; o++) acc += (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
-                float *d = &dinp[(size_t)n * C + c];
-                *d = dinp_store == LLM4D_ADD ? *d + (float)acc : (float)acc;
+                for (int o = 0; o < OC; o++) acc += (double)ld(dout, (size_t)n * OC + o) * w[(size_t)o * C + c];
+                const size_t k = (size_t)n * C + c;
+                st(dinp, k, dinp_store == LLM4D_ADD ? ld(llm4d_cv(dinp), k) + (float)acc : (float)acc);
             }
     for (int o = 0; o < OC; o++) {
         for (int c = 0; dw && c < C; c++) {
             double acc = 0.0;
-            for (int n = 0; n < N; n++) acc += (double)dout[(size_t)n * OC + o] * ref_in(inp, (size_t)n * C + c, act);
+            for (int n = 0; n < N; n++)
+                acc += (double)ld(dout, (size_t)n * OC + o) * ref_in(inp, (size_t)n * C + c, act);
             dw[(size_t)o * C + c] += (float)acc;
         }
         if (db) {
             double acc = 0.0;
-            for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + o];
+            for (int n = 0; n < N; n++) acc += ld(dout, (size_t)n * OC + o);
             db[o] += (float)acc;
         }
     }
 }
 
-static void ref_linear_backward(llm4d_backend *be, float *dinp, llm4d_store dinp_store, float *dw, float *db,
-                                const float *dout, const float *inp, const float *w, int N, int C, int OC) {
+static void ref_linear_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw, float *db,
+                                llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC) {
     ref_linear_backward_act(be, dinp, dinp_store, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
 }
 
@@ -150,11 +162,11 @@ static void ref_bias_forward(llm4d_backend *be, float *out, const float *b, int 
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] += b[c];
 }
 
-static void ref_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
+static void ref_bias_backward(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C) {
     (void)be;
     for (int c = 0; c < C; c++) {
         double acc = 0.0;
-        for (int n = 0; n < N; n++) acc += dout[(size_t)n * C + c];
+        for (int n = 0; n < N; n++) acc += ld(dout, (size_t)n * C + c);
         db[c] += (float)acc;
     }
 }
@@ -162,47 +174,48 @@ static void ref_bias_backward(llm4d_backend *be, float *db, const float *dout, i
 /* ---------------------------------------------------------------------------------------------------------- */
 /* layernorm */
 
-static void ref_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void ref_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                                   const float *w, const float *b, int N, int C) {
     (void)be;
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
+        const llm4d_ctensor x = llm4d_ct_at(inp, (size_t)n * C);
         double m = 0.0;
-        for (int c = 0; c < C; c++) m += x[c];
+        for (int c = 0; c < C; c++) m += ld(x, c);
         m /= C;
         double v = 0.0;
-        for (int c = 0; c < C; c++) v += ((double)x[c] - m) * ((double)x[c] - m);
+        for (int c = 0; c < C; c++) v += ((double)ld(x, c) - m) * ((double)ld(x, c) - m);
         v /= C; /* biased variance, as PyTorch/Paddle LayerNorm */
         double s = 1.0 / sqrt(v + 1e-5);
-        float *o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (float)(((double)x[c] - m) * s * w[c] + b[c]);
+        const llm4d_tensor o = llm4d_t_at(out, (size_t)n * C);
+        for (int c = 0; c < C; c++) st(o, c, ((double)ld(x, c) - m) * s * w[c] + b[c]);
         if (mean) mean[n] = (float)m;
         if (rstd) rstd[n] = (float)s;
     }
 }
 
-static void ref_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
+static void ref_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                                   llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
     (void)be;
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        const llm4d_ctensor x = llm4d_ct_at(inp, (size_t)n * C), d = llm4d_ct_at(dout, (size_t)n * C);
+        const llm4d_tensor dx = llm4d_t_at(dinp, (size_t)n * C);
         double m = mean[n], s = rstd[n];
         /* y = xhat*w + b with xhat = (x-m)*s:
          * dx = s * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy*w */
         double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
         for (int c = 0; c < C; c++) {
-            double xhat = (x[c] - m) * s, dxhat = (double)d[c] * w[c];
+            double xhat = (ld(x, c) - m) * s, dxhat = (double)ld(d, c) * w[c];
             mean_dxhat += dxhat;
             mean_dxhat_xhat += dxhat * xhat;
         }
         mean_dxhat /= C;
         mean_dxhat_xhat /= C;
         for (int c = 0; c < C; c++) {
-            double xhat = (x[c] - m) * s, dxhat = (double)d[c] * w[c];
-            dinp[(size_t)n * C + c] += (float)(s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-            dw[c] += (float)(d[c] * xhat);
-            db[c] += d[c];
+            double xhat = (ld(x, c) - m) * s, dxhat = (double)ld(d, c) * w[c];
+            st(dx, c, ld(llm4d_cv(dx), c) + (float)(s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat)));
+            dw[c] += (float)(ld(d, c) * xhat);
+            db[c] += ld(d, c);
         }
     }
 }
@@ -210,18 +223,18 @@ static void ref_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, fl
 /* ---------------------------------------------------------------------------------------------------------- */
 /* GELU, tanh approximation */
 
-static void ref_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+static void ref_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++) out[i] = (float)ref_gelu(inp[i]);
+    for (size_t i = 0; i < n; i++) st(out, i, ref_gelu(ld(inp, i)));
 }
 
-static void ref_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+static void ref_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
+        double x = ld(inp, i);
         double t = tanh(GELU_K * (x + 0.044715 * x * x * x));
         double dt = (1.0 - t * t) * GELU_K * (1.0 + 3.0 * 0.044715 * x * x);
-        dinp[i] = (float)((0.5 * (1.0 + t) + 0.5 * x * dt) * dout[i]);
+        st(dinp, i, (0.5 * (1.0 + t) + 0.5 * x * dt) * ld(dout, i));
     }
 }
 
@@ -236,17 +249,25 @@ static float att_mult(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, 
     return d && d->p > 0.0f ? drop_mult(d, att_pos(s, d, b, h, t1, t2)) : 1.0f;
 }
 
+/* Where row t of batch row b keeps head h's query, key (part 1) and value (part 2) in qkv [B, T, 3C], and the
+ * head's slice of an [B, T, C] row (part -1: out, dout). */
+static size_t att_at(const llm4d_attn_shape *s, int b, int t, int part, int h) {
+    const size_t C = (size_t)s->NH * s->HS;
+    return part < 0 ? ((size_t)b * s->T + t) * C + (size_t)h * s->HS
+                    : ((size_t)b * s->T + t) * 3 * C + (size_t)part * C + (size_t)h * s->HS;
+}
+
 /* Row t1 of head h of batch row b: the scaled scores s[t2] = scale q.k for t2 <= t1, and their softmax a[t2].
  * Returns the row's log-sum-exp. */
-static double att_row(const float *qkv, const llm4d_attn_shape *s, int b, int h, int t1, double *sc, double *a) {
-    const int T = s->T, HS = s->HS, C = s->NH * HS, C3 = 3 * C;
+static double att_row(llm4d_ctensor qkv, const llm4d_attn_shape *s, int b, int h, int t1, double *sc, double *a) {
+    const int HS = s->HS;
     const double scale = 1.0 / sqrt((double)HS);
-    const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
+    const llm4d_ctensor q = llm4d_ct_at(qkv, att_at(s, b, t1, 0, h));
     double mx = -INFINITY;
     for (int t2 = 0; t2 <= t1; t2++) {
-        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
+        const llm4d_ctensor k = llm4d_ct_at(qkv, att_at(s, b, t2, 1, h));
         double dot = 0.0;
-        for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
+        for (int i = 0; i < HS; i++) dot += (double)ld(q, i) * ld(k, i);
         sc[t2] = dot * scale;
         if (sc[t2] > mx) mx = sc[t2];
     }
@@ -262,67 +283,77 @@ static double *att_rows_alloc(int T) {
     return p;
 }
 
-static void ref_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                  const llm4d_dropout *drop) {
+static void ref_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                  llm4d_attn_shape s, const llm4d_dropout *drop) {
     (void)be;
-    const int T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const int T = s.T, NH = s.NH, HS = s.HS;
     double *sc = att_rows_alloc(T), *a = sc + T;
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < NH; h++)
             for (int t1 = 0; t1 < T; t1++) {
                 lse[((size_t)b * NH + h) * T + t1] = (float)att_row(qkv, &s, b, h, t1, sc, a);
                 for (int t2 = 0; t2 <= t1; t2++) a[t2] *= att_mult(&s, drop, b, h, t1, t2); /* dropped: a~ */
-                float *o = out + ((size_t)b * T + t1) * C + h * HS;
+                const llm4d_tensor o = llm4d_t_at(out, att_at(&s, b, t1, -1, h));
                 for (int i = 0; i < HS; i++) {
                     double acc = 0.0;
-                    for (int t2 = 0; t2 <= t1; t2++) acc += a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * C + h * HS + i];
-                    o[i] = (float)acc;
+                    for (int t2 = 0; t2 <= t1; t2++) acc += a[t2] * ld(qkv, att_at(&s, b, t2, 2, h) + i);
+                    st(o, i, acc);
                 }
             }
     free(sc);
 }
 
 /* The oracle rebuilds the probabilities from qkv (the textbook softmax backward, with its own row sums), so it
- * does not rely on forward's out and lse: fast backends use them, and their agreement with this checks both. */
-static void ref_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                   const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+ * does not rely on forward's out and lse: fast backends use them, and their agreement with this checks both.
+ * Every query row adds to the keys' and values' gradients, so they are summed in fp32 (in dqkv itself when it is
+ * fp32, else in a buffer of B x T x 3C floats) and a 16-bit dqkv is rounded once, at the end. */
+static void ref_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                   llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s,
+                                   const llm4d_dropout *drop) {
     (void)be, (void)out, (void)lse;
-    const int T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const int T = s.T, NH = s.NH, HS = s.HS;
+    const size_t n = (size_t)s.B * T * 3 * NH * HS;
     const double scale = 1.0 / sqrt((double)HS);
     double *a = att_rows_alloc(T), *datt = a + T; /* this row's probabilities and dL/d(probabilities) */
-    memset(dqkv, 0, (size_t)s.B * T * C3 * sizeof(float)); /* written, not added (backend.h); rows accumulate */
+    float *g = dqkv.t == LLM4D_F32 ? dqkv.p : malloc(n * sizeof(float));
+    LLM4D_ASSERT(g != NULL, "out of memory for the reference attention's fp32 gradient (%zu floats)", n);
+    memset(g, 0, n * sizeof(float)); /* written, not added (backend.h); rows accumulate */
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < NH; h++)
             for (int t1 = 0; t1 < T; t1++) {
                 att_row(qkv, &s, b, h, t1, datt, a); /* datt holds the scores until overwritten below */
-                const float *dy = dout + ((size_t)b * T + t1) * C + h * HS;
+                const llm4d_ctensor dy = llm4d_ct_at(dout, att_at(&s, b, t1, -1, h));
                 /* out = sum_t2 a~[t2] v[t2] with a~ = a * mult: dv += a~ dy, da = mult * (dy . v) */
                 for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * HS;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * HS;
+                    const llm4d_ctensor v = llm4d_ct_at(qkv, att_at(&s, b, t2, 2, h));
+                    float *dv = g + att_at(&s, b, t2, 2, h);
                     const double m = att_mult(&s, drop, b, h, t1, t2);
                     double dot = 0.0;
                     for (int i = 0; i < HS; i++) {
-                        dot += (double)dy[i] * v[i];
-                        dv[i] += (float)(a[t2] * m * dy[i]);
+                        dot += (double)ld(dy, i) * ld(v, i);
+                        dv[i] += (float)(a[t2] * m * ld(dy, i));
                     }
                     datt[t2] = dot * m;
                 }
                 /* softmax backward: dpre[t2] = a[t2] * (datt[t2] - sum_j a[j] datt[j]) */
                 double sum = 0.0;
                 for (int t2 = 0; t2 <= t1; t2++) sum += a[t2] * datt[t2];
-                const float *q = qkv + ((size_t)b * T + t1) * C3 + h * HS;
-                float *dq = dqkv + ((size_t)b * T + t1) * C3 + h * HS;
+                const llm4d_ctensor q = llm4d_ct_at(qkv, att_at(&s, b, t1, 0, h));
+                float *dq = g + att_at(&s, b, t1, 0, h);
                 for (int t2 = 0; t2 <= t1; t2++) {
                     const double dpre = a[t2] * (datt[t2] - sum) * scale;
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * HS;
+                    const llm4d_ctensor k = llm4d_ct_at(qkv, att_at(&s, b, t2, 1, h));
+                    float *dk = g + att_at(&s, b, t2, 1, h);
                     for (int i = 0; i < HS; i++) {
-                        dq[i] += (float)(dpre * k[i]);
-                        dk[i] += (float)(dpre * q[i]);
+                        dq[i] += (float)(dpre * ld(k, i));
+                        dk[i] += (float)(dpre * ld(q, i));
                     }
                 }
             }
+    if (g != dqkv.p) {
+        for (size_t i = 0; i < n; i++) st(dqkv, i, g[i]);
+        free(g);
+    }
     free(a);
 }
 
@@ -337,63 +368,65 @@ static float act_mult(const llm4d_dropout *d, int n, int C, int c) {
     return drop_mult(d, row * (uint64_t)C + (uint64_t)c);
 }
 
-static void ref_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+/* In place (out and inp the same memory and type), each element is read before it is written. */
+static void ref_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
                                 const llm4d_dropout *drop) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)n * C + c;
-            out[k] = inp[k] * act_mult(drop, n, C, c);
+            st(out, k, ld(inp, k) * act_mult(drop, n, C, c));
         }
 }
 
-static void ref_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+static void ref_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                                  const llm4d_dropout *drop) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)n * C + c;
-            dinp[k] += dout[k] * act_mult(drop, n, C, c);
+            st(dinp, k, ld(llm4d_cv(dinp), k) + ld(dout, k) * act_mult(drop, n, C, c));
         }
 }
 
-static void ref_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
-                                    const llm4d_dropout *drop) {
+static void ref_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
+                                    int C, const llm4d_dropout *drop) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)n * C + c;
-            out[k] = res[k] + x[k] * act_mult(drop, n, C, c);
+            st(out, k, ld(res, k) + ld(x, k) * act_mult(drop, n, C, c));
         }
 }
 
-static void ref_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                     const llm4d_dropout *drop) {
+static void ref_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout,
+                                     int N, int C, const llm4d_dropout *drop) {
     (void)be;
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             size_t k = (size_t)n * C + c;
-            dres[k] = dout[k];
-            dx[k] = dout[k] * act_mult(drop, n, C, c);
+            const float d = ld(dout, k); /* dres or dx may be dout itself */
+            st(dres, k, d);
+            st(dx, k, d * act_mult(drop, n, C, c));
         }
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* softmax cross-entropy over vocabulary parts (backend.h) */
 
-static void ref_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+static void ref_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
                              int Vl, int v0, int V, int merge) {
     (void)be;
     const int real = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl; /* columns of real entries */
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vl;
+        const llm4d_ctensor l = llm4d_ct_at(logits, (size_t)n * Vl);
         double mx = -INFINITY;
         for (int j = 0; j < real; j++)
-            if (l[j] > mx) mx = l[j];
+            if (ld(l, j) > mx) mx = ld(l, j);
         double sum = 0.0;
-        for (int j = 0; j < real; j++) sum += exp(l[j] - mx);
+        for (int j = 0; j < real; j++) sum += exp(ld(l, j) - mx);
         const int y = targets[n] - v0;
-        double ly = y >= 0 && y < real ? l[y] : 0.0;
+        double ly = y >= 0 && y < real ? ld(l, y) : 0.0;
         if (merge) { /* combine (m, s, y) with this part's (mx, sum, ly) */
             double m0 = stats[n], s0 = stats[N + n];
             double m = m0 > mx ? m0 : mx;
@@ -415,21 +448,21 @@ static void ref_xent_rescale(llm4d_backend *be, float *stats, const float *gmax,
     }
 }
 
-static void ref_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+static void ref_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
                               const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
                               int V) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const double lse = stats[n] + log((double)stats[N + n]);
         if (losses) losses[n] = (float)(lse - stats[2 * N + n]);
-        if (!dlogits) continue;
+        if (!dlogits.p) continue;
         /* dlogits may be logits: each element is read before it is written */
-        const float *l = logits + (size_t)n * Vl;
-        float *d = dlogits + (size_t)n * Vl;
+        const llm4d_ctensor l = llm4d_ct_at(logits, (size_t)n * Vl);
+        const llm4d_tensor d = llm4d_t_at(dlogits, (size_t)n * Vl);
         const double w = dloss ? dloss[n] : 1.0;
         for (int j = 0; j < Vl; j++) {
             const int v = v0 + j;
-            d[j] = v < V ? (float)((exp(l[j] - lse) - (v == targets[n] ? 1.0 : 0.0)) * w) : 0.0f;
+            st(d, j, v < V ? (float)((exp(ld(l, j) - lse) - (v == targets[n] ? 1.0 : 0.0)) * w) : 0.0f);
         }
     }
 }
@@ -474,6 +507,16 @@ static void ref_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
 static void ref_scale(llm4d_backend *be, float *x, float s, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* The same type: a copy of the bits (a NaN's payload kept); else each value rounded once to dst's type. */
+static void ref_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
+    (void)be;
+    if (dst.t == src.t) {
+        memmove(dst.p, src.p, n * llm4d_ftype_size(dst.t));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) st(dst, i, ld(src, i));
 }
 
 static void ref_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
@@ -525,6 +568,7 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->dot = ref_dot;
     be->scale = ref_scale;
     be->add = ref_add;
+    be->convert = ref_convert;
     be->to_bf16 = ref_to_bf16;
     be->from_bf16 = ref_from_bf16;
     be->destroy = ref_destroy;

@@ -145,8 +145,8 @@ const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, in
     if (fresh) return e->dst;
     WORK_SCOPE(cx, LLM4D_WORK_CONVERT);
     /* the whole pack, padding included: the optimizer's passes later write only the weight's own elements */
-    if (layout == LLM4D_CPU_TILES_W) llm4d_amx_pack_b(e->dst, w, cols, rows, cols, LLM4D_ACT_NONE);
-    else llm4d_amx_pack_b_t(e->dst, w, cols, rows, cols);
+    if (layout == LLM4D_CPU_TILES_W) llm4d_amx_pack_b(e->dst, llm4d_ct32(w), cols, rows, cols, LLM4D_ACT_NONE);
+    else llm4d_amx_pack_b_t(e->dst, llm4d_ct32(w), cols, rows, cols);
     made(e);
     return e->dst;
 }

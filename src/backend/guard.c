@@ -267,32 +267,32 @@ static void g_stream_wait(llm4d_backend *be, llm4d_stream s, const llm4d_event *
 static void g_event_sync(llm4d_backend *be, const llm4d_event *ev) { gctx(be)->in->event_sync(gctx(be)->in, ev); }
 static void g_stream_sync(llm4d_backend *be, llm4d_stream s) { gctx(be)->in->stream_sync(gctx(be)->in, s); }
 
-static void g_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
-                             int C, int OC) {
+static void g_linear_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
+                             int N, int C, int OC) {
     guard_ctx *g = enter(be);
-    A(out), A(inp), A(w), A(b);
+    A(out.p), A(inp.p), A(w), A(b);
     CALL(linear_forward, out, inp, w, b, N, C, OC);
 }
 
-static void g_linear_backward(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int C, int OC) {
+static void g_linear_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
+                              llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC) {
     guard_ctx *g = enter(be);
-    A(dinp), A(dw), A(db), A(dout), A(inp), A(w);
+    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w);
     CALL(linear_backward, dinp, st, dw, db, dout, inp, w, N, C, OC);
 }
 
-static void g_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
-                                 const float *b, int N, int C, int OC) {
+static void g_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
+                                 const float *w, const float *b, int N, int C, int OC) {
     guard_ctx *g = enter(be);
-    A(out), A(inp), A(w), A(b);
+    A(out.p), A(inp.p), A(w), A(b);
     CALL(linear_forward_act, out, inp, act, w, b, N, C, OC);
 }
 
-static void g_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db,
-                                  const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+static void g_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
+                                  llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
                                   int OC) {
     guard_ctx *g = enter(be);
-    A(dinp), A(dw), A(db), A(dout), A(inp), A(w);
+    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w);
     CALL(linear_backward_act, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
 }
 
@@ -328,36 +328,36 @@ static void g_bias_forward(llm4d_backend *be, float *out, const float *b, int N,
     CALL(bias_forward, out, b, N, C);
 }
 
-static void g_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
+static void g_bias_backward(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C) {
     guard_ctx *g = enter(be);
-    A(db), A(dout);
+    A(db), A(dout.p);
     CALL(bias_backward, db, dout, N, C);
 }
 
-static void g_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void g_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                                 const float *w, const float *b, int N, int C) {
     guard_ctx *g = enter(be);
-    A(out), A(mean), A(rstd), A(inp), A(w), A(b);
+    A(out.p), A(mean), A(rstd), A(inp.p), A(w), A(b);
     CALL(layernorm_forward, out, mean, rstd, inp, w, b, N, C);
 }
 
-static void g_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, const float *mean, const float *rstd, int N,
+static void g_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                                 llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                  int C) {
     guard_ctx *g = enter(be);
-    A(dinp), A(dw), A(db), A(dout), A(inp), A(w), A(mean), A(rstd);
+    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w), A(mean), A(rstd);
     CALL(layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-static void g_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+static void g_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
     guard_ctx *g = enter(be);
-    A(out), A(inp);
+    A(out.p), A(inp.p);
     CALL(gelu_forward, out, inp, n);
 }
 
-static void g_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+static void g_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
     guard_ctx *g = enter(be);
-    A(dinp), A(inp), A(dout);
+    A(dinp.p), A(inp.p), A(dout.p);
     CALL(gelu_backward, dinp, inp, dout, n);
 }
 
@@ -365,58 +365,58 @@ static void drop_arg(guard_ctx *g, const char *m, const llm4d_dropout *d) {
     if (d && d->p > 0) arg(g, m, d->sample_ids);
 }
 
-static void g_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                const llm4d_dropout *drop) {
+static void g_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                llm4d_attn_shape s, const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(out), A(lse), A(qkv);
+    A(out.p), A(lse), A(qkv.p);
     drop_arg(g, "attention_forward", drop);
     CALL(attention_forward, out, lse, qkv, s, drop);
 }
 
-static void g_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                 const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+static void g_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                 llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(dqkv), A(dout), A(out), A(qkv), A(lse);
+    A(dqkv.p), A(dout.p), A(out.p), A(qkv.p), A(lse);
     drop_arg(g, "attention_backward", drop);
     CALL(attention_backward, dqkv, dout, out, qkv, lse, s, drop);
 }
 
-static void g_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+static void g_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
                               const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(out), A(inp);
+    A(out.p), A(inp.p);
     drop_arg(g, "dropout_forward", drop);
     CALL(dropout_forward, out, inp, N, C, drop);
 }
 
-static void g_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+static void g_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                                const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(dinp), A(dout);
+    A(dinp.p), A(dout.p);
     drop_arg(g, "dropout_backward", drop);
     CALL(dropout_backward, dinp, dout, N, C, drop);
 }
 
-static void g_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
-                                  const llm4d_dropout *drop) {
+static void g_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
+                                  int C, const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(out), A(res), A(x);
+    A(out.p), A(res.p), A(x.p);
     drop_arg(g, "dropout_add_forward", drop);
     CALL(dropout_add_forward, out, res, x, N, C, drop);
 }
 
-static void g_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                   const llm4d_dropout *drop) {
+static void g_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
+                                   int C, const llm4d_dropout *drop) {
     guard_ctx *g = enter(be);
-    A(dres), A(dx), A(dout);
+    A(dres.p), A(dx.p), A(dout.p);
     drop_arg(g, "dropout_add_backward", drop);
     CALL(dropout_add_backward, dres, dx, dout, N, C, drop);
 }
 
-static void g_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+static void g_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
                            int Vl, int v0, int V, int merge) {
     guard_ctx *g = enter(be);
-    A(stats), A(logits), A(targets);
+    A(stats), A(logits.p), A(targets);
     CALL(xent_forward, stats, logits, targets, N, Vl, v0, V, merge);
 }
 
@@ -426,10 +426,11 @@ static void g_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, i
     CALL(xent_rescale, stats, gmax, N);
 }
 
-static void g_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits, const float *stats,
-                            const int32_t *targets, const float *dloss, int N, int Vl, int v0, int V) {
+static void g_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
+                            const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                            int V) {
     guard_ctx *g = enter(be);
-    A(losses), A(dlogits), A(logits), A(stats), A(targets), A(dloss);
+    A(losses), A(dlogits.p), A(logits.p), A(stats), A(targets), A(dloss);
     CALL(xent_backward, losses, dlogits, logits, stats, targets, dloss, N, Vl, v0, V);
 }
 
@@ -480,6 +481,12 @@ static void g_scale(llm4d_backend *be, float *x, float s, size_t n) {
     guard_ctx *g = enter(be);
     A(x);
     CALL(scale, x, s, n);
+}
+
+static void g_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
+    guard_ctx *g = enter(be);
+    A(dst.p), A(src.p);
+    CALL(convert, dst, src, n);
 }
 
 static void g_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
@@ -607,7 +614,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->dropout_add_forward = g_dropout_add_forward, be->dropout_add_backward = g_dropout_add_backward;
     be->xent_forward = g_xent_forward, be->xent_rescale = g_xent_rescale, be->xent_backward = g_xent_backward;
     be->adamw = g_adamw, be->sumsq = g_sumsq, be->sumsq_many = g_sumsq_many, be->dot = g_dot;
-    be->dot_acc = g_dot_acc, be->add = g_add, be->scale = g_scale;
+    be->dot_acc = g_dot_acc, be->add = g_add, be->scale = g_scale, be->convert = g_convert;
     be->to_bf16 = g_to_bf16, be->from_bf16 = g_from_bf16;
     be->init_param = g_init_param, be->attention_cached = g_attention_cached, be->sample = g_sample;
     be->set_precision = g_set_precision, be->matmul_peak_gflops = g_matmul_peak_gflops;

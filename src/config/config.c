@@ -535,6 +535,10 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (strcmp(cfg->amp_dtype, "bfloat16") && strcmp(cfg->amp_dtype, "float16") && strcmp(cfg->amp_dtype, "tfloat32"))
         return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.dtype must be bfloat16, float16 or tfloat32, got "
                           "'%s'", cfg->amp_dtype);
+    if (!strcmp(cfg->amp_level, "o1") || !strcmp(cfg->amp_level, "o2")) cfg->amp_level[0] = 'O';
+    if (strcmp(cfg->amp_level, "O1") && strcmp(cfg->amp_level, "O2"))
+        return llm4d_fail(err, LLM4D_EUSER, "Engine.mix_precision.level (--fp16_opt_level) must be O1 or O2, got "
+                          "'%s'", cfg->amp_level);
     if (cfg->logging_freq < 1)
         return llm4d_fail(err, LLM4D_EUSER, "logging_freq (Engine.logging_freq) must be >= 1, got %d",
                           cfg->logging_freq);
@@ -576,6 +580,13 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
                           "steps between 1 and %lld", cfg->trace_steps, (long long)cfg->max_steps,
                           (long long)cfg->max_steps);
     return LLM4D_OK;
+}
+
+void llm4d_config_act_types(const llm4d_config *cfg, llm4d_ftype *act, llm4d_ftype *res) {
+    *act = *res = LLM4D_F32;
+    if (!cfg->use_amp || strcmp(cfg->amp_level, "O2") || !strcmp(cfg->amp_dtype, "tfloat32")) return;
+    *act = !strcmp(cfg->amp_dtype, "float16") ? LLM4D_F16 : LLM4D_BF16;
+    *res = cfg->model.fp32_residual_connection ? LLM4D_F32 : *act;
 }
 
 llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend/tensor.h"
 #include "core/error.h"
 
 #define LLM4D_PATH_MAX 1024
@@ -37,6 +38,7 @@ typedef struct {
     float initializer_range;
     int use_recompute;
     int sequence_parallel;             /* Model.sequence_parallel: Megatron sequence parallelism (mp_degree > 1) */
+    int fp32_residual_connection;      /* Megatron's: under AMP O2 the residual stream and its gradient stay fp32 */
     int virtual_pp_degree;             /* Model.virtual_pp_degree: pipeline chunks per stage (interleaved 1F1B) */
     char recompute_granularity[LLM4D_NAME_MAX]; /* "full" (the only one implemented on CPU) */
     int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
@@ -112,6 +114,7 @@ typedef struct {
     int keep_last;                   /* checkpoints to keep; 0 keeps all */
     int use_amp;                     /* Engine.mix_precision.enable / --use_amp */
     char amp_dtype[LLM4D_NAME_MAX];  /* "bfloat16" or "float16" */
+    char amp_level[LLM4D_NAME_MAX];  /* Engine.mix_precision.level: "O2" (16-bit activations) or "O1" (fp32) */
     float scale_loss;
     int threads;                     /* 0: all cores */
     int backend_ref;                 /* --backend ref: run the naive reference kernels (testing) */
@@ -147,6 +150,9 @@ llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *e
 
 /* The Plan.* keys alone (llm4d plan checks them before it finalizes any layout); part of llm4d_config_finalize. */
 llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err);
+/* The types the model keeps its activations and its residual stream in (model/gpt.h): fp32 without AMP, with
+ * tfloat32 and at level O1; at O2 the AMP dtype's 16 bits, the residual stream fp32 with fp32_residual_connection. */
+void llm4d_config_act_types(const llm4d_config *cfg, llm4d_ftype *act, llm4d_ftype *res);
 
 /* `llm4d train --help`: every option with its default. */
 void llm4d_config_print_help(FILE *f);

@@ -85,7 +85,10 @@ static const llm4d_key keys[] = {
     KEY("Engine.mix_precision.dtype", LLM4D_KT_STR, amp_dtype, "bfloat16", NULL, "--amp_dtype",
         "bfloat16, float16, or tfloat32 (GPU only: fp32 operands on tensor cores) (PaddleFleetX's default is "
         "float16)"),
-    NOEFF("Engine.mix_precision.level", "O2", "O2|o2", "llm4d's AMP is O2: low-precision compute, fp32 master"),
+    KEY("Engine.mix_precision.level", LLM4D_KT_STR, amp_level, "O2", NULL, "--fp16_opt_level",
+        "O2: activations and their gradients in the AMP dtype's 16 bits (PaddleFleetX's O2, Megatron's --bf16); "
+        "O1: activations in fp32, 16-bit GEMM operands; master weights, gradients, moments and reductions fp32 "
+        "in both"),
     KEY("Engine.mix_precision.scale_loss", LLM4D_KT_FLOAT, scale_loss, "32768.0", NULL, "--scale_loss",
         "initial loss scale for float16"),
     NOEFF("Engine.mix_precision.custom_black_list", "['reduce_sum', 'c_softmax_with_cross_entropy', "
@@ -142,6 +145,10 @@ static const llm4d_key keys[] = {
     NOEFF("Model.scale_qk_by_layer_num", "True", "True", "fp16 overflow guard; same result in exact arithmetic"),
     KEY("Model.sequence_parallel", LLM4D_KT_BOOL, model.sequence_parallel, "False", NULL, "--sequence_parallel",
         "Megatron sequence parallelism: LayerNorm and dropout regions split over the tensor-parallel ranks"),
+    EXT("Model.fp32_residual_connection", LLM4D_KT_BOOL, model.fp32_residual_connection, "False", NULL,
+        "--fp32_residual_connection",
+        "Megatron's: with use_amp at level O2, the residual stream and its gradient stay fp32 (the other "
+        "activations 16-bit)"),
     NOEFF("Model.use_flash_attn", "False", "False", "FlashAttention (CUDA)"),
     NOEFF("Model.fused_softmax_with_triangular", "True", "True", "fused causal softmax kernel (CUDA)"),
 

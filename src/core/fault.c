@@ -18,7 +18,9 @@ static const struct {
 static const char *const ops[] = {[LLM4D_FAULT_WRITE] = "write", [LLM4D_FAULT_FSYNC] = "fsync",
                                   [LLM4D_FAULT_CREATE] = "create", [LLM4D_FAULT_RENAME] = "rename"};
 
-#define FORMS "<enospc|eio|eacces|erofs|edquot>[:<write|fsync|create|rename>]@N, collective@STEP, cma@1 or shmshare@1"
+#define FORMS                                                                                                     \
+    "<enospc|eio|eacces|erofs|edquot>[:<write|fsync|create|rename>]@N, collective@STEP, cma@1, shmshare@1 or "  \
+    "bf16slow@1"
 
 llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     memset(f, 0, sizeof *f);
@@ -47,6 +49,10 @@ llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     if (len == 8 && strncmp(v, "shmshare", 8) == 0) {
         f->op = LLM4D_FAULT_SHMSHARE;
         f->error = ENOSPC;
+        return LLM4D_OK;
+    }
+    if (len == 8 && strncmp(v, "bf16slow", 8) == 0) {
+        f->op = LLM4D_FAULT_BF16SLOW;
         return LLM4D_OK;
     }
     const char *colon = memchr(v, ':', len);

@@ -15,6 +15,9 @@
  *                                    with EPERM, as in a container without ptrace permission (comm/host_check.c)
  *   LLM4D_FAULT=shmshare@1           moving a buffer into shared memory in place (comm/shm_share.c: the data-parallel
  *                                    gradients) fails with ENOSPC, as where /dev/shm is too small for it
+ *   LLM4D_FAULT=bf16slow@1           the CPU backend's measurement of its bf16 GEMMs against its fp32 ones (backend/cpu.c
+ *                                    set_precision) reads bf16 as the slower, as on a CPU whose AVX512-BF16 kernels
+ *                                    are (an Intel Xeon VM without AMX: issue 42)
  *   LLM4D_FAULT_RANK=<r>             only rank r injects (default: every rank)
  *
  * Each checkpoint save counts its own operations from 1 (store_save.c keeps an llm4d_fault in its saver and the file
@@ -37,6 +40,7 @@ typedef enum {
     LLM4D_FAULT_COLLECTIVE,
     LLM4D_FAULT_CMA,
     LLM4D_FAULT_SHMSHARE,
+    LLM4D_FAULT_BF16SLOW,
 } llm4d_fault_op;
 
 typedef struct {

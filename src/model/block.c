@@ -12,6 +12,10 @@
  *   m   = g(gelu(u) Wp_r^T) + bp                   row-parallel
  *   out = x2 + dropout(m)
  *
+ * Types (gpt.h): h, qkv, y, u and the input gradients of the linear layers are the activations' type; x, x2 and
+ * their gradients the residual stream's; g(...) of a row-parallel layer is fp32 until the residual connection
+ * rounds x2 or out, and the gradient of a LayerNorm output is fp32 until LayerNorm's backward reads it.
+ *
  * f and g are the conjugate operators (tp.h): without sequence parallelism f is the identity forward and an
  * all-reduce of the input gradient backward, g an all-reduce of the partial sums forward and the identity backward;
  * with it, f all-gathers the tokens (forward) / reduce-scatters the gradient (backward), g reduce-scatters
@@ -72,8 +76,11 @@ static llm4d_attn_shape attn_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
                               .head0 = g->tp.rank * g->NHl, .NH_total = g->NH};
 }
 
-/* LayerNorm of this rank's Nl tokens, then f: the normalised tokens of the whole micro-batch in out [N, C]. */
-static void ln_gather(llm4d_gpt *g, float *out, float *mean, float *rstd, const float *x, const float *w,
+static const llm4d_tensor none = {NULL, LLM4D_F32};
+
+/* LayerNorm of this rank's Nl tokens, then f: the normalised tokens of the whole micro-batch in out [N, C] (the
+ * activations' type: a 16-bit gather moves half the bytes and rounds nothing). */
+static void ln_gather(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x, const float *w,
                       const float *b, int N, int Nl) {
     llm4d_backend *be = g->be;
     const int C = g->C;
@@ -81,33 +88,36 @@ static void ln_gather(llm4d_gpt *g, float *out, float *mean, float *rstd, const 
         be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
         return;
     }
-    be->layernorm_forward(be, g->dlocal, mean, rstd, x, w, b, Nl, C);
-    llm4d_tp_allgather(&g->tp, g->dlocal, out, (size_t)Nl * C);
+    const llm4d_tensor local = llm4d_t(g->dlocal, out.t);
+    be->layernorm_forward(be, local, mean, rstd, x, w, b, Nl, C);
+    llm4d_tp_allgather(&g->tp, llm4d_cv(local), out, (size_t)Nl * C);
 }
 
-/* Row-parallel linear + g: out = (act(inp)[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens.
+/* Row-parallel linear + g: out = (act(inp)[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens,
+ * in fp32 (the partial sums are reduced before anything rounds them; the residual connection after it does).
  * Returns where it is ([Nl, C]): g->full or g->dlocal. */
-static const float *row_parallel(llm4d_gpt *g, const float *inp, llm4d_act act, const float *w, const float *b,
+static const float *row_parallel(llm4d_gpt *g, llm4d_ctensor inp, llm4d_act act, const float *w, const float *b,
                                  int N, int Nl, int K) {
     llm4d_backend *be = g->be;
     const int C = g->C;
+    float *full = g->full;
     if (g->tp.size == 1) {
-        be->linear_forward_act(be, g->full, inp, act, w, b, N, K, C);
-        return g->full;
+        be->linear_forward_act(be, llm4d_t32(full), inp, act, w, b, N, K, C);
+        return full;
     }
-    be->linear_forward_act(be, g->full, inp, act, w, NULL, N, K, C);
-    float *out = g->full;
+    be->linear_forward_act(be, llm4d_t32(full), inp, act, w, NULL, N, K, C);
+    float *out = full;
     if (g->tp.sp) {
-        llm4d_tp_reduce_scatter(&g->tp, g->full, g->dlocal, (size_t)Nl * C);
+        llm4d_tp_reduce_scatter(&g->tp, full, g->dlocal, (size_t)Nl * C);
         out = g->dlocal;
     } else {
-        llm4d_tp_allreduce(&g->tp, g->full, (size_t)N * C);
+        llm4d_tp_allreduce(&g->tp, full, (size_t)N * C);
     }
     be->bias_forward(be, out, b, Nl, C);
     return out;
 }
 
-void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, float *out, int l,
+void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x, llm4d_tensor out, int l,
                              const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
@@ -116,32 +126,34 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, 
     const block_dropouts d = dropouts(g, l, mb, a);
 
     ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, Nl);
-    be->linear_forward(be, a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
-    be->attention_forward(be, a->atty, a->lse, a->qkv, attn_shape(g, mb), &d.attn);
-    const float *att = row_parallel(g, a->atty, LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
-    be->dropout_add_forward(be, a->res2, x, att, Nl, C, &d.out1);
+    be->linear_forward(be, a->qkv, llm4d_cv(a->ln1), w.qkvw, w.qkvb, N, C, 3 * g->Cl);
+    be->attention_forward(be, a->atty, a->lse, llm4d_cv(a->qkv), attn_shape(g, mb), &d.attn);
+    const float *att = row_parallel(g, llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
+    be->dropout_add_forward(be, a->res2, x, llm4d_ct32(att), Nl, C, &d.out1);
 
-    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, Nl);
-    be->linear_forward(be, a->fch, a->ln2, w.fcw, w.fcb, N, C, g->Fl);
+    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, N, Nl);
+    be->linear_forward(be, a->fch, llm4d_cv(a->ln2), w.fcw, w.fcb, N, C, g->Fl);
     /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored */
-    const float *mlp = row_parallel(g, a->fch, LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
-    be->dropout_add_forward(be, out, a->res2, mlp, Nl, C, &d.out2);
+    const float *mlp = row_parallel(g, llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    be->dropout_add_forward(be, out, llm4d_cv(a->res2), llm4d_ct32(mlp), Nl, C, &d.out2);
     llm4d_gpt_release(g, grp, 0);
 }
 
-/* Backward of row-parallel + g: dloc [Nl, C] is the gradient of this rank's tokens of the output. Adds the input
- * gradient (with respect to act(inp)) to dinp [N, K] and (unless split) the weight and bias gradients; with split,
- * keeps the output gradient of all tokens in keep [N, C]. */
-static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *db, const float *dloc,
-                                  const float *inp, llm4d_act act, const float *w, int N, int Nl, int K, float *keep) {
+/* Backward of row-parallel + g: dloc [Nl, C] is the gradient of this rank's tokens of the output. Writes the input
+ * gradient (with respect to act(inp)) to dinp [N, K] and adds (unless split) the weight and bias gradients; with
+ * split, keeps the output gradient of all tokens in keep [N, C]. */
+static void row_parallel_backward(llm4d_gpt *g, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dloc,
+                                  llm4d_ctensor inp, llm4d_act act, const float *w, int N, int Nl, int K,
+                                  llm4d_tensor keep) {
     llm4d_backend *be = g->be;
     const int C = g->C;
-    const float *dfull = dloc;
+    llm4d_ctensor dfull = dloc;
     if (g->tp.sp) {
-        llm4d_tp_allgather(&g->tp, dloc, g->full, (size_t)Nl * C);
-        dfull = g->full;
+        const llm4d_tensor full = llm4d_t(g->full, dloc.t);
+        llm4d_tp_allgather(&g->tp, dloc, full, (size_t)Nl * C);
+        dfull = llm4d_cv(full);
     }
-    if (keep) be->copy(be, keep, dfull, (size_t)N * C * sizeof(float));
+    if (keep.p) be->copy(be, keep.p, dfull.p, (size_t)N * C * llm4d_ftype_size(dfull.t));
     if (g->tp.size == 1) {
         be->linear_backward_act(be, dinp, LLM4D_WRITE, dw, db, dfull, inp, act, w, N, K, C);
         return;
@@ -152,13 +164,15 @@ static void row_parallel_backward(llm4d_gpt *g, float *dinp, float *dw, float *d
 
 /* Backward of f + column-parallel linear: dout [N, OC] is the gradient of this rank's output features. Adds the
  * weight and bias gradients (unless split: keep [N, OC] gets dout) and returns the gradient of the LayerNorm
- * output for this rank's Nl tokens, reduced over the group. */
-static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db, const float *dout,
-                                             const float *inp, const float *w, int N, int Nl, int OC, float *keep) {
+ * output for this rank's Nl tokens, reduced over the group, in fp32 (LayerNorm's backward reads the sum unrounded,
+ * whatever the group's size). */
+static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db, llm4d_ctensor dout,
+                                             llm4d_ctensor inp, const float *w, int N, int Nl, int OC,
+                                             llm4d_tensor keep) {
     llm4d_backend *be = g->be;
     const int C = g->C;
-    if (keep) be->copy(be, keep, dout, (size_t)N * OC * sizeof(float));
-    be->linear_backward(be, g->dln, LLM4D_WRITE, dw, db, dout, inp, w, N, C, OC);
+    if (keep.p) be->copy(be, keep.p, dout.p, (size_t)N * OC * llm4d_ftype_size(dout.t));
+    be->linear_backward(be, llm4d_t32(g->dln), LLM4D_WRITE, dw, db, dout, inp, w, N, C, OC);
     if (g->tp.sp) {
         llm4d_tp_reduce_scatter(&g->tp, g->dln, g->dlocal, (size_t)Nl * C);
         return g->dlocal;
@@ -167,7 +181,7 @@ static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db,
     return g->dln;
 }
 
-void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, llm4d_block_wgrad *wg, int l,
+void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x, llm4d_block_wgrad *wg, int l,
                               const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, Fl = g->Fl, Cl = g->Cl;
@@ -186,24 +200,26 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x,
     const block_dropouts d = dropouts(g, l, mb, a);
 
     /* g->dres holds d(out). MLP sublayer: out = x2 + dropout(m) */
-    be->dropout_add_backward(be, g->dres2, g->dproj, g->dres, Nl, C, &d.out2);
+    be->dropout_add_backward(be, g->dres2, g->dproj, llm4d_cv(g->dres), Nl, C, &d.out2);
     /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
      * activation of a block, N x F/M) */
-    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), g->dproj, a->fch,
-                          LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : NULL);
-    be->gelu_backward(be, g->dfch, a->fch, g->dfch_gelu, NF);
-    const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), g->dfch, a->ln2, w.fcw, N,
-                                                 Nl, Fl, wg ? wg->dfch : NULL);
-    be->layernorm_backward(be, g->dres2, dln2w, dln2b, dln2, a->res2, w.ln2w, a->ln2_mean, a->ln2_rstd, Nl, C);
+    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), llm4d_cv(g->dproj),
+                          llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : none);
+    be->gelu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), NF);
+    const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), llm4d_cv(g->dfch),
+                                                 llm4d_cv(a->ln2), w.fcw, N, Nl, Fl, wg ? wg->dfch : none);
+    be->layernorm_backward(be, g->dres2, dln2w, dln2b, llm4d_ct32(dln2), llm4d_cv(a->res2), w.ln2w, a->ln2_mean,
+                           a->ln2_rstd, Nl, C);
 
     /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
-    be->dropout_add_backward(be, g->dres, g->dproj, g->dres2, Nl, C, &d.out1);
-    row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), g->dproj, a->atty,
-                          LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : NULL);
-    be->attention_backward(be, g->dqkv, g->datty, a->atty, a->qkv, a->lse, attn_shape(g, mb), &d.attn);
-    const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), g->dqkv, a->ln1, w.qkvw,
-                                                 N, Nl, 3 * Cl, wg ? wg->dqkv : NULL);
-    be->layernorm_backward(be, g->dres, dln1w, dln1b, dln1, x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
+    be->dropout_add_backward(be, g->dres, g->dproj, llm4d_cv(g->dres2), Nl, C, &d.out1);
+    row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), llm4d_cv(g->dproj),
+                          llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : none);
+    be->attention_backward(be, g->dqkv, llm4d_cv(g->datty), llm4d_cv(a->atty), llm4d_cv(a->qkv), a->lse,
+                           attn_shape(g, mb), &d.attn);
+    const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), llm4d_cv(g->dqkv),
+                                                 llm4d_cv(a->ln1), w.qkvw, N, Nl, 3 * Cl, wg ? wg->dqkv : none);
+    be->layernorm_backward(be, g->dres, dln1w, dln1b, llm4d_ct32(dln1), x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
 #undef DW
     llm4d_gpt_release(g, grp, 1);
     if (!wg) llm4d_gpt_grads_done(g, grp);
@@ -217,16 +233,16 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
     float *dp = llm4d_gpt_grads_of(g, grp);
     /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
     const size_t own = (size_t)g->tok0 * C;
-    be->linear_backward_act(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, wg->dmlp, a->fch,
-                            LLM4D_ACT_GELU, NULL, N, Fl, C);
-    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), wg->dmlp + own, Nl, C);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB),
-                        wg->dfch, a->ln2, NULL, N, C, Fl);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, wg->dattn, a->atty, NULL,
-                        N, Cl, C);
-    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), wg->dattn + own, Nl, C);
-    be->linear_backward(be, NULL, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB),
-                        wg->dqkv, a->ln1, NULL, N, C, 3 * Cl);
+    be->linear_backward_act(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, llm4d_cv(wg->dmlp),
+                            llm4d_cv(a->fch), LLM4D_ACT_GELU, NULL, N, Fl, C);
+    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), llm4d_ct_at(llm4d_cv(wg->dmlp), own), Nl, C);
+    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB),
+                        llm4d_cv(wg->dfch), llm4d_cv(a->ln2), NULL, N, C, Fl);
+    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, llm4d_cv(wg->dattn),
+                        llm4d_cv(a->atty), NULL, N, Cl, C);
+    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), llm4d_ct_at(llm4d_cv(wg->dattn), own), Nl, C);
+    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB),
+                        llm4d_cv(wg->dqkv), llm4d_cv(a->ln1), NULL, N, C, 3 * Cl);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2W), wg->dln[2], (size_t)C);

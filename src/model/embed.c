@@ -23,6 +23,11 @@
  * needs the statistics of all of them, so the head makes two passes: statistics, then gradients (the logits are
  * computed twice: the price of holding one block at a time).
  *
+ * Types (gpt.h): the lookup's sum, the positions added to it and the gradient of both are fp32 (the dropout rounds
+ * the sum into the residual stream's type once, whatever the layout); ln_f's output and each chunk of logits and of
+ * their gradient are the activations' type (the cross-entropy reads 16-bit logits and writes the 16-bit gradient
+ * the head's backward GEMM reads); the statistics, the losses and d(ln_f output) are fp32.
+ *
  * Communication per micro-batch, group of M, N tokens: lookup one all-reduce (or reduce-scatter) of N x C; head
  * 2 all-reduces of N floats + 1 of 2N (statistics) and one all-reduce (or reduce-scatter) of N x C (d ln_f);
  * backward of the lookup (sequence parallel) one all-gather of N x C. */
@@ -35,10 +40,11 @@
 /* The model's embedding groups and the vocabulary rows of each. */
 static int wte_group(const llm4d_gpt *g, int k) { return g->table.wte_first + k; }
 
-void llm4d_gpt_embed_forward(llm4d_gpt *g, float *out, const llm4d_micro *mb) {
+void llm4d_gpt_embed_forward(llm4d_gpt *g, llm4d_tensor out, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
-    float *e = g->tp.sp ? g->full : out; /* all tokens: [N, C] */
+    /* all tokens: [N, C], fp32; in the slot itself when it is fp32 and holds them all */
+    float *e = !g->tp.sp && out.t == LLM4D_F32 ? (float *)out.p : (float *)g->full;
     be->zero(be, e, (size_t)N * C * sizeof(float));
     for (int k = 0; k < g->table.wte_groups; k++) {
         const int grp = wte_group(g, k);
@@ -47,28 +53,32 @@ void llm4d_gpt_embed_forward(llm4d_gpt *g, float *out, const llm4d_micro *mb) {
                               C);
         llm4d_gpt_release(g, grp, 0);
     }
-    if (g->tp.sp)
-        llm4d_tp_reduce_scatter(&g->tp, e, out, (size_t)Nl * C);
-    else
+    float *mine = e; /* this rank's tokens, [Nl, C] */
+    if (g->tp.sp) {
+        mine = out.t == LLM4D_F32 ? (float *)out.p : (float *)g->dlocal;
+        llm4d_tp_reduce_scatter(&g->tp, e, mine, (size_t)Nl * C);
+    } else {
         llm4d_tp_allreduce(&g->tp, e, (size_t)N * C);
-    be->position_forward(be, out, llm4d_gpt_params_of(g, g->wpe_group, 0), Nl, C, mb->T, g->tok0);
+    }
+    be->position_forward(be, mine, llm4d_gpt_params_of(g, g->wpe_group, 0), Nl, C, mb->T, g->tok0);
     llm4d_gpt_release(g, g->wpe_group, 0);
     const llm4d_dropout d = llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, mb);
-    be->dropout_forward(be, out, out, Nl, C, &d);
+    be->dropout_forward(be, out, llm4d_ct32(mine), Nl, C, &d);
 }
 
-void llm4d_gpt_embed_backward(llm4d_gpt *g, const float *dout, const llm4d_micro *mb) {
+void llm4d_gpt_embed_backward(llm4d_gpt *g, llm4d_ctensor dout, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
     const llm4d_dropout d = llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, mb);
-    float *de = g->dres2; /* [Nl, C] */
+    /* [Nl, C] fp32: the residual stream's gradient buffer when that is fp32 (as ever), else the local scratch */
+    float *de = g->dres2.t == LLM4D_F32 ? (float *)g->dres2.p : (float *)g->dlocal;
     be->zero(be, de, (size_t)Nl * C * sizeof(float));
-    be->dropout_backward(be, de, dout, Nl, C, &d);
+    be->dropout_backward(be, llm4d_t32(de), dout, Nl, C, &d);
     be->position_backward(be, llm4d_gpt_grads_of(g, g->wpe_group), de, Nl, C, mb->T, g->tok0);
     llm4d_gpt_grads_done(g, g->wpe_group);
     const float *dall = de;
     if (g->tp.sp) {
-        llm4d_tp_allgather(&g->tp, de, g->full, (size_t)Nl * C);
+        llm4d_tp_allgather(&g->tp, llm4d_ct32(de), llm4d_t32(g->full), (size_t)Nl * C);
         dall = g->full;
     }
     for (int k = 0; k < g->table.wte_groups; k++) {
@@ -94,17 +104,17 @@ static void combine(llm4d_gpt *g, float *st, int n) {
 }
 
 /* ln_f on this rank's tokens, then (sequence parallel) gathered: g->lnf [N, C] is what the head reads. */
-static void final_ln(llm4d_gpt *g, llm4d_slot *s, const float *x, int N, int Nl) {
+static void final_ln(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int N, int Nl) {
     llm4d_backend *be = g->be;
     const int C = g->C;
     float *fin = llm4d_gpt_params_of(g, g->lnf_group, 0);
-    float *out = g->tp.sp ? g->dlocal : g->lnf;
+    const llm4d_tensor out = g->tp.sp ? llm4d_t(g->dlocal, g->lnf.t) : g->lnf;
     be->layernorm_forward(be, out, s->lnf_mean, s->lnf_rstd, x, fin, fin + C, g->tp.sp ? Nl : N, C);
     llm4d_gpt_release(g, g->lnf_group, 0);
-    if (g->tp.sp) llm4d_tp_allgather(&g->tp, g->dlocal, g->lnf, (size_t)Nl * C);
+    if (g->tp.sp) llm4d_tp_allgather(&g->tp, llm4d_cv(out), g->lnf, (size_t)Nl * C);
 }
 
-void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb) {
+void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, V = g->cfg.vocab_size;
     const int K = g->table.wte_groups, grad = mb->grad, nch = (N + g->head_rows - 1) / g->head_rows;
@@ -123,14 +133,15 @@ void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const l
             for (int ci = 0; ci < nch; ci++) {
                 const int r0 = ci * g->head_rows, n = N - r0 < g->head_rows ? N - r0 : g->head_rows;
                 float *st = chunk_stats(g, ci);
-                const float *xin = g->lnf + (size_t)r0 * C;
+                const llm4d_ctensor xin = llm4d_ct_at(llm4d_cv(g->lnf), (size_t)r0 * C), head = llm4d_cv(g->head);
                 be->linear_forward(be, g->head, xin, w, NULL, n, C, rows);
-                if (stats) be->xent_forward(be, st, g->head, mb->targets + r0, n, rows, v0, V, k > 0);
+                if (stats) be->xent_forward(be, st, head, mb->targets + r0, n, rows, v0, V, k > 0);
                 if (stats && K == 1) combine(g, st, n);
                 if (!grads) continue;
-                be->xent_backward(be, NULL, g->head, g->head, st, mb->targets + r0, mb->weight ? mb->weight + r0 : NULL,
-                                  n, rows, v0, V);
-                be->linear_backward(be, dlnf + (size_t)r0 * C, LLM4D_ADD, dw, NULL, g->head, xin, w, n, C, rows);
+                be->xent_backward(be, NULL, g->head, head, st, mb->targets + r0, mb->weight ? mb->weight + r0 : NULL, n,
+                                  rows, v0, V);
+                be->linear_backward(be, llm4d_t32(dlnf + (size_t)r0 * C), LLM4D_ADD, dw, NULL, head, xin, w, n, C,
+                                    rows);
             }
             llm4d_gpt_release(g, grp, 0);
             if (grads) llm4d_gpt_grads_done(g, grp);
@@ -142,7 +153,8 @@ void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const l
         }
     for (int ci = 0; ci < nch; ci++) { /* losses from the combined statistics */
         const int r0 = ci * g->head_rows, n = N - r0 < g->head_rows ? N - r0 : g->head_rows;
-        be->xent_backward(be, g->losses + r0, NULL, NULL, chunk_stats(g, ci), mb->targets + r0, NULL, n, 0, 0, V);
+        be->xent_backward(be, g->losses + r0, llm4d_t(NULL, g->act), llm4d_ct(NULL, g->act), chunk_stats(g, ci),
+                          mb->targets + r0, NULL, n, 0, 0, V);
     }
     if (grad) {
         if (g->tp.sp)
@@ -153,17 +165,17 @@ void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const l
     be->dot_acc(be, g->loss_acc, g->losses, mb->weight, (size_t)N);
 }
 
-void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, const float *x) {
+void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x) {
     llm4d_backend *be = g->be;
     const int C = g->C, Nl = g->BTl;
     float *fin = llm4d_gpt_params_of(g, g->lnf_group, 1), *dfin = llm4d_gpt_grads_of(g, g->lnf_group);
-    be->zero(be, g->dres, (size_t)Nl * C * sizeof(float));
-    be->layernorm_backward(be, g->dres, dfin, dfin + C, s->dlnf, x, fin, s->lnf_mean, s->lnf_rstd, Nl, C);
+    be->zero(be, g->dres.p, (size_t)Nl * C * llm4d_ftype_size(g->dres.t));
+    be->layernorm_backward(be, g->dres, dfin, dfin + C, llm4d_ct32(s->dlnf), x, fin, s->lnf_mean, s->lnf_rstd, Nl, C);
     llm4d_gpt_grads_done(g, g->lnf_group);
     llm4d_gpt_release(g, g->lnf_group, 1);
 }
 
-void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, const float *x, int B, int T) {
+void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int B, int T) {
     llm4d_backend *be = g->be;
     const int N = B * T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C;
     final_ln(g, s, x, N, Nl);
@@ -177,10 +189,10 @@ void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, const float *x, int B, i
         const float *w = llm4d_gpt_params_of(g, grp, 0);
         for (int r0 = 0; r0 < N; r0 += g->head_rows) {
             const int n = N - r0 < g->head_rows ? N - r0 : g->head_rows;
-            be->linear_forward(be, g->head, g->lnf + (size_t)r0 * C, w, NULL, n, C, rows);
-            for (int i = 0; i < n; i++)
-                be->copy(be, g->logits + (size_t)(r0 + i) * g->Vl + col, g->head + (size_t)i * rows,
-                         (size_t)rows * sizeof(float));
+            be->linear_forward(be, g->head, llm4d_ct_at(llm4d_cv(g->lnf), (size_t)r0 * C), w, NULL, n, C, rows);
+            for (int i = 0; i < n; i++) /* the logits the loss would read, as fp32 */
+                be->convert(be, llm4d_t32(g->logits + (size_t)(r0 + i) * g->Vl + col),
+                            llm4d_ct_at(llm4d_cv(g->head), (size_t)i * rows), (size_t)rows);
         }
         llm4d_gpt_release(g, grp, 0);
         col += rows;

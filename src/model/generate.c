@@ -131,27 +131,29 @@ static void feed_chunk(llm4d_gen *g, const int32_t *tokens, int n, int all) {
     be->position_forward(be, g->x, g->wpe + (size_t)p0 * C, n, C, n, 0); /* positions p0 .. p0+n-1 */
     for (int l = 0; l < g->cfg.num_layers; l++) {
         const llm4d_gen_layer *w = &g->layers[l];
-        be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln1w, w->ln1b, n, C);
-        be->linear_forward(be, g->qkv, g->ln, w->qkvw, w->qkvb, n, C, 3 * C);
+        be->layernorm_forward(be, llm4d_t32(g->ln), g->mean, g->rstd, llm4d_ct32(g->x), w->ln1w, w->ln1b, n, C);
+        be->linear_forward(be, llm4d_t32(g->qkv), llm4d_ct32(g->ln), w->qkvw, w->qkvb, n, C, 3 * C);
         float *K = g->kc + (size_t)l * T * C, *V = g->vc + (size_t)l * T * C;
         const size_t row = (size_t)C * sizeof(float); /* the new rows' K and V columns of qkv into the cache */
         be->copy_2d(be, K + (size_t)p0 * C, row, g->qkv + C, 3 * row, row, (size_t)n, LLM4D_D2D, LLM4D_STREAM_COMPUTE);
         be->copy_2d(be, V + (size_t)p0 * C, row, g->qkv + 2 * C, 3 * row, row, (size_t)n, LLM4D_D2D,
                     LLM4D_STREAM_COMPUTE);
         be->attention_cached(be, g->atty, g->qkv, K, V, n, p0, NH, C / NH, g->scores, T);
-        be->linear_forward(be, g->proj, g->atty, w->attprojw, w->attprojb, n, C, C);
+        be->linear_forward(be, llm4d_t32(g->proj), llm4d_ct32(g->atty), w->attprojw, w->attprojb, n, C, C);
         be->add(be, g->x, g->proj, (size_t)n * C);
-        be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x, w->ln2w, w->ln2b, n, C);
-        be->linear_forward(be, g->fch, g->ln, w->fcw, w->fcb, n, C, F);
-        be->linear_forward_act(be, g->proj, g->fch, LLM4D_ACT_GELU, w->fcprojw, w->fcprojb, n, F, C);
+        be->layernorm_forward(be, llm4d_t32(g->ln), g->mean, g->rstd, llm4d_ct32(g->x), w->ln2w, w->ln2b, n, C);
+        be->linear_forward(be, llm4d_t32(g->fch), llm4d_ct32(g->ln), w->fcw, w->fcb, n, C, F);
+        be->linear_forward_act(be, llm4d_t32(g->proj), llm4d_ct32(g->fch), LLM4D_ACT_GELU, w->fcprojw, w->fcprojb, n, F,
+                               C);
         be->add(be, g->x, g->proj, (size_t)n * C);
     }
     g->pos += n;
     /* The LM head is the costliest product of a decode step (Vp x C); for the prompt only its last row is needed
      * unless the caller asked for every row. */
     const int first = all ? 0 : n - 1, rows = n - first;
-    be->layernorm_forward(be, g->ln, g->mean, g->rstd, g->x + (size_t)first * C, g->lnfw, g->lnfb, rows, C);
-    be->linear_forward(be, g->logits, g->ln, g->wte, NULL, rows, C, Vp);
+    be->layernorm_forward(be, llm4d_t32(g->ln), g->mean, g->rstd, llm4d_ct32(g->x + (size_t)first * C), g->lnfw, g->lnfb,
+                          rows, C);
+    be->linear_forward(be, llm4d_t32(g->logits), llm4d_ct32(g->ln), g->wte, NULL, rows, C, Vp);
     be->copy(be, g->last_logits, g->logits + (size_t)(rows - 1) * Vp, (size_t)Vp * sizeof(float));
 }
 

@@ -71,12 +71,12 @@ typedef struct {
     size_t *plan; /* planning (llm4d_gpt_plan): count the bytes per category, allocate nothing */
 } allocator;
 
-static float *alloc_f(allocator *A, llm4d_mem_category c, size_t n) {
+static void *alloc_b(allocator *A, llm4d_mem_category c, size_t bytes) {
     llm4d_gpt *g = A->g;
-    if (!A->ok || n == 0) return NULL;
+    if (!A->ok || bytes == 0) return NULL;
     if (A->plan) {
-        A->plan[c] += n * sizeof(float);
-        if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += n * sizeof(float);
+        A->plan[c] += bytes;
+        if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += bytes;
         return NULL;
     }
     if (g->n_allocs == A->cap) {
@@ -89,46 +89,54 @@ static float *alloc_f(allocator *A, llm4d_mem_category c, size_t n) {
         g->allocs = na;
         A->cap = cap;
     }
-    float *p = g->be->alloc(g->be, g->mem, c, n * sizeof(float));
+    void *p = g->be->alloc(g->be, g->mem, c, bytes);
     if (!p) {
         A->ok = 0;
         return NULL;
     }
-    g->allocs[g->n_allocs++] = (struct llm4d_gpt_alloc){p, n * sizeof(float), c};
-    if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += n * sizeof(float);
+    g->allocs[g->n_allocs++] = (struct llm4d_gpt_alloc){p, bytes, c};
+    if (c == LLM4D_MEM_ACTIVATIONS) g->act_bytes += bytes;
     return p;
+}
+
+static float *alloc_f(allocator *A, llm4d_mem_category c, size_t n) { return alloc_b(A, c, n * sizeof(float)); }
+
+/* n elements of type t */
+static llm4d_tensor alloc_t(allocator *A, llm4d_mem_category c, size_t n, llm4d_ftype t) {
+    return llm4d_t(alloc_b(A, c, n * llm4d_ftype_size(t)), t);
 }
 
 static void alloc_block(allocator *A, llm4d_block_acts *a) {
     const llm4d_gpt *g = A->g;
     const size_t N = (size_t)g->BT, Nl = (size_t)g->BTl, C = g->C;
     const llm4d_mem_category X = LLM4D_MEM_ACTIVATIONS;
-    a->ln1 = alloc_f(A, X, N * C);
+    const llm4d_ftype t = g->act;
+    a->ln1 = alloc_t(A, X, N * C, t);
     a->ln1_mean = alloc_f(A, X, Nl);
     a->ln1_rstd = alloc_f(A, X, Nl);
-    a->qkv = alloc_f(A, X, N * 3 * g->Cl);
-    a->atty = alloc_f(A, X, N * g->Cl);
+    a->qkv = alloc_t(A, X, N * 3 * g->Cl, t);
+    a->atty = alloc_t(A, X, N * g->Cl, t);
     a->lse = alloc_f(A, X, (size_t)g->B * g->NHl * g->T);
     /* the attention dropout's mask, kept so backward reads it instead of drawing its Philox words again (a bit per
      * probability: 1/32 of the scores a non-flash attention would keep) */
     a->attn_bits = g->cfg.attention_probs_dropout_prob > 0.0f
                        ? (uint32_t *)alloc_f(A, X, (size_t)g->B * g->NHl * g->T * LLM4D_MASK_WORDS(g->T))
                        : NULL;
-    a->res2 = alloc_f(A, X, Nl * C);
-    a->ln2 = alloc_f(A, X, N * C);
+    a->res2 = alloc_t(A, X, Nl * C, g->res);
+    a->ln2 = alloc_t(A, X, N * C, t);
     a->ln2_mean = alloc_f(A, X, Nl);
     a->ln2_rstd = alloc_f(A, X, Nl);
-    a->fch = alloc_f(A, X, N * g->Fl);
+    a->fch = alloc_t(A, X, N * g->Fl, t);
 }
 
 static void alloc_wgrad(allocator *A, llm4d_block_wgrad *w) {
     const llm4d_gpt *g = A->g;
     const size_t N = (size_t)g->BT, C = g->C;
     const llm4d_mem_category X = LLM4D_MEM_ACTIVATIONS;
-    w->dqkv = alloc_f(A, X, N * 3 * g->Cl);
-    w->dattn = alloc_f(A, X, N * C);
-    w->dfch = alloc_f(A, X, N * g->Fl);
-    w->dmlp = alloc_f(A, X, N * C);
+    w->dqkv = alloc_t(A, X, N * 3 * g->Cl, g->act);
+    w->dattn = alloc_t(A, X, N * C, g->act);
+    w->dfch = alloc_t(A, X, N * g->Fl, g->act);
+    w->dmlp = alloc_t(A, X, N * C, g->act);
     w->dln[0] = alloc_f(A, X, 4 * C);
     for (int k = 1; k < 4; k++) w->dln[k] = w->dln[0] ? w->dln[0] + (size_t)k * C : NULL;
 }
@@ -142,7 +150,7 @@ static void alloc_slot(allocator *A, int c, llm4d_slot *s) {
     const size_t Nl = (size_t)g->BTl, C = g->C;
     s->res = calloc((size_t)nl + 1, sizeof *s->res);
     if (!s->res) A->ok = 0;
-    for (int i = 0; s->res && i <= nl; i++) s->res[i] = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl * C);
+    for (int i = 0; s->res && i <= nl; i++) s->res[i] = alloc_t(A, LLM4D_MEM_ACTIVATIONS, Nl * C, g->res);
     if (!g->layout.recompute && nl > 0) {
         s->acts = calloc((size_t)nl, sizeof *s->acts);
         if (!s->acts) A->ok = 0;
@@ -196,6 +204,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     else LLM4D_TRY(llm4d_param_table_build(&g->table, cfg, part, err));
     const int M = tp->size;
     g->B = layout->B, g->T = layout->T, g->BT = g->B * g->T;
+    g->act = layout->act, g->res = layout->res;
     g->BTl = tp->sp ? g->BT / M : g->BT;
     g->tok0 = tp->sp ? (int64_t)tp->rank * g->BTl : 0;
     g->C = cfg->hidden_size, g->F = cfg->ffn_hidden_size, g->NH = cfg->num_attention_heads;
@@ -223,14 +232,14 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
             if (g->table.g[g->table.wte_first + k].nrows > widest) widest = g->table.g[g->table.wte_first + k].nrows;
         g->head_rows = (int)(N < HEAD_ROWS ? N : HEAD_ROWS);
         const size_t nch = (N + (size_t)g->head_rows - 1) / (size_t)g->head_rows;
-        g->head = alloc_f(&A, W, (size_t)g->head_rows * (size_t)widest);
+        g->head = alloc_t(&A, W, (size_t)g->head_rows * (size_t)widest, g->act);
         g->operands.read = (size_t)g->head_rows * (size_t)widest; /* the head's logits gradient, a chunk at a time */
         g->operands.cols = (size_t)widest;
         g->xstats = alloc_f(&A, W, nch * 3 * (size_t)g->head_rows);
         g->xmax = alloc_f(&A, W, (size_t)g->head_rows);
         g->losses = alloc_f(&A, W, N);
         g->loss_acc = (double *)(void *)alloc_f(&A, W, 2); /* one double */
-        g->lnf = alloc_f(&A, W, N * C);
+        g->lnf = alloc_t(&A, W, N * C, g->act);
         if (tp->sp) g->dlnf_full = alloc_f(&A, W, N * C);
     }
     /* every block's GEMMs read [N, 3C/M], [N, C], [N, F/M] inputs and gradients; the widest may have to be made by
@@ -242,15 +251,16 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     if (g->operands.made > g->operands.read) g->operands.read = g->operands.made;
     if ((size_t)widest > g->operands.cols) g->operands.cols = (size_t)widest;
     g->operands.rows = N;
+    g->operands.act = g->act;
     g->full = alloc_f(&A, W, N * C);
-    g->dres = alloc_f(&A, W, Nl * C);
-    g->dres2 = alloc_f(&A, W, Nl * C);
+    g->dres = alloc_t(&A, W, Nl * C, g->res);
+    g->dres2 = alloc_t(&A, W, Nl * C, g->res);
     g->dln = alloc_f(&A, W, N * C);
-    g->dqkv = alloc_f(&A, W, N * 3 * g->Cl);
-    g->datty = alloc_f(&A, W, N * g->Cl);
-    g->dproj = alloc_f(&A, W, Nl * C);
-    g->dfch = alloc_f(&A, W, N * g->Fl);
-    g->dfch_gelu = alloc_f(&A, W, N * g->Fl);
+    g->dqkv = alloc_t(&A, W, N * 3 * g->Cl, g->act);
+    g->datty = alloc_t(&A, W, N * g->Cl, g->act);
+    g->dproj = alloc_t(&A, W, Nl * C, g->act);
+    g->dfch = alloc_t(&A, W, N * g->Fl, g->act);
+    g->dfch_gelu = alloc_t(&A, W, N * g->Fl, g->act);
     g->dlocal = alloc_f(&A, W, Nl * C);
     if (!A.ok) {
         if (given) memset(&g->table, 0, sizeof g->table);
@@ -330,12 +340,13 @@ static llm4d_slot *slot_of(llm4d_gpt *g, int c, int si) {
     return &g->slot[c][si];
 }
 
-float *llm4d_gpt_chunk_input(llm4d_gpt *g, int c, int si) { return slot_of(g, c, si)->res[0]; }
-const float *llm4d_gpt_chunk_output(const llm4d_gpt *g, int c, int si) {
-    return g->slot[c][si].res[g->nl[c]];
+llm4d_tensor llm4d_gpt_chunk_input(llm4d_gpt *g, int c, int si) { return slot_of(g, c, si)->res[0]; }
+llm4d_ctensor llm4d_gpt_chunk_output(const llm4d_gpt *g, int c, int si) {
+    return llm4d_cv(g->slot[c][si].res[g->nl[c]]);
 }
-const float *llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int si) { return g->slot[c][si].res[0]; }
+llm4d_ctensor llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int si) { return llm4d_cv(g->slot[c][si].res[0]); }
 size_t llm4d_gpt_act_elems(const llm4d_gpt *g) { return (size_t)g->BTl * g->C; }
+size_t llm4d_gpt_act_bytes(const llm4d_gpt *g) { return llm4d_gpt_act_elems(g) * llm4d_ftype_size(g->res); }
 
 static llm4d_block_acts *acts_of(llm4d_gpt *g, llm4d_slot *s, int i) {
     return g->layout.recompute ? &g->racts : &s->acts[i];
@@ -355,10 +366,11 @@ void llm4d_gpt_chunk_forward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb)
     s->busy = mb->grad;
     if (is_first(g, c)) llm4d_gpt_embed_forward(g, s->res[0], mb);
     const int l0 = g->table.part.layer_lo[c];
-    for (int i = 0; i < g->nl[c]; i++) llm4d_gpt_block_forward(g, acts_of(g, s, i), s->res[i], s->res[i + 1], l0 + i, mb);
+    for (int i = 0; i < g->nl[c]; i++)
+        llm4d_gpt_block_forward(g, acts_of(g, s, i), llm4d_cv(s->res[i]), s->res[i + 1], l0 + i, mb);
     if (!is_last(g, c)) return;
-    if (mb->targets) llm4d_gpt_head_forward(g, s, s->res[g->nl[c]], mb);
-    else llm4d_gpt_head_logits(g, s, s->res[g->nl[c]], mb->B, mb->T);
+    if (mb->targets) llm4d_gpt_head_forward(g, s, llm4d_cv(s->res[g->nl[c]]), mb);
+    else llm4d_gpt_head_logits(g, s, llm4d_cv(s->res[g->nl[c]]), mb->B, mb->T);
 }
 
 double llm4d_gpt_loss_take(llm4d_gpt *g) {
@@ -369,26 +381,29 @@ double llm4d_gpt_loss_take(llm4d_gpt *g) {
     return loss;
 }
 
-void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb, const float *dout, int split) {
+void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int si, const llm4d_micro *mb, llm4d_ctensor dout, int split) {
     llm4d_backend *be = g->be;
     llm4d_slot *s = slot_of(g, c, si);
     LLM4D_ASSERT(s->busy, "chunk %d slot %d: backward without its forward", c, si);
     split = split && s->wg != NULL; /* recompute computes weight gradients in the same pass */
     const int nl = g->nl[c], l0 = g->table.part.layer_lo[c];
-    if (is_last(g, c))
-        llm4d_gpt_head_backward(g, s, s->res[nl]);
-    else
-        be->copy(be, g->dres, dout, llm4d_gpt_act_elems(g) * sizeof(float));
+    if (is_last(g, c)) {
+        llm4d_gpt_head_backward(g, s, llm4d_cv(s->res[nl]));
+    } else {
+        LLM4D_ASSERT(dout.t == g->res, "chunk %d: a %s output gradient for a %s residual stream", c,
+                     llm4d_ftype_name(dout.t), llm4d_ftype_name(g->res));
+        be->copy(be, g->dres.p, dout.p, llm4d_gpt_act_bytes(g));
+    }
     for (int i = nl - 1; i >= 0; i--) {
         llm4d_block_acts *a = acts_of(g, s, i);
         /* recompute: the block's forward again (its output lands on res[i+1], whose backward is done) */
-        if (g->layout.recompute) llm4d_gpt_block_forward(g, a, s->res[i], s->res[i + 1], l0 + i, mb);
-        llm4d_gpt_block_backward(g, a, s->res[i], split ? &s->wg[i] : NULL, l0 + i, mb);
+        if (g->layout.recompute) llm4d_gpt_block_forward(g, a, llm4d_cv(s->res[i]), s->res[i + 1], l0 + i, mb);
+        llm4d_gpt_block_backward(g, a, llm4d_cv(s->res[i]), split ? &s->wg[i] : NULL, l0 + i, mb);
     }
     if (is_first(g, c))
-        llm4d_gpt_embed_backward(g, g->dres, mb);
+        llm4d_gpt_embed_backward(g, llm4d_cv(g->dres), mb);
     else
-        be->copy(be, s->res[0], g->dres, llm4d_gpt_act_elems(g) * sizeof(float));
+        be->copy(be, s->res[0].p, g->dres.p, llm4d_gpt_act_bytes(g));
     if (!split) s->busy = 0;
 }
 
@@ -415,7 +430,7 @@ double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *tar
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
                         int B, int T) {
     const llm4d_micro mb = {tokens, NULL, NULL, sample_ids, step, train, 1, B, T};
-    llm4d_gpt_chunk_backward(g, 0, 0, &mb, NULL, 0);
+    llm4d_gpt_chunk_backward(g, 0, 0, &mb, llm4d_ct(NULL, g->res), 0);
 }
 
 double llm4d_gpt_flops_per_token(const llm4d_model_config *c, int T) {

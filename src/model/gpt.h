@@ -16,7 +16,18 @@
  * table and, for tensor parallelism, the tensor-parallel group (tp.h). It finds a parameter group's weights and
  * gradients through hooks (below), which the parallel engines fill (parallel/engine.h); it knows nothing else of
  * them. With recompute, forward keeps only each block's input, and backward runs the block's forward again just
- * before its backward (PaddleFleetX's recompute_granularity "full"). */
+ * before its backward (PaddleFleetX's recompute_granularity "full").
+ *
+ * Types (backend/tensor.h). The layout says the type of the activations (`act`: fp32, or under AMP O2 the 16-bit
+ * type, as PaddleFleetX's O2 and Megatron's --bf16 keep them) and of the residual stream (`res`: act, or fp32 with
+ * Megatron's fp32_residual_connection). Every activation a block keeps or hands on, and the activation gradients
+ * between layers, are of those types: LayerNorm outputs, Q/K/V, the attention output, the MLP's hidden layer, the
+ * logits chunks and their gradient, the residual stream and its gradient, the pipeline's messages. Reductions stay
+ * fp32: the LayerNorm, softmax and loss statistics, and the sums over ranks or over parts, which the model takes
+ * before it rounds: a row-parallel layer's output (summed over the tensor-parallel group, then added to the residual
+ * and rounded once), the gradient of a LayerNorm's output (summed over the group, read by LayerNorm's backward),
+ * the embedding's lookup (vocabulary blocks and ranks) plus the positions, and d(ln_f output) (vocabulary blocks
+ * and ranks). Values are therefore rounded at the same points in every layout. */
 #ifndef LLM4D_MODEL_GPT_H
 #define LLM4D_MODEL_GPT_H
 
@@ -31,33 +42,33 @@
 /* What a block keeps from forward for backward. Sizes with BT tokens of the micro-batch, BTl = BT/M with sequence
  * parallelism (else BT), the tensor-parallel slice C/M of the attention, F/M of the MLP. */
 typedef struct {
-    float *ln1;                        /* [BT,C] ln_1's output as c_attn reads it (all tokens, gathered under SP) */
+    llm4d_tensor ln1;                  /* [BT,C] ln_1's output as c_attn reads it (all tokens, gathered under SP) */
     float *ln1_mean, *ln1_rstd;        /* [BTl] */
-    float *qkv;                        /* [BT,3C/M] this rank's heads' Q, K, V */
-    float *atty;                       /* [BT,C/M] attention output before c_proj */
+    llm4d_tensor qkv;                  /* [BT,3C/M] this rank's heads' Q, K, V */
+    llm4d_tensor atty;                 /* [BT,C/M] attention output before c_proj */
     float *lse;                        /* [B,NH/M,T] log-sum-exp of each attention row (rebuilds softmax) */
     uint32_t *attn_bits;               /* [B,NH/M,T,T/32] the attention dropout's mask (backend.h llm4d_dropout.bits;
                                         * NULL without attention dropout) */
-    float *res2;                       /* [BTl,C] residual stream after the attention sublayer */
-    float *ln2;                        /* [BT,C] */
+    llm4d_tensor res2;                 /* [BTl,C] residual stream after the attention sublayer (type res) */
+    llm4d_tensor ln2;                  /* [BT,C] */
     float *ln2_mean, *ln2_rstd;        /* [BTl] */
-    float *fch;                        /* [BT,F/M] c_fc output (GELU's input; its output is recomputed, not kept) */
+    llm4d_tensor fch;                  /* [BT,F/M] c_fc output (GELU's input; its output is recomputed, not kept) */
 } llm4d_block_acts;
 
 /* Zero-bubble pipelines (split backward): the output gradients of a block's four linear layers, kept from the
  * input-gradient pass (B) to the weight-gradient pass (W). */
 typedef struct {
-    float *dqkv;     /* [BT,3C/M] */
-    float *dattn;    /* [BT,C] gradient at attn.c_proj's output (all tokens) */
-    float *dfch;     /* [BT,F/M] gradient at c_fc's output */
-    float *dmlp;     /* [BT,C] gradient at mlp.c_proj's output */
-    float *dln[4];   /* [C] each, contiguous: ln_1 weight, bias, ln_2 weight, bias gradients (computed in B) */
+    llm4d_tensor dqkv;  /* [BT,3C/M] */
+    llm4d_tensor dattn; /* [BT,C] gradient at attn.c_proj's output (all tokens) */
+    llm4d_tensor dfch;  /* [BT,F/M] gradient at c_fc's output */
+    llm4d_tensor dmlp;  /* [BT,C] gradient at mlp.c_proj's output */
+    float *dln[4];      /* [C] each, contiguous: ln_1 weight, bias, ln_2 weight, bias gradients (computed in B) */
 } llm4d_block_wgrad;
 
 /* One micro-batch in flight through one chunk. */
 typedef struct {
-    float **res;               /* res[i], i = 0..nl: [BTl,C] input of the chunk's i-th block; res[nl] its output.
-                                * After backward res[0] holds the gradient of the chunk's input. */
+    llm4d_tensor *res;         /* res[i], i = 0..nl: [BTl,C] input of the chunk's i-th block; res[nl] its output
+                                * (type res). After backward res[0] holds the gradient of the chunk's input. */
     llm4d_block_acts *acts;    /* nl blocks, or NULL with recompute (the model's shared set is refilled) */
     llm4d_block_wgrad *wg;     /* nl blocks when backward is split (zero-bubble schedules), else NULL */
     float *dlnf;               /* last chunk: [BTl,C] d(ln_f output), left by a forward with grad for backward */
@@ -102,6 +113,7 @@ typedef struct {
     int split_backward;        /* keep the linear layers' output gradients for a later weight-gradient pass */
     int no_params;             /* do not allocate the flat parameter buffer (ZeRO-3 gathers through the hooks) */
     int no_grads;              /* do not allocate the flat gradient buffer (ZeRO-2/3 hand out buckets) */
+    llm4d_ftype act, res;      /* the activations' type and the residual stream's (see the top; zero: fp32) */
 } llm4d_gpt_layout;
 
 typedef struct {
@@ -117,6 +129,7 @@ typedef struct {
 
     llm4d_gpt_layout layout;
     int B, T, BT, BTl;       /* micro-batch shape; BTl: tokens this rank holds in the LayerNorm/dropout regions */
+    llm4d_ftype act, res;    /* the layout's types */
     int C, F, NH, Cl, Fl, NHl, Vl; /* hidden, ffn, heads; their tensor-parallel slices; vocabulary rows per rank */
     int64_t tok0;            /* first token of this rank's sequence-parallel share (0 without) */
     uint64_t seed;           /* dropout seed */
@@ -129,18 +142,23 @@ typedef struct {
 
     llm4d_block_acts racts;  /* recompute: the shared block activations */
     float *logits;           /* [BT,Vl] of the last logits-only forward (targets NULL); allocated on first use */
-    float *head;             /* [head_rows,Vl]: one chunk of logits, then of their gradient */
+    llm4d_tensor head;       /* [head_rows,Vl]: one chunk of logits, then of their gradient (type act) */
     int head_rows;           /* chunk size; may be lowered after creation (tests), never raised */
     float *xstats;           /* [BT/head_rows chunks][3 x head_rows] softmax statistics (backend.h, xent_forward) */
     float *xmax;             /* [head_rows] the group's maximum of a chunk's row maxima (vocabulary parallel) */
     float *losses;           /* [BT] per-token loss */
     double *loss_acc;        /* [1] the weighted losses of the micro-batches forwarded since the last take */
-    float *lnf;              /* [BT,C] ln_f's output as the head reads it */
+    llm4d_tensor lnf;        /* [BT,C] ln_f's output as the head reads it (type act) */
     float *dlnf_full;        /* [BT,C] the head's partial d(ln_f output) before the tensor-parallel reduction */
     /* scratch shared by all blocks: a row-parallel output or gathered input, and gradients (GELU's output is never
-     * stored: c_proj reads fch through it, backend.h linear_forward_act) */
-    float *full;             /* [BT,C] (a row-parallel output before its reduction; a gathered input) */
-    float *dres, *dres2, *dln, *dqkv, *datty, *dproj, *dfch, *dfch_gelu, *dlocal;
+     * stored: c_proj reads fch through it, backend.h linear_forward_act). full and dlocal have room for fp32 and
+     * hold either type as their use says; dres, dres2 are the residual stream's type, dln fp32 (a LayerNorm
+     * output's gradient, summed over the tensor-parallel group before LayerNorm's backward reads it), the others
+     * the activations' type. */
+    void *full;              /* [BT,C] (a row-parallel output before its reduction, fp32; a gathered input) */
+    void *dlocal;            /* [BTl,C] (this rank's tokens: a LayerNorm output before its gather, a reduced sum) */
+    float *dln;
+    llm4d_tensor dres, dres2, dqkv, datty, dproj, dfch, dfch_gelu;
     size_t act_bytes;        /* bytes of activations held (for the report) */
     llm4d_operand_sizes operands; /* the largest GEMM operands of a step (the memory plan's backend estimate) */
     int n_allocs;            /* everything allocated at creation, freed by destroy */
@@ -178,13 +196,14 @@ int llm4d_gpt_windows(const llm4d_gpt *g, int grp);
 /* ---- one chunk, one micro-batch ---- */
 
 /* The slot's input buffer of chunk c (not the model's first chunk): where the previous stage's output goes. */
-float *llm4d_gpt_chunk_input(llm4d_gpt *g, int c, int slot);
+llm4d_tensor llm4d_gpt_chunk_input(llm4d_gpt *g, int c, int slot);
 /* The slot's output of chunk c after its forward (not the last chunk): what goes to the next stage. */
-const float *llm4d_gpt_chunk_output(const llm4d_gpt *g, int c, int slot);
+llm4d_ctensor llm4d_gpt_chunk_output(const llm4d_gpt *g, int c, int slot);
 /* The gradient of chunk c's input after its backward (not the first chunk): what goes to the previous stage. */
-const float *llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int slot);
-/* Elements of a chunk's input/output activation, [BTl, C]. */
+llm4d_ctensor llm4d_gpt_chunk_dinput(const llm4d_gpt *g, int c, int slot);
+/* Elements of a chunk's input/output activation, [BTl, C], and its bytes (the residual stream's type). */
 size_t llm4d_gpt_act_elems(const llm4d_gpt *g);
+size_t llm4d_gpt_act_bytes(const llm4d_gpt *g);
 
 /* Forward of chunk c for micro-batch mb into `slot` (marked busy). The model's first chunk embeds mb->tokens; any
  * other reads llm4d_gpt_chunk_input. The model's last chunk adds the loss, sum_i losses[i] * weight[i], to the
@@ -199,7 +218,7 @@ double llm4d_gpt_loss_take(llm4d_gpt *g);
 /* Backward of the same micro-batch: dout is the gradient of chunk c's output ([BTl, C]; NULL for the last chunk).
  * With split (and the layout's split_backward), only input gradients (and the cheap LayerNorm, bias and embedding
  * gradients) are computed now, and llm4d_gpt_chunk_backward_weight must follow; the slot stays busy until then. */
-void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb, const float *dout, int split);
+void llm4d_gpt_chunk_backward(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb, llm4d_ctensor dout, int split);
 /* The weight-gradient pass of a split backward: the four linear layers' weight gradients of every block of the
  * chunk; frees the slot. */
 void llm4d_gpt_chunk_backward_weight(llm4d_gpt *g, int c, int slot, const llm4d_micro *mb);
@@ -230,17 +249,17 @@ float *llm4d_gpt_grads_of(llm4d_gpt *g, int grp);
 void llm4d_gpt_grads_done(llm4d_gpt *g, int grp);
 llm4d_dropout llm4d_gpt_dropout(const llm4d_gpt *g, float p, int layer, int site, const llm4d_micro *mb);
 
-void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, float *out, int l,
+void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x, llm4d_tensor out, int l,
                              const llm4d_micro *mb);
-void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, const float *x, llm4d_block_wgrad *wg, int l,
+void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x, llm4d_block_wgrad *wg, int l,
                               const llm4d_micro *mb);
 void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_block_wgrad *wg, int l,
                                      const llm4d_micro *mb);
 
-void llm4d_gpt_embed_forward(llm4d_gpt *g, float *out, const llm4d_micro *mb);
-void llm4d_gpt_embed_backward(llm4d_gpt *g, const float *dout, const llm4d_micro *mb);
-void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, const float *x, const llm4d_micro *mb);
-void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, const float *x);
-void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, const float *x, int B, int T);
+void llm4d_gpt_embed_forward(llm4d_gpt *g, llm4d_tensor out, const llm4d_micro *mb);
+void llm4d_gpt_embed_backward(llm4d_gpt *g, llm4d_ctensor dout, const llm4d_micro *mb);
+void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, const llm4d_micro *mb);
+void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x);
+void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int B, int T);
 
 #endif

@@ -14,7 +14,11 @@
  * An all-reduce is a reduce-scatter followed by an all-gather, so both move the same bytes; sequence parallelism
  * only stops every rank from holding (and computing) the LayerNorm/dropout activations of all tokens.
  *
- * The activations are device memory: the operators are the communicator's data plane (comm.h).
+ * The activations are device memory: the operators are the communicator's data plane (comm.h). Sums are fp32: the
+ * model reduces partial sums (a row-parallel layer's output, a column-parallel layer's input gradient) before it
+ * rounds them to 16 bits, so a value is rounded at the same point whatever the group's size, and the tensor-parallel
+ * layouts train the one-process model under AMP too. All-gathers move whole values, in the tensor's own type (half
+ * the bytes for 16-bit activations).
  * Every call records the first communication failure in the context instead of returning it (the model's forward
  * and backward run inside the trainer's step and report through llm4d_tp_check afterwards); later calls do
  * nothing, so a failed step ends quickly. With M == 1 every operator is the identity and costs nothing. */
@@ -42,8 +46,8 @@ llm4d_tp llm4d_tp_make(llm4d_comm *comm, int sequence_parallel);
 void llm4d_tp_allreduce(llm4d_tp *tp, float *x, size_t n);
 /* x[n] = the maximum over the group (in place). */
 void llm4d_tp_allreduce_max(llm4d_tp *tp, float *x, size_t n);
-/* full[M * n] = every rank's local[n], in rank order (local may be full's own block). */
-void llm4d_tp_allgather(llm4d_tp *tp, const float *local, float *full, size_t n);
+/* full[M * n] = every rank's local[n], in rank order (local may be full's own block); both of one type. */
+void llm4d_tp_allgather(llm4d_tp *tp, llm4d_ctensor local, llm4d_tensor full, size_t n);
 /* local[n] = block `rank` of the sum over the group of full[M * n]. */
 void llm4d_tp_reduce_scatter(llm4d_tp *tp, const float *full, float *local, size_t n);
 

@@ -8,7 +8,7 @@ static llm4d_code seq_run(llm4d_executor *x, const llm4d_micro *mbs, int M, int 
         llm4d_gpt_chunk_forward(g, 0, 0, &mbs[k]);
         if (forward_only) continue;
         const double tb = llm4d_trace_pass(x->trace, LLM4D_TR_FORWARD, k, -1, tf);
-        llm4d_gpt_chunk_backward(g, 0, 0, &mbs[k], NULL, 0);
+        llm4d_gpt_chunk_backward(g, 0, 0, &mbs[k], llm4d_ct(NULL, g->res), 0);
         llm4d_trace_pass(x->trace, LLM4D_TR_BACKWARD, k, -1, tb);
     }
     (void)err; /* nothing here fails: the tensor-parallel group's failures are the trainer's to collect */

@@ -78,7 +78,7 @@ static void pl_destroy(llm4d_engine *e) {
     llm4d_gpt *g = pl->g;
     for (int k = 0; k < pl->nrbuf; k++)
         if (pl->rbuf && pl->rbuf[k])
-            g->be->free(g->be, g->mem, LLM4D_MEM_COMM, pl->rbuf[k], llm4d_gpt_act_elems(g) * sizeof(float));
+            g->be->free(g->be, g->mem, LLM4D_MEM_COMM, pl->rbuf[k], llm4d_gpt_act_bytes(g));
     free(pl->rbuf);
     free(pl->rbuf_busy);
     free(pl->rreq);
@@ -104,11 +104,11 @@ static const llm4d_engine_ops pipeline_ops = {
 /* Receive buffers: the most receives a schedule keeps outstanding per direction (at least 2), both directions. */
 static int rbufs(const llm4d_pp_schedule *s) { return 2 * (s->recv_depth > 2 ? s->recv_depth : 2); }
 
-llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_elems, size_t *bytes, llm4d_err *err) {
+llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_bytes, size_t *bytes, llm4d_err *err) {
     llm4d_pp_schedule tmp;
     const llm4d_pp_schedule *s;
     LLM4D_TRY(llm4d_pp_plan_schedule(plan, stage, &tmp, &s, err));
-    *bytes = (size_t)rbufs(s) * act_elems * sizeof(float);
+    *bytes = (size_t)rbufs(s) * act_bytes;
     if (s == &tmp) llm4d_pp_schedule_free(&tmp);
     return LLM4D_OK;
 }
@@ -147,8 +147,7 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
     pl->sreq = calloc((size_t)V * pl->max_slots * 2, sizeof *pl->sreq);
     int ok = pl->rbuf && pl->rbuf_busy && pl->rreq && pl->slot_mb && pl->sreq;
     for (int k = 0; ok && k < pl->nrbuf; k++)
-        ok = (pl->rbuf[k] = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_gpt_act_elems(g) * sizeof(float))) !=
-             NULL;
+        ok = (pl->rbuf[k] = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_gpt_act_bytes(g))) != NULL;
     if (!ok) {
         pl_destroy(&pl->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the pipeline's buffers");
@@ -211,7 +210,12 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
     llm4d_gpt *g = pl->g;
     llm4d_backend *be = g->be;
     const int P = pl->P, V = pl->V, VP = P * V, stage = pl->stage;
-    const size_t elems = llm4d_gpt_act_elems(g);
+    /* a message is a chunk's activation or its gradient in the residual stream's type; 16-bit values only move, so
+     * they travel as raw bytes */
+    const size_t bytes = llm4d_gpt_act_bytes(g);
+    const int f32 = g->res == LLM4D_F32;
+    const size_t elems = f32 ? llm4d_gpt_act_elems(g) : bytes;
+    const llm4d_comm_dtype mt = f32 ? LLM4D_COMM_F32 : LLM4D_COMM_BYTE;
     llm4d_pp_schedule fwd = {0};
     const llm4d_pp_schedule *s = &pl->train;
     if (forward_only) {
@@ -246,7 +250,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
         case LLM4D_PP_RECV_B: {
             const int fwd_dir = a->op == LLM4D_PP_RECV_F;
             *rb = take_rbuf(pl);
-            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, LLM4D_COMM_F32,
+            TRY_P2P(llm4d_comm_dev_irecv(pl->pp, pl->rbuf[*rb], elems, mt,
                                          llm4d_pp_neighbour(P, V, v, fwd_dir ? -1 : 1),
                                      tag_of(pl, mb, v, !fwd_dir), &pl->rreq[*rb], &pl->err));
             break;
@@ -255,7 +259,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             const int slot = take_slot(pl, c, mb, M);
             if (v > 0) {
                 wait_req(pl, &pl->rreq[*rb], &pl->idle_s);
-                be->copy(be, llm4d_gpt_chunk_input(g, c, slot), pl->rbuf[*rb], elems * sizeof(float));
+                be->copy(be, llm4d_gpt_chunk_input(g, c, slot).p, pl->rbuf[*rb], bytes);
                 pl->rbuf_busy[*rb] = 0;
             }
             const double t0 = llm4d_now();
@@ -266,15 +270,15 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             break;
         }
         case LLM4D_PP_SEND_F:
-            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl), elems, LLM4D_COMM_F32,
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_output(g, c, sl).p, elems, mt,
                                          llm4d_pp_neighbour(P, V, v, 1),
                                      tag_of(pl, mb, v + 1, 0), &sreq[0], &pl->err));
             break;
         case LLM4D_PP_B: {
-            const float *dout = NULL;
+            llm4d_ctensor dout = llm4d_ct(NULL, g->res);
             if (v < VP - 1) {
                 wait_req(pl, &pl->rreq[*rb], &pl->idle_s);
-                dout = pl->rbuf[*rb];
+                dout.p = pl->rbuf[*rb];
             }
             wait_req(pl, &sreq[0], &pl->idle_s); /* backward overwrites the slot's output (recompute) */
             const double t0 = llm4d_now();
@@ -286,7 +290,7 @@ llm4d_code llm4d_pipeline_run(llm4d_pipeline *pl, const llm4d_micro *mbs, int M,
             break;
         }
         case LLM4D_PP_SEND_B:
-            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl), elems, LLM4D_COMM_F32,
+            TRY_P2P(llm4d_comm_dev_isend(pl->pp, llm4d_gpt_chunk_dinput(g, c, sl).p, elems, mt,
                                      llm4d_pp_neighbour(P, V, v, -1), tag_of(pl, mb, v - 1, 1), &sreq[1], &pl->err));
             break;
         case LLM4D_PP_W: {

@@ -32,7 +32,7 @@ typedef struct {
     llm4d_comm *emb;           /* the first and last stage (owned); NULL on the other stages or without a pipeline */
     int P, V, stage;
     llm4d_pp_schedule train;   /* this stage's list for a training step */
-    float **rbuf;              /* receive ring: [2 x recv_depth] buffers of one activation (inputs, then gradients) */
+    void **rbuf;               /* receive ring: [2 x recv_depth] buffers of one activation (inputs, then gradients) */
     int nrbuf;
     int *rbuf_busy;
     llm4d_comm_req *rreq;      /* [nrbuf] */
@@ -52,9 +52,9 @@ typedef struct {
  * pp; collective over it). The model must have been created with the plan's part and layout (llm4d_pp_plan_stage). */
 llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, llm4d_comm *pp, const llm4d_pp_plan *plan,
                                llm4d_err *err);
-/* The bytes of receive buffers llm4d_pipeline_init allocates for `stage` (activations of act_elems floats; a memory
+/* The bytes of receive buffers llm4d_pipeline_init allocates for `stage` (activations of act_bytes bytes; a memory
  * plan). */
-llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_elems, size_t *bytes, llm4d_err *err);
+llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_bytes, size_t *bytes, llm4d_err *err);
 
 /* Run the step's schedule for micro-batches mbs[0..M) (the forward-only schedule when forward_only, for
  * evaluation: mbs need no grad); the last stage's model accumulates their losses. pl->exec runs this. */

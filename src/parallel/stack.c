@@ -22,6 +22,7 @@ llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *top
     part->sequence_parallel = cfg->model.sequence_parallel && part->mp_size > 1;
     *layout = (llm4d_gpt_layout){.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
                                  .recompute = cfg->model.use_recompute};
+    llm4d_config_act_types(cfg, &layout->act, &layout->res);
     if (plan->P > 1) LLM4D_TRY(llm4d_pp_plan_stage(plan, topo->index[LLM4D_AXIS_PIPE], part, layout, err));
     if (sharded(cfg))
         llm4d_sharding_part(cfg->dist.sharding_stage, cfg->dist.sharding_degree, &cfg->model, part, layout);
@@ -29,7 +30,7 @@ llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *top
 }
 
 llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
-                             const llm4d_param_table *t, size_t act_elems, size_t bytes[LLM4D_MEM_NCATEGORIES],
+                             const llm4d_param_table *t, size_t act_bytes, size_t bytes[LLM4D_MEM_NCATEGORIES],
                              llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
@@ -43,7 +44,7 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
     if (topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
     if (plan->P > 1) {
         size_t b;
-        LLM4D_TRY(llm4d_pipeline_bytes(plan, topo->index[LLM4D_AXIS_PIPE], act_elems, &b, err));
+        LLM4D_TRY(llm4d_pipeline_bytes(plan, topo->index[LLM4D_AXIS_PIPE], act_bytes, &b, err));
         bytes[LLM4D_MEM_COMM] += b;
     }
     return LLM4D_OK;

@@ -18,10 +18,10 @@
  * (micro-batch shape, activation slots, split backward, flat buffers or not). */
 llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
                               llm4d_model_part *part, llm4d_gpt_layout *layout, llm4d_err *err);
-/* Adds to bytes[category] what the engines of the stack will allocate for the table t (act_elems: the elements
- * of one activation crossing a pipeline stage). */
+/* Adds to bytes[category] what the engines of the stack will allocate for the table t (act_bytes: the bytes of one
+ * activation crossing a pipeline stage, in the residual stream's type). */
 llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
-                             const llm4d_param_table *t, size_t act_elems, size_t bytes[LLM4D_MEM_NCATEGORIES],
+                             const llm4d_param_table *t, size_t act_bytes, size_t bytes[LLM4D_MEM_NCATEGORIES],
                              llm4d_err *err);
 /* The stack on model g (made with llm4d_stack_layout's part and layout), its hooks installed. */
 llm4d_code llm4d_stack_build(llm4d_engine_stack *s, llm4d_gpt *g, const llm4d_config *cfg, const llm4d_topology *topo,

@@ -49,7 +49,7 @@ static uint64_t signature(const llm4d_rec *r) {
     for (int i = 0; i < r->n; i++) {
         const llm4d_rc_call *c = &r->calls[i];
         if (c->op >= LLM4D_RC_NKERNELS) continue;
-        h = mix(h, c->op), h = mix(h, c->drop > 0);
+        h = mix(h, c->op), h = mix(h, c->drop > 0), h = mix(h, c->ty);
         for (int k = 0; k < LLM4D_RC_DIMS; k++) h = mix(h, (uint64_t)c->d[k]);
     }
     return h;
@@ -123,7 +123,8 @@ static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm
         double split[LLM4D_WORK_N] = {0};
         for (int j = i; j < r->n; j++) {
             const llm4d_rc_call *o = &r->calls[j];
-            if (o->op != c->op || (o->drop > 0) != (c->drop > 0) || memcmp(o->d, c->d, sizeof c->d)) continue;
+            if (o->op != c->op || (o->drop > 0) != (c->drop > 0) || o->ty != c->ty || memcmp(o->d, c->d, sizeof c->d))
+                continue;
             for (int k = 0; k < reps; k++) {
                 const double *x = s[(size_t)k * r->n + j];
                 if (x[0] < 0) continue;
@@ -132,7 +133,8 @@ static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm
             }
         }
         if (!n) continue;
-        llm4d_prof_kernel k = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .threads = threads};
+        llm4d_prof_kernel k = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .ty = c->ty,
+                               .threads = threads};
         memcpy(k.d, c->d, sizeof k.d);
         for (int q = 0; q < LLM4D_WORK_N; q++) k.s[q] = split[q] / n;
         rc = llm4d_profile_add_kernel(prof, &k, err);

@@ -99,7 +99,7 @@ llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c,
         if (d < best_d) best_d = d, best = &p->kernels[i];
     }
     if (best && best_d < 12.0) {
-        llm4d_rc_call like = {.op = best->op, .drop = best->drop ? 0.1f : 0.0f};
+        llm4d_rc_call like = {.op = best->op, .ty = best->ty, .drop = best->drop ? 0.1f : 0.0f};
         memcpy(like.d, best->d, sizeof like.d);
         const double w0 = work_of(&like), w = work_of(c), t0 = total(best->s);
         if (w0 > 0 && t0 > 0) {

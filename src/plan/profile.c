@@ -1,5 +1,7 @@
 /* profile.c — a machine profile in memory and as a JSON file (see profile.h). Kernel entries are stored compactly,
- * one array per entry ([op, drop, prec, threads, d0..d7, s0..s5]), since a calibration writes thousands. */
+ * one array per entry ([op, drop, prec, threads, d0..d7, s0..s5, ty]), since a calibration writes thousands. The
+ * element types (ty) came last, when activations could be 16 bits: a row without them (18 numbers, a profile from
+ * before) reads as all fp32, which is what it measured. */
 #include "plan/profile.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #define FORMAT 1
+#define KROW (4 + LLM4D_RC_DIMS + LLM4D_WORK_N + 1) /* a kernel row's numbers (the last, ty, may be missing) */
 
 void llm4d_profile_init(llm4d_profile *p) {
     memset(p, 0, sizeof *p);
@@ -31,6 +34,7 @@ static int key_cmp(const llm4d_prof_kernel *a, const llm4d_prof_kernel *b) {
     if (a->prec != b->prec) return a->prec < b->prec ? -1 : 1;
     if (a->threads != b->threads) return a->threads < b->threads ? -1 : 1;
     if (a->drop != b->drop) return a->drop < b->drop ? -1 : 1;
+    if (a->ty != b->ty) return a->ty < b->ty ? -1 : 1;
     for (int i = 0; i < LLM4D_RC_DIMS; i++)
         if (a->d[i] != b->d[i]) return a->d[i] < b->d[i] ? -1 : 1;
     return 0;
@@ -43,7 +47,8 @@ void llm4d_profile_sort(llm4d_profile *p) {
 }
 
 const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_rc_call *c, int threads, int prec) {
-    llm4d_prof_kernel key = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .threads = threads};
+    llm4d_prof_kernel key = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .ty = c->ty,
+                             .threads = threads};
     memcpy(key.d, c->d, sizeof key.d);
     if (!p->sorted) { /* still being filled (a calibration): a linear scan */
         for (int i = 0; i < p->n_kernels; i++)
@@ -172,11 +177,12 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON *ks = cJSON_AddArrayToObject(o, "kernels");
     for (int i = 0; i < p->n_kernels; i++) {
         const llm4d_prof_kernel *k = &p->kernels[i];
-        double row[4 + LLM4D_RC_DIMS + LLM4D_WORK_N];
+        double row[KROW];
         row[0] = k->op, row[1] = k->drop, row[2] = k->prec, row[3] = k->threads;
         for (int j = 0; j < LLM4D_RC_DIMS; j++) row[4 + j] = (double)k->d[j];
         for (int j = 0; j < LLM4D_WORK_N; j++) row[4 + LLM4D_RC_DIMS + j] = k->s[j];
-        cJSON_AddItemToArray(ks, num_array(row, 4 + LLM4D_RC_DIMS + LLM4D_WORK_N));
+        row[KROW - 1] = k->ty;
+        cJSON_AddItemToArray(ks, num_array(row, KROW));
     }
     cJSON *cs = cJSON_AddArrayToObject(o, "collectives");
     for (int i = 0; i < p->n_colls; i++) {
@@ -269,18 +275,27 @@ static int nums(reader *r, const cJSON *a, double *out, int max, const char *wha
     return n;
 }
 
+/* Element types packed 2 bits per argument (llm4d_rc_call.ty), each one an llm4d_ftype. */
+static int types_ok(double ty) {
+    if (!(ty >= 0 && ty <= 65535) || ty != (double)(unsigned)ty) return 0;
+    for (unsigned t = (unsigned)ty; t; t >>= 2)
+        if ((t & 3u) >= LLM4D_NFTYPES) return 0;
+    return 1;
+}
+
 static void read_tables(reader *r, const cJSON *o, llm4d_profile *p) {
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(o, "kernels"), *e;
     cJSON_ArrayForEach(e, ks) {
-        double row[4 + LLM4D_RC_DIMS + LLM4D_WORK_N];
-        if (nums(r, e, row, 4 + LLM4D_RC_DIMS + LLM4D_WORK_N, "a kernel entry is not an array of 18 numbers") !=
-                4 + LLM4D_RC_DIMS + LLM4D_WORK_N ||
-            row[0] < 0 || row[0] >= LLM4D_RC_NKERNELS || row[2] < 0 || row[2] > 2 || row[3] < 1) {
-            garbled(r, "a kernel entry is not [op, drop, precision, threads, 8 sizes, 6 seconds]");
+        double row[KROW];
+        const int n = nums(r, e, row, KROW, "a kernel entry is not an array of 18 or 19 numbers");
+        if (n == KROW - 1) row[KROW - 1] = 0; /* written before the element types: all fp32 */
+        if ((n != KROW && n != KROW - 1) || row[0] < 0 || row[0] >= LLM4D_RC_NKERNELS || row[2] < 0 ||
+            row[2] > 2 || row[3] < 1 || !types_ok(row[KROW - 1])) {
+            garbled(r, "a kernel entry is not [op, drop, precision, threads, 8 sizes, 6 seconds, element types]");
             return;
         }
         llm4d_prof_kernel k = {.op = (uint16_t)row[0], .drop = row[1] != 0, .prec = (uint8_t)row[2],
-                               .threads = (int)row[3]};
+                               .ty = (uint16_t)row[KROW - 1], .threads = (int)row[3]};
         for (int j = 0; j < LLM4D_RC_DIMS; j++) k.d[j] = (int64_t)row[4 + j];
         for (int j = 0; j < LLM4D_WORK_N; j++) k.s[j] = row[4 + LLM4D_RC_DIMS + j];
         if (llm4d_profile_add_kernel(p, &k, r->err) != LLM4D_OK) return (void)(r->bad = 1);

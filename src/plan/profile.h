@@ -1,9 +1,10 @@
 /* profile.h — a machine profile: what one machine was measured to do (`llm4d plan --calibrate`, plan/calibrate.c)
  * or what a published machine is said to do (a file written by hand), in the units the planner prices a layout in.
  *
- *   kernels      seconds of a backend method at given sizes (a recorded call's cost key: plan/record.h), threads
- *                per rank and matmul precision, split by the backend's own kinds of work (backend.h llm4d_work:
- *                a bf16 linear layer's operand conversion counts as "convert", as the trainer reports it);
+ *   kernels      seconds of a backend method at given sizes and element types (a recorded call's cost key:
+ *                plan/record.h), threads per rank and matmul precision, split by the backend's own kinds of work
+ *                (backend.h llm4d_work: a bf16 linear layer's operand conversion counts as "convert", as the
+ *                trainer reports it);
  *   collectives  seconds of each collective by kind, group size, the job's ranks on the host at the time (every
  *                group of that size busy at once, as in a layout), hosts spanned and bytes, and the memory the
  *                collective library allocated for it on the group's first rank, its other even ones and its odd ones;
@@ -33,6 +34,7 @@
 typedef struct {
     uint16_t op;
     uint8_t drop, prec;
+    uint16_t ty;               /* the call's element types (llm4d_rc_call.ty; 0: all fp32) */
     int threads;
     int64_t d[LLM4D_RC_DIMS];
     double s[LLM4D_WORK_N];    /* seconds by kind of work */
@@ -115,7 +117,8 @@ void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w);
 /* Sort the kernel table for lookups (after adding; load sorts). */
 void llm4d_profile_sort(llm4d_profile *p);
 
-/* The measured entry of exactly this call, threads and precision; NULL when none. */
+/* The measured entry of exactly this call (its op, dropout, sizes and element types), threads and precision;
+ * NULL when none. */
 const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_rc_call *c, int threads, int prec);
 
 /* The default profile path: $LLM4D_MACHINE_PROFILE, else ~/.cache/llm4d/machine.json. */

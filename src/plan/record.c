@@ -135,33 +135,40 @@ static void r_stream_sync(llm4d_backend *be, llm4d_stream s) { (void)be, (void)s
 
 /* ---- kernels ---- */
 
-static void lin_fwd(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w, const float *b,
-                    int N, int C, int OC) {
+/* Pointer slot i holds the typed tensor t: its address, and its type in the cost key (a tensor not given has none). */
+static void put(llm4d_rc_call *c, int i, const void *p, llm4d_ftype t) {
+    c->p[i] = P(p);
+    if (p) c->ty |= (uint16_t)((unsigned)t << (2 * i));
+}
+#define PT(i, x) put(c, i, (x).p, (x).t)
+
+static void lin_fwd(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act, const float *w,
+                    const float *b, int N, int C, int OC) {
     REC(LLM4D_RC_LINEAR_FWD);
     c->d[0] = N, c->d[1] = C, c->d[2] = OC, c->d[3] = act, c->d[4] = b != NULL;
-    c->p[0] = P(out), c->p[1] = P(inp), c->p[2] = P(w), c->p[3] = P(b);
+    PT(0, out), PT(1, inp), c->p[2] = P(w), c->p[3] = P(b);
 }
-static void r_linear_forward(llm4d_backend *be, float *out, const float *inp, const float *w, const float *b, int N,
-                             int C, int OC) {
+static void r_linear_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
+                             int N, int C, int OC) {
     lin_fwd(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
 }
-static void r_linear_forward_act(llm4d_backend *be, float *out, const float *inp, llm4d_act act, const float *w,
-                                 const float *b, int N, int C, int OC) {
+static void r_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
+                                 const float *w, const float *b, int N, int C, int OC) {
     lin_fwd(be, out, inp, act, w, b, N, C, OC);
 }
-static void lin_bwd(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db, const float *dout,
-                    const float *inp, llm4d_act act, const float *w, int N, int C, int OC) {
+static void lin_bwd(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db, llm4d_ctensor dout,
+                    llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C, int OC) {
     REC(LLM4D_RC_LINEAR_BWD);
-    c->d[0] = N, c->d[1] = C, c->d[2] = OC, c->d[3] = act, c->d[4] = dinp != NULL, c->d[5] = dw != NULL;
+    c->d[0] = N, c->d[1] = C, c->d[2] = OC, c->d[3] = act, c->d[4] = dinp.p != NULL, c->d[5] = dw != NULL;
     c->d[6] = db != NULL, c->d[7] = st;
-    c->p[0] = P(dinp), c->p[1] = P(dw), c->p[2] = P(db), c->p[3] = P(dout), c->p[4] = P(inp), c->p[5] = P(w);
+    PT(0, dinp), c->p[1] = P(dw), c->p[2] = P(db), PT(3, dout), PT(4, inp), c->p[5] = P(w);
 }
-static void r_linear_backward(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db, const float *dout,
-                              const float *inp, const float *w, int N, int C, int OC) {
+static void r_linear_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
+                              llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC) {
     lin_bwd(be, dinp, st, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
 }
-static void r_linear_backward_act(llm4d_backend *be, float *dinp, llm4d_store st, float *dw, float *db,
-                                  const float *dout, const float *inp, llm4d_act act, const float *w, int N, int C,
+static void r_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
+                                  llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
                                   int OC) {
     lin_bwd(be, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
 }
@@ -190,31 +197,31 @@ static void r_bias_forward(llm4d_backend *be, float *out, const float *b, int N,
     REC(LLM4D_RC_BIAS_FWD);
     c->d[0] = N, c->d[1] = C, c->p[0] = P(out), c->p[1] = P(b);
 }
-static void r_bias_backward(llm4d_backend *be, float *db, const float *dout, int N, int C) {
+static void r_bias_backward(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C) {
     REC(LLM4D_RC_BIAS_BWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(db), c->p[1] = P(dout);
+    c->d[0] = N, c->d[1] = C, c->p[0] = P(db), PT(1, dout);
 }
-static void r_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void r_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                                 const float *w, const float *b, int N, int C) {
     REC(LLM4D_RC_LN_FWD);
     c->d[0] = N, c->d[1] = C;
-    c->p[0] = P(out), c->p[1] = P(mean), c->p[2] = P(rstd), c->p[3] = P(inp), c->p[4] = P(w), c->p[5] = P(b);
+    PT(0, out), c->p[1] = P(mean), c->p[2] = P(rstd), PT(3, inp), c->p[4] = P(w), c->p[5] = P(b);
 }
-static void r_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, const float *mean, const float *rstd, int N,
+static void r_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                                 llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                  int C) {
     REC(LLM4D_RC_LN_BWD);
     c->d[0] = N, c->d[1] = C;
-    c->p[0] = P(dinp), c->p[1] = P(dw), c->p[2] = P(db), c->p[3] = P(dout), c->p[4] = P(inp), c->p[5] = P(w);
+    PT(0, dinp), c->p[1] = P(dw), c->p[2] = P(db), PT(3, dout), PT(4, inp), c->p[5] = P(w);
     c->p[6] = P(mean), c->p[7] = P(rstd);
 }
-static void r_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+static void r_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
     REC(LLM4D_RC_GELU_FWD);
-    c->d[0] = (int64_t)n, c->p[0] = P(out), c->p[1] = P(inp);
+    c->d[0] = (int64_t)n, PT(0, out), PT(1, inp);
 }
-static void r_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+static void r_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
     REC(LLM4D_RC_GELU_BWD);
-    c->d[0] = (int64_t)n, c->p[0] = P(dinp), c->p[1] = P(inp), c->p[2] = P(dout);
+    c->d[0] = (int64_t)n, PT(0, dinp), PT(1, inp), PT(2, dout);
 }
 /* A dropout's cost depends on whether it draws (p > 0); a replay needs its T, first token and sample ids. */
 static void drop_of(llm4d_rc_call *c, const llm4d_dropout *d, int slot) {
@@ -226,59 +233,60 @@ static void drop_of(llm4d_rc_call *c, const llm4d_dropout *d, int slot) {
 static void attn_of(llm4d_rc_call *c, llm4d_attn_shape s) {
     c->d[0] = s.B, c->d[1] = s.T, c->d[2] = s.NH, c->d[3] = s.HS, c->aux[0] = s.head0, c->aux[1] = s.NH_total;
 }
-static void r_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                const llm4d_dropout *drop) {
+static void r_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                llm4d_attn_shape s, const llm4d_dropout *drop) {
     REC(LLM4D_RC_ATTN_FWD);
     attn_of(c, s);
-    c->p[0] = P(out), c->p[1] = P(lse), c->p[2] = P(qkv);
+    PT(0, out), c->p[1] = P(lse), PT(2, qkv);
     drop_of(c, drop, 7);
 }
-static void r_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                 const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+static void r_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                 llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     REC(LLM4D_RC_ATTN_BWD);
     attn_of(c, s);
-    c->p[0] = P(dqkv), c->p[1] = P(dout), c->p[2] = P(out), c->p[3] = P(qkv), c->p[4] = P(lse);
+    PT(0, dqkv), PT(1, dout), PT(2, out), PT(3, qkv), c->p[4] = P(lse);
     drop_of(c, drop, 7);
 }
-static void r_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+static void r_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
                               const llm4d_dropout *drop) {
     REC(LLM4D_RC_DROP_FWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(out), c->p[1] = P(inp);
+    c->d[0] = N, c->d[1] = C, PT(0, out), PT(1, inp);
     drop_of(c, drop, 7);
 }
-static void r_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+static void r_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                                const llm4d_dropout *drop) {
     REC(LLM4D_RC_DROP_BWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(dinp), c->p[1] = P(dout);
+    c->d[0] = N, c->d[1] = C, PT(0, dinp), PT(1, dout);
     drop_of(c, drop, 7);
 }
-static void r_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
-                                  const llm4d_dropout *drop) {
+static void r_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
+                                  int C, const llm4d_dropout *drop) {
     REC(LLM4D_RC_DROPADD_FWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(out), c->p[1] = P(res), c->p[2] = P(x);
+    c->d[0] = N, c->d[1] = C, PT(0, out), PT(1, res), PT(2, x);
     drop_of(c, drop, 7);
 }
-static void r_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                   const llm4d_dropout *drop) {
+static void r_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
+                                   int C, const llm4d_dropout *drop) {
     REC(LLM4D_RC_DROPADD_BWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(dres), c->p[1] = P(dx), c->p[2] = P(dout);
+    c->d[0] = N, c->d[1] = C, PT(0, dres), PT(1, dx), PT(2, dout);
     drop_of(c, drop, 7);
 }
-static void r_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N, int Vl,
-                           int v0, int V, int merge) {
+static void r_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
+                           int Vl, int v0, int V, int merge) {
     REC(LLM4D_RC_XENT_FWD);
     c->d[0] = N, c->d[1] = Vl, c->d[2] = merge, c->aux[0] = v0, c->aux[1] = V;
-    c->p[0] = P(stats), c->p[1] = P(logits), c->p[2] = P(targets);
+    c->p[0] = P(stats), PT(1, logits), c->p[2] = P(targets);
 }
 static void r_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
     REC(LLM4D_RC_XENT_RESCALE);
     c->d[0] = N, c->p[0] = P(stats), c->p[1] = P(gmax);
 }
-static void r_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits, const float *stats,
-                            const int32_t *targets, const float *dloss, int N, int Vl, int v0, int V) {
+static void r_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
+                            const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                            int V) {
     REC(LLM4D_RC_XENT_BWD);
-    c->d[0] = N, c->d[1] = Vl, c->d[2] = losses != NULL, c->d[3] = dlogits != NULL, c->aux[0] = v0, c->aux[1] = V;
-    c->p[0] = P(losses), c->p[1] = P(dlogits), c->p[2] = P(logits), c->p[3] = P(stats), c->p[4] = P(targets);
+    c->d[0] = N, c->d[1] = Vl, c->d[2] = losses != NULL, c->d[3] = dlogits.p != NULL, c->aux[0] = v0, c->aux[1] = V;
+    c->p[0] = P(losses), PT(1, dlogits), PT(2, logits), c->p[3] = P(stats), c->p[4] = P(targets);
     c->p[5] = P(dloss);
 }
 static void r_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
@@ -321,6 +329,10 @@ static void r_scale(llm4d_backend *be, float *x, float s, size_t n) {
     REC(LLM4D_RC_SCALE);
     c->d[0] = (int64_t)n, c->p[0] = P(x);
 }
+static void r_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
+    REC(LLM4D_RC_CONVERT);
+    c->d[0] = (int64_t)n, PT(0, dst), PT(1, src);
+}
 static void r_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
     (void)be, (void)dst, (void)spec, (void)j0, (void)j1; /* creation, not a step's work */
 }
@@ -361,7 +373,7 @@ llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm
         .dropout_add_forward = r_dropout_add_forward, .dropout_add_backward = r_dropout_add_backward,
         .xent_forward = r_xent_forward, .xent_rescale = r_xent_rescale, .xent_backward = r_xent_backward,
         .adamw = r_adamw, .sumsq = r_sumsq, .sumsq_many = r_sumsq_many, .dot = r_dot, .dot_acc = r_dot_acc,
-        .add = r_add, .scale = r_scale, .init_param = r_init_param,
+        .add = r_add, .scale = r_scale, .convert = r_convert, .init_param = r_init_param,
         .weights_changed = like && like->weights_changed ? r_weights_changed : NULL,
         .weight_copy_bytes = r_weight_copy_bytes,
         .destroy = r_destroy,
@@ -527,6 +539,7 @@ llm4d_work llm4d_rc_kind(const llm4d_rc_call *c) {
     case LLM4D_RC_XENT_BWD: return LLM4D_WORK_LOSS;
     case LLM4D_RC_ADAMW:
     case LLM4D_RC_SUMSQ: return LLM4D_WORK_OPTIM;
+    case LLM4D_RC_CONVERT: return LLM4D_WORK_CONVERT;
     default: return LLM4D_WORK_ELEM;
     }
 }
@@ -537,8 +550,8 @@ const char *llm4d_rc_name(int op) {
         "position_backward", "bias_forward", "bias_backward", "layernorm_forward", "layernorm_backward",
         "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "dropout_forward",
         "dropout_backward", "dropout_add_forward", "dropout_add_backward", "xent_forward", "xent_rescale",
-        "xent_backward", "adamw", "sumsq", "dot", "add", "scale", "zero", "copy", "collective", "params_for",
-        "release", "grads_for", "grads_done"};
+        "xent_backward", "adamw", "sumsq", "dot", "add", "scale", "zero", "copy", "convert", "collective",
+        "params_for", "release", "grads_for", "grads_done"};
     return op >= 0 && op < LLM4D_RC_NOPS ? names[op] : "?";
 }
 
@@ -554,30 +567,40 @@ double llm4d_rc_flops(const llm4d_rc_call *c) {
     }
 }
 
+/* Bytes of one element of pointer argument i (4: fp32, every weight and statistic). */
+static double esz(const llm4d_rc_call *c, int i) { return (double)llm4d_ftype_size(llm4d_rc_type(c, i)); }
+
 double llm4d_rc_bytes(const llm4d_rc_call *c) {
     const double f = sizeof(float);
     const double N = (double)c->d[0], C = (double)c->d[1];
     switch (c->op) {
-    case LLM4D_RC_LINEAR_FWD: return f * (N * C + (double)c->d[2] * C + N * (double)c->d[2]);
-    case LLM4D_RC_LINEAR_BWD: return f * 2 * (N * C + (double)c->d[2] * C + N * (double)c->d[2]);
+    case LLM4D_RC_LINEAR_FWD:
+        return esz(c, 1) * N * C + f * (double)c->d[2] * C + esz(c, 0) * N * (double)c->d[2];
+    case LLM4D_RC_LINEAR_BWD: /* dinp not computed (d[4] = 0) counts as inp, as it counted before types */
+        return (esz(c, c->d[4] ? 0 : 4) + esz(c, 4)) * N * C + f * 2 * (double)c->d[2] * C +
+               esz(c, 3) * 2 * N * (double)c->d[2];
     case LLM4D_RC_EMBED_FWD:
     case LLM4D_RC_EMBED_BWD: return f * 2 * (double)c->d[1] * (double)c->d[2];
     case LLM4D_RC_POS_FWD:
     case LLM4D_RC_POS_BWD:
-    case LLM4D_RC_BIAS_FWD:
-    case LLM4D_RC_BIAS_BWD:
+    case LLM4D_RC_BIAS_FWD: return f * 2 * N * C;
+    case LLM4D_RC_BIAS_BWD: return esz(c, 1) * 2 * N * C;
     case LLM4D_RC_DROP_FWD:
-    case LLM4D_RC_DROP_BWD: return f * 2 * N * C;
-    case LLM4D_RC_LN_FWD:
+    case LLM4D_RC_DROP_BWD: return (esz(c, 0) + esz(c, 1)) * N * C;
+    case LLM4D_RC_LN_FWD: return (esz(c, 0) + 2 * esz(c, 3)) * N * C; /* the input read twice */
     case LLM4D_RC_DROPADD_FWD:
-    case LLM4D_RC_DROPADD_BWD: return f * 3 * N * C;
-    case LLM4D_RC_LN_BWD: return f * 4 * N * C;
-    case LLM4D_RC_GELU_FWD: return f * 2 * N;
-    case LLM4D_RC_GELU_BWD: return f * 3 * N;
-    case LLM4D_RC_ATTN_FWD: return f * 4 * (double)c->d[0] * c->d[1] * c->d[2] * c->d[3];
-    case LLM4D_RC_ATTN_BWD: return f * 8 * (double)c->d[0] * c->d[1] * c->d[2] * c->d[3];
-    case LLM4D_RC_XENT_FWD: return f * N * C;
-    case LLM4D_RC_XENT_BWD: return f * 2 * N * C;
+    case LLM4D_RC_DROPADD_BWD: return (esz(c, 0) + esz(c, 1) + esz(c, 2)) * N * C;
+    case LLM4D_RC_LN_BWD: return (2 * esz(c, 0) + esz(c, 3) + esz(c, 4)) * N * C; /* dinp read, written */
+    case LLM4D_RC_GELU_FWD: return (esz(c, 0) + esz(c, 1)) * N;
+    case LLM4D_RC_GELU_BWD: return (esz(c, 0) + esz(c, 1) + esz(c, 2)) * N;
+    /* qkv is 3 of the 4 (forward: qkv, out) or 8 (backward: dqkv, dout, out, qkv) [B, T, NH x HS] blocks */
+    case LLM4D_RC_ATTN_FWD: return (3 * esz(c, 2) + esz(c, 0)) * (double)c->d[0] * c->d[1] * c->d[2] * c->d[3];
+    case LLM4D_RC_ATTN_BWD:
+        return (3 * esz(c, 0) + esz(c, 1) + esz(c, 2) + 3 * esz(c, 3)) * (double)c->d[0] * c->d[1] *
+               c->d[2] * c->d[3];
+    case LLM4D_RC_XENT_FWD: return esz(c, 1) * N * C;
+    case LLM4D_RC_XENT_BWD: /* no dlogits (d[3] = 0) counts as logits */
+        return (esz(c, c->d[3] ? 1 : 2) + esz(c, 2)) * N * C;
     case LLM4D_RC_XENT_RESCALE: return f * 3 * N;
     case LLM4D_RC_ADAMW: return f * 9 * N; /* params, grads, m, v read and written, the gradients zeroed */
     case LLM4D_RC_SUMSQ:
@@ -586,6 +609,7 @@ double llm4d_rc_bytes(const llm4d_rc_call *c) {
     case LLM4D_RC_ADD: return f * 3 * N;
     case LLM4D_RC_ZERO: return N;
     case LLM4D_RC_COPY: return 2 * N;
+    case LLM4D_RC_CONVERT: return (esz(c, 0) + esz(c, 1)) * N;
     default: return 0.0;
     }
 }

@@ -5,11 +5,11 @@
  * which shapes), the tensor-parallel collectives between them, and the order in which the model asks the engines
  * for a group's weights and hands back its gradients. Rather than a second description of the model that could
  * drift from it, the planner runs the model itself (model/gpt.h: create, forward and backward of one micro-batch)
- * on a recording backend: every method appends a call (its sizes, and its pointer arguments for a replay) and does
- * no work. Memory it "allocates" is a range of addresses no page backs (the device boundary of issue 25 guarantees
- * nothing outside the backend dereferences a tensor: a slip would crash, not read garbage). The tensor-parallel
- * group is a recording communicator of the group's size; the hooks record every params_for, release, grads_for
- * and grads_done.
+ * on a recording backend: every method appends a call (its sizes, the element types of its activations, and its
+ * pointer arguments for a replay) and does no work. Memory it "allocates" is a range of addresses no page backs
+ * (the device boundary of issue 25 guarantees nothing outside the backend dereferences a tensor: a slip would
+ * crash, not read garbage). The tensor-parallel group is a recording communicator of the group's size; the hooks
+ * record every params_for, release, grads_for and grads_done.
  *
  * A recording is priced by a machine profile (plan/profile.h) and, on the machine itself, replayed on the real
  * backend call by call to measure it (plan/calibrate.c): the allocations are made real (same sizes, the same
@@ -26,12 +26,14 @@
 
 typedef enum {
     /* kernels (backend methods); linear_*_act are the linear ops with an activation, sumsq_many a sumsq of the
-     * total, dot_acc a dot, copy_async and copy_2d copies */
+     * total, dot_acc a dot, copy_async and copy_2d copies. Machine profiles store these numbers: a new method is
+     * appended after the last (convert), never inserted. */
     LLM4D_RC_LINEAR_FWD = 0, LLM4D_RC_LINEAR_BWD, LLM4D_RC_EMBED_FWD, LLM4D_RC_EMBED_BWD, LLM4D_RC_POS_FWD,
     LLM4D_RC_POS_BWD, LLM4D_RC_BIAS_FWD, LLM4D_RC_BIAS_BWD, LLM4D_RC_LN_FWD, LLM4D_RC_LN_BWD, LLM4D_RC_GELU_FWD,
     LLM4D_RC_GELU_BWD, LLM4D_RC_ATTN_FWD, LLM4D_RC_ATTN_BWD, LLM4D_RC_DROP_FWD, LLM4D_RC_DROP_BWD,
     LLM4D_RC_DROPADD_FWD, LLM4D_RC_DROPADD_BWD, LLM4D_RC_XENT_FWD, LLM4D_RC_XENT_RESCALE, LLM4D_RC_XENT_BWD,
     LLM4D_RC_ADAMW, LLM4D_RC_SUMSQ, LLM4D_RC_DOT, LLM4D_RC_ADD, LLM4D_RC_SCALE, LLM4D_RC_ZERO, LLM4D_RC_COPY,
+    LLM4D_RC_CONVERT,
     LLM4D_RC_NKERNELS,
     /* not kernels: a collective of the tensor-parallel group (d[0] its llm4d_comm_op, d[1] bytes per rank block,
      * d[2] the group's size), and the model's hooks (d[0] the group, d[1] the pass) */
@@ -46,11 +48,19 @@ typedef enum {
 
 typedef struct {
     uint16_t op;                  /* llm4d_rc_op */
-    int64_t d[LLM4D_RC_DIMS];     /* the cost key with op and drop (unused dims 0) */
+    uint16_t ty;                  /* the element type (llm4d_ftype) of typed pointer argument i in bits 2i, 2i+1
+                                   * (0: fp32, also every untyped or NULL argument); part of the cost key: a bf16
+                                   * LayerNorm moves half the bytes of an fp32 one */
+    int64_t d[LLM4D_RC_DIMS];     /* the cost key with op, ty and drop (unused dims 0) */
     int64_t aux[LLM4D_RC_AUX];
     float drop;                   /* a dropout's probability (0: none drawn) */
     uintptr_t p[LLM4D_RC_PTRS];   /* pointer arguments, in the method's order (0: NULL) */
 } llm4d_rc_call;
+
+/* The element type of pointer argument i of c (llm4d_rc_call.ty). */
+static inline llm4d_ftype llm4d_rc_type(const llm4d_rc_call *c, int i) {
+    return (llm4d_ftype)((c->ty >> (2 * i)) & 3u);
+}
 
 /* A fake allocation: [base, base + bytes) of the recording's address range. */
 typedef struct {
@@ -93,7 +103,7 @@ llm4d_work llm4d_rc_kind(const llm4d_rc_call *c);
 /* The method's name ("linear_forward", ...), and whether it is a GEMM (its cost scales with flops, not bytes). */
 const char *llm4d_rc_name(int op);
 /* Floating-point operations of a call (GEMMs and attention; 0 for the others), and the bytes it moves at least
- * (every operand read or written once). */
+ * (every operand read or written once, a typed one at its type's size: llm4d_rc_call.ty). */
 double llm4d_rc_flops(const llm4d_rc_call *c);
 double llm4d_rc_bytes(const llm4d_rc_call *c);
 

@@ -50,6 +50,9 @@ static void *tr(const llm4d_replay *r, uintptr_t a, int *ok) {
 
 #define F(i) ((float *)tr(r, c->p[i], &ok))
 #define I32(i) ((int32_t *)tr(r, c->p[i], &ok))
+/* pointer argument i as the typed tensor it was recorded as (llm4d_rc_call.ty) */
+#define T(i) llm4d_t(tr(r, c->p[i], &ok), llm4d_rc_type(c, i))
+#define CT(i) llm4d_ct(tr(r, c->p[i], &ok), llm4d_rc_type(c, i))
 
 /* Make one call; 0 when it cannot be (a pointer outside the recording). */
 static int call(llm4d_replay *r, const llm4d_rc_call *c) {
@@ -68,11 +71,11 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
     (void)p;
     switch (c->op) {
     case LLM4D_RC_LINEAR_FWD:
-        be->linear_forward_act(be, F(0), F(1), (llm4d_act)c->d[3], F(2), F(3), N, C, (int)c->d[2]);
+        be->linear_forward_act(be, T(0), CT(1), (llm4d_act)c->d[3], F(2), F(3), N, C, (int)c->d[2]);
         break;
     case LLM4D_RC_LINEAR_BWD:
-        be->linear_backward_act(be, F(0), (llm4d_store)c->d[7], F(1), F(2), F(3), F(4), (llm4d_act)c->d[3], F(5), N,
-                                C, (int)c->d[2]);
+        be->linear_backward_act(be, T(0), (llm4d_store)c->d[7], F(1), F(2), CT(3), CT(4), (llm4d_act)c->d[3], F(5),
+                                N, C, (int)c->d[2]);
         break;
     case LLM4D_RC_EMBED_FWD:
         be->embedding_forward(be, F(0), I32(1), F(2), (int)c->aux[0], (int)c->d[0], (int)c->d[1], (int)c->d[2]);
@@ -83,23 +86,25 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
     case LLM4D_RC_POS_FWD: be->position_forward(be, F(0), F(1), N, C, (int)c->d[2], c->aux[0]); break;
     case LLM4D_RC_POS_BWD: be->position_backward(be, F(0), F(1), N, C, (int)c->d[2], c->aux[0]); break;
     case LLM4D_RC_BIAS_FWD: be->bias_forward(be, F(0), F(1), N, C); break;
-    case LLM4D_RC_BIAS_BWD: be->bias_backward(be, F(0), F(1), N, C); break;
-    case LLM4D_RC_LN_FWD: be->layernorm_forward(be, F(0), F(1), F(2), F(3), F(4), F(5), N, C); break;
-    case LLM4D_RC_LN_BWD: be->layernorm_backward(be, F(0), F(1), F(2), F(3), F(4), F(5), F(6), F(7), N, C); break;
-    case LLM4D_RC_GELU_FWD: be->gelu_forward(be, F(0), F(1), (size_t)c->d[0]); break;
-    case LLM4D_RC_GELU_BWD: be->gelu_backward(be, F(0), F(1), F(2), (size_t)c->d[0]); break;
-    case LLM4D_RC_ATTN_FWD: be->attention_forward(be, F(0), F(1), F(2), sh, &drop); break;
-    case LLM4D_RC_ATTN_BWD: be->attention_backward(be, F(0), F(1), F(2), F(3), F(4), sh, &drop); break;
-    case LLM4D_RC_DROP_FWD: be->dropout_forward(be, F(0), F(1), N, C, &drop); break;
-    case LLM4D_RC_DROP_BWD: be->dropout_backward(be, F(0), F(1), N, C, &drop); break;
-    case LLM4D_RC_DROPADD_FWD: be->dropout_add_forward(be, F(0), F(1), F(2), N, C, &drop); break;
-    case LLM4D_RC_DROPADD_BWD: be->dropout_add_backward(be, F(0), F(1), F(2), N, C, &drop); break;
+    case LLM4D_RC_BIAS_BWD: be->bias_backward(be, F(0), CT(1), N, C); break;
+    case LLM4D_RC_LN_FWD: be->layernorm_forward(be, T(0), F(1), F(2), CT(3), F(4), F(5), N, C); break;
+    case LLM4D_RC_LN_BWD:
+        be->layernorm_backward(be, T(0), F(1), F(2), CT(3), CT(4), F(5), F(6), F(7), N, C);
+        break;
+    case LLM4D_RC_GELU_FWD: be->gelu_forward(be, T(0), CT(1), (size_t)c->d[0]); break;
+    case LLM4D_RC_GELU_BWD: be->gelu_backward(be, T(0), CT(1), CT(2), (size_t)c->d[0]); break;
+    case LLM4D_RC_ATTN_FWD: be->attention_forward(be, T(0), F(1), CT(2), sh, &drop); break;
+    case LLM4D_RC_ATTN_BWD: be->attention_backward(be, T(0), CT(1), CT(2), CT(3), F(4), sh, &drop); break;
+    case LLM4D_RC_DROP_FWD: be->dropout_forward(be, T(0), CT(1), N, C, &drop); break;
+    case LLM4D_RC_DROP_BWD: be->dropout_backward(be, T(0), CT(1), N, C, &drop); break;
+    case LLM4D_RC_DROPADD_FWD: be->dropout_add_forward(be, T(0), CT(1), CT(2), N, C, &drop); break;
+    case LLM4D_RC_DROPADD_BWD: be->dropout_add_backward(be, T(0), T(1), CT(2), N, C, &drop); break;
     case LLM4D_RC_XENT_FWD:
-        be->xent_forward(be, F(0), F(1), I32(2), N, C, (int)c->aux[0], (int)c->aux[1], (int)c->d[2]);
+        be->xent_forward(be, F(0), CT(1), I32(2), N, C, (int)c->aux[0], (int)c->aux[1], (int)c->d[2]);
         break;
     case LLM4D_RC_XENT_RESCALE: be->xent_rescale(be, F(0), F(1), N); break;
     case LLM4D_RC_XENT_BWD:
-        be->xent_backward(be, F(0), F(1), F(2), F(3), I32(4), F(5), N, C, (int)c->aux[0], (int)c->aux[1]);
+        be->xent_backward(be, F(0), T(1), CT(2), F(3), I32(4), F(5), N, C, (int)c->aux[0], (int)c->aux[1]);
         break;
     case LLM4D_RC_ADAMW:
         be->adamw(be, F(0), F(1), F(2), F(3), (size_t)c->d[0], 1e-4f, 0.9f, 0.95f, 1e-8f, 0.01f, 1, 1.0f, (int)c->d[1]);
@@ -113,6 +118,10 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
     case LLM4D_RC_SCALE: be->scale(be, F(0), 1.0f, (size_t)c->d[0]); break;
     case LLM4D_RC_ZERO: be->zero(be, tr(r, c->p[0], &ok), (size_t)c->d[0]); break;
     case LLM4D_RC_COPY: be->copy(be, tr(r, c->p[0], &ok), tr(r, c->p[1], &ok), (size_t)c->d[0]); break;
+    case LLM4D_RC_CONVERT:
+        if (!be->convert) return 0;
+        be->convert(be, T(0), CT(1), (size_t)c->d[0]);
+        break;
     default: return 0;
     }
     return 1;

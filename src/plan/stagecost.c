@@ -20,11 +20,12 @@ void llm4d_stagecost_free(llm4d_stagecost *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* A priced call by its cost key (the op, whether a dropout is drawn, the sizes). */
+/* A priced call by its cost key (the op, whether a dropout is drawn, the element types, the sizes). */
 typedef struct {
     int used;
     uint16_t op;
     uint8_t drop;
+    uint16_t ty;
     int64_t d[LLM4D_RC_DIMS];
     double s[LLM4D_WORK_N];
     llm4d_price_how how;
@@ -38,11 +39,11 @@ typedef struct {
     size_t cap, n;
 } price_table;
 
-static size_t memo_slot(const price_memo *m, size_t cap, uint16_t op, uint8_t drop, const int64_t *d) {
-    uint64_t h = 1469598103934665603ull ^ op ^ ((uint64_t)drop << 16);
+static size_t memo_slot(const price_memo *m, size_t cap, uint16_t op, uint8_t drop, uint16_t ty, const int64_t *d) {
+    uint64_t h = 1469598103934665603ull ^ op ^ ((uint64_t)drop << 16) ^ ((uint64_t)ty << 24);
     for (int i = 0; i < LLM4D_RC_DIMS; i++) h = (h ^ (uint64_t)d[i]) * 1099511628211ull;
     size_t j = h & (cap - 1);
-    while (m[j].used && (m[j].op != op || m[j].drop != drop || memcmp(m[j].d, d, sizeof m[j].d)))
+    while (m[j].used && (m[j].op != op || m[j].drop != drop || m[j].ty != ty || memcmp(m[j].d, d, sizeof m[j].d)))
         j = (j + 1) & (cap - 1);
     return j;
 }
@@ -53,7 +54,7 @@ static int memo_grow(price_table *t) {
     price_memo *e = calloc(cap, sizeof *e);
     if (!e) return 0;
     for (size_t i = 0; i < t->cap; i++)
-        if (t->e[i].used) e[memo_slot(e, cap, t->e[i].op, t->e[i].drop, t->e[i].d)] = t->e[i];
+        if (t->e[i].used) e[memo_slot(e, cap, t->e[i].op, t->e[i].drop, t->e[i].ty, t->e[i].d)] = t->e[i];
     free(t->e);
     t->e = e, t->cap = cap;
     return 1;
@@ -64,9 +65,9 @@ static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_cal
                       llm4d_price_how *how) {
     if (!memo_grow(t)) return 0;
     price_memo *m = t->e;
-    const size_t j = memo_slot(m, t->cap, x->op, x->drop > 0, x->d);
+    const size_t j = memo_slot(m, t->cap, x->op, x->drop > 0, x->ty, x->d);
     if (!m[j].used) { /* under half full: a free slot is always found */
-        m[j].used = 1, m[j].op = x->op, m[j].drop = x->drop > 0;
+        m[j].used = 1, m[j].op = x->op, m[j].drop = x->drop > 0, m[j].ty = x->ty;
         memcpy(m[j].d, x->d, sizeof m[j].d);
         m[j].how = llm4d_price_call(pr, x, m[j].s);
         t->n++;
@@ -79,7 +80,7 @@ static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_cal
 llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int coll_ranks,
                                  int tp_hosts, size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
-    out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems;
+    out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems, out->act_bytes = t->act_bytes;
     out->chunk = calloc((size_t)t->n_chunks + 1, sizeof *out->chunk);
     const llm4d_param_table *tb = &t->table;
     out->n_groups = tb->n_groups;

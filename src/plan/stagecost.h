@@ -45,6 +45,7 @@ typedef struct {
     size_t total, sp_partial;   /* the table's elements; those summed by the tensor-parallel engine */
     size_t wte_elems;           /* the token embedding's elements on this rank (0: none) */
     size_t act_elems;           /* an activation crossing a stage boundary */
+    size_t act_bytes;           /* and its bytes (what a pipeline send moves) */
     int n_buckets;              /* the data-parallel buckets (parallel/data_parallel.h llm4d_dp_buckets) */
     size_t *bucket_len;         /* [n_buckets] elements */
     int *bucket_of_group;       /* [n_groups] */

@@ -386,7 +386,7 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
         rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
                                  llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
         const double p2p = rc == LLM4D_OK ? llm4d_price_coll(pr->prof, LLM4D_COMM_OP_SEND,
-                                                             (double)sc->act_elems * sizeof(float), 2, R, pipe_hosts,
+                                                             (double)sc->act_bytes, 2, R, pipe_hosts,
                                                              NULL)
                                           : 0;
         /* a search that has its K fastest already: a layout bound to be slower is not simulated (its bound as its

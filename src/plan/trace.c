@@ -38,7 +38,8 @@ llm4d_code llm4d_mbtrace_make(llm4d_mbtrace *t, const llm4d_config *cfg, const l
             .sample_ids = (const int64_t *)llm4d_rec_fake(&t->rec, (size_t)B * sizeof(int64_t)),
             .step = 1, .train = 1, .grad = 1, .B = B, .T = T};
         t->act_elems = llm4d_gpt_act_elems(&g);
-        const float *dout = (const float *)llm4d_rec_fake(&t->rec, t->act_elems * sizeof(float));
+        t->act_bytes = llm4d_gpt_act_bytes(&g);
+        const llm4d_ctensor dout = llm4d_ct((const void *)llm4d_rec_fake(&t->rec, t->act_bytes), g.res);
         t->n_chunks = t->part.n_chunks;
         t->split = t->layout.split_backward && !t->layout.recompute;
         const int last = t->part.head ? t->n_chunks - 1 : -1;
@@ -46,7 +47,7 @@ llm4d_code llm4d_mbtrace_make(llm4d_mbtrace *t, const llm4d_config *cfg, const l
             t->lo[LLM4D_TRACE_F][c] = t->rec.n;
             llm4d_gpt_chunk_forward(&g, c, 0, &mb);
             t->hi[LLM4D_TRACE_F][c] = t->lo[LLM4D_TRACE_B][c] = t->rec.n;
-            llm4d_gpt_chunk_backward(&g, c, 0, &mb, c == last ? NULL : dout, t->split);
+            llm4d_gpt_chunk_backward(&g, c, 0, &mb, c == last ? llm4d_ct(NULL, g.res) : dout, t->split);
             t->hi[LLM4D_TRACE_B][c] = t->lo[LLM4D_TRACE_W][c] = t->rec.n;
             if (t->split) llm4d_gpt_chunk_backward_weight(&g, c, 0, &mb);
             t->hi[LLM4D_TRACE_W][c] = t->rec.n;

@@ -24,6 +24,7 @@ typedef struct {
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     size_t act_elems;                                    /* one activation crossing a stage boundary */
+    size_t act_bytes;                                    /* its bytes (the residual stream's type: 16-bit at O2) */
 } llm4d_mbtrace;
 
 /* The trace of the rank at topo's coordinates of cfg (finalized) with pipeline plan pp. like: the real backend

@@ -192,7 +192,8 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
                      const llm4d_model_part *p, const llm4d_gpt_layout *l, int with_layout) {
     int64_t *v = k;
     memset(k, 0, MEMO_KEY * sizeof *k);
-    *v++ = with_layout ? prec : 0;
+    /* the precision and the layout's activation types in one word (they take 2 bits each) */
+    *v++ = with_layout ? (int64_t)prec + 4 * ((int64_t)l->act + 4 * (int64_t)l->res) : 0;
     *v++ = m->sequence_parallel, *v++ = m->use_recompute, *v++ = m->virtual_pp_degree;
     *v++ = with_layout, *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
     /* a chunk's blocks by their count, not their place: every block of the model is the same size and holds the
@@ -254,7 +255,7 @@ static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, con
 static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
                              const llm4d_model_part *part, const llm4d_tp *tp, const llm4d_gpt_layout *layout,
                              size_t cat[LLM4D_MEM_NCATEGORIES], size_t *operands, llm4d_err *err) {
-    llm4d_operand_sizes sizes = {0, 0, 0, 0};
+    llm4d_operand_sizes sizes = {0, 0, 0, 0, LLM4D_F32};
     if (!m) {
         LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, cat, &sizes, err));
         *operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
@@ -323,7 +324,8 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
     LLM4D_TRY(part_table(memo, cfg, &part, &own, &t, err));
     const size_t crossing = (size_t)(tp.sp ? layout.B * layout.T / tp.size : layout.B * layout.T) *
                             (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
-    const llm4d_code rc = llm4d_stack_bytes(cfg, topo, pp, t, crossing, out->cat, err);
+    const llm4d_code rc =
+        llm4d_stack_bytes(cfg, topo, pp, t, crossing * llm4d_ftype_size(layout.res), out->cat, err);
     size_t per_elem = 0;
     if (cfg->use_amp && be->weights_changed) { /* the backend asks its CPU each time: once per memo */
         if (!memo) per_elem = be->weight_copy_bytes(be, prec);

@@ -123,8 +123,10 @@ static void print_startup(llm4d_trainer *tr) {
     }
     if (tr->have_eval) llm4d_log_info(log, "validation: %d batches per evaluation", c->eval_iters);
     if (c->use_amp)
-        llm4d_log_info(log, "mixed precision: %s matmul operands, fp32 master weights, accumulation, LayerNorm, "
-                       "softmax and loss%s", prec_name(tr->precision),
+        llm4d_log_info(log, "mixed precision (level %s): %s matmul operands; activations and their gradients %s, "
+                       "residual stream %s; fp32 master weights, gradients, optimizer states, statistics and "
+                       "loss%s", c->amp_level, prec_name(tr->precision), llm4d_ftype_name(tr->model.act),
+                       llm4d_ftype_name(tr->model.res),
                        tr->precision == LLM4D_PREC_FP16 ? "; dynamic loss scaling from scale_loss" : "");
     llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB", m->use_recompute ? "on (full)" : "off",
                    tr->model.act_bytes / 1048576.0);

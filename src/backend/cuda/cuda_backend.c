@@ -59,10 +59,8 @@ const char *cublasLt_status(cublasStatus_t s) {
     }
 }
 
-size_t llm4d_cuda_fmt_bytes(llm4d_cuda_fmt f) { return f == LLM4D_CUDA_F32 ? 4 : 2; }
-
-llm4d_cuda_fmt llm4d_cuda_fmt_of(llm4d_precision p) {
-    return p == LLM4D_PREC_BF16 ? LLM4D_CUDA_BF16 : p == LLM4D_PREC_FP16 ? LLM4D_CUDA_F16 : LLM4D_CUDA_F32;
+llm4d_ftype llm4d_cuda_fmt_of(llm4d_precision p) {
+    return p == LLM4D_PREC_BF16 ? LLM4D_BF16 : p == LLM4D_PREC_FP16 ? LLM4D_F16 : LLM4D_F32;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -348,7 +346,7 @@ static llm4d_code setup(cuda_ctx *cx, llm4d_err *err) {
     if (cudaMallocHost((void **)&cx->red_host, cx->red_host_cap * sizeof(double)) != cudaSuccess)
         return llm4d_fail(err, LLM4D_ENOMEM, "cuda: out of pinned host memory");
     cx->prec = LLM4D_PREC_FP32;
-    cx->fmt = LLM4D_CUDA_F32;
+    cx->fmt = LLM4D_F32;
     return llm4d_cuda_gemm_init(cx, err);
 }
 

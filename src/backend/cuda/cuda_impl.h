@@ -6,6 +6,10 @@
  * with their arguments, the reductions read back, the attention's choice of kernel, sampling). All of it is C17 on
  * the CUDA runtime's and cuBLASLt's C interfaces; the CUDA C++ is in the .cu files behind cuda_kernels.h.
  *
+ * Activations arrive typed (tensor.h); the GEMMs multiply operands of one type, the precision's (cuda_ctx.fmt), so an
+ * operand stored in another type is converted into a workspace first, and an output cuBLASLt cannot write in its
+ * type is written in fp32 to a workspace and stored by a kernel (cuda_gemm.c).
+ *
  * There is no global state: the context below holds the device, the streams, the cuBLASLt handle, the arena of
  * device memory and every workspace, and the method table holds the context. */
 #ifndef LLM4D_BACKEND_CUDA_IMPL_H
@@ -46,6 +50,8 @@ typedef struct cuda_gemms cuda_gemms;
 enum {
     WS_OP0 = 0, /* converted GEMM operands: the input (or output gradient), and the attention's bf16 qkv */
     WS_OP1,     /* the second operand: act(input) for a weight gradient, the attention's bf16 dout */
+    WS_OUT,     /* a GEMM's fp32 result for an output cuBLASLt cannot write in its type */
+    WS_BIAS,    /* a bias copied to 16-byte alignment for the epilogue of a 16-bit output */
     WS_PART,    /* column-sum partials (bias, LayerNorm), the attention's row terms D */
     WS_RED,     /* reduction partials (doubles) and their chunk tables */
     WS_N
@@ -66,7 +72,7 @@ typedef struct {
     llm4d_dev_arena *arena;             /* every device allocation */
     size_t reserved;                    /* bytes of the region reserve made (0: none) */
     llm4d_precision prec;
-    llm4d_cuda_fmt fmt;                 /* GEMM operand storage for prec */
+    llm4d_ftype fmt;                    /* the type GEMM operands are stored in under prec */
     void *ws[WS_N];
     size_t ws_cap[WS_N];
     double *red_host;                   /* pinned: reduction results read back */
@@ -91,9 +97,8 @@ void *llm4d_cuda_dev_alloc(cuda_ctx *cx, size_t bytes);
 void llm4d_cuda_dev_free(cuda_ctx *cx, void *p);
 /* Workspace w with room for at least `bytes` (grown from the arena; the old contents are not kept). */
 void *llm4d_cuda_ws(cuda_ctx *cx, int w, size_t bytes);
-/* Bytes of one operand element of a format, and the format a precision stores its operands in. */
-size_t llm4d_cuda_fmt_bytes(llm4d_cuda_fmt f);
-llm4d_cuda_fmt llm4d_cuda_fmt_of(llm4d_precision p);
+/* The type a precision stores its GEMM operands in (fp32 and tf32: fp32). */
+llm4d_ftype llm4d_cuda_fmt_of(llm4d_precision p);
 
 /* cuda_timers.c: time the launches between begin and end on the compute stream as kind k (backend.h llm4d_work). */
 cuda_timers *llm4d_cuda_timers_create(void);
@@ -107,7 +112,8 @@ void llm4d_cuda_work_end(cuda_ctx *cx, int mark);
 /* seconds and calls per kind so far (synchronises the compute stream) */
 void llm4d_cuda_timers_read(cuda_ctx *cx, double *seconds, double *calls);
 
-/* cuda_wcache.c: the copy of weight w (n elements) in format fmt, converted now if missing or stale. */
+/* cuda_wcache.c: the copy of weight w (n elements) in the operands' type cx->fmt, converted now if missing or
+ * stale (w itself in fp32). */
 const void *llm4d_cuda_weight(cuda_ctx *cx, const float *w, size_t n);
 void llm4d_cuda_wcache_changed(cuda_ctx *cx, const void *p, size_t bytes); /* p NULL: all stale */
 void llm4d_cuda_wcache_drop(cuda_ctx *cx, const void *p, size_t bytes);    /* memory going away */

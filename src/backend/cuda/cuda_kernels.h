@@ -3,8 +3,10 @@
  * Every kernel of the backend is launched through one of these functions, so the host side stays C17 and the CUDA
  * C++ stays inside the .cu files. Each takes the stream to launch on first and returns at once (asynchronous);
  * launch errors are checked by the caller's next CUDA call (cuda_impl.h CU_CHECK after the launch). Arguments
- * follow backend.h's method of the same name: outputs first, device pointers, shapes last. Operand formats
- * (`fmt`) are llm4d_cuda_fmt values. */
+ * follow backend.h's method of the same name: outputs first, device pointers, shapes last. Activations are typed
+ * tensors (tensor.h: llm4d_tensor, llm4d_ctensor), each of its own type, read as fp32 and rounded once on store
+ * (k_common.cuh); a call whose tensors are all fp32 runs the kernels' fp32 forms, the arithmetic they always had.
+ * Operand formats (`fmt`: how a GEMM stores its operands, what the attention rounds to) are llm4d_ftype values. */
 #ifndef LLM4D_BACKEND_CUDA_KERNELS_H
 #define LLM4D_BACKEND_CUDA_KERNELS_H
 
@@ -19,11 +21,8 @@
 extern "C" {
 #endif
 
-/* How a GEMM operand is stored in device memory. */
-typedef enum { LLM4D_CUDA_F32 = 0, LLM4D_CUDA_BF16, LLM4D_CUDA_F16 } llm4d_cuda_fmt;
-
 /* A run of a parameter range with a low-precision copy: elements [lo, hi) of the range, written to dst (the copy
- * of element lo) in format fmt. The optimizer writes them in its pass (k_optim.cu). */
+ * of element lo) in format fmt (an llm4d_ftype). The optimizer writes them in its pass (k_optim.cu). */
 typedef struct {
     size_t lo, hi;
     void *dst;
@@ -53,32 +52,42 @@ void llm4d_k_embedding_backward(cudaStream_t s, float *dw, const float *dout, co
 void llm4d_k_position_forward(cudaStream_t s, float *out, const float *wpe, int N, int C, int T, int64_t tok0);
 void llm4d_k_position_backward(cudaStream_t s, float *dwpe, const float *dout, int N, int C, int T, int64_t tok0);
 void llm4d_k_bias_forward(cudaStream_t s, float *out, const float *b, int N, int C);
-/* part[(N / COL_ROWS rounded up) x C] = column sums of each chunk of rows of src; dst (not NULL): src converted to
- * fmt in the same pass. Then db[c] += the chunks' sums in chunk order. */
-void llm4d_k_colsum_partial(cudaStream_t s, float *part, void *dst, int fmt, const float *src, int N, int C);
+/* part[(N / COL_ROWS rounded up) x C] = column sums of each chunk of rows of src (read as fp32); dst (p not NULL):
+ * src converted to dst's type in the same pass. Then db[c] += the chunks' sums in chunk order. */
+void llm4d_k_colsum_partial(cudaStream_t s, float *part, llm4d_tensor dst, llm4d_ctensor src, int N, int C);
 void llm4d_k_colsum_final(cudaStream_t s, float *db, const float *part, int nchunks, int C);
-void llm4d_k_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                               const float *b, int N, int C);
-/* dinp += ...; part [2 x nchunks x C]: the chunks' dw, db sums (then llm4d_k_colsum_final twice) */
-void llm4d_k_layernorm_backward(cudaStream_t s, float *dinp, float *part, const float *dout, const float *inp,
-                                const float *w, const float *mean, const float *rstd, int N, int C);
-void llm4d_k_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
-void llm4d_k_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
-/* mode: 0 out = inp * m; 1 dinp += dout * m; 2 out = res + x * m; 3 dres = dout, dx = dout * m (a, b, c are the
- * method's pointers in order) */
-void llm4d_k_dropout(cudaStream_t s, int mode, float *a, float *b, const float *c, const float *d, int N, int C,
-                     llm4d_dropout drop);
 void llm4d_k_add(cudaStream_t s, float *dst, const float *src, size_t n);
 void llm4d_k_scale(cudaStream_t s, float *x, float f, size_t n);
-/* dst (fmt) = act(src), n elements */
-void llm4d_k_convert(cudaStream_t s, void *dst, int fmt, const float *src, size_t n, llm4d_act act);
+/* dst = act(src) in dst's type, n elements of any two types (a copy when the types agree and act is none); dst and
+ * src do not overlap, or are the same memory of the same type (then nothing is done) */
+void llm4d_k_convert(cudaStream_t s, llm4d_tensor dst, llm4d_ctensor src, size_t n, llm4d_act act);
+/* dst[N, C] = src + b (b NULL: src), or dst + src when add: a GEMM's fp32 result stored into a tensor cuBLASLt could
+ * not write, computed in fp32 and rounded once to dst's type */
+void llm4d_k_store_rows(cudaStream_t s, llm4d_tensor dst, const float *src, const float *b, int N, int C, int add);
+
+/* k_norm.cu */
+void llm4d_k_layernorm_forward(cudaStream_t s, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
+                               const float *w, const float *b, int N, int C);
+/* dinp += ...; part [2 x nchunks x C]: the chunks' dw, db sums (then llm4d_k_colsum_final twice) */
+void llm4d_k_layernorm_backward(cudaStream_t s, llm4d_tensor dinp, float *part, llm4d_ctensor dout, llm4d_ctensor inp,
+                                const float *w, const float *mean, const float *rstd, int N, int C);
+
+/* k_act.cu */
+void llm4d_k_gelu_forward(cudaStream_t s, llm4d_tensor out, llm4d_ctensor inp, size_t n);
+void llm4d_k_gelu_backward(cudaStream_t s, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n);
+/* mode: 0 out = inp * m; 1 dinp += dout * m; 2 out = res + x * m; 3 dres = dout, dx = dout * m (a, b, c, d are
+ * the method's tensors in order; those a mode does not use have p NULL) */
+void llm4d_k_dropout(cudaStream_t s, int mode, llm4d_tensor a, llm4d_tensor b, llm4d_ctensor c, llm4d_ctensor d, int N,
+                     int C, llm4d_dropout drop);
 
 /* k_xent.cu */
-void llm4d_k_xent_forward(cudaStream_t s, float *stats, const float *logits, const int32_t *targets, int N, int Vl,
+void llm4d_k_xent_forward(cudaStream_t s, float *stats, llm4d_ctensor logits, const int32_t *targets, int N, int Vl,
                           int v0, int V, int merge);
 void llm4d_k_xent_rescale(cudaStream_t s, float *stats, const float *gmax, int N);
-void llm4d_k_xent_backward(cudaStream_t s, float *losses, float *dlogits, const float *logits, const float *stats,
-                           const int32_t *targets, const float *dloss, int N, int Vl, int v0, int V);
+/* dlogits p NULL: no gradient; it may be logits itself (the same type) */
+void llm4d_k_xent_backward(cudaStream_t s, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
+                           const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
+                           int V);
 
 /* k_optim.cu */
 typedef struct {
@@ -102,23 +111,26 @@ void llm4d_k_init_param(cudaStream_t s, float *dst, llm4d_init_spec spec, int64_
 void llm4d_k_attention_cached(cudaStream_t s, float *out, const float *qkv, const float *kc, const float *vc, int n,
                               int p0, int NH, int HS, float *scores, int ld);
 
-/* k_attn_simt.cu: any HS <= 128, fp32 arithmetic; operands rounded to fmt as they are read (bf16 and fp16 as the
- * CPU emulates them). D: scratch of B NH T floats. */
+/* k_attn_simt.cu (the kernels: k_attn_simt.cuh; their typed forms launched by k_attn_simt_typed.cu): any HS <= 256,
+ * fp32 arithmetic on typed qkv and dout; operands rounded to fmt as they are read (bf16 and fp16 as the CPU
+ * emulates them); out and dqkv stored in their types. D: scratch of B NH T floats. */
 int llm4d_k_attn_simt_ok(int HS);
-void llm4d_k_attn_forward_simt(cudaStream_t s, float *out, float *lse, const float *qkv, llm4d_attn_shape sh,
+void llm4d_k_attn_forward_simt(cudaStream_t s, llm4d_tensor out, float *lse, llm4d_ctensor qkv, llm4d_attn_shape sh,
                                llm4d_dropout drop, int fmt);
-void llm4d_k_attn_backward_simt(cudaStream_t s, float *dqkv, const float *dout, const float *out, const float *qkv,
-                                const float *lse, float *D, llm4d_attn_shape sh, llm4d_dropout drop, int fmt);
+void llm4d_k_attn_backward_simt(cudaStream_t s, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor qkv,
+                                const float *lse, const float *D, llm4d_attn_shape sh, llm4d_dropout drop, int fmt);
 /* D[b, h, t] = dout . out over the head's dims (both kernels' softmax-backward row term) */
-void llm4d_k_attn_rowdot(cudaStream_t s, float *D, const float *dout, const float *out, llm4d_attn_shape sh);
+void llm4d_k_attn_rowdot(cudaStream_t s, float *D, llm4d_ctensor dout, llm4d_ctensor out, llm4d_attn_shape sh);
 
 /* k_attn_mma.cu: tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) for HS in {16, 32, 64, 128}. qkv16 and
- * dout16 are qkv and dout already converted to bf16 (llm4d_k_convert), same layout; D from llm4d_k_attn_rowdot. */
+ * dout16 are qkv and dout in bf16, qkv's and dout's layouts, 16-byte aligned (the tensors themselves when they are
+ * bf16 and aligned, else converted: llm4d_k_convert); out and dqkv are stored in their types (16 bits: two columns a
+ * store, the tensor 4-byte aligned); D from llm4d_k_attn_rowdot. */
 int llm4d_k_attn_mma_ok(int HS);
-void llm4d_k_attn_forward_mma(cudaStream_t s, float *out, float *lse, const void *qkv16, llm4d_attn_shape sh,
+void llm4d_k_attn_forward_mma(cudaStream_t s, llm4d_tensor out, float *lse, const void *qkv16, llm4d_attn_shape sh,
                               llm4d_dropout drop);
-void llm4d_k_attn_backward_mma(cudaStream_t s, float *dqkv, const void *dout16, const void *qkv16, const float *lse,
-                               const float *D, llm4d_attn_shape sh, llm4d_dropout drop);
+void llm4d_k_attn_backward_mma(cudaStream_t s, llm4d_tensor dqkv, const void *dout16, const void *qkv16,
+                               const float *lse, const float *D, llm4d_attn_shape sh, llm4d_dropout drop);
 
 /* k_gen.cu: whether the kernels of this build can run on the current device (cudaSuccess) or why not */
 cudaError_t llm4d_k_probe(void);

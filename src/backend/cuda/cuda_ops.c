@@ -5,7 +5,11 @@
  * partials and the partials in a fixed tree, so their bits depend on the sizes only, never on the launch or the
  * device; sumsq_many does every tensor's chunks in one launch from a table and reads the n sums back at once, each
  * equal to what sumsq gives that tensor. The attention chooses its kernels here: the tensor-core ones (bf16, head
- * sizes 16/32/64/128) or the portable fp32 ones, which also emulate bf16 and fp16 by rounding their operands.
+ * sizes 16/32/64/128), which read bf16 qkv and dout (the tensors as they are when the model keeps them in bf16,
+ * else converted), or the portable fp32 ones, which read any type and also emulate bf16 and fp16 by rounding their
+ * operands; both write out and dqkv in their tensors' types. Activation arguments are typed (tensor.h) and go to
+ * the kernels as they are: each kernel reads and stores the types itself (k_common.cuh); `convert` is the kernel
+ * of the GEMM operands' conversions, timed as element-wise work (a copy between types the model asks for).
  * Sampling copies the logits to the host and draws there with the CPU backends' code (host_sample.c): one token's
  * logits are 200 KB, and the host's draw is the one every backend must agree with. */
 #include <math.h>
@@ -52,13 +56,13 @@ static void cu_position_backward(llm4d_backend *be, float *dwpe, const float *do
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_position_backward(cstream(be), dwpe, dout, N, C, T, tok0));
 }
 
-static void cu_layernorm_forward(llm4d_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static void cu_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
                                  const float *w, const float *b, int N, int C) {
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_layernorm_forward(cstream(be), out, mean, rstd, inp, w, b, N, C));
 }
 
-static void cu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
+static void cu_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
+                                  llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                   int C) {
     cuda_ctx *cx = cctx(be);
     const int nch = (N + LLM4D_CUDA_COL_ROWS - 1) / LLM4D_CUDA_COL_ROWS;
@@ -70,32 +74,36 @@ static void cu_layernorm_backward(llm4d_backend *be, float *dinp, float *dw, flo
     });
 }
 
-static void cu_gelu_forward(llm4d_backend *be, float *out, const float *inp, size_t n) {
+static void cu_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_gelu_forward(cstream(be), out, inp, n));
 }
 
-static void cu_gelu_backward(llm4d_backend *be, float *dinp, const float *inp, const float *dout, size_t n) {
+static void cu_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_gelu_backward(cstream(be), dinp, inp, dout, n));
 }
 
-static void cu_dropout_forward(llm4d_backend *be, float *out, const float *inp, int N, int C,
+/* the tensors a dropout mode does not use */
+static const llm4d_tensor NO_T = {NULL, LLM4D_F32};
+static const llm4d_ctensor NO_CT = {NULL, LLM4D_F32};
+
+static void cu_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
                                const llm4d_dropout *drop) {
-    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 0, out, NULL, inp, NULL, N, C, drop_of(drop)));
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 0, out, NO_T, inp, NO_CT, N, C, drop_of(drop)));
 }
 
-static void cu_dropout_backward(llm4d_backend *be, float *dinp, const float *dout, int N, int C,
+static void cu_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
                                 const llm4d_dropout *drop) {
-    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 1, dinp, NULL, dout, NULL, N, C, drop_of(drop)));
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 1, dinp, NO_T, dout, NO_CT, N, C, drop_of(drop)));
 }
 
-static void cu_dropout_add_forward(llm4d_backend *be, float *out, const float *res, const float *x, int N, int C,
-                                   const llm4d_dropout *drop) {
-    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 2, out, NULL, res, x, N, C, drop_of(drop)));
+static void cu_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
+                                   int C, const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 2, out, NO_T, res, x, N, C, drop_of(drop)));
 }
 
-static void cu_dropout_add_backward(llm4d_backend *be, float *dres, float *dx, const float *dout, int N, int C,
-                                    const llm4d_dropout *drop) {
-    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 3, dres, dx, dout, NULL, N, C, drop_of(drop)));
+static void cu_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
+                                    int C, const llm4d_dropout *drop) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_dropout(cstream(be), 3, dres, dx, dout, NO_CT, N, C, drop_of(drop)));
 }
 
 static void cu_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
@@ -106,6 +114,10 @@ static void cu_scale(llm4d_backend *be, float *x, float s, size_t n) {
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_scale(cstream(be), x, s, n));
 }
 
+static void cu_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_convert(cstream(be), dst, src, n, LLM4D_ACT_NONE));
+}
+
 static void cu_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
     if (j1 <= j0) return;
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_init_param(cstream(be), dst, *spec, j0, j1));
@@ -114,7 +126,7 @@ static void cu_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *
 /* ---------------------------------------------------------------------------------------------------------- */
 /* cross-entropy */
 
-static void cu_xent_forward(llm4d_backend *be, float *stats, const float *logits, const int32_t *targets, int N,
+static void cu_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
                             int Vl, int v0, int V, int merge) {
     TIMED(be, LLM4D_WORK_LOSS, llm4d_k_xent_forward(cstream(be), stats, logits, targets, N, Vl, v0, V, merge));
 }
@@ -123,7 +135,7 @@ static void cu_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, 
     TIMED(be, LLM4D_WORK_LOSS, llm4d_k_xent_rescale(cstream(be), stats, gmax, N));
 }
 
-static void cu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, const float *logits,
+static void cu_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
                              const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
                              int V) {
     TIMED(be, LLM4D_WORK_LOSS,
@@ -133,18 +145,29 @@ static void cu_xent_backward(llm4d_backend *be, float *losses, float *dlogits, c
 /* ---------------------------------------------------------------------------------------------------------- */
 /* attention */
 
-static int use_mma(const cuda_ctx *cx, int HS) {
-    return cx->fmt == LLM4D_CUDA_BF16 && !cx->attn_simt_only && llm4d_k_attn_mma_ok(HS);
+/* The tensor-core kernels: bf16 operands, a head size they take, and 16-bit outputs whose column pairs are 4-byte
+ * aligned (k_attn_mma.cu stores them in pairs). */
+static int use_mma(const cuda_ctx *cx, int HS, llm4d_tensor out) {
+    return cx->fmt == LLM4D_BF16 && !cx->attn_simt_only && llm4d_k_attn_mma_ok(HS) &&
+           (out.t == LLM4D_F32 || (uintptr_t)out.p % 4 == 0);
 }
 
-static void cu_attention_forward(llm4d_backend *be, float *out, float *lse, const float *qkv, llm4d_attn_shape s,
-                                 const llm4d_dropout *drop) {
+/* t (n elements) in bf16, 16-byte aligned, as the tensor-core kernels read it: t itself when it is, else converted
+ * (or copied to alignment) into workspace w */
+static const void *bf16_of(llm4d_backend *be, int w, llm4d_ctensor t, size_t n) {
+    if (t.t == LLM4D_BF16 && (uintptr_t)t.p % 16 == 0) return t.p;
+    void *d = llm4d_cuda_ws(cctx(be), w, n * 2);
+    TIMED(be, LLM4D_WORK_ATTN, llm4d_k_convert(cstream(be), llm4d_t(d, LLM4D_BF16), t, n, LLM4D_ACT_NONE));
+    return d;
+}
+
+static void cu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
+                                 llm4d_attn_shape s, const llm4d_dropout *drop) {
     cuda_ctx *cx = cctx(be);
     const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS;
     LLM4D_ASSERT(llm4d_k_attn_simt_ok(s.HS), "cuda: attention head size %d is beyond the kernels' 256", s.HS);
-    if (use_mma(cx, s.HS)) { /* two stretches, so the sites table tells the conversion from the kernel */
-        void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2);
-        TIMED(be, LLM4D_WORK_ATTN, llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE));
+    if (use_mma(cx, s.HS, out)) { /* two stretches, so the sites table tells the conversion from the kernel */
+        const void *q16 = bf16_of(be, WS_OP0, qkv, n);
         TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_forward_mma(cstream(be), out, lse, q16, s, drop_of(drop)));
     } else {
         TIMED(be, LLM4D_WORK_ATTN,
@@ -152,22 +175,18 @@ static void cu_attention_forward(llm4d_backend *be, float *out, float *lse, cons
     }
 }
 
-static void cu_attention_backward(llm4d_backend *be, float *dqkv, const float *dout, const float *out,
-                                  const float *qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
+static void cu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
+                                  llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     cuda_ctx *cx = cctx(be);
     const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
     float *D = llm4d_cuda_ws(cx, WS_PART, (size_t)s.B * s.NH * s.T * sizeof(float));
     TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_rowdot(cstream(be), D, dout, out, s));
-    if (use_mma(cx, s.HS)) {
-        void *q16 = llm4d_cuda_ws(cx, WS_OP0, n * 2), *d16 = llm4d_cuda_ws(cx, WS_OP1, nout * 2);
-        TIMED(be, LLM4D_WORK_ATTN, {
-            llm4d_k_convert(cstream(be), q16, LLM4D_CUDA_BF16, qkv, n, LLM4D_ACT_NONE);
-            llm4d_k_convert(cstream(be), d16, LLM4D_CUDA_BF16, dout, nout, LLM4D_ACT_NONE);
-        });
+    if (use_mma(cx, s.HS, dqkv)) {
+        const void *q16 = bf16_of(be, WS_OP0, qkv, n), *d16 = bf16_of(be, WS_OP1, dout, nout);
         TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_backward_mma(cstream(be), dqkv, d16, q16, lse, D, s, drop_of(drop)));
     } else {
         TIMED(be, LLM4D_WORK_ATTN,
-              llm4d_k_attn_backward_simt(cstream(be), dqkv, dout, out, qkv, lse, D, s, drop_of(drop), cx->fmt));
+              llm4d_k_attn_backward_simt(cstream(be), dqkv, dout, qkv, lse, D, s, drop_of(drop), cx->fmt));
     }
 }
 
@@ -352,6 +371,6 @@ void llm4d_cuda_ops_install(llm4d_backend *be) {
     be->dropout_add_forward = cu_dropout_add_forward, be->dropout_add_backward = cu_dropout_add_backward;
     be->xent_forward = cu_xent_forward, be->xent_rescale = cu_xent_rescale, be->xent_backward = cu_xent_backward;
     be->adamw = cu_adamw, be->sumsq = cu_sumsq, be->sumsq_many = cu_sumsq_many;
-    be->dot = cu_dot, be->dot_acc = cu_dot_acc, be->add = cu_add, be->scale = cu_scale;
+    be->dot = cu_dot, be->dot_acc = cu_dot_acc, be->add = cu_add, be->scale = cu_scale, be->convert = cu_convert;
     be->init_param = cu_init_param, be->attention_cached = cu_attention_cached, be->sample = cu_sample;
 }

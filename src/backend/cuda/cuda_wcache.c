@@ -16,7 +16,7 @@
 typedef struct {
     const float *src;
     size_t n;
-    llm4d_cuda_fmt fmt;
+    llm4d_ftype fmt;
     void *dst; /* device memory, n elements of fmt */
     size_t bytes;
     int valid;
@@ -45,7 +45,7 @@ static void drop_entry(cuda_ctx *cx, int i) {
 }
 
 const void *llm4d_cuda_weight(cuda_ctx *cx, const float *w, size_t n) {
-    if (cx->fmt == LLM4D_CUDA_F32 || n == 0) return w;
+    if (cx->fmt == LLM4D_F32 || n == 0) return w;
     if (!cx->wc) {
         cx->wc = calloc(1, sizeof *cx->wc);
         LLM4D_ASSERT(cx->wc != NULL, "out of memory for the weight copies' table%s", "");
@@ -73,13 +73,13 @@ const void *llm4d_cuda_weight(cuda_ctx *cx, const float *w, size_t n) {
         e->src = w;
         e->n = n;
         e->fmt = cx->fmt;
-        e->bytes = n * llm4d_cuda_fmt_bytes(cx->fmt);
+        e->bytes = n * llm4d_ftype_size(cx->fmt);
         e->dst = llm4d_cuda_dev_alloc(cx, e->bytes);
         LLM4D_ASSERT(e->dst != NULL, "cuda: out of device memory for a %zu-byte weight copy", e->bytes);
         wc->bytes += e->bytes;
     }
     const int m = llm4d_cuda_work_begin(cx, LLM4D_WORK_CONVERT);
-    llm4d_k_convert(cx->stream[LLM4D_STREAM_COMPUTE], e->dst, e->fmt, w, n, LLM4D_ACT_NONE);
+    llm4d_k_convert(cx->stream[LLM4D_STREAM_COMPUTE], llm4d_t(e->dst, e->fmt), llm4d_ct32(w), n, LLM4D_ACT_NONE);
     CU_LAUNCHED();
     llm4d_cuda_work_end(cx, m);
     e->valid = 1;
@@ -122,7 +122,7 @@ int llm4d_cuda_wcache_spans(cuda_ctx *cx, const float *p, size_t n, llm4d_cuda_s
         const size_t lo = e->src > p ? (size_t)(e->src - p) : 0;
         const size_t hi = e->src + e->n < p + n ? (size_t)(e->src + e->n - p) : n;
         const size_t off = (size_t)(p + lo - e->src);
-        wc->spans[k++] = (llm4d_cuda_span){lo, hi, (char *)e->dst + off * llm4d_cuda_fmt_bytes(e->fmt), (int)e->fmt};
+        wc->spans[k++] = (llm4d_cuda_span){lo, hi, (char *)e->dst + off * llm4d_ftype_size(e->fmt), (int)e->fmt};
     }
     *out = wc->spans;
     return k;
@@ -135,7 +135,7 @@ double llm4d_cuda_wcache_refreshed(cuda_ctx *cx, const float *p, size_t n) {
         wc_entry *e = &cx->wc->e[i];
         if (!overlaps(e, p, n * sizeof(float))) continue;
         const float *lo = e->src > p ? e->src : p, *hi = e->src + e->n < p + n ? e->src + e->n : p + n;
-        bytes += (double)(hi - lo) * (double)llm4d_cuda_fmt_bytes(e->fmt);
+        bytes += (double)(hi - lo) * (double)llm4d_ftype_size(e->fmt);
         if (e->valid) continue; /* rewritten in step with its master */
         e->refreshed += (size_t)(hi - lo);
         if (e->refreshed >= e->n) e->valid = 1;

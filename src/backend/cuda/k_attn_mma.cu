@@ -15,8 +15,10 @@
 // Backward is two kernels, so that no gradient needs atomics: dQ (query rows: S, P, dP~ = dout V^T, dS,
 // dQ += dS K) and dK/dV (key rows: S^T = K Q^T, dV += P~^T dout, dP~^T = V dout^T, dK += dS^T Q), each
 // double-buffering its tiles as the forward does. The probabilities and score gradients are rounded to bf16
-// before their products, as the CPU's bf16 attention rounds them. Q, K, V and dout arrive already in bf16
-// (llm4d_k_convert), in qkv's layout.
+// before their products, as the CPU's bf16 attention rounds them. Q, K, V and dout arrive in bf16, in qkv's layout
+// (the model's O2 tensors as they are, or converted by llm4d_k_convert). Out and dqkv are stored in their own types
+// (k_common.cuh's TY, a template parameter of each kernel): bf16 under O2, each pair of a lane's adjacent columns
+// one 4-byte store; fp32 as always.
 // Dropout: the word of core/rng.h's Philox at each probability's position (kidx.h), the CPU's mask.
 #include "backend/cuda/k_common.cuh"
 #include "backend/cuda/kidx.h"
@@ -52,6 +54,24 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// elements i and i + 1 of a tensor of type t (i even and, in 16 bits, the tensor 4-byte aligned: one store)
+template <bool TY>
+__device__ __forceinline__ void st2x(void *p, int t, size_t i, float a, float b) {
+    if constexpr (TY) {
+        if (t == LLM4D_BF16) {
+            *reinterpret_cast<__nv_bfloat162 *>(static_cast<bf16 *>(p) + i) = __floats2bfloat162_rn(a, b);
+            return;
+        }
+        if (t == LLM4D_F16) {
+            *reinterpret_cast<__half2 *>(static_cast<__half *>(p) + i) = __floats2half2_rn(a, b);
+            return;
+        }
+    }
+    float *f = static_cast<float *>(p);
+    f[i] = a;
+    f[i + 1] = b;
+}
 
 // rows [r0, r0 + ROWS) of one head's part (head points at row 0 of it; rows C3 apart) into dst[ROWS][HS + 8]
 template <int HS, int ROWS>
@@ -200,8 +220,8 @@ constexpr size_t fwd_smem() {
     return (size_t)(5 * BR * (HS + 8)) * sizeof(bf16); // Q, and K and V twice
 }
 
-template <int HS>
-__global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *qkv, geo g, llm4d_dropout dr) {
+template <int HS, bool TY>
+__global__ void __launch_bounds__(NT) fwd_k(llm4d_tensor out, float *lse, const bf16 *qkv, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem), *KV = Qs + BR * LD; // KV: buffer i's K at 2 i, its V at 2 i + 1
@@ -280,12 +300,10 @@ __global__ void __launch_bounds__(NT) fwd_k(float *out, float *lse, const bf16 *
         l[r] += __shfl_xor_sync(kFull, l[r], 2);
         if (rows[r] >= g.T) continue;
         const float inv = 1.0f / l[r];
-        float *y = out + ((size_t)b * g.T + rows[r]) * g.C + h * g.HS;
+        const size_t y = ((size_t)b * g.T + rows[r]) * g.C + h * g.HS;
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++) {
-            y[dt * 8 + 2 * tq] = o[dt][2 * r] * inv;
-            y[dt * 8 + 2 * tq + 1] = o[dt][2 * r + 1] * inv;
-        }
+        for (int dt = 0; dt < DT; dt++)
+            st2x<TY>(out.p, out.t, y + dt * 8 + 2 * tq, o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
         if (tq == 0) lse[(size_t)bh * g.T + rows[r]] = m[r] + logf(l[r]);
     }
 }
@@ -296,8 +314,8 @@ constexpr size_t dq_smem() {
     return (size_t)(2 * BR * (HS + 8) + 4 * KW * (HS + 8)) * sizeof(bf16); // Q, dout; K and V twice
 }
 
-template <int HS, int KW>
-__global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+template <int HS, int KW, bool TY>
+__global__ void __launch_bounds__(NT) dq_k(llm4d_tensor dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                                            const float *D, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -362,12 +380,10 @@ __global__ void __launch_bounds__(NT) dq_k(float *dqkv, const bf16 *dout, const 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (rows[r] >= g.T) continue;
-        float *y = dqkv + ((size_t)b * g.T + rows[r]) * g.C3 + h * g.HS;
+        const size_t y = ((size_t)b * g.T + rows[r]) * g.C3 + h * g.HS;
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++) {
-            y[dt * 8 + 2 * tq] = dq[dt][2 * r];
-            y[dt * 8 + 2 * tq + 1] = dq[dt][2 * r + 1];
-        }
+        for (int dt = 0; dt < DT; dt++)
+            st2x<TY>(dqkv.p, dqkv.t, y + dt * 8 + 2 * tq, dq[dt][2 * r], dq[dt][2 * r + 1]);
     }
 }
 
@@ -378,8 +394,8 @@ constexpr size_t dkdv_smem() {
            4 * QW * sizeof(float);
 }
 
-template <int HS, int QW>
-__global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+template <int HS, int QW, bool TY>
+__global__ void __launch_bounds__(NT) dkdv_k(llm4d_tensor dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                                              const float *D, geo g, llm4d_dropout dr) {
     constexpr int LD = HS + 8, DT = HS / 8;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -453,35 +469,54 @@ __global__ void __launch_bounds__(NT) dkdv_k(float *dqkv, const bf16 *dout, cons
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (keys[r] >= g.T) continue;
-        float *y = dqkv + ((size_t)b * g.T + keys[r]) * g.C3 + h * g.HS;
+        const size_t y = ((size_t)b * g.T + keys[r]) * g.C3 + h * g.HS;
 #pragma unroll
         for (int dt = 0; dt < DT; dt++) {
-            y[g.C + dt * 8 + 2 * tq] = dk[dt][2 * r];
-            y[g.C + dt * 8 + 2 * tq + 1] = dk[dt][2 * r + 1];
-            y[2 * g.C + dt * 8 + 2 * tq] = dv[dt][2 * r];
-            y[2 * g.C + dt * 8 + 2 * tq + 1] = dv[dt][2 * r + 1];
+            st2x<TY>(dqkv.p, dqkv.t, y + g.C + dt * 8 + 2 * tq, dk[dt][2 * r], dk[dt][2 * r + 1]);
+            st2x<TY>(dqkv.p, dqkv.t, y + 2 * g.C + dt * 8 + 2 * tq, dv[dt][2 * r], dv[dt][2 * r + 1]);
         }
     }
 }
 
-template <int HS>
-void forward(cudaStream_t s, float *out, float *lse, const bf16 *qkv, const geo &g, const llm4d_dropout &dr) {
+template <int HS, bool TY>
+void forward(cudaStream_t s, llm4d_tensor out, float *lse, const bf16 *qkv, const geo &g, const llm4d_dropout &dr) {
     constexpr size_t sm = fwd_smem<HS>();
-    cudaFuncSetAttribute(fwd_k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    cudaFuncSetAttribute(fwd_k<HS, TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     const dim3 grid((g.T + BR - 1) / BR, g.B * g.NH);
-    fwd_k<HS><<<grid, NT, sm, s>>>(out, lse, qkv, g, dr);
+    fwd_k<HS, TY><<<grid, NT, sm, s>>>(out, lse, qkv, g, dr);
 }
 
-template <int HS>
-void backward(cudaStream_t s, float *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+template <int HS, bool TY>
+void backward(cudaStream_t s, llm4d_tensor dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
               const geo &g, const llm4d_dropout &dr) {
     constexpr int W = HS >= 128 ? 32 : 64;
     constexpr size_t sq = dq_smem<HS, W>(), skv = dkdv_smem<HS, W>();
-    cudaFuncSetAttribute(dq_k<HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq);
-    cudaFuncSetAttribute(dkdv_k<HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv);
+    cudaFuncSetAttribute(dq_k<HS, W, TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq);
+    cudaFuncSetAttribute(dkdv_k<HS, W, TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv);
     const dim3 grid((g.T + BR - 1) / BR, g.B * g.NH);
-    dq_k<HS, W><<<grid, NT, sq, s>>>(dqkv, dout, qkv, lse, D, g, dr);
-    dkdv_k<HS, W><<<grid, NT, skv, s>>>(dqkv, dout, qkv, lse, D, g, dr);
+    dq_k<HS, W, TY><<<grid, NT, sq, s>>>(dqkv, dout, qkv, lse, D, g, dr);
+    dkdv_k<HS, W, TY><<<grid, NT, skv, s>>>(dqkv, dout, qkv, lse, D, g, dr);
+}
+
+template <bool TY>
+void forward_hs(cudaStream_t s, llm4d_tensor out, float *lse, const bf16 *q, const geo &g, const llm4d_dropout &dr) {
+    switch (g.HS) {
+    case 16: forward<16, TY>(s, out, lse, q, g, dr); break;
+    case 32: forward<32, TY>(s, out, lse, q, g, dr); break;
+    case 64: forward<64, TY>(s, out, lse, q, g, dr); break;
+    default: forward<128, TY>(s, out, lse, q, g, dr); break;
+    }
+}
+
+template <bool TY>
+void backward_hs(cudaStream_t s, llm4d_tensor dqkv, const bf16 *y, const bf16 *q, const float *lse, const float *D,
+                 const geo &g, const llm4d_dropout &dr) {
+    switch (g.HS) {
+    case 16: backward<16, TY>(s, dqkv, y, q, lse, D, g, dr); break;
+    case 32: backward<32, TY>(s, dqkv, y, q, lse, D, g, dr); break;
+    case 64: backward<64, TY>(s, dqkv, y, q, lse, D, g, dr); break;
+    default: backward<128, TY>(s, dqkv, y, q, lse, D, g, dr); break;
+    }
 }
 
 } // namespace
@@ -490,30 +525,22 @@ extern "C" {
 
 int llm4d_k_attn_mma_ok(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
 
-void llm4d_k_attn_forward_mma(cudaStream_t s, float *out, float *lse, const void *qkv16, llm4d_attn_shape sh,
+void llm4d_k_attn_forward_mma(cudaStream_t s, llm4d_tensor out, float *lse, const void *qkv16, llm4d_attn_shape sh,
                               llm4d_dropout drop) {
     if (sh.B <= 0 || sh.T <= 0 || sh.NH <= 0) return;
     const geo g = geo_of(sh);
     const bf16 *q = static_cast<const bf16 *>(qkv16);
-    switch (sh.HS) {
-    case 16: forward<16>(s, out, lse, q, g, drop); break;
-    case 32: forward<32>(s, out, lse, q, g, drop); break;
-    case 64: forward<64>(s, out, lse, q, g, drop); break;
-    default: forward<128>(s, out, lse, q, g, drop); break;
-    }
+    if (out.t != LLM4D_F32) forward_hs<true>(s, out, lse, q, g, drop);
+    else forward_hs<false>(s, out, lse, q, g, drop);
 }
 
-void llm4d_k_attn_backward_mma(cudaStream_t s, float *dqkv, const void *dout16, const void *qkv16, const float *lse,
-                               const float *D, llm4d_attn_shape sh, llm4d_dropout drop) {
+void llm4d_k_attn_backward_mma(cudaStream_t s, llm4d_tensor dqkv, const void *dout16, const void *qkv16,
+                               const float *lse, const float *D, llm4d_attn_shape sh, llm4d_dropout drop) {
     if (sh.B <= 0 || sh.T <= 0 || sh.NH <= 0) return;
     const geo g = geo_of(sh);
     const bf16 *q = static_cast<const bf16 *>(qkv16), *y = static_cast<const bf16 *>(dout16);
-    switch (sh.HS) {
-    case 16: backward<16>(s, dqkv, y, q, lse, D, g, drop); break;
-    case 32: backward<32>(s, dqkv, y, q, lse, D, g, drop); break;
-    case 64: backward<64>(s, dqkv, y, q, lse, D, g, drop); break;
-    default: backward<128>(s, dqkv, y, q, lse, D, g, drop); break;
-    }
+    if (dqkv.t != LLM4D_F32) backward_hs<true>(s, dqkv, y, q, lse, D, g, drop);
+    else backward_hs<false>(s, dqkv, y, q, lse, D, g, drop);
 }
 
 } // extern "C"

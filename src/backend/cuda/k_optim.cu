@@ -47,7 +47,7 @@ __global__ void adamw_k(float *p, float *g, float *m, float *v, size_t n, llm4d_
                 if (sp.s[mid].lo <= i) lo = mid;
                 else hi = mid - 1;
             }
-            if (sp.s[lo].lo <= i && i < sp.s[lo].hi) store_fmt(sp.s[lo].dst, sp.s[lo].fmt, i - sp.s[lo].lo, pn);
+            if (sp.s[lo].lo <= i && i < sp.s[lo].hi) st_t(sp.s[lo].dst, sp.s[lo].fmt, i - sp.s[lo].lo, pn);
         }
     }
 }
