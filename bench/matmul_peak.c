@@ -141,39 +141,54 @@ static double best_of(int reps, void (*fn)(void *), void *arg) {
 typedef struct {
     llm4d_backend *be;
     int N, C, OC;
-    float *inp, *w, *b, *out, *dout, *dinp, *dw, *db;
+    llm4d_ftype t; /* the activations' type: fp32, or bf16 as AMP O2 keeps them */
+    float *w, *b, *dw, *db;
+    void *inp, *out, *dout, *dinp;
 } lin_args;
 
 static void lin_fwd(void *p) {
     lin_args *a = p;
-    a->be->linear_forward(a->be, llm4d_t32(a->out), llm4d_ct32(a->inp), a->w, a->b, a->N, a->C, a->OC);
+    a->be->linear_forward(a->be, llm4d_t(a->out, a->t), llm4d_ct(a->inp, a->t), a->w, a->b, a->N, a->C, a->OC);
 }
 
+/* fp32: the input gradient added, as before tensors had types; O2: written, as a block's layers do */
 static void lin_bwd(void *p) {
     lin_args *a = p;
-    a->be->linear_backward(a->be, llm4d_t32(a->dinp), LLM4D_ADD, a->dw, a->db, llm4d_ct32(a->dout), llm4d_ct32(a->inp),
-                           a->w, a->N, a->C, a->OC);
+    a->be->linear_backward(a->be, llm4d_t(a->dinp, a->t), a->t == LLM4D_F32 ? LLM4D_ADD : LLM4D_WRITE, a->dw, a->db,
+                           llm4d_ct(a->dout, a->t), llm4d_ct(a->inp, a->t), a->w, a->N, a->C, a->OC);
 }
 
-/* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
-static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, const char *prec, double peak, int reps) {
-    lin_args a = {be, N, C, OC, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    a.inp = xalloc((size_t)N * C * 4), a.w = xalloc((size_t)OC * C * 4), a.b = bias ? xalloc((size_t)OC * 4) : NULL;
-    a.out = xalloc((size_t)N * OC * 4), a.dout = xalloc((size_t)N * OC * 4), a.dinp = xalloc((size_t)N * C * 4);
+/* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak; t the type of the
+ * activations (bf16: AMP O2's, read and written in place where the GEMM's operands are bf16) */
+static void bench_linear_t(llm4d_backend *be, int N, int C, int OC, int bias, const char *prec, double peak, int reps,
+                           llm4d_ftype t) {
+    lin_args a = {be, N, C, OC, t, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    const size_t es = llm4d_ftype_size(t);
+    float *inp = xalloc((size_t)N * C * 4), *dout = xalloc((size_t)N * OC * 4);
+    a.inp = xalloc((size_t)N * C * es), a.w = xalloc((size_t)OC * C * 4), a.b = bias ? xalloc((size_t)OC * 4) : NULL;
+    a.out = xalloc((size_t)N * OC * es), a.dout = xalloc((size_t)N * OC * es), a.dinp = xalloc((size_t)N * C * es);
     a.dw = xalloc((size_t)OC * C * 4), a.db = bias ? xalloc((size_t)OC * 4) : NULL;
-    fill_f32(a.inp, (size_t)N * C, 3);
+    fill_f32(inp, (size_t)N * C, 3);
     fill_f32(a.w, (size_t)OC * C, 4);
     if (bias) fill_f32(a.b, OC, 5), memset(a.db, 0, (size_t)OC * 4);
-    fill_f32(a.dout, (size_t)N * OC, 6);
-    memset(a.dinp, 0, (size_t)N * C * 4);
+    fill_f32(dout, (size_t)N * OC, 6);
+    for (size_t i = 0; i < (size_t)N * C; i++) llm4d_ftype_set(llm4d_t(a.inp, t), i, inp[i]);
+    for (size_t i = 0; i < (size_t)N * OC; i++) llm4d_ftype_set(llm4d_t(a.dout, t), i, dout[i]);
+    memset(a.dinp, 0, (size_t)N * C * es);
     memset(a.dw, 0, (size_t)OC * C * 4);
     double flop = 2.0 * N * C * OC;
     double tf = best_of(reps, lin_fwd, &a), tb = best_of(reps, lin_bwd, &a);
-    printf("linear%s%s N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms %.1f "
-           "GFLOP/s (%.0f%%)\n",
-           strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", N, C, OC, bias, tf * 1e3,
-           flop / tf / 1e9, 100 * flop / tf / 1e9 / peak, tb * 1e3, 2 * flop / tb / 1e9, 100 * 2 * flop / tb / 1e9 / peak);
+    printf("linear%s%s%s N=%d C=%d OC=%d bias=%d: forward %.1f ms %.1f GFLOP/s (%.0f%% of peak), backward %.1f ms "
+           "%.1f GFLOP/s (%.0f%%)\n",
+           strcmp(prec, "fp32") ? " " : "", strcmp(prec, "fp32") ? prec : "", t == LLM4D_F32 ? "" : " O2", N, C, OC,
+           bias, tf * 1e3, flop / tf / 1e9, 100 * flop / tf / 1e9 / peak, tb * 1e3, 2 * flop / tb / 1e9,
+           100 * 2 * flop / tb / 1e9 / peak);
+    free(inp), free(dout);
     free(a.inp), free(a.w), free(a.b), free(a.out), free(a.dout), free(a.dinp), free(a.dw), free(a.db);
+}
+
+static void bench_linear(llm4d_backend *be, int N, int C, int OC, int bias, const char *prec, double peak, int reps) {
+    bench_linear_t(be, N, C, OC, bias, prec, peak, reps, LLM4D_F32);
 }
 
 typedef struct {
@@ -275,11 +290,14 @@ int main(int argc, char **argv) {
         bench_linear(be, ntok, 768, 3072, 1, "fp32", f32, reps); /* MLP up */
         bench_linear(be, ntok, 3072, 768, 1, "fp32", f32, reps); /* MLP down */
         if (has_bf16 && be->set_precision(be, LLM4D_PREC_BF16, &err) == LLM4D_OK) {
-            bench_linear(be, ntok, 768, 2304, 1, "bf16", bf16, reps);
-            bench_linear(be, ntok, 768, 768, 1, "bf16", bf16, reps);
-            bench_linear(be, ntok, 768, 3072, 1, "bf16", bf16, reps);
-            bench_linear(be, ntok, 3072, 768, 1, "bf16", bf16, reps);
-            if (lmhead) bench_linear(be, ntok < 512 ? ntok : 512, 768, 50304, 0, "bf16", bf16, reps);
+            for (int o2 = 0; o2 <= 1; o2++) { /* fp32 activations (O1), then bf16 ones (O2) */
+                const llm4d_ftype t = o2 ? LLM4D_BF16 : LLM4D_F32;
+                bench_linear_t(be, ntok, 768, 2304, 1, "bf16", bf16, reps, t);
+                bench_linear_t(be, ntok, 768, 768, 1, "bf16", bf16, reps, t);
+                bench_linear_t(be, ntok, 768, 3072, 1, "bf16", bf16, reps, t);
+                bench_linear_t(be, ntok, 3072, 768, 1, "bf16", bf16, reps, t);
+                if (lmhead) bench_linear_t(be, ntok < 512 ? ntok : 512, 768, 50304, 0, "bf16", bf16, reps, t);
+            }
             be->set_precision(be, LLM4D_PREC_FP32, &err);
         }
     }

@@ -104,4 +104,74 @@ static inline void cmp_lowp(const char *what, const float *gpu, const float *cpu
 
 static inline int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+/* ---- typed test data (backend/tensor.h): buffers of fp32, bf16 or fp16, and comparisons by the type's ulp ---- */
+
+static inline size_t tbytes(size_t n, llm4d_ftype t) { return (n ? n : 1) * llm4d_ftype_size(t); }
+
+/* h's values rounded to type t in a new host buffer of that type (h NULL: zeros) */
+static inline void *host_t(const float *h, size_t n, llm4d_ftype t) {
+    void *p = calloc(1, tbytes(n, t));
+    if (!p) exit(1);
+    for (size_t i = 0; h && i < n; i++) llm4d_ftype_set(llm4d_t(p, t), i, h[i]);
+    return p;
+}
+
+/* a typed buffer's values as fp32 */
+static inline float *widen(const void *p, size_t n, llm4d_ftype t) {
+    float *f = falloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = llm4d_ftype_get(llm4d_ct(p, t), i);
+    return f;
+}
+
+/* h rounded to t, in device memory (h NULL: zeros); and a device buffer of type t brought back as fp32 */
+static inline void *up_t(const float *h, size_t n, llm4d_ftype t) {
+    void *x = host_t(h, n, t), *d = up_bytes(x, tbytes(n, t));
+    free(x);
+    return d;
+}
+static inline float *got_t(const void *d, size_t n, llm4d_ftype t) {
+    void *x = host_t(NULL, n, t);
+    G->copy_async(G, x, d, tbytes(n, t), LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    float *f = widen(x, n, t);
+    free(x);
+    return f;
+}
+static inline void dfree_t(void *d, size_t n, llm4d_ftype t) { dfree(d, tbytes(n, t)); }
+
+/* One ulp of type t at magnitude x (fp32: 0, the tolerance covers it) */
+static inline double ulp_t(double x, llm4d_ftype t) {
+    int e;
+    frexp(fabs(x), &e); /* |x| = m 2^e, m in [0.5, 1) */
+    if (t == LLM4D_BF16) return ldexp(1.0, e - 8);
+    if (t == LLM4D_F16) return ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return 0.0;
+}
+
+/* every |a - b| within one ulp of t at the larger of the two, plus tol of max|b| */
+static inline void cmp_t(const char *what, const float *a, const float *b, size_t n, double tol, llm4d_ftype t) {
+    double den = 0.0, worst = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(b[i]) > den) den = fabs(b[i]);
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]), m = fabs(a[i]) > fabs(b[i]) ? fabs(a[i]) : fabs(b[i]);
+        bad += !(d <= ulp_t(m, t) + tol * den);
+        if (!(d <= worst)) worst = d;
+    }
+    check(bad == 0, "%s: %zu of %zu beyond one %s ulp + %.0e (largest difference %.2e of max %.2e)", what, bad, n,
+          llm4d_ftype_name(t), tol, worst, den);
+}
+
+/* cmp_lowp for an output of type t: one more ulp of a 16-bit t, normwise (2^-7 of max|oracle| in bf16, 2^-10 in
+ * fp16); an fp32 output must differ from the oracle's (the low-precision path ran), a rounded one may not */
+static inline void cmp_lowp_t(const char *what, const float *gpu, const float *cpu, const float *oracle, size_t n,
+                       llm4d_ftype t) {
+    const double eg = relerr(gpu, oracle, n), ec = relerr(cpu, oracle, n);
+    const double u = t == LLM4D_BF16 ? 0x1p-7 : t == LLM4D_F16 ? 0x1p-10 : 0.0;
+    check((t != LLM4D_F32 || eg > 0) && eg <= 2.0 * ec + u + 1e-6, "%s: rel err %.2e against the CPU backend's "
+          "%.2e in the same format", what, eg, ec);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
 #endif

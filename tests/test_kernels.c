@@ -26,6 +26,7 @@
 #include "core/rng.h"
 #include "attn_bound.h"
 #include "check.h"
+#include "xent_ranks.h"
 
 
 
@@ -630,16 +631,7 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
                 cpu->xent_forward(cpu, rk + 3 * (size_t)k * N, llm4d_ct32(part), tg, N, wk, v0, V, 0);
                 if (k < parts - 1) continue;
                 /* the ranks' combination: MAX of m, rescale, SUM of (s, y), in part order */
-                for (int i = 0; i < N; i++) {
-                    gmax[i] = -INFINITY;
-                    for (int q = 0; q < parts; q++) gmax[i] = fmaxf(gmax[i], rk[3 * (size_t)q * N + i]);
-                }
-                memset(sum, 0, 3 * N * sizeof(float));
-                for (int q = 0; q < parts; q++) {
-                    cpu->xent_rescale(cpu, rk + 3 * (size_t)q * N, gmax, N);
-                    for (int i = 0; i < 2 * N; i++) sum[N + i] += rk[3 * (size_t)q * N + N + i];
-                }
-                memcpy(sum, gmax, N * sizeof(float));
+                xent_combine_ranks(cpu, rk, parts, N, gmax, sum);
                 cpu->xent_backward(cpu, l3, llm4d_t32(NULL), llm4d_ct32(logits), on, tg, dloss, N, Vp, 0, V);
                 worst_on = relerr(l3, l2, N);
                 cpu->xent_backward(cpu, l3, llm4d_t32(NULL), llm4d_ct32(logits), sum, tg, dloss, N, Vp, 0, V);

@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "check.h"
+#include "xent_ranks.h"
 #include "typed.h"
 
 #define TOL 1e-5
@@ -387,16 +388,7 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
                     cpu->xent_forward(cpu, st, tb_ct(part), tg, N, wk, v0, V, k > 0);
                     cpu->xent_forward(cpu, rk + 3 * (size_t)k * N, tb_ct(part), tg, N, wk, v0, V, 0);
                     if (k < parts - 1) continue;
-                    for (int i = 0; i < N; i++) {
-                        gmax[i] = -INFINITY;
-                        for (int q = 0; q < parts; q++) gmax[i] = fmaxf(gmax[i], rk[3 * (size_t)q * N + i]);
-                    }
-                    memset(sum, 0, 3 * N * sizeof(float));
-                    for (int q = 0; q < parts; q++) {
-                        cpu->xent_rescale(cpu, rk + 3 * (size_t)q * N, gmax, N);
-                        for (int i = 0; i < 2 * N; i++) sum[N + i] += rk[3 * (size_t)q * N + N + i];
-                    }
-                    memcpy(sum, gmax, N * sizeof(float));
+                    xent_combine_ranks(cpu, rk, parts, N, gmax, sum);
                     cpu->xent_backward(cpu, l1, llm4d_t32(NULL), tb_ct(lg), st, tg, dloss, N, Vp, 0, V);
                     for (int i = 0; i < N; i++) worst_on = fmax(worst_on, fabs(l1[i] - lr[i]) / fmax(fabs(lr[i]), 1.0));
                     cpu->xent_backward(cpu, l1, llm4d_t32(NULL), tb_ct(lg), sum, tg, dloss, N, Vp, 0, V);
