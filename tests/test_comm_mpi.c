@@ -228,7 +228,7 @@ static void test_groups(rank_tally *t, llm4d_comm *w, int dp, int pp, int sh, in
 int main(int argc, char **argv) {
     llm4d_runtime rt;
     llm4d_err err = {0};
-    if (llm4d_runtime_init(&rt, &argc, &argv, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
+    if (llm4d_runtime_init(&rt, &argc, &argv, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, NULL, &err);
     rank_tally t = {.rank = rt.rank};
     if (rt.rank == 0)
         printf("world of %d on the %s backend (thread level %d)\n", rt.world_size, rt.world->ops->backend,

@@ -11,6 +11,11 @@
 # 4. Bad input: an HF directory with another activation, shapes that do not fit config.json, a missing tensor, an
 #    untied head, only pytorch_model.bin; a checkpoint that does not exist or has a flipped byte; an --out that
 #    cannot be written: exit 2, one line on stderr, and no checkpoint written.
+# 5. The tokenizer files: the export of a model with GPT-2's vocabulary (gpt2-tiny) holds vocab.json, merges.txt
+#    and tokenizer_config.json; tests/hf_gpt2_tokenizer.py loads them as transformers' GPT2Tokenizer does (not
+#    installed here) and checks their format, and its encoding of some texts against `llm4d tokenize`. The model
+#    above (vocabulary 1000) and a machine without the vocabulary get the weights alone, and the line says why;
+#    --vocab_dir naming no vocabulary, or one that does not fit the model, is refused before anything is written.
 set -u
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
@@ -42,8 +47,9 @@ check "the export holds config.json and model.safetensors" test -s hf/config.jso
 PROMPT="7 99 3 3 512 640 1 0 999 42 42 42 17 300 301 302 5 6 7 8 9 10 800 801 802 803 804 805 806 807"
 "$LLM4D" generate --ckpt ck --prompt_ids "$PROMPT" --max_new_tokens 20 --temperature 0 --dump_logits logits.bin \
     >gen.txt 2>gen.err
-check "llm4d generate ran (greedy, 20 new tokens after a 30-token prompt)" test "$(wc -w <gen.txt)" -eq 20
-echo "$PROMPT $(cat gen.txt)" >ids.txt
+check "llm4d generate ran (greedy: the 30-token prompt, then 20 new tokens)" \
+    bash -c '[[ $(wc -w <gen.txt) -eq 50 && "$(cut -d" " -f1-30 gen.txt)" == "$1" ]]' - "$PROMPT"
+cp gen.txt ids.txt
 pycheck check hf ids.txt logits.bin
 
 check "convert --from hf imports the export" "$LLM4D" convert --from hf --hf_dir hf --out back
@@ -95,5 +101,48 @@ refused "an --out that is a file is refused" "not a directory" "$LLM4D" convert 
 refused "--to and --from together are refused" "one of --to hf and --from" \
     "$LLM4D" convert --to hf --from hf --out x
 refused "an unknown --to is refused" "--to must be hf" "$LLM4D" convert --to onnx --ckpt ck --out x
+
+# ---- 5. the tokenizer files ----
+VOCAB=$(gpt2_vocab_dir)
+export LLM4D_VOCAB_DIR=$VOCAB
+check "convert --from init writes a model with GPT-2's vocabulary (gpt2-tiny)" \
+    "$LLM4D" convert --from init --out ck_gpt2 --model_name_or_path gpt2-tiny --seed 5
+"$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_gpt2 >export.out 2>&1
+check "its export writes the tokenizer files and says so: $(cat export.out)" \
+    grep -q "hf_gpt2/config.json, model.safetensors and the tokenizer's vocab.json, merges.txt, tokenizer_config.json" \
+    export.out
+"$PY" - <<'EOF'
+import json
+texts = ["Hello, world! It's a test.", "The quick brown fox jumps over the lazy dog 1234567 times...",
+         "  leading and trailing spaces  ", "tabs\tand\nnewlines\n\n  indented  line\n",
+         "they're we've I'm you'll he'd -- \"quoted\" (parenthesised) [bracketed] {braced}",
+         "emoji \U0001f642\U0001f680 and dashes \u2014 \u2013 and symbols \u2122 \u00a9 \u20ac 100",
+         "antidisestablishmentarianism supercalifragilisticexpialidocious pneumonoultramicroscopic",
+         "x" * 300 + " " + "ab" * 100, "def f(x):\n    return x ** 2  # comment\n", "a"]
+with open("texts.jsonl", "w") as f:
+    for t in texts:
+        f.write(json.dumps({"text": t}) + "\n")
+EOF
+"$LLM4D" tokenize --jsonl texts.jsonl >texts_ids.txt
+tok_out=$("$PY" "$SRC_DIR/tests/hf_gpt2_tokenizer.py" hf_gpt2 texts.jsonl texts_ids.txt "$VOCAB" 2>&1)
+echo "$tok_out"
+pass=$((pass + $(grep -c '^PASS' <<<"$tok_out")))
+fail=$((fail + $(grep -c '^FAIL' <<<"$tok_out")))
+grep -q '^PASS' <<<"$tok_out" || bad "tests/hf_gpt2_tokenizer.py ran"
+check "the export with the tokenizer files still imports" "$LLM4D" convert --from hf --hf_dir hf_gpt2 --out back_gpt2
+
+"$LLM4D" convert --to hf --ckpt ck --out hf_v1000 >v1000.out 2>&1
+check "a model whose vocabulary is not GPT-2's gets no tokenizer files, and the line says why: $(cat v1000.out)" \
+    bash -c 'test -s hf_v1000/model.safetensors -a ! -e hf_v1000/vocab.json -a ! -e hf_v1000/merges.txt &&
+             grep -q "no tokenizer files: the model.s vocabulary of 1000 tokens is not GPT-2.s 50257" v1000.out'
+LLM4D_VOCAB_DIR=$T/novocab "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_novocab >novocab.out 2>&1
+check "without the vocabulary the export is the weights alone, and the line says how to get it: $(cat novocab.out)" \
+    bash -c 'test -s hf_novocab/model.safetensors -a ! -e hf_novocab/vocab.json &&
+             grep -q "no tokenizer files: .*novocab/encoder.json.*fetch_gpt2_vocab.sh" novocab.out'
+refused "--vocab_dir naming no vocabulary is refused" "novocab/encoder.json" \
+    "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_nv --vocab_dir "$T/novocab"
+refused "--vocab_dir for a model of another vocabulary is refused" "vocabulary has 1000 tokens" \
+    "$LLM4D" convert --to hf --ckpt ck --out hf_nv2 --vocab_dir "$VOCAB"
+check "refused exports wrote nothing" test ! -e hf_nv -a ! -e hf_nv2
 
 finish

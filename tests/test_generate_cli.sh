@@ -2,11 +2,13 @@
 # test_generate_cli.sh — `llm4d generate` from the command line.
 #
 # On a random gpt2-tiny checkpoint (GPT-2's 50257-token vocabulary, 256 positions) written by `convert --from init`:
-#   - a text prompt is encoded with the GPT-2 tokenizer (the same ids as `llm4d tokenize`), the continuation is
-#     printed as text equal to `llm4d detokenize` of the ids --print_ids prints, and the stats line on stderr gives
-#     tokens/s;
+#   - a text prompt is encoded with the GPT-2 tokenizer (the same ids as `llm4d tokenize`); stdout is the prompt
+#     followed by its continuation (as Hugging Face's text-generation pipeline and Megatron's text generation give
+#     them): the text starts with the prompt as typed and equals `llm4d detokenize` of the ids --print_ids prints,
+#     which start with the prompt's ids; --continuation_only prints the continuation alone (the rest of that
+#     output); the stats line on stderr gives tokens/s; a refused input prints nothing on stdout;
 #   - greedy decoding of --prompt and of its --prompt_ids agree; sampling repeats with the same seed and changes
-#     with another; the output is one line of --max_new_tokens ids;
+#     with another; the output is one line of the prompt's ids and --max_new_tokens ids;
 #   - a prompt near the 256 positions stops at the limit and says so;
 #   - bad input exits 2 with one line: a checkpoint that does not exist, a flipped byte in its weights, a prompt
 #     longer than max_position_embeddings, an id outside the vocabulary, bad sampling settings, unknown options.
@@ -39,22 +41,42 @@ rc=$?
 check "generate --prompt runs (exit 0)" test $rc -eq 0
 check "the stats line on stderr gives the prompt's token count and tokens/s" \
     grep -q "prompt $(wc -w <<<"$IDS") tokens in .* generated 12 tokens in .* tokens/s" text.err
+N_PROMPT=$(wc -w <<<"$IDS")
+check "the text printed starts with the prompt as typed, and goes on" \
+    "$PY" -c "import sys; a = open('text.out', 'rb').read().rstrip(b'\n'); p = sys.argv[1].encode()
+sys.exit(0 if a.startswith(p) and len(a) > len(p) else 1)" "$TEXT"
 "$LLM4D" generate --ckpt ck --prompt "$TEXT" --max_new_tokens 12 --temperature 0 --print_ids >ids.out 2>/dev/null
 "$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 12 --temperature 0 >ids2.out 2>/dev/null
-check "--print_ids prints 12 ids" test "$(wc -w <ids.out)" -eq 12
+check "--print_ids prints the prompt's $N_PROMPT ids, then 12 new ones" \
+    bash -c '[[ $(wc -w <ids.out) -eq $(($1 + 12)) && "$(cut -d" " -f1-$1 ids.out)" == "$2" ]]' - "$N_PROMPT" "$IDS"
 check "--prompt and --prompt_ids of its tokenization give the same greedy ids" cmp -s ids.out ids2.out
 # the text printed is the decoding of the ids (generate ends its output with a newline)
 "$LLM4D" detokenize $(cat ids.out) >dec.out 2>/dev/null
 check "the text printed equals detokenize of the ids" \
     "$PY" -c "import sys; a = open('text.out', 'rb').read(); b = open('dec.out', 'rb').read()
 sys.exit(0 if a.rstrip(b'\n') == b.rstrip(b'\n') and len(a) > 1 else 1)"
+"$LLM4D" generate --ckpt ck --prompt "$TEXT" --max_new_tokens 12 --temperature 0 --continuation_only >cont.out \
+    2>/dev/null
+"$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 12 --temperature 0 --continuation_only \
+    >cont_ids.out 2>/dev/null
+check "--continuation_only prints the text after the prompt" \
+    "$PY" -c "import sys; a = open('text.out', 'rb').read(); b = open('cont.out', 'rb').read()
+sys.exit(0 if a == sys.argv[1].encode() + b and len(b) > 1 else 1)" "$TEXT"
+check "--continuation_only with ids prints the 12 new ids" \
+    bash -c '[[ "$(cat cont_ids.out)" == "$(cut -d" " -f$(($1 + 1))- ids.out)" && $(wc -w <cont_ids.out) -eq 12 ]]' \
+    - "$N_PROMPT"
+"$LLM4D" generate --ckpt nowhere --prompt "$TEXT" >refused.out 2>/dev/null
+"$LLM4D" generate --ckpt ck --prompt_ids "1 50257" >>refused.out 2>/dev/null
+check "a refused input prints nothing on stdout (not even the prompt): no checkpoint, an id outside the vocabulary" \
+    test ! -s refused.out
 
 for s in 1 1 2; do
     "$LLM4D" generate --ckpt ck --prompt_ids "$IDS" --max_new_tokens 16 --temperature 1.0 --top_k 0 --top_p 0.95 \
         --seed $s >"samp_$s.out" 2>/dev/null
     cp "samp_$s.out" "samp_${s}_$RANDOM.out"
 done
-check "sampling prints one line of 16 ids" test "$(wc -l <samp_1.out)" -eq 1 -a "$(wc -w <samp_1.out)" -eq 16
+check "sampling prints one line of the prompt's and 16 new ids" \
+    test "$(wc -l <samp_1.out)" -eq 1 -a "$(wc -w <samp_1.out)" -eq $((N_PROMPT + 16))
 check "sampling with the same seed repeats" bash -c 'set -- samp_1_*.out; cmp -s "$1" "$2"'
 check "sampling with another seed differs" bash -c '! cmp -s samp_1.out samp_2.out'
 check "sampling differs from greedy" bash -c '! cmp -s samp_1.out ids2.out'
@@ -65,8 +87,8 @@ check "top_k 1 is greedy" cmp -s topk1.out greedy16.out
 
 LONG=$("$PY" -c "print(' '.join(str(i * 7 % 50000) for i in range(250)))")
 "$LLM4D" generate --ckpt ck --prompt_ids "$LONG" --max_new_tokens 20 --temperature 0 >long.out 2>long.err
-check "a prompt of 250 tokens stops at the 256 positions: 7 tokens, and says so" \
-    bash -c "[[ \$(wc -w <long.out) -eq 7 ]] && grep -q 'max_position_embeddings are used up' long.err"
+check "a prompt of 250 tokens stops at the 256 positions: 7 new tokens after it, and says so" \
+    bash -c "[[ \$(wc -w <long.out) -eq 257 ]] && grep -q 'max_position_embeddings are used up' long.err"
 
 refused "a checkpoint that does not exist" "does not exist" \
     "$LLM4D" generate --ckpt nowhere --prompt_ids "1 2"

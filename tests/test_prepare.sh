@@ -5,8 +5,9 @@
 # (np.load for the npz; the .bin/.idx parsed by the published MMIDIDX layout), and the JavaScript encoder of
 # gpt-3-encoder gives the ids. Checked: npz and mmap outputs hold exactly the oracle's ids and lengths (EOS
 # appended, empty documents dropped); 1 and 2 workers, gzip'ed and plain input give identical files; text input
-# one document per line and split on blank lines; bad input (invalid UTF-8, invalid JSON, missing key, non-string
-# value, empty corpus, corrupt gzip) fails with one line naming the line, exit 2, and leaves no output behind.
+# one document per line and split on blank lines; the summary line gives the input's size (the text read, a small
+# input in bytes, not "0.0 MB"); bad input (invalid UTF-8, invalid JSON, missing key, non-string value, empty
+# corpus, corrupt gzip) fails with one line naming the line, exit 2, and leaves no output behind.
 set -euo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
@@ -144,6 +145,19 @@ assert (b['ids'] != 50256).all() and (b['lens'] == a['lens'] - 1).all()"
 n_kept=$(wc -l < "$TMP/stripped.jsonl")
 n_empty=$("$PY" -c "import json; print(sum(1 for l in open('$TMP/c.jsonl') if l.strip() and not json.loads(l)['text'].strip()))")
 check "summary line reports documents kept and dropped" bash -c "'$LLM4D' prepare-data --input '$TMP/c.jsonl' --output-prefix '$P/e' | grep -q 'prepare-data: $n_kept documents ($n_empty empty dropped)'"
+# the summary's size is the input's: every byte of text read (a .gz's decompressed, blank lines included), in a
+# unit that does not round a small corpus to nothing (it said "from 0.0 MB" for anything under 50 kB)
+printf '{"text": "hello world"}\n{"text": "another document"}\n' > "$TMP/small.jsonl"
+for f in small.jsonl c.jsonl c.jsonl.gz paras.txt; do
+    bytes=$(zcat -f "$TMP/$f" | wc -c)
+    want=$("$PY" -c "import sys; b = int(sys.argv[1])
+print(f'{b} bytes' if b < 1000 else f'{b / 1e3:.1f} kB' if b < 1e6 else f'{b / 1e6:.1f} MB')" "$bytes")
+    flags=()
+    [[ $f == *.txt ]] && flags=(--split-on-blank-lines)
+    summary=$("$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/size" "${flags[@]}" 2>&1 || true)
+    check "summary line gives the size of $f ($bytes bytes) as '$want': $summary" \
+        grep -q "^llm4d prepare-data: .* tokens from $want of text in " <<<"$summary"
+done
 
 # ---- bad input: one line, exit 2, no files left ------------------------------------------------------------------
 expect_fail() { # name pattern input [extra flags]: nothing may remain under the prefix

@@ -9,6 +9,10 @@
 #     peak; the two layouts' losses differ by less than 1e-5 in the equivalence table; the configuration shows
 #     the explicitly set keys;
 #   - the failed run's report: state failed, the last good step (4) marked and named, and the rank's error line;
+#   - what the report says in the units and terms the user gave (issue 43): Distributed.bucket_size_mb as 25 (the
+#     YAML's megabytes, also from a run.json of format 1, which held bytes), no fp16 loss-scale chart for fp32 runs
+#     (and one for a run that computed in fp16), the whole model's parameters against rank 0's part on a pipeline,
+#     and a schedule whose boxes too narrow for their label have none (not the label cut to its digits);
 #   - a run in progress (its metrics.jsonl's last line cut in half, its logs without the end-of-run tables and
 #     exit records): state in progress, the partial line left out;
 #   - the page is self-contained: no script, no stylesheet or image link, no url(), and a Content-Security-Policy
@@ -68,7 +72,7 @@ has_all() { # FILE PATTERN...: every pattern is in FILE
   shift
   for p in "$@"; do grep -q -- "$p" "$f" || { echo "  missing in $(basename "$f"): $p"; return 1; }; done
 }
-charts=(chart-loss-step chart-loss-tokens chart-lr chart-grad-norm chart-loss-scale chart-tokens-s chart-mfu
+charts=(chart-loss-step chart-loss-tokens chart-lr chart-grad-norm chart-tokens-s chart-mfu
         chart-step-time chart-step-shares chart-memory chart-grid)
 ids() { printf '<svg id="%s"\n' "$@"; }
 check "dp2 x pp2: every chart and the schedule" has_all "$tmp/grid.html" $(ids "${charts[@]}" chart-schedule chart-loss-delta)
@@ -86,6 +90,49 @@ check_if $(yes_if awk -v d="${delta:-1}" 'BEGIN { exit !(d + 0 < 1e-5) }') \
   "dp2 x pp2 against 1 process: max |loss difference| ${delta:-missing} < 1e-5 in the equivalence table"
 check "the configuration shows the keys set" has_all "$tmp/grid.html" '<tr class="set"><td>Distributed.pp_degree' \
   'Global.trace_steps'
+
+# ---- in the user's units and terms (issue 43) ---------------------------------------------------------------------
+mb() { grep -o '<td>Distributed.bucket_size_mb</td><td class="mono">[^<]*' "$1" | head -1 | sed 's/.*>//'; }
+check_if $(yes_if test "$(mb "$tmp/grid.html")" = 25) "bucket_size_mb in the megabytes the YAML gives: $(mb "$tmp/grid.html")"
+cp -r "$tmp/single/out" "$tmp/format1"
+/usr/bin/python3 - "$tmp/format1/run.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["format"] = "llm4d run 1"
+d["config"]["values"]["Distributed.bucket_size_mb"] = 26214400
+json.dump(d, open(sys.argv[1], "w"))
+PY
+"$LLM4D" report "$tmp/format1" -o "$tmp/format1.html" >/dev/null
+check_if $(yes_if test "$(mb "$tmp/format1.html")" = 25) "and from a run.json of format 1, which held bytes: $(mb "$tmp/format1.html")"
+check_if $(yes_if test "$(grep -c '<svg id="chart-loss-scale"' "$tmp/grid.html")" = 0) "fp32 runs: no fp16 loss-scale chart"
+check "fp32 runs: the page says why" has_all "$tmp/grid.html" "No loss-scale chart: no run here computed in fp16"
+cp -r "$tmp/single/out" "$tmp/fp16"
+/usr/bin/python3 - "$tmp/fp16" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1] + "/run.json"))
+d["machine"]["precision"] = "fp16"
+json.dump(d, open(sys.argv[1] + "/run.json", "w"))
+PY
+"$LLM4D" report "$tmp/fp16" -o "$tmp/fp16.html" >/dev/null
+check_if $(yes_if test "$(grep -c '<svg id="chart-loss-scale"' "$tmp/fp16.html")" = 1) "a run that computed in fp16: the loss-scale chart"
+check "the model's parameters: the whole model's, and rank 0's part of the pipeline" has_all "$tmp/grid.html" \
+  '[0-9]* parameters in the whole model (rank 0 holds [0-9]* of them'
+# a schedule of 40 narrow forward boxes (12 us of a 1 ms step: 12 px, under a label's width) and one wide backward
+mkdir -p "$tmp/narrow"
+/usr/bin/python3 - "$tmp/narrow/trace.rank0.json" <<'PY'
+import json, sys
+ev = [{"ph": "X", "name": "step 1", "cat": "step", "ts": 0, "dur": 1000, "pid": 0, "tid": 0}]
+ev += [{"ph": "X", "name": "F%d" % i, "cat": "compute", "ts": 25 * i, "dur": 12, "pid": 0, "tid": 0,
+        "args": {"mb": i}} for i in range(32)]
+ev += [{"ph": "X", "name": "B0", "cat": "compute", "ts": 800, "dur": 190, "pid": 0, "tid": 0, "args": {"mb": 0}}]
+json.dump({"traceEvents": ev, "otherData": {"rank": 0, "coords": {"dp": 0, "pp": 0, "sharding": 0, "mp": 0},
+           "pp_schedule": "none", "degrees": {"pp": 1}, "micro_batches": 32, "virtual_pp_degree": 1}},
+          open(sys.argv[1], "w"))
+PY
+"$LLM4D" report "$tmp/single/out" --trace "$tmp/narrow" -o "$tmp/narrow.html" >/dev/null
+labels=$(sed -n '/<svg id="chart-schedule"/,/<\/svg>/p' "$tmp/narrow.html" | grep -o 'class="boxlabel"[^>]*>[^<]*' |
+  sed 's/.*>//' | tr '\n' ' ')
+check_if $(yes_if test "$labels" = "B0 ") "schedule: only boxes wide enough for their whole label have one (labels: ${labels:-none})"
 check "failed run: state, last good step and error line" has_all "$tmp/fail.html" 'class="state failed"' \
   'the last good step is 4' 'llm4d: rank [01]: the gradient norm is not finite at step 5' 'last good step</text>'
 check "run in progress: state and the partial line" has_all "$tmp/prog.html" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad input to `llm4d train`: each case must exit with code 2 and print exactly one line on stderr that names the
-# problem (checked by a word it must contain), never crash or hang.
+# problem (checked by a word it must contain), never crash or hang. The line is `llm4d train: <message>`, the verbs'
+# form (src/cli/cli.h); an unknown verb's is `llm4d: ...`, since no verb runs.
 set -uo pipefail
 SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
@@ -13,14 +14,17 @@ BASE=(--model_name_or_path gpt2-tiny --max_seq_len 16 --micro_batch_size 2 --glo
       --output_dir "$tmp/out")
 
 expect() { # name, word the message must contain, then the llm4d arguments
-  local name=$1 word=$2; shift 2
+  local name=$1 word=$2 prefix="llm4d: "; shift 2
+  [ "$1" = train ] && prefix="llm4d train: "
   timeout 60 "$LLM4D" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
   local rc=$? lines
   lines=$(wc -l <"$tmp/stderr")
-  if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qi -- "$word" "$tmp/stderr"; then
+  if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qi -- "$word" "$tmp/stderr" &&
+     [[ $(cat "$tmp/stderr") == "$prefix"* ]]; then
     echo "PASS $name: $(cat "$tmp/stderr")"; passed=$((passed + 1))
   else
-    echo "FAIL $name: exit $rc, $lines stderr lines (want 2, 1, containing '$word'):"; cat "$tmp/stderr"
+    echo "FAIL $name: exit $rc, $lines stderr lines (want 2, 1 starting '$prefix', containing '$word'):"
+    cat "$tmp/stderr"
     failed=$((failed + 1))
   fi
 }

@@ -1,5 +1,8 @@
 /* cli.h — the verbs of the llm4d command. Each verb lives in its own file (verb_<name>.c) and returns the
- * process exit code: 0 success, 2 user error (one line on stderr naming the problem and the fix), 1 other. */
+ * process exit code: 0 success, 2 user error, 1 other. An error is one line on stderr naming the problem and the
+ * fix, `llm4d <verb>: <message>` (`llm4d train: ...`, `llm4d prepare-data: ...`; no "error:", the exit code says
+ * it); a rank of a job of several processes says `llm4d: rank R: <message>` (comm/runtime.h); and `llm4d: ...`
+ * is left to what happens before a verb runs (an unknown verb). tests/test_cli_errors.sh holds every verb to it. */
 #ifndef LLM4D_CLI_CLI_H
 #define LLM4D_CLI_CLI_H
 

@@ -5,8 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "backend/backend.h"
 #include "ckpt/gpt_ckpt.h"
+#include "data/blend.h"
 #include "comm/host_check.h"
 #include "core/log.h"
 #include "parallel/pipeline.h"
@@ -70,6 +74,57 @@ llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg,
     llm4d_pp_plan *p = plan ? plan : &own;
     const llm4d_code rc = llm4d_pp_plan_make(p, cfg, err);
     if (rc != LLM4D_OK || !plan) llm4d_pp_plan_free(p);
+    return rc;
+}
+
+/* The backend cfg names, made and destroyed in a child process: its error, if any, comes back through a pipe. A
+ * child, because a device's runtime (CUDA's) once started in the launcher would stay there for the whole job. */
+static llm4d_code probe_device(const llm4d_config *cfg, llm4d_err *err) {
+    int fds[2];
+    if (pipe(fds) != 0) return LLM4D_OK; /* not checked here: the ranks will say it */
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        return LLM4D_OK;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        llm4d_backend *be = NULL;
+        llm4d_err e = {0};
+        if (llm4d_backend_create(&be, cfg->device, cfg->backend_ref, 1, &e) != LLM4D_OK) {
+            const ssize_t n = write(fds[1], &e, sizeof e);
+            (void)n;
+        } else if (be->destroy) {
+            be->destroy(be);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    llm4d_err got = {0};
+    size_t have = 0;
+    for (ssize_t n; have < sizeof got && (n = read(fds[0], (char *)&got + have, sizeof got - have)) > 0;)
+        have += (size_t)n;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    if (have != sizeof got || got.code == LLM4D_OK) return LLM4D_OK;
+    got.msg[sizeof got.msg - 1] = 0;
+    return llm4d_fail(err, got.code, "%s", got.msg);
+}
+
+llm4d_code llm4d_job_precheck(const llm4d_config *cfg, llm4d_err *err) {
+    if (strcmp(cfg->device, "cpu")) LLM4D_TRY(probe_device(cfg, err));
+    llm4d_corpora cs;
+    memset(&cs, 0, sizeof cs);
+    LLM4D_TRY(llm4d_corpora_open(&cs, cfg->data.input_dir, err));
+    llm4d_code rc = LLM4D_OK;
+    for (int d = 0; d < cs.n && rc == LLM4D_OK; d++) /* as the trainer says it (train/trainer.c) */
+        if (cs.corpus[d].max_id >= cfg->model.vocab_size)
+            rc = llm4d_fail(err, LLM4D_EUSER, "%s holds token id %lld, but the model's vocab_size is %d; tokenize "
+                            "with the model's vocabulary or raise Model.vocab_size", cs.corpus[d].path,
+                            (long long)cs.corpus[d].max_id, cfg->model.vocab_size);
+    llm4d_corpora_close(&cs);
     return rc;
 }
 

@@ -31,6 +31,14 @@ int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *db
 llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg, llm4d_pp_plan *plan,
                             llm4d_err *err);
 
+/* What the launcher checks of a configured job (llm4d_job_config) on its own host before any rank starts, so that
+ * the errors every rank would hit alike are one line rather than one per rank under mpirun: that the device exists
+ * in this build and opens here (any device but cpu, tried in a child process, which exits at once: the launcher
+ * holds no backend while the ranks run), and that input_dir names corpora that open and fit the vocabulary (the
+ * trainer's own checks, data/blend.h). Only for jobs whose ranks all run on this host: with a hostfile the data
+ * and the devices are the other hosts'. */
+llm4d_code llm4d_job_precheck(const llm4d_config *cfg, llm4d_err *err);
+
 /* On an initialised runtime: defaults, parse argv (argv[0] is the verb), take the model geometry from
  * model_name_or_path when it names a checkpoint directory, finalize for the runtime's world size, build the
  * topology (printed when print_groups and there are several processes) and its communicators; the pipeline's plan

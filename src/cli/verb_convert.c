@@ -7,6 +7,12 @@
  * The HF side is what GPT2LMHeadModel.save_pretrained writes: config.json (GPT2Config) and model.safetensors with
  * the names transformer.wte.weight, transformer.h.<l>.attn.c_attn.weight, ... and HF's Conv1D layout: a linear
  * weight is [in, out] (y = x W + b), the transpose of llm4d's [out, in]; the LM head is tied to wte and not stored.
+ * The export also writes what GPT2Tokenizer / GPT2TokenizerFast.from_pretrained(dir) load, so the directory is a
+ * whole model: vocab.json and merges.txt are the GPT-2 vocabulary llm4d's tokenizer reads (encoder.json and
+ * vocab.bpe, data/tokenizer.h: the very files OpenAI published and HF renamed), copied once llm4d's tokenizer has
+ * loaded them, and tokenizer_config.json gives the context length and <|endoftext|> as HF's GPT-2 has them. A model
+ * whose vocabulary is not GPT-2's (another vocab_size), or a machine without the vocabulary files, gets the weights
+ * alone and the line printed at the end says so (with --vocab_dir given, the files must be there and fit).
  * The embedding is unpadded in both formats, so the conversion is exact both ways (import(export(x)) == x bit for
  * bit). Import also accepts the names without the "transformer." prefix (as on the Hub), F16/BF16/F64 weights
  * (converted to fp32), the attention-mask buffers older files carry (ignored), a stored lm_head.weight equal to wte,
@@ -35,14 +41,18 @@
 #include "core/shape.h"
 #include "config/config.h"
 #include "core/rng.h"
+#include "data/tokenizer.h"
 
 static const char *const usage_text =
-    "usage: llm4d convert --to hf --ckpt DIR --out HF_DIR\n"
+    "usage: llm4d convert --to hf --ckpt DIR --out HF_DIR [--vocab_dir DIR]\n"
     "       llm4d convert --from hf --hf_dir HF_DIR --out DIR\n"
     "       llm4d convert --from init --out DIR [-c config.yaml] [--model_name_or_path PRESET] [-o Model.k=v ...]\n"
     "\n"
     "  --to hf        export checkpoint DIR (an output_dir or a step_<N> directory) as a Hugging Face GPT-2\n"
-    "                 directory: config.json and model.safetensors (transformers' GPT2LMHeadModel loads it)\n"
+    "                 directory: config.json and model.safetensors (transformers' GPT2LMHeadModel loads it),\n"
+    "                 and GPT-2's tokenizer: vocab.json, merges.txt, tokenizer_config.json (GPT2Tokenizer)\n"
+    "  --vocab_dir D  GPT-2's vocabulary (encoder.json, vocab.bpe) for the tokenizer files; default\n"
+    "                 $LLM4D_VOCAB_DIR, else $LLM4D_HOME/gpt2, else ~/.cache/llm4d/gpt2\n"
     "  --from hf      import a Hugging Face GPT-2 directory (config.json + model.safetensors) as a weights-only\n"
     "                 llm4d checkpoint DIR/step_0, to fine-tune (--model_name_or_path DIR) or evaluate\n"
     "  --from init    write the initial weights of a model described by train's options as DIR/step_0\n"
@@ -58,7 +68,7 @@ static const char *const usage_text =
     } while (0)
 
 static int report(const llm4d_err *err) {
-    fprintf(stderr, "llm4d convert: error: %s\n", err->msg);
+    fprintf(stderr, "llm4d convert: %s\n", err->msg);
     return err->code == LLM4D_EUSER || err->code == LLM4D_EIO ? 2 : 1;
 }
 
@@ -121,6 +131,40 @@ static llm4d_code write_file_atomic(const char *path, const char *data, size_t l
     return LLM4D_OK;
 }
 
+/* The whole of a file, NUL-terminated (*len without the NUL). */
+static llm4d_code read_file(const char *path, char **out, size_t *len, llm4d_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return llm4d_fail(err, LLM4D_EUSER, "cannot read %s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (!buf) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading %s", path);
+    if (bad) {
+        free(buf);
+        return llm4d_fail(err, LLM4D_EIO, "reading %s failed", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return LLM4D_OK;
+}
+
 /* ---- export ---- */
 
 static cJSON *hf_config(const llm4d_model_config *m) {
@@ -158,8 +202,72 @@ static cJSON *hf_config(const llm4d_model_config *m) {
     return j;
 }
 
-static int export_hf(const char *ckpt, const char *out) {
+/* GPT-2's tokenizer files for an export, read before anything is written. vocab == NULL: none, for the reason in
+ * why (the model's vocabulary is another, or the files are not found and --vocab_dir was not given). */
+typedef struct {
+    char *vocab, *merges; /* encoder.json and vocab.bpe, as they are (merges ended by a newline) */
+    size_t vocab_n, merges_n;
+    char why[1100]; /* an llm4d_err message fits */
+} tok_files;
+
+static void tok_files_free(tok_files *tf) {
+    free(tf->vocab);
+    free(tf->merges);
+}
+
+static llm4d_code tok_files_read(const char *vocab_flag, int model_vocab, tok_files *tf, llm4d_err *err) {
+    char dir[4096], path[4200];
+    llm4d_tokenizer_default_dir(vocab_flag, dir, sizeof dir);
+    /* the tokenizer's own load checks the files: what is copied is a vocabulary llm4d tokenizes with */
+    llm4d_tokenizer *tok = NULL;
+    llm4d_err e = {0};
+    if (llm4d_tokenizer_load(&tok, dir, &e) != LLM4D_OK) {
+        if (vocab_flag || e.code == LLM4D_ENOMEM) return *err = e, e.code;
+        snprintf(tf->why, sizeof tf->why, "%s", e.msg);
+        return LLM4D_OK;
+    }
+    const int tok_vocab = llm4d_tokenizer_vocab_size(tok);
+    llm4d_tokenizer_free(tok);
+    if (tok_vocab != model_vocab) {
+        if (vocab_flag)
+            return llm4d_fail(err, LLM4D_EUSER, "the model's vocabulary has %d tokens but GPT-2's in %s has %d; drop "
+                              "--vocab_dir to export the weights without tokenizer files", model_vocab, dir, tok_vocab);
+        snprintf(tf->why, sizeof tf->why, "the model's vocabulary of %d tokens is not GPT-2's %d", model_vocab,
+                 tok_vocab);
+        return LLM4D_OK;
+    }
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    LLM4D_TRY(read_file(path, &tf->vocab, &tf->vocab_n, err));
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    LLM4D_TRY(read_file(path, &tf->merges, &tf->merges_n, err));
+    if (tf->merges_n && tf->merges[tf->merges_n - 1] != '\n') {
+        /* HF's GPT2Tokenizer reads the merges as text.split("\n")[1:-1]: without the final newline it would drop
+         * the last merge (llm4d's tokenizer, like encoder.py, takes the file either way) */
+        char *m = realloc(tf->merges, tf->merges_n + 2);
+        if (!m) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        m[tf->merges_n++] = '\n';
+        m[tf->merges_n] = 0;
+        tf->merges = m;
+    }
+    return LLM4D_OK;
+}
+
+/* What from_pretrained reads besides the two files: the context length (HF warns past it) and GPT-2's special
+ * tokens, all <|endoftext|>, as the Hub's gpt2 has them. */
+static cJSON *hf_tokenizer_config(const llm4d_model_config *m) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "tokenizer_class", "GPT2Tokenizer");
+    cJSON_AddNumberToObject(j, "model_max_length", m->max_position_embeddings);
+    cJSON_AddStringToObject(j, "bos_token", "<|endoftext|>");
+    cJSON_AddStringToObject(j, "eos_token", "<|endoftext|>");
+    cJSON_AddStringToObject(j, "unk_token", "<|endoftext|>");
+    cJSON_AddBoolToObject(j, "add_prefix_space", 0);
+    return j;
+}
+
+static int export_hf(const char *ckpt, const char *out, const char *vocab_flag) {
     llm4d_err err = {0};
+    tok_files tf = {0};
     llm4d_ckpt *c = NULL;
     llm4d_param_table t = {0};
     llm4d_model_config mc;
@@ -167,11 +275,12 @@ static int export_hf(const char *ckpt, const char *out) {
     float *params = NULL, *hf = NULL;
     llm4d_st_writer w;
     llm4d_st_writer_init(&w);
-    cJSON *cfg = NULL;
-    char *text = NULL;
+    cJSON *cfg = NULL, *tcfg = NULL;
+    char *text = NULL, *ttext = NULL;
     int rc = 0;
     CHECK(llm4d_ckpt_open(&c, ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(c), llm4d_ckpt_dir(c), &mc, 128, &err));
+    CHECK(tok_files_read(vocab_flag, mc.vocab_size, &tf, &err));
     CHECK(llm4d_param_table_build(&t, &mc, NULL, &err));
     params = malloc(t.total * sizeof(float));
     hf = malloc(t.total * sizeof(float));
@@ -200,12 +309,27 @@ static int export_hf(const char *ckpt, const char *out) {
     if (!text) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory"));
     snprintf(path, sizeof path, "%s/config.json", out);
     CHECK(write_file_atomic(path, text, strlen(text), &err));
-    printf("llm4d convert: wrote %s/config.json and %s/model.safetensors (GPT-2, %d layers, hidden %d, vocab %d, "
-           "%zu parameters) from %s\n", out, out, mc.num_layers, mc.hidden_size, mc.vocab_size, t.total_real,
-           llm4d_ckpt_dir(c));
+    if (tf.vocab) {
+        snprintf(path, sizeof path, "%s/vocab.json", out);
+        CHECK(write_file_atomic(path, tf.vocab, tf.vocab_n, &err));
+        snprintf(path, sizeof path, "%s/merges.txt", out);
+        CHECK(write_file_atomic(path, tf.merges, tf.merges_n, &err));
+        tcfg = hf_tokenizer_config(&mc);
+        ttext = cJSON_Print(tcfg);
+        if (!ttext) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory"));
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", out);
+        CHECK(write_file_atomic(path, ttext, strlen(ttext), &err));
+    }
+    printf("llm4d convert: wrote %s/config.json%s (GPT-2, %d layers, hidden %d, vocab %d, %zu parameters) from "
+           "%s%s%s\n", out, tf.vocab ? ", model.safetensors and the tokenizer's vocab.json, merges.txt, "
+           "tokenizer_config.json" : " and model.safetensors", mc.num_layers, mc.hidden_size, mc.vocab_size,
+           t.total_real, llm4d_ckpt_dir(c), tf.vocab ? "" : "; no tokenizer files: ", tf.vocab ? "" : tf.why);
 done:
     free(text);
+    free(ttext);
     cJSON_Delete(cfg);
+    cJSON_Delete(tcfg);
+    tok_files_free(&tf);
     llm4d_st_writer_free(&w);
     free(params);
     free(hf);
@@ -217,24 +341,9 @@ done:
 /* ---- import ---- */
 
 static llm4d_code read_json_file(const char *path, cJSON **out, llm4d_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return llm4d_fail(err, LLM4D_EUSER, "cannot read %s: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *nb = realloc(buf, cap);
-            if (!nb) break;
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    if (!buf) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading %s", path);
-    buf[n] = 0;
+    size_t n = 0;
+    LLM4D_TRY(read_file(path, &buf, &n, err));
     *out = cJSON_Parse(buf);
     free(buf);
     if (!cJSON_IsObject(*out)) {
@@ -548,7 +657,7 @@ done:
 }
 
 int llm4d_cmd_convert(int argc, char **argv) {
-    const char *to = NULL, *from = NULL, *ckpt = NULL, *hf_dir = NULL, *out = NULL;
+    const char *to = NULL, *from = NULL, *ckpt = NULL, *hf_dir = NULL, *out = NULL, *vocab_dir = NULL;
     double noise = 0;
     char *rest[argc + 1];
     int nrest = 0;
@@ -560,7 +669,8 @@ int llm4d_cmd_convert(int argc, char **argv) {
             return 0;
         }
         const char **slot = !strcmp(f, "--to") ? &to : !strcmp(f, "--from") ? &from : !strcmp(f, "--ckpt") ? &ckpt
-                          : !strcmp(f, "--hf_dir") ? &hf_dir : !strcmp(f, "--out") ? &out : NULL;
+                          : !strcmp(f, "--hf_dir") ? &hf_dir : !strcmp(f, "--out") ? &out
+                          : !strcmp(f, "--vocab_dir") || !strcmp(f, "--vocab-dir") ? &vocab_dir : NULL;
         if (slot || !strcmp(f, "--init_noise")) {
             if (i + 1 >= argc) {
                 char msg[128];
@@ -581,6 +691,7 @@ int llm4d_cmd_convert(int argc, char **argv) {
     rest[nrest] = NULL;
     if (!out) return usage_error("--out is required");
     if (!to == !from) return usage_error("give one of --to hf and --from hf|init");
+    if (vocab_dir && !to) return usage_error("--vocab_dir goes with --to hf (the tokenizer files of an export)");
     if (from && !strcmp(from, "init")) return init_ckpt(out, noise, nrest - 1, rest + 1);
     if (nrest > 1) {
         char msg[256];
@@ -590,7 +701,7 @@ int llm4d_cmd_convert(int argc, char **argv) {
     if (to) {
         if (strcmp(to, "hf")) return usage_error("--to must be hf");
         if (!ckpt) return usage_error("--to hf needs --ckpt DIR");
-        return export_hf(ckpt, out);
+        return export_hf(ckpt, out, vocab_dir);
     }
     if (strcmp(from, "hf")) return usage_error("--from must be hf or init");
     if (!hf_dir) return usage_error("--from hf needs --hf_dir DIR");

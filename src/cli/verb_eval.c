@@ -33,22 +33,22 @@ int llm4d_cmd_eval(int argc, char **argv) {
     }
     llm4d_err err = {0};
     if (!ckpt) {
-        llm4d_fail(&err, LLM4D_EUSER, "llm4d eval needs --ckpt DIR (a checkpoint or an output_dir holding one)");
+        llm4d_fail(&err, LLM4D_EUSER, "no checkpoint to evaluate: give --ckpt DIR (a step_<N> directory or an output_dir holding one)");
         free(cfg), free(args);
-        return llm4d_runtime_fail(NULL, &err);
+        return llm4d_runtime_fail(NULL, "eval", &err);
     }
     llm4d_runtime rt;
     /* on the early failures below, free what was allocated so far: the sanitizer build's leak check is clean */
     if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) {
         free(cfg), free(args);
-        return llm4d_runtime_fail(NULL, &err);
+        return llm4d_runtime_fail(NULL, "eval", &err);
     }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
     llm4d_pp_plan plan = {0}; /* made once, checked and handed to the trainer */
     if (llm4d_job_setup(&rt, n, args, 0, cfg, &plan, &topo, &groups, &err) != LLM4D_OK) {
         free(cfg), free(args);
-        return llm4d_runtime_fail(&rt, &err);
+        return llm4d_runtime_fail(&rt, "eval", &err);
     }
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s", ckpt);
     if (cfg->eval_iters < 1) cfg->eval_iters = 10;
@@ -62,7 +62,7 @@ int llm4d_cmd_eval(int argc, char **argv) {
     llm4d_comm_groups_destroy(&groups);
     free(cfg);
     free(args);
-    if (!ok) return llm4d_runtime_fail(&rt, &err);
+    if (!ok) return llm4d_runtime_fail(&rt, "eval", &err);
     llm4d_runtime_finalize(&rt);
     return 0;
 }

@@ -5,10 +5,13 @@
  *
  * The checkpoint (an output_dir or a step_<N> directory) gives the weights and, through meta.json, the model
  * geometry; its files are verified before use. The prompt is encoded with the GPT-2 tokenizer (vocabulary files
- * from --vocab_dir, $LLM4D_VOCAB_DIR, ...: data/tokenizer.h), or given as ids. The continuation is printed on stdout
- * as it is generated (as text, or as ids with --print_ids or --prompt_ids), and a line with the token counts and
- * tokens/s goes to stderr at the end, so stdout holds only the continuation. Generation stops after
- * max_new_tokens, after the end-of-text token (unless --ignore_eos), or when the model's positions are used up.
+ * from --vocab_dir, $LLM4D_VOCAB_DIR, ...: data/tokenizer.h), or given as ids. stdout gets the prompt followed by
+ * its continuation, as Hugging Face's text-generation pipeline (return_full_text) and Megatron's text generation
+ * give them, the continuation printed as it is generated (as text, or as ids with --print_ids or --prompt_ids);
+ * --continuation_only leaves the prompt out, for scripts that want the new tokens alone. The prompt is printed
+ * only once everything is loaded, so a refused input prints nothing on stdout. A line with the token counts and
+ * tokens/s goes to stderr at the end. Generation stops after max_new_tokens, after the end-of-text token (unless
+ * --ignore_eos), or when the model's positions are used up.
  *
  * --dump_logits FILE (testing: tests/test_convert.sh) writes the logits at every position of prompt + continuation
  * but the last, as raw float32 [positions, vocab_size]: row r is the distribution predicted for token r + 1. */
@@ -39,6 +42,7 @@ static const char *const usage_text =
     "                        $LLM4D_HOME/gpt2, else ~/.cache/llm4d/gpt2 (tools/fetch_gpt2_vocab.sh installs it)\n"
     "  --ignore_eos          keep going after the end-of-text token\n"
     "  --print_ids           print token ids instead of text\n"
+    "  --continuation_only   print the continuation alone (default: the prompt, then its continuation)\n"
     "  --threads N           CPU threads; 0: all cores (default 0)\n"
     "  --backend cpu|ref     kernels: oneDNN/OpenMP (default) or the naive reference ones\n"
     "  --device cpu|guard|cuda  where the tensors live: host memory (default), the guard backend's arena, which\n"
@@ -47,7 +51,7 @@ static const char *const usage_text =
 
 typedef struct {
     const char *ckpt, *prompt, *prompt_ids, *vocab_dir, *dump, *backend, *device;
-    int max_new, top_k, threads, ignore_eos, print_ids;
+    int max_new, top_k, threads, ignore_eos, print_ids, continuation_only;
     float temperature, top_p;
     uint64_t seed;
 } gen_args;
@@ -58,7 +62,7 @@ static int usage_error(const char *what) {
 }
 
 static int report(const llm4d_err *err) {
-    fprintf(stderr, "llm4d generate: error: %s\n", err->msg);
+    fprintf(stderr, "llm4d generate: %s\n", err->msg);
     return err->code == LLM4D_EUSER || err->code == LLM4D_EIO ? 2 : 1;
 }
 
@@ -84,6 +88,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         const char *f = argv[i];
         if (!strcmp(f, "--ignore_eos")) { a->ignore_eos = 1; continue; }
         if (!strcmp(f, "--print_ids")) { a->print_ids = 1; continue; }
+        if (!strcmp(f, "--continuation_only")) { a->continuation_only = 1; continue; }
         if (i + 1 >= argc) {
             char msg[256];
             snprintf(msg, sizeof msg, "%s %s", strncmp(f, "--", 2) ? "unexpected argument" : f,
@@ -159,6 +164,7 @@ static llm4d_code parse_ids(const char *s, llm4d_ids *ids, llm4d_err *err) {
 typedef struct {
     const llm4d_tokenizer *tok; /* NULL: print ids */
     int n;                      /* tokens printed */
+    int echoed;                 /* ids of the prompt printed before them (the first new id needs a space) */
     FILE *dump;
     int V, Vp;
     const float *plog;          /* the prompt's logits, [n_prompt, Vp], filled before the first token */
@@ -186,7 +192,7 @@ static void on_token(void *ctx, int32_t id, const float *logits) {
         if (llm4d_tokenizer_decode(p->tok, &id, 1, &text, &len, &p->err) == LLM4D_OK) fwrite(text, 1, len, stdout);
         free(text);
     } else {
-        printf("%s%d", p->n ? " " : "", (int)id);
+        printf("%s%d", p->n || p->echoed ? " " : "", (int)id);
     }
     fflush(stdout);
     p->n++;
@@ -260,6 +266,13 @@ static int run(const gen_args *a) {
         rc = report(&err);
         goto done;
     }
+    for (size_t i = 0; i < prompt.n; i++) /* llm4d_gen_feed checks it too, but after the prompt is printed */
+        if (prompt.v[i] < 0 || prompt.v[i] >= mc.vocab_size) {
+            llm4d_fail(&err, LLM4D_EUSER, "token id %d is outside the model's vocabulary [0, %d); give ids the model "
+                       "knows", (int)prompt.v[i], mc.vocab_size);
+            rc = report(&err);
+            goto done;
+        }
     CHECK(llm4d_backend_create(&be, a->device, !strcmp(a->backend, "ref"), a->threads, &err));
     CHECK(llm4d_param_table_build(&table, &mc, NULL, &err));
     params = be->alloc(be, &mem, LLM4D_MEM_PARAMS, table.total * sizeof(float));
@@ -299,6 +312,12 @@ static int run(const gen_args *a) {
     }
     printer pr = {.tok = a->print_ids ? NULL : tok, .dump = dump, .V = mc.vocab_size, .Vp = mc.padded_vocab_size,
                   .plog = plog, .n_prompt = n_prompt};
+    if (!a->continuation_only) { /* the prompt as the user gave it: its text, or its ids */
+        if (pr.tok) fputs(a->prompt, stdout);
+        for (int i = 0; !pr.tok && i < n_prompt; i++) printf(i ? " %d" : "%d", (int)prompt.v[i]);
+        pr.echoed = !pr.tok && n_prompt > 0;
+        fflush(stdout);
+    }
     int n_out = 0;
     llm4d_gen_stats st;
     CHECK(llm4d_generate(&gen, &smp, prompt.v, n_prompt, a->max_new, a->ignore_eos ? -1 : mc.eos_token_id, plog,

@@ -28,6 +28,16 @@ static void help(void) {
            "Documents are stripped of surrounding whitespace; empty ones are dropped.\n");
 }
 
+/* A size in decimal units (kB = 1000 bytes, as MB/s rates are quoted) with three significant figures or so: a
+ * small input reads "46 bytes", not "0.0 MB". */
+static const char *fmt_size(char *buf, size_t n, double bytes) {
+    if (bytes < 1000) snprintf(buf, n, "%.0f byte%s", bytes, bytes == 1 ? "" : "s");
+    else if (bytes < 1e6) snprintf(buf, n, "%.1f kB", bytes / 1e3);
+    else if (bytes < 1e9) snprintf(buf, n, "%.1f MB", bytes / 1e6);
+    else snprintf(buf, n, "%.2f GB", bytes / 1e9);
+    return buf;
+}
+
 /* "--json_key" -> "json-key" for comparison */
 static void norm(const char *a, char *out, size_t n) {
     size_t i = 0;
@@ -131,10 +141,11 @@ int llm4d_cmd_prepare_data(int argc, char **argv) {
         return rc == LLM4D_EUSER || rc == LLM4D_EIO ? 2 : 1;
     }
     double s = st.seconds > 0 ? st.seconds : 1e-9;
-    printf("prepare-data: %lld documents (%lld empty dropped), %lld tokens from %.1f MB in %.2f s "
-           "(%.2f MB/s, %.0f tokens/s, %d workers) -> %s%s%s\n",
-           (long long)st.n_docs, (long long)st.n_empty, (long long)st.n_tokens, (double)st.bytes_in / 1e6, st.seconds,
-           (double)st.bytes_in / 1e6 / s, (double)st.n_tokens / s, st.workers, st.outputs[0],
-           st.outputs[1][0] ? " + " : "", st.outputs[1]);
+    char size[32], rate[32];
+    printf("llm4d prepare-data: %lld documents (%lld empty dropped), %lld tokens from %s of text in %.2f s "
+           "(%s/s, %.0f tokens/s, %d workers) -> %s%s%s\n",
+           (long long)st.n_docs, (long long)st.n_empty, (long long)st.n_tokens,
+           fmt_size(size, sizeof size, (double)st.bytes_in), st.seconds, fmt_size(rate, sizeof rate, st.bytes_in / s),
+           (double)st.n_tokens / s, st.workers, st.outputs[0], st.outputs[1][0] ? " + " : "", st.outputs[1]);
     return 0;
 }

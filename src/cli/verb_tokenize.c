@@ -18,8 +18,8 @@
 #include "cli/cli.h"
 #include "data/tokenizer.h"
 
-static int fail_line(const llm4d_err *err) {
-    fprintf(stderr, "llm4d: %s\n", err->msg);
+static int fail_line(const char *verb, const llm4d_err *err) {
+    fprintf(stderr, "llm4d %s: %s\n", verb, err->msg);
     return err->code == LLM4D_EUSER || err->code == LLM4D_EIO ? 2 : 1;
 }
 
@@ -175,11 +175,12 @@ int llm4d_cmd_tokenize(int argc, char **argv) {
     llm4d_ids_free(&ids);
     llm4d_tokenizer_worker_free(w);
     llm4d_tokenizer_free(tok);
-    if (rc != LLM4D_OK) return fail_line(&err);
+    if (rc != LLM4D_OK) return fail_line("tokenize", &err);
     return fflush(stdout) ? 1 : 0;
 }
 
-/* Parse whitespace-separated ids from s; a token that is not an integer is a user error. */
+/* Parse whitespace-separated ids from s; a token that is not an integer is a user error, said of `what` (NULL: the
+ * command line's ids, which the verb's prefix already names). */
 static llm4d_code parse_ids(const char *s, const char *what, llm4d_ids *ids, llm4d_err *err) {
     ids->n = 0;
     while (*s) {
@@ -190,7 +191,8 @@ static llm4d_code parse_ids(const char *s, const char *what, llm4d_ids *ids, llm
         long v = strtol(s, &end, 10);
         if (end == s || errno || v < INT32_MIN || v > INT32_MAX ||
             (*end && *end != ' ' && *end != '\t' && *end != ',' && *end != '\r' && *end != '\n'))
-            return llm4d_fail(err, LLM4D_EUSER, "%s: '%.20s' is not a token id", what, s);
+            return llm4d_fail(err, LLM4D_EUSER, "%s%s'%.20s' is not a token id", what ? what : "", what ? ": " : "",
+                              s);
         LLM4D_TRY(llm4d_ids_reserve(ids, 1, err));
         ids->v[ids->n++] = (int32_t)v;
         s = end;
@@ -223,7 +225,7 @@ int llm4d_cmd_detokenize(int argc, char **argv) {
             return 2;
         } else {
             llm4d_ids one = {0};
-            rc = parse_ids(a, "detokenize", &one, &err);
+            rc = parse_ids(a, NULL, &one, &err);
             if (rc == LLM4D_OK) rc = llm4d_ids_reserve(&ids, one.n, &err);
             if (rc == LLM4D_OK) {
                 memcpy(ids.v + ids.n, one.v, one.n * sizeof(int32_t));
@@ -283,6 +285,6 @@ int llm4d_cmd_detokenize(int argc, char **argv) {
     free(data);
     llm4d_ids_free(&ids);
     llm4d_tokenizer_free(tok);
-    if (rc != LLM4D_OK) return fail_line(&err);
+    if (rc != LLM4D_OK) return fail_line("detokenize", &err);
     return fflush(stdout) ? 1 : 0;
 }

@@ -1,6 +1,8 @@
 /* verb_train.c — `llm4d train`: start the distributed runtime (MPI only when an MPI launcher started us), parse and
  * validate the configuration for the job's world size, build the 4D topology and its communicators, then train.
- * A user error on any rank is printed once, as one line, and ends the whole job with exit code 2. */
+ * A user error on any rank is printed once, as one line, and ends the whole job with exit code 2: in a job of one
+ * process as `llm4d train: <message>`, the verbs' form (cli.h); in a job of several as the runtime's
+ * `llm4d: rank R: <message>`, which also aborts the other ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +33,14 @@ int llm4d_cmd_train(int argc, char **argv) {
     /* on the early failures below, free what was allocated so far: the sanitizer build's leak check is clean */
     if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) {
         free(cfg), free(args);
-        return llm4d_runtime_fail(NULL, &err);
+        return llm4d_runtime_fail(NULL, "train", &err);
     }
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
     llm4d_pp_plan plan = {0}; /* made once, checked and handed to the trainer */
     if (llm4d_job_setup(&rt, n, args, 1, cfg, &plan, &topo, &groups, &err) != LLM4D_OK) {
         free(cfg), free(args);
-        return llm4d_runtime_fail(&rt, &err);
+        return llm4d_runtime_fail(&rt, "train", &err);
     }
     llm4d_trainer tr;
     const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
@@ -55,7 +57,7 @@ int llm4d_cmd_train(int argc, char **argv) {
     llm4d_comm_groups_destroy(&groups);
     free(cfg);
     free(args);
-    if (!ok) return llm4d_runtime_fail(&rt, &err); /* aborts the job when there are several processes */
+    if (!ok) return llm4d_runtime_fail(&rt, "train", &err); /* aborts the job when there are several processes */
     llm4d_runtime_finalize(&rt);
     return 0;
 }

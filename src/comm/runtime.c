@@ -66,11 +66,12 @@ int llm4d_exit_code(llm4d_code code) {
     return code == LLM4D_EUSER || code == LLM4D_EIO ? 2 : 1; /* a timed-out peer (LLM4D_ETIMEOUT) is not the input's fault */
 }
 
-int llm4d_runtime_fail(llm4d_runtime *rt, const llm4d_err *err) {
+int llm4d_runtime_fail(llm4d_runtime *rt, const char *verb, const llm4d_err *err) {
     int code = llm4d_exit_code(err->code);
     if (code == 0) code = 1; /* failing with "OK" is a caller bug; still fail */
     fflush(stdout);
     if (rt && rt->world_size > 1) fprintf(stderr, "llm4d: rank %d: %s\n", rt->rank, err->msg);
+    else if (verb) fprintf(stderr, "llm4d %s: %s\n", verb, err->msg);
     else fprintf(stderr, "llm4d: %s\n", err->msg);
     fflush(stderr);
     if (rt && rt->world && rt->world_size > 1) llm4d_comm_abort(rt->world, code);

@@ -45,9 +45,11 @@ void llm4d_runtime_finalize(llm4d_runtime *rt);
 /* The exit code of an error: 2 for user and I/O errors (docs/design.md), 1 otherwise. */
 int llm4d_exit_code(llm4d_code code);
 
-/* Prints "llm4d: <msg>" (or "llm4d: rank R: <msg>" in a job of several) on stderr; in a job of several processes
+/* Prints the error line on stderr; in a job of several processes
  * it then aborts the whole job with llm4d_exit_code(err->code) and does not return; alone it finalizes and
  * returns that code. rt may be NULL (before init: just prints and returns the code). */
-int llm4d_runtime_fail(llm4d_runtime *rt, const llm4d_err *err);
+/* verb: the verb that ran ("train"), for a job of one process's line `llm4d <verb>: <message>` (cli/cli.h); NULL:
+ * `llm4d: <message>`. A job of several says `llm4d: rank R: <message>` whatever the verb. */
+int llm4d_runtime_fail(llm4d_runtime *rt, const char *verb, const llm4d_err *err);
 
 #endif

@@ -129,6 +129,7 @@ typedef struct {
     int eof;
     size_t chunk;         /* target bytes of text per chunk */
     long line;            /* line number of buf[pos] */
+    int64_t bytes_read;   /* all inputs so far, decompressed: the size the summary reports */
     doc *docs;
     size_t n_docs, docs_cap;
 } reader;
@@ -158,6 +159,7 @@ static llm4d_code reader_fill(reader *r, size_t want, llm4d_err *err) {
         }
         if (got == 0) r->eof = 1;
         r->len += (size_t)got;
+        r->bytes_read += got;
     }
     return LLM4D_OK;
 }
@@ -512,7 +514,7 @@ llm4d_code llm4d_prepare(const llm4d_prep_opts *o, llm4d_prep_stats *st, llm4d_e
                 st->n_docs++;
                 st->n_tokens += (int64_t)d->n_ids;
             }
-            for (size_t i = 0; i < r.n_docs && i < first_bad; i++) st->bytes_in += (int64_t)docs[i].n + 1;
+            st->bytes_in = r.bytes_read; /* every byte read, blank lines and separators included */
             if (rc == LLM4D_OK && bad_t >= 0) {
                 *err = ts[bad_t].err;
                 rc = err->code;
@@ -524,6 +526,7 @@ llm4d_code llm4d_prepare(const llm4d_prep_opts *o, llm4d_prep_stats *st, llm4d_e
         r.gz = NULL;
         disk_done += files.sizes[f];
     }
+    st->bytes_in = r.bytes_read;
     progress_draw(&pg, disk_done, st, 1);
     progress_clear(&pg);
 

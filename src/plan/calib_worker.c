@@ -391,7 +391,7 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     }
     llm4d_err err = {0};
     llm4d_runtime rt;
-    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, &err);
+    if (llm4d_runtime_init(&rt, NULL, NULL, &err) != LLM4D_OK) return llm4d_runtime_fail(NULL, NULL, &err);
     if (rt.world->watch) llm4d_watch_set(rt.world->watch, 0, 1800); /* the trainer's polling waits */
     llm4d_backend *be = NULL;
     llm4d_profile frag;
@@ -423,7 +423,7 @@ int llm4d_calibrate_worker(int argc, char **argv) {
     if (rc == LLM4D_OK && rt.rank == 0) rc = llm4d_profile_save(&frag, o.out, &err);
     llm4d_profile_free(&frag);
     if (be) be->destroy(be);
-    if (rc != LLM4D_OK) return llm4d_runtime_fail(&rt, &err);
+    if (rc != LLM4D_OK) return llm4d_runtime_fail(&rt, NULL, &err);
     llm4d_runtime_finalize(&rt);
     return 0;
 }

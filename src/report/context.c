@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/schema.h"
 #include "report/html.h"
 #include "report/report.h"
 #include "report/svg.h"
@@ -43,6 +44,13 @@ void llm4d_rp_memory(FILE *f, const llm4d_rp_run *r) {
     fprintf(f, "<h2 id=\"memory\">Memory per rank: the plan against the run</h2>\n");
     int have = 0;
     for (int i = 0; i < r->nranks; i++) have += r->ranks[i].have_plan;
+    if (!have && r->foreign_logs) {
+        fprintf(f, "<p class=\"note\">No worker log of this run: the ones in ");
+        llm4d_svg_escape(f, r->log_dir);
+        fprintf(f, " belong to another run, launched there later. Each rank logs its plan before allocating and its "
+                "peaks at the end; give each run its own <code>llm4d launch --log_dir DIR</code>.</p>\n");
+        return;
+    }
     if (!have) {
         fprintf(f, "<p class=\"note\">No worker log with a memory plan%s: each rank logs its plan before allocating and "
                 "its peaks at the end; run through <code>llm4d launch --log_dir DIR</code>, or give the logs' directory "
@@ -194,14 +202,16 @@ void llm4d_rp_layout(FILE *f, const llm4d_rp_run *r) {
     fprintf(f, "</table></details>\n");
 }
 
-/* One configuration value as text. */
-static void value_text(const cJSON *v, char *buf, size_t n) {
+/* One configuration value as text, in the units the user gives it: a megabyte key (config/schema.h's
+ * LLM4D_KT_MB) that run.json format 1 holds in bytes is shown in megabytes, as the YAML file has it. */
+static void value_text(const cJSON *v, int bytes_of_mb, char *buf, size_t n) {
+    const llm4d_key *k = bytes_of_mb && cJSON_IsNumber(v) ? llm4d_key_find(v->string) : NULL;
+    const double x = k && k->type == LLM4D_KT_MB ? v->valuedouble / 1048576.0 : cJSON_IsNumber(v) ? v->valuedouble : 0;
     if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring[0] ? v->valuestring : "''");
     else if (cJSON_IsBool(v)) snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNumber(v)) llm4d_svg_num(v->valuedouble, buf, (int)n);
+    else if (cJSON_IsNumber(v)) llm4d_svg_num(x, buf, (int)n);
     else snprintf(buf, n, "?");
-    if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15)
-        snprintf(buf, n, "%.0f", v->valuedouble);
+    if (cJSON_IsNumber(v) && x == floor(x) && fabs(x) < 1e15) snprintf(buf, n, "%.0f", x);
 }
 
 static int is_explicit(const cJSON *list, const char *key) {
@@ -229,8 +239,14 @@ void llm4d_rp_context(FILE *f, const llm4d_rp_run *r) {
         if (llm4d_rp_num(in, "machine.matmul_peak_gflops", 0) > 0)
             llm4d_html_row(f, "matmul peak (MFU's denominator)", "%.1f GFLOP/s per rank",
                            llm4d_rp_num(in, "machine.matmul_peak_gflops", 0));
-        llm4d_html_row(f, "model", "%.0f parameters: %.0f layers, hidden %.0f, %.0f heads, vocabulary %.0f; "
-                       "%.0f tokens per sample, %.0f per step", llm4d_rp_num(in, "model.parameters", 0),
+        const double whole = llm4d_rp_num(in, "model.parameters", 0), rank0 = llm4d_rp_num(in, "model.parameters_rank0",
+                                                                                           whole);
+        char part[160] = "";
+        if (rank0 != whole) /* a rank's log counts its own part ("parameters: N"): say which number is which */
+            snprintf(part, sizeof part, " (rank 0 holds %.0f of them: its pipeline stage's blocks and its "
+                     "tensor-parallel slice)", rank0);
+        llm4d_html_row(f, "model", "%.0f parameters in the whole model%s: %.0f layers, hidden %.0f, %.0f heads, "
+                       "vocabulary %.0f; %.0f tokens per sample, %.0f per step", whole, part,
                        llm4d_rp_num(in, "model.layers", 0), llm4d_rp_num(in, "model.hidden_size", 0),
                        llm4d_rp_num(in, "model.heads", 0), llm4d_rp_num(in, "model.vocab_size", 0),
                        llm4d_rp_num(in, "model.max_seq_len", 0), llm4d_rp_num(in, "model.tokens_per_step", 0));
@@ -262,9 +278,10 @@ void llm4d_rp_context(FILE *f, const llm4d_rp_run *r) {
             "or derived.</p>\n<table><tr><th>key (set explicitly)</th><th>value</th></tr>\n");
     const cJSON *v;
     char buf[1100];
+    const int bytes_of_mb = !strcmp(llm4d_rp_str(in, "format", ""), "llm4d run 1");
     cJSON_ArrayForEach(v, vals) {
         if (!is_explicit(set, v->string)) continue;
-        value_text(v, buf, sizeof buf);
+        value_text(v, bytes_of_mb, buf, sizeof buf);
         fprintf(f, "<tr class=\"set\">");
         fprintf(f, "<td>");
         llm4d_svg_escape(f, v->string);
@@ -274,7 +291,7 @@ void llm4d_rp_context(FILE *f, const llm4d_rp_run *r) {
     }
     fprintf(f, "</table>\n<details><summary>Every key</summary><table><tr><th>key</th><th>value</th></tr>\n");
     cJSON_ArrayForEach(v, vals) {
-        value_text(v, buf, sizeof buf);
+        value_text(v, bytes_of_mb, buf, sizeof buf);
         fprintf(f, "<tr%s><td>", is_explicit(set, v->string) ? " class=\"set\"" : "");
         llm4d_svg_escape(f, v->string);
         fprintf(f, "</td><td class=\"mono\">");

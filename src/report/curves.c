@@ -1,6 +1,7 @@
 /* curves.c — the report's charts of metrics.jsonl: loss against steps and tokens, learning rate, gradient norm,
  * loss scale and skipped steps, tokens/s and MFU, and the step's time by kind of work.
  *
+ * The loss scale is drawn only for a run that scales its loss (fp16): on any other it is 1 at every step.
  * With --compare every chart but the time breakdown overlays the runs (one colour each, the legend naming each
  * run's layout), and a table and a chart of the loss differences against the first run make the equivalence of
  * two layouts visible: llm4d trains the same model in every layout, so the curves should lie on each other, and
@@ -35,6 +36,15 @@ static double *skipped(const llm4d_rp_run *r, int *n) {
     for (int i = 0; v && i < r->ns; i++)
         if (r->s[i].found_inf || r->s[i].spike_skipped) v[(*n)++] = (double)r->s[i].step;
     return v;
+}
+
+/* Did the run scale its loss (fp16)? run.json's precision says; without one, a loss scale other than 1 does. */
+static int fp16_scaling(const llm4d_rp_run *r) {
+    const char *p = llm4d_rp_str(r->info, "machine.precision", NULL);
+    if (p) return !strcmp(p, "fp16");
+    for (int i = 0; i < r->ns; i++)
+        if (isfinite(r->s[i].loss_scale) && r->s[i].loss_scale != 1) return 1;
+    return 0;
 }
 
 /* One chart of the column `off` against steps (x_tokens: against tokens seen) for every run. */
@@ -211,12 +221,17 @@ void llm4d_rp_curves(FILE *f, llm4d_rp_run *const *runs, int n) {
     c = chart("chart-grad-norm", "Gradient norm (before clipping)", "step", "global norm", main);
     c.marks = marks, c.nmarks = marks ? nm : 0, c.marks_name = "update skipped", c.zero = 1;
     per_run_chart(f, runs, n, &c, offsetof(llm4d_rp_step, grad_norm), 1, 0);
-    c = chart("chart-loss-scale", "Loss scale (fp16) and skipped updates", "step", "loss scale", main);
-    c.marks = marks, c.nmarks = marks ? nm : 0, c.marks_name = "update skipped";
-    per_run_chart(f, runs, n, &c, offsetof(llm4d_rp_step, loss_scale), 1, 0);
+    int scaled = 0;
+    for (int i = 0; i < n; i++) scaled |= fp16_scaling(runs[i]);
+    if (scaled) {
+        c = chart("chart-loss-scale", "Loss scale (fp16) and skipped updates", "step", "loss scale", main);
+        c.marks = marks, c.nmarks = marks ? nm : 0, c.marks_name = "update skipped";
+        per_run_chart(f, runs, n, &c, offsetof(llm4d_rp_step, loss_scale), 1, 0);
+    }
     fprintf(f, "</div>\n<p class=\"note\">%d update%s skipped in %s (red ticks: an fp16 overflow or a loss spike; "
-            "the step's gradients were dropped).</p>\n", marks ? nm : 0, marks && nm == 1 ? "" : "s",
-            n > 1 ? "the first run" : "this run");
+            "the step's gradients were dropped).%s</p>\n", marks ? nm : 0, marks && nm == 1 ? "" : "s",
+            n > 1 ? "the first run" : "this run", scaled ? "" : " No loss-scale chart: no run here computed in fp16, "
+            "the only precision that scales the loss.");
     free(marks);
 
     fprintf(f, "<h2 id=\"throughput\">Throughput</h2>\n<div class=\"charts\">\n");

@@ -14,7 +14,7 @@ static const char style[] =
     "nav a{margin-right:12px;font-size:13px;color:#1f5fa8}"
     ".state{padding:8px 12px;border-radius:4px;font-size:14px;margin:8px 0;word-wrap:break-word}"
     ".finished{background:#e6f4ea;border:1px solid #8bc79c}.running{background:#fff6dd;border:1px solid #e6c35c}"
-    ".failed{background:#fde8e8;border:1px solid #e08585}"
+    ".failed{background:#fde8e8;border:1px solid #e08585}.stopped{background:#eef1f6;border:1px solid #9aa8c0}"
     ".charts{display:flex;flex-wrap:wrap;gap:10px 18px}"
     "svg.chart{background:#fff;overflow:visible}"
     "svg text{font-family:inherit}"

@@ -8,9 +8,10 @@
  *   peak memory of this process over the run, by category:      (the same table, at the end of the run)
  *   backend workspaces (not in the categories): 1.16 MiB; peak resident set size: 146.49 MiB
  * and the error line a failing rank prints (`llm4d: rank R: message`, runtime.h) or an internal error's. The first
- * line of a worker log names the host (`llm4d worker: rank R runs on host H`, verb_launch.c), and the launcher's
- * worker leaves `.workerexit.<rank>` (pid, signaled, value, forwarded, time) when the rank ends. A line that does
- * not read as expected is skipped: a log is evidence, not input to trust. */
+ * line of a worker log names the host and the launch's run id (`llm4d worker: rank R runs on host H (run ID)`,
+ * cli/launch_worker.c), and the launcher's worker leaves `.workerexit.<rank>` (pid, signaled, value, forwarded,
+ * time, run id) when the rank ends. Logs and records of another run than run.json's are not read (run.h). A line
+ * that does not read as expected is skipped: a log is evidence, not input to trust. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,6 +77,29 @@ static void read_table_row(llm4d_rp_rank *k, const char *line, int peak) {
     }
 }
 
+/* "llm4d worker: rank R runs on host H (run ID)" (no " (run ID)" before run ids existed): host and id. */
+static void read_first_line(llm4d_rp_rank *k, const char *line) {
+    const char *h = strstr(line, " runs on host ") + 14, *id = strstr(h, " (run ");
+    const size_t n = id ? (size_t)(id - h) : strlen(h);
+    snprintf(k->host, sizeof k->host, "%.*s", (int)(n < sizeof k->host ? n : sizeof k->host - 1), h);
+    if (id) sscanf(id + 6, "%63[A-Za-z0-9-]", k->run_id);
+}
+
+/* The run id on the first line of a worker log (into id, "" when it has none): 1, or 0 when there is no log. */
+static int log_run_id(const char *path, char *id, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[512] = "";
+    llm4d_rp_rank k = {0};
+    if (fgets(line, sizeof line, f) && !strncmp(line, "llm4d worker: rank ", 19) && strstr(line, " runs on host ")) {
+        line[strcspn(line, "\r\n")] = 0;
+        read_first_line(&k, line);
+    }
+    fclose(f);
+    snprintf(id, n, "%s", k.run_id);
+    return 1;
+}
+
 /* What rank r's log says (exists: the log was there). */
 static int read_log(llm4d_rp_run *r, llm4d_rp_rank *k, const char *path) {
     FILE *f = fopen(path, "r");
@@ -93,7 +117,7 @@ static int read_log(llm4d_rp_run *r, llm4d_rp_rank *k, const char *path) {
         }
         table = 0;
         if (!strncmp(line, "llm4d worker: rank ", 19) && strstr(line, " runs on host ")) {
-            snprintf(k->host, sizeof k->host, "%s", strstr(line, " runs on host ") + 14);
+            read_first_line(k, line);
         } else if (!strncmp(m, "memory plan of this rank, before allocating:", 44)) {
             read_plan(k, m + 44);
         } else if (!strncmp(m, "memory plan: ", 13) && strstr(m, " per rank")) {
@@ -124,15 +148,19 @@ static int read_log(llm4d_rp_run *r, llm4d_rp_rank *k, const char *path) {
     return 1;
 }
 
-/* launch's .workerexit.<rank> (verb_launch.c writes it whole or not at all). */
+/* launch's .workerexit.<rank> (cli/launch_common.c writes it whole or not at all), when it is the same job's as
+ * the rank's log (the same run id, or neither has one). */
 static void read_exit(llm4d_rp_rank *k, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return;
     long pid;
     double when;
+    char id[64] = "";
     k->exited = fscanf(f, "pid %ld\nsignaled %d\nvalue %d\nforwarded %d\ntime %lf", &pid, &k->signaled,
                        &k->exit_value, &k->forwarded, &when) == 5;
+    if (k->exited && fscanf(f, " run %63[A-Za-z0-9-]", id) == 1 && id[0] == '-') id[0] = 0;
     fclose(f);
+    if (strcmp(id, k->run_id)) k->exited = k->signaled = k->exit_value = k->forwarded = 0;
 }
 
 llm4d_code llm4d_rp_read_logs(llm4d_rp_run *r, int n, llm4d_err *err) {
@@ -145,12 +173,17 @@ llm4d_code llm4d_rp_read_logs(llm4d_rp_run *r, int n, llm4d_err *err) {
         k->rank = i;
         for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) k->plan[c] = k->held[c] = k->peak[c] = NAN;
         k->plan_total = k->workspaces = k->rss = NAN;
-        char path[PATH_MAX + 32];
+        char path[PATH_MAX + 32], id[64];
         snprintf(path, sizeof path, "%s/workerlog.%d", r->log_dir, i);
-        if (!read_log(r, k, path)) {
+        if (!log_run_id(path, id, sizeof id)) {
             if (n <= 0) break;
             continue;
         }
+        if (r->run_id && strcmp(id, r->run_id)) { /* another job's log: not this run's evidence */
+            if (!r->foreign_logs++) snprintf(r->foreign_id, sizeof r->foreign_id, "%s", id);
+            continue;
+        }
+        if (!read_log(r, k, path)) continue;
         k->have_log = 1;
         snprintf(path, sizeof path, "%s/.workerexit.%d", r->log_dir, i);
         read_exit(k, path);

@@ -45,8 +45,8 @@ static void summary_row(FILE *f, const llm4d_rp_run *r) {
             "%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td class=\"num\">%d</td>"
             "<td>", last ? (long long)last->step : 0LL, last ? last->tokens_seen : 0.0, loss, eval, ips, mfu, cost,
             skipped);
-    llm4d_svg_escape(f, r->state == LLM4D_RP_FINISHED ? "finished" : r->state == LLM4D_RP_RUNNING ? "in progress"
-                                                                                                   : "failed");
+    static const char *const state[] = {"finished", "in progress", "failed", "stopped"};
+    llm4d_svg_escape(f, state[r->state]);
     fprintf(f, "</td></tr>\n");
 }
 
@@ -61,7 +61,7 @@ static void page(FILE *f, llm4d_rp_run *const *runs, int n, const llm4d_rp_trace
     llm4d_svg_escape(f, r->dir);
     fprintf(f, "</p>\n");
     for (int i = 0; i < n; i++) {
-        static const char *const cls[] = {"finished", "running", "failed"};
+        static const char *const cls[] = {"finished", "running", "failed", "stopped"};
         fprintf(f, "<div id=\"state%s\" class=\"state %s\">", i ? "-compare" : "", cls[runs[i]->state]);
         if (n > 1) {
             llm4d_svg_escape(f, runs[i]->label);
@@ -69,6 +69,16 @@ static void page(FILE *f, llm4d_rp_run *const *runs, int n, const llm4d_rp_trace
         }
         llm4d_svg_escape(f, runs[i]->state_line);
         fprintf(f, "</div>\n");
+        if (runs[i]->foreign_logs) { /* said apart from the state: a finished run's logs can be overwritten too */
+            char note[2 * PATH_MAX + 300];
+            snprintf(note, sizeof note, "The worker logs in %s belong to another run (%s%s; this run is %s), "
+                     "launched into the same log directory later: none of them was read.", runs[i]->log_dir,
+                     runs[i]->foreign_id[0] ? "run " : "logs without a run id", runs[i]->foreign_id,
+                     runs[i]->run_id ? runs[i]->run_id : "?");
+            fprintf(f, "<p id=\"foreign-logs%s\" class=\"note\">", i ? "-compare" : "");
+            llm4d_svg_escape(f, note);
+            fprintf(f, "</p>\n");
+        }
     }
     fprintf(f, "<nav><a href=\"#loss\">loss</a><a href=\"#optimizer\">optimizer</a><a href=\"#throughput\">throughput"
             "</a>%s<a href=\"#memory\">memory</a><a href=\"#layout\">layout</a><a href=\"#machine\">machine</a><a "

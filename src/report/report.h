@@ -1,10 +1,10 @@
 /* report.h — `llm4d report`: one self-contained HTML page about a run (or several, overlaid).
  *
- * The page, top to bottom: the run's state (finished, in progress, failed: the last good step and the error
- * line), a summary, the curves of metrics.jsonl (curves.c), the pipeline schedule of a traced step
- * (schedule.c), the memory plan against the measured peak per rank and category, the layout (the 4D grid and which
- * rank holds which stage and shards), the configuration, the machine and the version (context.c). The data of a
- * run come from run.h. */
+ * The page, top to bottom: the run's state (finished, in progress, stopped by a signal: the step it reached and
+ * the latest checkpoint, failed: the last good step and the error line), a summary, the curves of metrics.jsonl
+ * (curves.c), the pipeline schedule of a traced step (schedule.c), the memory plan against the measured peak per
+ * rank and category, the layout (the 4D grid and which rank holds which stage and shards), the configuration, the
+ * machine and the version (context.c). The data of a run come from run.h. */
 #ifndef LLM4D_REPORT_REPORT_H
 #define LLM4D_REPORT_REPORT_H
 

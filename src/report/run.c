@@ -1,12 +1,16 @@
 /* run.c — a run read back from its directory, and its state (see run.h). */
+#define _GNU_SOURCE /* strsignal */
 #include "report/run.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "ckpt/store.h"
 
 const cJSON *llm4d_rp_get(const cJSON *info, const char *path) {
     const cJSON *o = info;
@@ -102,16 +106,31 @@ static void make_label(llm4d_rp_run *r) {
     snprintf(r->label, sizeof r->label, "%.60s%s%.90s%s", base, layout[0] ? " (" : "", layout, layout[0] ? ")" : "");
 }
 
-/* Did this rank end the job, rather than being ended by it (the launcher's own rule)? */
+/* A signal that asks a process to stop (a terminal's Ctrl-C, a scheduler's or a user's kill): an interrupt. */
+static int is_interrupt(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
+/* Was this rank stopped: a signal its worker passed on (the job was being stopped), or an interrupt itself? */
+static int stopped_rank(const llm4d_rp_rank *k) {
+    return k->exited && k->signaled && (k->forwarded || is_interrupt(k->exit_value));
+}
+
+/* Did this rank end the job by failing, rather than being ended by it (the launcher's rule, interrupts aside)? */
 static int ended_job(const llm4d_rp_rank *k) {
-    return k->exited && (k->signaled ? !k->forwarded : k->exit_value != 0);
+    return k->exited && (k->signaled ? !stopped_rank(k) : k->exit_value != 0);
+}
+
+/* "; the latest checkpoint is out/step_10 (--resume out continues from it)", or that there is none. */
+static void resume_note(const llm4d_rp_run *r, char *buf, size_t n) {
+    if (r->latest[0]) snprintf(buf, n, "; the latest checkpoint is %s (--resume %s continues from it)", r->latest,
+                               r->dir);
+    else snprintf(buf, n, "; no checkpoint was saved, so a new run starts over");
 }
 
 static void decide_state(llm4d_rp_run *r) {
     const int64_t last = r->ns ? r->s[r->ns - 1].step : 0;
     for (int i = r->ns - 1; i >= 0 && !r->last_good; i--)
         if (isfinite(r->s[i].loss)) r->last_good = r->s[i].step;
-    const llm4d_rp_rank *cause = NULL, *said = NULL;
+    const llm4d_rp_rank *cause = NULL, *said = NULL, *stop = NULL;
     int all_exited = r->nranks > 0;
     for (int i = 0; i < r->nranks; i++) {
         const llm4d_rp_rank *k = &r->ranks[i];
@@ -119,18 +138,28 @@ static void decide_state(llm4d_rp_run *r) {
         if (!k->exited) all_exited = 0;
         if (ended_job(k) && !cause) cause = k;
         if (k->error[0] && !said) said = k;
+        /* the signal that stopped the job: a rank's own interrupt says it better than the SIGTERM passed on */
+        if (stopped_rank(k) && (!stop || (!k->forwarded && stop->forwarded))) stop = k;
     }
-    if (cause && cause->error[0]) said = cause;
-    char what[1100] = "";
-    if (said) snprintf(what, sizeof what, "%s", said->error);
-    else if (cause && cause->signaled) snprintf(what, sizeof what, "rank %d was killed by signal %d", cause->rank,
-                                                cause->exit_value);
+    char what[1100] = "", resume[PATH_MAX + 200];
+    if (cause && cause->error[0]) snprintf(what, sizeof what, "%s", cause->error);
+    else if (cause && cause->signaled) snprintf(what, sizeof what, "rank %d was killed by signal %d (%s)", cause->rank,
+                                                cause->exit_value, strsignal(cause->exit_value));
     else if (cause) snprintf(what, sizeof what, "rank %d exited with code %d", cause->rank, cause->exit_value);
+    else if (said) snprintf(what, sizeof what, "%s", said->error);
+    resume_note(r, resume, sizeof resume);
     char good[64] = "no step finished";
     if (r->last_good) snprintf(good, sizeof good, "the last good step is %lld", (long long)r->last_good);
+    char of[48] = "";
+    if (r->max_steps > 0) snprintf(of, sizeof of, " of %lld", (long long)r->max_steps);
     if (what[0]) {
         r->state = LLM4D_RP_FAILED;
-        snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s", good, what);
+        snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s%s", good, what, cause ? resume : "");
+    } else if (stop) {
+        r->state = LLM4D_RP_STOPPED;
+        snprintf(r->state_line, sizeof r->state_line, "stopped at step %lld%s by signal %d (%s)%s%s",
+                 (long long)last, of, stop->exit_value, strsignal(stop->exit_value),
+                 stop->forwarded ? ", passed on to every rank by the launcher" : "", resume);
     } else if (r->max_steps > 0 && last >= r->max_steps) {
         r->state = LLM4D_RP_FINISHED;
         snprintf(r->state_line, sizeof r->state_line, "finished: %lld steps", (long long)last);
@@ -140,9 +169,13 @@ static void decide_state(llm4d_rp_run *r) {
                  (long long)last);
     } else {
         r->state = LLM4D_RP_RUNNING;
-        char of[48] = "";
-        if (r->max_steps > 0) snprintf(of, sizeof of, " of %lld", (long long)r->max_steps);
-        const char *blind = r->nranks ? "" : "; without worker logs a run that stopped cannot be told from one going on";
+        char blind[PATH_MAX + 200] = "";
+        if (r->foreign_logs && !r->nranks)
+            snprintf(blind, sizeof blind, "; the worker logs in %.3000s belong to another run (%s%.63s), so none was read and "
+                     "a run that stopped cannot be told from one going on", r->log_dir,
+                     r->foreign_id[0] ? "run " : "logs without a run id", r->foreign_id);
+        else if (!r->nranks)
+            snprintf(blind, sizeof blind, "; without worker logs a run that stopped cannot be told from one going on");
         if (last)
             snprintf(r->state_line, sizeof r->state_line, "in progress: step %lld%s%s%s", (long long)last, of,
                      r->partial_line ? " (the next step's line is being written)" : "", blind);
@@ -180,6 +213,10 @@ llm4d_code llm4d_rp_run_load(llm4d_rp_run *r, const char *dir, const char *log_d
         const char *l = llm4d_rp_str(r->info, "log_dir", NULL);
         if (l && is_dir(l)) snprintf(r->log_dir, sizeof r->log_dir, "%s", l);
     }
+    const char *id = llm4d_rp_str(r->info, "run_id", NULL);
+    r->run_id = id && id[0] ? id : NULL;
+    llm4d_err none;
+    if (llm4d_ckpt_resolve(r->dir, r->latest, sizeof r->latest, &none) != LLM4D_OK) r->latest[0] = 0;
     LLM4D_TRY(llm4d_rp_read_logs(r, (int)llm4d_rp_num(r->info, "layout.world_size", 0), err));
     make_label(r);
     decide_state(r);

@@ -4,8 +4,15 @@
  * per step and per evaluation: metrics.c), output_dir/run.json (version, machine, layout, configuration, where the
  * logs and traces went: written at start-up by train/runinfo.c), and the launcher's log directory
  * (workerlog.<rank>: each rank's memory plan and measured peak, its host, its error line; .workerexit.<rank>: how
- * it ended: logs.c). run.c puts them together and decides the run's state: finished, still going, or failed (and
- * then with which message, after which good step).
+ * it ended: logs.c). run.c puts them together and decides the run's state: finished, still going, stopped by a
+ * signal before its last step (an interrupt: Ctrl-C, a scheduler's SIGTERM; with the step it reached and its latest
+ * checkpoint), or failed (and then with which message, after which good step).
+ *
+ * Whose logs. `llm4d launch` gives every job a run id, which run.json, the first line of each worker log and each
+ * exit record carry (cli/launch.h); a later job launched into the same log directory overwrites the logs. So when
+ * run.json names an id, only the logs (and records) that carry it are read; if none does, the report says the
+ * logs in the directory belong to another run and reads none. A run.json without an id (older llm4d, a run
+ * started without the launcher) takes the logs as they are.
  *
  * Everything is read tolerantly where a run in progress can leave it (a last metrics line half written, logs
  * without their end-of-run tables, no exit records) and strictly where only damage can (a metrics line in the
@@ -53,10 +60,12 @@ typedef struct {
     double peak[LLM4D_MEM_NCATEGORIES]; /* the most each category held over the run (end-of-run table) */
     double workspaces, rss;             /* backend workspaces outside the categories; peak resident set size */
     char error[1024];                   /* the rank's error line ("llm4d: rank R: ..."), "" if none */
+    char run_id[64];                    /* the launch's id on the log's first line, "" if none */
     int exited, signaled, exit_value, forwarded; /* .workerexit.<rank>; exited 0: no record (still running?) */
 } llm4d_rp_rank;
 
-typedef enum { LLM4D_RP_FINISHED = 0, LLM4D_RP_RUNNING, LLM4D_RP_FAILED } llm4d_rp_state;
+/* The order is the page's (report.c's class names). */
+typedef enum { LLM4D_RP_FINISHED = 0, LLM4D_RP_RUNNING, LLM4D_RP_FAILED, LLM4D_RP_STOPPED } llm4d_rp_state;
 
 typedef struct {
     char dir[PATH_MAX];
@@ -68,6 +77,10 @@ typedef struct {
     int partial_line;            /* metrics.jsonl's last line was incomplete (being written): left out */
     cJSON *info;                 /* run.json, NULL when the run has none */
     char log_dir[PATH_MAX];      /* "" when unknown or absent */
+    const char *run_id;          /* run.json's run_id (into info), NULL when it has none */
+    int foreign_logs;            /* worker logs in log_dir that belong to another run (another run id): not read */
+    char foreign_id[64];         /* the id the first of them carries ("" if none) */
+    char latest[PATH_MAX + 64];  /* the checkpoint --resume RUN_DIR would load, "" when there is none */
     llm4d_rp_rank *ranks;
     int nranks;
     char isa[512];               /* rank 0's closing `oneDNN ISA ...` line */
@@ -75,7 +88,7 @@ typedef struct {
     int warnings;                /* WARN lines in rank 0's log (skipped steps, loss spikes) */
     char first_warning[512];
     llm4d_rp_state state;
-    char state_line[1200];       /* one line for the banner: what happened and, if it failed, the error */
+    char state_line[2 * PATH_MAX + 1400]; /* one line for the banner: what happened, the error, the checkpoint */
     int64_t last_good;           /* the last step with a finite loss (0: none) */
     int64_t max_steps;           /* from run.json (0: unknown) */
 } llm4d_rp_run;
@@ -86,7 +99,8 @@ void llm4d_rp_run_free(llm4d_rp_run *r);
 
 /* metrics.c: append path's steps and evaluations to r (r->s, r->e); a missing file is no steps. */
 llm4d_code llm4d_rp_read_metrics(llm4d_rp_run *r, const char *path, llm4d_err *err);
-/* logs.c: r->ranks from r->log_dir's workerlog.<rank> and .workerexit.<rank> (ranks 0 .. n-1 that exist). */
+/* logs.c: r->ranks from r->log_dir's workerlog.<rank> and .workerexit.<rank> (ranks 0 .. n-1 that exist), the
+ * ones of this run only when r->run_id is set (the others counted in r->foreign_logs). */
 llm4d_code llm4d_rp_read_logs(llm4d_rp_run *r, int n, llm4d_err *err);
 
 /* The whole of a file (the caller frees *text); *text NULL and OK when it does not exist. */

@@ -140,6 +140,9 @@ static const span *step_span(const rank_trace *r, int64_t step) {
     return NULL;
 }
 
+/* The width a box needs for its label in the 9 px font (.boxlabel): 6.5 px a character and a margin. */
+static double label_width(const char *name) { return 6.5 * (double)strlen(name) + 4; }
+
 static const char *fill_of(const span *s) {
     if (!strcmp(s->cat, "compute")) return s->name[0] == 'F' ? "#4e79a7" : s->name[0] == 'B' ? "#59a14f" : "#b07aa1";
     if (!strcmp(s->cat, "optimizer")) return "#555555";
@@ -206,9 +209,10 @@ void llm4d_rp_schedule(FILE *f, const llm4d_rp_traces *t) {
                     lane ? y + 24 : y + 2, wd, lane ? 6 : 20, fill);
             llm4d_svg_escape(f, s->name);
             fprintf(f, ": %.3f ms from %.3f ms</title></rect>", s->dur / 1000, (s->ts - t0) / 1000);
-            if (!lane && !strcmp(s->cat, "compute") && wd >= 9)
+            /* the whole name or none: a name cut to its digits ("1" for F1 or B1) reads as another box */
+            if (!lane && !strcmp(s->cat, "compute") && wd >= label_width(s->name))
                 fprintf(f, "<text class=\"boxlabel\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x + wd / 2,
-                        y + 16, wd >= 6.5 * (double)strlen(s->name) + 2 ? s->name : s->name + 1);
+                        y + 16, s->name);
             fprintf(f, "\n");
         }
     }

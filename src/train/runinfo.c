@@ -6,8 +6,14 @@
  * has it): the version (train/version.h), the machine (host, CPU, cores, memory, the kernel and OS, threads per rank,
  * backend, precision and its measured matmul peak), the 4D grid with every rank's coordinates and the blocks its
  * pipeline stage holds, every configuration key (config/config_json.c), and where the logs and traces go (the
- * launcher's log directory reaches the rank as LLM4D_PROGRESS_DIR). A resumed run rewrites it (start_step says so);
- * metrics.jsonl keeps the history. Written to a temporary name and renamed, so a reader never sees half a file. */
+ * launcher's log directory reaches the rank as LLM4D_PROGRESS_DIR, the launch's run id as LLM4D_RUN_ID). A resumed
+ * run rewrites it (start_step says so); metrics.jsonl keeps the history. Written to a temporary name and renamed,
+ * so a reader never sees half a file.
+ *
+ * Format "llm4d run 2": a key given in megabytes (bucket_size_mb) is in megabytes, as the user gave it, rather
+ * than in the bytes the configuration holds (format 1, which the report converts back); model.parameters is the
+ * whole model's count, model.parameters_rank0 rank 0's part of it (its pipeline stage, its tensor-parallel
+ * slice). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/schema.h"
 #include "train/trainer.h"
 #include "train/version.h"
 
@@ -131,6 +138,7 @@ static void add_model(cJSON *root, const llm4d_trainer *tr) {
         cJSON_AddNumberToObject(o, "parameters", (double)t.total_real);
         llm4d_param_table_free(&t);
     }
+    cJSON_AddNumberToObject(o, "parameters_rank0", (double)tr->model.table.total_real);
     cJSON_AddNumberToObject(o, "layers", m->num_layers);
     cJSON_AddNumberToObject(o, "hidden_size", m->hidden_size);
     cJSON_AddNumberToObject(o, "heads", m->num_attention_heads);
@@ -145,7 +153,7 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     cJSON *root = cJSON_CreateObject();
     if (!root) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    cJSON_AddStringToObject(root, "format", "llm4d run 1");
+    cJSON_AddStringToObject(root, "format", "llm4d run 2");
     cJSON_AddStringToObject(root, "version", llm4d_version());
     cJSON_AddStringToObject(root, "version_date", llm4d_version_date());
     const time_t now = time(NULL);
@@ -157,6 +165,11 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
     cJSON_AddNumberToObject(root, "max_steps", (double)c->max_steps);
     add_path(root, "output_dir", c->output_dir);
     add_path(root, "log_dir", getenv("LLM4D_PROGRESS_DIR")); /* set by `llm4d launch` to its log directory */
+    /* the launch's id, also on the first line of every worker log and in every exit record: the report reads
+     * only the logs of this run (cli/launch.h) */
+    const char *run_id = getenv("LLM4D_RUN_ID");
+    if (run_id && run_id[0]) cJSON_AddStringToObject(root, "run_id", run_id);
+    else cJSON_AddNullToObject(root, "run_id");
     add_path(root, "trace_dir", c->trace_dir);
     if (c->trace_dir[0]) {
         const double steps[2] = {(double)c->trace_first, c->trace_last > c->max_steps ? (double)c->max_steps
@@ -168,6 +181,14 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_code rc = add_layout(root, tr, err);
     cJSON *cfg = llm4d_config_json(c);
     if (cfg) cJSON_AddItemToObject(root, "config", cfg);
+    /* megabyte keys as the user gave them (format 2), not in the bytes the configuration holds */
+    int nk;
+    const llm4d_key *k = llm4d_keys(&nk);
+    cJSON *vals = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "values") : NULL;
+    for (int i = 0; vals && i < nk; i++)
+        if (k[i].type == LLM4D_KT_MB && cJSON_GetObjectItemCaseSensitive(vals, k[i].key))
+            cJSON_ReplaceItemInObjectCaseSensitive(
+                vals, k[i].key, cJSON_CreateNumber((double)*(const int64_t *)((const char *)c + k[i].off) / 1048576.0));
     char *text = rc == LLM4D_OK ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (rc != LLM4D_OK) return rc;

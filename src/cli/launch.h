@@ -1,0 +1,74 @@
+/* launch.h — what `llm4d launch` (verb_launch.c) and the `__worker` it starts on every rank (launch_worker.c)
+ * share: the run id, the exit records, the log directory's housekeeping and the job's shared-memory directory.
+ *
+ * The run id. Every `llm4d launch` names its job (`20261128-194229-4242-3fa2`: start time, launcher pid, 16
+ * random bits) and hands it to every worker (`__worker --run_id ID`), which writes it on the first line of its
+ * rank's log, into the rank's exit record and into the rank's environment as LLM4D_RUN_ID (rank 0 copies it into
+ * output_dir/run.json, train/runinfo.c). `llm4d report` reads only the logs and records that carry the id of the
+ * run it reports (report/logs.c), so a later job launched into the same log directory cannot be taken for it.
+ *
+ * The exit record. When a rank ends, its worker writes DIR/.workerexit.<rank> whole or not at all (a temporary
+ * renamed): pid, whether a signal ended it and which (or its exit code), whether the worker had passed a
+ * termination signal on to it (then it was stopped, not failing), the wall time, and the run id. The launcher
+ * reads them to name the rank that ended the job; the report reads them for the run's state.
+ *
+ * The shared-memory directory. Open MPI's shared-memory transport (btl vader) backs each rank's segment with a
+ * file in /dev/shm, which it removes at a clean end but leaves behind when the job is killed or aborted (2 x 4 MiB
+ * per interrupted 2-rank job). The launcher points it at a directory of its own (`--mca
+ * btl_vader_backing_directory /dev/shm/llm4d-mpi.<run id>`), each worker creates that directory on its host and,
+ * when its rank has ended, removes its rank's files there (and llm4d's own segments of that rank, which comm_shm.c
+ * unlinks once mapped: only a rank killed in between leaves one), and the launcher removes the directory after the
+ * job; /dev/shm is then as it was before the job, however it ended. */
+#ifndef LLM4D_CLI_LAUNCH_H
+#define LLM4D_CLI_LAUNCH_H
+
+#include <stddef.h>
+
+#define LLM4D_RUN_ID_MAX 64
+#define LLM4D_EXIT_RECORD_PREFIX ".workerexit."
+#define LLM4D_SHM_DIR_PREFIX "/dev/shm/llm4d-mpi."
+
+/* `--key value` or `--key=value` at argv[*i]; advances *i past what it used; *bad = 1 when the value is missing. */
+const char *llm4d_launch_opt(int argc, char **argv, int *i, const char *key, int *bad);
+/* A whole decimal number in [lo, hi] into *out: 1, or 0 when s is not one. */
+int llm4d_launch_int(const char *s, long lo, long hi, int *out);
+/* The path of this executable: 0, or -1. */
+int llm4d_launch_self_exe(char *buf, size_t cap);
+/* Wall-clock seconds. */
+double llm4d_launch_now(void);
+/* 1 when id is a run id as llm4d_launch_make_run_id writes them (letters, digits, '-'; not empty). */
+int llm4d_run_id_valid(const char *id);
+/* A new run id into buf (at least LLM4D_RUN_ID_MAX bytes). */
+void llm4d_launch_make_run_id(char *buf, size_t cap);
+
+typedef struct {
+    int valid;
+    int rank;
+    long pid;
+    int signaled;  /* 1: value is a signal number; 0: value is an exit code */
+    int value;
+    int forwarded; /* the worker had passed a termination signal on before the rank ended */
+    double time;   /* wall clock when the worker saw the rank end */
+    char run_id[LLM4D_RUN_ID_MAX]; /* "" in a record written before run ids existed */
+} llm4d_exit_record;
+
+void llm4d_exit_record_write(const char *log_dir, const llm4d_exit_record *e);
+/* Rank's record in log_dir: 1 when there is a whole one (e->valid), else 0. */
+int llm4d_exit_record_read(const char *log_dir, int rank, llm4d_exit_record *e);
+/* Did this rank end the job (rather than being ended by it)? A non-zero exit code, or a signal nobody passed on. */
+int llm4d_exit_record_is_cause(const llm4d_exit_record *e);
+/* "rank 1 (pid 4242) was killed by signal 9 (Killed)" / "rank 1 (pid 4242) exited with code 2". */
+void llm4d_exit_record_describe(char *buf, size_t cap, const llm4d_exit_record *e);
+
+/* Before a job starts in log_dir: removes what earlier jobs left there that this one will not overwrite and that
+ * could be taken for its own: every exit record (and its temporary), every progress board (progress.<rank>), and
+ * the worker logs of ranks >= nproc. */
+void llm4d_launch_clean_log_dir(const char *log_dir, int nproc);
+
+/* dir/<name> for every entry of dir whose name starts with prefix and ends with suffix (either may be ""):
+ * removed; returns how many were. */
+int llm4d_launch_remove_matching(const char *dir, const char *prefix, const char *suffix);
+/* The shared-memory directory: every file in it removed, then the directory (nothing when it does not exist). */
+void llm4d_launch_remove_shm_dir(const char *dir);
+
+#endif
