@@ -46,6 +46,7 @@ for l in open(sys.argv[1]):
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["started"] = d["started_unix_s"] = d["machine"]["matmul_peak_gflops"] = "T"
+if "run_id" in d: d["run_id"] = "ID"  # each launch's own (cli/launch.h)
 print(json.dumps(d, indent=1))' "$2" ;;
     *) sed -E 's/^\[[0-9-]+ [0-9:,]+\]/[T]/; s/(avg_reader_cost|avg_batch_cost|speed|ips_total|ips): [0-9.]+/\1: T/g
                s/[0-9.]+ GFLOP\/s/T GFLOP\/s/
@@ -55,7 +56,8 @@ print(json.dumps(d, indent=1))' "$2" ;;
                s/^(\[T\] \[ *(INFO|WARNING)\] - plan prediction).*/\1 T/
                s/^(\[T\] \[ *INFO\] - optimizer passes: [0-9.]+ GB per step in).*/\1 T/
                s/: [0-9.]+ [GMT]iB per rank; available: [0-9.]+ [GMT]iB/: T per rank; available: T/
-               s/planned [0-9.]+ MiB, peak resident set [0-9.]+ MiB \([-+][0-9.]+%\)/planned T, peak resident set T/' "$2" ;;
+               s/planned [0-9.]+ MiB, peak resident set [0-9.]+ MiB \([-+][0-9.]+%\)/planned T, peak resident set T/
+               s/\(run [0-9a-z-]+\)$/(run ID)/' "$2" ;;
     esac
 }
 

@@ -169,7 +169,7 @@ t1=$(now)
 cmsg=$(grep -h "^llm4d: rank 1" "$tmp/lc/workerlog.1" | head -1)
 cstop=$(stop_time "$tmp/lc/workerlog.0" "$t1")
 cok=$([ $crc = 2 ] && grep -q "allreduce on the data group (rank 1 of 2): Input/output error" <<<"$cmsg" &&
-    grep -q "rank 1 (pid [0-9]*) exited with code 2" "$tmp/c2.err" && [ "$(cat "$tmp/c2/latest")" = step_2 ] &&
+    [ "$(grep -c . "$tmp/c2.err")" = 2 ] && grep -qxF "$cmsg" "$tmp/c2.err" && [ "$(cat "$tmp/c2/latest")" = step_2 ] &&
     loads "$tmp/c2" && echo 1 || echo 0)
 check_if "$cok" "dp2, LLM4D_FAULT=collective@3 on rank 1: the job ends with exit $crc in ${cstop}s, step_2 loads: $cmsg"
 reliability_row "communication" "a collective fails at step 3 on rank 1 of 2 (dp2)" "$cmsg" $crc "$cstop" \

@@ -23,6 +23,7 @@ static void *host_alloc_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_catego
     const size_t rounded = bytes ? (bytes + PAGE - 1) / PAGE * PAGE : PAGE;
     void *p = aligned_alloc(PAGE, rounded);
     if (!p) return NULL;
+    llm4d_mem_prefer_huge(p, rounded);
     memset(p, 0, rounded);
     llm4d_mem_account(mem, c, (long long)bytes);
     return p;

@@ -1,8 +1,10 @@
 /* mem.c — category-tagged allocation accounting (see mem.h). */
 #include "core/mem.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const char *const category_names[LLM4D_MEM_NCATEGORIES] = {
     "params", "grads", "optimizer", "activations", "comm", "workspace",
@@ -33,9 +35,27 @@ void *llm4d_mem_alloc(llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
     if (rounded == 0) rounded = 64;
     void *p = aligned_alloc(align, rounded);
     if (!p) return NULL;
+    llm4d_mem_prefer_huge(p, rounded);
     memset(p, 0, rounded);
     llm4d_mem_account(mem, c, (long long)bytes);
     return p;
+}
+
+/* The first touch of memory is what start-up spends its time on: 2 GiB took 8.4 s in 4 KiB pages on a 2-core VM
+ * (a fault per page, each costlier under virtualisation) and 4.7 s in 2 MiB pages. So the large blocks (the
+ * weights, gradients, Adam states, activations) ask for transparent huge pages, which Debian's default ("madvise")
+ * grants to regions that ask. Only whole 2 MiB ranges inside the block get them, so no memory is added to the
+ * block (its ends stay in small pages) and the resident set still counts exactly the pages touched. */
+void llm4d_mem_prefer_huge(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    if (bytes >= LLM4D_MEM_HUGE_MIN) {
+        const uintptr_t a = ((uintptr_t)p + LLM4D_MEM_PAGE - 1) & ~(uintptr_t)(LLM4D_MEM_PAGE - 1);
+        const uintptr_t b = ((uintptr_t)p + bytes) & ~(uintptr_t)(LLM4D_MEM_PAGE - 1);
+        if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE); /* advice: refused or ignored, nothing changes */
+    }
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 void llm4d_mem_free(llm4d_mem *mem, llm4d_mem_category c, void *ptr, size_t bytes) {

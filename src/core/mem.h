@@ -35,6 +35,9 @@ const char *llm4d_mem_category_name(llm4d_mem_category c);
 #define LLM4D_MEM_PAGE ((size_t)4096)
 #define LLM4D_MEM_PAGED_MIN ((size_t)1 << 20)
 #define LLM4D_MEM_SPAN(bytes) (((bytes) + LLM4D_MEM_PAGE - 1) & ~(LLM4D_MEM_PAGE - 1))
+/* Blocks of at least this many bytes ask the kernel for transparent huge pages (mem.c llm4d_mem_prefer_huge). */
+#define LLM4D_MEM_HUGE_MIN ((size_t)4 << 20)
+void llm4d_mem_prefer_huge(void *p, size_t bytes);
 
 /* 64-byte aligned (or page-aligned, above), zero-filled. Returns NULL when the system is out of
  * memory (callers report it). */

@@ -193,6 +193,9 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     if (!tr->ppplan.P) LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
     if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, cfg->model.use_recompute, &tr->log);
     LLM4D_TRY(llm4d_trainer_plan(tr, err));
+    /* a large model's allocation and initial draw take seconds (gpt2-en: ~4 s on 2 cores): say so first */
+    llm4d_log_info(&tr->log, "allocating the memory planned and drawing the initial weights (seed %llu)",
+                   (unsigned long long)cfg->seed);
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     LLM4D_TRY(llm4d_stack_layout(cfg, &tr->topo, &tr->ppplan, &part, &layout, err));
@@ -303,7 +306,10 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_write_runinfo(tr, err));
     print_startup(tr);
     llm4d_trainer_predict_log(tr);
-    if (tr->start_step > 1)
+    if (opts->eval_only && tr->last_saved >= 0)
+        llm4d_log_info(&tr->log, "evaluating the checkpoint of step %lld (%s)", (long long)tr->last_saved,
+                       cfg->ckpt_dir);
+    else if (tr->start_step > 1)
         llm4d_log_info(&tr->log, "resuming at global step %lld", (long long)tr->start_step);
     return LLM4D_OK;
 }
