@@ -555,6 +555,9 @@ static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
     if (cfg->save_steps < -1)
         return llm4d_fail(err, LLM4D_EUSER, "save_steps must be >= 0 (0: at the end only) or -1 (never), got %lld",
                           (long long)cfg->save_steps);
+    if (cfg->max_restarts < 0 || cfg->max_restarts > 1000)
+        return llm4d_fail(err, LLM4D_EUSER, "max_restarts must be in [0, 1000] (0: no restarts), got %d",
+                          cfg->max_restarts);
     if (cfg->keep_last < 0)
         return llm4d_fail(err, LLM4D_EUSER, "keep_last must be >= 0 (0 keeps all checkpoints), got %d",
                           cfg->keep_last);
