@@ -23,6 +23,7 @@
 #define LLM4D_CLI_LAUNCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define LLM4D_RUN_ID_MAX 64
 #define LLM4D_EXIT_RECORD_PREFIX ".workerexit."
@@ -70,5 +71,27 @@ void llm4d_launch_clean_log_dir(const char *log_dir, int nproc);
 int llm4d_launch_remove_matching(const char *dir, const char *prefix, const char *suffix);
 /* The shared-memory directory: every file in it removed, then the directory (nothing when it does not exist). */
 void llm4d_launch_remove_shm_dir(const char *dir);
+
+/* ---- a train job's checkpoints (launch_resume.c) ---- */
+
+/* What the launcher knows of the job it runs, from the train command's configuration. */
+typedef struct {
+    int train;              /* the command is `train` (else nothing below is known) */
+    char output_dir[4096];
+    long long max_steps, save_steps;
+    int max_restarts;       /* Engine.save_load.max_restarts, unless launch's --max_restarts says otherwise */
+} llm4d_launch_job;
+
+/* The checkpoint `--resume output_dir` would load, into dir, and its step: 1, or 0 when there is none. */
+int llm4d_launch_latest(const llm4d_launch_job *job, char *dir, size_t cap, long long *step);
+/* The last training step output_dir/metrics.jsonl recorded, when it was written since `since`; 0 otherwise. */
+long long llm4d_launch_step_reached(const char *dir, double since);
+/* This launch again, as a shell command (with --resume DIR instead of any --resume the command had, when resume). */
+void llm4d_launch_put_command(FILE *f, int argc, char **argv, int cmd, const char *resume);
+/* The command cmdv[0..n) into out (room for n + 3), its --resume replaced by `--resume resume` when resume is not
+ * NULL; returns the words written (out[k] = NULL). */
+int llm4d_launch_command_with_resume(int n, char **cmdv, const char *resume, char **out);
+/* One line on stderr: the latest checkpoint and the command that resumes from it (or starts again). */
+void llm4d_launch_say_resume(const llm4d_launch_job *job, int argc, char **argv, int cmd);
 
 #endif

@@ -40,6 +40,15 @@
  * step_N) and the command that continues from it (this command with --resume output_dir). With no record to go by
  * (a remote rank, mpirun itself failing) it reports mpirun's exit code.
  *
+ * Restarts (--max_restarts N, or the train config's Engine.save_load.max_restarts): a crash (a rank killed, a
+ * rank's worker killed, a non-zero exit other than 2, the watchdog ending a hung job) is followed by one line,
+ * `llm4d launch: restart 1 of N in 1 s: <what ended it> at step S; resuming from DIR/step_K (M steps lost)`, and
+ * the job runs again, from the checkpoint `--resume output_dir` loads (the same command with --resume output_dir;
+ * the first run's command when there is no checkpoint yet), under a new run id. A user error and a stop by a
+ * signal are never restarted. The delay doubles while the job keeps failing from the same checkpoint (1, 2, 4 s,
+ * at most 30), and the third failure in a row from the same checkpoint ends the restarts: the fault is then in the
+ * job, not in a machine. The log of the rank that failed is kept as DIR/failed.<k>.workerlog.<rank>.
+ *
  * Limits: the exit records are read from the launcher's file system, so with a hostfile the culprit is named here
  * only when it ran on the launching host (or log_dir is shared); a remote worker names its rank on stderr. */
 #define _GNU_SOURCE /* pipe2, strsignal */
@@ -65,19 +74,13 @@
 #include "core/fs.h"
 #include "comm/runtime.h"
 
-/* What the launcher knows of a train job, for saying how to resume it. */
-typedef struct {
-    int train;
-    char output_dir[PATH_MAX];
-    long long max_steps, save_steps;
-} job_info;
-
 static void launch_usage(FILE *f) {
-    fprintf(f, "usage: llm4d launch --nproc N [--hostfile FILE] [--log_dir DIR] -- VERB [ARGS...]\n"
+    fprintf(f, "usage: llm4d launch --nproc N [--hostfile FILE] [--log_dir DIR] [--max_restarts N] -- VERB [ARGS...]\n"
                "  runs N processes of `llm4d VERB ARGS...` through Open MPI's mpirun (set LLM4D_MPIRUN to use\n"
                "  another mpirun, LLM4D_MPI_VERBOSE=1 to see Open MPI's own messages); each rank writes\n"
                "  DIR/workerlog.<rank> (default DIR: log), rank 0 is also echoed here; exits with the job's exit code\n"
-               "  (2 when a rank hit a user error)\n");
+               "  (2 when a rank hit a user error); --max_restarts N restarts a job whose rank died or hung from its\n"
+               "  latest checkpoint, up to N times (default: the train config's Engine.save_load.max_restarts, 0)\n");
 }
 
 /* The last `lines` lines of a file, each prefixed, to f. */
@@ -129,88 +132,11 @@ static int error_line(const char *log_dir, int rank, char *buf, size_t cap) {
     return found;
 }
 
-/* ---- how to resume -------------------------------------------------------------------------------------- */
-
-/* The name the user ran llm4d by (`build/llm4d`), for a command to copy; the executable's path otherwise. */
-static void program_name(char *buf, size_t cap) {
-    FILE *f = fopen("/proc/self/cmdline", "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    if (!buf[0] && llm4d_launch_self_exe(buf, cap) != 0) snprintf(buf, cap, "llm4d");
-}
-
-/* One shell word: as it is when it needs no quoting, else in single quotes. */
-static void put_word(FILE *f, const char *w) {
-    int plain = w[0] != 0;
-    for (const char *p = w; *p && plain; p++) plain = isalnum((unsigned char)*p) || strchr("_./=:,+@%-", *p);
-    if (plain) {
-        fputs(w, f);
-        return;
-    }
-    fputc('\'', f);
-    for (const char *p = w; *p; p++) *p == '\'' ? fputs("'\\''", f) : fputc(*p, f);
-    fputc('\'', f);
-}
-
-/* This launch again (resume: with --resume DIR instead of any --resume the command had). */
-static void put_command(FILE *f, int argc, char **argv, int cmd, const char *resume) {
-    char prog[PATH_MAX];
-    program_name(prog, sizeof prog);
-    put_word(f, prog);
-    for (int i = 0; i < argc; i++) {
-        if (i >= cmd && resume && !strcmp(argv[i], "--resume") && i + 1 < argc) {
-            i++;
-            continue;
-        }
-        if (i >= cmd && resume && !strncmp(argv[i], "--resume=", 9)) continue;
-        fputc(' ', f);
-        put_word(f, argv[i]);
-    }
-    if (resume) {
-        fputs(" --resume ", f);
-        put_word(f, resume);
-    }
-}
-
-/* The last training step metrics.jsonl recorded, when this job wrote it (modified since `since`); 0 otherwise. */
-static long long step_reached(const char *dir, double since) {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    struct stat st;
-    if (stat(path, &st) != 0 || (double)st.st_mtime + 1 < since) return 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[512];
-    long long step = 0, s;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "{\"step\": %lld,", &s) == 1) step = s;
-    fclose(f);
-    return step;
-}
-
-/* One line: the train job's latest checkpoint and the command that resumes from it. */
-static void say_resume(const job_info *job, int argc, char **argv, int cmd) {
-    if (!job->train || !job->output_dir[0]) return;
-    char ckpt[PATH_MAX + 64];
-    llm4d_err err;
-    if (llm4d_ckpt_resolve(job->output_dir, ckpt, sizeof ckpt, &err) == LLM4D_OK) { /* what --resume would load */
-        fprintf(stderr, "llm4d launch: the latest checkpoint is %s; to resume from it: ", ckpt);
-        put_command(stderr, argc, argv, cmd, job->output_dir);
-    } else {
-        char why[64] = "save_steps is off";
-        if (job->save_steps > 0) snprintf(why, sizeof why, "one is saved every %lld steps", job->save_steps);
-        fprintf(stderr, "llm4d launch: %s holds no checkpoint yet (%s); to start again: ", job->output_dir, why);
-        put_command(stderr, argc, argv, cmd, NULL);
-    }
-    fputc('\n', stderr);
-}
-
 /* ---- llm4d launch ---------------------------------------------------------------------------------------- */
 
 /* The configuration of a train command, checked as every rank would check it, and what the launcher keeps of it.
  * local: every rank runs here, so the device and data can be checked here too. */
-static llm4d_code check_train(int argc, char **argv, int nproc, int local, job_info *job, llm4d_err *err) {
+static llm4d_code check_train(int argc, char **argv, int nproc, int local, llm4d_launch_job *job, llm4d_err *err) {
     char **targs = calloc((size_t)argc + 1, sizeof *targs);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     llm4d_job_debug dbg;
@@ -223,6 +149,7 @@ static llm4d_code check_train(int argc, char **argv, int nproc, int local, job_i
         snprintf(job->output_dir, sizeof job->output_dir, "%s", cfg->output_dir);
         job->max_steps = (long long)cfg->max_steps;
         job->save_steps = (long long)cfg->save_steps;
+        job->max_restarts = cfg->max_restarts;
     }
     free(targs);
     free(cfg);
@@ -235,9 +162,263 @@ static int mpi_verbose(void) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
+
+/* ---- one run of the job ---------------------------------------------------------------------------------- */
+
+/* What every run of the job shares. */
+typedef struct {
+    int nproc;
+    const char *hostfile, *log_dir, *mpirun;
+    char exe[PATH_MAX], host[256];
+} launch_setup;
+
+/* How one run of the job ended. */
+typedef enum { END_OK, END_USER, END_STOPPED, END_CRASH, END_MPIRUN } end_kind;
+typedef struct {
+    end_kind kind;
+    int code;                /* what the launcher exits with for it */
+    int sig, passed_on;      /* END_STOPPED: the signal; passed_on: it was sent to the launcher, which passed it on */
+    llm4d_exit_record cause; /* END_USER, END_CRASH: the rank that ended the job */
+    int mpirun_code;
+    double started;
+} run_end;
+
+/* Runs mpirun once with the command cmdv (NULL-terminated) under a new run id, waits for it, and says how the job
+ * ended. Returns 0, or -1 when mpirun could not be run at all (said here; end->code is the exit code). */
+static int run_once(const launch_setup *ls, char **cmdv, run_end *end) {
+    memset(end, 0, sizeof *end);
+    char run_id[LLM4D_RUN_ID_MAX], shm_dir[PATH_MAX] = "", np[16];
+    llm4d_launch_clean_log_dir(ls->log_dir, ls->nproc);
+    llm4d_launch_make_run_id(run_id, sizeof run_id);
+    /* Open MPI's shared-memory files go to a directory of this job's, unless the user chose where */
+    struct stat st;
+    const char *user_shm = getenv("OMPI_MCA_btl_vader_backing_directory");
+    if (!(user_shm && user_shm[0]) && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(shm_dir, sizeof shm_dir, LLM4D_SHM_DIR_PREFIX "%s", run_id);
+        if (mkdir(shm_dir, 0700) != 0) shm_dir[0] = 0; /* then Open MPI's default */
+    }
+    snprintf(np, sizeof np, "%d", ls->nproc);
+    int n_cmd = 0;
+    while (cmdv[n_cmd]) n_cmd++;
+    char **args = calloc((size_t)(n_cmd + 32), sizeof *args);
+    if (!args) return end->code = 1, -1;
+    int k = 0;
+    args[k++] = (char *)ls->mpirun;
+    if (!mpi_verbose()) args[k++] = "-q";
+    args[k++] = "--oversubscribe";
+    args[k++] = "--bind-to";
+    args[k++] = "none";
+    if (geteuid() == 0) args[k++] = "--allow-run-as-root";
+    if (shm_dir[0]) args[k++] = "--mca", args[k++] = "btl_vader_backing_directory", args[k++] = shm_dir;
+    args[k++] = "-np";
+    args[k++] = np;
+    if (ls->hostfile) args[k++] = "--hostfile", args[k++] = (char *)ls->hostfile;
+    args[k++] = (char *)ls->exe;
+    args[k++] = "__worker";
+    args[k++] = "--log_dir";
+    args[k++] = (char *)ls->log_dir;
+    args[k++] = "--run_id";
+    args[k++] = run_id;
+    if (shm_dir[0]) args[k++] = "--shm_dir", args[k++] = shm_dir;
+    args[k++] = "--launch_host";
+    args[k++] = (char *)ls->host;
+    args[k++] = "--";
+    for (int i = 0; i < n_cmd; i++) args[k++] = cmdv[i];
+    args[k] = NULL;
+
+    fflush(stdout);
+    fflush(stderr);
+    end->started = llm4d_launch_now();
+    /* Signals arrive through sigtimedwait below rather than a handler, so no global state is needed. */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    int errpipe[2]; /* reports a failed exec of mpirun */
+    pid_t pid = -1;
+    if (pipe2(errpipe, O_CLOEXEC) != 0 || (pid = fork()) < 0) {
+        perror("llm4d launch: starting mpirun");
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        free(args);
+        llm4d_launch_remove_shm_dir(shm_dir);
+        return end->code = 1, -1;
+    }
+    if (pid == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        close(errpipe[0]);
+        execvp(ls->mpirun, args);
+        int e = errno;
+        (void)llm4d_write_all(errpipe[1], &e, sizeof e); /* a reader gone: nothing useful to do */
+        _exit(127);
+    }
+    close(errpipe[1]);
+    int exec_errno = 0;
+    ssize_t got = read(errpipe[0], &exec_errno, sizeof exec_errno);
+    close(errpipe[0]);
+    free(args);
+    if (got == (ssize_t)sizeof exec_errno) {
+        waitpid(pid, NULL, 0);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        llm4d_launch_remove_shm_dir(shm_dir);
+        fprintf(stderr, "llm4d launch: cannot run %s: %s; install Open MPI (mpirun) or set LLM4D_MPIRUN to its path\n",
+                ls->mpirun, strerror(exec_errno));
+        return end->code = 2, -1;
+    }
+
+    int status = 0, received = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) {
+            perror("llm4d launch: waitpid");
+            status = 1 << 8;
+            break;
+        }
+        siginfo_t info;
+        struct timespec tick = {1, 0};
+        int sig = sigtimedwait(&set, &info, &tick);
+        if (sig > 0 && sig != SIGCHLD) received = sig;
+        /* a signal sent to us alone (kill, a scheduler) is passed on; a terminal's Ctrl-C reached mpirun too */
+        if (sig > 0 && sig != SIGCHLD && (info.si_code == SI_USER || info.si_code == SI_QUEUE)) {
+            kill(pid, sig);
+            end->passed_on = sig;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    end->mpirun_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (end->mpirun_code == 0) {
+        llm4d_launch_remove_shm_dir(shm_dir);
+        return end->kind = END_OK, end->code = 0, 0;
+    }
+
+    /* mpirun can return while the workers it stopped are still writing their records: give them a moment (a
+     * worker killed outright writes none, hence the time limit; once a cause is known, a shorter one for an
+     * earlier cause still being written). Records of another run (a shared log_dir) do not count. */
+    llm4d_exit_record cause = {0};
+    int stopped = 0, missing = -1; /* ranks a passed-on signal ended; the first rank without a record */
+    for (int tries = 0, waited_after_cause = 0; tries < 40 && waited_after_cause < 6; tries++) {
+        if (cause.valid) waited_after_cause++;
+        int n_valid = 0;
+        cause.valid = 0, stopped = 0, missing = -1;
+        for (int r = 0; r < ls->nproc; r++) {
+            llm4d_exit_record e;
+            if (!llm4d_exit_record_read(ls->log_dir, r, &e) || strcmp(e.run_id, run_id)) {
+                if (missing < 0) missing = r;
+                continue;
+            }
+            n_valid++;
+            stopped += e.signaled && e.forwarded;
+            if (llm4d_exit_record_is_cause(&e) && (!cause.valid || e.time < cause.time)) cause = e;
+        }
+        if (n_valid == ls->nproc) break;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    /* every rank has ended (or been killed): the job's files in shared memory can go */
+    llm4d_launch_remove_shm_dir(shm_dir);
+
+    /* a rank ended by the interrupt itself (a terminal's Ctrl-C reaches the whole process group) was stopped too */
+    const int interrupted = cause.valid && cause.signaled && received &&
+                            (cause.value == SIGINT || cause.value == SIGTERM || cause.value == SIGHUP);
+    if (!cause.valid && !received && missing >= 0 && !ls->hostfile) {
+        /* a rank whose worker was killed outright (the OOM killer, kill -9 of the wrong process) leaves no record;
+         * the others were ended by mpirun's shutdown (with a hostfile, records of remote ranks are not here) */
+        end->kind = END_CRASH, end->code = end->mpirun_code;
+        end->cause = (llm4d_exit_record){.valid = 0, .rank = missing};
+    } else if ((!cause.valid || interrupted) && (received || stopped)) { /* stopped, not failing */
+        end->kind = END_STOPPED;
+        end->sig = end->passed_on ? end->passed_on : received;
+        end->code = 128 + (end->sig ? end->sig : SIGTERM);
+    } else if (!cause.valid) {
+        end->kind = END_MPIRUN, end->code = end->mpirun_code;
+    } else {
+        end->cause = cause;
+        end->kind = !cause.signaled && cause.value == 2 ? END_USER : END_CRASH;
+        end->code = cause.signaled ? 128 + cause.value : cause.value;
+    }
+    return 0;
+}
+
+/* ---- what the launcher says about a run that did not succeed ---------------------------------------------- */
+
+static void say_stopped(const launch_setup *ls, const llm4d_launch_job *job, const run_end *end) {
+    (void)ls;
+    const long long step = job->train ? llm4d_launch_step_reached(job->output_dir, end->started) : 0;
+    char at[96] = "";
+    if (step > 0) snprintf(at, sizeof at, " at step %lld of %lld", step, job->max_steps);
+    if (end->sig)
+        fprintf(stderr, "llm4d launch: the job was stopped by signal %d (%s)%s%s\n", end->sig, strsignal(end->sig),
+                end->passed_on ? " sent to the launcher" : "", at);
+    else fprintf(stderr, "llm4d launch: the job was stopped by a signal to mpirun%s\n", at);
+}
+
+/* A user error: its one line, once (all of rank 0's log was echoed). */
+static void say_user_error(const launch_setup *ls, const run_end *end) {
+    char line[1100], shown[1100];
+    if (end->cause.rank != 0 && error_line(ls->log_dir, end->cause.rank, line, sizeof line) &&
+        !error_line(ls->log_dir, 0, shown, sizeof shown))
+        fprintf(stderr, "%s\n", line);
+}
+
+/* The rank that ended the job and how; a rank without a record ended with its worker. */
+static void describe(char *buf, size_t cap, const llm4d_exit_record *e) {
+    if (e->valid) llm4d_exit_record_describe(buf, cap, e);
+    else snprintf(buf, cap, "rank %d ended without an exit record (its worker process was killed)", e->rank);
+}
+
+/* A crash: which rank, how, and the end of its log (rank 0's was shown). */
+static void say_crash(const launch_setup *ls, const run_end *end) {
+    char what[128], path[PATH_MAX];
+    describe(what, sizeof what, &end->cause);
+    fprintf(stderr, "llm4d launch: %s; see %s/workerlog.%d\n", what, ls->log_dir, end->cause.rank);
+    if (end->cause.rank != 0) {
+        snprintf(path, sizeof path, "%s/workerlog.%d", ls->log_dir, end->cause.rank);
+        fprintf(stderr, "llm4d launch: last lines of %s:\n", path);
+        print_tail(stderr, path, 6, "  | ");
+    }
+}
+
+/* ---- restarts --------------------------------------------------------------------------------------------- */
+
+/* A job that fails this many times in a row from the same checkpoint is not restarted again: the failure is in the
+ * job, not in a machine, and restarting would only repeat it. */
+#define SAME_CHECKPOINT_LIMIT 3
+#define RESTART_DELAY_MAX_S 30
+
+/* Waits s seconds unless SIGINT, SIGTERM or SIGHUP comes first: 0, or that signal. */
+static int wait_or_signal(int s) {
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    const double until = llm4d_launch_now() + s;
+    int sig = 0;
+    for (double left; !sig && (left = until - llm4d_launch_now()) > 0;) {
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        const int got = sigtimedwait(&set, NULL, &ts);
+        if (got > 0) sig = got;
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return sig;
+}
+
+/* The failed run's log of the rank that ended it, kept beside the next run's as failed.<k>.workerlog.<rank>. */
+static void keep_failed_log(const launch_setup *ls, const run_end *end, int k, char *kept, size_t cap) {
+    char from[PATH_MAX];
+    snprintf(from, sizeof from, "%s/workerlog.%d", ls->log_dir, end->cause.rank);
+    snprintf(kept, cap, "%s/failed.%d.workerlog.%d", ls->log_dir, k, end->cause.rank);
+    if (rename(from, kept) != 0) kept[0] = 0;
+}
+
 int llm4d_cmd_launch(int argc, char **argv) {
-    int nproc = 0, bad = 0, cmd = -1;
-    const char *hostfile = NULL, *log_dir = "log", *v;
+    int nproc = 0, bad = 0, cmd = -1, max_restarts = -1;
+    launch_setup ls = {.log_dir = "log"};
+    const char *v;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
             cmd = i + 1;
@@ -252,14 +433,20 @@ int llm4d_cmd_launch(int argc, char **argv) {
                 fprintf(stderr, "llm4d launch: --nproc '%s' is not a process count >= 1\n", v);
                 return 2;
             }
-        } else if ((v = llm4d_launch_opt(argc, argv, &i, "--hostfile", &bad))) hostfile = v;
-        else if ((v = llm4d_launch_opt(argc, argv, &i, "--log_dir", &bad))) log_dir = v;
+        } else if ((v = llm4d_launch_opt(argc, argv, &i, "--max_restarts", &bad)) ||
+                   (v = llm4d_launch_opt(argc, argv, &i, "--max_restart", &bad))) {
+            if (!llm4d_launch_int(v, 0, 1000, &max_restarts)) {
+                fprintf(stderr, "llm4d launch: --max_restarts '%s' is not a count in [0, 1000]\n", v);
+                return 2;
+            }
+        } else if ((v = llm4d_launch_opt(argc, argv, &i, "--hostfile", &bad))) ls.hostfile = v;
+        else if ((v = llm4d_launch_opt(argc, argv, &i, "--log_dir", &bad))) ls.log_dir = v;
         else if (bad) {
             fprintf(stderr, "llm4d launch: %s needs a value\n", argv[i]);
             return 2;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "llm4d launch: unknown option '%s'; options: --nproc N --hostfile FILE --log_dir DIR, "
-                            "then -- and the command\n", argv[i]);
+            fprintf(stderr, "llm4d launch: unknown option '%s'; options: --nproc N --hostfile FILE --log_dir DIR "
+                            "--max_restarts N, then -- and the command\n", argv[i]);
             return 2;
         } else {
             cmd = i; /* the command may follow without `--` */
@@ -281,219 +468,114 @@ int llm4d_cmd_launch(int argc, char **argv) {
                         "such as train\n", argv[cmd]);
         return 2;
     }
-    job_info job = {0};
+    llm4d_launch_job job = {0};
     if (!strcmp(argv[cmd], "train")) { /* what every rank would refuse alike is one line here, not one per rank */
         llm4d_err err = {0};
-        const llm4d_code rc = check_train(argc - cmd, argv + cmd, nproc, !hostfile, &job, &err);
+        const llm4d_code rc = check_train(argc - cmd, argv + cmd, nproc, !ls.hostfile, &job, &err);
         if (rc != LLM4D_OK) { /* the verb's form (cli.h): this process is `llm4d launch` */
             fprintf(stderr, "llm4d launch: %s\n", err.msg);
             return llm4d_exit_code(rc);
         }
     }
-    if (hostfile && access(hostfile, R_OK) != 0) {
-        fprintf(stderr, "llm4d launch: cannot read the hostfile %s: %s\n", hostfile, strerror(errno));
+    if (max_restarts < 0) max_restarts = job.max_restarts; /* launch's flag over the train config's key */
+    if (ls.hostfile && access(ls.hostfile, R_OK) != 0) {
+        fprintf(stderr, "llm4d launch: cannot read the hostfile %s: %s\n", ls.hostfile, strerror(errno));
         return 2;
     }
-    if (llm4d_mkdir_p(log_dir, 0755) != 0) {
+    if (llm4d_mkdir_p(ls.log_dir, 0755) != 0) {
         fprintf(stderr, "llm4d launch: cannot create the log directory %s: %s; choose another with --log_dir\n",
-                log_dir, strerror(errno));
+                ls.log_dir, strerror(errno));
         return 2;
     }
-    char exe[PATH_MAX], run_id[LLM4D_RUN_ID_MAX], host[256] = "", shm_dir[PATH_MAX] = "";
-    if (llm4d_launch_self_exe(exe, sizeof exe) != 0) {
+    if (llm4d_launch_self_exe(ls.exe, sizeof ls.exe) != 0) {
         fprintf(stderr, "llm4d launch: cannot find the llm4d executable through /proc/self/exe\n");
         return 1;
     }
-    llm4d_launch_clean_log_dir(log_dir, nproc);
-    llm4d_launch_make_run_id(run_id, sizeof run_id);
-    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "unknown");
-    /* Open MPI's shared-memory files go to a directory of this job's, unless the user chose where */
-    struct stat st;
-    const char *user_shm = getenv("OMPI_MCA_btl_vader_backing_directory");
-    if (!(user_shm && user_shm[0]) && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(shm_dir, sizeof shm_dir, LLM4D_SHM_DIR_PREFIX "%s", run_id);
-        if (mkdir(shm_dir, 0700) != 0) shm_dir[0] = 0; /* then Open MPI's default */
-    }
-    const char *mpirun = getenv("LLM4D_MPIRUN");
-    if (!mpirun || !*mpirun) mpirun = "mpirun";
+    if (gethostname(ls.host, sizeof ls.host - 1) != 0 || !ls.host[0]) snprintf(ls.host, sizeof ls.host, "unknown");
+    ls.mpirun = getenv("LLM4D_MPIRUN");
+    if (!ls.mpirun || !*ls.mpirun) ls.mpirun = "mpirun";
+    ls.nproc = nproc;
+    llm4d_launch_remove_matching(ls.log_dir, "failed.", ""); /* an earlier launch's failed runs' logs */
+    const int n_cmd = argc - cmd;
+    char **cmdv = calloc((size_t)n_cmd + 4, sizeof *cmdv);
+    if (!cmdv) return 1;
+    char restarting[64] = "";
+    if (max_restarts > 0)
+        snprintf(restarting, sizeof restarting, "; up to %d restart%s after a failure", max_restarts,
+                 max_restarts == 1 ? "" : "s");
+    fprintf(stderr, "llm4d launch: %d process%s, logs in %s/workerlog.<rank>, rank 0 shown here%s\n", nproc,
+            nproc == 1 ? "" : "es", ls.log_dir, restarting);
 
-    char np[16];
-    snprintf(np, sizeof np, "%d", nproc);
-    int n_cmd = argc - cmd;
-    char **args = calloc((size_t)(n_cmd + 32), sizeof *args);
-    if (!args) return 1;
-    int k = 0;
-    args[k++] = (char *)mpirun;
-    if (!mpi_verbose()) args[k++] = "-q";
-    args[k++] = "--oversubscribe";
-    args[k++] = "--bind-to";
-    args[k++] = "none";
-    if (geteuid() == 0) args[k++] = "--allow-run-as-root";
-    if (shm_dir[0]) {
-        args[k++] = "--mca";
-        args[k++] = "btl_vader_backing_directory";
-        args[k++] = shm_dir;
-    }
-    args[k++] = "-np";
-    args[k++] = np;
-    if (hostfile) {
-        args[k++] = "--hostfile";
-        args[k++] = (char *)hostfile;
-    }
-    args[k++] = exe;
-    args[k++] = "__worker";
-    args[k++] = "--log_dir";
-    args[k++] = (char *)log_dir;
-    args[k++] = "--run_id";
-    args[k++] = run_id;
-    if (shm_dir[0]) {
-        args[k++] = "--shm_dir";
-        args[k++] = shm_dir;
-    }
-    args[k++] = "--launch_host";
-    args[k++] = host;
-    args[k++] = "--";
-    for (int i = 0; i < n_cmd; i++) args[k++] = argv[cmd + i];
-    args[k] = NULL;
-
-    fprintf(stderr, "llm4d launch: %d process%s, logs in %s/workerlog.<rank>, rank 0 shown here\n", nproc,
-            nproc == 1 ? "" : "es", log_dir);
-    fflush(stdout);
-    fflush(stderr);
-    const double started = llm4d_launch_now();
-
-    /* Signals arrive through sigtimedwait below rather than a handler, so no global state is needed. */
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
-
-    int errpipe[2]; /* reports a failed exec of mpirun */
-    if (pipe2(errpipe, O_CLOEXEC) != 0) {
-        perror("llm4d launch: pipe");
-        free(args);
-        llm4d_launch_remove_shm_dir(shm_dir);
-        return 1;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("llm4d launch: fork");
-        free(args);
-        llm4d_launch_remove_shm_dir(shm_dir);
-        return 1;
-    }
-    if (pid == 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        close(errpipe[0]);
-        execvp(mpirun, args);
-        int e = errno;
-        (void)llm4d_write_all(errpipe[1], &e, sizeof e); /* a reader gone: nothing useful to do */
-        _exit(127);
-    }
-    close(errpipe[1]);
-    int exec_errno = 0;
-    ssize_t got = read(errpipe[0], &exec_errno, sizeof exec_errno);
-    close(errpipe[0]);
-    free(args);
-    if (got == (ssize_t)sizeof exec_errno) {
-        waitpid(pid, NULL, 0);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        llm4d_launch_remove_shm_dir(shm_dir);
-        fprintf(stderr, "llm4d launch: cannot run %s: %s; install Open MPI (mpirun) or set LLM4D_MPIRUN to its path\n",
-                mpirun, strerror(exec_errno));
-        return 2;
-    }
-
-    int status = 0, passed_on = 0, received = 0;
+    const char *resume = NULL; /* the first run is the command as given */
+    long long from = -1;       /* the step of the checkpoint the failing runs resumed from */
+    int restarts = 0, same = 0, code;
     for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) break;
-        if (w < 0 && errno != EINTR) {
-            perror("llm4d launch: waitpid");
-            status = 1 << 8;
+        llm4d_launch_command_with_resume(n_cmd, argv + cmd, resume, cmdv);
+        run_end end;
+        if (run_once(&ls, cmdv, &end) != 0) {
+            code = end.code;
             break;
         }
-        siginfo_t info;
-        struct timespec tick = {1, 0};
-        int sig = sigtimedwait(&set, &info, &tick);
-        if (sig > 0 && sig != SIGCHLD) received = sig;
-        /* a signal sent to us alone (kill, a scheduler) is passed on; a terminal's Ctrl-C reached mpirun too */
-        if (sig > 0 && sig != SIGCHLD && (info.si_code == SI_USER || info.si_code == SI_QUEUE)) {
-            kill(pid, sig);
-            passed_on = sig;
+        code = end.code;
+        if (end.kind == END_OK) break;
+        if (end.kind == END_USER) { /* never restarted: the same input fails the same way */
+            say_user_error(&ls, &end);
+            break;
         }
-    }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-
-    int mpirun_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (mpirun_code == 0) {
-        llm4d_launch_remove_shm_dir(shm_dir);
-        return 0;
-    }
-
-    /* mpirun can return while the workers it stopped are still writing their records: give them a moment (a
-     * worker killed outright writes none, hence the time limit; once a cause is known, a shorter one for an
-     * earlier cause still being written). Records of another run (a shared log_dir) do not count. */
-    llm4d_exit_record cause = {0};
-    int stopped = 0; /* ranks a passed-on signal ended */
-    for (int tries = 0, waited_after_cause = 0; tries < 40 && waited_after_cause < 6; tries++) {
-        if (cause.valid) waited_after_cause++;
-        int n_valid = 0;
-        cause.valid = 0, stopped = 0;
-        for (int r = 0; r < nproc; r++) {
-            llm4d_exit_record e;
-            if (!llm4d_exit_record_read(log_dir, r, &e) || strcmp(e.run_id, run_id)) continue;
-            n_valid++;
-            stopped += e.signaled && e.forwarded;
-            if (llm4d_exit_record_is_cause(&e) && (!cause.valid || e.time < cause.time)) cause = e;
+        if (end.kind == END_STOPPED) {
+            say_stopped(&ls, &job, &end);
+            llm4d_launch_say_resume(&job, argc, argv, cmd);
+            break;
         }
-        if (n_valid == nproc) break;
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
+        if (end.kind == END_MPIRUN) {
+            fprintf(stderr, "llm4d launch: mpirun exited with code %d; see %s/workerlog.*%s\n", end.mpirun_code,
+                    ls.log_dir, mpi_verbose() ? " and mpirun's messages above" : ", and run again with "
+                                                "LLM4D_MPI_VERBOSE=1 to see Open MPI's messages");
+            llm4d_launch_say_resume(&job, argc, argv, cmd);
+            break;
+        }
+        say_crash(&ls, &end);
+        if (restarts >= max_restarts) {
+            if (max_restarts > 0)
+                fprintf(stderr, "llm4d launch: not restarting: all %d restart%s used (--max_restarts)\n",
+                        max_restarts, max_restarts == 1 ? " was" : "s were");
+            llm4d_launch_say_resume(&job, argc, argv, cmd);
+            break;
+        }
+        char ckpt[PATH_MAX + 64], kept[PATH_MAX + 64];
+        long long step = 0;
+        const int have = llm4d_launch_latest(&job, ckpt, sizeof ckpt, &step);
+        same = step == from ? same + 1 : 1;
+        from = step;
+        if (same >= SAME_CHECKPOINT_LIMIT) {
+            fprintf(stderr, "llm4d launch: not restarting: the job failed %d times in a row from %s without saving a "
+                            "newer checkpoint, so the failure is in the job; see %s/workerlog.%d\n",
+                    same, have ? ckpt : "the start", ls.log_dir, end.cause.rank);
+            llm4d_launch_say_resume(&job, argc, argv, cmd);
+            break;
+        }
+        const long long reached = job.train ? llm4d_launch_step_reached(job.output_dir, end.started) : 0;
+        int delay = 1 << (same - 1); /* at once after progress; backing off while the same failure repeats */
+        if (delay > RESTART_DELAY_MAX_S) delay = RESTART_DELAY_MAX_S;
+        keep_failed_log(&ls, &end, restarts + 1, kept, sizeof kept);
+        char what[128], at[48] = "", lost[48] = "", log[PATH_MAX + 96] = "";
+        describe(what, sizeof what, &end.cause);
+        if (reached > 0) snprintf(at, sizeof at, " at step %lld", reached);
+        if (reached > step)
+            snprintf(lost, sizeof lost, " (%lld step%s lost)", reached - step, reached - step == 1 ? "" : "s");
+        if (kept[0]) snprintf(log, sizeof log, "; its log is now %s", kept);
+        fprintf(stderr, "llm4d launch: restart %d of %d in %d s: %s%s; %s%s%s%s\n", restarts + 1, max_restarts, delay,
+                what, at, have ? "resuming from " : "starting again (no checkpoint yet)", have ? ckpt : "", lost, log);
+        const int sig = wait_or_signal(delay);
+        if (sig) {
+            fprintf(stderr, "llm4d launch: stopped by signal %d (%s) before restarting\n", sig, strsignal(sig));
+            llm4d_launch_say_resume(&job, argc, argv, cmd);
+            code = 128 + sig;
+            break;
+        }
+        restarts++;
+        resume = have ? job.output_dir : NULL;
     }
-    /* every rank has ended (or been killed): the job's files in shared memory can go */
-    llm4d_launch_remove_shm_dir(shm_dir);
-
-    /* a rank ended by the interrupt itself (a terminal's Ctrl-C reaches the whole process group) was stopped too */
-    const int interrupted = cause.valid && cause.signaled && received &&
-                            (cause.value == SIGINT || cause.value == SIGTERM || cause.value == SIGHUP);
-    if ((!cause.valid || interrupted) && (received || stopped)) { /* stopped, not failing */
-        const int sig = passed_on ? passed_on : received;
-        const long long step = job.train ? step_reached(job.output_dir, started) : 0;
-        char at[96] = "";
-        if (step > 0) snprintf(at, sizeof at, " at step %lld of %lld", step, job.max_steps);
-        if (sig)
-            fprintf(stderr, "llm4d launch: the job was stopped by signal %d (%s)%s%s\n", sig, strsignal(sig),
-                    passed_on ? " sent to the launcher" : "", at);
-        else fprintf(stderr, "llm4d launch: the job was stopped by a signal to mpirun%s\n", at);
-        say_resume(&job, argc, argv, cmd);
-        return 128 + (sig ? sig : SIGTERM);
-    }
-    if (!cause.valid) {
-        fprintf(stderr, "llm4d launch: mpirun exited with code %d; see %s/workerlog.*%s\n", mpirun_code, log_dir,
-                mpi_verbose() ? " and mpirun's messages above" : ", and run again with LLM4D_MPI_VERBOSE=1 to see "
-                                                                 "Open MPI's messages");
-        say_resume(&job, argc, argv, cmd);
-        return mpirun_code;
-    }
-    char what[128], line[1100];
-    llm4d_exit_record_describe(what, sizeof what, &cause);
-    const int said = !cause.signaled && error_line(log_dir, cause.rank, line, sizeof line);
-    if (said && cause.value == 2) { /* a user error: its one line, once (rank 0's was echoed) */
-        char shown[1100]; /* rank 0's log is complete once mpirun has returned, and all of it was echoed */
-        if (cause.rank != 0 && !error_line(log_dir, 0, shown, sizeof shown)) fprintf(stderr, "%s\n", line);
-        return 2;
-    }
-    fprintf(stderr, "llm4d launch: %s; see %s/workerlog.%d\n", what, log_dir, cause.rank);
-    if (cause.rank != 0) { /* rank 0's lines were already shown */
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/workerlog.%d", log_dir, cause.rank);
-        fprintf(stderr, "llm4d launch: last lines of %s:\n", path);
-        print_tail(stderr, path, 6, "  | ");
-    }
-    say_resume(&job, argc, argv, cmd);
-    return cause.signaled ? 128 + cause.value : cause.value;
+    free(cmdv);
+    return code;
 }

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -105,6 +106,10 @@ static llm4d_code fault_check(llm4d_comm *c, const char *what, llm4d_err *err) {
     if (w->fault_rc != LLM4D_OK) {
         if (err) *err = w->fault_err;
         return w->fault_rc;
+    }
+    if (w->fault.op == LLM4D_FAULT_CRASH && w->step == w->fault.at) {
+        fflush(NULL);
+        raise(SIGKILL); /* a machine dying under the rank: no message, no exit code (tests of restarts) */
     }
     if (w->fault.op != LLM4D_FAULT_COLLECTIVE || w->fault_fired || w->step != w->fault.at) return LLM4D_OK;
     w->fault_fired = 1;

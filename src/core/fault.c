@@ -19,8 +19,8 @@ static const char *const ops[] = {[LLM4D_FAULT_WRITE] = "write", [LLM4D_FAULT_FS
                                   [LLM4D_FAULT_CREATE] = "create", [LLM4D_FAULT_RENAME] = "rename"};
 
 #define FORMS                                                                                                     \
-    "<enospc|eio|eacces|erofs|edquot>[:<write|fsync|create|rename>]@N, collective@STEP, cma@1, shmshare@1 or "  \
-    "bf16slow@1"
+    "<enospc|eio|eacces|erofs|edquot>[:<write|fsync|create|rename>]@N, collective@STEP, crash@STEP, cma@1, "   \
+    "shmshare@1 or bf16slow@1"
 
 llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     memset(f, 0, sizeof *f);
@@ -39,6 +39,10 @@ llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     if (len == 10 && strncmp(v, "collective", 10) == 0) {
         f->op = LLM4D_FAULT_COLLECTIVE;
         f->error = EIO;
+        return LLM4D_OK;
+    }
+    if (len == 5 && strncmp(v, "crash", 5) == 0) {
+        f->op = LLM4D_FAULT_CRASH;
         return LLM4D_OK;
     }
     if (len == 3 && strncmp(v, "cma", 3) == 0) {
@@ -75,6 +79,6 @@ llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
 }
 
 int llm4d_fault_hit(llm4d_fault *f, llm4d_fault_op op) {
-    if (!f || f->op != op || op == LLM4D_FAULT_COLLECTIVE) return 0;
+    if (!f || f->op != op || op == LLM4D_FAULT_COLLECTIVE || op == LLM4D_FAULT_CRASH) return 0;
     return ++f->count == f->at ? f->error : 0;
 }

@@ -41,6 +41,7 @@ typedef enum {
     LLM4D_FAULT_CMA,
     LLM4D_FAULT_SHMSHARE,
     LLM4D_FAULT_BF16SLOW,
+    LLM4D_FAULT_CRASH, /* crash@STEP: the rank kills itself (SIGKILL) at its first collective of step STEP */
 } llm4d_fault_op;
 
 typedef struct {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "parallel/stack.h"
@@ -216,6 +217,44 @@ static llm4d_code build_engines(llm4d_trainer *tr, llm4d_err *err) {
     return LLM4D_OK;
 }
 
+/* A run resumed at step `from` redoes the steps its predecessor logged after the checkpoint (it stopped, crashed or
+ * was restarted by the launcher): their lines, training's and evaluation's, and a last line cut short, are taken
+ * out of metrics.jsonl (a temporary renamed over it) before the run appends its own, so that the file stays one
+ * series with every step once. */
+static llm4d_code metrics_cut(const char *path, int64_t from, llm4d_err *err) {
+    FILE *in = fopen(path, "r");
+    if (!in) return LLM4D_OK; /* nothing logged yet */
+    char tmp[LLM4D_PATH_MAX + 48];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", tmp,
+                          strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long long step, dropped = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        const int whole = line[n - 1] == '\n';
+        const int stepped = sscanf(line, "{\"step\": %lld", &step) == 1 ||
+                            sscanf(line, "{\"eval_step\": %lld", &step) == 1;
+        const int later = stepped && step >= from;
+        if (!whole || later) {
+            dropped++;
+            continue;
+        }
+        fputs(line, out);
+    }
+    free(line);
+    fclose(in);
+    const int bad = fflush(out) != 0 || fsync(fileno(out)) != 0;
+    if (fclose(out) != 0 || bad || (dropped ? rename(tmp, path) : unlink(tmp)) != 0)
+        return llm4d_fail(err, LLM4D_EIO, "cannot rewrite %s: %s", path, strerror(errno));
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const llm4d_topology *topo,
                               llm4d_comm_groups *groups, const llm4d_trainer_opts *opts, llm4d_err *err) {
     memset(tr, 0, sizeof *tr);
@@ -295,7 +334,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     if (tr->is_writer && !opts->eval_only) {
         char path[LLM4D_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->output_dir);
-        /* a resumed run appends: metrics.jsonl keeps the whole history */
+        /* a resumed run appends: metrics.jsonl keeps the whole history, each step once */
+        if (tr->start_step > 1) LLM4D_TRY(metrics_cut(path, tr->start_step, err));
         tr->metrics = fopen(path, tr->start_step > 1 ? "a" : "w");
         if (!tr->metrics)
             return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
