@@ -38,8 +38,11 @@ secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 check_if $(yes_if test $rc = 137) "a rank killed at step 5 every time: the launcher gives up with exit 137 (got $rc, $secs s)"
 check_if $(yes_if test "$(grep -cE '^llm4d launch: restart [12] of 5 in [12] s: rank 1 \(pid [0-9]+\) was killed by signal 9 \(Killed\)( at step [45])?; resuming from o1/step_4' err1)" = 2) \
     "two restarts from o1/step_4, the second after backing off 2 s ($(grep -m1 'restart 1' err1))"
+f0=$fail
 check_if $(has err1 '^llm4d launch: not restarting: the job failed 3 times in a row from o1/step_4 without saving a newer checkpoint') \
     "the third failure from step_4 stops the restarts with one line"
+reliability_checked $f0 "restarts (test_restarts)" "a rank dies at the same step after every restart (crash@5, --max_restarts 5)" \
+    "$(grep -m1 'not restarting' err1)" $rc "$secs" "yes (step_4)"
 check_if $(has err1 '^llm4d launch: the latest checkpoint is o1/step_4; to resume from it: .* --resume o1$') \
     "and names the checkpoint and the command to resume"
 check_if $(yes_if test -f l1/failed.1.workerlog.1 -a -f l1/failed.2.workerlog.1) \
@@ -76,8 +79,11 @@ check_if $ok "the final checkpoint's files equal the uninterrupted run's"
 LLM4D_FAULT=collective@3 LLM4D_FAULT_RANK=1 timeout 120 "$LLM4D" launch --nproc 2 --log_dir l3 --max_restarts 3 -- \
     "${T[@]}" --max_steps 6 --output_dir o3 >out3 2>err3
 rc=$?
+f0=$fail
 check_if $(yes_if test $rc = 2 -a "$(grep -c restart err3)" = 1) \
     "a user error (an I/O error in a collective): exit 2, no restart (got $rc: $(grep -v '^llm4d launch: 2 processes' err3 | head -1))"
+reliability_checked $f0 "restarts (test_restarts)" "a user error under --max_restarts 3 (collective@3 on rank 1)" \
+    "$(grep -v '^llm4d launch: 2 processes' err3 | head -1)" $rc - "-"
 
 # 4. bad counts
 refused "launch --max_restarts -1" "^llm4d launch: --max_restarts '-1' is not a count in \[0, 1000\]" \
