@@ -26,13 +26,6 @@ size_t llm4d_comm_dtype_size(llm4d_comm_dtype dt) {
     }
 }
 
-const char *llm4d_comm_op_name(llm4d_comm_op op) {
-    static const char *const names[LLM4D_COMM_NOPS] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                                       "send",      "recv",           "barrier"};
-    LLM4D_ASSERT(op >= 0 && op < LLM4D_COMM_NOPS, "op %d", (int)op);
-    return names[op];
-}
-
 uint64_t llm4d_comm_stats_sent(const llm4d_comm_stats *s) {
     uint64_t total = 0;
     for (int op = 0; op < LLM4D_COMM_NOPS; op++)

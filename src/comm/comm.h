@@ -77,7 +77,6 @@ typedef enum {
     LLM4D_COMM_NOPS
 } llm4d_comm_op;
 
-const char *llm4d_comm_op_name(llm4d_comm_op op);
 
 typedef struct {
     uint64_t calls[LLM4D_COMM_NOPS];

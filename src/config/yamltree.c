@@ -36,13 +36,6 @@ void llm4d_ytree_free(llm4d_ytree *t) {
     memset(t, 0, sizeof *t);
 }
 
-llm4d_ynode *llm4d_ynode_get(const llm4d_ynode *map, const char *key) {
-    if (!map || map->kind != LLM4D_YN_MAP) return NULL;
-    for (int i = 0; i < map->n; i++)
-        if (!strcmp(map->keys[i], key)) return map->kids[i];
-    return NULL;
-}
-
 static llm4d_ynode *ynode_new(llm4d_ynode_kind kind, const char *file, int line, int col) {
     llm4d_ynode *n = calloc(1, sizeof *n);
     if (!n) return NULL;

@@ -35,7 +35,5 @@ llm4d_code llm4d_ytree_load(llm4d_ytree *t, const char *path, llm4d_err *err);
 
 void llm4d_ytree_free(llm4d_ytree *t);
 
-/* The value of key in a MAP node, or NULL. */
-llm4d_ynode *llm4d_ynode_get(const llm4d_ynode *map, const char *key);
 
 #endif

@@ -14,10 +14,6 @@ static const char *const kind_cat[LLM4D_TR_NKINDS] = {
     "step", "data", "compute", "compute", "compute", "comm", "wait", "optimizer", "checkpoint",
 };
 
-const char *llm4d_trace_kind_cat(llm4d_trace_kind kind) {
-    return kind >= 0 && kind < LLM4D_TR_NKINDS ? kind_cat[kind] : "?";
-}
-
 /* A step number at *p (digits only); advances *p. 0 when there is none or it overflows. */
 static int64_t step_number(const char **p) {
     int64_t v = 0;

@@ -113,7 +113,5 @@ static inline double llm4d_trace_pass(llm4d_trace *t, llm4d_trace_kind kind, int
 /* Write every span recorded so far to the file (replacing it). A user error naming the path when it fails. */
 llm4d_code llm4d_trace_write(llm4d_trace *t, llm4d_err *err);
 
-/* The category a kind is written under ("step", "compute", ...). */
-const char *llm4d_trace_kind_cat(llm4d_trace_kind kind);
 
 #endif

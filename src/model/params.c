@@ -248,12 +248,6 @@ const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name
     return NULL;
 }
 
-const llm4d_param *llm4d_param_of(const llm4d_param_table *t, int layer, llm4d_param_kind kind) {
-    for (int i = 0; i < t->n; i++)
-        if (t->p[i].layer == layer && t->p[i].kind == kind) return &t->p[i];
-    return NULL;
-}
-
 int llm4d_param_group_of(const llm4d_param_table *t, llm4d_group_kind kind, int layer) {
     for (int g = 0; g < t->n_groups; g++)
         if (t->g[g].kind == kind && (kind != LLM4D_G_BLOCK || t->g[g].layer == layer)) return g;

@@ -117,9 +117,6 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
 void llm4d_param_table_free(llm4d_param_table *t);
 /* The first entry of a global name; NULL when absent. */
 const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name);
-/* The entry of kind `kind` in block `layer` (-1: embeddings / final LayerNorm); for split q/k/v entries the first
- * (q), for wte the first block. NULL when this rank does not hold it. */
-const llm4d_param *llm4d_param_of(const llm4d_param_table *t, int layer, llm4d_param_kind kind);
 /* A key ordering the whole model's tensors by use (wte, wpe, block 0's tensors in kind order, ..., ln_f), the same
  * on every rank whatever its part: a minimum over ranks finds the first tensor of the model with some property. */
 int64_t llm4d_param_order(const llm4d_param *p, int num_layers);
@@ -139,10 +136,5 @@ void llm4d_param_init(const llm4d_param_table *t, llm4d_backend *be, float *para
 void llm4d_param_init_range(const llm4d_param_table *t, llm4d_backend *be, float *dst, size_t lo, size_t hi,
                             uint64_t seed);
 
-/* The global C-order index of local element j of entry p. */
-static inline int64_t llm4d_param_global_index(const llm4d_param *p, int64_t j) {
-    const int64_t r = j / p->shape[1], c = j % p->shape[1];
-    return (p->off[0] + r) * (p->ndim == 2 ? p->gshape[1] : 1) + p->off[1] + c;
-}
 
 #endif

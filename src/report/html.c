@@ -49,13 +49,6 @@ static void vtext(FILE *f, const char *fmt, va_list ap) {
     llm4d_svg_escape(f, buf);
 }
 
-void llm4d_html_textf(FILE *f, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vtext(f, fmt, ap);
-    va_end(ap);
-}
-
 void llm4d_html_row(FILE *f, const char *key, const char *fmt, ...) {
     fprintf(f, "<tr><td>");
     llm4d_svg_escape(f, key);

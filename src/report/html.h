@@ -12,8 +12,6 @@
 void llm4d_html_begin(FILE *f, const char *title);
 void llm4d_html_end(FILE *f);
 
-/* printf into the page with the result escaped as HTML text. */
-void llm4d_html_textf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A table row of a key and an escaped value (printf-style). */
 void llm4d_html_row(FILE *f, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
