@@ -22,6 +22,7 @@
 #ifndef LLM4D_CLI_LAUNCH_H
 #define LLM4D_CLI_LAUNCH_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -41,6 +42,10 @@ double llm4d_launch_now(void);
 int llm4d_run_id_valid(const char *id);
 /* A new run id into buf (at least LLM4D_RUN_ID_MAX bytes). */
 void llm4d_launch_make_run_id(char *buf, size_t cap);
+/* Blocks the termination signals (SIGINT, SIGTERM, SIGHUP, and SIGCHLD when chld) into *set, the mask before into
+ * *old: the launcher and the worker take signals synchronously (sigtimedwait, signalfd), with no handler and no
+ * global state. */
+void llm4d_launch_block_signals(sigset_t *set, sigset_t *old, int chld);
 
 typedef struct {
     int valid;

@@ -73,6 +73,15 @@ void llm4d_launch_make_run_id(char *buf, size_t cap) {
     snprintf(buf, cap, "%s-%ld-%04x", when, (long)getpid(), (unsigned)r);
 }
 
+void llm4d_launch_block_signals(sigset_t *set, sigset_t *old, int chld) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    if (chld) sigaddset(set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, set, old);
+}
+
 static void record_path(char *buf, size_t cap, const char *log_dir, int rank) {
     snprintf(buf, cap, "%s/" LLM4D_EXIT_RECORD_PREFIX "%d", log_dir, rank);
 }

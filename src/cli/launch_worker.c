@@ -134,12 +134,7 @@ int llm4d_cmd_worker(int argc, char **argv) {
     }
 
     sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
+    llm4d_launch_block_signals(&set, &old, 1);
     int sfd = signalfd(-1, &set, SFD_CLOEXEC);
     if (sfd < 0) {
         perror("llm4d __worker: signalfd");

@@ -231,12 +231,7 @@ static int run_once(const launch_setup *ls, char **cmdv, run_end *end) {
     end->started = llm4d_launch_now();
     /* Signals arrive through sigtimedwait below rather than a handler, so no global state is needed. */
     sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, &old);
+    llm4d_launch_block_signals(&set, &old, 1);
     int errpipe[2]; /* reports a failed exec of mpirun */
     pid_t pid = -1;
     if (pipe2(errpipe, O_CLOEXEC) != 0 || (pid = fork()) < 0) {
@@ -391,11 +386,7 @@ static void say_crash(const launch_setup *ls, const run_end *end) {
 /* Waits s seconds unless SIGINT, SIGTERM or SIGHUP comes first: 0, or that signal. */
 static int wait_or_signal(int s) {
     sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigprocmask(SIG_BLOCK, &set, &old);
+    llm4d_launch_block_signals(&set, &old, 0);
     const double until = llm4d_launch_now() + s;
     int sig = 0;
     for (double left; !sig && (left = until - llm4d_launch_now()) > 0;) {
