@@ -8,6 +8,8 @@
 #       the oracle is the peak resident set each rank of a real run of those flags reports (getrusage; the higher of
 #       two runs for the layouts of 2 processes, whose readings move by a few per cent between runs), within 5 %
 #       (under AddressSanitizer, scripts/sanitize.sh, the resident set holds its shadow memory: not compared);
+#       and the trainer's own memory plan of each rank ("memory plan against the run": the libraries' working set
+#       and, on mpi, Open MPI's all-reduce temporaries in it) within 5 % of that rank's peak in each run;
 #   (c) time: the search over 2 processes picks a layout; a real run of its flags measures seconds per step (the
 #       trainer's avg_batch_cost over its last steps); the prediction must be within a factor of 1.5 of it (the
 #       issue's 10 % target is for bench/bench_plan.sh on a quiet machine). When the 1-minute load is above half
@@ -92,11 +94,16 @@ for r in range(np_):
     if not m:
         print(f"FAIL {name} rank {r}: the run reports no peak resident set"); continue
     meas = max(map(float, m)); err = 100 * (pred[r] - meas) / meas
+    own = re.findall(r"memory plan against the run: planned ([\d.]+) MiB, peak resident set ([\d.]+) MiB",
+                     open(f"{tmp}/{name}.rank{r}").read())
     if os.environ.get("ASAN_OPTIONS"):  # the resident set also holds ASan's shadow and quarantine
         print(f"ok   {name} rank {r}: predicted {pred[r]:.1f} MiB, the run reports a peak (not compared under ASan)")
         continue
     print(("ok   " if abs(err) <= 5 else "FAIL ") +
           f"{name} rank {r}: predicted peak {pred[r]:.1f} MiB, measured peak RSS {meas:.1f} MiB ({err:+.1f} %, bound 5 %)")
+    errs = [100 * (float(y) - float(x)) / float(x) for x, y in own]
+    print(("ok   " if errs and all(abs(e) <= 5 for e in errs) else "FAIL ") + f"{name} rank {r}: the trainer's plan "
+          f"against its peak in {len(errs)} run(s): {', '.join(f'{e:+.1f} %' for e in errs) or 'none logged'} (bound 5 %)")
 PY
   while read -r verdict rest; do
     if [ "$verdict" = ok ]; then ok "$rest"; else bad "$rest"; fi

@@ -46,7 +46,7 @@ for l in open(sys.argv[1]):
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["started"] = d["started_unix_s"] = d["machine"]["matmul_peak_gflops"] = "T"
-if "run_id" in d: d["run_id"] = "ID"  # each launch's own (cli/launch.h)
+if "run_id" in d: d["run_id"] = "ID"  # every launch makes its own (cli/launch.h)
 print(json.dumps(d, indent=1))' "$2" ;;
     *) sed -E 's/^\[[0-9-]+ [0-9:,]+\]/[T]/; s/(avg_reader_cost|avg_batch_cost|speed|ips_total|ips): [0-9.]+/\1: T/g
                s/[0-9.]+ GFLOP\/s/T GFLOP\/s/

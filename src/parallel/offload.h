@@ -13,7 +13,9 @@
  * The windows are pinned host memory of the backend (backend.h alloc_host): the optimizer's kernels update them
  * in place (on the backend's host backend where it has one: sharding.c stages the gradients and parameters). Stage-3 gathers read one group's parameter shard into device memory (llm4d_offload_read: directly where
  * device memory is host memory, else through a window). Checkpoints map a stream for the duration of a save or load
- * (llm4d_offload_map): file-backed host pages, which the kernel can drop again. */
+ * (llm4d_offload_map): file-backed host pages, which the helper thread drops from the process every millisecond
+ * meanwhile, the windows' pages given back for the duration, so that a checkpoint does not bring the offloaded
+ * states back into memory (offload.c). */
 #ifndef LLM4D_PARALLEL_OFFLOAD_H
 #define LLM4D_PARALLEL_OFFLOAD_H
 

@@ -333,7 +333,9 @@ static void describe_machine(llm4d_profile *p) {
  * run: planned X MiB, peak resident set Y MiB" and its start-up line "memory plan: A MiB to allocate on top of H MiB
  * held now". The planner counts the calibration job's base (measured in a process that has set up less than a
  * trainer: 1.7-1.9 MiB less on a 2-vCPU EPYC at 1 and 16 ranks, which made a 34 MiB pipeline rank's plan 5 % low),
- * the data loader's index and the plan; the residue is the rest: Y - A - base - data. */
+ * the data loader's index and the plan (A, the libraries' working set of a step included: train/memplan.h); the
+ * residue is the rest: Y - A - base - data, what this machine holds beyond that working set (negative where it
+ * holds less). */
 static double residual_of(const char *log, double base, double data, double *planned_out, double *peak_out) {
     FILE *f = fopen(log, "r");
     char line[1024];
@@ -419,8 +421,9 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         for (int i = 0; i < prof.n_base; i++)
             if (prof.base_ranks[i] == 1) base1 = prof.base_bytes[i];
         prof.residual_bytes = residual_of(log, base1, data, &planned, &peak);
-        fprintf(stderr, "llm4d plan --calibrate: a training process holds %.1f MiB beyond its base, data index and plan "
-                "(its own plan %.1f MiB, peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned, peak);
+        fprintf(stderr, "llm4d plan --calibrate: a training process holds %+.1f MiB beyond its base, data index and "
+                "plan (its own plan %.1f MiB, peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned,
+                peak);
     }
     if (rc == LLM4D_OK) rc = llm4d_profile_save(&prof, o.profile_path, err);
     if (rc == LLM4D_OK)

@@ -16,7 +16,8 @@ const char *llm4d_eng_name(int e) {
 
 const char *llm4d_pm_name(int k) {
     static const char *const n[LLM4D_PM_N] = {"params", "grads", "optimizer", "activations", "comm", "workspace",
-                                              "weight_copies", "operands", "mpi", "shm", "base", "data", "residual"};
+                                              "weight_copies", "operands", "mpi", "shm", "libraries", "base", "data",
+                                              "residual"};
     return k >= 0 && k < LLM4D_PM_N ? n[k] : "?";
 }
 
@@ -41,7 +42,8 @@ int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node) 
 void llm4d_prediction_free(llm4d_prediction *p) {
     free(p->stage_peak);
     free(p->rank_peak);
-    p->stage_peak = p->rank_peak = NULL;
+    free(p->rank_plan);
+    p->stage_peak = p->rank_peak = p->rank_plan = NULL;
 }
 
 /* The profile's resident base for r ranks on a host: the measured count nearest (linear between two). */
@@ -97,9 +99,10 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
     return best;
 }
 
-/* One rank's memory by kind, but the collective library's temporaries beyond the plan's (rank_coll_temp). */
+/* One rank's memory by kind, but the collective library's temporaries beyond the plan's (rank_coll_temp); mpi[0]
+ * and mpi[1]: the plan's reduce-scatter and all-reduce temporaries (mem holds their sum). */
 static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
-                              const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
+                              const llm4d_topology *topo, double mem[LLM4D_PM_N], double mpi[2], llm4d_err *err) {
     llm4d_memplan mp;
     const int R = pr->cluster.ranks_per_node;
     /* the groups' paths as comm_shm.c chooses them for R ranks per host */
@@ -109,8 +112,10 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) mem[c] = (double)mp.cat[c];
     mem[LLM4D_PM_COPIES] = (double)mp.weight_copies;
     mem[LLM4D_PM_OPERANDS] = (double)mp.operands;
-    mem[LLM4D_PM_MPI] = (double)mp.mpi_temporaries;
+    mem[LLM4D_PM_MPI] = (double)llm4d_memplan_mpi(&mp);
+    mpi[0] = (double)mp.mpi_temporaries, mpi[1] = (double)mp.mpi_allreduce;
     mem[LLM4D_PM_SHM] = (double)mp.shm_segments;
+    mem[LLM4D_PM_LIBS] = (double)mp.libraries;
     /* a rank alone on its host still runs MPI when the job has several: its base is a 2-rank job's (with a hostfile
      * the calibration measures that one across hosts) */
     mem[LLM4D_PM_BASE] = base_bytes(pr->prof, topo->world_size > 1 && R < 2 ? 2 : R);
@@ -119,7 +124,8 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
     return LLM4D_OK;
 }
 
-/* The temporaries of the rank's largest collectives, from its priced trace (added to mem[LLM4D_PM_MPI]). */
+/* The temporaries of the rank's largest collectives, from its priced trace: mem[LLM4D_PM_MPI] becomes the larger
+ * of the plan's (which models the all-reduces' and ZeRO's reduce-scatters') and the largest one measured. */
 static llm4d_code rank_coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                                  const llm4d_topology *topo, double mem[LLM4D_PM_N], llm4d_err *err) {
     const int R = pr->cluster.ranks_per_node;
@@ -127,7 +133,8 @@ static llm4d_code rank_coll_temp(const llm4d_predictor *pr, const llm4d_config *
     const llm4d_stagecost *sc;
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
-    mem[LLM4D_PM_MPI] += coll_temp(pr, cfg, topo, sc);
+    const double measured = coll_temp(pr, cfg, topo, sc);
+    if (measured > mem[LLM4D_PM_MPI]) mem[LLM4D_PM_MPI] = measured;
     return LLM4D_OK;
 }
 
@@ -215,12 +222,14 @@ static void ranks_by_runs(int R, int dp, int P, int N, int MP, const class_map *
  * rank (the oracle, and whenever every rank's peak is wanted), or by runs. */
 static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, int world, int P, int N,
                                   const class_map *m, const double *cls, const double (*cmem)[LLM4D_PM_N],
-                                  int fill, llm4d_prediction *out, llm4d_err *err) {
+                                  const double *cplan, int fill, llm4d_prediction *out, llm4d_err *err) {
     const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
     if (fill) {
         free(out->rank_peak);
+        free(out->rank_plan);
         out->rank_peak = pr->per_rank ? calloc((size_t)world, sizeof *out->rank_peak) : NULL;
-        if (pr->per_rank && !out->rank_peak) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+        out->rank_plan = pr->per_rank ? calloc((size_t)world, sizeof *out->rank_plan) : NULL;
+        if (pr->per_rank && (!out->rank_peak || !out->rank_plan)) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
     llm4d_topology t0;
     LLM4D_TRY(llm4d_topology_init(&t0, world, 0, d->dp_degree, P, N, d->mp_degree, err));
@@ -238,6 +247,7 @@ static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_co
         const int c = class_at(m, idx[LLM4D_AXIS_PIPE], idx[LLM4D_AXIS_DATA], idx[LLM4D_AXIS_SHARDING]);
         const double b = cls[c];
         if (out->rank_peak) out->rank_peak[r] = b;
+        if (out->rank_plan) out->rank_plan[r] = cplan[c];
         if (b > out->peak_bytes) {
             out->peak_bytes = b, out->peak_rank = r;
             memcpy(out->mem, cmem[c], sizeof out->mem);
@@ -279,10 +289,11 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     const class_map m = {dcs, ks, class_of, nruns, run_first, run_len};
     double *cls = calloc((size_t)classes, sizeof *cls);
     double (*cmem)[LLM4D_PM_N] = calloc((size_t)classes, sizeof *cmem);
+    double (*cmpi)[2] = calloc((size_t)classes, sizeof *cmpi); /* each class's rank_memory mpi */
     free(out->stage_peak);
     out->stage_peak = calloc((size_t)P, sizeof *out->stage_peak);
     out->n_stages = P;
-    llm4d_code rc = class_of && cls && cmem && out->stage_peak ? LLM4D_OK
+    llm4d_code rc = class_of && cls && cmem && cmpi && out->stage_peak ? LLM4D_OK
                                                                : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     /* every class without its collectives' temporaries first: when that already overflows a host by
      * pr->reject_above, the layout is rejected without recording and pricing its traces (the temporaries only add) */
@@ -295,20 +306,27 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                 llm4d_topology *topo = &ct[c];
                 rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree, err);
                 const int children = rs_mpi && k > 1 ? llm4d_memplan_rs_children(N, rep[k]) : 0;
-                if (rc == LLM4D_OK && children == 0) rc = rank_memory(pr, cfg, pp, topo, cmem[c], err);
+                if (rc == LLM4D_OK && children == 0) rc = rank_memory(pr, cfg, pp, topo, cmem[c], cmpi[c], err);
                 if (rc == LLM4D_OK && children > 0) {
                     /* an inner rank plans as the leaf (class 1, index 1) but for its reduce-scatter temporaries,
                      * one per child as the first rank's (memplan.c mpi_temporaries): not planned again (a search
                      * over 1024 hosts meets sharding groups of 64 ranks, 7 classes) */
                     const int leaf = class_at(&m, s, dc, rep[1]), first = class_at(&m, s, dc, 0);
                     memcpy(cmem[c], cmem[leaf], sizeof cmem[c]);
-                    cmem[c][LLM4D_PM_MPI] = cmem[first][LLM4D_PM_MPI] / llm4d_memplan_rs_children(N, 0) * children;
+                    cmpi[c][0] = cmpi[first][0] / llm4d_memplan_rs_children(N, 0) * children;
+                    cmpi[c][1] = cmpi[leaf][1];
+                    cmem[c][LLM4D_PM_MPI] = cmpi[c][0] + cmpi[c][1];
                 }
             }
     out->bound = 0;
+    /* the trainer's plan of each class: its kinds up to the libraries' working set, before rank_coll_temp adds the
+     * temporaries of the rank's largest collectives (the planner's, beyond the plan's own) */
+    double *cplan = calloc((size_t)classes, sizeof *cplan);
+    if (rc == LLM4D_OK && !cplan) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int c = 0; rc == LLM4D_OK && c < classes; c++) cplan[c] = sum(cmem[c], LLM4D_PM_LIBS + 1);
     if (rc == LLM4D_OK && pr->reject_above > 0) {
         for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
-        rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, 0, out, err);
+        rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, cplan, 0, out, err);
         out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */
     }
     for (int c = 0; rc == LLM4D_OK && !out->bound && c < classes; c++)
@@ -319,18 +337,20 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
         for (int c = 0; c < classes; c++)
             if (cls[c] > out->stage_peak[c / per_stage]) out->stage_peak[c / per_stage] = cls[c];
     }
-    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, 1, out, err);
+    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, cplan, 1, out, err);
+    free(cplan);
     free(class_of);
     free(cls);
     free(cmem);
+    free(cmpi);
     return rc;
 }
 
 llm4d_code llm4d_predict(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                          llm4d_prediction *out, llm4d_err *err) {
-    double *sp = out->stage_peak, *rp = out->rank_peak;
+    double *sp = out->stage_peak, *rp = out->rank_peak, *rq = out->rank_plan;
     memset(out, 0, sizeof *out);
-    out->stage_peak = sp, out->rank_peak = rp;
+    out->stage_peak = sp, out->rank_peak = rp, out->rank_plan = rq;
     out->layout = llm4d_layout_of(cfg);
     out->world = llm4d_layout_world(&out->layout);
     out->M = (int)cfg->accumulate_steps;

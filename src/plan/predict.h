@@ -1,9 +1,12 @@
 /* predict.h — a layout's step time and every rank's peak memory, predicted before anything runs.
  *
  * Memory (predict.c) is the trainer's own plan (train/memplan.h) of every distinct rank (each pipeline stage, the
- * first rank of a ZeRO group and the others), plus what the profile measured a process to hold besides it (its
- * base by ranks on the host, the residue a training process keeps beyond that base, its data and its plan) and the collective library's
- * temporaries for the rank's largest collectives, plus the data loader's indices when known.
+ * first rank of a ZeRO group and the others; the libraries' working set of a step included), plus what the profile
+ * measured a process to hold besides it (its base by ranks on the host, the residue a training process keeps beyond
+ * that base, its data and its plan) and the collective library's temporaries for the rank's largest collectives,
+ * plus the data loader's indices when known. Every rank's plan alone (rank_plan) is the trainer's: the same
+ * function of the same configuration, coordinates and paths, so `llm4d plan --evaluate` and the run's "memory
+ * plan:" line agree (tests/test_memory_plan.sh checks it on every rank of its layouts, to the 0.01 MiB printed).
  *
  * Time (steptime.c): each stage's micro-batch priced from its trace (plan/stagecost.h); the engines'
  * communication walked in the order the model's hooks fire (what the engines really overlap: data-parallel
@@ -38,11 +41,13 @@ enum {
     LLM4D_PM_PARAMS = 0, LLM4D_PM_GRADS, LLM4D_PM_OPTIM, LLM4D_PM_ACTS, LLM4D_PM_COMM, LLM4D_PM_WORKSPACE,
     LLM4D_PM_COPIES,   /* the backend's low-precision weight copies */
     LLM4D_PM_OPERANDS, /* the backend's converted GEMM operands */
-    LLM4D_PM_MPI,      /* the collective library's temporaries (ZeRO's reduce-scatters, the largest others) */
+    LLM4D_PM_MPI,      /* the collective library's temporaries: the plan's (ZeRO's reduce-scatters and the
+                        * largest all-reduce on MPI), or the largest measured collective's where that is more */
     LLM4D_PM_SHM,      /* the pages of the shared-memory collectives' segments the rank touches */
+    LLM4D_PM_LIBS,     /* the libraries' working set of a step (the last kind of the trainer's plan) */
     LLM4D_PM_BASE,     /* the process before it allocates (libraries, MPI) */
     LLM4D_PM_DATA,     /* the data loader's indices */
-    LLM4D_PM_RESIDUAL, /* what a training process holds beyond its base, data and plan */
+    LLM4D_PM_RESIDUAL, /* what a training process holds beyond its base, data and plan (the profile's) */
     LLM4D_PM_N
 };
 const char *llm4d_pm_name(int k);
@@ -68,6 +73,7 @@ typedef struct {
     int n_stages;
     double *stage_peak;                  /* [P] the largest rank of each stage */
     double *rank_peak;                   /* [world] every rank (only when asked) */
+    double *rank_plan;                   /* [world] every rank's plan alone: the trainer's (with rank_peak) */
     int priced_exact, priced_other;      /* kernel calls priced from an exact measurement, and otherwise */
 } llm4d_prediction;
 
@@ -76,7 +82,7 @@ typedef struct {
     llm4d_backend *be;            /* the size functions of the memory plan (the run's backend) */
     llm4d_cluster cluster;
     double data_bytes;            /* the data loader's bytes per rank (0: unknown) */
-    int per_rank;                 /* fill rank_peak */
+    int per_rank;                 /* fill rank_peak and rank_plan */
     llm4d_stagecost_cache *cache; /* priced traces (required) */
     struct llm4d_memplan_memo *memo; /* the memory plan's model parts (optional: NULL recounts every rank) */
     struct llm4d_sim_memo *sim;   /* pipeline simulations by their inputs (optional: NULL simulates each: simmemo.h) */

@@ -1,7 +1,9 @@
 /* profile.c — a machine profile in memory and as a JSON file (see profile.h). Kernel entries are stored compactly,
  * one array per entry ([op, drop, prec, threads, d0..d7, s0..s5, ty]), since a calibration writes thousands. The
  * element types (ty) came last, when activations could be 16 bits: a row without them (18 numbers, a profile from
- * before) reads as all fp32, which is what it measured. */
+ * before) reads as all fp32, which is what it measured. The process's residue is "residual_beyond_plan_bytes",
+ * measured beyond a plan that holds the libraries' working set of a step (train/memplan.h); a profile from before
+ * has "residual_bytes", measured beyond a plan without it, and reads as that less the working set. */
 #include "plan/profile.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "train/memplan.h"
 
 #define FORMAT 1
 #define KROW (4 + LLM4D_RC_DIMS + LLM4D_WORK_N + 1) /* a kernel row's numbers (the last, ty, may be missing) */
@@ -140,7 +144,7 @@ static cJSON *to_json(const llm4d_profile *p) {
         const double pair[2] = {p->base_ranks[i], p->base_bytes[i]};
         cJSON_AddItemToArray(base, num_array(pair, 2));
     }
-    cJSON_AddNumberToObject(proc, "residual_bytes", p->residual_bytes);
+    cJSON_AddNumberToObject(proc, "residual_beyond_plan_bytes", p->residual_bytes);
     cJSON *sh = cJSON_AddArrayToObject(o, "shares");
     for (int i = 0; i < p->n_share; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -354,7 +358,10 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
         if (nums(r, e, pair, 2, "a process base is not [ranks, bytes]") != 2 || p->n_base >= 64) break;
         p->base_ranks[p->n_base] = (int)pair[0], p->base_bytes[p->n_base++] = pair[1];
     }
-    p->residual_bytes = proc ? num(r, proc, "residual_bytes", 0, 0) : 0;
+    if (proc && cJSON_GetObjectItemCaseSensitive(proc, "residual_beyond_plan_bytes"))
+        p->residual_bytes = num(r, proc, "residual_beyond_plan_bytes", 0, 0);
+    else if (proc && cJSON_GetObjectItemCaseSensitive(proc, "residual_bytes")) /* measured before the plan held it */
+        p->residual_bytes = num(r, proc, "residual_bytes", 0, 0) - (double)LLM4D_MEMPLAN_LIBRARIES;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "shares")) {
         llm4d_prof_share s = {.threads = (int)num(r, e, "threads", 1, 1), .ranks = (int)num(r, e, "ranks", 1, 1)};
         if (nums(r, cJSON_GetObjectItemCaseSensitive(e, "factor"), s.factor, LLM4D_WORK_N,

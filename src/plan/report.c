@@ -51,6 +51,10 @@ cJSON *llm4d_report_json(const llm4d_prediction *p, const llm4d_config *cfg) {
         cJSON *a = cJSON_AddArrayToObject(o, "peak_mib_per_rank");
         for (int r = 0; r < p->world; r++) cJSON_AddItemToArray(a, cJSON_CreateNumber(p->rank_peak[r] / MiB));
     }
+    if (p->rank_plan) { /* the trainer's "memory plan: X MiB to allocate" of each rank */
+        cJSON *a = cJSON_AddArrayToObject(o, "plan_mib_per_rank");
+        for (int r = 0; r < p->world; r++) cJSON_AddItemToArray(a, cJSON_CreateNumber(p->rank_plan[r] / MiB));
+    }
     if (p->stage_peak) {
         cJSON *a = cJSON_AddArrayToObject(o, "peak_mib_per_stage");
         for (int s = 0; s < p->n_stages; s++) cJSON_AddItemToArray(a, cJSON_CreateNumber(p->stage_peak[s] / MiB));

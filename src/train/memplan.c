@@ -334,7 +334,9 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
     }
     out->weight_copies = weight_copies(cfg, be, per_elem, t);
     out->mpi_temporaries = mpi_temporaries(cfg, topo, rs_in_shm, t);
+    out->mpi_allreduce = llm4d_memplan_mpi_allreduce_bytes(cfg, topo, t, crossing, paths);
     if (paths) out->shm_segments = llm4d_memplan_shm_bytes(cfg, topo, t, crossing, paths);
+    out->libraries = be->host_addressable ? LLM4D_MEMPLAN_LIBRARIES : 0;
     if (!memo) llm4d_param_table_free(&own);
     LLM4D_TRY(rc);
     out->cat[LLM4D_MEM_WORKSPACE] += llm4d_devbatch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);
@@ -347,8 +349,10 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
     return llm4d_memplan_make_memo(cfg, topo, pp, be, paths, NULL, out, err);
 }
 
+size_t llm4d_memplan_mpi(const llm4d_memplan *p) { return p->mpi_temporaries + p->mpi_allreduce; }
+
 size_t llm4d_memplan_total(const llm4d_memplan *p) {
-    size_t n = p->weight_copies + p->operands + p->mpi_temporaries + p->shm_segments;
+    size_t n = p->weight_copies + p->operands + llm4d_memplan_mpi(p) + p->shm_segments + p->libraries;
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) n += p->cat[c];
     return n;
 }
@@ -359,8 +363,8 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_memplan_paths paths;
     llm4d_memplan_paths_of(tr->groups, cfg, &paths);
     LLM4D_TRY(llm4d_memplan_make(cfg, &tr->topo, &tr->ppplan, tr->be, &paths, &mp, err));
-    const size_t *plan = mp.cat, copies = mp.weight_copies, mpi_tmp = mp.mpi_temporaries, operands = mp.operands;
-    const size_t shm = mp.shm_segments;
+    const size_t *plan = mp.cat, copies = mp.weight_copies, mpi_tmp = llm4d_memplan_mpi(&mp), operands = mp.operands;
+    const size_t shm = mp.shm_segments, libs = mp.libraries;
     const size_t add = llm4d_memplan_total(&mp);
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++)
         tr->plan[c] = plan[c] + tr->mem.bytes[c]; /* what each category will hold: the plan and what it holds now */
@@ -375,7 +379,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     const int ranks = ndev > 0 ? (on_host + ndev - 1) / ndev : on_host;
     const char *where = ndev > 0 ? "on this GPU" : "on this host";
 
-    char line[512], h[32];
+    char line[768], h[32];
     int k = snprintf(line, sizeof line, "memory plan of this rank, before allocating:");
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES && k < (int)sizeof line; c++)
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %.2f MiB%s", llm4d_mem_category_name(c),
@@ -387,15 +391,21 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
         k += snprintf(line + k, sizeof line - (size_t)k, "%s the backend's converted GEMM operands %.2f MiB",
                       copies ? " and" : "; outside them,", operands / MiB);
     if (mpi_tmp && k < (int)sizeof line)
-        k += snprintf(line + k, sizeof line - (size_t)k, "; MPI's reduce-scatter temporaries on the sharding group's "
-                      "root %.2f MiB", mpi_tmp / MiB);
+        k += snprintf(line + k, sizeof line - (size_t)k, "; MPI's temporaries (%s%s%s) %.2f MiB",
+                      mp.mpi_temporaries ? "the sharding group's reduce-scatters" : "",
+                      mp.mpi_temporaries && mp.mpi_allreduce ? " and " : "",
+                      mp.mpi_allreduce ? "the largest all-reduce on MPI" : "", mpi_tmp / MiB);
     if (shm && k < (int)sizeof line)
-        snprintf(line + k, sizeof line - (size_t)k, "; the collectives' shared-memory segments %.2f MiB", shm / MiB);
+        k += snprintf(line + k, sizeof line - (size_t)k, "; the collectives' shared-memory segments %.2f MiB",
+                      shm / MiB);
+    if (libs && k < (int)sizeof line)
+        snprintf(line + k, sizeof line - (size_t)k, "; the libraries' working set of a step (kernels' code, "
+                 "oneDNN's JIT kernels and scratch) %.2f MiB", libs / MiB);
     llm4d_log_info(&tr->log, "%s", line);
     char avail[48] = "unknown";
     if (host > 0) human((double)host / ranks, avail, sizeof avail);
     human((double)tr->plan_total, h, sizeof h);
-    llm4d_log_info(&tr->log, "memory plan: %.1f MiB to allocate on top of %.1f MiB held now (data, libraries, MPI): %s "
+    llm4d_log_info(&tr->log, "memory plan: %.2f MiB to allocate on top of %.1f MiB held now (data, libraries, MPI): %s "
                    "per rank; available: %s for each of the %d rank(s) %s", add / MiB, tr->plan_base / MiB, h, avail,
                    ranks, where);
     if (host <= 0 || (double)add <= (double)host / ranks) {

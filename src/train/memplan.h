@@ -6,10 +6,22 @@
  * The model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each engine's from
  * the size function its init uses (parallel/stack.h llm4d_stack_bytes), the step's batch from devbatch's. Outside
  * the arena's categories: the backend's low-precision weight copies and converted GEMM operands, and the
- * temporaries Open MPI allocates for ZeRO's reduce-scatters on a sharding group's first rank, and what the rank
- * holds of its groups' shared-memory segments (memplan_shm.c). What a process holds
- * before it allocates (libraries, MPI, the data's indices) is not here: the trainer reads it from the kernel, the
- * planner from its machine profile. */
+ * temporaries Open MPI allocates for ZeRO's reduce-scatters on a sharding group's first rank, what the rank
+ * holds of its groups' shared-memory segments (memplan_shm.c), and the libraries' working set of a step (below).
+ * What a process holds before it allocates (libraries, MPI, the data's indices) is not here: the trainer reads it
+ * from the kernel, the planner from its machine profile.
+ *
+ * The libraries' working set: a CPU process comes to hold more in its first step than it allocates, whatever its
+ * layout: the code of the kernels the step runs first, paged in from the libraries (oneDNN's: 2.8 MiB), oneDNN's
+ * JIT kernels and primitive cache (about 1 MiB of its own and libstdc++'s allocations), its scratchpads, the
+ * attention scratch and the GEMM library's packing buffers (on the heap; larger with the model), the threads'
+ * stacks. Measured on a 2-vCPU Zen 5 VM as the peak resident set less the plan and what the process held when it
+ * planned: gpt2-tiny (4 layers) 6.4-7.9 MiB on every rank of one process, dp2/4, ZeRO-1/2/3 over 2 and 4, offload,
+ * mp2, pp2, mp2 x pp2 and dp2 x pp2 x sharding2 x mp2, at 1 and 2 threads; GPT-2 124M 9.6-11.6 MiB. Without it a
+ * small model's plan was 10-14 % under its peak (a 56 MiB pipeline rank's by 7 MiB, where `llm4d plan --evaluate`,
+ * which added the profile's measured residue, said 64). The plan holds LLM4D_MEMPLAN_LIBRARIES for a backend whose
+ * device memory is host memory (the resident set is what the plan answers for there); a machine profile's
+ * residual (plan/profile.h) is what a process of that machine holds beyond it. */
 #ifndef LLM4D_TRAIN_MEMPLAN_H
 #define LLM4D_TRAIN_MEMPLAN_H
 
@@ -25,8 +37,16 @@ typedef struct {
     size_t weight_copies;              /* the backend's bf16/fp16 copies of the weights its GEMMs read */
     size_t operands;                   /* the backend's converted GEMM operands */
     size_t mpi_temporaries;            /* Open MPI's reduce-scatter temporaries (a sharding group's first rank) */
+    size_t mpi_allreduce;              /* Open MPI's temporary for the rank's largest all-reduce on its path (held
+                                        * with the reduce-scatters' where both are: ZeRO hybrid with dp over MPI,
+                                        * the first rank of each sharding group +7.1 MiB beyond a plan of the
+                                        * larger alone, gpt2-tiny dp2 x sharding2 stage 2) */
     size_t shm_segments;               /* the pages of its groups' shared-memory segments the rank touches */
+    size_t libraries;                  /* the libraries' working set of a step (above) */
 } llm4d_memplan;
+
+/* The libraries' working set a CPU process's plan holds (above). */
+#define LLM4D_MEMPLAN_LIBRARIES ((size_t)15 << 19) /* 7.5 MiB */
 
 /* A rank's groups (comm.h llm4d_comm_groups, and the pipeline's embedding group) ... */
 typedef enum {
@@ -50,6 +70,15 @@ void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *
  * that crosses a tensor-parallel group (B x T x C, over mp with sequence parallelism). */
 size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_param_table *tab,
                                size_t crossing, const llm4d_memplan_paths *paths);
+/* The bytes of the rank's largest all-reduce that Open MPI runs (its groups not on a segment, NULL paths: all; a
+ * group spanning hosts: the hosts' phase): a flat data group's largest gradient bucket, ZeRO's hybrid all-reduce
+ * over dp, the tensor-parallel all-reduces, the tied embedding's. Open MPI holds a temporary as large as the message
+ * on each rank of a group of 2 (plan --calibrate's series on a 2-vCPU Zen 5 VM, 64 kB to 16 MB: 0.99-1.6 x the
+ * message on both ranks), one at a time. In larger groups the leaves of its binomial tree (odd indices) hold none:
+ * gpt2-tiny dp4 over MPI, ranks 1 and 3 peaked 12 % below this plan (not modelled: the suite's MPI groups are 2). */
+size_t llm4d_memplan_mpi_allreduce_bytes(const llm4d_config *cfg, const llm4d_topology *topo,
+                                         const llm4d_param_table *tab, size_t crossing,
+                                         const llm4d_memplan_paths *paths);
 
 /* The matmul precision a configuration runs (use_amp, amp_dtype). */
 llm4d_precision llm4d_memplan_precision(const llm4d_config *cfg);
@@ -87,5 +116,7 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
 
 /* Every byte of the plan: the categories and what lies outside them. */
 size_t llm4d_memplan_total(const llm4d_memplan *p);
+/* MPI's temporaries the plan holds: mpi_temporaries and mpi_allreduce. */
+size_t llm4d_memplan_mpi(const llm4d_memplan *p);
 
 #endif

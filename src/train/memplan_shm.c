@@ -13,7 +13,10 @@
  * slot; instead the rank touches, in each peer's buffer, the slice of every bucket it sums.
  * Gradient payloads are bf16 with grad_comm_dtype bfloat16. Groups that carry only MPI's traffic (the world, the
  * pipeline's point to point, an unused one) hold the segment's header. A group spanning hosts reduces hierarchically:
- * a reduce-scatter and an all-gather of its host's ranks in the segment, the rest on MPI. */
+ * a reduce-scatter and an all-gather of its host's ranks in the segment, the rest on MPI.
+ *
+ * The same messages size the temporaries of the all-reduces that go to Open MPI instead (comm_path mpi, a group
+ * that spans hosts unevenly or has one rank per host): llm4d_memplan_mpi_allreduce_bytes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,25 +108,49 @@ void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg,
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Bytes of the pages of one peer's shared gradient buffer that rank r of n sums in: per bucket, its slice of the
- * bucket (comm_shm.c: ceil(count / n) elements rounded up to cache lines), in whole pages of the buffer. */
-static size_t shared_pages(const llm4d_param_table *tab, size_t bucket_bytes, size_t esz, int n, int r) {
+/* Bytes of the pages of one peer's shared gradient buffer that a rank of n sums in: per bucket, its slice of the
+ * bucket (comm_shm.c: ceil(count / n) elements rounded up to cache lines), in whole pages of the buffer; the most
+ * any of the n ranks sums in. A slice's pages differ by a page or two from one rank to the next (where it meets the
+ * buffer's page boundaries); planning each rank the most keeps a flat data group's ranks one class for the planner
+ * (plan/predict.c), which plans one rank for all of them: gpt2-tiny dp4's ranks 1-3 were planned 0.02 MiB more by
+ * the trainer than by `llm4d plan --evaluate` when each rank planned its own slice. */
+static size_t shared_pages(const llm4d_param_table *tab, size_t bucket_bytes, size_t esz, int n) {
     const int G = tab->n_groups;
     int *of = calloc((size_t)G, sizeof *of), *ng = calloc((size_t)G, sizeof *ng);
-    size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi), bytes = 0;
+    size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi), most = 0;
     const int nb = of && ng && lo && hi ? llm4d_dp_buckets(tab, bucket_bytes, of, lo, hi, ng) : 0;
     const size_t line = LLM4D_SHM_LINE / esz, P = 4096;
-    for (int b = 0; b < nb; b++) {
-        const size_t count = hi[b] - lo[b], S = ((count + (size_t)n - 1) / (size_t)n + line - 1) / line * line;
-        const size_t a = (size_t)r * S, e = (size_t)(r + 1) * S < count ? (size_t)(r + 1) * S : count;
-        if (a < e) bytes += (((lo[b] + e) * esz - 1) / P - (lo[b] + a) * esz / P + 1) * P;
+    for (int r = 0; r < n; r++) {
+        size_t bytes = 0;
+        for (int b = 0; b < nb; b++) {
+            const size_t count = hi[b] - lo[b], S = ((count + (size_t)n - 1) / (size_t)n + line - 1) / line * line;
+            const size_t a = (size_t)r * S, e = (size_t)(r + 1) * S < count ? (size_t)(r + 1) * S : count;
+            if (a < e) bytes += (((lo[b] + e) * esz - 1) / P - (lo[b] + a) * esz / P + 1) * P;
+        }
+        most = max_z(most, bytes);
     }
     free(of), free(ng), free(lo), free(hi);
-    return bytes;
+    return most;
 }
 
-size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t, const llm4d_param_table *tab,
-                               size_t crossing, const llm4d_memplan_paths *paths) {
+/* The largest gradient bucket of a flat data group, in elements (data_parallel.h: one all-reduce each). */
+static size_t largest_bucket(const llm4d_param_table *tab, size_t bucket_bytes) {
+    const int G = tab->n_groups;
+    int *of = calloc((size_t)G, sizeof *of), *ng = calloc((size_t)G, sizeof *ng);
+    size_t *lo = calloc((size_t)G, sizeof *lo), *hi = calloc((size_t)G, sizeof *hi), best = 0;
+    const int nb = of && ng && lo && hi ? llm4d_dp_buckets(tab, bucket_bytes, of, lo, hi, ng) : 0;
+    for (int b = 0; b < nb; b++) best = max_z(best, hi[b] - lo[b]);
+    if (!nb) best = tab->total; /* without room to walk them: the whole buffer, an upper bound */
+    free(of), free(ng), free(lo), free(hi);
+    return best;
+}
+
+/* What each group kind's collectives carry (use, for a segment's slots) and the bytes of the largest all-reduce
+ * each issues (allreduce, as one call: a flat data group's largest bucket, not its largest slot), and the pages of
+ * the peers' shared gradient buffers the rank sums in (*shared). */
+static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const llm4d_param_table *tab,
+                       size_t crossing, const llm4d_memplan_paths *paths, llm4d_shm_use use[LLM4D_SHMG_N],
+                       size_t allreduce[LLM4D_SHMG_N], size_t *shared) {
     const llm4d_dist_config *d = &cfg->dist;
     const int N = d->sharding_degree, sharded = N > 1;
     const size_t gsz = strcmp(d->grad_comm_dtype, "bfloat16") ? sizeof(float) : 2;
@@ -133,13 +160,12 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t,
         if (tab->p[i].kind == LLM4D_P_WTE) wte_max = max_z(wte_max, tab->p[i].numel);
         if (tab->p[i].sp_partial) partial += tab->p[i].numel;
     }
-    llm4d_shm_use use[LLM4D_SHMG_N];
-    memset(use, 0, sizeof use);
-    size_t shared = 0; /* the pages of the peers' gradient buffers this rank sums in (data_parallel.h) */
+    memset(use, 0, LLM4D_SHMG_N * sizeof *use);
+    *shared = 0; /* the pages of the peers' gradient buffers this rank sums in (data_parallel.h) */
     const int nd = paths->host_ranks[LLM4D_SHMG_DATA];
     if (!sharded && t->data_world > 1 && nd > 1 && paths->hosts[LLM4D_SHMG_DATA] == 1 && !strcmp(cfg->device, "cpu")) {
         use[LLM4D_SHMG_DATA].allreduce = sizeof(double); /* the slots carry the loss's sums only */
-        shared = (size_t)(nd - 1) * shared_pages(tab, (size_t)d->bucket_size_bytes, gsz, nd, t->index[LLM4D_AXIS_DATA]);
+        *shared = (size_t)(nd - 1) * shared_pages(tab, (size_t)d->bucket_size_bytes, gsz, nd);
     } else if (!sharded && t->data_world > 1) {
         use[LLM4D_SHMG_DATA].allreduce = group_max * gsz;
     }
@@ -159,6 +185,16 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t,
         }
     }
     use[LLM4D_SHMG_EMBEDDING].allreduce = wte_max * sizeof(float);
+    for (int k = 0; k < LLM4D_SHMG_N; k++) allreduce[k] = use[k].allreduce;
+    if (!sharded && t->data_world > 1)
+        allreduce[LLM4D_SHMG_DATA] = largest_bucket(tab, (size_t)d->bucket_size_bytes) * gsz;
+}
+
+size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t, const llm4d_param_table *tab,
+                               size_t crossing, const llm4d_memplan_paths *paths) {
+    llm4d_shm_use use[LLM4D_SHMG_N];
+    size_t allreduce[LLM4D_SHMG_N], shared;
+    group_uses(cfg, t, tab, crossing, paths, use, allreduce, &shared);
     size_t bytes = shared;
     for (int k = 0; k < LLM4D_SHMG_N; k++) {
         const int n = paths->host_ranks[k];
@@ -169,4 +205,27 @@ size_t llm4d_memplan_shm_bytes(const llm4d_config *cfg, const llm4d_topology *t,
         bytes += llm4d_shm_resident(n, paths->slot_bytes, u);
     }
     return bytes;
+}
+
+/* Members of group kind k the rank is in that it all-reduces with: the world and the pipeline carry no all-reduce
+ * of a size that matters (the loss's sums, point to point). */
+static int reduces(const llm4d_topology *t, int k) {
+    return k != LLM4D_SHMG_WORLD && k != LLM4D_SHMG_PIPE && members(t, k) > 1;
+}
+
+size_t llm4d_memplan_mpi_allreduce_bytes(const llm4d_config *cfg, const llm4d_topology *t,
+                                         const llm4d_param_table *tab, size_t crossing,
+                                         const llm4d_memplan_paths *paths) {
+    static const llm4d_memplan_paths none; /* NULL: every group on MPI */
+    if (!paths) paths = &none;
+    llm4d_shm_use use[LLM4D_SHMG_N];
+    size_t allreduce[LLM4D_SHMG_N], shared, best = 0;
+    group_uses(cfg, t, tab, crossing, paths, use, allreduce, &shared);
+    for (int k = 0; k < LLM4D_SHMG_N; k++) {
+        if (!reduces(t, k)) continue;
+        const int n = paths->host_ranks[k];
+        if (n < 2) best = max_z(best, allreduce[k]);                      /* all of it on MPI */
+        else if (paths->hosts[k] > 1) best = max_z(best, allreduce[k] / (size_t)n); /* the hosts' phase on MPI */
+    }
+    return best;
 }
