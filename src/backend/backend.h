@@ -5,6 +5,9 @@
  * `ref` (plain loops, written for obviousness, the oracle every fast kernel is tested against) and `guard` (cpu's
  * kernels on memory the host cannot touch outside backend calls: the proof of the contract below, backend/guard.c).
  * `cuda` (backend/cuda/) implements the same operations on a GPU's memory.
+ * The methods are listed once, in backend/methods.h: the struct below, the guard's forwarding and the planner's
+ * recording backend (plan/record.c) are made from that list, so a new method is an entry there and its real
+ * implementations (cpu, ref, cuda).
  *
  * THE CONTRACT
  * Memory. `alloc` returns DEVICE memory: every tensor (parameters, gradients, optimizer states, activations,
@@ -33,7 +36,7 @@
  *   linear layers' input gradient is written or added as the caller says (llm4d_store); the weight, bias,
  *   LayerNorm and embedding gradients, dropout_backward's input gradient and layernorm_backward's input gradient
  *   add (+=) (micro-batches, vocabulary blocks and the residual stream accumulate into them); the caller zeroes a
- *   gradient buffer when a new accumulation starts. Each method's comment below says which.
+ *   gradient buffer when a new accumulation starts. Each method's comment (methods.h) says which.
  *
  * Types. Activations and their gradients are typed tensors (tensor.h: fp32, bf16 or fp16, said per argument);
  *   everything else a kernel touches is fp32. A kernel rounds a typed result once, when it stores it.
@@ -58,6 +61,7 @@
 
 #include "core/error.h"
 #include "core/mem.h"
+#include "backend/methods.h"
 #include "backend/tensor.h"
 
 /* Where a dropout's random numbers come from. p == 0 disables the dropout (no random numbers are drawn).
@@ -197,229 +201,22 @@ struct llm4d_backend {
      * (device memory is host memory, or kernels read pinned memory in place). */
     llm4d_backend *host;
 
-    /* Memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of
-     * memory. alloc_host: pinned host memory, zeroed, page-aligned (direct I/O can use it), accounted alike. */
-    void *(*alloc)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
-    void (*free)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
-    void *(*alloc_host)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
-    void (*free_host)(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes);
-    /* The device's free and total bytes now (the memory plan's budget; a CPU backend: the host's available
-     * memory, the cgroup's limit if lower, and its total). */
-    void (*mem_info)(llm4d_backend *be, size_t *free_bytes, size_t *total_bytes);
-    /* The memory plan (train/memplan.c) has counted `bytes` for what this rank will allocate: a device backend
-     * may take them from the device now, in one piece that alloc then carves (allocations beyond it still work).
-     * Not an error when the device cannot give that much at once. NULL: nothing to reserve (host memory). */
-    void (*reserve)(llm4d_backend *be, size_t bytes);
-
-    /* Device memory set to zero, and copied device to device (memmove semantics), on COMPUTE. */
-    void (*zero)(llm4d_backend *be, void *p, size_t bytes);
-    void (*copy)(llm4d_backend *be, void *dst, const void *src, size_t bytes);
-    /* bytes from src to dst, the sides as kind says, on stream s (asynchronous where the host side is pinned). */
-    void (*copy_async)(llm4d_backend *be, void *dst, const void *src, size_t bytes, llm4d_copy_kind kind,
-                       llm4d_stream s);
-    /* rows of `width` bytes, rows apart by spitch in src and dpitch in dst (a column block of a matrix). */
-    void (*copy_2d)(llm4d_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                    size_t rows, llm4d_copy_kind kind, llm4d_stream s);
-
-    /* Streams and events (the contract). event_create returns NULL when out of memory. */
-    llm4d_event *(*event_create)(llm4d_backend *be);
-    void (*event_destroy)(llm4d_backend *be, llm4d_event *ev);
-    void (*event_record)(llm4d_backend *be, llm4d_event *ev, llm4d_stream s);
-    void (*stream_wait)(llm4d_backend *be, llm4d_stream s, const llm4d_event *ev);
-    void (*event_sync)(llm4d_backend *be, const llm4d_event *ev);
-    void (*stream_sync)(llm4d_backend *be, llm4d_stream s);
-
-    /* TYPED ARGUMENTS (tensor.h). The activations and their gradients are llm4d_tensor / llm4d_ctensor arguments:
-     * each may be fp32, bf16 or fp16, independently of the others, and a method reads them as fp32 values,
-     * computes in fp32 (or wider) and rounds each typed output once, on store, to its own type. A result that is
-     * added to (+=) a 16-bit tensor is its old value plus the new part, rounded once. Weights, weight and bias
-     * gradients, LayerNorm and softmax statistics and losses are `float *`: always fp32. */
-
-    /* out[N,OC] = inp[N,C] W[OC,C]^T + b[OC]; b may be NULL. */
-    void (*linear_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
-                           int N, int C, int OC);
-    /* dinp[N,C] (=|+=) dout W (dinp_store);  dw[OC,C] += dout^T inp;  db[OC] += column sums of dout. Any of dinp
-     * (a NULL pointer), dw, db may be NULL (not computed): zero-bubble pipelines compute dinp first and dw, db
-     * later. A block's layers write their input gradient (LLM4D_WRITE: no buffer to clear first, and the GEMM does
-     * not read it); the LM head adds each vocabulary block's part (LLM4D_ADD). */
-    void (*linear_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw, float *db,
-                            llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC);
-    /* The same with the input read through an activation: out = act(inp) W^T + b; dinp (=|+=) dout W (the gradient
-     * with respect to act(inp), the layer's real input), dw += dout^T act(inp), db as above. act(inp) is never
-     * stored: the backend applies it while making its GEMM operand, so the MLP's second layer, which reads GELU of
-     * the first layer's output, costs no pass that writes the GELU output, forward or backward. */
-    void (*linear_forward_act)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
-                               const float *w, const float *b, int N, int C, int OC);
-    void (*linear_backward_act)(llm4d_backend *be, llm4d_tensor dinp, llm4d_store dinp_store, float *dw, float *db,
-                                llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
-                                int OC);
-
-    /* Token embedding over the vocabulary rows [row0, row0 + nrows) held in w[nrows, C]:
-     * out[n] += w[tokens[n] - row0] for the tokens in that range; the other rows of out are left as they are
-     * (a vocabulary-parallel rank or a ZeRO vocabulary block adds its part, the sum over parts is the lookup). */
-    void (*embedding_forward)(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
-                              int nrows, int N, int C);
-    /* dw[tokens[n] - row0] += dout[n] for the tokens in [row0, row0 + nrows). The embeddings' activations are fp32:
-     * the model sums the lookup's parts (vocabulary blocks, ranks) and the positions in fp32 before the dropout
-     * rounds the result into the residual stream's type. */
-    void (*embedding_backward)(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
-                               int nrows, int N, int C);
-    /* Position embedding of tokens tok0 .. tok0+N-1 of a flattened [B, T] micro-batch: out[n] += wpe[(tok0+n) % T]. */
-    void (*position_forward)(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0);
-    void (*position_backward)(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T, int64_t tok0);
-    /* out[N,C] += b[C] (a row-parallel layer adds its bias once, after the reduction of its fp32 partial sums);
-     * db[C] += column sums of dout. */
-    void (*bias_forward)(llm4d_backend *be, float *out, const float *b, int N, int C);
-    void (*bias_backward)(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C);
-
-    /* LayerNorm over the last dim (eps 1e-5); mean and rstd [N] are kept for backward. Backward adds (+=) to dinp,
-     * dw and db (the residual stream's gradient, and every micro-batch's part of the weights'). */
-    void (*layernorm_forward)(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
-                              const float *w, const float *b, int N, int C);
-    void (*layernorm_backward)(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
-                               llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
-                               int C);
-
-    /* GELU, tanh approximation (GPT-2). The model applies GELU inside linear_forward_act and calls only the
-     * backward; the forward stays for the tests (each backend's kernel against the reference, and the objective
-     * whose finite differences check gelu_backward). */
-    void (*gelu_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n);
-    /* dinp = gelu'(inp) * dout: written, not added (see the backward kernels' note below). */
-    void (*gelu_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n);
-
-    /* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V
-     * (GPT-2's layout); out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal
-     * scores, all backward needs to rebuild the probabilities P = exp(S - lse) (no T x T matrix is kept).
-     * Probabilities are dropped with `drop`, the position of (b,h,t1,t2) being
-     * ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */
-    void (*attention_forward)(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
-                              llm4d_attn_shape s, const llm4d_dropout *drop);
-    /* dqkv = d(out)/d(qkv) . dout, given forward's out and lse for the same qkv and drop. Written, not added:
-     * gelu_backward, attention_backward and dropout_add_backward produce a block's activation gradients that
-     * nothing else contributes to, so they overwrite their outputs; accumulating would need a zeroing pass before
-     * and a read of the zeros during (at B=8 T=1024, 11 of the 18 N x C buffers a block's backward cleared, about
-     * 3 % of a bf16 step). The linear layers, LayerNorm and dropout_backward add (+=): their outputs collect
-     * several contributions (micro-batches, vocabulary blocks, the residual stream). */
-    void (*attention_backward)(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
-                               llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop);
-
-    /* out[N,C] = dropout(inp), in place (the same memory and type) or not (positions: llm4d_dropout). */
-    void (*dropout_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
-                            const llm4d_dropout *drop);
-    /* dinp += mask * dout / (1-p) */
-    void (*dropout_backward)(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
-                             const llm4d_dropout *drop);
-    /* out = res + dropout(x): the residual connection after a sublayer (x: the sublayer's fp32 output, or any
-     * type). */
-    void (*dropout_add_forward)(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N, int C,
-                                const llm4d_dropout *drop);
-    /* dres = dout; dx = mask * dout / (1-p): written, not added (attention_backward's note) */
-    void (*dropout_add_backward)(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
-                                 int C, const llm4d_dropout *drop);
-
-    /* Softmax cross-entropy of N rows over a vocabulary of V real entries, in parts: logits[N, Vl] are the columns
-     * of vocabulary entries [v0, v0 + Vl) (a vocabulary-parallel rank's slice or a vocabulary block; entries >= V
-     * are padding: no probability, zero gradient). The softmax statistics are kept per row in planar form,
-     * stats[0..N) = running max m, stats[N..2N) = sum of exp(logit - m), stats[2N..3N) = the target's logit (0 when
-     * the target is not in this part), so that parts combine: over blocks with `merge` (an online softmax), over
-     * ranks by a MAX all-reduce of m, xent_rescale, then a SUM all-reduce of the last 2N.
-     * merge = 0: stats = this part's statistics; merge = 1: stats = stats combined with this part's. */
-    void (*xent_forward)(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
-                         int Vl, int v0, int V, int merge);
-    /* stats[N..2N) *= exp(stats[0..N) - gmax); stats[0..N) = gmax (gmax: the max over all parts). */
-    void (*xent_rescale)(llm4d_backend *be, float *stats, const float *gmax, int N);
-    /* With the combined stats: losses[i] = m + log(s) - target logit (NULL: not written);
-     * dlogits[i, j] = (softmax_ij - onehot_ij) * dloss[i] over this part's columns (written in dlogits' type, the
-     * operand of the LM head's backward GEMM; may alias logits when their types agree; NULL: no gradient). */
-    void (*xent_backward)(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
-                          const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
-                          int V);
-
-    /* Paddle's AdamW on n elements, step t >= 1:
-     *   g = grads*grad_scale; p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     *   p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t))
-     * in one pass over params, grads, m and v; zero_grads: grads[i] = 0 afterwards in the same pass (the storage
-     * is done with them: the next step accumulates from zero). A backend that keeps low-precision copies of the
-     * weights (weights_changed) rewrites the copies of these parameters in the same pass. */
-    void (*adamw)(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads);
-    /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count); returned
-     * to the host (synchronises) */
-    double (*sumsq)(llm4d_backend *be, const float *x, size_t n);
-    /* The fused form the gradient norm uses: the sums of squares of n tensors x[k] of len[k] elements, in one pass
-     * and one read-back; each (NULL: not wanted) receives every tensor's, the return value is their sum taken in k
-     * order (each[k] equal to sumsq of that tensor, so the norm's bits do not depend on which form ran). */
-    double (*sumsq_many)(llm4d_backend *be, int n, const float *const *x, const size_t *len, double *each);
-    /* sum of a[i] * b[i] in double, in a fixed order; b NULL: sum of a. dot returns it to the host (synchronises);
-     * dot_acc adds it to *acc, a double in device memory, on COMPUTE (the loss of each micro-batch, read back once
-     * per step). */
-    double (*dot)(llm4d_backend *be, const float *a, const float *b, size_t n);
-    void (*dot_acc)(llm4d_backend *be, double *acc, const float *a, const float *b, size_t n);
-    /* dst[i] += src[i] */
-    void (*add)(llm4d_backend *be, float *dst, const float *src, size_t n);
-    /* x *= s */
-    void (*scale)(llm4d_backend *be, float *x, float s, size_t n);
-    /* dst[i] = src[i] in dst's type (rounded once), for i < n; a copy when the types agree. */
-    void (*convert)(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n);
-    /* bf16 payloads of the gradient reductions (Distributed.grad_comm_dtype): dst[i] = bf16(src[i]), rounded to
-     * nearest even as core/bf16.h says; and dst[i] (=|+=) the fp32 value of src[i]. NULL: the backend cannot (then
-     * bf16 gradient traffic is refused at start-up). */
-    void (*to_bf16)(llm4d_backend *be, uint16_t *dst, const float *src, size_t n);
-    void (*from_bf16)(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store);
-
-    /* Initial weights: dst[j - j0] for elements [j0, j1) of a parameter entry, as spec says (init_param's type). */
-    void (*init_param)(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1);
-
-    /* Generation over a key/value cache (model/generate.h): n new query rows at positions p0 .. p0 + n - 1, row i
-     * of qkv [n, 3C] holding its Q, K, V (C = NH x HS, heads side by side), attend causally over the cache rows
-     * [0, p0 + i] of kc, vc [T_max, C] (the new rows' keys and values already copied there), no dropout:
-     * out[i, h] = softmax_j (q_ih . k_jh / sqrt(HS)) v_jh. scores: scratch of n x NH x ld floats, ld >= p0 + n. */
-    void (*attention_cached)(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc, int n,
-                             int p0, int NH, int HS, float *scores, int ld);
-    /* The token drawn from logits[V] (device memory) for draw j as s says; scratch: LLM4D_SAMPLE_SCRATCH(V) bytes
-     * of device memory. Returned to the host (synchronises). */
-    int32_t (*sample)(llm4d_backend *be, const float *logits, int V, const llm4d_sampling *s, uint64_t j,
-                      void *scratch);
-
-    /* Switch the matmul precision; a CPU without the needed instructions is a user error saying so. NULL: fp32 only. */
-    llm4d_code (*set_precision)(llm4d_backend *be, llm4d_precision p, llm4d_err *err);
-
-    /* GFLOP/s of a large GEMM in the current precision, measured now (best of a few runs): the denominator of
-     * the model FLOPs utilisation the trainer reports. NULL: unknown (the reference backend). */
-    double (*matmul_peak_gflops)(llm4d_backend *be);
-    /* Bytes the backend holds outside llm4d_mem's books (converted operands, attention scratch, oneDNN
-     * scratchpads, low-precision weight copies); NULL: none. */
-    size_t (*workspace_bytes)(llm4d_backend *be);
-    /* The memory plan's estimate of the operand part of that: the bytes the backend will hold for the GEMM operands
-     * it converts or makes in precision prec, for a step whose largest operands are `s`. NULL: none. */
-    size_t (*operand_workspace)(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec);
-
-    /* Weights in low precision. A backend may keep a converted (bf16) copy of each weight a linear layer reads
-     * (the `w` of linear_forward/linear_backward), made on first use and reused until the weight changes, so a
-     * weight is converted once per update instead of once per GEMM. The contract: a linear layer's `w` is a
-     * parameter; `adamw` keeps the copies of what it updates current, and whoever else writes weights says so
-     * before their next GEMM: weights_changed(be, NULL, 0), every copy may be stale (the trainer, before an
-     * optimizer update, whose engine may gather other ranks' updated shards into the weights, and after loading
-     * weights), or weights_changed(be, p, bytes), the copies of weights inside [p, p + bytes) are stale (the model,
-     * when a ZeRO-3 gather buffer was refilled with another group's weights). Memory returned through `free`
-     * drops its copies. NULL: the backend keeps no copies (nothing to tell). */
-    void (*weights_changed)(llm4d_backend *be, const void *p, size_t bytes);
-    /* Bytes the backend's copies of one weight element take in precision prec, all its copies together (a bf16
-     * copy: 2; the AMX path's two tile layouts: 4): the memory plan's size of the copies. NULL only where
-     * weights_changed is. */
-    size_t (*weight_copy_bytes)(llm4d_backend *be, llm4d_precision prec);
-
-    /* The backend's own timers (llm4d_work): seconds, calls and the optimizer's bytes, cumulative since creation.
-     * NULL: not measured. */
-    void (*work_stats)(llm4d_backend *be, llm4d_work_stats *out);
-    /* One line naming the instruction set and the GEMM implementations the backend's library chose (oneDNN's
-     * "brg:avx512_core_bf16" ...) for the linear layers and for the attention so far. NULL: nothing to say. */
-    void (*describe_gemms)(llm4d_backend *be, char *buf, size_t n);
-    /* One line saying where the device memory is, for the start-up log. NULL: host memory, nothing to say. */
-    void (*describe_memory)(llm4d_backend *be, char *buf, size_t n);
-
-    void (*destroy)(llm4d_backend *be);
+    /* The methods, one function pointer each, as backend/methods.h lists them (with what each does). */
+#define LLM4D_METHOD_FIELD(shape, name, params, ...) LLM4D_RT_##shape(*name) params;
+    LLM4D_BACKEND_METHODS(LLM4D_METHOD_FIELD)
+#undef LLM4D_METHOD_FIELD
 };
+
+#ifndef __cplusplus
+/* The struct is its six fields above and the list's methods, nothing else: a function pointer added by hand would
+ * be a method the guard and the recorder do not have (a field that is not a method is added to this count). */
+#define LLM4D_METHOD_ONE(...) +1
+_Static_assert(sizeof(struct llm4d_backend) ==
+                   offsetof(struct llm4d_backend, host) + sizeof(llm4d_backend *) +
+                       (0 LLM4D_BACKEND_METHODS(LLM4D_METHOD_ONE)) * sizeof(void (*)(void)),
+               "struct llm4d_backend holds a method that is not in backend/methods.h");
+#undef LLM4D_METHOD_ONE
+#endif
 
 /* nthreads <= 0: all cores (OMP default). The fast CPU backend; fills err on failure (no oneDNN engine, ...). */
 llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err *err);

@@ -6,14 +6,20 @@
  * kept PROT_NONE except while a backend method runs (each method opens it on entry and closes it on exit), so a
  * host access to a tensor is a SIGSEGV whose handler prints the faulting address and the stack. It also refuses, by
  * name, a kernel argument that is neither device memory nor pinned host memory (a batch passed to a kernel without
- * being uploaded, for example), and says it is not host-addressable, so the communicator stages tensor buffers
- * through pinned memory and host views are copies: the code paths of a real device.
+ * being uploaded, for example), or that does not hold what the method touches there (its extent, as the method list
+ * backend/methods.h states it: a slice past its buffer's end), and says it is not host-addressable, so the
+ * communicator stages tensor buffers through pinned memory and host views are copies: the code paths of a real
+ * device.
  *
  * The arena: one reservation of address space (MAP_NORESERVE, PROT_NONE), carved first-fit in whole pages; freed
  * blocks are returned to the kernel (MADV_DONTNEED), so a new block reads as zeros as alloc promises. One mprotect of
  * [arena start, highest block end) opens or closes all of it. Pinned host memory is ordinary host memory, listed
  * so that kernel arguments can be checked against it. Everything runs synchronously on the calling thread, as the
  * cpu backend does (its streams and events are the trivial ones of host_device.c).
+ *
+ * The methods are made from the list (methods.h): a kernel (OPEN there) opens the arena, checks its arguments and
+ * runs the cpu backend's method; host bookkeeping (HOST) is forwarded as it is; what the list cannot describe (OWN:
+ * memory, copies whose sides depend on their kind, sumsq_many's array of tensors) is written below.
  *
  * Cost: two mprotect calls per backend method, each proportional to the arena's resident pages. */
 #define _GNU_SOURCE
@@ -32,6 +38,7 @@
 
 typedef struct {
     size_t off, len; /* bytes from the arena's start; len a multiple of PAGE */
+    size_t bytes;    /* what alloc was asked for (a used block): the extent arguments are checked against */
     int used;
 } block;
 
@@ -76,26 +83,65 @@ static int in_arena(const guard_ctx *g, const void *p) {
     return (const char *)p >= g->base && (const char *)p < g->base + g->hi;
 }
 
-static int is_pinned(const guard_ctx *g, const void *p) {
-    for (int k = 0; k < g->npin; k++) {
-        const char *a = g->pin[k].p;
-        if ((const char *)p >= a && (const char *)p < a + g->pin[k].bytes) return 1;
+/* The arena's block holding p (blocks are sorted and tile the arena), or NULL. */
+static const block *block_of(const guard_ctx *g, const void *p) {
+    if (!in_arena(g, p)) return NULL;
+    const size_t off = (size_t)((const char *)p - g->base);
+    int lo = 0, hi = g->nblk - 1;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        if (off < g->blk[mid].off) hi = mid - 1;
+        else if (off >= g->blk[mid].off + g->blk[mid].len) lo = mid + 1;
+        else return &g->blk[mid];
     }
-    return 0;
+    return NULL;
 }
 
-/* A kernel argument must be device or pinned memory: anything else would be unreadable on a device. */
-static void arg(const guard_ctx *g, const char *method, const void *p) {
-    if (!p || in_arena(g, p) || is_pinned(g, p)) return;
-    fprintf(stderr, "llm4d guard: %s was given %p, which is neither device memory (the arena [%p, %p)) nor pinned "
-            "host memory: upload it first (backend.h, the contract)\n", method, p, (void *)g->base,
-            (void *)(g->base + g->hi));
+static const pinned_buf *pinned_of(const guard_ctx *g, const void *p) {
+    for (int k = 0; k < g->npin; k++) {
+        const char *a = g->pin[k].p;
+        if ((const char *)p >= a && (const char *)p < a + g->pin[k].bytes) return &g->pin[k];
+    }
+    return NULL;
+}
+
+static void die_with_stack(void) {
     void *frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
     abort();
 }
 
-#define A(p) arg(g, __func__ + 2, (p)) /* the method's name without the g_ prefix */
+/* A kernel argument must be device or pinned memory holding the `bytes` the method touches from p: anything else
+ * would be unreadable on a device, or a read or write past an allocation. what: the argument's name; role: what the
+ * method does with it ("an input", "an output"). An extent of 0 bytes (an empty slice, which may sit at a buffer's
+ * end) only has to point into device or pinned memory. */
+static void arg(const guard_ctx *g, const char *method, const char *what, const char *role, const void *p,
+                size_t bytes) {
+    if (!p) return;
+    const char *a = p, *lo = NULL, *end = NULL;
+    const block *b = block_of(g, p);
+    const pinned_buf *pb = b ? NULL : pinned_of(g, p);
+    if (b && b->used) lo = g->base + b->off, end = lo + b->bytes;
+    if (pb) lo = pb->p, end = lo + pb->bytes;
+    if (!bytes && (b || pb)) return;
+    if (!lo && b) {
+        fprintf(stderr, "llm4d guard: %s was given %p (%s, %s of %zu bytes), which is in the device arena but in "
+                "no allocation: memory freed, or never allocated\n", method, p, what, role, bytes);
+        die_with_stack();
+    }
+    if (!lo) {
+        fprintf(stderr, "llm4d guard: %s was given %p (%s, %s of %zu bytes), which is neither device memory (the "
+                "arena [%p, %p)) nor pinned host memory: upload it first (backend.h, the contract)\n", method, p,
+                what, role, bytes, (void *)g->base, (void *)(g->base + g->hi));
+        die_with_stack();
+    }
+    if (bytes > (size_t)(end - a)) {
+        fprintf(stderr, "llm4d guard: %s was given %p (%s, %s of %zu bytes), which runs past the end of its %s "
+                "[%p, %p) by %zu bytes\n", method, p, what, role, bytes, pb ? "pinned buffer" : "device allocation",
+                (const void *)lo, (const void *)end, bytes - (size_t)(end - a));
+        die_with_stack();
+    }
+}
 
 /* A host access to the closed arena: say where, show the stack, then die of the signal as usual. */
 static void on_segv(int sig, siginfo_t *si, void *uc) {
@@ -138,14 +184,16 @@ static void *g_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, si
     if (k == g->nblk) { /* a new block at the end */
         const size_t off = g->nblk ? g->blk[g->nblk - 1].off + g->blk[g->nblk - 1].len : 0;
         if (off + len > RESERVE) return NULL;
-        g->blk[g->nblk++] = (block){off, len, 1};
+        g->blk[g->nblk++] = (block){off, len, bytes, 1};
     } else if (g->blk[k].len > len) { /* split: the rest stays free */
         memmove(&g->blk[k + 2], &g->blk[k + 1], (size_t)(g->nblk - k - 1) * sizeof *g->blk);
-        g->blk[k + 1] = (block){g->blk[k].off + len, g->blk[k].len - len, 0};
+        g->blk[k + 1] = (block){g->blk[k].off + len, g->blk[k].len - len, 0, 0};
         g->blk[k].len = len;
+        g->blk[k].bytes = bytes;
         g->blk[k].used = 1;
         g->nblk++;
     } else {
+        g->blk[k].bytes = bytes;
         g->blk[k].used = 1;
     }
     const int was_open = g->depth > 0;
@@ -208,33 +256,14 @@ static void g_free_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c,
     g->in->free_host(g->in, mem, c, p, bytes);
 }
 
-/* ---- the methods: the cpu backend's, with the arena open ---- */
+/* ---- the methods the list leaves to this file (OWN) ---- */
 
-#define CALL(m, ...)                                                                                             \
-    do {                                                                                                         \
-        g->in->m(g->in, __VA_ARGS__);                                                                            \
-        leave(g);                                                                                                \
-    } while (0)
-
-static void g_mem_info(llm4d_backend *be, size_t *f, size_t *t) { gctx(be)->in->mem_info(gctx(be)->in, f, t); }
-
-static void g_zero(llm4d_backend *be, void *p, size_t bytes) {
-    guard_ctx *g = enter(be);
-    A(p);
-    CALL(zero, p, bytes);
-}
-
-static void g_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
-    guard_ctx *g = enter(be);
-    A(dst), A(src);
-    CALL(copy, dst, src, bytes);
-}
-
-/* The device side of a copy must be device memory; the host side of H2D/D2H must not be (any host memory will do:
- * pageable copies are synchronous). */
-static void copy_args(guard_ctx *g, const char *m, void *dst, const void *src, llm4d_copy_kind kind) {
-    if (kind != LLM4D_H2D) arg(g, m, src);
-    if (kind != LLM4D_D2H) arg(g, m, dst);
+/* The device side of a copy must be device memory holding the bytes it spans there; the host side of H2D/D2H must
+ * not be (any host memory will do: pageable copies are synchronous). */
+static void copy_args(guard_ctx *g, const char *m, void *dst, size_t dspan, const void *src, size_t sspan,
+                      llm4d_copy_kind kind) {
+    if (kind != LLM4D_H2D) arg(g, m, "src", "an input", src, sspan);
+    if (kind != LLM4D_D2H) arg(g, m, "dst", "an output", dst, dspan);
     if ((kind == LLM4D_H2D && in_arena(g, src)) || (kind == LLM4D_D2H && in_arena(g, dst))) {
         fprintf(stderr, "llm4d guard: %s %s with device memory on the host side\n", m,
                 kind == LLM4D_H2D ? "H2D" : "D2H");
@@ -245,301 +274,27 @@ static void copy_args(guard_ctx *g, const char *m, void *dst, const void *src, l
 static void g_copy_async(llm4d_backend *be, void *dst, const void *src, size_t bytes, llm4d_copy_kind kind,
                          llm4d_stream s) {
     guard_ctx *g = enter(be);
-    copy_args(g, "copy_async", dst, src, kind);
-    CALL(copy_async, dst, src, bytes, kind, s);
+    copy_args(g, "copy_async", dst, bytes, src, bytes, kind);
+    g->in->copy_async(g->in, dst, src, bytes, kind, s);
+    leave(g);
 }
 
+/* A strided copy spans, on either side, its rows apart by that side's pitch, the last one `width` bytes. */
 static void g_copy_2d(llm4d_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                       size_t rows, llm4d_copy_kind kind, llm4d_stream s) {
     guard_ctx *g = enter(be);
-    copy_args(g, "copy_2d", dst, src, kind);
-    CALL(copy_2d, dst, dpitch, src, spitch, width, rows, kind, s);
-}
-
-static llm4d_event *g_event_create(llm4d_backend *be) { return gctx(be)->in->event_create(gctx(be)->in); }
-static void g_event_destroy(llm4d_backend *be, llm4d_event *ev) { gctx(be)->in->event_destroy(gctx(be)->in, ev); }
-static void g_event_record(llm4d_backend *be, llm4d_event *ev, llm4d_stream s) {
-    gctx(be)->in->event_record(gctx(be)->in, ev, s);
-}
-static void g_stream_wait(llm4d_backend *be, llm4d_stream s, const llm4d_event *ev) {
-    gctx(be)->in->stream_wait(gctx(be)->in, s, ev);
-}
-static void g_event_sync(llm4d_backend *be, const llm4d_event *ev) { gctx(be)->in->event_sync(gctx(be)->in, ev); }
-static void g_stream_sync(llm4d_backend *be, llm4d_stream s) { gctx(be)->in->stream_sync(gctx(be)->in, s); }
-
-static void g_linear_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
-                             int N, int C, int OC) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(inp.p), A(w), A(b);
-    CALL(linear_forward, out, inp, w, b, N, C, OC);
-}
-
-static void g_linear_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
-                              llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC) {
-    guard_ctx *g = enter(be);
-    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w);
-    CALL(linear_backward, dinp, st, dw, db, dout, inp, w, N, C, OC);
-}
-
-static void g_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
-                                 const float *w, const float *b, int N, int C, int OC) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(inp.p), A(w), A(b);
-    CALL(linear_forward_act, out, inp, act, w, b, N, C, OC);
-}
-
-static void g_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
-                                  llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
-                                  int OC) {
-    guard_ctx *g = enter(be);
-    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w);
-    CALL(linear_backward_act, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
-}
-
-static void g_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
-                                int nrows, int N, int C) {
-    guard_ctx *g = enter(be);
-    A(out), A(tokens), A(w);
-    CALL(embedding_forward, out, tokens, w, row0, nrows, N, C);
-}
-
-static void g_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
-                                 int nrows, int N, int C) {
-    guard_ctx *g = enter(be);
-    A(dw), A(dout), A(tokens);
-    CALL(embedding_backward, dw, dout, tokens, row0, nrows, N, C);
-}
-
-static void g_position_forward(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0) {
-    guard_ctx *g = enter(be);
-    A(out), A(wpe);
-    CALL(position_forward, out, wpe, N, C, T, tok0);
-}
-
-static void g_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T, int64_t tok0) {
-    guard_ctx *g = enter(be);
-    A(dwpe), A(dout);
-    CALL(position_backward, dwpe, dout, N, C, T, tok0);
-}
-
-static void g_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
-    guard_ctx *g = enter(be);
-    A(out), A(b);
-    CALL(bias_forward, out, b, N, C);
-}
-
-static void g_bias_backward(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C) {
-    guard_ctx *g = enter(be);
-    A(db), A(dout.p);
-    CALL(bias_backward, db, dout, N, C);
-}
-
-static void g_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
-                                const float *w, const float *b, int N, int C) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(mean), A(rstd), A(inp.p), A(w), A(b);
-    CALL(layernorm_forward, out, mean, rstd, inp, w, b, N, C);
-}
-
-static void g_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
-                                 llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
-                                 int C) {
-    guard_ctx *g = enter(be);
-    A(dinp.p), A(dw), A(db), A(dout.p), A(inp.p), A(w), A(mean), A(rstd);
-    CALL(layernorm_backward, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-}
-
-static void g_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(inp.p);
-    CALL(gelu_forward, out, inp, n);
-}
-
-static void g_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
-    guard_ctx *g = enter(be);
-    A(dinp.p), A(inp.p), A(dout.p);
-    CALL(gelu_backward, dinp, inp, dout, n);
-}
-
-static void drop_arg(guard_ctx *g, const char *m, const llm4d_dropout *d) {
-    if (d && d->p > 0) arg(g, m, d->sample_ids);
-}
-
-static void g_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
-                                llm4d_attn_shape s, const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(lse), A(qkv.p);
-    drop_arg(g, "attention_forward", drop);
-    CALL(attention_forward, out, lse, qkv, s, drop);
-}
-
-static void g_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
-                                 llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(dqkv.p), A(dout.p), A(out.p), A(qkv.p), A(lse);
-    drop_arg(g, "attention_backward", drop);
-    CALL(attention_backward, dqkv, dout, out, qkv, lse, s, drop);
-}
-
-static void g_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
-                              const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(inp.p);
-    drop_arg(g, "dropout_forward", drop);
-    CALL(dropout_forward, out, inp, N, C, drop);
-}
-
-static void g_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
-                               const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(dinp.p), A(dout.p);
-    drop_arg(g, "dropout_backward", drop);
-    CALL(dropout_backward, dinp, dout, N, C, drop);
-}
-
-static void g_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
-                                  int C, const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(out.p), A(res.p), A(x.p);
-    drop_arg(g, "dropout_add_forward", drop);
-    CALL(dropout_add_forward, out, res, x, N, C, drop);
-}
-
-static void g_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
-                                   int C, const llm4d_dropout *drop) {
-    guard_ctx *g = enter(be);
-    A(dres.p), A(dx.p), A(dout.p);
-    drop_arg(g, "dropout_add_backward", drop);
-    CALL(dropout_add_backward, dres, dx, dout, N, C, drop);
-}
-
-static void g_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
-                           int Vl, int v0, int V, int merge) {
-    guard_ctx *g = enter(be);
-    A(stats), A(logits.p), A(targets);
-    CALL(xent_forward, stats, logits, targets, N, Vl, v0, V, merge);
-}
-
-static void g_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
-    guard_ctx *g = enter(be);
-    A(stats), A(gmax);
-    CALL(xent_rescale, stats, gmax, N);
-}
-
-static void g_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
-                            const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
-                            int V) {
-    guard_ctx *g = enter(be);
-    A(losses), A(dlogits.p), A(logits.p), A(stats), A(targets), A(dloss);
-    CALL(xent_backward, losses, dlogits, logits, stats, targets, dloss, N, Vl, v0, V);
-}
-
-static void g_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
-    guard_ctx *g = enter(be);
-    A(params), A(grads), A(m), A(v);
-    CALL(adamw, params, grads, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale, zero_grads);
-}
-
-static double g_sumsq(llm4d_backend *be, const float *x, size_t n) {
-    guard_ctx *g = enter(be);
-    A(x);
-    const double r = g->in->sumsq(g->in, x, n);
+    const size_t dspan = rows ? (rows - 1) * dpitch + width : 0, sspan = rows ? (rows - 1) * spitch + width : 0;
+    copy_args(g, "copy_2d", dst, dspan, src, sspan, kind);
+    g->in->copy_2d(g->in, dst, dpitch, src, spitch, width, rows, kind, s);
     leave(g);
-    return r;
 }
 
 static double g_sumsq_many(llm4d_backend *be, int n, const float *const *x, const size_t *len, double *each) {
     guard_ctx *g = enter(be);
-    for (int k = 0; k < n; k++) A(x[k]);
+    for (int k = 0; k < n; k++) arg(g, "sumsq_many", "x[k]", "an input", x[k], len[k] * sizeof(float));
     const double r = g->in->sumsq_many(g->in, n, x, len, each);
     leave(g);
     return r;
-}
-
-static double g_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
-    guard_ctx *g = enter(be);
-    A(a), A(b);
-    const double r = g->in->dot(g->in, a, b, n);
-    leave(g);
-    return r;
-}
-
-static void g_dot_acc(llm4d_backend *be, double *acc, const float *a, const float *b, size_t n) {
-    guard_ctx *g = enter(be);
-    A(acc), A(a), A(b);
-    CALL(dot_acc, acc, a, b, n);
-}
-
-static void g_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
-    guard_ctx *g = enter(be);
-    A(dst), A(src);
-    CALL(add, dst, src, n);
-}
-
-static void g_scale(llm4d_backend *be, float *x, float s, size_t n) {
-    guard_ctx *g = enter(be);
-    A(x);
-    CALL(scale, x, s, n);
-}
-
-static void g_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
-    guard_ctx *g = enter(be);
-    A(dst.p), A(src.p);
-    CALL(convert, dst, src, n);
-}
-
-static void g_to_bf16(llm4d_backend *be, uint16_t *dst, const float *src, size_t n) {
-    guard_ctx *g = enter(be);
-    A(dst), A(src);
-    CALL(to_bf16, dst, src, n);
-}
-
-static void g_from_bf16(llm4d_backend *be, float *dst, const uint16_t *src, size_t n, llm4d_store store) {
-    guard_ctx *g = enter(be);
-    A(dst), A(src);
-    CALL(from_bf16, dst, src, n, store);
-}
-
-static void g_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
-    guard_ctx *g = enter(be);
-    A(dst);
-    CALL(init_param, dst, spec, j0, j1);
-}
-
-static void g_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,
-                               int n, int p0, int NH, int HS, float *scores, int ld) {
-    guard_ctx *g = enter(be);
-    A(out), A(qkv), A(kc), A(vc), A(scores);
-    CALL(attention_cached, out, qkv, kc, vc, n, p0, NH, HS, scores, ld);
-}
-
-static int32_t g_sample(llm4d_backend *be, const float *logits, int V, const llm4d_sampling *s, uint64_t j,
-                        void *scratch) {
-    guard_ctx *g = enter(be);
-    A(logits), A(scratch);
-    const int32_t r = g->in->sample(g->in, logits, V, s, j, scratch);
-    leave(g);
-    return r;
-}
-
-static llm4d_code g_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_err *err) {
-    return gctx(be)->in->set_precision(gctx(be)->in, p, err);
-}
-static double g_matmul_peak_gflops(llm4d_backend *be) { return gctx(be)->in->matmul_peak_gflops(gctx(be)->in); }
-static size_t g_workspace_bytes(llm4d_backend *be) { return gctx(be)->in->workspace_bytes(gctx(be)->in); }
-static size_t g_operand_workspace(llm4d_backend *be, llm4d_operand_sizes s, llm4d_precision prec) {
-    return gctx(be)->in->operand_workspace(gctx(be)->in, s, prec);
-}
-static void g_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
-    gctx(be)->in->weights_changed(gctx(be)->in, p, bytes);
-}
-static size_t g_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
-    return gctx(be)->in->weight_copy_bytes(gctx(be)->in, prec);
-}
-static void g_work_stats(llm4d_backend *be, llm4d_work_stats *out) { gctx(be)->in->work_stats(gctx(be)->in, out); }
-static void g_describe_gemms(llm4d_backend *be, char *buf, size_t n) {
-    gctx(be)->in->describe_gemms(gctx(be)->in, buf, n);
 }
 
 static void g_describe_memory(llm4d_backend *be, char *buf, size_t n) {
@@ -561,6 +316,60 @@ static void g_destroy(llm4d_backend *be) {
     }
     free(be);
 }
+
+/* ---- the methods the list describes: the cpu backend's, with the arena open (OPEN) or as they are (HOST) ---- */
+
+/* A method's result while the arena closes: kept (RET) or none (VOID). */
+#define KEEP_VOID
+#define KEEP_RET(t_) t_ r_ =
+#define GIVE_VOID
+#define GIVE_RET(t_) return r_;
+
+/* The list's pointer arguments and dropouts, checked (m_: the method's name). */
+#define FIN(p_, n_) arg(g, m_, #p_, "an input", (p_), (size_t)(n_) * sizeof(float))
+#define FOUT(p_, n_) arg(g, m_, #p_, "an output", (p_), (size_t)(n_) * sizeof(float))
+#define IN(p_, bytes_) arg(g, m_, #p_, "an input", (p_), (size_t)(bytes_))
+#define OUT(p_, bytes_) arg(g, m_, #p_, "an output", (p_), (size_t)(bytes_))
+#define TIN(x_, n_) arg(g, m_, #x_, "an input", (x_).p, (size_t)(n_) * llm4d_ftype_size((x_).t))
+#define TOUT(x_, n_) arg(g, m_, #x_, "an output", (x_).p, (size_t)(n_) * llm4d_ftype_size((x_).t))
+#define GDROP_NODROP
+#define GDROP_DROP(d_, rows_, bits_)                                                                                 \
+    if ((d_) && (d_)->p > 0) {                                                                                       \
+        arg(g, m_, #d_ "->sample_ids", "an input", (d_)->sample_ids, (size_t)(rows_) * sizeof(int64_t));             \
+        if ((bits_) > 0) arg(g, m_, #d_ "->bits", "the dropout's mask", (d_)->bits, (size_t)(bits_));                \
+    }
+
+/* The call itself, made on the cpu backend `in_` (inside the block, `be`, the name args_ pass, is that backend),
+ * then `after_`, then the result returned. */
+#define FORWARD(shape_, name_, args_, in_, after_)                                                                   \
+    {                                                                                                                \
+        llm4d_backend *const be = (in_);                                                                             \
+        KEEP_##shape_ be->name_ args_;                                                                               \
+        after_ GIVE_##shape_                                                                                         \
+    }
+#define G_OPEN(shape_, name_, params_, args_, ptrs_, drop_)                                                          \
+    static LLM4D_RT_##shape_ g_##name_ params_ {                                                                     \
+        guard_ctx *const g = enter(be);                                                                              \
+        static const char m_[] = #name_;                                                                             \
+        LLM4D_UNPAREN ptrs_;                                                                                         \
+        GDROP_##drop_                                                                                                \
+        FORWARD(shape_, name_, args_, g->in, leave(g);)                                                              \
+    }
+#define G_HOST(shape_, name_, params_, args_, ptrs_, drop_)                                                          \
+    static LLM4D_RT_##shape_ g_##name_ params_ {                                                                     \
+        llm4d_backend *const in = gctx(be)->in;                                                                      \
+        FORWARD(shape_, name_, args_, in, )                                                                          \
+    }
+#define G_OWN(...)
+#define G_METHOD(shape_, name_, params_, args_, guard_, ptrs_, drop_, ...)                                           \
+    G_##guard_(shape_, name_, params_, args_, ptrs_, drop_)
+LLM4D_BACKEND_METHODS(G_METHOD)
+
+/* The table: every method of the list, the cpu backend's NULL staying NULL (nothing to forward to). */
+#define G_SET_OPEN(name_) be->name_ = in->name_ ? g_##name_ : NULL;
+#define G_SET_HOST(name_) be->name_ = in->name_ ? g_##name_ : NULL;
+#define G_SET_OWN(name_) be->name_ = g_##name_;
+#define G_SET(shape_, name_, params_, args_, guard_, ...) G_SET_##guard_(name_)
 
 llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_err *err) {
     *out = NULL;
@@ -597,31 +406,7 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
     be->name = "guard";
     be->host_addressable = 0;
     be->host = g->in; /* host-side kernels (an offloaded AdamW) on pinned memory: never inside the arena */
-    be->alloc = g_alloc, be->free = g_free, be->alloc_host = g_alloc_host, be->free_host = g_free_host;
-    be->mem_info = g_mem_info, be->zero = g_zero, be->copy = g_copy, be->copy_async = g_copy_async;
-    be->copy_2d = g_copy_2d;
-    be->event_create = g_event_create, be->event_destroy = g_event_destroy, be->event_record = g_event_record;
-    be->stream_wait = g_stream_wait, be->event_sync = g_event_sync, be->stream_sync = g_stream_sync;
-    be->linear_forward = g_linear_forward, be->linear_backward = g_linear_backward;
-    be->linear_forward_act = g_linear_forward_act, be->linear_backward_act = g_linear_backward_act;
-    be->embedding_forward = g_embedding_forward, be->embedding_backward = g_embedding_backward;
-    be->position_forward = g_position_forward, be->position_backward = g_position_backward;
-    be->bias_forward = g_bias_forward, be->bias_backward = g_bias_backward;
-    be->layernorm_forward = g_layernorm_forward, be->layernorm_backward = g_layernorm_backward;
-    be->gelu_forward = g_gelu_forward, be->gelu_backward = g_gelu_backward;
-    be->attention_forward = g_attention_forward, be->attention_backward = g_attention_backward;
-    be->dropout_forward = g_dropout_forward, be->dropout_backward = g_dropout_backward;
-    be->dropout_add_forward = g_dropout_add_forward, be->dropout_add_backward = g_dropout_add_backward;
-    be->xent_forward = g_xent_forward, be->xent_rescale = g_xent_rescale, be->xent_backward = g_xent_backward;
-    be->adamw = g_adamw, be->sumsq = g_sumsq, be->sumsq_many = g_sumsq_many, be->dot = g_dot;
-    be->dot_acc = g_dot_acc, be->add = g_add, be->scale = g_scale, be->convert = g_convert;
-    be->to_bf16 = g_to_bf16, be->from_bf16 = g_from_bf16;
-    be->init_param = g_init_param, be->attention_cached = g_attention_cached, be->sample = g_sample;
-    be->set_precision = g_set_precision, be->matmul_peak_gflops = g_matmul_peak_gflops;
-    be->workspace_bytes = g_workspace_bytes, be->operand_workspace = g_operand_workspace;
-    be->weights_changed = g_weights_changed, be->weight_copy_bytes = g_weight_copy_bytes;
-    be->work_stats = g_work_stats, be->describe_gemms = g_describe_gemms, be->describe_memory = g_describe_memory;
-    be->destroy = g_destroy;
+    LLM4D_BACKEND_METHODS(G_SET)
     *out = be;
     return LLM4D_OK;
 }

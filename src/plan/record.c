@@ -1,6 +1,7 @@
 /* record.c — the recording backend, communicator and hooks (see record.h). Every kernel method appends one call
  * with the sizes that decide its cost (d), the values only a replay needs (aux) and its pointers (p); nothing is
- * computed and no tensor memory exists. */
+ * computed and no tensor memory exists. The kernel methods are made from the method list (backend/methods.h, whose
+ * entries say what each records); memory, the copies to and from the host, and the sizes are written here. */
 #include "plan/record.h"
 
 #include <stdlib.h>
@@ -67,9 +68,6 @@ static llm4d_rc_call *push(llm4d_rec *r, int op) {
     return c;
 }
 
-#define P(x) ((uintptr_t)(x))
-#define REC(op_) llm4d_rc_call *c = push(rec_of(be), op_); if (!c) return
-
 void llm4d_rec_clear(llm4d_rec *r) { r->n = 0; }
 
 void llm4d_rec_free(llm4d_rec *r) {
@@ -79,7 +77,73 @@ void llm4d_rec_free(llm4d_rec *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* ---- memory, copies, streams ---- */
+/* ---- the kernels the method list describes (backend/methods.h, rec CALL) ---- */
+
+/* A pointer argument as a call records it: its address, and its element type (fp32 for every untyped one). */
+typedef struct {
+    const void *p;
+    llm4d_ftype t;
+} rc_ptr;
+
+/* Append the call k (op, d, aux) with pointer arguments p[0..np) in slots 0.. (a typed one's type in the cost key,
+ * a tensor not given having none) and, for a dropout d, its probability (the cost depends on whether it draws),
+ * and what a replay needs: its T, first token and sample ids (slot 7). */
+static void rec_call(llm4d_backend *be, const llm4d_rc_call *k, const rc_ptr *p, int np, const llm4d_dropout *d) {
+    llm4d_rc_call *c = push(rec_of(be), k->op);
+    if (!c) return;
+    *c = *k;
+    for (int i = 0; i < np; i++) {
+        c->p[i] = (uintptr_t)p[i].p;
+        if (p[i].p) c->ty |= (uint16_t)((unsigned)p[i].t << (2 * i));
+    }
+    if (!d) return;
+    c->drop = d->p;
+    c->aux[2] = d->T, c->aux[3] = d->tok0;
+    c->p[7] = (uintptr_t)d->sample_ids;
+}
+
+/* Names every argument of a generated method once, unevaluated (sizeof): those its key does not name (an AdamW's
+ * hyperparameters) are no cost, and would be unused parameters. Declared only: it is never called. */
+int llm4d_rec_mention(llm4d_backend *be, ...);
+
+/* A value a method returns to the host: zero (VOID: none). A copy back to the host writes zeros (below). */
+#define ZERO_VOID
+#define ZERO_RET(t_) return (t_){0};
+
+/* The list's pointer arguments as slots (the extents are the guard's), and its dropouts. */
+#define FIN(p_, n_) {(p_), LLM4D_F32}
+#define FOUT(p_, n_) {(p_), LLM4D_F32}
+#define IN(p_, bytes_) {(p_), LLM4D_F32}
+#define OUT(p_, bytes_) {(p_), LLM4D_F32}
+#define TIN(x_, n_) {(x_).p, (x_).t}
+#define TOUT(x_, n_) {(x_).p, (x_).t}
+#define RDROP_NODROP NULL
+#define RDROP_DROP(d_, rows_, bits_) (d_)
+#define SLOTS_NODROP LLM4D_RC_PTRS
+#define SLOTS_DROP(d_, rows_, bits_) (LLM4D_RC_PTRS - 1)
+#define KEY(op_, kind_, ...) .op = LLM4D_RC_##op_, __VA_ARGS__
+
+#define R_CALL(shape_, name_, params_, args_, ptrs_, drop_, key_)                                                   \
+    static LLM4D_RT_##shape_ r_##name_ params_ {                                                                     \
+        (void)sizeof(llm4d_rec_mention args_);                                                                       \
+        const llm4d_rc_call k_ = {KEY key_};                                                                         \
+        const rc_ptr p_[] = {LLM4D_UNPAREN ptrs_};                                                                   \
+        _Static_assert(sizeof p_ / sizeof *p_ <= SLOTS_##drop_, #name_ ": more pointers than a call's slots");      \
+        rec_call(be, &k_, p_, (int)(sizeof p_ / sizeof *p_), RDROP_##drop_);                                         \
+        ZERO_##shape_                                                                                                \
+    }
+#define R_SKIP(shape_, name_, params_, args_, ptrs_, drop_, key_)                                                   \
+    static LLM4D_RT_##shape_ r_##name_ params_ {                                                                     \
+        (void)sizeof(llm4d_rec_mention args_);                                                                       \
+        ZERO_##shape_                                                                                                \
+    }
+#define R_OWN(...)
+#define R_NONE(...)
+#define R_METHOD(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, key_)                                   \
+    R_##rec_(shape_, name_, params_, args_, ptrs_, drop_, key_)
+LLM4D_BACKEND_METHODS(R_METHOD)
+
+/* ---- the methods the list leaves to this file (rec OWN): memory, copies to and from the host, sizes ---- */
 
 static void *r_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
     const uintptr_t a = llm4d_rec_fake(rec_of(be), bytes);
@@ -102,14 +166,6 @@ static void r_mem_info(llm4d_backend *be, size_t *free_bytes, size_t *total_byte
     (void)be;
     *free_bytes = *total_bytes = (size_t)1 << 62;
 }
-static void r_zero(llm4d_backend *be, void *p, size_t bytes) {
-    REC(LLM4D_RC_ZERO);
-    c->d[0] = (int64_t)bytes, c->p[0] = P(p);
-}
-static void r_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
-    REC(LLM4D_RC_COPY);
-    c->d[0] = (int64_t)bytes, c->p[0] = P(dst), c->p[1] = P(src);
-}
 /* A copy to the host (the loss read back) writes zeros where the host reads: the host never sees fake memory. */
 static void r_copy_async(llm4d_backend *be, void *dst, const void *src, size_t bytes, llm4d_copy_kind kind,
                          llm4d_stream s) {
@@ -127,180 +183,7 @@ static void r_copy_2d(llm4d_backend *be, void *dst, size_t dpitch, const void *s
     r_copy(be, dst, src, width * rows);
 }
 static llm4d_event *r_event_create(llm4d_backend *be) { return &((rec_ctx *)be->ctx)->ev; }
-static void r_event_destroy(llm4d_backend *be, llm4d_event *ev) { (void)be, (void)ev; }
-static void r_event_record(llm4d_backend *be, llm4d_event *ev, llm4d_stream s) { (void)be, (void)ev, (void)s; }
-static void r_stream_wait(llm4d_backend *be, llm4d_stream s, const llm4d_event *ev) { (void)be, (void)ev, (void)s; }
-static void r_event_sync(llm4d_backend *be, const llm4d_event *ev) { (void)be, (void)ev; }
-static void r_stream_sync(llm4d_backend *be, llm4d_stream s) { (void)be, (void)s; }
-
-/* ---- kernels ---- */
-
-/* Pointer slot i holds the typed tensor t: its address, and its type in the cost key (a tensor not given has none). */
-static void put(llm4d_rc_call *c, int i, const void *p, llm4d_ftype t) {
-    c->p[i] = P(p);
-    if (p) c->ty |= (uint16_t)((unsigned)t << (2 * i));
-}
-#define PT(i, x) put(c, i, (x).p, (x).t)
-
-static void lin_fwd(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act, const float *w,
-                    const float *b, int N, int C, int OC) {
-    REC(LLM4D_RC_LINEAR_FWD);
-    c->d[0] = N, c->d[1] = C, c->d[2] = OC, c->d[3] = act, c->d[4] = b != NULL;
-    PT(0, out), PT(1, inp), c->p[2] = P(w), c->p[3] = P(b);
-}
-static void r_linear_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, const float *w, const float *b,
-                             int N, int C, int OC) {
-    lin_fwd(be, out, inp, LLM4D_ACT_NONE, w, b, N, C, OC);
-}
-static void r_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
-                                 const float *w, const float *b, int N, int C, int OC) {
-    lin_fwd(be, out, inp, act, w, b, N, C, OC);
-}
-static void lin_bwd(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db, llm4d_ctensor dout,
-                    llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C, int OC) {
-    REC(LLM4D_RC_LINEAR_BWD);
-    c->d[0] = N, c->d[1] = C, c->d[2] = OC, c->d[3] = act, c->d[4] = dinp.p != NULL, c->d[5] = dw != NULL;
-    c->d[6] = db != NULL, c->d[7] = st;
-    PT(0, dinp), c->p[1] = P(dw), c->p[2] = P(db), PT(3, dout), PT(4, inp), c->p[5] = P(w);
-}
-static void r_linear_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
-                              llm4d_ctensor dout, llm4d_ctensor inp, const float *w, int N, int C, int OC) {
-    lin_bwd(be, dinp, st, dw, db, dout, inp, LLM4D_ACT_NONE, w, N, C, OC);
-}
-static void r_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_store st, float *dw, float *db,
-                                  llm4d_ctensor dout, llm4d_ctensor inp, llm4d_act act, const float *w, int N, int C,
-                                  int OC) {
-    lin_bwd(be, dinp, st, dw, db, dout, inp, act, w, N, C, OC);
-}
-static void r_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
-                                int nrows, int N, int C) {
-    REC(LLM4D_RC_EMBED_FWD);
-    c->d[0] = nrows, c->d[1] = N, c->d[2] = C, c->aux[0] = row0;
-    c->p[0] = P(out), c->p[1] = P(tokens), c->p[2] = P(w);
-}
-static void r_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
-                                 int nrows, int N, int C) {
-    REC(LLM4D_RC_EMBED_BWD);
-    c->d[0] = nrows, c->d[1] = N, c->d[2] = C, c->aux[0] = row0;
-    c->p[0] = P(dw), c->p[1] = P(dout), c->p[2] = P(tokens);
-}
-static void r_position_forward(llm4d_backend *be, float *out, const float *wpe, int N, int C, int T, int64_t tok0) {
-    REC(LLM4D_RC_POS_FWD);
-    c->d[0] = N, c->d[1] = C, c->d[2] = T, c->aux[0] = tok0, c->p[0] = P(out), c->p[1] = P(wpe);
-}
-static void r_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T,
-                                int64_t tok0) {
-    REC(LLM4D_RC_POS_BWD);
-    c->d[0] = N, c->d[1] = C, c->d[2] = T, c->aux[0] = tok0, c->p[0] = P(dwpe), c->p[1] = P(dout);
-}
-static void r_bias_forward(llm4d_backend *be, float *out, const float *b, int N, int C) {
-    REC(LLM4D_RC_BIAS_FWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(out), c->p[1] = P(b);
-}
-static void r_bias_backward(llm4d_backend *be, float *db, llm4d_ctensor dout, int N, int C) {
-    REC(LLM4D_RC_BIAS_BWD);
-    c->d[0] = N, c->d[1] = C, c->p[0] = P(db), PT(1, dout);
-}
-static void r_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor inp,
-                                const float *w, const float *b, int N, int C) {
-    REC(LLM4D_RC_LN_FWD);
-    c->d[0] = N, c->d[1] = C;
-    PT(0, out), c->p[1] = P(mean), c->p[2] = P(rstd), PT(3, inp), c->p[4] = P(w), c->p[5] = P(b);
-}
-static void r_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
-                                 llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
-                                 int C) {
-    REC(LLM4D_RC_LN_BWD);
-    c->d[0] = N, c->d[1] = C;
-    PT(0, dinp), c->p[1] = P(dw), c->p[2] = P(db), PT(3, dout), PT(4, inp), c->p[5] = P(w);
-    c->p[6] = P(mean), c->p[7] = P(rstd);
-}
-static void r_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, size_t n) {
-    REC(LLM4D_RC_GELU_FWD);
-    c->d[0] = (int64_t)n, PT(0, out), PT(1, inp);
-}
-static void r_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
-    REC(LLM4D_RC_GELU_BWD);
-    c->d[0] = (int64_t)n, PT(0, dinp), PT(1, inp), PT(2, dout);
-}
-/* A dropout's cost depends on whether it draws (p > 0); a replay needs its T, first token and sample ids. */
-static void drop_of(llm4d_rc_call *c, const llm4d_dropout *d, int slot) {
-    c->drop = d ? d->p : 0.0f;
-    if (!d) return;
-    c->aux[2] = d->T, c->aux[3] = d->tok0;
-    c->p[slot] = P(d->sample_ids);
-}
-static void attn_of(llm4d_rc_call *c, llm4d_attn_shape s) {
-    c->d[0] = s.B, c->d[1] = s.T, c->d[2] = s.NH, c->d[3] = s.HS, c->aux[0] = s.head0, c->aux[1] = s.NH_total;
-}
-static void r_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
-                                llm4d_attn_shape s, const llm4d_dropout *drop) {
-    REC(LLM4D_RC_ATTN_FWD);
-    attn_of(c, s);
-    PT(0, out), c->p[1] = P(lse), PT(2, qkv);
-    drop_of(c, drop, 7);
-}
-static void r_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
-                                 llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
-    REC(LLM4D_RC_ATTN_BWD);
-    attn_of(c, s);
-    PT(0, dqkv), PT(1, dout), PT(2, out), PT(3, qkv), c->p[4] = P(lse);
-    drop_of(c, drop, 7);
-}
-static void r_dropout_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int C,
-                              const llm4d_dropout *drop) {
-    REC(LLM4D_RC_DROP_FWD);
-    c->d[0] = N, c->d[1] = C, PT(0, out), PT(1, inp);
-    drop_of(c, drop, 7);
-}
-static void r_dropout_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, int N, int C,
-                               const llm4d_dropout *drop) {
-    REC(LLM4D_RC_DROP_BWD);
-    c->d[0] = N, c->d[1] = C, PT(0, dinp), PT(1, dout);
-    drop_of(c, drop, 7);
-}
-static void r_dropout_add_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor res, llm4d_ctensor x, int N,
-                                  int C, const llm4d_dropout *drop) {
-    REC(LLM4D_RC_DROPADD_FWD);
-    c->d[0] = N, c->d[1] = C, PT(0, out), PT(1, res), PT(2, x);
-    drop_of(c, drop, 7);
-}
-static void r_dropout_add_backward(llm4d_backend *be, llm4d_tensor dres, llm4d_tensor dx, llm4d_ctensor dout, int N,
-                                   int C, const llm4d_dropout *drop) {
-    REC(LLM4D_RC_DROPADD_BWD);
-    c->d[0] = N, c->d[1] = C, PT(0, dres), PT(1, dx), PT(2, dout);
-    drop_of(c, drop, 7);
-}
-static void r_xent_forward(llm4d_backend *be, float *stats, llm4d_ctensor logits, const int32_t *targets, int N,
-                           int Vl, int v0, int V, int merge) {
-    REC(LLM4D_RC_XENT_FWD);
-    c->d[0] = N, c->d[1] = Vl, c->d[2] = merge, c->aux[0] = v0, c->aux[1] = V;
-    c->p[0] = P(stats), PT(1, logits), c->p[2] = P(targets);
-}
-static void r_xent_rescale(llm4d_backend *be, float *stats, const float *gmax, int N) {
-    REC(LLM4D_RC_XENT_RESCALE);
-    c->d[0] = N, c->p[0] = P(stats), c->p[1] = P(gmax);
-}
-static void r_xent_backward(llm4d_backend *be, float *losses, llm4d_tensor dlogits, llm4d_ctensor logits,
-                            const float *stats, const int32_t *targets, const float *dloss, int N, int Vl, int v0,
-                            int V) {
-    REC(LLM4D_RC_XENT_BWD);
-    c->d[0] = N, c->d[1] = Vl, c->d[2] = losses != NULL, c->d[3] = dlogits.p != NULL, c->aux[0] = v0, c->aux[1] = V;
-    c->p[0] = P(losses), PT(1, dlogits), PT(2, logits), c->p[3] = P(stats), c->p[4] = P(targets);
-    c->p[5] = P(dloss);
-}
-static void r_adamw(llm4d_backend *be, float *params, float *grads, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
-    (void)lr, (void)beta1, (void)beta2, (void)eps, (void)wd, (void)t, (void)grad_scale;
-    REC(LLM4D_RC_ADAMW);
-    c->d[0] = (int64_t)n, c->d[1] = zero_grads, c->p[0] = P(params), c->p[1] = P(grads), c->p[2] = P(m);
-    c->p[3] = P(v);
-}
-static double r_sumsq(llm4d_backend *be, const float *x, size_t n) {
-    llm4d_rc_call *c = push(rec_of(be), LLM4D_RC_SUMSQ);
-    if (c) c->d[0] = (int64_t)n, c->p[0] = P(x);
-    return 0.0;
-}
+/* One call of the total's size: what the fused pass costs is a sumsq over all of it. */
 static double r_sumsq_many(llm4d_backend *be, int n, const float *const *x, const size_t *len, double *each) {
     size_t total = 0;
     for (int k = 0; k < n; k++) {
@@ -308,33 +191,8 @@ static double r_sumsq_many(llm4d_backend *be, int n, const float *const *x, cons
         if (each) each[k] = 0.0;
     }
     llm4d_rc_call *c = push(rec_of(be), LLM4D_RC_SUMSQ);
-    if (c) c->d[0] = (int64_t)total, c->p[0] = n ? P(x[0]) : 0;
+    if (c) c->d[0] = (int64_t)total, c->p[0] = n ? (uintptr_t)x[0] : 0;
     return 0.0;
-}
-static double r_dot(llm4d_backend *be, const float *a, const float *b, size_t n) {
-    llm4d_rc_call *c = push(rec_of(be), LLM4D_RC_DOT);
-    if (c) c->d[0] = (int64_t)n, c->d[1] = b != NULL, c->p[0] = P(a), c->p[1] = P(b);
-    return 0.0;
-}
-static void r_dot_acc(llm4d_backend *be, double *acc, const float *a, const float *b, size_t n) {
-    REC(LLM4D_RC_DOT);
-    c->d[0] = (int64_t)n, c->d[1] = b != NULL, c->p[0] = P(a), c->p[1] = P(b), c->p[2] = P(acc);
-}
-static void r_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
-    REC(LLM4D_RC_ADD);
-    c->d[0] = (int64_t)n, c->p[0] = P(dst), c->p[1] = P(src);
-}
-static void r_scale(llm4d_backend *be, float *x, float s, size_t n) {
-    (void)s;
-    REC(LLM4D_RC_SCALE);
-    c->d[0] = (int64_t)n, c->p[0] = P(x);
-}
-static void r_convert(llm4d_backend *be, llm4d_tensor dst, llm4d_ctensor src, size_t n) {
-    REC(LLM4D_RC_CONVERT);
-    c->d[0] = (int64_t)n, PT(0, dst), PT(1, src);
-}
-static void r_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1) {
-    (void)be, (void)dst, (void)spec, (void)j0, (void)j1; /* creation, not a step's work */
 }
 static size_t r_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
     const rec_ctx *x = be->ctx;
@@ -347,6 +205,13 @@ static void r_destroy(llm4d_backend *be) {
     free(be);
 }
 
+/* The table: every method of the list, NULL where the recorder has none. */
+#define R_SET_CALL(name_) be->name_ = r_##name_;
+#define R_SET_SKIP(name_) be->name_ = r_##name_;
+#define R_SET_OWN(name_) be->name_ = r_##name_;
+#define R_SET_NONE(name_) be->name_ = NULL;
+#define R_SET(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, ...) R_SET_##rec_(name_)
+
 llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm4d_backend *like, llm4d_err *err) {
     llm4d_backend *be = calloc(1, sizeof *be);
     rec_ctx *x = calloc(1, sizeof *x);
@@ -355,29 +220,10 @@ llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the recording backend");
     }
     x->r = r, x->like = like;
-    *be = (llm4d_backend){
-        .name = "record", .ctx = x, .nthreads = 1, .host_addressable = 0,
-        .alloc = r_alloc, .free = r_free, .alloc_host = r_alloc_host, .free_host = r_free_host,
-        .mem_info = r_mem_info, .zero = r_zero, .copy = r_copy, .copy_async = r_copy_async, .copy_2d = r_copy_2d,
-        .event_create = r_event_create, .event_destroy = r_event_destroy, .event_record = r_event_record,
-        .stream_wait = r_stream_wait, .event_sync = r_event_sync, .stream_sync = r_stream_sync,
-        .linear_forward = r_linear_forward, .linear_backward = r_linear_backward,
-        .linear_forward_act = r_linear_forward_act, .linear_backward_act = r_linear_backward_act,
-        .embedding_forward = r_embedding_forward, .embedding_backward = r_embedding_backward,
-        .position_forward = r_position_forward, .position_backward = r_position_backward,
-        .bias_forward = r_bias_forward, .bias_backward = r_bias_backward,
-        .layernorm_forward = r_layernorm_forward, .layernorm_backward = r_layernorm_backward,
-        .gelu_forward = r_gelu_forward, .gelu_backward = r_gelu_backward,
-        .attention_forward = r_attention_forward, .attention_backward = r_attention_backward,
-        .dropout_forward = r_dropout_forward, .dropout_backward = r_dropout_backward,
-        .dropout_add_forward = r_dropout_add_forward, .dropout_add_backward = r_dropout_add_backward,
-        .xent_forward = r_xent_forward, .xent_rescale = r_xent_rescale, .xent_backward = r_xent_backward,
-        .adamw = r_adamw, .sumsq = r_sumsq, .sumsq_many = r_sumsq_many, .dot = r_dot, .dot_acc = r_dot_acc,
-        .add = r_add, .scale = r_scale, .convert = r_convert, .init_param = r_init_param,
-        .weights_changed = like && like->weights_changed ? r_weights_changed : NULL,
-        .weight_copy_bytes = r_weight_copy_bytes,
-        .destroy = r_destroy,
-    };
+    *be = (llm4d_backend){.name = "record", .ctx = x, .nthreads = 1, .host_addressable = 0};
+    LLM4D_BACKEND_METHODS(R_SET)
+    /* a backend without weight copies has nothing to be told (the model asks whether it must tell) */
+    if (!like || !like->weights_changed) be->weights_changed = NULL;
     *out = be;
     return LLM4D_OK;
 }
@@ -528,31 +374,31 @@ llm4d_gpt_hooks llm4d_rec_hooks(llm4d_rec *r, const llm4d_param_table *t) {
 
 /* ---- what a call is ---- */
 
+/* A kernel's kind and name are its method's in the list (methods that share an op, linear_forward and
+ * linear_forward_act, share them: the first one's name). */
+#define OP_OF(op_, kind_, ...) LLM4D_RC_##op_
+#define KIND_OF(op_, kind_, ...) LLM4D_WORK_##kind_
+#define KIND_CALL(name_, key_) if (c->op == OP_OF key_) return KIND_OF key_;
+#define KIND_SKIP(name_, key_)
+#define KIND_OWN(name_, key_)
+#define KIND_NONE(name_, key_)
+#define KIND(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, key_) KIND_##rec_(name_, key_)
+#define NAME_CALL(name_, key_) if (op == OP_OF key_) return #name_;
+#define NAME_SKIP(name_, key_)
+#define NAME_OWN(name_, key_)
+#define NAME_NONE(name_, key_)
+#define NAME(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, key_) NAME_##rec_(name_, key_)
+
 llm4d_work llm4d_rc_kind(const llm4d_rc_call *c) {
-    switch (c->op) {
-    case LLM4D_RC_LINEAR_FWD:
-    case LLM4D_RC_LINEAR_BWD: return LLM4D_WORK_GEMM;
-    case LLM4D_RC_ATTN_FWD:
-    case LLM4D_RC_ATTN_BWD: return LLM4D_WORK_ATTN;
-    case LLM4D_RC_XENT_FWD:
-    case LLM4D_RC_XENT_RESCALE:
-    case LLM4D_RC_XENT_BWD: return LLM4D_WORK_LOSS;
-    case LLM4D_RC_ADAMW:
-    case LLM4D_RC_SUMSQ: return LLM4D_WORK_OPTIM;
-    case LLM4D_RC_CONVERT: return LLM4D_WORK_CONVERT;
-    default: return LLM4D_WORK_ELEM;
-    }
+    LLM4D_BACKEND_METHODS(KIND)
+    return LLM4D_WORK_ELEM;
 }
 
 const char *llm4d_rc_name(int op) {
-    static const char *const names[LLM4D_RC_NOPS] = {
-        "linear_forward", "linear_backward", "embedding_forward", "embedding_backward", "position_forward",
-        "position_backward", "bias_forward", "bias_backward", "layernorm_forward", "layernorm_backward",
-        "gelu_forward", "gelu_backward", "attention_forward", "attention_backward", "dropout_forward",
-        "dropout_backward", "dropout_add_forward", "dropout_add_backward", "xent_forward", "xent_rescale",
-        "xent_backward", "adamw", "sumsq", "dot", "add", "scale", "zero", "copy", "convert", "collective",
-        "params_for", "release", "grads_for", "grads_done"};
-    return op >= 0 && op < LLM4D_RC_NOPS ? names[op] : "?";
+    static const char *const others[LLM4D_RC_NOPS - LLM4D_RC_NKERNELS] = {"collective", "params_for", "release",
+                                                                          "grads_for", "grads_done"};
+    LLM4D_BACKEND_METHODS(NAME)
+    return op >= LLM4D_RC_NKERNELS && op < LLM4D_RC_NOPS ? others[op - LLM4D_RC_NKERNELS] : "?";
 }
 
 double llm4d_rc_flops(const llm4d_rc_call *c) {

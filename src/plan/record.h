@@ -5,11 +5,12 @@
  * which shapes), the tensor-parallel collectives between them, and the order in which the model asks the engines
  * for a group's weights and hands back its gradients. Rather than a second description of the model that could
  * drift from it, the planner runs the model itself (model/gpt.h: create, forward and backward of one micro-batch)
- * on a recording backend: every method appends a call (its sizes, the element types of its activations, and its
- * pointer arguments for a replay) and does no work. Memory it "allocates" is a range of addresses no page backs
- * (the device boundary of issue 25 guarantees nothing outside the backend dereferences a tensor: a slip would
- * crash, not read garbage). The tensor-parallel group is a recording communicator of the group's size; the hooks
- * record every params_for, release, grads_for and grads_done.
+ * on a recording backend: every kernel appends a call (its sizes, the element types of its activations, and its
+ * pointer arguments for a replay) and does no work; which methods record, under which op and with which sizes as
+ * the key, is stated with each method in backend/methods.h, from which the recording methods are made. Memory it
+ * "allocates" is a range of addresses no page backs (the device boundary of issue 25 guarantees nothing outside the
+ * backend dereferences a tensor: a slip would crash, not read garbage). The tensor-parallel group is a recording
+ * communicator of the group's size; the hooks record every params_for, release, grads_for and grads_done.
  *
  * A recording is priced by a machine profile (plan/profile.h) and, on the machine itself, replayed on the real
  * backend call by call to measure it (plan/calibrate.c): the allocations are made real (same sizes, the same
@@ -25,9 +26,9 @@
 #include "model/gpt.h"
 
 typedef enum {
-    /* kernels (backend methods); linear_*_act are the linear ops with an activation, sumsq_many a sumsq of the
-     * total, dot_acc a dot, copy_async and copy_2d copies. Machine profiles store these numbers: a new method is
-     * appended after the last (convert), never inserted. */
+    /* kernels (backend methods: backend/methods.h names each one's op); linear_*_act are the linear ops with an
+     * activation, sumsq_many a sumsq of the total, dot_acc a dot, copy_async and copy_2d copies. Machine profiles
+     * store these numbers: a new method is appended after the last (convert), never inserted. */
     LLM4D_RC_LINEAR_FWD = 0, LLM4D_RC_LINEAR_BWD, LLM4D_RC_EMBED_FWD, LLM4D_RC_EMBED_BWD, LLM4D_RC_POS_FWD,
     LLM4D_RC_POS_BWD, LLM4D_RC_BIAS_FWD, LLM4D_RC_BIAS_BWD, LLM4D_RC_LN_FWD, LLM4D_RC_LN_BWD, LLM4D_RC_GELU_FWD,
     LLM4D_RC_GELU_BWD, LLM4D_RC_ATTN_FWD, LLM4D_RC_ATTN_BWD, LLM4D_RC_DROP_FWD, LLM4D_RC_DROP_BWD,
@@ -81,7 +82,7 @@ typedef struct {
 } llm4d_rec;
 
 /* The recording backend: its kernels append to r; memory is fake (alloc_host is real host memory: the host may
- * touch it). like (may be NULL) lends its size functions (weight_copy_bytes, operand_workspace) and name. Free with
+ * touch it). like (may be NULL) lends its weight_copy_bytes, and whether it has weights_changed. Free with
  * be->destroy. */
 llm4d_code llm4d_rec_backend_create(llm4d_backend **out, llm4d_rec *r, const llm4d_backend *like, llm4d_err *err);
 /* A recording communicator of `size` ranks in which this process is `rank`: collectives append LLM4D_RC_COMM calls
@@ -98,9 +99,9 @@ const llm4d_rc_alloc *llm4d_rec_find(const llm4d_rec *r, uintptr_t a);
 void llm4d_rec_clear(llm4d_rec *r); /* forget the calls, keep the allocations */
 void llm4d_rec_free(llm4d_rec *r);
 
-/* The kind of work (backend.h llm4d_work) the backend's timers count a kernel as. */
+/* The kind of work (backend.h llm4d_work) the backend's timers count a kernel as (its method's, methods.h). */
 llm4d_work llm4d_rc_kind(const llm4d_rc_call *c);
-/* The method's name ("linear_forward", ...), and whether it is a GEMM (its cost scales with flops, not bytes). */
+/* The method's name ("linear_forward", ...; "collective" and the hooks' names for the others). */
 const char *llm4d_rc_name(int op);
 /* Floating-point operations of a call (GEMMs and attention; 0 for the others), and the bytes it moves at least
  * (every operand read or written once, a typed one at its type's size: llm4d_rc_call.ty). */
