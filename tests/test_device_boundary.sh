@@ -35,7 +35,7 @@ run() { # device name nproc args...
   else
     "$LLM4D" launch --nproc "$np" --log_dir "$out.logs" -- train "${COMMON[@]}" --device "$dev" --output_dir "$out" \
       "$@" >"$out.log" 2>&1
-  fi || { echo "run $dev/$name failed:"; tail -25 "$out.log"; [ -d "$out.logs" ] && tail -25 "$out.logs"/workerlog.*; }
+  fi || { echo "run $dev/$name failed:"; tail -25 "$out.log"; [ -d "$out.logs" ] && tail -n 25 "$out.logs"/workerlog.*; }
 }
 layouts=(
   # name     np  args
