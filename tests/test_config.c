@@ -377,7 +377,7 @@ static void test_value_errors(T *t) {
     expect_error(t, "max_seq_len above max_position_embeddings names both", rc, "max_seq_len 512",
                  "max_position_embeddings 256", NULL);
     rc = run(t, 1, "--device", "tpu", NULL);
-    expect_error(t, "device other than cpu/gpu/guard", rc, "'tpu'", "cpu, gpu (cuda) or guard", NULL);
+    expect_error(t, "device other than cpu/gpu/guard", rc, "'tpu'", "the devices are cpu, guard and cuda (gpu)", NULL);
     rc = run(t, 1, "-o", "Engine.mix_precision.dtype=int8", NULL);
     expect_error(t, "AMP dtype other than bfloat16/float16/tfloat32", rc, "int8", "bfloat16, float16 or tfloat32", NULL);
     rc = run(t, 1, "--model_type", "MoE", NULL);

@@ -38,7 +38,7 @@ else
 fi
 refused "--device cuda --backend ref" "--backend ref runs on the CPU" "$LLM4D" "${T[@]}" --device cuda --backend ref
 refused "tfloat32 on the CPU" "tfloat32 operands need a GPU" "$LLM4D" "${T[@]}" --use_amp true --amp_dtype tfloat32
-refused "an unknown device" "--device must be cpu, guard or cuda" "$LLM4D" generate --ckpt "$tmp/none" \
+refused "an unknown device" "--device must be one of cpu, guard and cuda" "$LLM4D" generate --ckpt "$tmp/none" \
   --prompt_ids 1 --device tpu
 
 # CMake's option (configure only, in scratch build folders)

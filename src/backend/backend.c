@@ -1,8 +1,11 @@
 /* backend.c — choosing the backend a run names (backend.h llm4d_backend_create): the one place that maps a device
- * name to a table, so the trainer and the generate verb accept the same names and refuse the others alike. */
+ * name to a table (the names themselves: core/devname.h), so the trainer and the generate verb accept the same names
+ * and refuse the others alike. */
+#include "backend/backend.h"
+
 #include <string.h>
 
-#include "backend/backend.h"
+#include "core/devname.h"
 
 int llm4d_backend_has_host(const char *device) { return !strcmp(device, "guard"); }
 
@@ -20,6 +23,6 @@ llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref
             return llm4d_fail(err, LLM4D_EUSER, "--backend ref runs on the CPU; drop it or use --device cpu");
         return llm4d_backend_cuda_create(out, err);
     }
-    return llm4d_fail(err, LLM4D_EUSER, "--device %s: the devices are cpu, guard and cuda (gpu); use --device cpu",
+    return llm4d_fail(err, LLM4D_EUSER, "--device %s: the devices are " LLM4D_DEVICE_NAMES "; use --device cpu",
                       device);
 }

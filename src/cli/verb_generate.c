@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/devname.h"
 #include "backend/backend.h"
 #include "backend/view.h"
 #include "ckpt/gpt_ckpt.h"
@@ -131,8 +132,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->ckpt) return usage_error("--ckpt DIR is required");
     if (!a->prompt == !a->prompt_ids) return usage_error("give exactly one of --prompt TEXT and --prompt_ids IDS");
     if (strcmp(a->backend, "cpu") && strcmp(a->backend, "ref")) return usage_error("--backend must be cpu or ref");
-    if (strcmp(a->device, "cpu") && strcmp(a->device, "guard") && strcmp(a->device, "cuda") && strcmp(a->device, "gpu"))
-        return usage_error("--device must be cpu, guard or cuda");
+    if (!llm4d_device_name_known(a->device))
+        return usage_error("--device must be one of " LLM4D_DEVICE_NAMES);
     if (a->prompt_ids) a->print_ids = 1;
     /* the sampler's own checks, before anything is loaded */
     llm4d_sampler smp;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "config/pyval.h"
+#include "core/devname.h"
 #include "core/trace.h"
 #include "config/schema.h"
 #include "config/yamltree.h"
@@ -509,10 +510,9 @@ static llm4d_code check_optim(llm4d_config *cfg, llm4d_err *err) {
 }
 
 static llm4d_code check_run(llm4d_config *cfg, llm4d_err *err) {
-    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "gpu") && strcmp(cfg->device, "cuda") &&
-        strcmp(cfg->device, "guard"))
-        return llm4d_fail(err, LLM4D_EUSER, "device (Global.device) '%s' is not supported; use cpu, gpu (cuda) or "
-                          "guard", cfg->device);
+    if (!llm4d_device_name_known(cfg->device))
+        return llm4d_fail(err, LLM4D_EUSER, "device (Global.device) '%s' is not supported; the devices are "
+                          LLM4D_DEVICE_NAMES, cfg->device);
     const char *ov = cfg->dist.dp_overlap;
     if (strcmp(ov, "on") && strcmp(ov, "off") && strcmp(ov, "alternate"))
         return llm4d_fail(err, LLM4D_EUSER, "dp_overlap (Distributed.dp_overlap) must be on, off or alternate, got "
