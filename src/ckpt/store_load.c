@@ -157,6 +157,8 @@ static int json_u53(const cJSON *j, uint64_t *out) {
 }
 
 /* Map one manifest file and check its size and crc32. */
+#define VERIFY_CHUNK ((size_t)4 << 20) /* a multiple of the page size */
+
 static llm4d_code map_verify(llm4d_ckpt *c, ck_file *f, uint64_t bytes, uint32_t crc, llm4d_err *err) {
     char path[PBUF];
     snprintf(path, sizeof path, "%s/%s", c->dir, f->name);
@@ -187,10 +189,20 @@ static llm4d_code map_verify(llm4d_ckpt *c, ck_file *f, uint64_t bytes, uint32_t
         madvise(f->map, f->len, MADV_SEQUENTIAL);
     }
     close(fd);
-    uint32_t got = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), f->map, f->len);
-    if (got != crc)
+    /* The crc reads every page, and a touched page of a file mapping counts in the resident set until it is
+     * unmapped: a rank evaluating or resuming would hold its whole checkpoint (Adam's m and v, which eval never
+     * reads, included) at its peak. So each chunk's pages are dropped from the process once summed (clean pages of a
+     * file: they stay in the page cache, and the tensors read later fault back only what they use). */
+    uLong got = crc32_z(0L, Z_NULL, 0);
+    unsigned char *bytes_at = f->map;
+    for (size_t at = 0; at < f->len; at += VERIFY_CHUNK) {
+        const size_t n = f->len - at < VERIFY_CHUNK ? f->len - at : VERIFY_CHUNK;
+        got = crc32_z(got, bytes_at + at, n);
+        madvise(bytes_at + at, n, MADV_DONTNEED);
+    }
+    if ((uint32_t)got != crc)
         return llm4d_fail(err, LLM4D_EUSER, "checkpoint file %s is corrupt: crc32 0x%08x, meta.json says 0x%08x; "
-                          "restore it or load an older checkpoint", path, got, crc);
+                          "restore it or load an older checkpoint", path, (uint32_t)got, crc);
     return LLM4D_OK;
 }
 
@@ -452,6 +464,16 @@ const void *llm4d_ckpt_blob(const llm4d_ckpt *c, const char *file, size_t *len) 
     return NULL;
 }
 
+/* The whole pages of a tensor's bytes in its file's mapping, dropped from the process: clean pages of a file, read
+ * again from the page cache if another box of the tensor is read. */
+static void drop_pages(const llm4d_st_tensor *t) {
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    const uintptr_t page = 4096, a = ((uintptr_t)t->data + page - 1) & ~(page - 1),
+                    b = ((uintptr_t)t->data + (size_t)numel * llm4d_st_dtype_size(t->dtype)) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Copy the part of slice e inside the requested box [off, off+shp) into out; returns the elements copied. */
 static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off, const int64_t *shp,
                                  llm4d_st_dtype dt, uint8_t *out) {
@@ -597,7 +619,10 @@ static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, cons
         }
     int64_t covered = 0;
     if (vol > 0)
-        for (int i = 0; i < n; i++) covered += copy_intersection(sel[i], ndim, off, shp, dt, out);
+        for (int i = 0; i < n; i++) {
+            covered += copy_intersection(sel[i], ndim, off, shp, dt, out);
+            drop_pages(sel[i]->t); /* read: the copy holds it now (see map_verify) */
+        }
     if (covered != vol) {
         int64_t endv[LLM4D_ST_MAX_DIMS];
         for (int d = 0; d < ndim; d++) endv[d] = off[d] + shp[d];

@@ -1,9 +1,12 @@
 /* verb_eval.c — `llm4d eval -c cfg.yaml --ckpt DIR [train's options]`: the validation loss and perplexity of a
  * checkpoint, over eval_iters global batches of the validation split, exactly as training's periodic evaluation
- * computes them (same data order, same normalisation); any process layout train accepts works here too. */
+ * computes them (same data order, same normalisation); any process layout train accepts works here too. It is a
+ * forward pass only: the engine stack is built without gradients and optimizer state (config.h forward_only), the
+ * memory plan says so, and the plan is set against the peak resident set at the end, as train does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 #include "cli/job.h"
@@ -52,12 +55,20 @@ int llm4d_cmd_eval(int argc, char **argv) {
     }
     snprintf(cfg->ckpt_dir, sizeof cfg->ckpt_dir, "%s", ckpt);
     if (cfg->eval_iters < 1) cfg->eval_iters = 10;
+    cfg->forward_only = 1;
     llm4d_trainer tr;
     const llm4d_trainer_opts opts = {.eval_only = 1, .plan = &plan};
     double loss = 0;
     int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK;
     tr.eval_next = 0; /* from the start of the validation split, whatever the run had reached */
     ok = ok && llm4d_trainer_eval(&tr, tr.last_saved, &loss, &err) == LLM4D_OK;
+    if (ok && tr.log.enabled && tr.plan_total > 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        llm4d_log_info(&tr.log, "memory plan against the run: planned %.2f MiB, peak resident set %.2f MiB (%+.1f%%)",
+                       tr.plan_total / 1048576.0, ru.ru_maxrss / 1024.0,
+                       100.0 * (ru.ru_maxrss * 1024.0 - (double)tr.plan_total) / (double)tr.plan_total);
+    }
     llm4d_trainer_free(&tr);
     llm4d_comm_groups_destroy(&groups);
     free(cfg);

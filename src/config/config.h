@@ -120,6 +120,9 @@ typedef struct {
     float scale_loss;
     int threads;                     /* 0: all cores */
     int backend_ref;                 /* --backend ref: run the naive reference kernels (testing) */
+    int forward_only;                /* not a key: set by `llm4d eval` before llm4d_trainer_init; the engine stack
+                                      * (parallel/stack.h) then holds no gradients and no optimizer state, and the
+                                      * memory plan, computed from the same functions, says so */
     char trace_dir[LLM4D_PATH_MAX];  /* Global.trace / --trace: per-rank Trace Event files go here; "": off */
     char trace_steps[LLM4D_NAME_MAX]; /* "5-6": the steps traced */
     int64_t trace_first, trace_last; /* derived from trace_steps */

@@ -13,7 +13,7 @@ static void flat_begin_step(llm4d_engine *e, int n_micro) {
     (void)n_micro;
     llm4d_flat *f = of(e);
     /* the update zeroes the gradients in its own pass; a skipped update (fp16 overflow) or the first step did not */
-    if (!f->grads_zero) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    if (!f->grads_zero && f->g->grads) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
     f->grads_zero = 0;
 }
 
@@ -31,8 +31,8 @@ static double flat_grad_sumsq(llm4d_engine *e) {
 }
 
 static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d_err *err) {
-    (void)err;
     llm4d_flat *f = of(e);
+    if (f->forward_only) return llm4d_fail(err, LLM4D_EINTERNAL, "a forward-only stack has no optimizer to update");
     const llm4d_param_table *t = &f->g->table;
     llm4d_optimizer_next(&f->opt);
     /* the entries tile the buffer (any padding between them is never written), so zeroing each entry's gradients
@@ -74,8 +74,11 @@ static int64_t flat_adam_steps(llm4d_engine *e, int64_t set) {
 
 static void flat_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_flat *f = of(e);
-    snprintf(buf, n, "parameters, gradients and Adam m, v held whole: %zu elements each",
-             f->g->table.total);
+    if (f->forward_only)
+        snprintf(buf, n, "parameters held whole: %zu elements; forward only: no gradients, no Adam m, v",
+                 f->g->table.total);
+    else
+        snprintf(buf, n, "parameters, gradients and Adam m, v held whole: %zu elements each", f->g->table.total);
 }
 
 static void flat_destroy(llm4d_engine *e) {
@@ -101,7 +104,8 @@ static const llm4d_engine_ops flat_ops = {
     .destroy = flat_destroy,
 };
 
-llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int data_replica0, llm4d_err *err) {
+llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int data_replica0, int forward_only,
+                           llm4d_err *err) {
     memset(f, 0, sizeof *f);
     f->base.ops = &flat_ops;
     f->g = g;
@@ -110,6 +114,11 @@ llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int dat
     f->opt = llm4d_optimizer_make(opt, g->be);
     f->counts = data_replica0;
     f->range_hi = g->table.total;
+    f->forward_only = forward_only;
+    if (forward_only) { /* the checkpoint's weights go to the parameters; its m, v are not read (state: NULL) */
+        LLM4D_ASSERT(g->params, "the flat engine needs the model's flat parameter buffer");
+        return LLM4D_OK;
+    }
     LLM4D_ASSERT(g->params && g->grads, "the flat engine needs the model's flat parameter and gradient buffers");
     const size_t bytes = g->table.total * sizeof(float);
     f->m = f->be->alloc(f->be, f->mem, LLM4D_MEM_OPTIM, bytes);

@@ -193,6 +193,7 @@ static llm4d_code sh_update(llm4d_engine *e, float lr, float grad_scale, llm4d_e
     for (int k = 0; k < 2; k++) s->gather[k].group = -1;
     s->cur = -1;
     LLM4D_TRY(check_failed(s, err));
+    if (s->forward_only) return llm4d_fail(err, LLM4D_EINTERNAL, "a forward-only stack has no optimizer to update");
     llm4d_optimizer_next(&s->opt);
     update_ctx u = {s, lr, grad_scale};
     if (s->off) {
@@ -238,6 +239,11 @@ static void sh_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_sharding *s = of(e);
     char off[256] = "";
     if (s->off) llm4d_offload_describe(s->off, off, sizeof off);
+    if (s->forward_only) {
+        snprintf(buf, n, "sharding stage %d over %d ranks (rank %d)%s: parameters %s; forward only: no gradients, no "
+                 "Adam m/v", s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "", s->params_policy->what);
+        return;
+    }
     snprintf(buf, n,
              "sharding stage %d over %d ranks (rank %d)%s: parameters %s, gradients %s, Adam m/v %s%s%s%s%s",
              s->stage, s->N, s->rank, s->dp ? ", hybrid with data parallel" : "",
@@ -339,9 +345,9 @@ static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t
     }
 }
 
-void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
-                                 size_t bytes[]) {
-    if (!offload || !llm4d_backend_has_host(device)) return;
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
+                                 const char *device, size_t bytes[]) {
+    if (!offload || forward_only || !llm4d_backend_has_host(device)) return;
     const llm4d_zero_params *pp;
     const llm4d_zero_grads *gp;
     llm4d_zero_policies(stage, &pp, &gp);
@@ -354,13 +360,18 @@ void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, i
 static int offload_streams(const llm4d_zero_params *pp) { return pp->whole ? 2 : 3; }
 
 /* What follows reads the policies' data, as llm4d_sharding_init's allocation does. */
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]) {
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
+                         size_t bytes[]) {
     const llm4d_zero_params *pp;
     const llm4d_zero_grads *gp;
     llm4d_zero_policies(stage, &pp, &gp);
     size_t local, group, shard;
     sizes(t, N, &local, &group, &shard);
     const size_t f = sizeof(float);
+    if (forward_only) { /* the parameter policy's shards and gather buffers only */
+        if (!pp->whole) bytes[LLM4D_MEM_PARAMS] += local * f, bytes[LLM4D_MEM_COMM] += 2 * group * f;
+        return;
+    }
     if (offload) bytes[LLM4D_MEM_OPTIM] += llm4d_offload_memory(local, offload_streams(pp));
     else bytes[LLM4D_MEM_OPTIM] += 2 * local * f, bytes[LLM4D_MEM_PARAMS] += pp->whole ? 0 : local * f;
     if (!gp->whole) bytes[LLM4D_MEM_GRADS] += local * f;
@@ -375,10 +386,13 @@ static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok
 }
 
 llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
-                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err) {
+                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, int forward_only,
+                               llm4d_err *err) {
     memset(s, 0, sizeof *s);
     s->base.ops = &sharding_ops;
-    const int stage = d->sharding_stage, offload = d->sharding_offload;
+    s->forward_only = forward_only;
+    /* forward only, offload has nothing to move: the parameter shards (stage 3) stay in memory */
+    const int stage = d->sharding_stage, offload = d->sharding_offload && !forward_only;
     const char *offload_dir = d->offload_dir;
     s->prefetch_on = d->zero_prefetch;
     s->overlap_on = d->zero_overlap;
@@ -422,7 +436,9 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
     }
     sizes(t, s->N, &s->local_total, &s->max_group, &s->max_shard);
     int ok = 1;
-    if (offload) {
+    if (forward_only) {
+        if (!pp->whole) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
+    } else if (offload) {
         llm4d_code rc = llm4d_offload_open(&s->off, offload_dir, llm4d_comm_rank(sharding_comm), s->local_total,
                                            offload_streams(pp), s->be, s->mem, err);
         if (rc != LLM4D_OK) {
@@ -443,20 +459,21 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
         s->v = alloc_f(s, LLM4D_MEM_OPTIM, s->local_total, &ok);
         if (!pp->whole) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);
     }
-    if (!gp->whole) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
-    if (s->bf16 && (!s->be->to_bf16 || !s->be->from_bf16)) {
+    if (!gp->whole && !forward_only) s->local_grads = alloc_f(s, LLM4D_MEM_GRADS, s->local_total, &ok);
+    if (s->bf16 && !forward_only && (!s->be->to_bf16 || !s->be->from_bf16)) {
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype bfloat16: the %s backend cannot convert gradients to "
                           "bf16; use grad_comm_dtype float32", g->be->name);
     }
     for (int k = 0; k < 2; k++) {
+        if (!pp->whole) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
+        if (forward_only) continue; /* no gradient ring */
         if (s->bf16) {
             ok &= (s->grad_ring[k].send16 = s->be->alloc(s->be, s->mem, LLM4D_MEM_COMM, s->max_group * 2)) != NULL;
             ok &= (s->grad_ring[k].recv16 = s->be->alloc(s->be, s->mem, LLM4D_MEM_COMM, s->max_shard * 2)) != NULL;
         }
         s->grad_ring[k].recv = alloc_f(s, LLM4D_MEM_COMM, s->max_shard, &ok);
         if (!gp->whole) s->grad_ring[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
-        if (!pp->whole) s->gather[k].buf = alloc_f(s, LLM4D_MEM_COMM, s->max_group, &ok);
     }
     if (!ok) {
         sh_destroy(&s->base);

@@ -49,7 +49,10 @@
  * (backend.h llm4d_backend.host: the guard; a device), the offloaded update runs there, as ZeRO-Offload's CPU Adam
  * does: per window, the own gradients (and, stages 1 and 2, the own parameters) are copied device to host into
  * pinned staging buffers, AdamW runs on the host over host memory, and the parameters are copied back; elsewhere
- * (cpu: device memory is host memory) the update reads the tensors in place, no staging. */
+ * (cpu: device memory is host memory) the update reads the tensors in place, no staging.
+ * Forward only (`llm4d eval`): the parameter policy alone: stages 1 and 2 hold the model's whole parameters, stage 3
+ * its own shards in memory (offload or not: no file, no window) and the two gather buffers; no gradient shards,
+ * buckets or receive shards, no Adam states, no staging; update is refused, state() reports NULL moments. */
 #ifndef LLM4D_PARALLEL_SHARDING_H
 #define LLM4D_PARALLEL_SHARDING_H
 
@@ -77,6 +80,7 @@ typedef struct llm4d_sharding {
     const struct llm4d_zero_params *params_policy; /* whole, or sharded and gathered when used (sharding_params.c) */
     const struct llm4d_zero_grads *grads_policy;   /* whole, or per-window buckets into shards (sharding_grads.c) */
     int N, rank, offload;
+    int forward_only;        /* llm4d eval: parameters only (above) */
     llm4d_comm *sh;          /* sharding group */
     llm4d_comm *dp;          /* pure dp group (hybrid), NULL when dp_degree is 1 */
     int counts;              /* dp index 0: this rank's shards count in the norm and are saved */
@@ -123,15 +127,17 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
                          llm4d_gpt_layout *layout);
 
 /* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan); bf16: with bf16
- * gradient payloads. */
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, size_t bytes[]);
+ * gradient payloads; forward_only: as llm4d_sharding_init's. */
+void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
+                         size_t bytes[]);
 /* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
-void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, const char *device,
-                                 size_t bytes[]);
+void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
+                                 const char *device, size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
  * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
  * sharding (NULL or size 1: none); dp_index: this rank's index in it. */
 llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
-                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, llm4d_err *err);
+                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, int forward_only,
+                               llm4d_err *err);
 
 #endif

@@ -1,6 +1,9 @@
 /* stack.c — the engine stack a configuration asks for (stack.h): which engines, in which order, the model part
  * and layout they need, and the memory they will hold, all as functions of the configuration and the topology,
- * so that the trainer, the memory plan and a planner read the same answer and none of them tests a layout flag. */
+ * so that the trainer, the memory plan and a planner read the same answer and none of them tests a layout flag.
+ * A forward-only stack (cfg->forward_only: `llm4d eval`) keeps the storage engine without gradients or optimizer
+ * state and drops the reducers that only act on gradients (data parallel, tensor parallel's sequence-parallel
+ * gradients); the pipeline stays: it runs the forward. */
 #include "parallel/stack.h"
 
 #include <stdlib.h>
@@ -26,6 +29,7 @@ llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *top
     if (plan->P > 1) LLM4D_TRY(llm4d_pp_plan_stage(plan, topo->index[LLM4D_AXIS_PIPE], part, layout, err));
     if (sharded(cfg))
         llm4d_sharding_part(cfg->dist.sharding_stage, cfg->dist.sharding_degree, &cfg->model, part, layout);
+    if (cfg->forward_only) layout->no_grads = 1;
     return LLM4D_OK;
 }
 
@@ -33,15 +37,16 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
                              const llm4d_param_table *t, size_t act_bytes, size_t bytes[LLM4D_MEM_NCATEGORIES],
                              llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
-    const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
+    const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16"), fwd = cfg->forward_only;
     if (sharded(cfg)) {
-        llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, bytes);
-        llm4d_sharding_plan_staging(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, cfg->device, bytes);
+        llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, fwd, bytes);
+        llm4d_sharding_plan_staging(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, fwd, cfg->device,
+                                    bytes);
     } else {
-        bytes[LLM4D_MEM_OPTIM] += 2 * t->total * sizeof(float); /* Adam m, v (flat.c) */
+        bytes[LLM4D_MEM_OPTIM] += llm4d_flat_plan(t, fwd);
     }
-    if (!sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_plan(t, bf16);
-    if (topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
+    if (!fwd && !sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_plan(t, bf16);
+    if (!fwd && topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
     if (plan->P > 1) {
         size_t b;
         LLM4D_TRY(llm4d_pipeline_bytes(plan, topo->index[LLM4D_AXIS_PIPE], act_bytes, &b, err));
@@ -68,19 +73,20 @@ llm4d_code llm4d_stack_build(llm4d_engine_stack *s, llm4d_gpt *g, const llm4d_co
     const llm4d_dist_config *d = &cfg->dist;
     const llm4d_optim_config *o = &cfg->optim;
     const llm4d_adamw opt = llm4d_adamw_make(o->beta1, o->beta2, o->epsilon, o->weight_decay);
+    const int fwd = cfg->forward_only;
     llm4d_engines_init(s, g);
     if (sharded(cfg)) {
         PUSH(llm4d_sharding, 1,
              llm4d_sharding_init(x_, g, d, groups->axis[LLM4D_AXIS_SHARDING], groups->axis[LLM4D_AXIS_DATA],
-                                 topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, err));
+                                 topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, fwd, err));
     } else {
-        PUSH(llm4d_flat, 1, llm4d_flat_init(x_, g, opt, topo->data_rank == 0, err));
-        if (topo->data_world > 1)
+        PUSH(llm4d_flat, 1, llm4d_flat_init(x_, g, opt, topo->data_rank == 0, fwd, err));
+        if (!fwd && topo->data_world > 1)
             PUSH(llm4d_dp, 0,
                  llm4d_dp_init(x_, g, groups->data, (size_t)d->bucket_size_bytes, d->dp_overlap, d->dp_trace,
                                !strcmp(d->grad_comm_dtype, "bfloat16"), err));
     }
-    if (topo->degree[LLM4D_AXIS_MODEL] > 1)
+    if (!fwd && topo->degree[LLM4D_AXIS_MODEL] > 1)
         PUSH(llm4d_tensor_parallel, 0, llm4d_tensor_parallel_init(x_, s, groups->axis[LLM4D_AXIS_MODEL], err));
     if (plan->P > 1) PUSH(llm4d_pipeline, 0, llm4d_pipeline_init(x_, s, groups->axis[LLM4D_AXIS_PIPE], plan, err));
     llm4d_engines_install(s);

@@ -5,6 +5,8 @@
  *   storage:  sharding (ZeRO, sharding_degree > 1) or flat;
  *   reducers: data_parallel (flat storage over a data group of more than one rank), tensor_parallel (mp_degree > 1),
  *             pipeline (pp_degree > 1: it also brings the executor).
+ * With cfg->forward_only (`llm4d eval`) the storage holds no gradients and no optimizer state, and the reducers of
+ * gradients (data_parallel, tensor_parallel) are left out; the three functions agree on that, so the plan does too.
  * The trainer holds only the stack; it never names an engine or tests a layout flag. */
 #ifndef LLM4D_PARALLEL_STACK_H
 #define LLM4D_PARALLEL_STACK_H

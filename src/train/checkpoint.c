@@ -214,8 +214,10 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
     int64_t step = 0;
     if (rc == LLM4D_OK && !has_optim) rc = meta_int(ck, meta, "step", llm4d_ckpt_step(ck), &step, err);
     if (rc == LLM4D_OK && !has_optim) tr->last_saved = step;
+    /* a forward-only stack (llm4d eval) keeps no moments: state() reports m, v NULL, and only the weights are read */
+    const int moments = st.m.p || st.v.p;
     if (rc == LLM4D_OK)
-        llm4d_log_info(&tr->log, "loaded %s from %s", has_optim ? "weights and optimizer state" : "weights",
+        llm4d_log_info(&tr->log, "loaded %s from %s", has_optim && moments ? "weights and optimizer state" : "weights",
                        llm4d_ckpt_dir(ck));
     llm4d_ckpt_close(ck);
     return rc;

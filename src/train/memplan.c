@@ -5,7 +5,8 @@
  * allocated once, before step 1, by the model (its parameters, gradients, activation slots and workspaces) and
  * the engines (Adam states, ZeRO shards and buffers, the sequence-parallel and pipeline buffers), so the plan is
  * exact: the model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each
- * engine's from the size function its init uses; llm4d_memplan_make (memplan.h) is that, as a pure function the
+ * engine's from the size function its init uses (a forward-only stack's, for `llm4d eval`: no gradients, no
+ * optimizer state, by the same functions); llm4d_memplan_make (memplan.h) is that, as a pure function the
  * planner (plan/) calls for every rank of every layout it considers. What is already held (the data indices and batches, libraries,
  * MPI) is read from the kernel (VmRSS). tests/test_memory_plan.sh checks the plan per category against the memory
  * arena after allocation, and the total against the measured peak resident set.
@@ -81,7 +82,7 @@ int llm4d_memplan_rs_children(int N, int i) {
 static size_t mpi_temporaries(const llm4d_config *cfg, const llm4d_topology *topo, int rs_in_shm,
                               const llm4d_param_table *t) {
     const int N = cfg->dist.sharding_degree;
-    if (N < 2 || rs_in_shm) return 0;
+    if (N < 2 || rs_in_shm || cfg->forward_only) return 0; /* forward only (llm4d eval): no reduce-scatters */
     const int children = llm4d_memplan_rs_children(N, topo->index[LLM4D_AXIS_SHARDING]);
     size_t first = 0, second = 0;
     for (int g = 0; g < t->n_groups; g++) {
