@@ -68,7 +68,6 @@ static llm4d_rc_call *push(llm4d_rec *r, int op) {
     return c;
 }
 
-void llm4d_rec_clear(llm4d_rec *r) { r->n = 0; }
 
 void llm4d_rec_free(llm4d_rec *r) {
     free(r->gbuf);
@@ -383,22 +382,10 @@ llm4d_gpt_hooks llm4d_rec_hooks(llm4d_rec *r, const llm4d_param_table *t) {
 #define KIND_OWN(name_, key_)
 #define KIND_NONE(name_, key_)
 #define KIND(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, key_) KIND_##rec_(name_, key_)
-#define NAME_CALL(name_, key_) if (op == OP_OF key_) return #name_;
-#define NAME_SKIP(name_, key_)
-#define NAME_OWN(name_, key_)
-#define NAME_NONE(name_, key_)
-#define NAME(shape_, name_, params_, args_, guard_, ptrs_, drop_, rec_, key_) NAME_##rec_(name_, key_)
 
 llm4d_work llm4d_rc_kind(const llm4d_rc_call *c) {
     LLM4D_BACKEND_METHODS(KIND)
     return LLM4D_WORK_ELEM;
-}
-
-const char *llm4d_rc_name(int op) {
-    static const char *const others[LLM4D_RC_NOPS - LLM4D_RC_NKERNELS] = {"collective", "params_for", "release",
-                                                                          "grads_for", "grads_done"};
-    LLM4D_BACKEND_METHODS(NAME)
-    return op >= LLM4D_RC_NKERNELS && op < LLM4D_RC_NOPS ? others[op - LLM4D_RC_NKERNELS] : "?";
 }
 
 double llm4d_rc_flops(const llm4d_rc_call *c) {

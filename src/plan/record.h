@@ -96,13 +96,10 @@ uintptr_t llm4d_rec_fake(llm4d_rec *r, size_t bytes);
 /* The allocation holding address a, or NULL when a is not one of r's (a host pointer). */
 const llm4d_rc_alloc *llm4d_rec_find(const llm4d_rec *r, uintptr_t a);
 
-void llm4d_rec_clear(llm4d_rec *r); /* forget the calls, keep the allocations */
 void llm4d_rec_free(llm4d_rec *r);
 
 /* The kind of work (backend.h llm4d_work) the backend's timers count a kernel as (its method's, methods.h). */
 llm4d_work llm4d_rc_kind(const llm4d_rc_call *c);
-/* The method's name ("linear_forward", ...; "collective" and the hooks' names for the others). */
-const char *llm4d_rc_name(int op);
 /* Floating-point operations of a call (GEMMs and attention; 0 for the others), and the bytes it moves at least
  * (every operand read or written once, a typed one at its type's size: llm4d_rc_call.ty). */
 double llm4d_rc_flops(const llm4d_rc_call *c);
