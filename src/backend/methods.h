@@ -63,7 +63,7 @@ X(VOID, free_host, (llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, voi
  * cgroup's limit if lower, and its total). */                                                                       \
 X(VOID, mem_info, (llm4d_backend *be, size_t *free_bytes, size_t *total_bytes), (be, free_bytes, total_bytes),       \
   HOST, (), NODROP, OWN, ())                                                                                         \
-/* The memory plan (train/memplan.c) has counted `bytes` for what this rank will allocate: a device backend may take \
+/* The memory plan (plan/memplan.c) has counted `bytes` for what this rank will allocate: a device backend may take \
  * them from the device now, in one piece that alloc then carves (allocations beyond it still work). Not an error    \
  * when the device cannot give that much at once. NULL: nothing to reserve (host memory). */                         \
 X(VOID, reserve, (llm4d_backend *be, size_t bytes), (be, bytes), HOST, (), NODROP, NONE, ())                         \

@@ -21,7 +21,7 @@
 #include "plan/report.h"
 #include "plan/search.h"
 #include "plan/simmemo.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 #define MiB (1024.0 * 1024.0)
 

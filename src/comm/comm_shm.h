@@ -132,7 +132,7 @@ int llm4d_shm_host_ranks(const llm4d_comm *c, int *hosts);
 /* Bytes of a segment's header for n ranks (whole pages). */
 size_t llm4d_shm_head_bytes(int n);
 
-/* What a group's collectives ask of its segment, for the memory plan (train/memplan.c): its largest all-reduce and
+/* What a group's collectives ask of its segment, for the memory plan (plan/memplan.c): its largest all-reduce and
  * the largest block of its reduce-scatters and all-gathers, in bytes (0: none of that kind). */
 typedef struct {
     size_t allreduce, rs_block, ag_block;

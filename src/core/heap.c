@@ -5,7 +5,7 @@
  * freed) and a smaller one from the heap (kept resident when freed, unless it is at the heap's top and the top
  * exceeds M_TRIM_THRESHOLD). Left alone, glibc raises the mmap threshold to the size of each mapped block freed
  * (up to 32 MiB) and the trim threshold to twice that, so whether a later temporary is mapped or carved out of the
- * heap depends on which blocks were freed before it. The memory plan (train/memplan.h) and the planner count the live
+ * heap depends on which blocks were freed before it. The memory plan (plan/memplan.h) and the planner count the live
  * set plus the temporaries calibrated alone; a temporary left in the heap behind a live block is neither. Measured
  * (2-vCPU EPYC, gpt2-tiny 8 blocks, ZeRO-2 over 4 ranks on Open MPI): rank 0's peak read 105.9 or 113.6 MiB
  * between identical runs, by whether Open MPI's non-blocking reduce-scatter's 8 MiB temporary was mapped.

@@ -1,7 +1,7 @@
 /* hmap.h — a hash index of entries that stay where they are, for the planner's memos.
  *
  * The memos of a large search (the priced traces of plan/stagecost.c, the memory plan's model parts of
- * train/memplan.c) hold tens of thousands of entries of kilobytes each. Kept inline in an open-addressing table they
+ * plan/memplan.c) hold tens of thousands of entries of kilobytes each. Kept inline in an open-addressing table they
  * moved on every doubling and made the kernel fault in fresh pages again and again (GPT-3 175B over 1024 hosts:
  * 1.1 million page faults, a sixth of the answer's time). Here the table holds only (hash, entry pointer) pairs,
  * linear probing, doubled past half full; an entry is allocated once by its owner and never moves, so a pointer to it

@@ -97,7 +97,7 @@ static llm4d_code series(llm4d_comm *world, int g, int op, const wopts *o, llm4d
         return rc;
     }
     /* On the shared-memory path the group's new segment becomes resident as its first collectives touch it: the
-     * memory plan counts segments (train/memplan_shm.c), so they are made resident here, by one collective of the
+     * memory plan counts segments (plan/memplan_shm.c), so they are made resident here, by one collective of the
      * largest size, before any temporary is measured. */
     if (rc == LLM4D_OK && llm4d_shm_host_ranks(c, NULL) > 1) {
         const size_t big = (size_t)sizes[ns - 1] / (4 * (size_t)g) * (4 * (size_t)g);

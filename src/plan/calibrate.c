@@ -21,7 +21,7 @@
 #include "plan/replay.h"
 #include "plan/search.h"
 #include "plan/trace.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 #define REPLAY_BUDGET ((size_t)3 << 30) /* bytes a replay may allocate (larger traces are priced by neighbours) */
 
@@ -333,7 +333,7 @@ static void describe_machine(llm4d_profile *p) {
  * run: planned X MiB, peak resident set Y MiB" and its start-up line "memory plan: A MiB to allocate on top of H MiB
  * held now". The planner counts the calibration job's base (measured in a process that has set up less than a
  * trainer: 1.7-1.9 MiB less on a 2-vCPU EPYC at 1 and 16 ranks, which made a 34 MiB pipeline rank's plan 5 % low),
- * the data loader's index and the plan (A, the libraries' working set of a step included: train/memplan.h); the
+ * the data loader's index and the plan (A, the libraries' working set of a step included: plan/memplan.h); the
  * residue is the rest: Y - A - base - data, what this machine holds beyond that working set (negative where it
  * holds less). */
 static double residual_of(const char *log, double base, double data, double *planned_out, double *peak_out) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "plan/price.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 const char *llm4d_eng_name(int e) {
     static const char *const n[LLM4D_ENG_N] = {"tensor_parallel", "pipeline", "data_parallel", "zero_reduce_scatter",

@@ -1,6 +1,6 @@
 /* predict.h — a layout's step time and every rank's peak memory, predicted before anything runs.
  *
- * Memory (predict.c) is the trainer's own plan (train/memplan.h) of every distinct rank (each pipeline stage, the
+ * Memory (predict.c) is the trainer's own plan (plan/memplan.h) of every distinct rank (each pipeline stage, the
  * first rank of a ZeRO group and the others; the libraries' working set of a step included), plus what the profile
  * measured a process to hold besides it (its base by ranks on the host, the residue a training process keeps beyond
  * that base, its data and its plan) and the collective library's temporaries for the rank's largest collectives,

@@ -2,7 +2,7 @@
  * one array per entry ([op, drop, prec, threads, d0..d7, s0..s5, ty]), since a calibration writes thousands. The
  * element types (ty) came last, when activations could be 16 bits: a row without them (18 numbers, a profile from
  * before) reads as all fp32, which is what it measured. The process's residue is "residual_beyond_plan_bytes",
- * measured beyond a plan that holds the libraries' working set of a step (train/memplan.h); a profile from before
+ * measured beyond a plan that holds the libraries' working set of a step (plan/memplan.h); a profile from before
  * has "residual_bytes", measured beyond a plan without it, and reads as that less the working set. */
 #include "plan/profile.h"
 
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 #define FORMAT 1
 #define KROW (4 + LLM4D_RC_DIMS + LLM4D_WORK_N + 1) /* a kernel row's numbers (the last, ty, may be missing) */

@@ -74,7 +74,7 @@ typedef struct {
     int base_ranks[64];
     double base_bytes[64];     /* resident before the model, by ranks on the host */
     double residual_bytes;     /* what a training process holds beyond its plan (the libraries' working set of a
-                                * step included: train/memplan.h), its data index and the base; may be negative */
+                                * step included: plan/memplan.h), its data index and the base; may be negative */
     /* shares */
     int n_share;
     llm4d_prof_share share[64];

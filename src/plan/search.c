@@ -17,7 +17,7 @@
 
 #include "parallel/schedule.h"
 #include "plan/simmemo.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 static double now_s(void) {
     struct timespec ts;

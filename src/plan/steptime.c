@@ -23,7 +23,7 @@
 #include "plan/predict.h"
 #include "plan/simmemo.h"
 #include "parallel/schedule.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 #define QMAX 64
 

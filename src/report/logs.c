@@ -1,7 +1,7 @@
 /* logs.c — what the worker logs and exit records of a run say (see run.h).
  *
  * The logs are written for people, in the PaddleNLP logger's format, so this reads the few lines the trainer
- * prints for exactly this purpose, by their fixed openings (train/memplan.c, train/step.c, core/mem.c):
+ * prints for exactly this purpose, by their fixed openings (train/memplan_check.c, train/step.c, core/mem.c):
  *   memory plan of this rank, before allocating: params 12.73 MiB, grads ..., workspace 50.33 MiB; outside ...
  *   memory plan: 103.4 MiB to allocate on top of 22.6 MiB held now (...): 126.0 MiB per rank; available ...
  *   memory held by this process, by category:          (then one line per category, then total)

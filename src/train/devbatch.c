@@ -3,34 +3,30 @@
 
 #include <string.h>
 
-static size_t tok_bytes(int rows, int T) { return (size_t)rows * (size_t)T * sizeof(int32_t); }
-static size_t w_bytes(int rows, int T) { return (size_t)rows * (size_t)T * sizeof(float); }
-static size_t id_bytes(int rows) { return (size_t)rows * sizeof(int64_t); }
+#include "model/batch.h"
 
-size_t llm4d_devbatch_bytes(int rows, int T) {
-    return 2 * tok_bytes(rows, T) + 2 * w_bytes(rows, T) + id_bytes(rows); /* the weights twice: host and device */
-}
+size_t llm4d_devbatch_bytes(int rows, int T) { return llm4d_batch_bytes(rows, T); }
 
 void llm4d_devbatch_free(llm4d_devbatch *d) {
     if (!d->be) return;
     llm4d_backend *be = d->be;
     const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
-    if (d->tokens) be->free(be, d->mem, W, d->tokens, tok_bytes(d->rows, d->T));
-    if (d->targets) be->free(be, d->mem, W, d->targets, tok_bytes(d->rows, d->T));
-    if (d->weight) be->free(be, d->mem, W, d->weight, w_bytes(d->rows, d->T));
-    if (d->sample_ids) be->free(be, d->mem, W, d->sample_ids, id_bytes(d->rows));
-    if (d->host_weight) be->free_host(be, d->mem, W, d->host_weight, w_bytes(d->rows, d->T));
+    if (d->tokens) be->free(be, d->mem, W, d->tokens, llm4d_batch_tok_bytes(d->rows, d->T));
+    if (d->targets) be->free(be, d->mem, W, d->targets, llm4d_batch_tok_bytes(d->rows, d->T));
+    if (d->weight) be->free(be, d->mem, W, d->weight, llm4d_batch_w_bytes(d->rows, d->T));
+    if (d->sample_ids) be->free(be, d->mem, W, d->sample_ids, llm4d_batch_id_bytes(d->rows));
+    if (d->host_weight) be->free_host(be, d->mem, W, d->host_weight, llm4d_batch_w_bytes(d->rows, d->T));
     memset(d, 0, sizeof *d);
 }
 
 llm4d_code llm4d_devbatch_init(llm4d_devbatch *d, llm4d_backend *be, llm4d_mem *mem, int rows, int T, llm4d_err *err) {
     *d = (llm4d_devbatch){.rows = rows, .T = T, .be = be, .mem = mem};
     const llm4d_mem_category W = LLM4D_MEM_WORKSPACE;
-    d->tokens = be->alloc(be, mem, W, tok_bytes(rows, T));
-    d->targets = be->alloc(be, mem, W, tok_bytes(rows, T));
-    d->weight = be->alloc(be, mem, W, w_bytes(rows, T));
-    d->sample_ids = be->alloc(be, mem, W, id_bytes(rows));
-    d->host_weight = be->alloc_host(be, mem, W, w_bytes(rows, T));
+    d->tokens = be->alloc(be, mem, W, llm4d_batch_tok_bytes(rows, T));
+    d->targets = be->alloc(be, mem, W, llm4d_batch_tok_bytes(rows, T));
+    d->weight = be->alloc(be, mem, W, llm4d_batch_w_bytes(rows, T));
+    d->sample_ids = be->alloc(be, mem, W, llm4d_batch_id_bytes(rows));
+    d->host_weight = be->alloc_host(be, mem, W, llm4d_batch_w_bytes(rows, T));
     if (!d->tokens || !d->targets || !d->weight || !d->sample_ids || !d->host_weight) {
         llm4d_devbatch_free(d);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the batch of %d x %d tokens", rows, T);

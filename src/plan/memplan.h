@@ -1,7 +1,7 @@
 /* memplan.h — what a rank of a layout will allocate, as a pure function of the configuration, its place in the
- * topology and the backend's size functions: the trainer's memory plan (train/memplan.c, logged and checked before
- * the model is allocated) and the planner's (plan/, for every rank of every layout it considers) are this one
- * function, so they cannot disagree.
+ * topology and the backend's size functions: the trainer's memory plan (train/memplan_check.c, logged and checked
+ * before the model is allocated) and the planner's (plan/, for every rank of every layout it considers) are this
+ * one function, so they cannot disagree. It sits with the planner, below the trainer, which calls both.
  *
  * The model's share comes from running its allocation code in counting mode (llm4d_gpt_plan), each engine's from
  * the size function its init uses (parallel/stack.h llm4d_stack_bytes), the step's batch from devbatch's. Outside

@@ -23,7 +23,7 @@
 #include "comm/comm_shm.h"
 #include "parallel/data_parallel.h"
 #include "model/params.h"
-#include "train/memplan.h"
+#include "plan/memplan.h"
 
 /* The axis of the group kinds that are one axis of the grid (the others are the world, the data group and the
  * embedding group). */
