@@ -112,7 +112,7 @@ void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
-/* memplan.c: this rank's memory plan (train/memplan.h: its model part and layout, tr->ppplan's pipeline, its
+/* memplan_check.c: this rank's memory plan (plan/memplan.h: its model part and layout, tr->ppplan's pipeline, its
  * engines) on top of what the process holds now, logged; a user error when it cannot fit in the memory available
  * to it. Nothing of the model is allocated yet. */
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err);
