@@ -72,8 +72,17 @@ for k in 1 2 3 4 5 6; do
     target=$(($(last_step) + 8 + RANDOM % 20))
     [ $target -gt $((STEPS - 20)) ] && target=$((STEPS - 20))
     for i in $(seq 1 1200); do s=$(last_step); [ "${s:-0}" -ge $target ] && break; sleep 0.05; done
-    if [ $k = 6 ]; then # the hang away from a save, whose collectives wait comm_timeout_first
-        for i in $(seq 1 1200); do s=$(last_step); [ $((s % 10)) -ge 1 ] && [ $((s % 10)) -le 6 ] && break; sleep 0.02; done
+    if [ $k = 6 ]; then
+        # the hang in a step of a run that has trained a few steps (not in its start-up, where MPI's own set-up has
+        # no watchdog) and away from a save (whose collectives wait comm_timeout_first)
+        first=$(grep -o 'global step [0-9]*,' log/workerlog.0 | head -1 | tr -dc 0-9)
+        found=0
+        for i in $(seq 1 3000); do
+            s=$(last_step)
+            [ "${s:-0}" -ge $((${first:-0} + 3)) ] && [ $((s % 10)) -ge 2 ] && [ $((s % 10)) -le 6 ] && { found=1; break; }
+            sleep 0.02
+        done
+        check_if $found "a moment for the hang found (step ${s:-?}, the run's first ${first:-?})"
     fi
     during=""
     if [ $k = 2 ] || [ $k = 4 ]; then # into a save: its temporary directory exists
