@@ -43,6 +43,19 @@ for l in open(sys.argv[1]):
     if "step" in d: print(d["step"], repr(d["loss"]), repr(d["grad_norm"]))' "$1"; }
 # the job's ranks: the launcher's mpirun's workers' children
 ranks_of() { local m w; for m in $(children "$1"); do for w in $(children "$m"); do children "$w"; done; done; }
+latest_step() { local l; l=$(cat out/latest 2>/dev/null); l=${l#step_}; echo "${l:-0}"; }
+# saving: a save newer than latest is being written (an older temporary is a killed save's, left for the next)
+saving() {
+    local d n l
+    l=$(latest_step)
+    for d in out/.tmp_step_*; do
+        [ -d "$d" ] || continue
+        n=${d#out/.tmp_step_}
+        n=${n%%_*}
+        [ "$n" -gt "$l" ] 2>/dev/null && return 0
+    done
+    return 1
+}
 run_id0() { sed -n '1s/.*(run \([0-9a-z-]*\))$/\1/p' log/workerlog.0 2>/dev/null; }
 last_step() { grep -o 'global step [0-9]*,' log/workerlog.0 2>/dev/null | tail -1 | tr -dc 0-9; }
 # wait_back ID: waits until rank 0's log is another run's than ID and that run has trained a step; prints seconds
@@ -67,9 +80,13 @@ wait_for log/workerlog.0 120 "global step 1,"
 all_pids=""
 times=""
 faults=0
+from=0 # the step of the checkpoint the running job resumed from
 for k in 1 2 3 4 5 6; do
-    # a step 8-27 steps on, short of the end
-    target=$(($(last_step) + 8 + RANDOM % 20))
+    # progress first: a checkpoint newer than the one the job resumed from (faults that keep the job from saving
+    # one are, after three, the launcher's sign of a failure in the job itself: it stops restarting)
+    for i in $(seq 1 2400); do [ "$(latest_step)" -gt "$from" ] && break; sleep 0.05; done
+    # then a step 3-17 steps on, short of the end
+    target=$(($(last_step) + 3 + RANDOM % 15))
     [ $target -gt $((STEPS - 20)) ] && target=$((STEPS - 20))
     for i in $(seq 1 1200); do s=$(last_step); [ "${s:-0}" -ge $target ] && break; sleep 0.05; done
     if [ $k = 6 ]; then
@@ -85,8 +102,8 @@ for k in 1 2 3 4 5 6; do
         check_if $found "a moment for the hang found (step ${s:-?}, the run's first ${first:-?})"
     fi
     during=""
-    if [ $k = 2 ] || [ $k = 4 ]; then # into a save: its temporary directory exists
-        for i in $(seq 1 2000); do compgen -G "out/.tmp_step_*" >/dev/null && { during=" during a save"; break; }; sleep 0.005; done
+    if [ $k = 2 ] || [ $k = 4 ]; then # into a save: the temporary directory of a step newer than latest exists
+        for i in $(seq 1 3000); do saving && { during=" during a save"; break; }; sleep 0.005; done
     fi
     pids=$(ranks_of $launcher)
     all_pids="$all_pids $pids"
@@ -103,6 +120,7 @@ for k in 1 2 3 4 5 6; do
     fi
     faults=$((faults + 1))
     back=$(wait_back "$id")
+    from=$(latest_step)
     times="$times $back"
     echo "     fault $k: $what: training again after $back s"
     reliability_row "restarts (test_chaos)" "$what, 8-rank pp2 x sharding2 x mp2 gpt2-tiny, --max_restarts" \
