@@ -141,7 +141,7 @@ static void decide_state(llm4d_rp_run *r) {
         /* the signal that stopped the job: a rank's own interrupt says it better than the SIGTERM passed on */
         if (stopped_rank(k) && (!stop || (!k->forwarded && stop->forwarded))) stop = k;
     }
-    char what[1100] = "", resume[PATH_MAX + 200];
+    char what[1100] = "", resume[2 * PATH_MAX + 200]; /* both paths whole: latest and the run directory */
     if (cause && cause->error[0]) snprintf(what, sizeof what, "%s", cause->error);
     else if (cause && cause->signaled) snprintf(what, sizeof what, "rank %d was killed by signal %d (%s)", cause->rank,
                                                 cause->exit_value, strsignal(cause->exit_value));
