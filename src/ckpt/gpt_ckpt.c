@@ -205,12 +205,13 @@ llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
-                                          const llm4d_model_config *model, const llm4d_param_table *t,
-                                          const size_t *lo, const size_t *hi, int n, const float *params,
-                                          const size_t *params_off, const float *m, const float *v,
-                                          const size_t *state_off, const char *tag, const cJSON *meta,
-                                          int keep_last, llm4d_err *err) {
+llm4d_code llm4d_gpt_ckpt_save_prepare(llm4d_ckpt_saver **out, cJSON **meta_out, llm4d_comm *comm,
+                                       const char *output_dir, int64_t step, int writes,
+                                       const llm4d_model_config *model, const llm4d_param_table *t, const size_t *lo,
+                                       const size_t *hi, int n, const float *params, const size_t *params_off,
+                                       const float *m, const float *v, const size_t *state_off, const char *tag,
+                                       const cJSON *meta, llm4d_err *err) {
+    *meta_out = NULL;
     llm4d_ckpt_saver *s = NULL;
     LLM4D_TRY(llm4d_ckpt_save_begin_collective(&s, comm, output_dir, step, writes, err));
     char own_tag[32];
@@ -232,6 +233,21 @@ llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_d
         }
     }
     llm4d_gpt_ckpt_add_ranges(s, t, lo, hi, n, params, params_off, m, v, state_off, tag, &le);
+    *out = s;
+    *meta_out = mj;
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
+                                          const llm4d_model_config *model, const llm4d_param_table *t,
+                                          const size_t *lo, const size_t *hi, int n, const float *params,
+                                          const size_t *params_off, const float *m, const float *v,
+                                          const size_t *state_off, const char *tag, const cJSON *meta,
+                                          int keep_last, llm4d_err *err) {
+    llm4d_ckpt_saver *s = NULL;
+    cJSON *mj = NULL;
+    LLM4D_TRY(llm4d_gpt_ckpt_save_prepare(&s, &mj, comm, output_dir, step, writes, model, t, lo, hi, n, params,
+                                          params_off, m, v, state_off, tag, meta, err));
     llm4d_code rc = llm4d_ckpt_save_commit_collective(s, mj, keep_last, err); /* consumes s */
     cJSON_Delete(mj);
     return rc;

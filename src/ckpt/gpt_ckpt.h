@@ -141,6 +141,20 @@ llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_d
                                           const size_t *state_off, const char *tag, const cJSON *meta,
                                           int keep_last, llm4d_err *err);
 
+/* llm4d_gpt_ckpt_save_collective in two halves, for a save whose files are written later or on another thread
+ * (train/async_save.c): this one begins the collective saver (collective over comm) and adds this rank's ranges to
+ * it, nothing written yet: the buffers must stay valid and unchanged until the files are written. *meta_out receives
+ * rank 0's meta.json object (NULL on other ranks; the caller deletes it after the commit). Then
+ * llm4d_ckpt_save_write_collective (any thread) and llm4d_ckpt_save_commit_collective(*out, *meta_out, keep_last)
+ * on every rank. A failure to begin returns the same error on every rank (*out = NULL); one while adding is kept in
+ * the saver, and the commit fails with it on every rank. */
+llm4d_code llm4d_gpt_ckpt_save_prepare(llm4d_ckpt_saver **out, cJSON **meta_out, llm4d_comm *comm,
+                                       const char *output_dir, int64_t step, int writes,
+                                       const llm4d_model_config *model, const llm4d_param_table *t, const size_t *lo,
+                                       const size_t *hi, int n, const float *params, const size_t *params_off,
+                                       const float *m, const float *v, const size_t *state_off, const char *tag,
+                                       const cJSON *meta, llm4d_err *err);
+
 /* Fill the model geometry (vocab_size, hidden_size, num_layers, num_attention_heads, ffn_hidden_size,
  * max_position_embeddings) and the recorded dropouts, initializer_range and eos_token_id of *m from meta.json's
  * "model"; padded_vocab_size is set to vocab_size rounded up to a multiple of `vocab_unit` (the caller's padding;

@@ -70,7 +70,8 @@
  * the directory (output_dir must be on a file system all ranks share). Each rank then adds ITS OWN tensors, ranges
  * and blobs to files whose names no other rank uses (a per-rank tag such as "_r003" in the name); nothing is
  * communicated while adding. llm4d_ckpt_save_commit_collective, called by every rank:
- *   1. each rank writes and fsyncs its files (and the temporary directory);
+ *   1. each rank writes and fsyncs its files (and the temporary directory), unless it did so already with
+ *      llm4d_ckpt_save_write_collective (file I/O only: an asynchronous save runs it on a writer thread);
  *   2. all ranks exchange a status record (allgather): if any rank failed — an add that failed earlier (the first
  *      failure is kept in the saver), a write error, llm4d_ckpt_save_mark_failed — rank 0 removes the temporary
  *      directory and EVERY rank returns that rank's error, prefixed "rank R:"; nothing under a final name changed;
@@ -142,6 +143,11 @@ llm4d_code llm4d_ckpt_save_begin_collective(llm4d_ckpt_saver **out, llm4d_comm *
  * that the next llm4d_ckpt_save_commit_collective fails on every rank with it. The first failure recorded wins.
  * Collective savers only (a single writer simply calls llm4d_ckpt_save_abort); ignored otherwise. */
 void llm4d_ckpt_save_mark_failed(llm4d_ckpt_saver *s, const llm4d_err *why);
+/* Step 1 of the commit ahead of it: write and fsync this rank's files (and the temporary directory). It only does
+ * file I/O, no communication, so it may run on another thread than the one that calls MPI (an asynchronous save's
+ * writer), provided no other thread uses s meanwhile; the commit then goes on from step 2. A failure is kept in s
+ * (the commit fails on every rank with it) and returned; a second call does nothing. Not needed before a commit. */
+llm4d_code llm4d_ckpt_save_write_collective(llm4d_ckpt_saver *s, llm4d_err *err);
 /* Collective over the saver's communicator; consumes s on every rank. meta is used on rank 0 only (other ranks may
  * pass NULL); keep_last as in llm4d_ckpt_save_commit. Returns the same code and message on every rank. */
 llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last,

@@ -39,44 +39,6 @@ static int rm_tree(const char *path) { return nftw(path, rm_cb, 16, FTW_DEPTH | 
 
 /* ---- saving ---- */
 
-typedef struct {
-    char name[LLM4D_CKPT_FILE_MAX];
-    int is_blob;
-    llm4d_st_writer w;   /* tensors */
-    cJSON *slices;       /* the llm4d.slices record (NULL while no partial slice was added) */
-    const void *blob;
-    size_t blob_len;
-    int written;
-    uint32_t crc;
-    uint64_t bytes;
-    int *names;          /* open-addressing set of the local names added (index into w.t + 1; 0 = empty) */
-    int names_cap;       /* a power of two, more than twice w.n */
-} ck_pending;
-
-struct llm4d_ckpt_saver {
-    char out_dir[PATH_MAX_CK];
-    char tmp_dir[PATH_MAX_CK + 128];
-    char step_name[64];
-    int64_t step;
-    pid_t pid;           /* of the process that names the temporary directory (rank 0 of a collective save) */
-    char kill_at[64];
-    int kill_here;       /* LLM4D_CKPT_KILL_RANK is unset or names this rank */
-    llm4d_fault fault;   /* LLM4D_FAULT: this save's file operations are counted here (core/fault.h) */
-    int nfiles_written;
-    int n, cap;
-    ck_pending *f;
-    /* collective saves */
-    llm4d_comm *comm;    /* NULL: a single writer */
-    int rank, writes;
-    llm4d_err failed;    /* the first failure of this rank, kept for the collective commit (code 0: none) */
-};
-
-static void maybe_kill(const llm4d_ckpt_saver *s, const char *point) {
-    if (s->kill_here && s->kill_at[0] && strcmp(s->kill_at, point) == 0) raise(SIGKILL);
-}
-
-static void kill_hook(void *ctx) { maybe_kill(ctx, "mid_file"); }
-
 static void saver_free(llm4d_ckpt_saver *s) {
     for (int i = 0; i < s->n; i++) {
         llm4d_st_writer_free(&s->f[i].w);
@@ -84,6 +46,7 @@ static void saver_free(llm4d_ckpt_saver *s) {
         free(s->f[i].names);
     }
     free(s->f);
+    free(s->own);
     free(s);
 }
 
@@ -219,219 +182,6 @@ int llm4d_ck_skip_add(const llm4d_ckpt_saver *s, llm4d_err *err) {
     return -1;
 }
 
-static ck_pending *pending_get(llm4d_ckpt_saver *s, const char *file, int is_blob, llm4d_err *err) {
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->f[i].name, file) == 0) {
-            if (s->f[i].is_blob || is_blob) {
-                llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint file '%s' added twice", file);
-                return NULL;
-            }
-            if (s->f[i].written) {
-                llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint file '%s' was flushed already; add to another file",
-                           file);
-                return NULL;
-            }
-            return &s->f[i];
-        }
-    int st = ends_with(file, ".safetensors");
-    if (!plain_name(file) || strcmp(file, "meta.json") == 0 || strcmp(file, "latest") == 0 || st == is_blob) {
-        llm4d_fail(err, LLM4D_EINTERNAL, "'%s' is not a valid checkpoint %s name (plain name, %s)", file,
-                   is_blob ? "blob" : "tensor file", is_blob ? "not *.safetensors" : "ending in .safetensors");
-        return NULL;
-    }
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 8;
-        ck_pending *f = realloc(s->f, (size_t)cap * sizeof *f);
-        if (!f) {
-            llm4d_fail(err, LLM4D_ENOMEM, "out of memory adding checkpoint file '%s'", file);
-            return NULL;
-        }
-        s->f = f;
-        s->cap = cap;
-    }
-    ck_pending *p = &s->f[s->n++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", file);
-    p->is_blob = is_blob;
-    llm4d_st_writer_init(&p->w);
-    return p;
-}
-
-static cJSON *int_array(int n, const int64_t *v) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; a && i < n; i++) {
-        cJSON *x = cJSON_CreateNumber((double)v[i]);
-        if (!x || !cJSON_AddItemToArray(a, x)) {
-            cJSON_Delete(x);
-            cJSON_Delete(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* Whether p holds a tensor named `local` (a set, not a scan: one shard file may get thousands of slices). */
-static int name_taken(const ck_pending *p, const char *local) {
-    if (!p->names_cap) return 0;
-    const size_t mask = (size_t)p->names_cap - 1;
-    for (size_t i = name_hash(local) & mask;; i = (i + 1) & mask) {
-        if (!p->names[i]) return 0;
-        if (strcmp(p->w.t[p->names[i] - 1].name, local) == 0) return 1;
-    }
-}
-
-/* Record the tensor just added (the last of p->w), growing the set when it is half full. */
-static int name_record(ck_pending *p) {
-    int from = p->w.n - 1;
-    if (2 * p->w.n > p->names_cap) {
-        int cap = p->names_cap ? 2 * p->names_cap : 64;
-        int *t = calloc((size_t)cap, sizeof *t);
-        if (!t) return -1;
-        free(p->names);
-        p->names = t;
-        p->names_cap = cap;
-        from = 0;
-    }
-    const size_t mask = (size_t)p->names_cap - 1;
-    for (int k = from; k < p->w.n; k++) {
-        size_t i = name_hash(p->w.t[k].name) & mask;
-        while (p->names[i]) i = (i + 1) & mask;
-        p->names[i] = k + 1;
-    }
-    return 0;
-}
-
-static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt, int ndim,
-                              const int64_t *global_shape, const int64_t *slice_offset, const int64_t *slice_shape,
-                              const void *data, llm4d_err *err) {
-    if (!name || !name[0] || strchr(name, '@') || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
-        ndim > LLM4D_ST_MAX_DIMS || (unsigned)dt >= LLM4D_ST_NDTYPES)
-        return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': bad name (empty, '@' or reserved), ndim %d "
-                          "or dtype %d", name ? name : "", ndim, (int)dt);
-    int64_t off[LLM4D_ST_MAX_DIMS], shp[LLM4D_ST_MAX_DIMS];
-    int whole = 1;
-    for (int d = 0; d < ndim; d++) {
-        off[d] = slice_offset ? slice_offset[d] : 0;
-        shp[d] = slice_shape ? slice_shape[d] : global_shape[d];
-        if (global_shape[d] < 0 || off[d] < 0 || shp[d] < 0 || off[d] + shp[d] > global_shape[d])
-            return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': slice [%lld, +%lld) of dim %d is outside "
-                              "the global size %lld", name, (long long)off[d], (long long)shp[d], d,
-                              (long long)global_shape[d]);
-        if (off[d] != 0 || shp[d] != global_shape[d]) whole = 0;
-    }
-    ck_pending *p = pending_get(s, file, 0, err);
-    if (!p) return err ? err->code : LLM4D_EINTERNAL;
-    char local[512];
-    int k = snprintf(local, sizeof local, "%s", name);
-    if (!whole)
-        for (int d = 0; d < ndim; d++)
-            k += snprintf(local + k, sizeof local - (size_t)k, "%c%lld", d ? ',' : '@', (long long)off[d]);
-    if (k >= (int)sizeof local) return llm4d_fail(err, LLM4D_EINTERNAL, "tensor name '%s' is too long", name);
-    if (name_taken(p, local))
-        return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s' added twice to %s", local, file);
-    if (!whole) {
-        if (!p->slices && !(p->slices = cJSON_CreateObject()))
-            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory recording a slice of '%s'", name);
-        cJSON *e = cJSON_CreateObject();
-        cJSON *gs = int_array(ndim, global_shape), *go = int_array(ndim, off);
-        if (!e || !gs || !go || !cJSON_AddStringToObject(e, "name", name) || !cJSON_AddItemToObject(e, "shape", gs) ||
-            !cJSON_AddItemToObject(e, "offset", go) || !cJSON_AddItemToObject(p->slices, local, e)) {
-            cJSON_Delete(e);
-            return llm4d_fail(err, LLM4D_ENOMEM, "out of memory recording a slice of '%s'", name);
-        }
-    }
-    LLM4D_TRY(llm4d_st_writer_add(&p->w, local, dt, ndim, shp, data, err));
-    if (name_record(p) != 0) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory adding '%s' to %s", local, file);
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                  int ndim, const int64_t *global_shape, const int64_t *slice_offset,
-                                  const int64_t *slice_shape, const void *data, llm4d_err *err) {
-    int skip = llm4d_ck_skip_add(s, err);
-    if (skip >= 0) return (llm4d_code)skip;
-    return llm4d_ck_keep_failure(s, save_tensor(s, file, name, dt, ndim, global_shape, slice_offset, slice_shape, data, err),
-                        err);
-}
-
-llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const void *data, size_t len,
-                                llm4d_err *err) {
-    int skip = llm4d_ck_skip_add(s, err);
-    if (skip >= 0) return (llm4d_code)skip;
-    ck_pending *p = pending_get(s, file, 1, err);
-    if (!p) return llm4d_ck_keep_failure(s, err ? err->code : LLM4D_EINTERNAL, err);
-    p->blob = data;
-    p->blob_len = len;
-    return LLM4D_OK;
-}
-
-static llm4d_code write_blob(llm4d_fault *f, const char *path, const void *data, size_t len, uint32_t *crc,
-                             llm4d_err *err) {
-    int fd = llm4d_fs_create(f, path, 0644);
-    if (fd < 0)
-        return llm4d_fail(err, LLM4D_EIO, "cannot create %s: %s; %s", path, strerror(errno), llm4d_fs_fix(errno));
-    int bad = llm4d_fs_write(f, fd, data, len) != 0 || llm4d_fs_fsync(f, fd) != 0;
-    int e = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) return llm4d_fail(err, LLM4D_EIO, "writing %s: %s; %s", path, strerror(e), llm4d_fs_fix(e));
-    if (crc) *crc = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), data, len);
-    return LLM4D_OK;
-}
-
-static llm4d_code flush_one(llm4d_ckpt_saver *s, ck_pending *p, llm4d_err *err) {
-    if (p->written) return LLM4D_OK;
-    char path[PBUF];
-    snprintf(path, sizeof path, "%s/%s", s->tmp_dir, p->name);
-    if (p->is_blob) {
-        LLM4D_TRY(write_blob(&s->fault, path, p->blob, p->blob_len, &p->crc, err));
-        p->bytes = p->blob_len;
-    } else {
-        /* transformers refuses a safetensors file whose metadata lacks format "pt" (when it has metadata at all) */
-        LLM4D_TRY(llm4d_st_writer_meta(&p->w, "format", "pt", err));
-        if (p->slices) {
-            char *text = cJSON_PrintUnformatted(p->slices);
-            if (!text) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory writing %s", path);
-            llm4d_code rc = llm4d_st_writer_meta(&p->w, SLICES_KEY, text, err);
-            free(text);
-            LLM4D_TRY(rc);
-        }
-        const llm4d_st_write_hooks hooks = {.after_header = s->nfiles_written == 0 ? kill_hook : NULL, .ctx = s,
-                                            .fault = &s->fault};
-        LLM4D_TRY(llm4d_st_writer_write_hooked(&p->w, path, LLM4D_ST_WRITE_FSYNC, &p->crc, &p->bytes, &hooks, err));
-    }
-    p->written = 1;
-    s->nfiles_written++;
-    if (s->nfiles_written == 1) maybe_kill(s, "after_first_file");
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_ckpt_save_flush(llm4d_ckpt_saver *s, const char *file, llm4d_err *err) {
-    int skip = llm4d_ck_skip_add(s, err);
-    if (skip >= 0) return (llm4d_code)skip;
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->f[i].name, file) == 0) return llm4d_ck_keep_failure(s, flush_one(s, &s->f[i], err), err);
-    return llm4d_ck_keep_failure(s, llm4d_fail(err, LLM4D_EINTERNAL, "flushing checkpoint file '%s' that has no tensors", file),
-                        err);
-}
-
-/* One manifest entry; also the record the ranks of a collective commit exchange (fixed size, sent as raw bytes
- * between copies of the same program). */
-typedef struct {
-    char name[LLM4D_CKPT_FILE_MAX];
-    uint64_t bytes;
-    uint32_t crc;
-    int32_t rank; /* the writer */
-} ck_mentry;
-
 static llm4d_code write_meta(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, const cJSON *meta,
                              llm4d_err *err) {
     if (meta && !cJSON_IsObject(meta))
@@ -455,7 +205,7 @@ static llm4d_code write_meta(llm4d_ckpt_saver *s, const ck_mentry *man, int nman
     text[len] = '\n'; /* replaces the terminator: the file ends with a newline */
     char path[PBUF];
     snprintf(path, sizeof path, "%s/meta.json", s->tmp_dir);
-    llm4d_code rc = write_blob(&s->fault, path, text, len + 1, NULL, err);
+    llm4d_code rc = llm4d_ck_write_blob(&s->fault, path, text, len + 1, NULL, err);
     free(text);
     return rc;
 oom:
@@ -588,7 +338,7 @@ static llm4d_code publish(llm4d_ckpt_saver *s, const ck_mentry *man, int nman, c
 static llm4d_code write_own(llm4d_ckpt_saver *s, ck_mentry **man, int *nman, llm4d_err *err) {
     *man = NULL;
     *nman = 0;
-    for (int i = 0; i < s->n; i++) LLM4D_TRY(flush_one(s, &s->f[i], err));
+    for (int i = 0; i < s->n; i++) LLM4D_TRY(llm4d_ck_flush_one(s, &s->f[i], err));
     if (s->n == 0) return LLM4D_OK;
     ck_mentry *m = calloc((size_t)s->n, sizeof *m);
     if (!m) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory listing the checkpoint's files");
@@ -626,7 +376,8 @@ typedef struct {
 } ck_status;
 
 /* Allgather every rank's (code, message, value). When any rank failed, every rank returns the code of the
- * lowest-numbered failing rank with its message ("rank R: ..." in a group of several). values (n entries, may be
+ * lowest-numbered failing rank with its message ("rank R: ..." in a group of several: the same
+ * line on every rank, so the one a launcher shows names the rank that failed). values (n entries, may be
  * NULL) receives every rank's value. A buffer that cannot be allocated here is fatal: returning alone would leave the
  * other ranks waiting in the collective forever. */
 static llm4d_code agree(llm4d_comm *c, llm4d_code rc, const llm4d_err *mine, int64_t value, int64_t *values,
@@ -727,26 +478,41 @@ static llm4d_code check_manifest(const llm4d_ckpt_saver *s, ck_mentry *man, int 
     return LLM4D_OK;
 }
 
+/* Step 1 of a collective commit: this rank's files, each synced, then the directory entries naming them. No
+ * communication, so that it can run on a thread other than the one calling MPI. A failure is kept for the commit. */
+llm4d_code llm4d_ckpt_save_write_collective(llm4d_ckpt_saver *s, llm4d_err *err) {
+    LLM4D_ASSERT(s->comm, "llm4d_ckpt_save_write_collective takes a collective saver");
+    if (!s->own_done && s->failed.code == LLM4D_OK && s->writes) {
+        llm4d_err le = {0};
+        llm4d_code rc = write_own(s, &s->own, &s->nown, &le);
+        if (rc == LLM4D_OK && s->nown > 0 && llm4d_fs_fsync_dir(&s->fault, s->tmp_dir) != 0)
+            rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s; %s", s->tmp_dir, strerror(errno), llm4d_fs_fix(errno));
+        llm4d_ck_keep_failure(s, rc, &le);
+    }
+    s->own_done = 1;
+    if (s->failed.code != LLM4D_OK && err) *err = s->failed;
+    return s->failed.code;
+}
+
 llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *meta, int keep_last,
                                              llm4d_err *err) {
     LLM4D_ASSERT(s->comm, "a single-writer saver is committed with llm4d_ckpt_save_commit");
     llm4d_comm *c = s->comm;
     const int n = llm4d_comm_size(c), rank = s->rank;
+    /* 1. unless done ahead of the commit (an asynchronous save's writer thread) */
+    llm4d_ckpt_save_write_collective(s, NULL);
     llm4d_err le = s->failed;
     llm4d_code rc = s->failed.code;
-    ck_mentry *mine = NULL, *send = NULL, *all = NULL, *man = NULL;
-    int nmine = 0;
-    /* 1. this rank's files, each synced, then the directory entries naming them */
-    if (rc == LLM4D_OK && s->writes) {
-        rc = write_own(s, &mine, &nmine, &le);
-        if (rc == LLM4D_OK && nmine > 0 && llm4d_fs_fsync_dir(&s->fault, s->tmp_dir) != 0)
-            rc = llm4d_fail(&le, LLM4D_EIO, "syncing %s: %s; %s", s->tmp_dir, strerror(errno), llm4d_fs_fix(errno));
-    }
+    const ck_mentry *mine = s->own;
+    const int nmine = rc == LLM4D_OK ? s->nown : 0;
+    ck_mentry *send = NULL, *all = NULL, *man = NULL;
     maybe_kill(s, "before_agree");
     /* 2. did every rank succeed? Past this point no rank writes into the temporary directory. */
     int64_t *counts = calloc((size_t)n, sizeof *counts);
     LLM4D_ASSERT(counts != NULL, "out of memory committing a checkpoint among %d ranks", n);
+    counts[0] = -1; /* agree fills counts[0] first whenever the exchange itself succeeded */
     rc = agree(c, rc, &le, nmine, counts, err);
+    const int exchanged = counts[0] >= 0;
     int64_t maxc = 0, total = 0;
     for (int r = 0; r < n && rc == LLM4D_OK; r++) {
         maxc = counts[r] > maxc ? counts[r] : maxc;
@@ -763,6 +529,10 @@ llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *m
     }
     if (rc != LLM4D_OK) {
         if (rank == 0) rm_tree(s->tmp_dir);
+        /* a rank's failure, agreed on: nobody leaves before rank 0 has removed the temporary directory (a rank that
+         * exits with the error makes the launcher end the others, rank 0 in the middle of its rm_tree). After a
+         * failure of the exchange itself (a lost peer) there is nobody to wait for. */
+        if (exchanged) llm4d_comm_barrier(c, NULL);
         goto done;
     }
     /* 4. rank 0 publishes; everybody returns its result */
@@ -787,7 +557,6 @@ llm4d_code llm4d_ckpt_save_commit_collective(llm4d_ckpt_saver *s, const cJSON *m
 done:
     if (rc != LLM4D_OK) note_kept(s->out_dir, s->step_name, err);
     free(counts);
-    free(mine);
     free(send);
     free(all);
     free(man);

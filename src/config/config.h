@@ -112,6 +112,7 @@ typedef struct {
     char output_dir[LLM4D_PATH_MAX];
     char ckpt_dir[LLM4D_PATH_MAX];   /* resume from here when set */
     int keep_last;                   /* checkpoints to keep; 0 keeps all */
+    int async_save;                  /* saves written by a background thread from a snapshot */
     int max_restarts;                /* llm4d launch restarts a failed job from latest this many times */
     int use_amp;                     /* Engine.mix_precision.enable / --use_amp */
     char amp_dtype[LLM4D_NAME_MAX];  /* "bfloat16" or "float16" */

@@ -108,6 +108,8 @@ static const llm4d_key keys[] = {
         "resume from this checkpoint directory; empty: start fresh"),
     EXT("Engine.save_load.keep_last", LLM4D_KT_INT, keep_last, "0", NULL, "--keep_last",
         "keep only the newest N checkpoints; 0: keep all"),
+    EXT("Engine.save_load.async_save", LLM4D_KT_BOOL, async_save, "False", NULL, "--async_save",
+        "write checkpoints in the background from a host snapshot while training goes on"),
     EXT("Engine.save_load.max_restarts", LLM4D_KT_INT, max_restarts, "0", NULL, "--max_restarts",
         "read by llm4d launch: when a rank dies or hangs, restart the job from latest up to N times "
         "(torchrun's --max-restarts, paddle.distributed.launch's --max_restart); user errors are never restarted"),

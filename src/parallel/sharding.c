@@ -345,6 +345,12 @@ static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t
     }
 }
 
+size_t llm4d_sharding_kept(const llm4d_param_table *t, int N) {
+    size_t local, group, shard;
+    sizes(t, N, &local, &group, &shard);
+    return local;
+}
+
 void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
                                  const char *device, size_t bytes[]) {
     if (!offload || forward_only || !llm4d_backend_has_host(device)) return;

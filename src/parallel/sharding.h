@@ -130,6 +130,9 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
  * gradient payloads; forward_only: as llm4d_sharding_init's. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
                          size_t bytes[]);
+/* The elements of t whose state (parameters, Adam's m and v) a rank of a sharding group of N keeps: its shard of
+ * every group. */
+size_t llm4d_sharding_kept(const llm4d_param_table *t, int N);
 /* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
 void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
                                  const char *device, size_t bytes[]);

@@ -55,6 +55,14 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
     return LLM4D_OK;
 }
 
+size_t llm4d_stack_snapshot_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_param_table *t) {
+    if (!cfg->async_save || cfg->forward_only) return 0;
+    const size_t state = 3 * sizeof(float);
+    if (!sharded(cfg)) return topo->data_rank == 0 ? state * t->total : 0;
+    if (cfg->dist.save_consolidated) return state * t->total;
+    return topo->index[LLM4D_AXIS_DATA] == 0 ? state * llm4d_sharding_kept(t, cfg->dist.sharding_degree) : 0;
+}
+
 /* calloc an engine of `size` bytes, run its init, push it: the stack owns it from then on. */
 #define PUSH(type, storage, init_call)                                                                           \
     do {                                                                                                         \

@@ -20,6 +20,15 @@
  * (micro-batch shape, activation slots, split backward, flat buffers or not). */
 llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,
                               llm4d_model_part *part, llm4d_gpt_layout *layout, llm4d_err *err);
+/* The host snapshot of --async_save on this rank (cfg->async_save; 0 when off or forward only): what its checkpoint
+ * holds, parameters and Adam's m and v in fp32, back to back.
+ *   - A rank that writes (flat: the first data-parallel replica, its part's whole table; ZeRO: the first replica of
+ *     the sharding group, its shard of every group): 3 x 4 x the elements it writes. A data-parallel replica of
+ *     another rank's state writes nothing and holds no snapshot.
+ *   - save_consolidated under ZeRO: the gather fills whole buffers on every rank of the group, 3 x 4 x t->total.
+ * The trainer allocates exactly this (train/async_save.c checks it against the engine's state), so plan and
+ * allocation agree by construction. */
+size_t llm4d_stack_snapshot_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_param_table *t);
 /* Adds to bytes[category] what the engines of the stack will allocate for the table t (act_bytes: the bytes of one
  * activation crossing a pipeline stage, in the residual stream's type). */
 llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *plan,

@@ -315,6 +315,7 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
     out->mpi_allreduce = llm4d_memplan_mpi_allreduce_bytes(cfg, topo, t, crossing, paths);
     if (paths) out->shm_segments = llm4d_memplan_shm_bytes(cfg, topo, t, crossing, paths);
     out->libraries = be->host_addressable ? LLM4D_MEMPLAN_LIBRARIES : 0;
+    out->cat[LLM4D_MEM_WORKSPACE] += llm4d_stack_snapshot_bytes(cfg, topo, t); /* --async_save */
     if (!memo) llm4d_param_table_free(&own);
     LLM4D_TRY(rc);
     out->cat[LLM4D_MEM_WORKSPACE] += llm4d_batch_bytes((int)cfg->local_batch_size, cfg->data.max_seq_len);

@@ -10,6 +10,7 @@
  * buffers of its part of the model, or its ZeRO shards) as slices of the global tensors, only the entries it owns
  * (a tensor-parallel replica is written by rank 0 of its group) and only from the first data-parallel replica;
  * nothing is gathered, and rank 0 publishes the step once every rank's files are safely written (ckpt/store.h).
+ * With --async_save the files are written by a background thread from a snapshot (async_save.c).
  * Loading reads just the ranges each rank keeps, whatever layout wrote them. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -99,6 +100,14 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     llm4d_engine *e = tr->engines.storage;
     llm4d_code rc = LLM4D_OK;
     const double t0 = llm4d_trace_now(tr->trace);
+    if (tr->async) { /* the previous save published first (saves are published in order), then this one's snapshot */
+        LLM4D_TRY(llm4d_trainer_save_poll(tr, step, 1, err));
+        cJSON *meta = build_meta(tr, step);
+        rc = llm4d_trainer_save_async(tr, step, meta, err);
+        cJSON_Delete(meta);
+        llm4d_trace_span(tr->trace, LLM4D_TR_CKPT, "checkpoint snapshot", step, t0);
+        return rc;
+    }
     cJSON *meta = build_meta(tr, step);
     if (e->ops->gather_state && c->dist.save_consolidated) {
         rc = save_consolidated(tr, step, meta, err);

@@ -142,6 +142,9 @@ static llm4d_code update(llm4d_trainer *tr, int64_t step, double loss, double *n
     if (*found_inf) {
         *norm_out = INFINITY;
         if (tr->precision != LLM4D_PREC_FP16) { /* stop before anything of this step is applied or saved */
+            /* a save still written in the background holds the last good state: it is finished first (the ranks
+             * all take this branch, the norm and loss being reduced) */
+            LLM4D_TRY(llm4d_trainer_save_poll(tr, step, 1, err));
             char saved[64] = "no checkpoint was written yet";
             if (tr->last_saved > 0) snprintf(saved, sizeof saved, "step_%lld is the last checkpoint",
                                              (long long)tr->last_saved);
@@ -307,7 +310,7 @@ static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm
     return rc;
 }
 
-llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
+static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const int T = c->data.max_seq_len;
     const double tokens = (double)c->global_batch_size * T;
@@ -429,9 +432,12 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         if ((c->save_steps > 0 && step % c->save_steps == 0) || (step == c->max_steps && c->save_steps >= 0)) {
             if (watch) llm4d_watch_set(watch, step, c->dist.comm_timeout_first); /* a save waits on the slowest disk */
             LLM4D_TRY(llm4d_trainer_save(tr, step, err));
+        } else {
+            LLM4D_TRY(llm4d_trainer_save_poll(tr, step, 0, err)); /* --async_save: publish a save once written */
         }
         LLM4D_TRY(llm4d_trainer_trace_step_end(tr, step, t0, t1, err));
     }
+    LLM4D_TRY(llm4d_trainer_save_poll(tr, c->max_steps, 1, err)); /* the last save written and published */
     print_peak_memory(tr);
     llm4d_trainer_predict_end(tr);
     log_work(tr, &work_sum, work_step_s, work_steps);
@@ -463,4 +469,10 @@ llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
         LLM4D_TRY(log_stage_compute(tr, mine, err));
     }
     return LLM4D_OK;
+}
+
+llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
+    const llm4d_code rc = run_steps(tr, err);
+    if (rc != LLM4D_OK) llm4d_trainer_save_settle(tr); /* --async_save: a save pending when the run failed */
+    return rc;
 }

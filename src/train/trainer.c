@@ -318,6 +318,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     LLM4D_TRY(init_loaders(tr, opts->eval_only, err)); /* before the model: its plan counts what they hold */
     LLM4D_TRY(build_model(tr, err));
     LLM4D_TRY(build_engines(tr, err));
+    if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_async_init(tr, err)); /* --async_save's snapshot */
     const int T = cfg->data.max_seq_len;
     LLM4D_TRY(llm4d_devbatch_init(&tr->batch, tr->be, &tr->mem, (int)cfg->local_batch_size, T, err));
     tr->lr = llm4d_lr_cosine_warmup(cfg->optim.max_lr, cfg->optim.min_lr, cfg->optim.warmup_rate,
@@ -362,6 +363,7 @@ void llm4d_trainer_free(llm4d_trainer *tr) {
     llm4d_devbatch_free(&tr->batch);
     free(tr->mbs);
     llm4d_pp_plan_free(&tr->ppplan);
+    llm4d_trainer_async_free(tr);
     if (tr->have_loader) llm4d_loader_free(&tr->loader);
     if (tr->have_eval) llm4d_loader_free(&tr->eval_loader);
     if (tr->have_engines) llm4d_engines_destroy(&tr->engines);

@@ -9,11 +9,12 @@
  * stack built at start-up from the degrees.
  *
  * Files: trainer.c (building and freeing), step.c (the loop, the log line, metrics.jsonl), eval.c (validation
- * loss), checkpoint.c (save, resume, start from weights), debug.c (test-facility dumps), predict_run.c (the
- * planner's prediction for the run, and its error). */
+ * loss), checkpoint.c (save, resume, start from weights), async_save.c (--async_save: saves written by a background
+ * thread), debug.c (test-facility dumps), predict_run.c (the planner's prediction for the run, and its error). */
 #ifndef LLM4D_TRAIN_TRAINER_H
 #define LLM4D_TRAIN_TRAINER_H
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 
 #include "backend/backend.h"
@@ -60,6 +61,7 @@ typedef struct {
     double peak_gflops; /* this rank's matmul rate measured at start-up (the MFU denominator); 0: unknown */
     int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
     int64_t last_saved;        /* step of the last checkpoint written (or loaded) */
+    struct llm4d_async_save *async; /* --async_save: the snapshot and the pending save (async_save.c); NULL: off */
     double last_loss;
     /* mixed precision: fp16 scales the loss (dynamic, Paddle's GradScaler), bf16 does not (scale 1) */
     llm4d_precision precision;
@@ -112,7 +114,7 @@ void llm4d_trainer_free(llm4d_trainer *tr);
 /* Log `title`, then the memory table (held and peak MiB per category) of this process. */
 void llm4d_trainer_log_memory(const llm4d_trainer *tr, const char *title);
 
-/* memplan_check.c: this rank's memory plan (plan/memplan.h: its model part and layout, tr->ppplan's pipeline, its
+/* memplan.c: this rank's memory plan (train/memplan.h: its model part and layout, tr->ppplan's pipeline, its
  * engines) on top of what the process holds now, logged; a user error when it cannot fit in the memory available
  * to it. Nothing of the model is allocated yet. */
 llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err);
@@ -122,6 +124,16 @@ llm4d_code llm4d_trainer_eval(llm4d_trainer *tr, int64_t step, double *loss, llm
 /* checkpoint.c */
 llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err);
 llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_optim, llm4d_err *err);
+/* async_save.c (--async_save). init: the snapshot, allocated once (nothing when async_save is off). save_async: the
+ * snapshot of step's state taken and its writer thread started (llm4d_trainer_save calls it; meta: its meta.json).
+ * save_poll, called by every rank at the same steps: when every rank's writer is done (wait: after waiting for this
+ * rank's), the pending save is published, or its failure returned (the synchronous save's one line); nothing
+ * pending: OK. settle: a run stopping on an error finishes a pending save as far as is safe (async_save.c). */
+llm4d_code llm4d_trainer_async_init(llm4d_trainer *tr, llm4d_err *err);
+llm4d_code llm4d_trainer_save_async(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err);
+llm4d_code llm4d_trainer_save_poll(llm4d_trainer *tr, int64_t step, int wait, llm4d_err *err);
+void llm4d_trainer_save_settle(llm4d_trainer *tr);
+void llm4d_trainer_async_free(llm4d_trainer *tr);
 /* debug.c */
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
