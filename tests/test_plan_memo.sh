@@ -75,8 +75,9 @@ try:
 except Exception as e:
     print(f"0 no answer to compare ({e})"); sys.exit()
 a.pop("seconds", None); b.pop("seconds", None)
-if "rejected" not in a:  # (b): the rejections' needs are not computed in full
+if "rejected" not in a:  # (b): the rejections' needs are not computed in full (nor summarised by reason)
     b.pop("rejected", None)
+    b.pop("rejected_by_reason", None)
 rows = a.get("layouts", [a])
 if not rows or not rows[0].get("step_s", 0) > 0:
     print("0 no layout predicted"); sys.exit()

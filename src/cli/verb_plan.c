@@ -2,9 +2,12 @@
  * one layout's predicted time and memory (--evaluate), or this machine measured into a profile (--calibrate).
  *
  *   llm4d plan -c cfg.yaml | train's flags  --nodes N --ranks_per_node R [--threads_per_rank T]
- *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain] [--json]
+ *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain [--explain_lines N]] [--json]
  *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json]
  *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
+ *
+ * Every answer names the precision it priced in its first lines (plan/report.h); --explain summarises the
+ * rejections by reason before any layout's own line, and lists at most --explain_lines (50) layouts per reason.
  *
  * Every bad input (a flag, a profile that is missing or garbled, node counts that do not make the layout) is one
  * line naming the problem and the fix, exit 2. */
@@ -18,6 +21,7 @@
 #include "cli/job.h"
 #include "plan/calibrate.h"
 #include "plan/evaluate.h"
+#include "plan/explain.h"
 #include "plan/report.h"
 #include "plan/search.h"
 #include "plan/simmemo.h"
@@ -27,8 +31,8 @@
 
 static const char usage[] =
     "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
-    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--search_threads T] [--explain]\n"
-    "                  [--json]\n"
+    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--search_threads T]\n"
+    "                  [--explain [--explain_lines N]] [--json]\n"
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
     "                  [--hostfile FILE --nodes N] [--machine_profile FILE]\n"
@@ -36,10 +40,12 @@ static const char usage[] =
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
     "recompute), checked by train's own validation and by memory (every rank's peak from the trainer's memory plan),\n"
-    "timed from the machine profile, the fastest --top printed with their breakdowns; --explain lists every rejected\n"
-    "layout with the reason. --evaluate predicts the one layout the flags describe; with --json it prints one object\n"
-    "with step_s and peak_mib_per_rank. --calibrate measures this machine (the model's kernels at its shapes,\n"
-    "collectives, memory) into the profile (default ~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
+    "timed from the machine profile, the fastest --top printed with their breakdowns; --explain counts the rejected\n"
+    "layouts by reason, then lists them, at most --explain_lines (default 50; 0: all) per reason. The answer says\n"
+    "which precision it priced (fp32 unless --use_amp true). --evaluate predicts the one layout the flags\n"
+    "describe; with --json it prints one object with step_s and peak_mib_per_rank. --calibrate measures this\n"
+    "machine (the model's kernels at its shapes, collectives, memory) into the profile (default\n"
+    "~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
     "only what a quiet machine can measure: run it when nothing else is running. With --hostfile its jobs of up to\n"
     "nodes x ranks_per_node ranks are placed by the hostfile, so groups spanning hosts are measured too.\n"
     "\n"
@@ -52,6 +58,7 @@ static int fail(const char *what) {
 
 typedef struct {
     int evaluate, calibrate, explain, json, quick, no_memo;
+    int explain_lines; /* rejected layouts listed per reason (0: all) */
     const char *hostfile;
 } switches;
 
@@ -67,7 +74,12 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
         /* no shortcut (every rank's memory plan counted afresh, every layout's collectives priced): the oracle
          * tests/test_plan_memo.sh compares the search against */
         else if (i > 0 && !strcmp(argv[i], "--no_memo")) sw->no_memo = 1;
-        else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
+        else if (i > 0 && !strcmp(argv[i], "--explain_lines")) {
+            char *end = NULL;
+            const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 0 || v > 1000000000) *bad = -i;
+            else sw->explain_lines = (int)v, i++;
+        } else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
             if (i + 1 >= argc) *bad = i;
             else sw->hostfile = argv[++i];
         } else args[n++] = argv[i];
@@ -94,6 +106,7 @@ static void print_header(FILE *f, const llm4d_config *cfg, const llm4d_cluster *
             cl->ranks_per_node, cl->threads, cl->threads == 1 ? "" : "s", cl->memory_per_node / (1024 * MiB));
     fprintf(f, "machine profile %s: %s%s%s, %d cores, measured %s at load %.2f\n", path, prof->name,
             prof->cpu[0] ? ", " : "", prof->cpu, prof->cores, prof->when[0] ? prof->when : "(not said)", prof->load);
+    llm4d_report_precision_line(f, cfg);
 }
 
 static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, const switches *sw,
@@ -170,19 +183,28 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     llm4d_pp_plan pp;
     const int top = base->plan.top;
     int code = 0;
-    if (!shown) return fail("out of memory");
+    llm4d_reasons why = {0};
+    if (!shown || (sw->explain && llm4d_reasons_group(&s, &why, &err) != LLM4D_OK)) {
+        free(shown);
+        llm4d_search_free(&s);
+        return fail("out of memory");
+    }
     cJSON *root = sw->json ? cJSON_CreateObject() : NULL;
+    if (root) cJSON_AddStringToObject(root, "precision", llm4d_report_precision(base));
     if (s.n_fit == 0) { /* a user error: one line on stderr (the rejected list, when asked, on stdout) */
         fprintf(stderr, "llm4d plan: none of %d layouts fits (%d pass the configuration's checks, none in %.2f GiB "
                 "per host); give more memory per host (--memory_per_node) or more hosts, or see each layout's need "
                 "with --explain\n", s.n, s.n_valid, pr->cluster.memory_per_node / (1024 * MiB));
         code = 2;
+        if (sw->explain && !root) llm4d_reasons_summary(stdout, &s, &why);
     } else if (!sw->json) {
         llm4d_layout_config(base, &s.c[0].layout, global, shown, &pp, &err);
         llm4d_pp_plan_free(&pp);
         print_header(stdout, shown, &pr->cluster, prof, path);
-        printf("%d layouts considered in %.2f s: %d pass the configuration's checks, %d fit in memory; the fastest %d:\n",
-               s.n, s.seconds, s.n_valid, s.n_fit, top < s.n_fit ? top : s.n_fit);
+        printf("%d layouts considered in %.2f s: %d pass the configuration's checks, %d fit in memory\n", s.n,
+               s.seconds, s.n_valid, s.n_fit);
+        if (sw->explain) llm4d_reasons_summary(stdout, &s, &why);
+        printf("the fastest %d:\n", top < s.n_fit ? top : s.n_fit);
     }
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "layouts") : NULL;
     for (int i = 0; i < s.n_fit && i < top; i++) {
@@ -209,21 +231,18 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         }
         llm4d_prediction_free(&p);
     }
-    if (sw->explain) {
-        cJSON *rej = root ? cJSON_AddArrayToObject(root, "rejected") : NULL;
-        if (!root) printf("rejected (%d):\n", s.n - s.n_fit);
+    if (sw->explain && !root) llm4d_reasons_detail(stdout, &s, &why, sw->explain_lines);
+    if (sw->explain && root) {
+        cJSON_AddItemToObject(root, "rejected_by_reason", llm4d_reasons_json(&s, &why));
+        cJSON *rej = cJSON_AddArrayToObject(root, "rejected");
         for (int i = s.n_fit; i < s.n; i++) {
             char name[160];
             llm4d_layout_name(&s.c[i].layout, name, sizeof name);
-            const char *why = s.c[i].reason ? s.c[i].reason : "?";
-            if (rej) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "layout", name);
-                cJSON_AddStringToObject(o, "reason", why);
-                cJSON_AddItemToArray(rej, o);
-            } else {
-                printf("  %-34s %s\n", name, why);
-            }
+            const char *reason = s.c[i].reason ? s.c[i].reason : "?";
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "layout", name);
+            cJSON_AddStringToObject(o, "reason", reason);
+            cJSON_AddItemToArray(rej, o);
         }
     }
     if (root) {
@@ -237,6 +256,7 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         cJSON_Delete(root);
     }
     free(shown);
+    llm4d_reasons_free(&why);
     llm4d_search_free(&s);
     return code;
 }
@@ -247,7 +267,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return free(args), free(cfg), fail("out of memory");
-    switches sw = {0};
+    switches sw = {.explain_lines = 50};
     int bad = 0, code = 2;
     const int n = take_switches(argc, argv, args, &sw, &bad);
     llm4d_err err = {0};
@@ -258,6 +278,11 @@ int llm4d_cmd_plan(int argc, char **argv) {
     llm4d_memplan_memo *memo = NULL;
     llm4d_sim_memo *sim = NULL;
     char path[LLM4D_PATH_MAX];
+    if (bad < 0) {
+        code = fail("--explain_lines needs a count of rejected layouts to list per reason (0: all), as in "
+                    "--explain_lines 50");
+        goto out;
+    }
     if (bad) {
         code = fail("--hostfile needs a file naming the hosts (one per line: `host slots=N`)");
         goto out;

@@ -1,6 +1,8 @@
 /* report.c — a prediction as text and as JSON (see report.h). */
 #include "plan/report.h"
 
+#include <string.h>
+
 #include "backend/backend.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -33,6 +35,33 @@ void llm4d_report_text(FILE *f, const llm4d_prediction *p, const llm4d_config *c
     fprintf(f, "%sflags: %s\n", indent, flags);
 }
 
+const char *llm4d_report_precision(const llm4d_config *cfg) {
+    if (!cfg->use_amp) return "fp32";
+    const int o1 = !strcmp(cfg->amp_level, "O1");
+    if (!strcmp(cfg->amp_dtype, "float16")) return o1 ? "fp16 O1" : "fp16 O2";
+    if (!strcmp(cfg->amp_dtype, "tfloat32")) return "tf32";
+    return o1 ? "bf16 O1" : "bf16 O2";
+}
+
+void llm4d_report_precision_line(FILE *f, const llm4d_config *cfg) {
+    const char *grads = !strcmp(cfg->dist.grad_comm_dtype, "bfloat16") ? "bf16" : "fp32";
+    if (!cfg->use_amp) {
+        fprintf(f, "precision priced: fp32 (no --use_amp: every GEMM at the profile's fp32 rate, fp32 activations and "
+                "messages); for bf16 mixed precision ask with --use_amp true (O2: 16-bit activations; --amp_dtype "
+                "float16 for fp16, --fp16_opt_level O1 for fp32 activations)\n");
+        return;
+    }
+    const char *p = llm4d_report_precision(cfg);
+    if (!strcmp(cfg->amp_level, "O1"))
+        fprintf(f, "precision priced: %s mixed precision (16-bit GEMM operands; fp32 activations, pipeline messages "
+                "and tensor-parallel gathers; fp32 master weights); gradients reduced in %s (--grad_comm_dtype); "
+                "--fp16_opt_level O2 keeps activations in 16 bits\n", p, grads);
+    else
+        fprintf(f, "precision priced: %s mixed precision (16-bit GEMM operands, activations, pipeline messages and "
+                "tensor-parallel gathers; fp32 master weights, tensor-parallel sums and optimizer); gradients "
+                "reduced in %s (--grad_comm_dtype)\n", p, grads);
+}
+
 cJSON *llm4d_report_json(const llm4d_prediction *p, const llm4d_config *cfg) {
     cJSON *o = cJSON_CreateObject();
     char name[160], flags[512];
@@ -40,6 +69,9 @@ cJSON *llm4d_report_json(const llm4d_prediction *p, const llm4d_config *cfg) {
     llm4d_layout_flags(&p->layout, cfg, flags, sizeof flags);
     cJSON_AddStringToObject(o, "layout", name);
     cJSON_AddStringToObject(o, "flags", flags);
+    cJSON_AddStringToObject(o, "precision", llm4d_report_precision(cfg));
+    cJSON_AddStringToObject(o, "grad_comm_dtype", cfg->dist.grad_comm_dtype);
+    cJSON_AddStringToObject(o, "dp_overlap", cfg->dist.dp_overlap);
     cJSON_AddNumberToObject(o, "world", p->world);
     cJSON_AddNumberToObject(o, "micro_batches", p->M);
     cJSON_AddNumberToObject(o, "step_s", p->step_s);

@@ -7,7 +7,9 @@
  * before they are ranked. Every prediction is a function of its layout alone, whichever memo holds it, so the
  * answer does not depend on the thread count. Only the pruning does: a thread bounds a layout against the K
  * fastest of the blocks it has seen, and a layout pruned there or not is slower than the final K fastest either
- * way. GPT-3 175B on 1024 hosts: 10.3-11.7 s on one thread, 5.6-7.2 s on two (2-vCPU Zen 4 VM; docs/design.md). */
+ * way. GPT-3 175B on 1024 hosts: 10.3-11.7 s on one thread, 5.6-7.2 s on two (2-vCPU Zen 4 VM; docs/design.md).
+ * A thread's layouts borrow their stages' schedules from its memo (plan/schedmemo.h), emptied between blocks: a
+ * block's layouts repeat (kind, V, M) across their ZeRO, offload, sequence-parallel and split choices. */
 #include "plan/search.h"
 
 #include <omp.h>
@@ -16,6 +18,7 @@
 #include <time.h>
 
 #include "parallel/schedule.h"
+#include "plan/schedmemo.h"
 #include "plan/simmemo.h"
 #include "plan/memplan.h"
 
@@ -61,6 +64,8 @@ typedef struct {
     int top;           /* the K fastest a search reports (0: no bound) */
     double *best;      /* [top] the fastest step times found, ascending */
     llm4d_pp_balance_memo *balance; /* the balanced splits made (NULL under --no_memo: each computed) */
+    llm4d_sched_memo *sched;        /* the stages' schedules built, lent to the layouts (NULL under --no_memo: each
+                                     * layout builds its own) */
     int n_best;
 } ctx;
 
@@ -87,8 +92,9 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
         return add(x->out, &c, err);
     }
     x->out->n_valid++;
-    /* every stage's schedule built once for the layout, not once per use (every shortcut off: built per use) */
-    if (!x->pr->exhaustive && llm4d_pp_plan_keep_schedules(&pp, &why) != LLM4D_OK) {
+    /* every stage's schedule built once for the block's layouts that share it, not once per use (every shortcut
+     * off: built per use) */
+    if (!x->pr->exhaustive && llm4d_sched_memo_lend(x->sched, &pp, &why) != LLM4D_OK) {
         llm4d_pp_plan_free(&pp);
         return *err = why, LLM4D_ENOMEM;
     }
@@ -111,6 +117,7 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
             if (prc == LLM4D_OK && !x->pred.bound_time) keep_best(x, c.step_s);
         }
     }
+    llm4d_sched_memo_return(x->sched, &pp);
     llm4d_pp_plan_free(&pp);
     if (prc != LLM4D_OK) { /* a layout the model's own code refuses (a part it cannot build) is rejected, not fatal */
         if (prc == LLM4D_ENOMEM) return *err = why, prc;
@@ -220,6 +227,7 @@ static void worker_free(worker *w) {
     free(w->x.cfg);
     free(w->x.best);
     llm4d_pp_balance_memo_destroy(w->x.balance);
+    llm4d_sched_memo_destroy(w->x.sched);
     if (w->own) {
         llm4d_stagecost_cache_destroy(w->pr.cache);
         llm4d_memplan_memo_destroy(w->pr.memo);
@@ -247,6 +255,7 @@ static llm4d_code worker_init(worker *w, const llm4d_predictor *pr, const llm4d_
     w->x.balance = pr->exhaustive ? NULL : llm4d_pp_balance_memo_create();
     if (!w->x.cfg || !w->x.best || (!pr->exhaustive && !w->x.balance))
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (!pr->exhaustive) LLM4D_TRY(llm4d_sched_memo_create(&w->x.sched, err));
     return LLM4D_OK;
 }
 
@@ -292,6 +301,7 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
     for (int i = 0; i < npairs; i++) {
         worker *w = &wk[omp_get_thread_num()];
         w->x.out = &parts[i];
+        llm4d_sched_memo_clear(w->x.sched); /* a block's P is its own: the memo holds one block's schedules */
         parts[i].memory_per_node = out->memory_per_node;
         prc[i] = layouts_of_pair(base, global, W, pair[i].mp, pair[i].pp, consider_fn, &w->x, &perr[i]);
     }

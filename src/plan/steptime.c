@@ -7,7 +7,12 @@
  * that would move the bytes; a device with its own copy engines hides nearly all of it), while it waits they
  * advance at full rate and the wait is exposed. What issues and what waits is what the engines do:
  *   data parallel (flat storage): in the step's last micro-batch a bucket's all-reduce starts when its last group's
- *     last window closes; the last bucket (the embeddings) is reduced blocking when backward ends;
+ *     last window closes; the last bucket (the embeddings) is reduced blocking when backward ends; under
+ *     dp_overlap off every bucket is reduced blocking, in order, after backward; under alternate the engine
+ *     overlaps odd steps and blocks on even ones, so a step is priced as the mean of the two;
+ *   grad_comm_dtype bfloat16: data parallel's buckets and ZeRO's reduce-scatters carry bf16 payloads (half the
+ *     bytes), and every bucket is rounded to bf16 and written back (two passes over it, priced as conversions);
+ *     ZeRO's gathers, the hybrid all-reduce and the embedding's stay fp32, as the engines send them;
  *   ZeRO stage 1: each group's reduce-scatter after its last window of the step; stages 2 and 3: after every window;
  *     at most two in flight (the gradient ring), a third waits for the oldest;
  *   ZeRO stage 3: params_for waits for the group's gather, then starts the next group's (the recorded order);
@@ -81,6 +86,7 @@ typedef struct {
     const llm4d_stagecost *sc;
     int stage;           /* ZeRO stage (0: flat storage) */
     int dp_flat;         /* flat storage over a data group of more than one rank */
+    int dp_overlap;      /* this step's buckets start during backward (dp_overlap on; off: blocking in finish) */
     double *t_ag, *t_rs; /* [groups] seconds of a group's gather and reduce-scatter */
     double *t_ar;        /* [buckets] seconds of a bucket's all-reduce */
     int *next_pf;        /* [events] the group of the next params_for after event i (cyclic) */
@@ -110,7 +116,7 @@ static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_
                     if (en->stage >= 2) rs = 1;
                     if (last && --en->wleft[g] == 0) {
                         if (en->stage == 1) rs = 1;
-                        if (en->dp_flat) {
+                        if (en->dp_flat && en->dp_overlap) {
                             const int b = sc->bucket_of_group[g];
                             if (--en->bpend[b] == 0 && b != sc->n_buckets - 1)
                                 t += w_issue(w, LLM4D_ENG_DP, Q_AR, b, en->t_ar[b]);
@@ -150,7 +156,7 @@ typedef struct {
 
 /* The stage whose rank is at topo: walk it, and price the end of its step. */
 static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
-                             const llm4d_topology *topo, int M, stage_time *st, llm4d_err *err) {
+                             const llm4d_topology *topo, int M, int overlap, stage_time *st, llm4d_err *err) {
     memset(st, 0, sizeof *st);
     const llm4d_profile *prof = pr->prof;
     const int R = pr->cluster.ranks_per_node, prec = llm4d_memplan_precision(cfg);
@@ -160,7 +166,11 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     const llm4d_dist_config *d = &cfg->dist;
     const int N = d->sharding_degree, G = sc->n_groups;
-    engines en = {.sc = sc, .stage = N > 1 ? d->sharding_stage : 0, .dp_flat = N <= 1 && topo->data_world > 1};
+    engines en = {.sc = sc, .stage = N > 1 ? d->sharding_stage : 0, .dp_flat = N <= 1 && topo->data_world > 1,
+                  .dp_overlap = overlap};
+    /* the gradient payloads' element size (data_parallel.h, sharding.h): bf16 halves the reductions' bytes */
+    const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16") && !cfg->forward_only;
+    const double gsz = bf16 ? 2.0 : (double)sizeof(float);
     en.t_ag = calloc((size_t)G + 1, sizeof *en.t_ag);
     en.t_rs = calloc((size_t)G + 1, sizeof *en.t_rs);
     en.t_ar = calloc((size_t)sc->n_buckets + 1, sizeof *en.t_ar);
@@ -176,14 +186,15 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     for (int g = 0; g < G; g++) {
         const double bytes = (double)sc->group_len[g] * sizeof(float);
         en.t_ag[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLGATHER, bytes, N, R, sh_hosts, NULL);
-        en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, bytes, N, R, sh_hosts, NULL);
+        en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, (double)sc->group_len[g] * gsz, N, R,
+                                      sh_hosts, NULL);
     }
     /* a CPU host's data-parallel gradients are shared in place on the shared-memory path (data_parallel.h) */
     const int ar_op = !strcmp(cfg->device, "cpu") && strcmp(d->comm_path, "mpi") && data_hosts == 1
                           ? LLM4D_PROF_AR_SHARED
                           : LLM4D_COMM_OP_ALLREDUCE;
     for (int b = 0; b < sc->n_buckets; b++)
-        en.t_ar[b] = llm4d_price_coll(prof, ar_op, (double)sc->bucket_len[b] * sizeof(float), topo->data_world, R,
+        en.t_ar[b] = llm4d_price_coll(prof, ar_op, (double)sc->bucket_len[b] * gsz, topo->data_world, R,
                                       data_hosts, NULL);
     for (int i = 0; i < sc->n_ev; i++) { /* the next params_for, cyclically */
         en.next_pf[i] = -1;
@@ -242,9 +253,29 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         st->slow = s / kt;
     }
     double exposed[LLM4D_ENG_N] = {0};
-    if (en.dp_flat && sc->n_buckets > 0) {
-        exposed[LLM4D_ENG_DP] += en.t_ar[sc->n_buckets - 1];
-        spin += llm4d_price_wait(prof, thr, R, topo->data_world);
+    if (en.dp_flat && sc->n_buckets > 0) { /* the last bucket blocking; without overlap, every bucket */
+        for (int b = overlap ? sc->n_buckets - 1 : 0; b < sc->n_buckets; b++) {
+            exposed[LLM4D_ENG_DP] += en.t_ar[b];
+            spin += llm4d_price_wait(prof, thr, R, topo->data_world);
+        }
+    }
+    /* bf16 payloads: each reduced bucket rounded to bf16 (to_bf16) and its result written back (from_bf16), on the
+     * rank's own stream: data parallel's buckets once a step, ZeRO's windows (stage 1: a group's range once a
+     * step; 2 and 3: every window) with their shard written back */
+    double conv[LLM4D_WORK_N] = {0};
+    if (bf16 && (en.dp_flat || N > 1)) {
+        const int n = en.dp_flat ? sc->n_buckets : G;
+        for (int i = 0; i < n; i++) {
+            const size_t len = en.dp_flat ? sc->bucket_len[i] : sc->group_len[i];
+            const size_t back = en.dp_flat ? len : (len + (size_t)N - 1) / (size_t)N;
+            const int times = en.dp_flat || en.stage == 1 ? 1 : M * sc->windows[i];
+            double one[LLM4D_WORK_N] = {0};
+            const llm4d_rc_call to = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16, .d = {(int64_t)len}};
+            const llm4d_rc_call from = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16 << 2, .d = {(int64_t)back}};
+            llm4d_price_call(&pc, &to, one);
+            llm4d_price_call(&pc, &from, one);
+            for (int k = 0; k < LLM4D_WORK_N; k++) conv[k] += times * one[k];
+        }
     }
     size_t local = 0; /* the elements this rank updates */
     for (int g = 0; g < G; g++) local += N > 1 ? (sc->group_len[g] + (size_t)N - 1) / (size_t)N : sc->group_len[g];
@@ -289,6 +320,8 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     }
     st->optim = optim;
     st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
+    for (int k = 0; k < LLM4D_WORK_N; k++) st->kinds[k] += conv[k];
+    post += total_kinds(conv) * st->slow;
     if (N > 1 && d->sharding_stage <= 2) { /* stages 1, 2: every group's parameters gathered after the update */
         for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
         spin += G * llm4d_price_wait(prof, thr, R, N);
@@ -360,8 +393,9 @@ static llm4d_code pipeline_span(const llm4d_predictor *pr, const llm4d_pp_plan *
 
 #define LLM4D_MAX_STAGES_BOUND 1024
 
-llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
-                              llm4d_prediction *out, llm4d_err *err) {
+/* The step with the data-parallel buckets overlapped with backward (overlap) or reduced blocking after it. */
+static llm4d_code time_as(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp, int overlap,
+                          llm4d_prediction *out, llm4d_err *err) {
     out->bound_time = 0;
     const int P = cfg->dist.pp_degree, M = (int)cfg->accumulate_steps, R = pr->cluster.ranks_per_node;
     stage_time *st = calloc((size_t)P, sizeof *st);
@@ -370,7 +404,7 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
     llm4d_topology topo = {0};
     for (int s = 0; rc == LLM4D_OK && s < P; s++) {
         rc = llm4d_layout_stage_topo(cfg, s, &topo, err);
-        if (rc == LLM4D_OK) rc = stage_walk(pr, cfg, pp, &topo, M, &st[s], err);
+        if (rc == LLM4D_OK) rc = stage_walk(pr, cfg, pp, &topo, M, overlap, &st[s], err);
     }
     double span = 0, post = 0;
     int crit = 0;
@@ -444,4 +478,28 @@ llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg
     free(st);
     free(busy);
     return rc;
+}
+
+llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                              llm4d_prediction *out, llm4d_err *err) {
+    const char *ov = cfg->dist.dp_overlap;
+    if (strcmp(ov, "alternate")) return time_as(pr, cfg, pp, strcmp(ov, "off") != 0, out, err);
+    /* alternate (data_parallel.c): odd steps overlapped, even steps blocking, so the mean step is the mean of the
+     * two; neither is cut short by a search's bound (the mean of a bound and a time bounds nothing) */
+    llm4d_predictor whole = *pr;
+    whole.time_above = 0;
+    LLM4D_TRY(time_as(&whole, cfg, pp, 1, out, err));
+    llm4d_prediction off = *out;
+    LLM4D_TRY(time_as(&whole, cfg, pp, 0, &off, err));
+    out->step_s = (out->step_s + off.step_s) / 2;
+    out->tokens_per_s = out->step_s > 0 ? (double)cfg->global_batch_size * cfg->data.max_seq_len / out->step_s : 0;
+    for (int k = 0; k < LLM4D_WORK_N; k++) out->compute_s[k] = (out->compute_s[k] + off.compute_s[k]) / 2;
+    for (int e = 0; e < LLM4D_ENG_N; e++) {
+        out->exposed_s[e] = (out->exposed_s[e] + off.exposed_s[e]) / 2;
+        out->hidden_s[e] = (out->hidden_s[e] + off.hidden_s[e]) / 2;
+    }
+    out->bubble_s = (out->bubble_s + off.bubble_s) / 2;
+    out->optimizer_s = (out->optimizer_s + off.optimizer_s) / 2;
+    out->share_slow = (out->share_slow + off.share_slow) / 2;
+    return LLM4D_OK;
 }
