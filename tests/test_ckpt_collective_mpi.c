@@ -254,8 +254,9 @@ static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step
                 int has_optim = -1;
                 int64_t got_step = -2;
                 cJSON *meta = NULL;
-                llm4d_code rc = llm4d_gpt_ckpt_load(path, &m, &want.t, p, mm, v, 0, want.t.total, &has_optim, &meta,
-                                                    &got_step, &err);
+                const size_t whole[2] = {0, want.t.total};
+                const llm4d_ckpt_state st = llm4d_ckpt_state_range(&want.t, whole, p, mm, v);
+                llm4d_code rc = llm4d_gpt_ckpt_load(path, &m, &st, &has_optim, &meta, &got_step, &err);
                 ok = rc == LLM4D_OK && got_step == step && has_optim == 1 && same(p, want.p, want.t.total) &&
                      same(mm, want.m, want.t.total) && same(v, want.v, want.t.total);
                 if (!ok)
@@ -287,9 +288,10 @@ static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step
                 const int flat = aligns[a] == 3;
                 float *pf = flat ? malloc(want.t.total * sizeof *pf) : NULL;
                 if (flat) memset(pf, 0x7f, want.t.total * sizeof *pf);
-                llm4d_code rc = llm4d_gpt_ckpt_load_ranges(path, &m, &want.t, r.lo, r.hi, r.n, flat ? pf : got.p,
-                                                           flat ? r.lo : NULL, got.m, got.v, r.off, &has_optim, NULL,
-                                                           NULL, &err);
+                const llm4d_ckpt_state st = {.t = &want.t, .n = r.n, .lo = r.lo, .hi = r.hi,
+                                             .params = flat ? pf : got.p, .params_off = flat ? r.lo : NULL,
+                                             .m = got.m, .v = got.v, .state_off = r.off};
+                llm4d_code rc = llm4d_gpt_ckpt_load(path, &m, &st, &has_optim, NULL, NULL, &err);
                 if (flat) extract(&r, pf, got.p);
                 ok = rc == LLM4D_OK && has_optim == 1 && same(got.p, exp.p, r.total) && same(got.m, exp.m, r.total) &&
                      same(got.v, exp.v, r.total);
@@ -320,9 +322,10 @@ static llm4d_code save_sharded(llm4d_comm *w, const char *dir, int64_t step, int
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "note", "collective");
     llm4d_model_config m = model();
-    llm4d_code rc = llm4d_gpt_ckpt_save_collective(w, dir, step, r.n > 0, &m, &s.t, r.lo, r.hi, r.n, l.p, NULL, l.m,
-                                                   l.v, r.off, NULL, llm4d_comm_rank(w) == 0 ? meta : NULL, keep_last,
-                                                   err);
+    const llm4d_ckpt_state st = {.t = &s.t, .n = r.n, .lo = r.lo, .hi = r.hi, .params = l.p, .m = l.m, .v = l.v,
+                                 .state_off = r.off};
+    const llm4d_ckpt_dest d = {.output_dir = dir, .step = step, .keep_last = keep_last, .writes = r.n > 0};
+    llm4d_code rc = llm4d_gpt_ckpt_save_collective(w, &d, &m, &st, llm4d_comm_rank(w) == 0 ? meta : NULL, err);
     cJSON_Delete(meta);
     locals_free(&l);
     state_free(&s);
@@ -394,13 +397,17 @@ static void failure_case(tally *t, llm4d_comm *w, const char *dir, int64_t step,
     llm4d_ckpt_saver *sv = NULL;
     llm4d_code rc = llm4d_ckpt_save_begin_collective(&sv, w, out, step, 1, &err);
     if (rc == LLM4D_OK) {
-        llm4d_gpt_ckpt_add_ranges(sv, &s.t, r.lo, r.hi, r.n, l.p, NULL, l.m, l.v, r.off, tag, &err);
+        const llm4d_ckpt_state st = {.t = &s.t, .n = r.n, .lo = r.lo, .hi = r.hi, .params = l.p, .m = l.m,
+                                     .v = l.v, .state_off = r.off};
+        llm4d_gpt_ckpt_add(sv, &st, tag, &err);
         if (strcmp(how, "add") == 0 && rank == fail_rank) {
             static const float x[2] = {1, 2};
             const int64_t shp[1] = {2};
             llm4d_ckpt_save_tensor(sv, "bad name.safetensors", "x", LLM4D_ST_F32, 1, shp, NULL, NULL, x, &err);
             /* later adds return the kept failure */
-            llm4d_gpt_ckpt_add(sv, &s.t, s.p, NULL, NULL, 0, 10, "_late", &err);
+            const size_t first[2] = {0, 10};
+            const llm4d_ckpt_state late = llm4d_ckpt_state_range(&s.t, first, s.p, NULL, NULL);
+            llm4d_gpt_ckpt_add(sv, &late, "_late", &err);
         }
         if (strcmp(how, "mark") == 0 && rank == fail_rank) {
             llm4d_err why = {0};
@@ -464,8 +471,10 @@ static void scenario(tally *t, llm4d_comm *w) {
         cJSON *meta = cJSON_CreateObject();
         cJSON_AddStringToObject(meta, "note", "collective");
         /* as ZeRO-1/2 hold them: parameters whole in the flat buffer, m and v compact */
-        rc = llm4d_gpt_ckpt_save_collective(w, dir, 11, replica == 0, &m, &s.t, r.lo, r.hi, r.n, s.p, r.lo, l.m, l.v,
-                                            r.off, NULL, meta, 0, &err);
+        const llm4d_ckpt_state st = {.t = &s.t, .n = r.n, .lo = r.lo, .hi = r.hi, .params = s.p, .params_off = r.lo,
+                                     .m = l.m, .v = l.v, .state_off = r.off};
+        const llm4d_ckpt_dest d = {.output_dir = dir, .step = 11, .writes = replica == 0};
+        rc = llm4d_gpt_ckpt_save_collective(w, &d, &m, &st, meta, &err);
         snprintf(what, sizeof what, "save step 11 as dp%d x sharding%d (params flat, m/v compact), replica 0 writes: rc "
                  "%d %s, manifest lists 3 x %d files", n / S, S, (int)rc, rc ? err.msg : "", S);
         check(t, rc == LLM4D_OK && latest_is(dir, 11) && manifest_files(dir, 11) == 3 * S, what);

@@ -20,6 +20,18 @@
 #include "ckpt/gpt_ckpt.h"
 
 
+/* The state of one range [lo, hi) of t (the range's bounds kept in r, which must outlive the state). */
+static llm4d_ckpt_state range_of(const llm4d_param_table *t, size_t r[2], size_t lo, size_t hi, float *p, float *m,
+                                 float *v) {
+    r[0] = lo, r[1] = hi;
+    return llm4d_ckpt_state_range(t, r, p, m, v);
+}
+
+/* A save of step into dir from one writer. */
+static llm4d_ckpt_dest dest(const char *dir, int64_t step, int keep_last) {
+    return (llm4d_ckpt_dest){.output_dir = dir, .step = step, .keep_last = keep_last, .tag = ""};
+}
+
 static llm4d_model_config tiny(int vocab, int unit, int hidden, int layers, int heads) {
     llm4d_model_config m;
     memset(&m, 0, sizeof m);
@@ -83,7 +95,10 @@ int main(void) {
     cJSON_AddStringToObject(meta, "run", "test");
     cJSON_AddNumberToObject(meta, "consumed_samples", 1234);
     path_of(dir, sizeof dir, "whole");
-    llm4d_code rc = llm4d_gpt_ckpt_save(dir, 5, &mc, &t, p, m, v, 0, N, meta, 0, &err);
+    size_t rg[2];
+    llm4d_ckpt_state cs = range_of(&t, rg, 0, N, p, m, v);
+    const llm4d_ckpt_dest d5 = dest(dir, 5, 0);
+    llm4d_code rc = llm4d_gpt_ckpt_save(&d5, &mc, &cs, meta, &err);
     check(&T, rc == LLM4D_OK, "save a whole state", rc ? err.msg : "");
     int has = -1;
     int64_t step = -2;
@@ -91,7 +106,8 @@ int main(void) {
     memset(p2, 0xff, N * 4);
     memset(m2, 0xff, N * 4);
     memset(v2, 0xff, N * 4);
-    rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, m2, v2, 0, N, &has, &meta_out, &step, &err);
+    cs = range_of(&t, rg, 0, N, p2, m2, v2);
+    rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, &has, &meta_out, &step, &err);
     check(&T, rc == LLM4D_OK && has == 1 && step == 5, "load it back (has_optim 1, step 5)", rc ? err.msg : "");
     check(&T, same(p, p2, N) && same(m, m2, N) && same(v, v2, N), "params, m and v equal bit for bit", "");
     {
@@ -131,10 +147,13 @@ int main(void) {
     path_of(dir, sizeof dir, "ranks");
     llm4d_ckpt_saver *s;
     rc = llm4d_ckpt_save_begin(&s, dir, 7, &err);
-    if (!rc) rc = llm4d_gpt_ckpt_add(s, &t, p, m, v, 0, cut0, "-r0", &err);
-    if (!rc) rc = llm4d_gpt_ckpt_add(s, &t, p + cut0, m + cut0, v + cut0, cut0, cut1, "-r1", &err);
-    if (!rc) rc = llm4d_gpt_ckpt_add(s, &t, p + cut1, m + cut1, v + cut1, cut1, cut2, "-r2", &err);
-    if (!rc) rc = llm4d_gpt_ckpt_add(s, &t, p + cut2, m + cut2, v + cut2, cut2, N, "-r3", &err);
+    const size_t cuts[5] = {0, cut0, cut1, cut2, N};
+    for (int k = 0; k < 4 && !rc; k++) { /* four writers' ranges, each into its own files */
+        char tag[8];
+        snprintf(tag, sizeof tag, "-r%d", k);
+        cs = range_of(&t, rg, cuts[k], cuts[k + 1], p + cuts[k], m + cuts[k], v + cuts[k]);
+        rc = llm4d_gpt_ckpt_add(s, &cs, tag, &err);
+    }
     cJSON *m7 = cJSON_CreateObject();
     if (!rc) rc = llm4d_gpt_ckpt_meta(m7, &mc, 1, &err);
     if (!rc) rc = llm4d_ckpt_save_commit(s, m7, 0, &err);
@@ -144,7 +163,8 @@ int main(void) {
     memset(p2, 0xff, N * 4);
     memset(m2, 0xff, N * 4);
     memset(v2, 0xff, N * 4);
-    rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, m2, v2, 0, N, &has, NULL, NULL, &err);
+    cs = range_of(&t, rg, 0, N, p2, m2, v2);
+    rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, &has, NULL, NULL, &err);
     check(&T, rc == LLM4D_OK && has == 1 && same(p, p2, N) && same(m, m2, N) && same(v, v2, N),
           "load the whole state from the four ranges, bit-exact", rc ? err.msg : "");
     {
@@ -166,7 +186,8 @@ int main(void) {
                 hi = lo + 1 + (seed >> 4) % (N - lo);
             }
             for (size_t i = 0; i < hi - lo; i++) p2[i] = m2[i] = v2[i] = 7.0f;
-            rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, m2, v2, lo, hi, &has, NULL, NULL, &err);
+            cs = range_of(&t, rg, lo, hi, p2, m2, v2);
+            rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, &has, NULL, NULL, &err);
             ok = rc == LLM4D_OK && same(p + lo, p2, hi - lo) && same(m + lo, m2, hi - lo) && same(v + lo, v2, hi - lo);
             snprintf(detail, sizeof detail, "range [%zu, %zu): %s", lo, hi, rc ? err.msg : "data differ");
             k++;
@@ -176,8 +197,8 @@ int main(void) {
     }
     {
         float one[1] = {5.0f};
-        rc = llm4d_gpt_ckpt_load(dir, &mc, &t, one, NULL, NULL, wte->offset + 350 * 16, wte->offset + 350 * 16 + 1,
-                                 NULL, NULL, NULL, &err);
+        cs = range_of(&t, rg, wte->offset + 350 * 16, wte->offset + 350 * 16 + 1, one, NULL, NULL);
+        rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, NULL, NULL, NULL, &err);
         check(&T, rc == LLM4D_OK && one[0] == 0.0f, "a range of padding only reads as zero", rc ? err.msg : "");
     }
 
@@ -189,7 +210,8 @@ int main(void) {
         float *q = malloc(t2.total * 4), *qm = malloc(t2.total * 4), *qv = malloc(t2.total * 4);
         for (size_t i = 0; i < t2.total; i++) q[i] = qm[i] = qv[i] = 9.0f;
         path_of(dir, sizeof dir, "ranks");
-        rc = llm4d_gpt_ckpt_load(dir, &mc2, &t2, q, qm, qv, 0, t2.total, &has, NULL, NULL, &err);
+        cs = range_of(&t2, rg, 0, t2.total, q, qm, qv);
+        rc = llm4d_gpt_ckpt_load(dir, &mc2, &cs, &has, NULL, NULL, &err);
         int ok = rc == LLM4D_OK && t2.total > N;
         for (int i = 0; ok && i < t.n; i++) {
             const llm4d_param *a = &t.p[i], *b = &t2.p[i];
@@ -211,11 +233,14 @@ int main(void) {
 
     /* ---- weights only ---- */
     path_of(dir, sizeof dir, "weights");
-    rc = llm4d_gpt_ckpt_save(dir, 0, &mc, &t, p, NULL, NULL, 0, N, NULL, 0, &err);
+    cs = range_of(&t, rg, 0, N, p, NULL, NULL);
+    const llm4d_ckpt_dest d0 = dest(dir, 0, 0);
+    rc = llm4d_gpt_ckpt_save(&d0, &mc, &cs, NULL, &err);
     check(&T, rc == LLM4D_OK, "save weights only", rc ? err.msg : "");
     for (size_t i = 0; i < N; i++) p2[i] = m2[i] = v2[i] = 7.0f;
     has = -1;
-    rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, m2, v2, 0, N, &has, NULL, NULL, &err);
+    cs = range_of(&t, rg, 0, N, p2, m2, v2);
+    rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, &has, NULL, NULL, &err);
     {
         int zero = 1;
         for (size_t i = 0; i < N; i++) zero &= m2[i] == 0.0f && v2[i] == 0.0f;
@@ -242,8 +267,8 @@ int main(void) {
         llm4d_param_table_build(&tb, &bad[k].mc, NULL, &err);
         float *q = malloc(tb.total * 4);
         for (size_t i = 0; i < tb.total; i++) q[i] = 7.0f;
-        rc = llm4d_gpt_ckpt_load(dir, bad[k].with_model ? &bad[k].mc : NULL, &tb, q, NULL, NULL, 0, tb.total, NULL,
-                                 NULL, NULL, &err);
+        cs = range_of(&tb, rg, 0, tb.total, q, NULL, NULL);
+        rc = llm4d_gpt_ckpt_load(dir, bad[k].with_model ? &bad[k].mc : NULL, &cs, NULL, NULL, NULL, &err);
         int ok = rc == LLM4D_EUSER && !strchr(err.msg, '\n');
         for (int w = 0; w < 3 && bad[k].want[w]; w++) ok &= strstr(err.msg, bad[k].want[w]) != NULL;
         int untouched = 1;
@@ -272,18 +297,24 @@ int main(void) {
         }
         f = fopen(mp, "wb");
         if (f) fwrite(buf, 1, n, f), fclose(f);
-        rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, NULL, NULL, 0, N, NULL, NULL, NULL, &err);
+        cs = range_of(&t, rg, 0, N, p2, NULL, NULL);
+        rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, NULL, NULL, NULL, &err);
         check(&T, edited && rc == LLM4D_EUSER && strstr(err.msg, "hidden_size 32") && strstr(err.msg, "hidden_size 16"),
               "refuse a meta.json of another model (hidden_size 32 vs 16)", err.msg);
     }
     path_of(dir, sizeof dir, "does_not_exist");
-    rc = llm4d_gpt_ckpt_load(dir, &mc, &t, p2, NULL, NULL, 0, N, NULL, NULL, NULL, &err);
+    cs = range_of(&t, rg, 0, N, p2, NULL, NULL);
+        rc = llm4d_gpt_ckpt_load(dir, &mc, &cs, NULL, NULL, NULL, &err);
     check(&T, rc == LLM4D_EUSER && strstr(err.msg, "does not exist"), "refuse a path that does not exist", err.msg);
 
     /* keep_last passes through */
     path_of(dir, sizeof dir, "keep");
     rc = 0;
-    for (int k = 1; k <= 3 && !rc; k++) rc = llm4d_gpt_ckpt_save(dir, k, &mc, &t, p, NULL, NULL, 0, N, NULL, 2, &err);
+    cs = range_of(&t, rg, 0, N, p, NULL, NULL);
+    for (int k = 1; k <= 3 && !rc; k++) {
+        const llm4d_ckpt_dest dk = dest(dir, k, 2);
+        rc = llm4d_gpt_ckpt_save(&dk, &mc, &cs, NULL, &err);
+    }
     {
         char a[700], b[700];
         snprintf(a, sizeof a, "%s/step_1", dir);

@@ -97,12 +97,12 @@ static void file_name(char *buf, size_t n, const char *stem, const char *tag) {
     snprintf(buf, n, "%s%s.safetensors", stem, tag ? tag : "");
 }
 
-/* Where range k starts in m and v (*state) and in params (*par); *next: where a back-to-back range k+1 starts. */
-static void range_at(const size_t *lo, const size_t *hi, const size_t *params_off, const size_t *state_off, int k,
-                     size_t *next, size_t *par, size_t *state) {
-    *state = state_off ? state_off[k] : *next;
-    *next = *state + (hi[k] - lo[k]);
-    *par = params_off ? params_off[k] : *state;
+/* Where range k of st starts in m and v (*state) and in params (*par); *next: where a back-to-back range k+1
+ * starts. */
+static void range_at(const llm4d_ckpt_state *st, int k, size_t *next, size_t *par, size_t *state) {
+    *state = st->state_off ? st->state_off[k] : *next;
+    *next = *state + (st->hi[k] - st->lo[k]);
+    *par = st->params_off ? st->params_off[k] : *state;
 }
 
 int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
@@ -123,21 +123,10 @@ int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t
     return t->n_groups;
 }
 
-llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const size_t *lo,
-                                     const size_t *hi, int n, const float *params, const size_t *params_off,
-                                     const float *m, const float *v, const size_t *state_off, const char *tag,
-                                     llm4d_err *err) {
-    size_t next = 0, pa, st;
-    for (int k = 0; k < n; k++) {
-        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
-        LLM4D_TRY(llm4d_gpt_ckpt_add(s, t, params ? params + pa : NULL, m ? m + st : NULL, v ? v + st : NULL, lo[k],
-                                     hi[k], tag, err));
-    }
-    return LLM4D_OK;
-}
-
-llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
-                              const float *v, size_t lo, size_t hi, const char *tag, llm4d_err *err) {
+/* One range [range[0], range[1]) of t into the files of tag (the buffers hold its elements). */
+static llm4d_code add_range(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
+                            const float *v, const size_t range[2], const char *tag, llm4d_err *err) {
+    const size_t lo = range[0], hi = range[1];
     LLM4D_ASSERT((m == NULL) == (v == NULL), "m %p and v %p must be both given or both NULL", (const void *)m,
                  (const void *)v);
     LLM4D_ASSERT(lo <= hi && hi <= t->total, "range [%zu, %zu) outside the %zu parameters", lo, hi, t->total);
@@ -153,6 +142,17 @@ llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, c
             if (!p->owner || !intersect(p, lo, hi, &j0, &j1)) continue; /* replicas are saved by their owner */
             LLM4D_TRY(llm4d_gpt_ckpt_add_slice(s, file, p, j0, j1, bufs[k] + (p->offset + (size_t)j0 - lo), err));
         }
+    }
+    return LLM4D_OK;
+}
+
+llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_ckpt_state *st, const char *tag, llm4d_err *err) {
+    size_t next = 0, pa, so;
+    for (int k = 0; k < st->n; k++) {
+        range_at(st, k, &next, &pa, &so);
+        const size_t range[2] = {st->lo[k], st->hi[k]};
+        LLM4D_TRY(add_range(s, st->t, st->params ? st->params + pa : NULL, st->m ? st->m + so : NULL,
+                            st->v ? st->v + so : NULL, range, tag, err));
     }
     return LLM4D_OK;
 }
@@ -206,14 +206,12 @@ llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int
 }
 
 llm4d_code llm4d_gpt_ckpt_save_prepare(llm4d_ckpt_saver **out, cJSON **meta_out, llm4d_comm *comm,
-                                       const char *output_dir, int64_t step, int writes,
-                                       const llm4d_model_config *model, const llm4d_param_table *t, const size_t *lo,
-                                       const size_t *hi, int n, const float *params, const size_t *params_off,
-                                       const float *m, const float *v, const size_t *state_off, const char *tag,
-                                       const cJSON *meta, llm4d_err *err) {
+                                       const llm4d_ckpt_dest *d, const llm4d_model_config *model,
+                                       const llm4d_ckpt_state *st, const cJSON *meta, llm4d_err *err) {
     *meta_out = NULL;
     llm4d_ckpt_saver *s = NULL;
-    LLM4D_TRY(llm4d_ckpt_save_begin_collective(&s, comm, output_dir, step, writes, err));
+    LLM4D_TRY(llm4d_ckpt_save_begin_collective(&s, comm, d->output_dir, d->step, d->writes, err));
+    const char *tag = d->tag;
     char own_tag[32];
     if (!tag) {
         snprintf(own_tag, sizeof own_tag, "_r%03d", llm4d_comm_rank(comm));
@@ -228,46 +226,40 @@ llm4d_code llm4d_gpt_ckpt_save_prepare(llm4d_ckpt_saver **out, cJSON **meta_out,
             llm4d_fail(&le, mj ? LLM4D_EINTERNAL : LLM4D_ENOMEM, "checkpoint meta must be a JSON object (or memory "
                        "ran out copying it)");
             llm4d_ckpt_save_mark_failed(s, &le);
-        } else if (llm4d_gpt_ckpt_meta(mj, model, m != NULL, &le) != LLM4D_OK) {
+        } else if (llm4d_gpt_ckpt_meta(mj, model, st->m != NULL, &le) != LLM4D_OK) {
             llm4d_ckpt_save_mark_failed(s, &le);
         }
     }
-    llm4d_gpt_ckpt_add_ranges(s, t, lo, hi, n, params, params_off, m, v, state_off, tag, &le);
+    llm4d_gpt_ckpt_add(s, st, tag, &le);
     *out = s;
     *meta_out = mj;
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
-                                          const llm4d_model_config *model, const llm4d_param_table *t,
-                                          const size_t *lo, const size_t *hi, int n, const float *params,
-                                          const size_t *params_off, const float *m, const float *v,
-                                          const size_t *state_off, const char *tag, const cJSON *meta,
-                                          int keep_last, llm4d_err *err) {
+llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const llm4d_ckpt_dest *d, const llm4d_model_config *model,
+                                          const llm4d_ckpt_state *st, const cJSON *meta, llm4d_err *err) {
     llm4d_ckpt_saver *s = NULL;
     cJSON *mj = NULL;
-    LLM4D_TRY(llm4d_gpt_ckpt_save_prepare(&s, &mj, comm, output_dir, step, writes, model, t, lo, hi, n, params,
-                                          params_off, m, v, state_off, tag, meta, err));
-    llm4d_code rc = llm4d_ckpt_save_commit_collective(s, mj, keep_last, err); /* consumes s */
+    LLM4D_TRY(llm4d_gpt_ckpt_save_prepare(&s, &mj, comm, d, model, st, meta, err));
+    llm4d_code rc = llm4d_ckpt_save_commit_collective(s, mj, d->keep_last, err); /* consumes s */
     cJSON_Delete(mj);
     return rc;
 }
 
-llm4d_code llm4d_gpt_ckpt_save(const char *output_dir, int64_t step, const llm4d_model_config *model,
-                               const llm4d_param_table *t, const float *params, const float *m, const float *v,
-                               size_t lo, size_t hi, const cJSON *meta, int keep_last, llm4d_err *err) {
+llm4d_code llm4d_gpt_ckpt_save(const llm4d_ckpt_dest *d, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               const cJSON *meta, llm4d_err *err) {
     cJSON *mj = meta ? cJSON_Duplicate(meta, 1) : cJSON_CreateObject();
     if (!mj) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory building meta.json");
     if (!cJSON_IsObject(mj)) {
         cJSON_Delete(mj);
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint meta must be a JSON object");
     }
-    llm4d_code rc = llm4d_gpt_ckpt_meta(mj, model, m != NULL, err);
+    llm4d_code rc = llm4d_gpt_ckpt_meta(mj, model, st->m != NULL, err);
     llm4d_ckpt_saver *s = NULL;
-    if (!rc) rc = llm4d_ckpt_save_begin(&s, output_dir, step, err);
+    if (!rc) rc = llm4d_ckpt_save_begin(&s, d->output_dir, d->step, err);
     if (!rc) {
-        rc = llm4d_gpt_ckpt_add(s, t, params, m, v, lo, hi, "", err);
-        if (!rc) rc = llm4d_ckpt_save_commit(s, mj, keep_last, err); /* consumes s */
+        rc = llm4d_gpt_ckpt_add(s, st, "", err);
+        if (!rc) rc = llm4d_ckpt_save_commit(s, mj, d->keep_last, err); /* consumes s */
         else llm4d_ckpt_save_abort(s);
     }
     cJSON_Delete(mj);
@@ -397,10 +389,11 @@ static llm4d_code read_kind(const llm4d_ckpt *c, const char *stem, const llm4d_p
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_config *model,
-                                      const llm4d_param_table *t, const size_t *lo, const size_t *hi, int n,
-                                      float *params, const size_t *params_off, float *m, float *v,
-                                      const size_t *state_off, int *has_optim, llm4d_err *err) {
+llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               int *has_optim, llm4d_err *err) {
+    const llm4d_param_table *t = st->t;
+    const size_t *lo = st->lo, *hi = st->hi;
+    const int n = st->n;
     for (int k = 0; k < n; k++)
         LLM4D_ASSERT(lo[k] <= hi[k] && hi[k] <= t->total, "range %d [%zu, %zu) outside the %zu parameters", k, lo[k],
                      hi[k], t->total);
@@ -409,21 +402,21 @@ llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_con
     LLM4D_TRY(meta_model(llm4d_ckpt_meta(c), dir, &mj, err));
     const int optim = llm4d_ckpt_names(c, LLM4D_GPT_CKPT_OPTIM_M, NULL, 0) > 0;
     for (int k = 0; k < n; k++) {
-        if (params) LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_MODEL, t, lo[k], hi[k], err));
-        if (optim && (m || v)) {
+        if (st->params) LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_MODEL, t, lo[k], hi[k], err));
+        if (optim && (st->m || st->v)) {
             LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_M, t, lo[k], hi[k], err));
             LLM4D_TRY(check_present(c, LLM4D_GPT_CKPT_OPTIM_V, t, lo[k], hi[k], err));
         }
     }
     if (model) LLM4D_TRY(llm4d_gpt_ckpt_check_model(llm4d_ckpt_meta(c), dir, model, err));
-    float *bufs[3] = {params, m, v};
+    float *bufs[3] = {st->params, st->m, st->v};
     const char *stems[3] = {LLM4D_GPT_CKPT_MODEL, LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
-    size_t next = 0, pa, st;
+    size_t next = 0, pa, so;
     for (int k = 0; k < n; k++) {
-        range_at(lo, hi, params_off, state_off, k, &next, &pa, &st);
+        range_at(st, k, &next, &pa, &so);
         for (int j = 0; j < 3; j++) {
             if (!bufs[j]) continue;
-            const size_t at = j == 0 ? pa : st;
+            const size_t at = j == 0 ? pa : so;
             if (j == 0 || optim) LLM4D_TRY(read_kind(c, stems[j], t, bufs[j] + at, lo[k], hi[k], err));
             else memset(bufs[j] + at, 0, (hi[k] - lo[k]) * sizeof(float));
         }
@@ -432,28 +425,12 @@ llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_con
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
-                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
-                               llm4d_err *err) {
-    return llm4d_gpt_ckpt_read_ranges(c, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, err);
-}
-
-llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
-                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
-                               cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
-    return llm4d_gpt_ckpt_load_ranges(path, model, t, &lo, &hi, 1, params, NULL, m, v, NULL, has_optim, meta_out,
-                                      step_out, err);
-}
-
-llm4d_code llm4d_gpt_ckpt_load_ranges(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
-                                      const size_t *lo, const size_t *hi, int n, float *params,
-                                      const size_t *params_off, float *m, float *v, const size_t *state_off,
-                                      int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
+llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err) {
     llm4d_ckpt *c;
     if (meta_out) *meta_out = NULL;
     LLM4D_TRY(llm4d_ckpt_open(&c, path, err));
-    llm4d_code rc = llm4d_gpt_ckpt_read_ranges(c, model, t, lo, hi, n, params, params_off, m, v, state_off, has_optim,
-                                               err);
+    llm4d_code rc = llm4d_gpt_ckpt_read(c, model, st, has_optim, err);
     if (!rc && meta_out) {
         *meta_out = cJSON_Duplicate(llm4d_ckpt_meta(c), 1);
         if (!*meta_out) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory copying meta.json");

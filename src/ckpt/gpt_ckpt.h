@@ -18,14 +18,14 @@
  * (llm4d_gpt_ckpt_read_slice), so a checkpoint does not depend on the layout that wrote it: tensor-parallel
  * degree, pipeline stages, sharding degree, or one process.
  *
- * Ranges. The functions below that take [lo, hi) work on a flat range of the rank's parameter buffer layout: the
- * buffers passed hold hi - lo elements, element 0 standing for flat index lo. A ZeRO rank saves just the range it
+ * Ranges. A state's range [lo, hi) is a flat range of the rank's parameter buffer layout: a buffer placed for it
+ * holds hi - lo elements, element 0 standing for flat index lo. A ZeRO rank saves just the ranges it
  * owns (tensors cut by the range become slices). Only entries whose `owner` flag is set are saved (a
  * tensor-parallel replica or a pipeline stage's copy of the tied embedding is saved once, by its owner); every
  * entry is read. The tag keeps the files of several writers apart ("" for a single process).
  *
  * ZeRO shards. A sharding engine holds several ranges (its shard of every parameter group) back to back in one
- * compact "local" buffer. The *_ranges functions take n ranges [lo[k], hi[k]) of t's layout and two placements:
+ * compact "local" buffer. A state (llm4d_ckpt_state) is n ranges [lo[k], hi[k]) of t's layout with two placements:
  * range k's Adam m and v elements start at m + state_off[k], v + state_off[k] (state_off NULL: back to back in the
  * order given), its parameters at params + params_off[k] (params_off NULL: placed like m and v). So
  *   ZeRO-3 (parameters sharded too):      params = local params,  params_off = NULL, state_off = shard offsets
@@ -66,38 +66,61 @@ llm4d_code llm4d_gpt_ckpt_add_slice(llm4d_ckpt_saver *s, const char *file, const
 llm4d_code llm4d_gpt_ckpt_read_slice(const llm4d_ckpt *c, const char *stem, const llm4d_param *p, int64_t j0,
                                      int64_t j1, float *data, llm4d_err *err);
 
-/* Add the range [lo, hi) of params (and of m and v, both NULL for weights only) to an open saver, into the files
- * model<tag>.safetensors, optim_m<tag>.safetensors, optim_v<tag>.safetensors. The buffers are not copied: they must
+/* A rank's state as a checkpoint reads and writes it: n ranges [lo[k], hi[k]) of t's flat layout, placed as the top
+ * comment says. Built from a storage engine's state (train/checkpoint.c) or, for one range, with
+ * llm4d_ckpt_state_range; a new kind of state is a field here. Saving only reads the buffers. */
+typedef struct {
+    const llm4d_param_table *t;
+    int n;
+    const size_t *lo, *hi;
+    float *params;            /* NULL: no weights */
+    const size_t *params_off; /* NULL: placed like m and v */
+    float *m, *v;             /* both NULL: no optimizer state */
+    const size_t *state_off;  /* NULL: back to back in the order given */
+} llm4d_ckpt_state;
+
+/* One range: range[0] to range[1] of t (range must outlive the state), params, m, v holding its elements. */
+static inline llm4d_ckpt_state llm4d_ckpt_state_range(const llm4d_param_table *t, const size_t range[2], float *params,
+                                                      float *m, float *v) {
+    return (llm4d_ckpt_state){.t = t, .n = 1, .lo = &range[0], .hi = &range[1], .params = params, .m = m, .v = v};
+}
+
+/* Where a save goes. */
+typedef struct {
+    const char *output_dir; /* output_dir/step_<step>/, then `latest` and keep_last pruning (store.h) */
+    int64_t step;
+    int keep_last;
+    const char *tag;        /* the file-name suffix: "" for a single writer; in a collective save NULL means
+                             * "_r<rank in comm, 3 digits or more>", and a given tag must differ between writers */
+    int writes;             /* collective: 0 on a rank that holds copies of what others save (a data-parallel replica
+                             * of a ZeRO shard) and writes nothing */
+} llm4d_ckpt_dest;
+
+/* Add st's ranges (params, and m and v unless both NULL) to an open saver, into the files model<tag>.safetensors,
+ * optim_m<tag>.safetensors, optim_v<tag>.safetensors. Ranges must not overlap. The buffers are not copied: they must
  * stay valid until the saver is committed. */
-llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
-                              const float *v, size_t lo, size_t hi, const char *tag, llm4d_err *err);
+llm4d_code llm4d_gpt_ckpt_add(llm4d_ckpt_saver *s, const llm4d_ckpt_state *st, const char *tag, llm4d_err *err);
 
 /* Set meta["model"] (from model) and meta["format"] in a caller's meta object (replacing keys of those names). */
 llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int has_optim, llm4d_err *err);
 
-/* Save a whole checkpoint from one writer: output_dir/step_<step>/ with the range [lo, hi) (params, m, v as in
- * llm4d_gpt_ckpt_add; m = v = NULL saves weights only), meta.json = a copy of meta (may be NULL) plus "model" and
- * "format", then `latest` and keep_last pruning (store.h). Nothing existing is touched on failure. */
-llm4d_code llm4d_gpt_ckpt_save(const char *output_dir, int64_t step, const llm4d_model_config *model,
-                               const llm4d_param_table *t, const float *params, const float *m, const float *v,
-                               size_t lo, size_t hi, const cJSON *meta, int keep_last, llm4d_err *err);
+/* Save a whole checkpoint from one writer (d->tag ignored: ""; d->writes ignored): st (m = v = NULL saves weights
+ * only), meta.json = a copy of meta (may be NULL) plus "model" and "format", then `latest` and keep_last pruning
+ * (store.h). Nothing existing is touched on failure. */
+llm4d_code llm4d_gpt_ckpt_save(const llm4d_ckpt_dest *d, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               const cJSON *meta, llm4d_err *err);
 
-/* Load the range [lo, hi) from the checkpoint at path (an output_dir or a step_<N> directory, store.h). params, m, v
- * hold hi - lo elements each and may be NULL (not read). wte's padding rows inside the range are set to zero.
- * *has_optim (may be NULL) is set to 1 when the checkpoint holds optimizer state; when it holds none, m and v are
- * zero-filled (a new run from those weights) and *has_optim is 0. model may be NULL (no meta.json geometry check).
- * *meta_out (may be NULL) receives a copy of meta.json (free with cJSON_Delete); *step_out (may be NULL) the
- * checkpoint's step (-1 when its directory is not named step_<N>). */
-llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
-                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
-                               cJSON **meta_out, int64_t *step_out, llm4d_err *err);
-
-/* The same from a checkpoint already open (convert, tests). */
-llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_param_table *t,
-                               float *params, float *m, float *v, size_t lo, size_t hi, int *has_optim,
-                               llm4d_err *err);
-
-/* ---- several ranges in compact buffers (ZeRO shards; see the top comment) ---- */
+/* Read st's ranges from a checkpoint already open (any of params, m, v may be NULL: not read). Every range is
+ * checked before anything is written; wte's padding rows and alignment holes read as zero. *has_optim (may be NULL)
+ * is set to 1 when the checkpoint holds optimizer state; when it holds none, m and v are zero-filled (a new run from
+ * those weights) and *has_optim is 0. model may be NULL (no meta.json geometry check). */
+llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               int *has_optim, llm4d_err *err);
+/* The same opening path (an output_dir or a step_<N> directory, store.h). *meta_out (may be NULL) receives a copy of
+ * meta.json (free with cJSON_Delete); *step_out (may be NULL) the checkpoint's step (-1 when its directory is not
+ * named step_<N>). Every rank may call it at the same time: loading is read-only. */
+llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_ckpt_state *st,
+                               int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err);
 
 /* The ranges rank r of a sharding group of N owns in t, which must have been built with a part whose align is a
  * multiple of N: shard r of every group g,
@@ -108,38 +131,12 @@ llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *mo
 int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
                                 size_t *local_total);
 
-/* llm4d_gpt_ckpt_add for n ranges placed as the top comment says (params NULL: no weights; m = v = NULL: no
- * optimizer state). Ranges must not overlap. */
-llm4d_code llm4d_gpt_ckpt_add_ranges(llm4d_ckpt_saver *s, const llm4d_param_table *t, const size_t *lo,
-                                     const size_t *hi, int n, const float *params, const size_t *params_off,
-                                     const float *m, const float *v, const size_t *state_off, const char *tag,
-                                     llm4d_err *err);
-
-/* llm4d_gpt_ckpt_read for n ranges placed as the top comment says (any of params, m, v may be NULL: not read).
- * Every range is checked before anything is written. */
-llm4d_code llm4d_gpt_ckpt_read_ranges(const llm4d_ckpt *c, const llm4d_model_config *model,
-                                      const llm4d_param_table *t, const size_t *lo, const size_t *hi, int n,
-                                      float *params, const size_t *params_off, float *m, float *v,
-                                      const size_t *state_off, int *has_optim, llm4d_err *err);
-/* The same opening path (as llm4d_gpt_ckpt_load). Every rank may call it at the same time: loading is read-only. */
-llm4d_code llm4d_gpt_ckpt_load_ranges(const char *path, const llm4d_model_config *model, const llm4d_param_table *t,
-                                      const size_t *lo, const size_t *hi, int n, float *params,
-                                      const size_t *params_off, float *m, float *v, const size_t *state_off,
-                                      int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err);
-
-/* Collective over comm (store.h's collective save): every rank saves its own n ranges (placed as the top comment
- * says; m = v = NULL saves weights only) into model<tag>, optim_m<tag>, optim_v<tag>.safetensors of
- * output_dir/step_<step>/; rank 0 writes meta.json (a copy of meta, used on rank 0 only and may be NULL, plus
- * "model" and "format"), then `latest` and keep_last pruning. tag NULL means "_r<rank in comm, 3 digits or more>";
- * a given tag must differ between writing ranks. writes = 0: this rank holds copies of what other ranks save (a
- * data-parallel replica of a ZeRO shard) and writes nothing. Every rank returns the same result; on failure nothing
- * visible changed (`latest` still names the previous checkpoint). */
-llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_dir, int64_t step, int writes,
-                                          const llm4d_model_config *model, const llm4d_param_table *t,
-                                          const size_t *lo, const size_t *hi, int n, const float *params,
-                                          const size_t *params_off, const float *m, const float *v,
-                                          const size_t *state_off, const char *tag, const cJSON *meta,
-                                          int keep_last, llm4d_err *err);
+/* Collective over comm (store.h's collective save): every rank saves its own state st (m = v = NULL: weights only)
+ * under d; rank 0 writes meta.json (a copy of meta, used on rank 0 only and may be NULL, plus "model" and
+ * "format"), then `latest` and keep_last pruning. Every rank returns the same result; on failure nothing visible
+ * changed (`latest` still names the previous checkpoint). */
+llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const llm4d_ckpt_dest *d, const llm4d_model_config *model,
+                                          const llm4d_ckpt_state *st, const cJSON *meta, llm4d_err *err);
 
 /* llm4d_gpt_ckpt_save_collective in two halves, for a save whose files are written later or on another thread
  * (train/async_save.c): this one begins the collective saver (collective over comm) and adds this rank's ranges to
@@ -149,11 +146,8 @@ llm4d_code llm4d_gpt_ckpt_save_collective(llm4d_comm *comm, const char *output_d
  * on every rank. A failure to begin returns the same error on every rank (*out = NULL); one while adding is kept in
  * the saver, and the commit fails with it on every rank. */
 llm4d_code llm4d_gpt_ckpt_save_prepare(llm4d_ckpt_saver **out, cJSON **meta_out, llm4d_comm *comm,
-                                       const char *output_dir, int64_t step, int writes,
-                                       const llm4d_model_config *model, const llm4d_param_table *t, const size_t *lo,
-                                       const size_t *hi, int n, const float *params, const size_t *params_off,
-                                       const float *m, const float *v, const size_t *state_off, const char *tag,
-                                       const cJSON *meta, llm4d_err *err);
+                                       const llm4d_ckpt_dest *d, const llm4d_model_config *model,
+                                       const llm4d_ckpt_state *st, const cJSON *meta, llm4d_err *err);
 
 /* Fill the model geometry (vocab_size, hidden_size, num_layers, num_attention_heads, ffn_hidden_size,
  * max_position_embeddings) and the recorded dropouts, initializer_range and eos_token_id of *m from meta.json's

@@ -285,7 +285,9 @@ static int export_hf(const char *ckpt, const char *out, const char *vocab_flag) 
     params = malloc(t.total * sizeof(float));
     hf = malloc(t.total * sizeof(float));
     if (!params || !hf) CHECK(llm4d_fail(&err, LLM4D_ENOMEM, "out of memory for %zu parameters", t.total));
-    CHECK(llm4d_gpt_ckpt_read(c, &mc, &t, params, NULL, NULL, 0, t.total, NULL, &err));
+    const size_t whole[2] = {0, t.total};
+    const llm4d_ckpt_state st = llm4d_ckpt_state_range(&t, whole, params, NULL, NULL);
+    CHECK(llm4d_gpt_ckpt_read(c, &mc, &st, NULL, &err));
     CHECK(mkdir_p(out, &err));
     /* the HF tensors are packed in hf in table order; wte's padding rows are simply not copied */
     size_t at = 0;
@@ -594,7 +596,9 @@ static int import_hf(const char *hf_dir, const char *out) {
     char *abs = realpath(hf_dir, NULL);
     cJSON_AddStringToObject(src, "path", abs ? abs : hf_dir);
     free(abs);
-    CHECK(llm4d_gpt_ckpt_save(out, 0, &mc, &t, params, NULL, NULL, 0, t.total, meta, 0, &err));
+    const size_t whole[2] = {0, t.total};
+    const llm4d_ckpt_state st = llm4d_ckpt_state_range(&t, whole, params, NULL, NULL);
+    CHECK(llm4d_gpt_ckpt_save(&(llm4d_ckpt_dest){.output_dir = out, .tag = ""}, &mc, &st, meta, &err));
     printf("llm4d convert: wrote %s/step_0 (weights only: GPT-2, %d layers, hidden %d, vocab %d, %zu parameters) "
            "from %s\n", out, mc.num_layers, mc.hidden_size, mc.vocab_size, t.total_real, hf_dir);
 done:
@@ -642,7 +646,9 @@ static int init_ckpt(const char *out, double noise, int argc, char **argv) {
     cJSON_AddStringToObject(src, "format", "init");
     cJSON_AddNumberToObject(src, "seed", (double)cfg->seed);
     cJSON_AddNumberToObject(src, "init_noise", noise);
-    llm4d_code c = llm4d_gpt_ckpt_save(out, 0, &cfg->model, &t, params, NULL, NULL, 0, t.total, meta, 0, &err);
+    const size_t whole[2] = {0, t.total};
+    const llm4d_ckpt_state st = llm4d_ckpt_state_range(&t, whole, params, NULL, NULL);
+    llm4d_code c = llm4d_gpt_ckpt_save(&(llm4d_ckpt_dest){.output_dir = out, .tag = ""}, &cfg->model, &st, meta, &err);
     cJSON_Delete(meta);
     CHECK(c);
     printf("llm4d convert: wrote %s/step_0 (initial weights, seed %llu: %d layers, hidden %d, vocab %d, %zu "

@@ -284,7 +284,9 @@ static int run(const gen_args *a) {
     }
     llm4d_view view;
     CHECK(llm4d_view_open(&view, be, &mem, params, table.total * sizeof(float), LLM4D_VIEW_WRITE, &err));
-    llm4d_code read_rc = llm4d_gpt_ckpt_read(ck, &mc, &table, view.host, NULL, NULL, 0, table.total, NULL, &err);
+    const size_t whole[2] = {0, table.total};
+    const llm4d_ckpt_state weights = llm4d_ckpt_state_range(&table, whole, view.host, NULL, NULL);
+    llm4d_code read_rc = llm4d_gpt_ckpt_read(ck, &mc, &weights, NULL, &err);
     llm4d_view_close(&view, be, &mem);
     CHECK(read_rc);
     llm4d_ckpt_close(ck);

@@ -179,9 +179,10 @@ llm4d_code llm4d_trainer_save_async(llm4d_trainer *tr, int64_t step, const cJSON
     const double t1 = llm4d_now();
     llm4d_ckpt_saver *s;
     cJSON *mj;
-    LLM4D_TRY(llm4d_gpt_ckpt_save_prepare(&s, &mj, tr->groups->world, c->output_dir, step, L.writes, &c->model,
-                                          &tr->model.table, L.lo, L.hi, L.n, L.params, NULL, L.m, L.v, NULL,
-                                          tr->world_size == 1 ? "" : NULL, meta, err));
+    const llm4d_ckpt_state cs = {.t = &tr->model.table, .n = L.n, .lo = L.lo, .hi = L.hi, .params = L.params,
+                                 .m = L.m, .v = L.v}; /* the snapshot: back to back */
+    const llm4d_ckpt_dest d = llm4d_trainer_ckpt_dest(tr, step, L.writes);
+    LLM4D_TRY(llm4d_gpt_ckpt_save_prepare(&s, &mj, tr->groups->world, &d, &c->model, &cs, meta, err));
     a->saver = s;
     a->meta = mj;
     a->step = step;

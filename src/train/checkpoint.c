@@ -59,6 +59,17 @@ static cJSON *build_meta(const llm4d_trainer *tr, int64_t step) {
     return meta;
 }
 
+llm4d_ckpt_state llm4d_trainer_ckpt_state(const llm4d_trainer *tr, const llm4d_engine_state *st,
+                                         const llm4d_state_host *h) {
+    return (llm4d_ckpt_state){.t = &tr->model.table, .n = st->n, .lo = st->lo, .hi = st->hi, .params = h->params,
+                              .params_off = st->params_off, .m = h->m, .v = h->v, .state_off = st->state_off};
+}
+
+llm4d_ckpt_dest llm4d_trainer_ckpt_dest(const llm4d_trainer *tr, int64_t step, int writes) {
+    return (llm4d_ckpt_dest){.output_dir = tr->cfg->output_dir, .step = step, .keep_last = tr->cfg->keep_last,
+                             .tag = tr->world_size == 1 ? "" : NULL, .writes = writes};
+}
+
 /* save_consolidated: the storage engine gathers its state over its group into whole buffers for the duration of
  * the save (a temporary of 2 or 3 x the model part on every rank), and the rank it names writes whole tensors. */
 static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err) {
@@ -83,11 +94,10 @@ static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON
         if (rc == LLM4D_OK && r2 != LLM4D_OK) rc = r2, *err = e2;
     }
     rc = llm4d_trainer_agree(tr, rc, err);
-    const size_t lo = 0, hi = t->total;
-    if (rc == LLM4D_OK)
-        rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, writes, &c->model, t, &lo, &hi, 1,
-                                            st.params_whole ? h.params : tmp[2], NULL, tmp[0], tmp[1], NULL,
-                                            tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+    const size_t whole[2] = {0, t->total};
+    const llm4d_ckpt_state cs = llm4d_ckpt_state_range(t, whole, st.params_whole ? h.params : tmp[2], tmp[0], tmp[1]);
+    const llm4d_ckpt_dest d = llm4d_trainer_ckpt_dest(tr, step, writes);
+    if (rc == LLM4D_OK) rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, &d, &c->model, &cs, meta, err);
     for (int k = 0; k < 3; k++)
         if (tmp[k]) llm4d_mem_free(&tr->mem, LLM4D_MEM_WORKSPACE, tmp[k], bytes);
     if (opened) llm4d_engine_state_close(&h, tr->be, &tr->mem);
@@ -96,7 +106,6 @@ static llm4d_code save_consolidated(llm4d_trainer *tr, int64_t step, const cJSON
 
 llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
-    const llm4d_param_table *t = &tr->model.table;
     llm4d_engine *e = tr->engines.storage;
     llm4d_code rc = LLM4D_OK;
     const double t0 = llm4d_trace_now(tr->trace);
@@ -117,9 +126,9 @@ llm4d_code llm4d_trainer_save(llm4d_trainer *tr, int64_t step, llm4d_err *err) {
         llm4d_state_host h;
         rc = llm4d_engine_state_open(&st, tr->be, &tr->mem, LLM4D_VIEW_READ, &h, err);
         if (rc == LLM4D_OK) {
-            rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, c->output_dir, step, st.writes, &c->model, t,
-                                                st.lo, st.hi, st.n, h.params, st.params_off, h.m, h.v, st.state_off,
-                                                tr->world_size == 1 ? "" : NULL, meta, c->keep_last, err);
+            const llm4d_ckpt_state cs = llm4d_trainer_ckpt_state(tr, &st, &h);
+            const llm4d_ckpt_dest d = llm4d_trainer_ckpt_dest(tr, step, st.writes);
+            rc = llm4d_gpt_ckpt_save_collective(tr->groups->world, &d, &c->model, &cs, meta, err);
             llm4d_engine_state_close(&h, tr->be, &tr->mem);
         }
         if (e->ops->state_done) {
@@ -197,15 +206,17 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
     llm4d_engine *e = tr->engines.storage;
     llm4d_engine_state st;
     e->ops->state(e, &st);
-    const size_t lo = 0, hi = t->total;
+    const size_t whole[2] = {0, t->total};
     llm4d_state_host h; /* read as well as written: what the checkpoint leaves out keeps its value */
     llm4d_code rc = llm4d_engine_state_open(&st, tr->be, &tr->mem, LLM4D_VIEW_READ | LLM4D_VIEW_WRITE, &h, err);
     const int opened = rc == LLM4D_OK;
-    if (rc == LLM4D_OK && st.params_whole) /* every entry of this rank's part, then the states of its ranges */
-        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, &lo, &hi, 1, h.params, NULL, NULL, NULL, NULL, NULL, err);
-    if (rc == LLM4D_OK)
-        rc = llm4d_gpt_ckpt_read_ranges(ck, &c->model, t, st.lo, st.hi, st.n, st.params_whole ? NULL : h.params,
-                                        st.params_off, h.m, h.v, st.state_off, &has_optim, err);
+    llm4d_ckpt_state cs = llm4d_trainer_ckpt_state(tr, &st, &h);
+    if (rc == LLM4D_OK && st.params_whole) { /* every entry of this rank's part, then the states of its ranges */
+        const llm4d_ckpt_state all = llm4d_ckpt_state_range(t, whole, h.params, NULL, NULL);
+        rc = llm4d_gpt_ckpt_read(ck, &c->model, &all, NULL, err);
+        cs.params = NULL;
+    }
+    if (rc == LLM4D_OK) rc = llm4d_gpt_ckpt_read(ck, &c->model, &cs, &has_optim, err);
     if (opened) llm4d_engine_state_close(&h, tr->be, &tr->mem);
     /* the weights were written behind the backend's back: any low-precision copy it keeps is stale */
     if (tr->be->weights_changed) tr->be->weights_changed(tr->be, NULL, 0);

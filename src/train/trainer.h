@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "ckpt/gpt_ckpt.h"
 #include "config/config.h"
 #include "core/log.h"
 #include "core/mem.h"
@@ -130,6 +131,11 @@ llm4d_code llm4d_trainer_load(llm4d_trainer *tr, const char *path, int require_o
  * rank's), the pending save is published, or its failure returned (the synchronous save's one line); nothing
  * pending: OK. settle: a run stopping on an error finishes a pending save as far as is safe (async_save.c). */
 llm4d_code llm4d_trainer_async_init(llm4d_trainer *tr, llm4d_err *err);
+/* The checkpoint's view of the storage engine's state st, opened on the host as h (train/checkpoint.c). */
+llm4d_ckpt_state llm4d_trainer_ckpt_state(const llm4d_trainer *tr, const llm4d_engine_state *st,
+                                         const llm4d_state_host *h);
+/* Where the run's save of step goes (output_dir, keep_last; a job of one writes untagged files). */
+llm4d_ckpt_dest llm4d_trainer_ckpt_dest(const llm4d_trainer *tr, int64_t step, int writes);
 llm4d_code llm4d_trainer_save_async(llm4d_trainer *tr, int64_t step, const cJSON *meta, llm4d_err *err);
 llm4d_code llm4d_trainer_save_poll(llm4d_trainer *tr, int64_t step, int wait, llm4d_err *err);
 void llm4d_trainer_save_settle(llm4d_trainer *tr);
