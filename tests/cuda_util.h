@@ -24,7 +24,7 @@ static llm4d_mem M;
 
 static inline void setup_or_skip(void) {
     llm4d_err err = {0};
-    if (llm4d_backend_cuda_create(&G, &err) != LLM4D_OK) {
+    if (llm4d_backend_cuda_create(&G, 0, &err) != LLM4D_OK) {
         printf("SKIP: the CUDA backend cannot run here: %s\n", err.msg);
         printf("0 passed, 0 failed\n");
         exit(77);

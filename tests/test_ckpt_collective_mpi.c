@@ -38,6 +38,7 @@
 #include "ckpt/gpt_ckpt.h"
 #include "comm/comm.h"
 #include "comm/runtime.h"
+#include "model/shard_range.h"
 
 typedef struct {
     int rank;
@@ -135,15 +136,15 @@ static void ranges_of(ranges *r, const llm4d_param_table *t, int N, int first, i
     r->n = 0;
     r->total = 0;
     for (int q = first; q < N; q += stride) {
-        size_t tot = 0;
+        llm4d_shard_sizes z;
         if (r->n + t->n_groups > (int)(sizeof r->lo / sizeof r->lo[0])) {
             printf("FAIL - %d shards of %d groups overflow the test's range table\n", N, t->n_groups);
             exit(1);
         }
-        int g = llm4d_gpt_ckpt_shard_ranges(t, N, q, r->lo + r->n, r->hi + r->n, r->off + r->n, &tot);
+        int g = llm4d_shard_ranges(t, N, q, r->lo + r->n, r->hi + r->n, r->off + r->n, &z);
         for (int k = 0; k < g; k++) r->off[r->n + k] += r->total;
         r->n += g;
-        r->total += tot;
+        r->total += z.local_total;
     }
 }
 

@@ -211,6 +211,11 @@ static void test_groups(rank_tally *t, llm4d_comm *w, int dp, int pp, int sh, in
     snprintf(what, sizeof what, "dp%d x pp%d x sharding%d x mp%d: every group's members, in coordinate order", dp,
              pp, sh, mp);
     rank_check(t, ok, what);
+    /* test_comm.sh starts every rank on this one machine (and alone, the world is this process): the rank's place
+     * on its host is its world rank, of the world's size */
+    snprintf(what, sizeof what, "  the ranks on this host: this rank %d of %d (want %d of %d)", g.host_rank,
+             g.host_ranks, w->rank, w->size);
+    rank_check(t, g.host_rank == w->rank && g.host_ranks == w->size, what);
 
     llm4d_comm_groups_stats_reset(&g);
     static float a[1024];

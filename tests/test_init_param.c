@@ -73,7 +73,7 @@ int main(void) {
     for (int k = 0; k < 2; k++) {
         llm4d_backend *be = NULL;
         llm4d_err err = {0};
-        if (llm4d_backend_create(&be, "cpu", k, 0, &err) != LLM4D_OK) {
+        if (llm4d_backend_create(&be, &(llm4d_backend_opts){.device = "cpu", .ref = k}, &err) != LLM4D_OK) {
             check(0, "%s backend: %s", kinds[k], err.msg);
             continue;
         }

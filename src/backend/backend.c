@@ -9,7 +9,11 @@
 
 int llm4d_backend_has_host(const char *device) { return !strcmp(device, "guard"); }
 
-llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err) {
+int llm4d_backend_host_addressable(const char *device) { return !strcmp(device, "cpu"); }
+
+llm4d_code llm4d_backend_create(llm4d_backend **out, const llm4d_backend_opts *o, llm4d_err *err) {
+    const char *device = o->device;
+    const int ref = o->ref, nthreads = o->nthreads;
     *out = NULL;
     if (!strcmp(device, "cpu"))
         return ref ? llm4d_backend_ref_create(out, err) : llm4d_backend_cpu_create(out, nthreads, err);
@@ -21,7 +25,7 @@ llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref
     if (!strcmp(device, "cuda") || !strcmp(device, "gpu")) {
         if (ref)
             return llm4d_fail(err, LLM4D_EUSER, "--backend ref runs on the CPU; drop it or use --device cpu");
-        return llm4d_backend_cuda_create(out, err);
+        return llm4d_backend_cuda_create(out, o->host_rank, err);
     }
     return llm4d_fail(err, LLM4D_EUSER, "--device %s: the devices are " LLM4D_DEVICE_NAMES "; use --device cpu",
                       device);

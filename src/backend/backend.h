@@ -225,16 +225,27 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err);
 /* The guard backend (backend/guard.c): the cpu backend's kernels on device memory the host cannot touch outside
  * backend calls, so that any host access to a tensor crashes with a stack. */
 llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_err *err);
-/* The CUDA backend (backend/cuda/): kernels and cuBLASLt GEMMs on the GPU this process is given (its local rank
- * modulo the GPUs it sees). A build without CUDA, or a machine without a usable GPU, is a user error saying so. */
-llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err);
+/* The CUDA backend (backend/cuda/): kernels and cuBLASLt GEMMs on the GPU this process is given (host_rank, its
+ * index among the ranks on its host, modulo the GPUs it sees). A build without CUDA, or a machine without a usable
+ * GPU, is a user error saying so. */
+llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, int host_rank, llm4d_err *err);
 /* The backend kernels on pinned host memory run on (llm4d_backend.host, or be itself). */
 static inline llm4d_backend *llm4d_backend_host(llm4d_backend *be) { return be->host ? be->host : be; }
 /* Whether the backend device names has a host backend of its own (llm4d_backend.host set): an offloaded optimizer
  * then stages through pinned buffers, which the memory plan counts before any backend exists. */
 int llm4d_backend_has_host(const char *device);
-/* The backend a run names: device "cpu" (with ref: the reference kernels), "guard", or "cuda" (also "gpu", the
- * seeds' name); anything else is a user error naming the devices this build has. */
-llm4d_code llm4d_backend_create(llm4d_backend **out, const char *device, int ref, int nthreads, llm4d_err *err);
+/* Whether the backend device names keeps its tensors in host memory (llm4d_backend.host_addressable: cpu), known
+ * before any backend exists: the plans ask it of the configured device. */
+int llm4d_backend_host_addressable(const char *device);
+/* What a run asks of its backend. */
+typedef struct {
+    const char *device; /* "cpu", "guard", or "cuda" (also "gpu", the seeds' name) */
+    int ref;            /* device cpu: the reference kernels */
+    int nthreads;       /* <= 0: all cores (OMP default) */
+    int host_rank;      /* the process's index among the ranks on its host (comm.h llm4d_comm_groups; 0 for a lone
+                         * process), which picks a GPU; known from MPI, so a backend is made after MPI_Init */
+} llm4d_backend_opts;
+/* The backend a run names (o->device); anything else is a user error naming the devices this build has. */
+llm4d_code llm4d_backend_create(llm4d_backend **out, const llm4d_backend_opts *o, llm4d_err *err);
 
 #endif

@@ -105,24 +105,6 @@ static void range_at(const llm4d_ckpt_state *st, int k, size_t *next, size_t *pa
     *par = st->params_off ? st->params_off[k] : *state;
 }
 
-int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
-                                size_t *local_total) {
-    LLM4D_ASSERT(N >= 1 && r >= 0 && r < N, "shard %d of %d", r, N);
-    size_t off = 0;
-    for (int g = 0; g < t->n_groups; g++) {
-        const size_t len = t->g[g].hi - t->g[g].lo;
-        LLM4D_ASSERT(len % (size_t)N == 0, "group %d of %zu elements is not aligned to %d: build the table with "
-                     "a model part whose align is a multiple of %d", g, len, N, N);
-        const size_t sl = len / (size_t)N;
-        lo[g] = t->g[g].lo + (size_t)r * sl;
-        hi[g] = lo[g] + sl;
-        if (state_off) state_off[g] = off;
-        off += sl;
-    }
-    if (local_total) *local_total = off;
-    return t->n_groups;
-}
-
 /* One range [range[0], range[1]) of t into the files of tag (the buffers hold its elements). */
 static llm4d_code add_range(llm4d_ckpt_saver *s, const llm4d_param_table *t, const float *params, const float *m,
                             const float *v, const size_t range[2], const char *tag, llm4d_err *err) {

@@ -30,7 +30,7 @@
  * order given), its parameters at params + params_off[k] (params_off NULL: placed like m and v). So
  *   ZeRO-3 (parameters sharded too):      params = local params,  params_off = NULL, state_off = shard offsets
  *   ZeRO-1/2 (parameters whole, flat):    params = flat buffer,   params_off = lo,   state_off = shard offsets
- * llm4d_gpt_ckpt_shard_ranges computes one rank's ranges and shard offsets, and llm4d_gpt_ckpt_save_collective
+ * model/shard_range.h computes one rank's ranges and shard offsets, and llm4d_gpt_ckpt_save_collective
  * saves every rank's own ranges at once (store.h's collective save): nothing is gathered, and the result loads under
  * any other sharding degree, as one process, or into the unaligned table. Elements of a range that belong to no
  * tensor (the alignment holes at the end of each group of an aligned table) are not saved and read back as zero.
@@ -121,15 +121,6 @@ llm4d_code llm4d_gpt_ckpt_read(const llm4d_ckpt *c, const llm4d_model_config *mo
  * named step_<N>). Every rank may call it at the same time: loading is read-only. */
 llm4d_code llm4d_gpt_ckpt_load(const char *path, const llm4d_model_config *model, const llm4d_ckpt_state *st,
                                int *has_optim, cJSON **meta_out, int64_t *step_out, llm4d_err *err);
-
-/* The ranges rank r of a sharding group of N owns in t, which must have been built with a part whose align is a
- * multiple of N: shard r of every group g,
- *   lo[g] = g.lo + r * s_g,  hi[g] = lo[g] + s_g,  state_off[g] = s_0 + ... + s_{g-1},
- * with s_g = (g.hi - g.lo) / N, which is the layout of sharding.h's local buffers (shard_off). Each
- * array has t->n_groups entries (state_off may be NULL); returns t->n_groups. *local_total (may be NULL): the sum
- * of the s_g, the elements of one local buffer. */
-int llm4d_gpt_ckpt_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *state_off,
-                                size_t *local_total);
 
 /* Collective over comm (store.h's collective save): every rank saves its own state st (m = v = NULL: weights only)
  * under d; rank 0 writes meta.json (a copy of meta, used on rank 0 only and may be NULL, plus "model" and

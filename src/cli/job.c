@@ -93,7 +93,9 @@ static llm4d_code probe_device(const llm4d_config *cfg, llm4d_err *err) {
         close(fds[0]);
         llm4d_backend *be = NULL;
         llm4d_err e = {0};
-        if (llm4d_backend_create(&be, cfg->device, cfg->backend_ref, 1, &e) != LLM4D_OK) {
+        /* before MPI: no host rank, GPU 0 (the question is only whether the device works) */
+        const llm4d_backend_opts o = {.device = cfg->device, .ref = cfg->backend_ref, .nthreads = 1};
+        if (llm4d_backend_create(&be, &o, &e) != LLM4D_OK) {
             const ssize_t n = write(fds[1], &e, sizeof e);
             (void)n;
         } else if (be->destroy) {

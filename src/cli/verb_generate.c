@@ -274,7 +274,8 @@ static int run(const gen_args *a) {
             rc = report(&err);
             goto done;
         }
-    CHECK(llm4d_backend_create(&be, a->device, !strcmp(a->backend, "ref"), a->threads, &err));
+    CHECK(llm4d_backend_create(&be, &(llm4d_backend_opts){.device = a->device, .ref = !strcmp(a->backend, "ref"),
+                                                          .nthreads = a->threads}, &err));
     CHECK(llm4d_param_table_build(&table, &mc, NULL, &err));
     params = be->alloc(be, &mem, LLM4D_MEM_PARAMS, table.total * sizeof(float));
     if (!params) {

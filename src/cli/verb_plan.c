@@ -325,7 +325,8 @@ int llm4d_cmd_plan(int argc, char **argv) {
         goto out;
     }
     /* the size functions of the memory plan: the cpu backend's (the only device llm4d builds today) */
-    if (llm4d_backend_create(&be, "cpu", cfg->backend_ref, 1, &err) != LLM4D_OK ||
+    if (llm4d_backend_create(&be, &(llm4d_backend_opts){.device = "cpu", .ref = cfg->backend_ref, .nthreads = 1},
+                             &err) != LLM4D_OK ||
         (cfg->use_amp && be->set_precision && be->set_precision(be, llm4d_memplan_precision(cfg), &err) != LLM4D_OK) ||
         llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK ||
         (!sw.no_memo && llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK) ||

@@ -12,6 +12,7 @@
 
 #include "comm/comm_shm.h"
 #include "comm/comm_trace.h"
+#include "comm/host_check.h"
 #include "core/fault.h"
 #include "core/timer.h"
 
@@ -613,6 +614,15 @@ llm4d_code llm4d_comm_groups_create(llm4d_comm_groups *g, llm4d_comm *world, con
     LLM4D_ASSERT(g->data->size == t->data_world && g->data->rank == t->data_rank,
                  "data group: rank %d of %d, topology says %d of %d", g->data->rank, g->data->size, t->data_rank,
                  t->data_world);
+    llm4d_comm *here = NULL;
+    int same = 1; /* names hashing alike put two hosts in one group: still a bound on the ranks sharing one */
+    rc = llm4d_host_split(world, &here, &same, err);
+    if (rc == LLM4D_OK) g->host_rank = here->rank, g->host_ranks = here->size;
+    llm4d_comm_destroy(here);
+    if (rc != LLM4D_OK) {
+        llm4d_comm_groups_destroy(g);
+        return llm4d_wrap(err, "finding the ranks of this host");
+    }
     return LLM4D_OK;
 }
 

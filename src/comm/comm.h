@@ -259,6 +259,10 @@ typedef struct {
     llm4d_comm *world;               /* borrowed (the runtime owns it) */
     llm4d_comm *axis[LLM4D_NAXES];   /* owned: dp, pp, sharding, mp (indexed by llm4d_axis) */
     llm4d_comm *data;                /* owned: dp x sharding */
+    /* Where the rank runs: its index among the world's ranks on its host (ordered by world rank) and their number,
+     * from the world itself (host_check.h llm4d_host_split, the split the shared-memory path makes its segments
+     * by), not from a launcher's environment: which GPU the rank takes, how many ranks share the host's memory. */
+    int host_rank, host_ranks;
 } llm4d_comm_groups;
 
 /* Collective over world: every rank must call it with its own topology of the same degrees. */

@@ -163,6 +163,12 @@ static const llm4d_engine_ops dp_ops = {
     .destroy = dp_destroy,
 };
 
+int llm4d_dp_grads_in_shm(int host_addressable, int shm_ranks, int hosts, const char **why) {
+    const int peers = host_addressable && shm_ranks > 1;
+    if (why) *why = peers && hosts > 1 ? "the group spans hosts" : "";
+    return peers && hosts == 1;
+}
+
 int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucket_of_group, size_t *lo, size_t *hi,
                      int *n_groups) {
     /* Walk groups in the order backward completes them: the last group (final LayerNorm) first, down to the
@@ -225,7 +231,12 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
     /* On the shared-memory path the payload buffer is moved into shared memory where it is (comm/shm_share.h), so
      * that a bucket's all-reduce sums the host's buffers directly instead of copying them through the slots. Host
      * memory only (a device's gradients are staged), and only where the whole group can (else it says why). */
-    if (llm4d_shm_host_ranks(data_comm, NULL) > 1 && g->be->host_addressable && !data_comm->nccl) {
+    int hosts = 0;
+    const int shm_ranks = data_comm->nccl ? 0 : llm4d_shm_host_ranks(data_comm, &hosts);
+    const char *why;
+    if (!llm4d_dp_grads_in_shm(g->be->host_addressable, shm_ranks, hosts, &why)) {
+        snprintf(dp->share_why, sizeof dp->share_why, "%s", why);
+    } else {
         void *payload = dp->g16 ? (void *)dp->g16 : (void *)dp->grads;
         const size_t bytes = LLM4D_MEM_SPAN(dp->g16 ? llm4d_dp_plan(t, 1) : t->total * sizeof(float));
         int shared = 0;

@@ -72,6 +72,18 @@ typedef struct {
     char share_why[160];    /* why not, on the shared-memory path */
 } llm4d_dp;
 
+/* Whether a flat data-parallel group sums its gradients in place in shared memory (the payload buffer shared with
+ * the host's ranks, comm/shm_share.h; above) instead of through the path's slots or MPI. The one answer the engine
+ * (at init, from its communicator), the memory plan (the peers' pages it touches, plan/memplan_shm.c) and the planner
+ * (the all-reduce it prices, plan/steptime.c) take, each from what it knows:
+ *   host_addressable  the device's memory is host memory (backend.h; a GPU's gradients are staged: nothing to map)
+ *   shm_ranks         the group's ranks on this host when its collectives go through a segment, else 0 (comm_path
+ *                     mpi, NCCL, a group the path did not take: comm_shm.h llm4d_shm_host_ranks)
+ *   hosts             the hosts the group spans (the buffers are mapped by one host's ranks)
+ * *why (may be NULL): when the answer is no although the group is on the path with peers here, why not; else "".
+ * At run time the sharing can still fail (/dev/shm too small: the engine says why and uses the slots). */
+int llm4d_dp_grads_in_shm(int host_addressable, int shm_ranks, int hosts, const char **why);
+
 /* The buckets of about bucket_bytes over the table's groups, in the order backward completes them (the engine's
  * plan, as a pure function for the planner): bucket b is the flat range [lo[b], hi[b]) of n_groups[b] groups;
  * bucket_of_group[g] for every group. The arrays hold n_groups(t) entries; returns the number of buckets. The last

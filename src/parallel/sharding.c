@@ -9,6 +9,7 @@
 
 #include "core/hash.h"
 #include "core/timer.h"
+#include "model/shard_range.h"
 #include "parallel/offload.h"
 
 static llm4d_sharding *of(llm4d_engine *e) { return (llm4d_sharding *)e; }
@@ -334,21 +335,10 @@ static const llm4d_engine_ops sharding_ops = {
     .destroy = sh_destroy,
 };
 
-/* The sizes the scheme derives from the groups: the elements a rank keeps, the largest group and shard. */
-static void sizes(const llm4d_param_table *t, int N, size_t *local_total, size_t *max_group, size_t *max_shard) {
-    *local_total = *max_group = *max_shard = 0;
-    for (int grp = 0; grp < t->n_groups; grp++) {
-        const size_t len = t->g[grp].hi - t->g[grp].lo;
-        *local_total += len / (size_t)N;
-        if (len > *max_group) *max_group = len;
-        if (len / (size_t)N > *max_shard) *max_shard = len / (size_t)N;
-    }
-}
-
 size_t llm4d_sharding_kept(const llm4d_param_table *t, int N) {
-    size_t local, group, shard;
-    sizes(t, N, &local, &group, &shard);
-    return local;
+    llm4d_shard_sizes z;
+    llm4d_shard_ranges(t, N, 0, NULL, NULL, NULL, &z);
+    return z.local_total;
 }
 
 void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
@@ -357,9 +347,9 @@ void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, i
     const llm4d_zero_params *pp;
     const llm4d_zero_grads *gp;
     llm4d_zero_policies(stage, &pp, &gp);
-    size_t local, group, shard;
-    sizes(t, N, &local, &group, &shard);
-    bytes[LLM4D_MEM_OPTIM] += (pp->whole ? 2 : 1) * llm4d_offload_window(local) * sizeof(float);
+    llm4d_shard_sizes z;
+    llm4d_shard_ranges(t, N, 0, NULL, NULL, NULL, &z);
+    bytes[LLM4D_MEM_OPTIM] += (pp->whole ? 2 : 1) * llm4d_offload_window(z.local_total) * sizeof(float);
 }
 
 /* Offload streams: Adam m and v, and the parameter shards when the parameter policy keeps them apart. */
@@ -371,9 +361,9 @@ void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offlo
     const llm4d_zero_params *pp;
     const llm4d_zero_grads *gp;
     llm4d_zero_policies(stage, &pp, &gp);
-    size_t local, group, shard;
-    sizes(t, N, &local, &group, &shard);
-    const size_t f = sizeof(float);
+    llm4d_shard_sizes z;
+    llm4d_shard_ranges(t, N, 0, NULL, NULL, NULL, &z);
+    const size_t local = z.local_total, group = z.max_group, shard = z.max_shard, f = sizeof(float);
     if (forward_only) { /* the parameter policy's shards and gather buffers only */
         if (!pp->whole) bytes[LLM4D_MEM_PARAMS] += local * f, bytes[LLM4D_MEM_COMM] += 2 * group * f;
         return;
@@ -430,17 +420,10 @@ llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist
         sh_destroy(&s->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
-    size_t at = 0;
-    for (int grp = 0; grp < G; grp++) {
-        const size_t len = llm4d_zero_group_len(s, grp);
-        LLM4D_ASSERT(len % (size_t)s->N == 0, "group %d of %zu elements not aligned to %d", grp, len, s->N);
-        s->shard_len[grp] = len / (size_t)s->N;
-        s->shard_off[grp] = at;
-        s->range_lo[grp] = llm4d_zero_group_lo(s, grp) + (size_t)s->rank * s->shard_len[grp];
-        s->range_hi[grp] = s->range_lo[grp] + s->shard_len[grp];
-        at += s->shard_len[grp];
-    }
-    sizes(t, s->N, &s->local_total, &s->max_group, &s->max_shard);
+    llm4d_shard_sizes z;
+    llm4d_shard_ranges(t, s->N, s->rank, s->range_lo, s->range_hi, s->shard_off, &z);
+    for (int grp = 0; grp < G; grp++) s->shard_len[grp] = s->range_hi[grp] - s->range_lo[grp];
+    s->local_total = z.local_total, s->max_group = z.max_group, s->max_shard = z.max_shard;
     int ok = 1;
     if (forward_only) {
         if (!pp->whole) s->local_params = alloc_f(s, LLM4D_MEM_PARAMS, s->local_total, &ok);

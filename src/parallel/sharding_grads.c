@@ -23,7 +23,7 @@ static void grad_complete(llm4d_sharding *s, llm4d_ring_slot *r) {
     const int grp = r->group;
     const size_t n = s->shard_len[grp];
     const llm4d_zero_grads *gp = s->grads_policy;
-    float *own = gp->at(s, llm4d_zero_group_lo(s, grp) + (size_t)s->rank * n, s->shard_off[grp]);
+    float *own = gp->at(s, s->range_lo[grp], s->shard_off[grp]);
     if (s->bf16) s->be->from_bf16(s->be, own, r->recv16, n, gp->store);
     else if (gp->store == LLM4D_ADD) s->be->add(s->be, own, r->recv, n);
     else s->be->copy(s->be, own, r->recv, n * sizeof(float));

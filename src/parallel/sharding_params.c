@@ -33,9 +33,9 @@ static float *whole_at(llm4d_sharding *s, size_t flat, float *window) {
 
 static llm4d_code whole_updated(llm4d_sharding *s, llm4d_err *err) {
     for (int grp = 0; grp < s->n_groups; grp++) {
-        float *full = s->g->params + llm4d_zero_group_lo(s, grp);
-        LLM4D_TRY(llm4d_comm_dev_allgather(s->sh, full + (size_t)s->rank * s->shard_len[grp], full,
-                                           s->shard_len[grp], LLM4D_COMM_F32, err));
+        LLM4D_TRY(llm4d_comm_dev_allgather(s->sh, s->g->params + s->range_lo[grp],
+                                           s->g->params + llm4d_zero_group_lo(s, grp), s->shard_len[grp],
+                                           LLM4D_COMM_F32, err));
     }
     return LLM4D_OK;
 }

@@ -62,6 +62,9 @@ typedef struct {
 
 /* The paths of a running rank's groups, as its communicators chose them. */
 void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg, llm4d_memplan_paths *out);
+/* comm_shm.c's rule for one group, for the plans: its ranks on this host (here; equal: every host it spans holds as
+ * many) when the path takes it (comm_path not mpi, more than one and at most LLM4D_SHM_MAX_RANKS here), else 0. */
+int llm4d_memplan_path_ranks(const llm4d_config *cfg, int here, int equal);
 /* The paths comm_shm.c would choose for the rank at topo's coordinates when ranks_per_node consecutive ranks share a
  * host (the planner's). */
 void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *topo, int ranks_per_node,

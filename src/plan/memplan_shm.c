@@ -23,6 +23,7 @@
 #include "comm/comm_shm.h"
 #include "parallel/data_parallel.h"
 #include "model/params.h"
+#include "model/shard_range.h"
 #include "plan/memplan.h"
 
 /* The axis of the group kinds that are one axis of the grid (the others are the world, the data group and the
@@ -60,6 +61,10 @@ static int members(const llm4d_topology *t, int k) {
     }
 }
 
+int llm4d_memplan_path_ranks(const llm4d_config *cfg, int here, int equal) {
+    return strcmp(cfg->dist.comm_path, "mpi") && equal && here > 1 && here <= LLM4D_SHM_MAX_RANKS ? here : 0;
+}
+
 void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *t, int ranks_per_node,
                                  llm4d_memplan_paths *out) {
     memset(out, 0, sizeof *out);
@@ -84,7 +89,7 @@ void llm4d_memplan_paths_predict(const llm4d_config *cfg, const llm4d_topology *
                 host = h, run = 1, hosts += i < n;
             }
         }
-        if (equal && here > 1 && here <= LLM4D_SHM_MAX_RANKS) out->host_ranks[k] = here, out->hosts[k] = hosts;
+        if (llm4d_memplan_path_ranks(cfg, here, equal)) out->host_ranks[k] = here, out->hosts[k] = hosts;
     }
 }
 
@@ -163,17 +168,20 @@ static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const l
     memset(use, 0, LLM4D_SHMG_N * sizeof *use);
     *shared = 0; /* the pages of the peers' gradient buffers this rank sums in (data_parallel.h) */
     const int nd = paths->host_ranks[LLM4D_SHMG_DATA];
-    if (!sharded && t->data_world > 1 && nd > 1 && paths->hosts[LLM4D_SHMG_DATA] == 1 && !strcmp(cfg->device, "cpu")) {
+    if (!sharded && t->data_world > 1 &&
+        llm4d_dp_grads_in_shm(llm4d_backend_host_addressable(cfg->device), nd, paths->hosts[LLM4D_SHMG_DATA], NULL)) {
         use[LLM4D_SHMG_DATA].allreduce = sizeof(double); /* the slots carry the loss's sums only */
         *shared = (size_t)(nd - 1) * shared_pages(tab, (size_t)d->bucket_size_bytes, gsz, nd);
     } else if (!sharded && t->data_world > 1) {
         use[LLM4D_SHMG_DATA].allreduce = group_max * gsz;
     }
-    if (sharded) {
-        use[LLM4D_SHMG_SHARDING].rs_block = group_max / (size_t)N * gsz;
-        use[LLM4D_SHMG_SHARDING].ag_block = group_max / (size_t)N * sizeof(float);
+    if (sharded) { /* a block is a group's shard (model/shard_range.h) */
+        llm4d_shard_sizes z;
+        llm4d_shard_ranges(tab, N, 0, NULL, NULL, NULL, &z);
+        use[LLM4D_SHMG_SHARDING].rs_block = z.max_shard * gsz;
+        use[LLM4D_SHMG_SHARDING].ag_block = z.max_shard * sizeof(float);
         if (t->degree[LLM4D_AXIS_DATA] > 1) /* stage >= 2: the whole local shard in one all-reduce */
-            use[LLM4D_SHMG_DP].allreduce = (d->sharding_stage >= 2 ? tab->total : group_max) / (size_t)N * sizeof(float);
+            use[LLM4D_SHMG_DP].allreduce = (d->sharding_stage >= 2 ? z.local_total : z.max_shard) * sizeof(float);
     }
     if (t->degree[LLM4D_AXIS_MODEL] > 1) {
         llm4d_shm_use *u = &use[LLM4D_SHMG_MODEL];

@@ -27,8 +27,10 @@
 #include "plan/layout.h"
 #include "plan/predict.h"
 #include "plan/simmemo.h"
+#include "parallel/data_parallel.h"
 #include "parallel/schedule.h"
 #include "plan/memplan.h"
+#include "model/shard_range.h"
 
 #define QMAX 64
 
@@ -189,8 +191,10 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, (double)sc->group_len[g] * gsz, N, R,
                                       sh_hosts, NULL);
     }
-    /* a CPU host's data-parallel gradients are shared in place on the shared-memory path (data_parallel.h) */
-    const int ar_op = !strcmp(cfg->device, "cpu") && strcmp(d->comm_path, "mpi") && data_hosts == 1
+    /* data-parallel gradients shared in place on the shared-memory path (data_parallel.h): one answer with the run */
+    const int data_here = data_hosts > 0 ? topo->data_world / data_hosts : 0;
+    const int data_shm = llm4d_memplan_path_ranks(cfg, data_here, data_here * data_hosts == topo->data_world);
+    const int ar_op = llm4d_dp_grads_in_shm(llm4d_backend_host_addressable(cfg->device), data_shm, data_hosts, NULL)
                           ? LLM4D_PROF_AR_SHARED
                           : LLM4D_COMM_OP_ALLREDUCE;
     for (int b = 0; b < sc->n_buckets; b++)
@@ -277,8 +281,8 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
             for (int k = 0; k < LLM4D_WORK_N; k++) conv[k] += times * one[k];
         }
     }
-    size_t local = 0; /* the elements this rank updates */
-    for (int g = 0; g < G; g++) local += N > 1 ? (sc->group_len[g] + (size_t)N - 1) / (size_t)N : sc->group_len[g];
+    size_t local = 0; /* the elements this rank updates: its shards (N = 1: the groups whole) */
+    for (int g = 0; g < G; g++) local += llm4d_shard_len(sc->group_len[g], N > 1 ? N : 1);
     if (N > 1 && d->dp_degree > 1) { /* hybrid: the own shards over the dp group */
         exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
                                                   d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);

@@ -16,12 +16,6 @@
 
 #define MiB (1024.0 * 1024.0)
 
-static int local_ranks(void) {
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int n = v ? atoi(v) : 1;
-    return n > 0 ? n : 1;
-}
-
 static void human(double bytes, char *buf, size_t n) {
     if (bytes >= 1024.0 * 1024 * MiB) snprintf(buf, n, "%.2f TiB", bytes / (1024.0 * 1024 * MiB));
     else if (bytes >= 1024.0 * MiB) snprintf(buf, n, "%.2f GiB", bytes / (1024.0 * MiB));
@@ -50,7 +44,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     tr->be->mem_info(tr->be, &dev_free, &dev_total);
     const long long host = tr->mem_available > 0 ? tr->mem_available : (long long)dev_free;
     /* the ranks sharing this device's memory: every rank on the host, or those given the same GPU */
-    const int on_host = local_ranks(), ndev = tr->be->ndevices;
+    const int on_host = tr->groups->host_ranks > 0 ? tr->groups->host_ranks : 1, ndev = tr->be->ndevices;
     const int ranks = ndev > 0 ? (on_host + ndev - 1) / ndev : on_host;
     const char *where = ndev > 0 ? "on this GPU" : "on this host";
 

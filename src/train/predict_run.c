@@ -22,10 +22,10 @@
 
 #define MiB (1024.0 * 1024.0)
 
-/* Ranks on this host: Open MPI says; else every rank of the job (one host). */
-static int ranks_here(int world) {
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int n = v ? atoi(v) : world;
+/* Ranks per host, as the planner's cluster counts them (the same on every host): those on this one (comm.h
+ * llm4d_comm_groups), or, where the hosts hold different numbers, every rank of the job as if on one. */
+static int ranks_here(const llm4d_comm_groups *g, int world) {
+    const int n = g->host_ranks;
     return n > 0 && world % n == 0 ? n : world;
 }
 
@@ -44,7 +44,7 @@ llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err) {
     llm4d_code rc = llm4d_profile_load(&prof, path, &e);
     const int unreadable = rc != LLM4D_OK;
     llm4d_prediction p = {0};
-    const int R = ranks_here(tr->world_size);
+    const int R = ranks_here(tr->groups, tr->world_size);
     const llm4d_cluster cl = {.nodes = tr->world_size / R, .ranks_per_node = R, .threads = tr->be->nthreads,
                               .memory_per_node = c->plan.memory_per_node_gib > 0
                                                      ? c->plan.memory_per_node_gib * 1024 * MiB

@@ -270,7 +270,9 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
     if (opts->plan) tr->ppplan = *opts->plan, *opts->plan = (llm4d_pp_plan){0}; /* made once, by the job's setup */
     const llm4d_model_config *m = &cfg->model;
-    LLM4D_TRY(llm4d_backend_create(&tr->be, cfg->device, cfg->backend_ref, cfg->threads, err));
+    const llm4d_backend_opts bo = {.device = cfg->device, .ref = cfg->backend_ref, .nthreads = cfg->threads,
+                                   .host_rank = groups->host_rank};
+    LLM4D_TRY(llm4d_backend_create(&tr->be, &bo, err));
     LLM4D_TRY(llm4d_comm_device_create(&tr->comm_dev, tr->be, &tr->mem, err));
     llm4d_comm_groups_attach(groups, tr->comm_dev); /* tensor buffers are this backend's device memory */
     {

@@ -290,14 +290,8 @@ static void cu_destroy(llm4d_backend *be) {
 /* ---------------------------------------------------------------------------------------------------------- */
 /* creation */
 
-/* The process's rank among those on this host (Open MPI's launcher says; a lone process is 0). */
-static int local_rank(void) {
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    const int r = v ? atoi(v) : 0;
-    return r > 0 ? r : 0;
-}
-
-static llm4d_code open_device(cuda_ctx *cx, llm4d_err *err) {
+/* host_rank: the process's index among the ranks on its host (backend.h llm4d_backend_opts). */
+static llm4d_code open_device(cuda_ctx *cx, int host_rank, llm4d_err *err) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
@@ -309,7 +303,7 @@ static llm4d_code open_device(cuda_ctx *cx, llm4d_err *err) {
                           why);
     }
     cx->ndevices = n;
-    cx->device = local_rank() % n;
+    cx->device = (host_rank > 0 ? host_rank : 0) % n;
     cudaError_t r = cudaSetDevice(cx->device);
     struct cudaDeviceProp prop;
     if (r == cudaSuccess) r = cudaGetDeviceProperties(&prop, cx->device);
@@ -332,8 +326,8 @@ static llm4d_code open_device(cuda_ctx *cx, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-static llm4d_code setup(cuda_ctx *cx, llm4d_err *err) {
-    LLM4D_TRY(open_device(cx, err));
+static llm4d_code setup(cuda_ctx *cx, int host_rank, llm4d_err *err) {
+    LLM4D_TRY(open_device(cx, host_rank, err));
     for (int s = 0; s < LLM4D_NSTREAMS; s++)
         if (cudaStreamCreateWithFlags(&cx->stream[s], cudaStreamNonBlocking) != cudaSuccess)
             return llm4d_fail(err, LLM4D_EINTERNAL, "cuda: cannot create a stream");
@@ -350,7 +344,7 @@ static llm4d_code setup(cuda_ctx *cx, llm4d_err *err) {
     return llm4d_cuda_gemm_init(cx, err);
 }
 
-llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err) {
+llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, int host_rank, llm4d_err *err) {
     *out = NULL;
     llm4d_backend *be = calloc(1, sizeof *be);
     cuda_ctx *cx = calloc(1, sizeof *cx);
@@ -360,7 +354,7 @@ llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err) {
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the CUDA backend");
     }
     be->ctx = cx;
-    const llm4d_code rc = setup(cx, err);
+    const llm4d_code rc = setup(cx, host_rank, err);
     if (rc != LLM4D_OK) {
         cu_destroy(be);
         return rc;

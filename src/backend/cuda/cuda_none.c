@@ -4,7 +4,8 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_api.h"
 
-llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, llm4d_err *err) {
+llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, int host_rank, llm4d_err *err) {
+    (void)host_rank;
     *out = NULL;
     return llm4d_fail(err, LLM4D_EUSER, "--device cuda: this build of llm4d has no CUDA backend; configure it with "
                       "-DLLM4D_CUDA=ON (needs the CUDA toolkit: README, \"The CUDA backend\") or use --device cpu");
