@@ -110,6 +110,7 @@ llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c,
         }
     }
     /* the fallback rates */
+    if (llm4d_gemm_shape_price(&p->gemm_shape, c, pr->prec, p->kernel_s, s) > 0) return LLM4D_PRICE_FALLBACK;
     const double rate = fallback_rate(p, c->op, pr->prec, pr->threads);
     const double w = work_of(c);
     double t = p->kernel_s;

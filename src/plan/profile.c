@@ -178,6 +178,7 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON_AddItemToObject(fb, "collective_gbps", num_array(p->coll_gbps, 2));
     cJSON_AddNumberToObject(fb, "disk_read_gbps", p->disk_read_gbps);
     cJSON_AddNumberToObject(fb, "disk_write_gbps", p->disk_write_gbps);
+    llm4d_gemm_shape_to_json(o, &p->gemm_shape);
     cJSON *ks = cJSON_AddArrayToObject(o, "kernels");
     for (int i = 0; i < p->n_kernels; i++) {
         const llm4d_prof_kernel *k = &p->kernels[i];
@@ -400,6 +401,9 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     }
     if (!r->bad && !(p->coll_gbps[0] > 0 && p->coll_gbps[1] > 0 && p->disk_read_gbps > 0 && p->disk_write_gbps > 0))
         return (void)garbled(r, "its collective and disk rates must be positive");
+    char what[160];
+    if (llm4d_gemm_shape_parse(cJSON_GetObjectItemCaseSensitive(o, "gemm_shape"), &p->gemm_shape, what, sizeof what))
+        return (void)garbled(r, what);
     read_tables(r, o, p);
 }
 

@@ -16,7 +16,8 @@
  *                processor time a blocking wait burns while a peer is descheduled;
  *   fallback     rates for what was not measured: GEMM and attention GFLOP/s, memory GB/s (by threads), a
  *                kernel's fixed cost; collective latency and bandwidth within and across hosts; the disk's GB/s
- *                (offload). A published profile has only these.
+ *                (offload). A published profile has only these, and may add a GPU's GEMM time by shape
+ *                ("gemm_shape": plan/gemm_shape.h), which prices the GEMMs the fallback rate would.
  * The file is JSON; a missing or garbled one is a user error naming the file and the fix. */
 #ifndef LLM4D_PLAN_PROFILE_H
 #define LLM4D_PLAN_PROFILE_H
@@ -26,6 +27,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "core/error.h"
+#include "plan/gemm_shape.h"
 #include "plan/record.h"
 
 #define LLM4D_PROF_MAXT 64     /* threads per rank the tables go up to */
@@ -94,6 +96,7 @@ typedef struct {
     double kernel_s;           /* a kernel's fixed cost (a launch, an OpenMP fork) */
     double coll_latency_s[2], coll_gbps[2]; /* [0] within a host, [1] across hosts (bus bandwidth per rank) */
     double disk_read_gbps, disk_write_gbps;
+    llm4d_gemm_shape gemm_shape; /* a GPU's GEMM time by shape ("gemm_shape"; off when absent: plan/gemm_shape.h) */
     /* tables */
     int n_kernels, cap_kernels;
     llm4d_prof_kernel *kernels; /* sorted by key (llm4d_profile_sort) for lookups */
