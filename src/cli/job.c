@@ -15,8 +15,8 @@
 #include "core/log.h"
 #include "parallel/pipeline.h"
 
-int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg) {
-    *dbg = (llm4d_job_debug){.hang_rank = 1};
+int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_debug *dbg) {
+    *dbg = (llm4d_debug){.hang_rank = 1};
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--debug_dump") && i + 1 < argc) {

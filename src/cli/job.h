@@ -7,21 +7,11 @@
 #include "comm/runtime.h"
 #include "comm/topology.h"
 #include "parallel/pp_plan.h"
+#include "train/debug.h"
 
-/* The test facilities of `llm4d train`, taken out of its arguments before config parsing. */
-typedef struct {
-    const char *debug_dump;     /* --debug_dump DIR: tests/test_torch_parity.sh */
-    int check_replicas;         /* --debug_check_replicas: tests/test_dp.sh, test_sharding.sh, test_tp.sh */
-    long long inject_inf_step;  /* --debug_inject_inf_step N: tests/test_amp.sh, test_nonfinite.sh */
-    const char *inject_inf_param; /* --debug_inject_inf_param NAME: the tensor that overflows (default: the first) */
-    long long loss_spike_step;  /* --debug_loss_spike_step N: step N's loss is reported 10 x (test_nonfinite.sh) */
-    long long hang_step;        /* --debug_hang_step N [--debug_hang_rank R]: world rank R (default 1) stops */
-    int hang_rank;              /*   answering at step N, as a rank stuck in a kernel would (test_watchdog.sh) */
-    long long mem_available;    /* --debug_mem_available BYTES: the host's available memory (test_memory_plan.sh) */
-} llm4d_job_debug;
-
-/* args (argc + 1 entries) = argv without the debug flags, which go to *dbg; returns the count left. */
-int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_job_debug *dbg);
+/* args (argc + 1 entries) = argv without the test facilities' --debug_* flags (train/debug.h), which go to *dbg;
+ * returns the count left. */
+int llm4d_job_take_debug(int argc, char **argv, char **args, llm4d_debug *dbg);
 
 /* Defaults, parse argv (argv[0] is the verb), the model geometry of a checkpoint named by model_name_or_path,
  * finalized for `world` processes, and the pipeline's plan: every check a job's configuration gets (the launcher

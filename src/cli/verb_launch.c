@@ -139,7 +139,7 @@ static int error_line(const char *log_dir, int rank, char *buf, size_t cap) {
 static llm4d_code check_train(int argc, char **argv, int nproc, int local, llm4d_launch_job *job, llm4d_err *err) {
     char **targs = calloc((size_t)argc + 1, sizeof *targs);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
-    llm4d_job_debug dbg;
+    llm4d_debug dbg;
     llm4d_code rc = !targs || !cfg ? llm4d_fail(err, LLM4D_ENOMEM, "out of memory")
                                    : llm4d_job_config(llm4d_job_take_debug(argc, argv, targs, &dbg), targs, nproc,
                                                       cfg, NULL, err);

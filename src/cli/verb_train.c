@@ -25,7 +25,7 @@ int llm4d_cmd_train(int argc, char **argv) {
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return fprintf(stderr, "llm4d train: out of memory\n"), 1;
-    llm4d_job_debug dbg;
+    llm4d_debug dbg;
     const int n = llm4d_job_take_debug(argc, argv, args, &dbg);
 
     llm4d_err err = {0};
@@ -43,14 +43,7 @@ int llm4d_cmd_train(int argc, char **argv) {
         return llm4d_runtime_fail(&rt, "train", &err);
     }
     llm4d_trainer tr;
-    const llm4d_trainer_opts opts = {.debug_dump = dbg.debug_dump, .check_replicas = dbg.check_replicas,
-                                     .inject_inf_step = dbg.inject_inf_step,
-                                     .inject_inf_param = dbg.inject_inf_param,
-                                     .loss_spike_step = dbg.loss_spike_step,
-                                     .hang_step = dbg.hang_step,
-                                     .hang_rank = dbg.hang_rank,
-                                     .mem_available = dbg.mem_available,
-                                     .plan = &plan};
+    const llm4d_trainer_opts opts = {.debug = dbg, .plan = &plan};
     const int ok = llm4d_trainer_init(&tr, cfg, &topo, &groups, &opts, &err) == LLM4D_OK &&
                    llm4d_trainer_run(&tr, &err) == LLM4D_OK;
     llm4d_trainer_free(&tr);

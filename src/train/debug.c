@@ -1,11 +1,43 @@
-/* debug.c — test-facility dumps (`llm4d train --debug_dump DIR`, used by tests/test_torch_parity.sh): the
- * parameter table and initial weights, every step's batch, the logits of step 1's first micro-batch (taken by an
- * extra forward without dropout, before training touches anything) and the step-1 gradients. */
+/* debug.c — what the test facilities (debug.h) do to a run. The dumps (`llm4d train --debug_dump DIR`, used by
+ * tests/test_torch_parity.sh): the parameter table and initial weights, every step's batch, the logits of step 1's
+ * first micro-batch (taken by an extra forward without dropout, before training touches anything) and the step-1
+ * gradients. The bends of a step: a rank that hangs, an overflowing gradient, a loss spike. */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/view.h"
 #include "train/trainer.h"
+
+void llm4d_trainer_debug_hang(const llm4d_trainer *tr, int64_t step) {
+    if (step == tr->debug.hang_step && tr->topo.rank == tr->debug.hang_rank) /* as a rank stuck in a kernel */
+        for (;;) pause();
+}
+
+/* Whether `name` is one of the comma-separated names of `list`. */
+static int name_in_list(const char *name, const char *list) {
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || !p[n])) return 1;
+    return 0;
+}
+
+void llm4d_trainer_debug_after_backward(llm4d_trainer *tr, int64_t step, double *loss) {
+    const llm4d_debug *d = &tr->debug;
+    if (step == d->loss_spike_step) *loss *= 10;
+    if (step != d->inject_inf_step) return;
+    const llm4d_param_table *t = &tr->model.table; /* an overflow, as an fp16 gradient would produce */
+    int64_t j0, j1;
+    for (int i = 0; i < t->n; i++) {
+        if (d->inject_inf_param && !name_in_list(t->p[i].name, d->inject_inf_param)) continue;
+        float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
+        if (gr && j1 > j0) {
+            tr->be->scale(tr->be, gr, (float)INFINITY, 1); /* inf, or NaN where it was 0 */
+            if (!d->inject_inf_param) break;
+        }
+    }
+}
 
 static llm4d_code dump_file(const char *dir, const char *name, const void *data, size_t bytes, llm4d_err *err) {
     char path[LLM4D_PATH_MAX + 64];
@@ -23,14 +55,14 @@ static llm4d_code dump_file(const char *dir, const char *name, const void *data,
 static llm4d_code dump_tensor(llm4d_trainer *tr, const char *name, void *dev, size_t bytes, llm4d_err *err) {
     llm4d_view v;
     LLM4D_TRY(llm4d_view_open(&v, tr->be, &tr->mem, dev, bytes, LLM4D_VIEW_READ, err));
-    const llm4d_code rc = dump_file(tr->debug_dump, name, v.host, bytes, err);
+    const llm4d_code rc = dump_file(tr->debug.debug_dump, name, v.host, bytes, err);
     llm4d_view_close(&v, tr->be, &tr->mem);
     return rc;
 }
 
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
     char path[LLM4D_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/params.json", tr->debug_dump);
+    snprintf(path, sizeof path, "%s/params.json", tr->debug.debug_dump);
     FILE *f = fopen(path, "w");
     if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
     const llm4d_param_table *t = &tr->model.table;
@@ -73,7 +105,7 @@ llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_
         return dump_tensor(tr, "grads_step1.bin", tr->model.grads, tr->model.table.total * sizeof(float), err);
     }
     char path[LLM4D_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/batch_step%lld.bin", tr->debug_dump, (long long)step);
+    snprintf(path, sizeof path, "%s/batch_step%lld.bin", tr->debug.debug_dump, (long long)step);
     FILE *f = fopen(path, "wb");
     if (!f) return llm4d_fail(err, LLM4D_EIO, "cannot write %s: %s", path, strerror(errno));
     fwrite(b->tokens, sizeof(int32_t), rowsT, f);

@@ -42,7 +42,7 @@ llm4d_code llm4d_trainer_plan(llm4d_trainer *tr, llm4d_err *err) {
     tr->plan_total = tr->plan_base + add;
     size_t dev_free = 0, dev_total = 0; /* the device's memory: on the CPU backends the host's */
     tr->be->mem_info(tr->be, &dev_free, &dev_total);
-    const long long host = tr->mem_available > 0 ? tr->mem_available : (long long)dev_free;
+    const long long host = tr->debug.mem_available > 0 ? tr->debug.mem_available : (long long)dev_free;
     /* the ranks sharing this device's memory: every rank on the host, or those given the same GPU */
     const int on_host = tr->groups->host_ranks > 0 ? tr->groups->host_ranks : 1, ndev = tr->be->ndevices;
     const int ranks = ndev > 0 ? (on_host + ndev - 1) / ndev : on_host;

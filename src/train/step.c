@@ -41,26 +41,16 @@ llm4d_code llm4d_trainer_run_batch(llm4d_trainer *tr, int64_t step, const llm4d_
     return LLM4D_OK;
 }
 
-/* Whether `name` is one of the comma-separated names of `list`. */
-static int name_in_list(const char *name, const char *list) {
-    const size_t n = strlen(name);
-    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-        if (!strncmp(p, name, n) && (p[n] == ',' || !p[n])) return 1;
-    return 0;
-}
-
 /* Forward and backward of one global step's rows; returns the global loss. */
 static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, double *loss_out,
                              llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
-    llm4d_gpt *g = &tr->model;
     const int T = c->data.max_seq_len;
     /* the loss is normalised by the unmasked tokens of the whole global batch, over every data rank */
     double count = 0;
     for (size_t i = 0; i < (size_t)b->rows * T; i++) count += b->mask[i];
     LLM4D_TRY(llm4d_comm_allreduce(tr->groups->data, &count, 1, LLM4D_COMM_F64, err));
-    if (step == tr->hang_step && tr->topo.rank == tr->hang_rank) /* test facility: a rank stuck in a kernel */
-        for (;;) pause();
+    llm4d_trainer_debug_hang(tr, step);
     llm4d_engines_begin_step(&tr->engines, (int)c->accumulate_steps);
     /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
     double loss;
@@ -68,18 +58,7 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
     LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
-    if (step == tr->loss_spike_step) *loss_out *= 10; /* test facility: a loss spike */
-    if (step == tr->inject_inf_step) { /* test facility: an overflow, as an fp16 gradient would produce */
-        int64_t j0, j1;
-        for (int i = 0; i < g->table.n; i++) {
-            if (tr->inject_inf_param && !name_in_list(g->table.p[i].name, tr->inject_inf_param)) continue;
-            float *gr = llm4d_engines_grad_view(&tr->engines, i, &j0, &j1);
-            if (gr && j1 > j0) {
-                tr->be->scale(tr->be, gr, (float)INFINITY, 1); /* inf, or NaN where it was 0 */
-                if (!tr->inject_inf_param) break;
-            }
-        }
-    }
+    llm4d_trainer_debug_after_backward(tr, step, loss_out);
     return LLM4D_OK;
 }
 
@@ -252,64 +231,6 @@ static void log_work(const llm4d_trainer *tr, const llm4d_work_stats *w, double 
     }
 }
 
-/* The end of a pipelined run, on the first stage's writer (collective over the pipe group): every stage's measured
- * computing per step beside the split's predicted costs, so a split can be judged by what it did; and every stage's
- * waiting share (waiting / (waiting + computing) inside the schedule) beside the schedule's own at the measured
- * durations of one forward, backward and weight pass (llm4d_pp_schedule_simulate), so the bubble can be told apart
- * from what the machine added (transfers, load). mine: busy, idle, F, B, W of this stage (per step, per action). */
-static llm4d_code log_stage_compute(llm4d_trainer *tr, const double mine[5], llm4d_err *err) {
-    llm4d_comm *pp = tr->groups->axis[LLM4D_AXIS_PIPE];
-    const llm4d_pp_plan *plan = &tr->ppplan;
-    const int P = pp->size, V = plan->V;
-    double *all = calloc((size_t)P * 5, sizeof *all), *cost = calloc((size_t)P * 3 * V, sizeof *cost);
-    double *busy = calloc((size_t)P, sizeof *busy), *idle = calloc((size_t)P, sizeof *idle);
-    double *ends = calloc((size_t)P, sizeof *ends);
-    llm4d_pp_schedule *st = calloc((size_t)P, sizeof *st);
-    if (!all || !cost || !busy || !idle || !ends || !st) {
-        free(all), free(cost), free(busy), free(idle), free(ends), free(st);
-        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    }
-    llm4d_code rc = llm4d_comm_allgather(pp, mine, all, 5, LLM4D_COMM_F64, err);
-    if (rc == LLM4D_OK && tr->is_writer) {
-        double sum = 0, psum = 0;
-        for (int s = 0; s < P; s++) sum += all[5 * s];
-        for (int v = 0; v < P * V; v++) psum += (double)plan->cost[v];
-        char line[1024];
-        int k = snprintf(line, sizeof line, "pipeline: computing per step by stage, measured against the split's "
-                         "prediction (share of the stages' sum):");
-        for (int s = 0; s < P && k < (int)sizeof line; s++) {
-            double pc = 0;
-            for (int c = 0; c < V; c++) pc += (double)plan->cost[llm4d_pp_vstage(P, c, s)];
-            k += snprintf(line + k, sizeof line - (size_t)k, "%s stage %d %.4f s (%.1f %%, predicted %.1f %%)",
-                          s ? "," : "", s, all[5 * s], sum > 0 ? 100 * all[5 * s] / sum : 0.0,
-                          psum > 0 ? 100 * pc / psum : 0.0);
-        }
-        llm4d_log_info(&tr->log, "%s", line);
-        int ok = 1;
-        for (int s = 0; s < P && ok; s++) {
-            ok = llm4d_pp_schedule_build(&st[s], plan->runs->kind, P, V, plan->M, s, err) == LLM4D_OK;
-            for (int op = 0; op < 3; op++)
-                for (int c = 0; c < V; c++) cost[(3 * s + op) * V + c] = all[5 * s + 2 + op];
-        }
-        const llm4d_pp_costs costs = {cost, 0.0, NULL}; /* transfers free, each stage on its own cores */
-        /* a stage's waiting inside its schedule ends with its last action, as the executor measures it (the last
-         * stage is done before the first stage's last backward) */
-        if (ok) ok = llm4d_pp_schedule_simulate_ends(st, P, &costs, NULL, busy, ends, err) == LLM4D_OK;
-        for (int s = 0; ok && s < P; s++) idle[s] = ends[s] - busy[s];
-        k = snprintf(line, sizeof line, "pipeline: waiting share by stage, measured against %s's at the measured "
-                     "F/B/W (waiting / (waiting + computing)):", plan->runs->name);
-        for (int s = 0; ok && s < P && k < (int)sizeof line; s++) {
-            const double b = all[5 * s], w = all[5 * s + 1];
-            k += snprintf(line + k, sizeof line - (size_t)k, "%s stage %d %.1f %% (theory %.1f %%)", s ? "," : "", s,
-                          b + w > 0 ? 100 * w / (b + w) : 0.0, ends[s] > 0 ? 100 * idle[s] / ends[s] : 0.0);
-        }
-        if (ok) llm4d_log_info(&tr->log, "%s", line);
-        for (int s = 0; s < P; s++) llm4d_pp_schedule_free(&st[s]);
-    }
-    free(all), free(cost), free(busy), free(idle), free(ends), free(st);
-    return rc;
-}
-
 static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *c = tr->cfg;
     const int T = c->data.max_seq_len;
@@ -334,11 +255,11 @@ static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
         llm4d_comm_groups_stats_reset(tr->groups);
         const llm4d_batch *b = llm4d_loader_get(&tr->loader, step - 1);
         const double t1 = llm4d_now();
-        if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
+        if (tr->debug.debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 0, err));
         double loss, norm, lr;
         int found_inf = 0, spike = 0;
         LLM4D_TRY(train_step(tr, step, b, &loss, err));
-        if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
+        if (tr->debug.debug_dump) LLM4D_TRY(llm4d_trainer_dump_step(tr, step, b, 1, err));
         const double scale_used = tr->loss_scale;
         const double tu = llm4d_trace_now(tr->trace);
         LLM4D_TRY(update(tr, step, loss, &norm, &lr, &found_inf, &spike, err));
@@ -371,7 +292,7 @@ static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
         llm4d_trainer_predict_step(tr, step, step_cost);
         llm4d_comm_stats cs = llm4d_comm_groups_stats(tr->groups);
         llm4d_comm_stats_add(&cs, &es.comm); /* groups the engines own: the tied embedding's */
-        if (tr->check_replicas) {
+        if (tr->debug.check_replicas) {
             llm4d_engine *e = tr->engines.storage;
             char emb[64] = "";
             if (tr->model.table.wte_first >= 0)
@@ -466,7 +387,7 @@ static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
         const double mine[5] = {pp_steps ? pp_busy / pp_steps : 0, pp_steps ? pp_idle / pp_steps : 0,
                                 pp_n[0] ? pp_op[0] / pp_n[0] : 0, pp_n[1] ? pp_op[1] / pp_n[1] : 0,
                                 pp_n[2] ? pp_op[2] / pp_n[2] : 0};
-        LLM4D_TRY(log_stage_compute(tr, mine, err));
+        LLM4D_TRY(llm4d_trainer_log_pipeline(tr, mine, err));
     }
     return LLM4D_OK;
 }

@@ -263,8 +263,8 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     tr->groups = groups;
     tr->world_size = topo->world_size;
     tr->is_writer = topo->rank == 0;
-    tr->debug_dump = tr->is_writer ? opts->debug_dump : NULL;
-    tr->check_replicas = opts->check_replicas;
+    tr->debug = opts->debug;
+    if (!tr->is_writer) tr->debug.debug_dump = NULL;
     tr->start_step = 1;
     tr->last_saved = -1;
     tr->log = (llm4d_log){.out = stdout, .enabled = 1};
@@ -281,12 +281,6 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
         if (line[0]) llm4d_log_info(&tr->log, "%s", line);
     }
     tr->loss_scale = 1.0;
-    tr->inject_inf_step = opts->inject_inf_step;
-    tr->inject_inf_param = opts->inject_inf_param;
-    tr->loss_spike_step = opts->loss_spike_step;
-    tr->hang_step = opts->hang_step;
-    tr->hang_rank = opts->hang_rank;
-    tr->mem_available = opts->mem_available;
     if (cfg->use_amp) {
         tr->precision = !strcmp(cfg->amp_dtype, "float16")    ? LLM4D_PREC_FP16
                         : !strcmp(cfg->amp_dtype, "tfloat32") ? LLM4D_PREC_TF32
@@ -306,7 +300,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_predict_start(tr, err));
     /* rank 0 writes metrics and checkpoints there */
     if (tr->is_writer) LLM4D_TRY(mkdir_p(cfg->output_dir, err));
-    if (tr->debug_dump) LLM4D_TRY(mkdir_p(tr->debug_dump, err));
+    if (tr->debug.debug_dump) LLM4D_TRY(mkdir_p(tr->debug.debug_dump, err));
 
     LLM4D_TRY(llm4d_corpora_open(&tr->corpora, cfg->data.input_dir, err));
     tr->have_corpus = 1;
@@ -344,7 +338,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
             return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
                               strerror(errno));
     }
-    if (tr->debug_dump) LLM4D_TRY(llm4d_trainer_dump_init(tr, err));
+    if (tr->debug.debug_dump) LLM4D_TRY(llm4d_trainer_dump_init(tr, err));
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_trace_open(tr, err));
     if (!opts->eval_only) LLM4D_TRY(llm4d_trainer_write_runinfo(tr, err));
     print_startup(tr);

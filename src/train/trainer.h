@@ -31,6 +31,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/lr.h"
+#include "train/debug.h"
 #include "train/devbatch.h"
 #include "parallel/engine.h"
 #include "parallel/executor.h"
@@ -68,19 +69,12 @@ typedef struct {
     llm4d_precision precision;
     double loss_scale;
     int64_t good_steps;        /* finite steps since the scale last changed */
-    int64_t inject_inf_step;   /* test facility: make this step's gradients overflow */
-    const char *inject_inf_param; /* ... in this tensor (NULL: the first the rank holds) */
-    int64_t loss_spike_step;   /* test facility: report this step's loss 10 x */
-    int64_t hang_step;         /* test facility: world rank hang_rank stops answering at this step */
-    int hang_rank;
-    long long mem_available;   /* test facility: the host's available bytes (0: read from the kernel) */
+    llm4d_debug debug;         /* the test facilities (debug.h; debug_dump on the writer only) */
     size_t plan[LLM4D_MEM_NCATEGORIES]; /* memplan.c: what each category will hold */
     size_t plan_base, plan_total; /* resident before allocating; the whole plan (bytes) */
     double recent_loss[LLM4D_LOSS_WINDOW_MAX]; /* the loss spike guard's ring of the last steps' losses */
     int n_recent;              /* losses in the ring (at most loss_spike_window) */
     int64_t spikes_skipped;
-    const char *debug_dump;    /* test facility: directory to dump initial weights, first logits/grads, batches */
-    int check_replicas;        /* test facility: log a hash of the parameters after every step */
     llm4d_trace *trace;        /* --trace: this rank's timeline of the traced steps (trace_run.c); NULL: off */
     struct {                   /* predict_run.c: the planner's prediction for this run (costs NULL: none) */
         double step_s, peak_bytes; /* seconds per step; this rank's peak */
@@ -93,15 +87,8 @@ typedef struct {
 } llm4d_trainer;
 
 typedef struct {
-    const char *debug_dump;
-    int check_replicas;
+    llm4d_debug debug;         /* the test facilities (debug.h); zero: none */
     int eval_only;             /* `llm4d eval`: no training loader, an evaluation loader of eval_iters batches */
-    int64_t inject_inf_step;   /* test facility: an overflowing gradient at this step (0: never) */
-    const char *inject_inf_param; /* ... in this tensor (NULL: the first) */
-    int64_t loss_spike_step;   /* test facility: this step's loss reported 10 x (0: never) */
-    int64_t hang_step;         /* test facility: world rank hang_rank hangs at this step (0: never) */
-    int hang_rank;
-    long long mem_available;   /* test facility: the host's available bytes for the memory plan (0: the kernel's) */
     llm4d_pp_plan *plan;       /* cfg's pipeline plan as llm4d_job_setup made it, taken over (left zeroed); NULL:
                                 * the trainer makes it */
 } llm4d_trainer_opts;
@@ -140,7 +127,16 @@ llm4d_code llm4d_trainer_save_async(llm4d_trainer *tr, int64_t step, const cJSON
 llm4d_code llm4d_trainer_save_poll(llm4d_trainer *tr, int64_t step, int wait, llm4d_err *err);
 void llm4d_trainer_save_settle(llm4d_trainer *tr);
 void llm4d_trainer_async_free(llm4d_trainer *tr);
+/* pp_log.c: the end of a pipelined run, logged on the first stage's writer (collective over the pipe group): each
+ * stage's computing against the split's prediction, its waiting share against the schedule's own. mine: busy, idle,
+ * F, B, W of this stage (per step, per action). */
+llm4d_code llm4d_trainer_log_pipeline(llm4d_trainer *tr, const double mine[5], llm4d_err *err);
 /* debug.c */
+/* The test facilities' bends of a step (debug.c): world rank hang_rank stops answering at hang_step; after the
+ * backward of inject_inf_step the gradients of the named tensors (or the first) overflow, and loss_spike_step's
+ * loss is reported 10 x. */
+void llm4d_trainer_debug_hang(const llm4d_trainer *tr, int64_t step);
+void llm4d_trainer_debug_after_backward(llm4d_trainer *tr, int64_t step, double *loss);
 llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err);
 llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_batch *b, int after_backward,
                                    llm4d_err *err);
