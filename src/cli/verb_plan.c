@@ -5,6 +5,7 @@
  *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain [--explain_lines N]] [--json]
  *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json]
  *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
+ *              [--calibrate_budget SECONDS]
  *
  * Every answer names the precision it priced in its first lines (plan/report.h); --explain summarises the
  * rejections by reason before any layout's own line, and lists at most --explain_lines (50) layouts per reason.
@@ -20,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/job.h"
 #include "plan/calibrate.h"
+#include "plan/coverage.h"
 #include "plan/evaluate.h"
 #include "plan/explain.h"
 #include "plan/report.h"
@@ -35,7 +37,7 @@ static const char usage[] =
     "                  [--explain [--explain_lines N]] [--json]\n"
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
-    "                  [--hostfile FILE --nodes N] [--machine_profile FILE]\n"
+    "                  [--hostfile FILE --nodes N] [--machine_profile FILE] [--calibrate_budget SECONDS]\n"
     "\n"
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
@@ -47,7 +49,12 @@ static const char usage[] =
     "machine (the model's kernels at its shapes, collectives, memory) into the profile (default\n"
     "~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
     "only what a quiet machine can measure: run it when nothing else is running. With --hostfile its jobs of up to\n"
-    "nodes x ranks_per_node ranks are placed by the hostfile, so groups spanning hosts are measured too.\n"
+    "nodes x ranks_per_node ranks are placed by the hostfile, so groups spanning hosts are measured too. It prints\n"
+    "its progress every few seconds and writes the profile as it goes; after --calibrate_budget seconds (default\n"
+    "600; 0: no bound) it measures no new model part and says how many it left (priced from the nearest measured).\n"
+    "Run again into the same profile on the same machine, it continues: what the file holds is kept, not measured\n"
+    "again (remove the file to measure afresh). A profile measured for another model or sequence length that\n"
+    "cannot price this one is refused, naming the calibration to run.\n"
     "\n"
     "The Plan.* keys (llm4d train --help lists them) may be given in the YAML file as well.\n";
 
@@ -59,6 +66,7 @@ static int fail(const char *what) {
 typedef struct {
     int evaluate, calibrate, explain, json, quick, no_memo;
     int explain_lines; /* rejected layouts listed per reason (0: all) */
+    double budget_s;   /* --calibrate_budget: seconds of kernel measurement (0: no bound) */
     const char *hostfile;
 } switches;
 
@@ -79,6 +87,11 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
             const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
             if (i + 1 >= argc || !end || *end || end == argv[i + 1] || v < 0 || v > 1000000000) *bad = -i;
             else sw->explain_lines = (int)v, i++;
+        } else if (i > 0 && !strcmp(argv[i], "--calibrate_budget")) {
+            char *end = NULL;
+            const double v = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
+            if (i + 1 >= argc || !end || *end || end == argv[i + 1] || !(v >= 0 && v <= 1e7)) *bad = -1000000000;
+            else sw->budget_s = v, i++;
         } else if (i > 0 && !strcmp(argv[i], "--hostfile")) {
             if (i + 1 >= argc) *bad = i;
             else sw->hostfile = argv[++i];
@@ -267,7 +280,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
     char **args = calloc((size_t)argc + 1, sizeof *args);
     llm4d_config *cfg = calloc(1, sizeof *cfg);
     if (!args || !cfg) return free(args), free(cfg), fail("out of memory");
-    switches sw = {.explain_lines = 50};
+    switches sw = {.explain_lines = 50, .budget_s = 600};
     int bad = 0, code = 2;
     const int n = take_switches(argc, argv, args, &sw, &bad);
     llm4d_err err = {0};
@@ -278,6 +291,11 @@ int llm4d_cmd_plan(int argc, char **argv) {
     llm4d_memplan_memo *memo = NULL;
     llm4d_sim_memo *sim = NULL;
     char path[LLM4D_PATH_MAX];
+    if (bad == -1000000000) {
+        code = fail("--calibrate_budget needs the seconds after which a calibration measures no new model part (0: "
+                    "no bound), as in --calibrate_budget 600");
+        goto out;
+    }
     if (bad < 0) {
         code = fail("--explain_lines needs a count of rejected layouts to list per reason (0: all), as in "
                     "--explain_lines 50");
@@ -300,7 +318,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
         if (k > 0) self[k] = 0;
         const llm4d_calibrate_opts o = {.profile_path = path, .hostfile = sw.hostfile, .self = self, .base = cfg,
                                         .global = cfg->global_batch_size, .max_ranks = cfg->plan.ranks_per_node * (sw.hostfile ? cfg->plan.nodes : 1),
-                                        .quick = sw.quick};
+                                        .quick = sw.quick, .budget_s = sw.budget_s};
         const llm4d_code rc = llm4d_calibrate(&o, &err);
         if (rc != LLM4D_OK) {
             code = rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
@@ -311,7 +329,7 @@ int llm4d_cmd_plan(int argc, char **argv) {
             goto out;
         }
     }
-    if (llm4d_profile_load(&prof, path, &err) != LLM4D_OK) {
+    if (llm4d_profile_load(&prof, path, &err) != LLM4D_OK || llm4d_profile_coverage(&prof, path, cfg, &err) != LLM4D_OK) {
         code = fail(err.msg);
         goto out;
     }

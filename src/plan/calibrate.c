@@ -15,7 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/heap.h"
 #include "core/proc.h"
+#include "plan/coverage.h"
 #include "plan/data_mem.h"
 #include "plan/layout.h"
 #include "plan/replay.h"
@@ -188,7 +190,34 @@ static double copy_gbps(llm4d_backend *be) {
     return best;
 }
 
-static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *prof, llm4d_err *err) {
+/* Minutes and seconds ("3m07s", "42s"). */
+static const char *mmss(double s, char *buf, size_t n) {
+    const long v = s > 0 ? (long)(s + 0.5) : 0;
+    if (v >= 60) snprintf(buf, n, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(buf, n, "%lds", v);
+    return buf;
+}
+
+/* Where a calibration stands: a progress line on stderr at most every PROGRESS_S seconds (a part of gpt2-en at
+ * sequence 1024 replays for minutes: without it the user sees nothing for half an hour), and the profile saved
+ * after every part that measured something new (atomically: llm4d_profile_save), so an interrupted calibration
+ * keeps what it measured and a re-run continues from it (llm4d_calibrate). */
+#define PROGRESS_S 5.0
+typedef struct {
+    const char *path;
+    double t0;       /* the calibration's start (omp_get_wtime) */
+    double deadline; /* when it stops measuring new parts (0: never) */
+    double last_line;
+    int late;        /* parts left unmeasured for the budget, at the thread count that left most */
+} progress;
+
+/* The profile as measured so far, saved (sorted: the lookups that follow bisect it). */
+static llm4d_code checkpoint(llm4d_profile *prof, const progress *pg, llm4d_err *err) {
+    llm4d_profile_sort(prof);
+    return llm4d_profile_save(prof, pg->path, err);
+}
+
+static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *prof, progress *pg, llm4d_err *err) {
     const int prec = llm4d_memplan_precision(o->base);
     collect x = {.base = o->base, .global = o->global};
     x.cfg = malloc(sizeof *x.cfg);
@@ -196,8 +225,17 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
     llm4d_code rc = LLM4D_OK;
     for (int R = 1; rc == LLM4D_OK && R <= o->max_ranks; R *= 2) rc = llm4d_layouts_each(o->base, o->global, R, collect_fn, &x, err);
     if (rc == LLM4D_OK) qsort(x.t, (size_t)x.n, sizeof *x.t, by_bytes);
-    fprintf(stderr, "llm4d plan --calibrate: %d distinct model parts in the layouts of up to %d ranks\n", x.n, o->max_ranks);
-    for (int T = 1; rc == LLM4D_OK && T <= prof->cores && T <= LLM4D_PROF_MAXT; T++) {
+    /* the replays' memory: the largest part replayed, its buffers freed (and the heap trimmed) before the next */
+    size_t cap = REPLAY_BUDGET;
+    if (prof->memory_bytes > 0 && (size_t)(prof->memory_bytes / 4) < cap) cap = (size_t)(prof->memory_bytes / 4);
+    double total_mib = 0;
+    for (int i = 0; i < x.n; i++) total_mib += x.t[i].bytes <= cap ? x.t[i].bytes / 1048576.0 : 0;
+    const int nT = prof->cores < LLM4D_PROF_MAXT ? prof->cores : LLM4D_PROF_MAXT;
+    fprintf(stderr, "llm4d plan --calibrate: %d distinct model parts in the layouts of up to %d ranks, each replayed "
+            "at 1 to %d threads; a progress line every %.0f s%s\n", x.n, o->max_ranks, nT, PROGRESS_S,
+            pg->deadline > 0 ? "" : " (no time budget)");
+    int too_large = 0;
+    for (int T = 1; rc == LLM4D_OK && T <= nT; T++) {
         llm4d_backend *be = NULL;
         rc = llm4d_backend_cpu_create(&be, T, err);
         if (rc == LLM4D_OK && prec != LLM4D_PREC_FP32) rc = be->set_precision(be, prec, err);
@@ -205,15 +243,23 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
         prof->gemm_gflops[prec][T] = be->matmul_peak_gflops ? be->matmul_peak_gflops(be) : 0;
         prof->mem_gbps[T] = copy_gbps(be);
         const double t0 = omp_get_wtime();
-        int added = 0, skipped = 0;
+        /* the time left shared equally by the thread counts still to measure (what one leaves, the next gets) */
+        const double until = pg->deadline > 0 ? t0 + (pg->deadline - t0) / (nT - T + 1) : 0;
+        int added = 0, skipped = 0, late = 0;
+        double done_mib = 0;
         for (int i = 0; rc == LLM4D_OK && i < x.n; i++) {
-            if (x.t[i].bytes > REPLAY_BUDGET) {
+            if (x.t[i].bytes > cap) {
                 skipped++;
+                continue;
+            }
+            if (until > 0 && omp_get_wtime() > until) { /* out of time: priced by the nearest measured */
+                late++;
                 continue;
             }
             llm4d_pp_plan pp;
             llm4d_topology topo;
             llm4d_mbtrace t;
+            const int before = added;
             if (llm4d_layout_config(o->base, &x.t[i].layout, o->global, x.cfg, &pp, err) != LLM4D_OK) continue;
             rc = llm4d_layout_stage_topo(x.cfg, x.t[i].stage, &topo, err);
             if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
@@ -222,13 +268,34 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
             rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, &added, err);
             llm4d_mbtrace_free(&t);
             if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
+            done_mib += x.t[i].bytes / 1048576.0;
+            const double resident = (double)llm4d_heap_resident(); /* the replay's freed pages given back */
+            if (rc == LLM4D_OK && added > before) rc = checkpoint(prof, pg, err);
+            const double now = omp_get_wtime();
+            if (now - pg->last_line >= PROGRESS_S || i + 1 == x.n) {
+                /* what is left, at the rate the parts so far went (a part's replay grows with its bytes) */
+                double left = done_mib > 0 ? (now - t0) * (total_mib - done_mib) / done_mib : 0;
+                if (until > 0 && now + left > until) left = until - now;
+                char a[32], b[32], c[32];
+                fprintf(stderr, "llm4d plan --calibrate: kernels at %d thread%s: part %d of %d (%.1f MiB), %d new "
+                        "shapes; %s elapsed, about %s left at this thread count%s%s%s; resident %.0f MiB\n", T,
+                        T == 1 ? "" : "s", i + 1, x.n, x.t[i].bytes / 1048576.0, added, mmss(now - pg->t0, a, sizeof a),
+                        mmss(left, b, sizeof b), nT > T ? " (the other thread counts after it)" : "",
+                        pg->deadline > 0 ? ", budget left " : "", pg->deadline > 0 ? mmss(pg->deadline - now, c, sizeof c) : "",
+                        resident / 1048576.0);
+                pg->last_line = now;
+            }
         }
         if (rc == LLM4D_OK) rc = measure_optimizer(prof, be, T, prec, o->quick, err);
+        if (rc == LLM4D_OK) rc = checkpoint(prof, pg, err);
         fprintf(stderr, "llm4d plan --calibrate: %d thread%s: %d kernel shapes in %.1f s (%d parts too large to "
-                "replay), GEMM peak %.1f GFLOP/s, copy %.1f GB/s\n", T, T == 1 ? "" : "s", added,
-                omp_get_wtime() - t0, skipped, prof->gemm_gflops[prec][T], prof->mem_gbps[T]);
+                "replay%s%d left for the time budget), GEMM peak %.1f GFLOP/s, copy %.1f GB/s\n", T, T == 1 ? "" : "s",
+                added, omp_get_wtime() - t0, skipped, ", ", late, prof->gemm_gflops[prec][T], prof->mem_gbps[T]);
+        if (late > pg->late) pg->late = late;
+        if (skipped > too_large) too_large = skipped;
         be->destroy(be);
     }
+    prof->parts_skipped = pg->late + too_large;
     llm4d_profile_sort(prof);
     free(x.t);
     free(x.cfg);
@@ -248,6 +315,36 @@ static int run(char **argv) {
     int st;
     if (waitpid(pid, &st, 0) < 0) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The model the jobs' shares and overlap replay (one process, micro-batch 1: calib_worker.c): its layers as the
+ * preset finalizes them (the parsed configuration's own default is another model's), and its sequence halved
+ * while that micro-batch's replay needs more than SHARE_BYTES: the shares are ratios of the same calls run alone
+ * and together, and gpt2-en's micro-batch at sequence 1024 held 3.3 GB on each of the 2 ranks and replayed for
+ * minutes before the first kernel was measured. */
+#define SHARE_BYTES ((size_t)512 << 20)
+static void share_shape(const llm4d_calibrate_opts *o, int *seq, int *layers) {
+    *seq = o->base->data.max_seq_len, *layers = o->base->model.num_layers;
+    llm4d_config *base = malloc(sizeof *base), *cfg = malloc(sizeof *cfg);
+    for (int first = 1; base && cfg; first = 0) {
+        *base = *o->base;
+        base->data.max_seq_len = *seq;
+        llm4d_pp_plan pp = {0};
+        llm4d_topology topo;
+        llm4d_mbtrace t;
+        llm4d_err err = {0};
+        if (llm4d_plan_single(base, o->global, cfg, &pp, &err) != LLM4D_OK) break;
+        if (first) *layers = cfg->model.num_layers;
+        const int made = llm4d_layout_stage_topo(cfg, 0, &topo, &err) == LLM4D_OK &&
+                         llm4d_mbtrace_make(&t, cfg, &topo, &pp, NULL, &err) == LLM4D_OK;
+        llm4d_pp_plan_free(&pp);
+        if (!made) break;
+        const size_t bytes = llm4d_replay_bytes(&t.rec);
+        llm4d_mbtrace_free(&t);
+        if (bytes <= SHARE_BYTES || *seq <= 64) break;
+        *seq /= 2;
+    }
+    free(base), free(cfg);
 }
 
 /* One measuring job of k ranks (the worker writes its findings as a profile fragment to out). */
@@ -270,8 +367,10 @@ static llm4d_code job(const llm4d_calibrate_opts *o, const char *dir, int k, int
     argv[n++] = th;
     argv[n++] = "--model", argv[n++] = (char *)o->base->model.name_or_path;
     char seq[16], layers[16];
-    snprintf(seq, sizeof seq, "%d", o->base->data.max_seq_len);
-    snprintf(layers, sizeof layers, "%d", o->base->model.num_layers);
+    int S, L;
+    share_shape(o, &S, &L);
+    snprintf(seq, sizeof seq, "%d", S);
+    snprintf(layers, sizeof layers, "%d", L);
     argv[n++] = "--seq", argv[n++] = seq, argv[n++] = "--layers", argv[n++] = layers;
     if (o->base->use_amp) argv[n++] = "--amp";
     if (o->quick) argv[n++] = "--quick";
@@ -352,13 +451,75 @@ static double residual_of(const char *log, double base, double data, double *pla
     return (peak - add) * 1048576.0 - base - data;
 }
 
+/* A re-run of a calibration continues what an earlier one at the same path measured when it is this machine's (host
+ * name, processor, cores) with the same setup (the collectives' path, the hostfile, --quick: what the jobs
+ * measured on): its kernels are kept (a part whose calls are all measured replays nothing) and so are its jobs (a
+ * rank count in its process bases was measured). Anything else is measured afresh. */
+static void setup_of(const llm4d_calibrate_opts *o, char *buf, size_t n) {
+    snprintf(buf, n, "comm_path %s, hostfile %s%s", o->base->dist.comm_path, o->hostfile ? o->hostfile : "none",
+             o->quick ? ", quick" : "");
+}
+
+static int continues(const llm4d_profile *old, const llm4d_profile *now, const char *setup) {
+    return old->calibrated && !strcmp(old->name, now->name) && !strcmp(old->cpu, now->cpu) &&
+           old->cores == now->cores && !strcmp(old->setup, setup);
+}
+
+static int job_done(const llm4d_profile *p, int k) {
+    for (int i = 0; i < p->n_base; i++)
+        if (p->base_ranks[i] == k) return 1;
+    return 0;
+}
+
+/* What the kernels are measured for, as the planner names it when the profile cannot price another model (the
+ * model's sizes as one process finalizes them: plan/coverage.h). */
+static void measured_for(const llm4d_calibrate_opts *o, char *buf, size_t n) {
+    llm4d_config *c = malloc(sizeof *c);
+    llm4d_pp_plan pp = {0};
+    llm4d_err err = {0};
+    const int ok = c && llm4d_plan_single(o->base, o->global, c, &pp, &err) == LLM4D_OK;
+    llm4d_pp_plan_free(&pp);
+    const llm4d_config *m = ok ? c : o->base;
+    snprintf(buf, n, "%.48s (hidden %d, %d layers) at sequence %d, %s, global batch %lld, up to %d ranks",
+             m->model.name_or_path[0] ? m->model.name_or_path : "model", m->model.hidden_size, m->model.num_layers,
+             m->data.max_seq_len, llm4d_memplan_precision(m) == LLM4D_PREC_FP32 ? "fp32" : "bf16", o->global,
+             o->max_ranks);
+    free(c);
+}
+
 llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
     llm4d_calibrate_opts o = *o0;
+    progress pg = {.path = o.profile_path, .t0 = omp_get_wtime()};
+    if (o.budget_s > 0) pg.deadline = pg.t0 + o.budget_s;
     llm4d_profile prof;
     llm4d_profile_init(&prof);
     describe_machine(&prof);
     if (o.max_ranks <= 0) o.max_ranks = prof.cores;
     if (o.global <= 0) o.global = o.max_ranks;
+    char setup[256], what[160];
+    setup_of(&o, setup, sizeof setup);
+    /* an earlier calibration at this path, continued when it can be */
+    llm4d_profile old;
+    llm4d_err lerr = {0};
+    if (access(o.profile_path, F_OK) == 0 && llm4d_profile_load(&old, o.profile_path, &lerr) == LLM4D_OK) {
+        if (continues(&old, &prof, setup)) {
+            fprintf(stderr, "llm4d plan --calibrate: continuing the calibration in %s (%s: %d kernel shapes, %d "
+                    "collective series kept; remove the file to measure afresh)\n", o.profile_path,
+                    old.complete ? "complete" : "interrupted", old.n_kernels, old.n_colls);
+            snprintf(old.when, sizeof old.when, "%s", prof.when);
+            old.load = prof.load;
+            llm4d_profile_free(&prof);
+            prof = old;
+        } else {
+            fprintf(stderr, "llm4d plan --calibrate: %s was measured on %s (%s, %d cores) with %s: measuring afresh\n",
+                    o.profile_path, old.name, old.cpu, old.cores, old.calibrated ? old.setup : "no calibration record");
+            llm4d_profile_free(&old);
+        }
+    }
+    prof.calibrated = 1, prof.complete = 0;
+    snprintf(prof.setup, sizeof prof.setup, "%s", setup);
+    measured_for(&o, what, sizeof what);
+    llm4d_profile_add_for(&prof, what);
     /* the directory of the profile must exist (the default one is made) */
     char dir[LLM4D_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", o.profile_path);
@@ -370,18 +531,28 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         mkdir(dir, 0755);
     }
     char tmp[] = "/tmp/llm4d-calibrate-XXXXXX";
-    if (!mkdtemp(tmp)) return llm4d_fail(err, LLM4D_EIO, "cannot make a temporary directory in /tmp: %s", strerror(errno));
+    if (!mkdtemp(tmp)) {
+        llm4d_profile_free(&prof);
+        return llm4d_fail(err, LLM4D_EIO, "cannot make a temporary directory in /tmp: %s", strerror(errno));
+    }
     fprintf(stderr, "llm4d plan --calibrate: %s, %d cores, load average %.2f now%s\n", prof.cpu, prof.cores, prof.load,
             prof.load > 0.5 * prof.cores ? " (a busy machine measures slow: the profile records the load)" : "");
-    llm4d_code rc = measure_kernels(&o, &prof, err);
-    /* process base, collectives, shares: a job per rank count (one rank: no MPI, as a single-process run) */
+    llm4d_code rc = checkpoint(&prof, &pg, err); /* marked unfinished from the start: a re-run continues it */
+    /* process base, collectives, shares: a job per rank count (one rank: no MPI, as a single-process run); first,
+     * since they take about the same time whatever the model, and the time budget bounds the kernels after them */
     for (int k = 1; rc == LLM4D_OK && k <= o.max_ranks; k *= 2) {
-        char out[1200];
+        if (job_done(&prof, k)) {
+            fprintf(stderr, "llm4d plan --calibrate: %d rank%s: measured before\n", k, k == 1 ? "" : "s");
+            continue;
+        }
+        char out[1200], a[32];
         snprintf(out, sizeof out, "%s/part%d.json", tmp, k);
         const int threads = prof.cores / k > 0 ? prof.cores / k : 1;
         rc = job(&o, tmp, k, threads, out, err);
         if (rc == LLM4D_OK) rc = merge(&prof, out, err);
-        fprintf(stderr, "llm4d plan --calibrate: %d rank%s measured\n", k, k == 1 ? "" : "s");
+        if (rc == LLM4D_OK) rc = checkpoint(&prof, &pg, err);
+        fprintf(stderr, "llm4d plan --calibrate: %d rank%s measured (%s elapsed)\n", k, k == 1 ? "" : "s",
+                mmss(omp_get_wtime() - pg.t0, a, sizeof a));
     }
     /* the residue of a short training run, when the configuration names data that exists */
     struct stat st;
@@ -391,7 +562,9 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         snprintf(log, sizeof log, "%s/train.log", tmp);
         snprintf(outd, sizeof outd, "%s/out", tmp);
         snprintf(seq, sizeof seq, "%d", o.base->data.max_seq_len);
-        snprintf(layers, sizeof layers, "Model.num_layers=%d", o.base->model.num_layers);
+        int share_seq, L;
+        share_shape(&o, &share_seq, &L); /* the model's layers as finalized */
+        snprintf(layers, sizeof layers, "Model.num_layers=%d", L);
         snprintf(steps, sizeof steps, "%d", RUN_STEPS);
         /* through a shell that forks it: a process started straight from this one would inherit this one's peak
          * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
@@ -425,10 +598,20 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
                 "plan (its own plan %.1f MiB, peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned,
                 peak);
     }
-    if (rc == LLM4D_OK) rc = llm4d_profile_save(&prof, o.profile_path, err);
-    if (rc == LLM4D_OK)
-        fprintf(stderr, "llm4d plan --calibrate: wrote %s (%d kernel shapes, %d collective series)\n", o.profile_path,
-                prof.n_kernels, prof.n_colls);
+    if (rc == LLM4D_OK) rc = measure_kernels(&o, &prof, &pg, err);
+    prof.complete = rc == LLM4D_OK && pg.late == 0;
+    if (rc == LLM4D_OK) rc = checkpoint(&prof, &pg, err);
+    if (rc == LLM4D_OK) {
+        char a[32];
+        fprintf(stderr, "llm4d plan --calibrate: wrote %s (%d kernel shapes, %d collective series) in %s", o.profile_path,
+                prof.n_kernels, prof.n_colls, mmss(omp_get_wtime() - pg.t0, a, sizeof a));
+        if (pg.late)
+            fprintf(stderr, "; the time budget (--calibrate_budget %.0f) left %d of the model's parts unmeasured, "
+                    "priced from the nearest measured: run the same command again to measure them\n", o.budget_s,
+                    pg.late);
+        else
+            fputc('\n', stderr);
+    }
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "llm4d plan --calibrate: could not remove %s\n", tmp);

@@ -13,7 +13,12 @@
  *                the same across its hosts;
  *   shares       the recorded model run by k ranks at once against one alone; the overlap rate of a background
  *                all-reduce progressed between kernels, as the engines progress theirs.
- * The multi-rank measurements run as a job of the hidden verb `__plancal` under `llm4d launch`. */
+ * The multi-rank measurements run as a job of the hidden verb `__plancal` under `llm4d launch`; they come first,
+ * then the kernels until the time budget is spent (the parts not reached are priced from the nearest measured).
+ * The profile is written after every job and every model part that measured something, marked unfinished until
+ * the end; a re-run into the same file on the same machine and setup continues it (what it holds is kept and not
+ * measured again), so an interrupted or budget-bounded calibration loses nothing. A progress line (the part, the
+ * time elapsed, an estimate of what is left, the resident size) goes to stderr every few seconds. */
 #ifndef LLM4D_PLAN_CALIBRATE_H
 #define LLM4D_PLAN_CALIBRATE_H
 
@@ -28,6 +33,7 @@ typedef struct {
     long long global;          /* its global batch */
     int max_ranks;             /* ranks per host to measure up to */
     int quick;                 /* fewer sizes and repetitions (the tests) */
+    double budget_s;           /* seconds after which no new model part is measured (0: no bound) */
 } llm4d_calibrate_opts;
 
 llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o, llm4d_err *err);

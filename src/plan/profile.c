@@ -3,7 +3,9 @@
  * element types (ty) came last, when activations could be 16 bits: a row without them (18 numbers, a profile from
  * before) reads as all fp32, which is what it measured. The process's residue is "residual_beyond_plan_bytes",
  * measured beyond a plan that holds the libraries' working set of a step (plan/memplan.h); a profile from before
- * has "residual_bytes", measured beyond a plan without it, and reads as that less the working set. */
+ * has "residual_bytes", measured beyond a plan without it, and reads as that less the working set. A calibration
+ * writes "calibration" (complete, setup, measured_for, parts_skipped); a profile without it (written by hand, or
+ * calibrated before it existed) reads as complete. */
 #include "plan/profile.h"
 
 #include <cjson/cJSON.h>
@@ -109,6 +111,15 @@ void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w) {
     put_keyed(p->pair_wait, &p->n_pair_wait, (int)(sizeof p->pair_wait / sizeof p->pair_wait[0]), w);
 }
 
+void llm4d_profile_add_for(llm4d_profile *p, const char *what) {
+    for (int i = 0; i < p->n_for; i++)
+        if (!strcmp(p->measured_for[i], what)) return;
+    const int cap = (int)(sizeof p->measured_for / sizeof p->measured_for[0]);
+    if (p->n_for == cap) memmove(p->measured_for[0], p->measured_for[1], (size_t)(cap - 1) * sizeof p->measured_for[0]);
+    else p->n_for++;
+    snprintf(p->measured_for[p->n_for - 1], sizeof p->measured_for[0], "%s", what);
+}
+
 void llm4d_profile_default_path(char *buf, size_t n) {
     const char *home = getenv("HOME");
     snprintf(buf, n, "%s/.cache/llm4d/machine.json", home && home[0] ? home : ".");
@@ -138,6 +149,14 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON_AddNumberToObject(o, "load_average", p->load);
     cJSON_AddNumberToObject(o, "cores", p->cores);
     cJSON_AddNumberToObject(o, "memory_bytes", p->memory_bytes);
+    if (p->calibrated) {
+        cJSON *cal = cJSON_AddObjectToObject(o, "calibration");
+        cJSON_AddBoolToObject(cal, "complete", p->complete);
+        cJSON_AddStringToObject(cal, "setup", p->setup);
+        cJSON_AddNumberToObject(cal, "parts_skipped", p->parts_skipped);
+        cJSON *f = cJSON_AddArrayToObject(cal, "measured_for");
+        for (int i = 0; i < p->n_for; i++) cJSON_AddItemToArray(f, cJSON_CreateString(p->measured_for[i]));
+    }
     cJSON *proc = cJSON_AddObjectToObject(o, "process");
     cJSON *base = cJSON_AddArrayToObject(proc, "base");
     for (int i = 0; i < p->n_base; i++) {
@@ -353,7 +372,18 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     p->cores = (int)num(r, o, "cores", 0, 1);
     p->memory_bytes = num(r, o, "memory_bytes", 0, 0);
     if (!r->bad && p->cores < 1) return (void)garbled(r, "\"cores\" must be at least 1");
-    const cJSON *proc = cJSON_GetObjectItemCaseSensitive(o, "process"), *e;
+    const cJSON *cal = cJSON_GetObjectItemCaseSensitive(o, "calibration"), *e;
+    p->complete = 1;
+    if (cal) {
+        if (!cJSON_IsObject(cal)) return (void)garbled(r, "\"calibration\" is not an object");
+        p->calibrated = 1;
+        p->complete = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cal, "complete"));
+        p->parts_skipped = (int)num(r, cal, "parts_skipped", 0, 0);
+        str(cal, "setup", p->setup, sizeof p->setup);
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cal, "measured_for"))
+            if (cJSON_IsString(e)) llm4d_profile_add_for(p, e->valuestring);
+    }
+    const cJSON *proc = cJSON_GetObjectItemCaseSensitive(o, "process");
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(proc, "base")) {
         double pair[2];
         if (nums(r, e, pair, 2, "a process base is not [ranks, bytes]") != 2 || p->n_base >= 64) break;

@@ -17,7 +17,10 @@
  *   fallback     rates for what was not measured: GEMM and attention GFLOP/s, memory GB/s (by threads), a
  *                kernel's fixed cost; collective latency and bandwidth within and across hosts; the disk's GB/s
  *                (offload). A published profile has only these, and may add a GPU's GEMM time by shape
- *                ("gemm_shape": plan/gemm_shape.h), which prices the GEMMs the fallback rate would.
+ *                ("gemm_shape": plan/gemm_shape.h), which prices the GEMMs the fallback rate would;
+ *   calibration  (a measured profile) whether its calibration ran to the end, the setup its jobs measured (a
+ *                re-run with the same setup continues it: plan/calibrate.h), the configurations its kernels were
+ *                measured for (named when it cannot price another: plan/coverage.h) and the parts left unmeasured.
  * The file is JSON; a missing or garbled one is a user error naming the file and the fix. */
 #ifndef LLM4D_PLAN_PROFILE_H
 #define LLM4D_PLAN_PROFILE_H
@@ -103,6 +106,13 @@ typedef struct {
     int n_colls, cap_colls;
     llm4d_prof_coll *colls;
     int sorted;
+    /* calibration (calibrated 0: a profile written by hand, which has none of these) */
+    int calibrated;
+    int complete;              /* 0: interrupted, or cut short by its time budget (a re-run continues it) */
+    int parts_skipped;         /* model parts left unmeasured (time budget, or too large to replay) */
+    char setup[256];           /* what its jobs measured on (collective path, hostfile, quick) */
+    int n_for;
+    char measured_for[16][160]; /* "gpt2-tiny hidden 64, 4 layers, sequence 32, fp32, global batch 8, 2 ranks" */
 } llm4d_profile;
 
 void llm4d_profile_init(llm4d_profile *p);
@@ -118,6 +128,8 @@ llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k
 llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, llm4d_err *err);
 void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s);
 void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w);
+/* Record that the kernels were measured for `what` (kept once; the oldest dropped beyond 16). */
+void llm4d_profile_add_for(llm4d_profile *p, const char *what);
 /* Sort the kernel table for lookups (after adding; load sorts). */
 void llm4d_profile_sort(llm4d_profile *p);
 
