@@ -42,8 +42,12 @@ static const char usage[] =
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
     "recompute), checked by train's own validation and by memory (every rank's peak from the trainer's memory plan),\n"
-    "timed from the machine profile, the fastest --top printed with their breakdowns; --explain counts the rejected\n"
-    "layouts by reason, then lists them, at most --explain_lines (default 50; 0: all) per reason. The answer says\n"
+    "timed from the machine profile, the fastest --top printed with their breakdowns. A layout bound to be slower\n"
+    "than the fastest --top found so far (a bound on its time that needs no memory plan) is set aside before its\n"
+    "memory is judged: the fastest --top are those of judging every layout, but the count that fit in memory is\n"
+    "of the layouts judged (the answer says how many were set aside); with --explain every layout is judged and\n"
+    "the counts are exact. --explain counts the rejected layouts by reason, then lists them, at most\n"
+    "--explain_lines (default 50; 0: all) per reason. The answer says\n"
     "which precision it priced (fp32 unless --use_amp true). --evaluate predicts the one layout the flags\n"
     "describe; with --json it prints one object with step_s and peak_mib_per_rank. --calibrate measures this\n"
     "machine (the model's kernels at its shapes, collectives, memory) into the profile (default\n"
@@ -214,8 +218,11 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         llm4d_layout_config(base, &s.c[0].layout, global, shown, &pp, &err);
         llm4d_pp_plan_free(&pp);
         print_header(stdout, shown, &pr->cluster, prof, path);
-        printf("%d layouts considered in %.2f s: %d pass the configuration's checks, %d fit in memory\n", s.n,
-               s.seconds, s.n_valid, s.n_fit);
+        printf("%d layouts considered in %.2f s: %d pass the configuration's checks, ", s.n, s.seconds, s.n_valid);
+        if (s.n_bound == 0) printf("%d fit in memory\n", s.n_fit);
+        else /* the fit count is of the layouts judged (search.h) */
+            printf("%d fit in memory of the %d judged; %d more were bound to be slower than the fastest %d found "
+                   "before their memory was judged\n", s.n_fit, s.n_valid - s.n_bound, s.n_bound, top);
         if (sw->explain) llm4d_reasons_summary(stdout, &s, &why);
         printf("the fastest %d:\n", top < s.n_fit ? top : s.n_fit);
     }
@@ -262,6 +269,8 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         cJSON_AddNumberToObject(root, "considered", s.n);
         cJSON_AddNumberToObject(root, "valid", s.n_valid);
         cJSON_AddNumberToObject(root, "fit", s.n_fit);
+        cJSON_AddNumberToObject(root, "judged", s.n_valid - s.n_bound); /* fit counts these */
+        cJSON_AddNumberToObject(root, "bound_slower", s.n_bound);
         cJSON_AddNumberToObject(root, "seconds", s.seconds);
         char *txt = cJSON_PrintUnformatted(root);
         printf("%s\n", txt ? txt : "{}");

@@ -9,7 +9,10 @@
  * fastest of the blocks it has seen, and a layout pruned there or not is slower than the final K fastest either
  * way. GPT-3 175B on 1024 hosts: 10.3-11.7 s on one thread, 5.6-7.2 s on two (2-vCPU Zen 4 VM; docs/design.md).
  * A thread's layouts borrow their stages' schedules from its memo (plan/schedmemo.h), emptied between blocks: a
- * block's layouts repeat (kind, V, M) across their ZeRO, offload, sequence-parallel and split choices. */
+ * block's layouts repeat (kind, V, M) across their ZeRO, offload, sequence-parallel and split choices.
+ * Once a thread has its K fastest, a layout whose trace-free bound (plan/bound.h) is past the K-th is set aside
+ * before its memory plan and traces are made (unless every layout's memory is asked for): two thirds of the valid
+ * layouts of the large searches, which were three quarters of their time. */
 #include "plan/search.h"
 
 #include <omp.h>
@@ -18,6 +21,7 @@
 #include <time.h>
 
 #include "parallel/schedule.h"
+#include "plan/bound.h"
 #include "plan/schedmemo.h"
 #include "plan/simmemo.h"
 #include "plan/memplan.h"
@@ -67,6 +71,10 @@ typedef struct {
     llm4d_sched_memo *sched;        /* the stages' schedules built, lent to the layouts (NULL under --no_memo: each
                                      * layout builds its own) */
     int n_best;
+    int prebound;      /* set aside a layout whose trace-free bound is past the K-th fastest before judging its
+                        * memory (not when every layout's memory is asked for: --explain, --no_memo) */
+    llm4d_bound bound; /* made at the first layout (bound_prec: its precision; -1: not yet) */
+    int bound_prec;
 } ctx;
 
 /* A fitting layout's time among the K fastest: once there are K, a layout bound to be slower than the K-th is not
@@ -92,6 +100,22 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
         return add(x->out, &c, err);
     }
     x->out->n_valid++;
+    if (x->prebound && x->top > 0 && x->n_best == x->top) {
+        const int prec = llm4d_memplan_precision(x->cfg);
+        if (x->bound_prec != prec) llm4d_bound_init(&x->bound, x->pr, prec), x->bound_prec = prec;
+        double lb = 0;
+        const llm4d_code brc = llm4d_bound_step(&x->bound, x->pr, x->cfg, &pp, &lb, &why);
+        if (brc != LLM4D_OK) {
+            llm4d_pp_plan_free(&pp);
+            return *err = why, brc;
+        }
+        if (lb > x->best[x->top - 1]) { /* slower than the K fastest whether it fits or not */
+            llm4d_pp_plan_free(&pp);
+            c.status = LLM4D_CAND_BOUND, c.step_s = lb;
+            x->out->n_bound++;
+            return add(x->out, &c, err);
+        }
+    }
     /* every stage's schedule built once for the block's layouts that share it, not once per use (every shortcut
      * off: built per use) */
     if (!x->pr->exhaustive && llm4d_sched_memo_lend(x->sched, &pp, &why) != LLM4D_OK) {
@@ -236,7 +260,7 @@ static void worker_free(worker *w) {
 }
 
 static llm4d_code worker_init(worker *w, const llm4d_predictor *pr, const llm4d_config *base, long long global,
-                              int reasons, int own, llm4d_err *err) {
+                              int reasons, int prebound, int own, llm4d_err *err) {
     memset(w, 0, sizeof *w);
     w->pr = *pr;
     w->own = own;
@@ -249,7 +273,8 @@ static llm4d_code worker_init(worker *w, const llm4d_predictor *pr, const llm4d_
         llm4d_stagecost_cache_by_count(w->pr.cache, 1); /* as a search's (only a search with memos has threads) */
     }
     const int top = pr->exhaustive ? 0 : base->plan.top;
-    w->x = (ctx){.pr = &w->pr, .base = base, .global = global, .reasons = reasons, .top = top};
+    w->x = (ctx){.pr = &w->pr, .base = base, .global = global, .reasons = reasons, .top = top,
+                 .prebound = prebound, .bound_prec = -1};
     w->x.cfg = malloc(sizeof *w->x.cfg);
     w->x.best = calloc(top > 0 ? (size_t)top : 1, sizeof *w->x.best);
     w->x.balance = pr->exhaustive ? NULL : llm4d_pp_balance_memo_create();
@@ -269,16 +294,19 @@ static llm4d_code gather(llm4d_search *out, llm4d_search *parts, int n, llm4d_er
     for (int i = 0; i < n; i++) {
         if (parts[i].n) memcpy(out->c + out->n, parts[i].c, (size_t)parts[i].n * sizeof *out->c);
         out->n += parts[i].n, out->n_valid += parts[i].n_valid, out->n_fit += parts[i].n_fit;
+        out->n_bound += parts[i].n_bound;
         free(parts[i].c);
         memset(&parts[i], 0, sizeof parts[i]);
     }
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base, long long global, int reasons,
-                            llm4d_search *out, llm4d_err *err) {
-    const double t0 = now_s();
+/* One search; prebound: set layouts aside by their trace-free bound (consider); *rate: the fastest linear layer the
+ * workers' traces priced. */
+static llm4d_code search_once(const llm4d_predictor *pr, const llm4d_config *base, long long global, int reasons,
+                              int prebound, llm4d_search *out, double *rate, llm4d_err *err) {
     memset(out, 0, sizeof *out);
+    *rate = 0;
     out->memory_per_node = pr->cluster.memory_per_node;
     const int W = pr->cluster.nodes * pr->cluster.ranks_per_node;
     int npairs;
@@ -295,7 +323,8 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
         rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
         goto out;
     }
-    for (int t = 0; t < nth && rc == LLM4D_OK; t++) rc = worker_init(&wk[t], pr, base, global, reasons, t > 0, err);
+    for (int t = 0; t < nth && rc == LLM4D_OK; t++)
+        rc = worker_init(&wk[t], pr, base, global, reasons, prebound, t > 0, err);
     if (rc != LLM4D_OK) goto out;
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (nth > 1)
     for (int i = 0; i < npairs; i++) {
@@ -309,11 +338,34 @@ llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base,
         if (prc[i] != LLM4D_OK) *err = perr[i], rc = prc[i]; /* the first failure in the search's order */
     if (rc == LLM4D_OK) rc = gather(out, parts, npairs, err);
     if (rc == LLM4D_OK) qsort(out->c, (size_t)out->n, sizeof *out->c, by_rank);
+    for (int t = 0; t < nth; t++) {
+        const double r = llm4d_stagecost_cache_gemm_rate(wk[t].pr.cache);
+        *rate = r > *rate ? r : *rate;
+    }
 out:
     for (int i = 0; parts && i < npairs; i++) llm4d_search_free(&parts[i]);
     for (int t = 0; wk && t < nth; t++) worker_free(&wk[t]);
     free(pair), free(parts), free(perr), free(prc), free(wk);
     if (rc != LLM4D_OK) llm4d_search_free(out);
+    return rc;
+}
+
+llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base, long long global, int reasons,
+                            llm4d_search *out, llm4d_err *err) {
+    const double t0 = now_s();
+    const int prebound = !reasons && !pr->exhaustive && base->plan.top > 0;
+    double rate = 0;
+    llm4d_code rc = search_once(pr, base, global, reasons, prebound, out, &rate, err);
+    if (rc == LLM4D_OK && prebound) {
+        /* the bound assumed no linear layer priced faster than the profile's fastest rate (bound.h); a pricing
+         * that did (price.c changed without bound.c) would make it unsafe: searched again without it */
+        llm4d_bound b;
+        llm4d_bound_init(&b, pr, llm4d_memplan_precision(base));
+        if (rate > b.gemm_rate * (1 + 1e-9)) {
+            llm4d_search_free(out);
+            rc = search_once(pr, base, global, reasons, 0, out, &rate, err);
+        }
+    }
     out->seconds = now_s() - t0;
     return rc;
 }

@@ -13,7 +13,9 @@
 
 #include "plan/predict.h"
 
-enum { LLM4D_CAND_OK = 0, LLM4D_CAND_INVALID, LLM4D_CAND_MEMORY, LLM4D_CAND_ERROR };
+/* LLM4D_CAND_BOUND: set aside before its memory was judged, its trace-free bound (plan/bound.h) already slower than
+ * the K fastest found by then (step_s: that bound) */
+enum { LLM4D_CAND_OK = 0, LLM4D_CAND_INVALID, LLM4D_CAND_MEMORY, LLM4D_CAND_ERROR, LLM4D_CAND_BOUND };
 
 typedef struct {
     llm4d_layout layout;
@@ -26,6 +28,8 @@ typedef struct {
     llm4d_candidate *c;
     int n, cap;
     int n_valid, n_fit;
+    int n_bound;             /* valid layouts set aside by the bound before their memory was judged (0 when every
+                              * layout is judged: --explain, --no_memo); n_fit counts the others' fits only */
     double memory_per_node;  /* the memory a host was checked against (bytes) */
     double seconds;          /* the search's own time */
 } llm4d_search;
@@ -37,7 +41,10 @@ llm4d_code llm4d_layouts_each(const llm4d_config *base, long long global, int W,
                               llm4d_err *err);
 
 /* Search the layouts of base (parsed, not finalized) for global batch `global` on pr's cluster; reasons: keep each
- * rejection's message. Candidates are sorted: fitting ones by step time first, then the rejected. */
+ * rejection's message. Candidates are sorted: fitting ones by step time first, then the rejected. Unless reasons
+ * or pr->exhaustive, a valid layout whose trace-free bound is past the K-th fastest found so far (base->plan.top)
+ * is set aside before its memory is judged (LLM4D_CAND_BOUND): the K fastest are the exhaustive search's, the
+ * count of fitting layouts is of those judged. */
 llm4d_code llm4d_search_run(const llm4d_predictor *pr, const llm4d_config *base, long long global, int reasons,
                             llm4d_search *out, llm4d_err *err);
 void llm4d_search_free(llm4d_search *s);

@@ -1,6 +1,7 @@
 /* stagecost.c — pricing a rank's trace, and the memo of priced traces by model part (see stagecost.h). */
 #include "plan/stagecost.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ typedef struct {
 typedef struct {
     price_memo *e;
     size_t cap, n;
+    double gemm_rate; /* the fastest linear layer priced (FLOP/s) */
 } price_table;
 
 static size_t memo_slot(const price_memo *m, size_t cap, uint16_t op, uint8_t drop, uint16_t ty, const int64_t *d) {
@@ -71,6 +73,12 @@ static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_cal
         memcpy(m[j].d, x->d, sizeof m[j].d);
         m[j].how = llm4d_price_call(pr, x, m[j].s);
         t->n++;
+        if (x->op == LLM4D_RC_LINEAR_FWD || x->op == LLM4D_RC_LINEAR_BWD) {
+            double sec = 0;
+            for (int i = 0; i < LLM4D_WORK_N; i++) sec += m[j].s[i];
+            const double w = llm4d_rc_flops(x), r = sec > 0 ? w / sec : w > 0 ? INFINITY : 0;
+            if (r > t->gemm_rate) t->gemm_rate = r;
+        }
     }
     *how = m[j].how;
     for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += m[j].s[i];
@@ -114,7 +122,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
     out->total = tb->total;
     out->sp_partial = llm4d_tensor_parallel_plan(tb) / sizeof(float);
     /* a part's layers repeat the same calls: each distinct cost key is priced once */
-    price_table memo = {calloc(64, sizeof(price_memo)), 64, 0};
+    price_table memo = {calloc(64, sizeof(price_memo)), 64, 0, 0};
     if (!memo.e) {
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
@@ -150,6 +158,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
             }
             out->chunk[c].tail[k] = since;
         }
+    out->gemm_rate = memo.gemm_rate;
     free(memo.e);
     return LLM4D_OK;
 }
@@ -186,9 +195,12 @@ typedef struct {
 struct llm4d_stagecost_cache {
     llm4d_hmap index; /* of cache_entry, each allocated once */
     int by_count;
+    double gemm_rate; /* the fastest linear layer of its traces */
 };
 
 void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on) { c->by_count = on; }
+
+double llm4d_stagecost_cache_gemm_rate(const llm4d_stagecost_cache *c) { return c ? c->gemm_rate : 0; }
 
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err) {
     llm4d_stagecost_cache *c = calloc(1, sizeof *c);
@@ -267,6 +279,7 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
         return rc;
     }
     e->key = k;
+    if (e->cost.gemm_rate > cache->gemm_rate) cache->gemm_rate = e->cost.gemm_rate;
     s->h = h, s->e = e, cache->index.n++;
     *out = &e->cost;
     return LLM4D_OK;

@@ -51,6 +51,8 @@ typedef struct {
     int *bucket_of_group;       /* [n_groups] */
     int *bucket_groups;         /* [n_buckets] groups in each */
     int priced_exact, priced_other; /* calls priced by an exact measurement, and otherwise */
+    double gemm_rate;           /* the fastest linear layer priced (FLOP/s): the search's trace-free bound
+                                 * (plan/bound.h) assumes none faster than llm4d_bound_gemm_rate */
 } llm4d_stagecost;
 
 typedef struct llm4d_stagecost_cache llm4d_stagecost_cache;
@@ -60,6 +62,8 @@ void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c);
 /* Key parts by their chunks' block counts, not ranges (a search's shortcut: the middle stages of a pipeline share
  * one trace); off by default, and under `llm4d plan --no_memo`. */
 void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on);
+/* The fastest linear layer (FLOP/s) of every trace the cache priced (0: none). */
+double llm4d_stagecost_cache_gemm_rate(const llm4d_stagecost_cache *c);
 
 /* The priced trace of the rank at topo's coordinates, from the cache or recorded, priced and cached (the result
  * belongs to the cache). tp_hosts: hosts the tensor-parallel
