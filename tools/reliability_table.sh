@@ -10,21 +10,28 @@
 # that checked it, and its verdict is that check's. To add rows: call reliability_row in a test (a new fault, the
 # watchdog, the non-finite guard, the memory plan ...) and add the test's name to SOURCES.
 # Exit status: 0 when every source test passed and every row passed.
+# LLM4D_RELIABILITY_ROWS=FILE LLM4D_RELIABILITY_RC=N: write the page from rows a run of the whole suite already
+# collected (ctest with LLM4D_RELIABILITY_OUT=FILE; every test that records rows is in SOURCES) and its exit status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
 SOURCES=(test_save_faults test_fuzz test_special_files test_convert test_generate_cli test_watchdog test_nonfinite
          test_memory_plan test_pp test_tp test_trace_pp test_report test_cuda_device test_grad_comm_bf16 test_plan
-         test_restarts test_chaos test_launch test_async_save)
+         test_restarts test_chaos test_launch test_async_save test_calibrate test_safetensors)
 OUT=docs/reliability.md
 [ -x "$B/llm4d" ] || { echo "reliability_table.sh: $B/llm4d is not built; run scripts/setup.sh first" >&2; exit 2; }
-rows=$(mktemp)
-trap 'rm -f "$rows" "$rows.ctest"' EXIT
-regex="^($(IFS='|'; echo "${SOURCES[*]}"))\$"
-LLM4D_RELIABILITY_OUT=$rows OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$B" -R "$regex" \
-    --output-on-failure >"$rows.ctest" 2>&1
-ctest_rc=$?
-tail -4 "$rows.ctest"
+if [ -n "${LLM4D_RELIABILITY_ROWS:-}" ]; then
+    rows=$LLM4D_RELIABILITY_ROWS
+    ctest_rc=${LLM4D_RELIABILITY_RC:-0}
+else
+    rows=$(mktemp)
+    trap 'rm -f "$rows" "$rows.ctest"' EXIT
+    regex="^($(IFS='|'; echo "${SOURCES[*]}"))\$"
+    LLM4D_RELIABILITY_OUT=$rows OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$B" -R "$regex" \
+        --output-on-failure >"$rows.ctest" 2>&1
+    ctest_rc=$?
+    tail -4 "$rows.ctest"
+fi
 /usr/bin/python3 - "$rows" "$OUT" "$ctest_rc" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     "${SOURCES[@]}" <<'PY'
 import re, sys
