@@ -355,6 +355,15 @@ void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, i
 /* Offload streams: Adam m and v, and the parameter shards when the parameter policy keeps them apart. */
 static int offload_streams(const llm4d_zero_params *pp) { return pp->whole ? 2 : 3; }
 
+llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d) {
+    if (d->sharding_degree <= 1) return (llm4d_zero_traits){.params_whole = 1, .grads_whole = 1};
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(d->sharding_stage, &pp, &gp);
+    return (llm4d_zero_traits){.on = 1, .params_whole = pp->whole, .grads_whole = gp->whole,
+                               .offload_streams = offload_streams(pp)};
+}
+
 /* What follows reads the policies' data, as llm4d_sharding_init's allocation does. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
                          size_t bytes[]) {

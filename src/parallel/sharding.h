@@ -130,6 +130,19 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
  * gradient payloads; forward_only: as llm4d_sharding_init's. */
 void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
                          size_t bytes[]);
+/* What a configuration's ZeRO engine holds and does, as data (its policies', sharding_policy.h): what the memory
+ * plan and the planner read instead of the stage number, which only llm4d_zero_policies reads. */
+typedef struct {
+    int on;              /* sharding_degree > 1: a ZeRO engine is the storage */
+    int params_whole;    /* every parameter in the model, all-gathered after each update (stages 1, 2); else each
+                          * group gathered when used, the next prefetched (3) */
+    int grads_whole;     /* a whole flat gradient, each group reduce-scattered after its last window of the step
+                          * (1); else per-window buckets reduce-scattered as each window closes (2, 3) */
+    int offload_streams; /* with sharding_offload: the streams an element's state is offloaded in (m, v; and its
+                          * parameter shard when the parameters are not whole) */
+} llm4d_zero_traits;
+llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d);
+
 /* The elements of t whose state (parameters, Adam's m and v) a rank of a sharding group of N keeps: its shard of
  * every group. */
 size_t llm4d_sharding_kept(const llm4d_param_table *t, int N);

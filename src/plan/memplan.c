@@ -18,6 +18,7 @@
 #include "comm/comm_shm.h"
 #include "core/hmap.h"
 #include "model/batch.h"
+#include "parallel/sharding.h"
 #include "parallel/stack.h"
 #include "plan/memplan.h"
 
@@ -25,7 +26,7 @@ static size_t weight_copies(const llm4d_config *cfg, llm4d_backend *be, size_t p
                             const llm4d_param_table *t) {
     if (!cfg->use_amp || !be->weights_changed) return 0;
     size_t n = 0;
-    if (cfg->dist.sharding_degree > 1 && cfg->dist.sharding_stage >= 3) {
+    if (!llm4d_sharding_traits(&cfg->dist).params_whole) { /* copies of the two gathered groups */
         for (int g = 0; g < t->n_groups; g++)
             if (t->g[g].hi - t->g[g].lo > n) n = t->g[g].hi - t->g[g].lo;
         n *= 2;

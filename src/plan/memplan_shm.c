@@ -24,6 +24,7 @@
 #include "parallel/data_parallel.h"
 #include "model/params.h"
 #include "model/shard_range.h"
+#include "parallel/sharding.h"
 #include "plan/memplan.h"
 
 /* The axis of the group kinds that are one axis of the grid (the others are the world, the data group and the
@@ -180,8 +181,9 @@ static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const l
         llm4d_shard_ranges(tab, N, 0, NULL, NULL, NULL, &z);
         use[LLM4D_SHMG_SHARDING].rs_block = z.max_shard * gsz;
         use[LLM4D_SHMG_SHARDING].ag_block = z.max_shard * sizeof(float);
-        if (t->degree[LLM4D_AXIS_DATA] > 1) /* stage >= 2: the whole local shard in one all-reduce */
-            use[LLM4D_SHMG_DP].allreduce = (d->sharding_stage >= 2 ? z.local_total : z.max_shard) * sizeof(float);
+        if (t->degree[LLM4D_AXIS_DATA] > 1) /* sharded gradients: the whole local shard in one all-reduce */
+            use[LLM4D_SHMG_DP].allreduce =
+                (llm4d_sharding_traits(d).grads_whole ? z.max_shard : z.local_total) * sizeof(float);
     }
     if (t->degree[LLM4D_AXIS_MODEL] > 1) {
         llm4d_shm_use *u = &use[LLM4D_SHMG_MODEL];

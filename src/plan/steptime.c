@@ -29,6 +29,7 @@
 #include "plan/simmemo.h"
 #include "parallel/data_parallel.h"
 #include "parallel/schedule.h"
+#include "parallel/sharding.h"
 #include "plan/memplan.h"
 #include "model/shard_range.h"
 
@@ -86,7 +87,7 @@ static int w_find(const walker *w, int kind, int id) {
 /* The engines' context of one stage. */
 typedef struct {
     const llm4d_stagecost *sc;
-    int stage;           /* ZeRO stage (0: flat storage) */
+    llm4d_zero_traits zero; /* the ZeRO engine's policies (off: flat storage) */
     int dp_flat;         /* flat storage over a data group of more than one rank */
     int dp_overlap;      /* this step's buckets start during backward (dp_overlap on; off: blocking in finish) */
     double *t_ag, *t_rs; /* [groups] seconds of a group's gather and reduce-scatter */
@@ -107,7 +108,7 @@ static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_
                 w_compute(w, e->dt);
                 t += e->dt;
                 const int g = e->group;
-                if (e->type == LLM4D_RC_PARAMS_FOR && en->stage == 3) {
+                if (e->type == LLM4D_RC_PARAMS_FOR && en->zero.on && !en->zero.params_whole) {
                     const int q = w_find(w, Q_GATHER, g);
                     if (q >= 0) t += w_wait(w, q);
                     else t += en->t_ag[g], w->exposed[LLM4D_ENG_AG] += en->t_ag[g];
@@ -115,9 +116,9 @@ static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_
                     if (nx >= 0 && nx != g && w_find(w, Q_GATHER, nx) < 0) t += w_issue(w, LLM4D_ENG_AG, Q_GATHER, nx, en->t_ag[nx]);
                 } else if (e->type == LLM4D_RC_GRADS_DONE) {
                     int rs = 0;
-                    if (en->stage >= 2) rs = 1;
+                    if (en->zero.on && !en->zero.grads_whole) rs = 1; /* every window */
                     if (last && --en->wleft[g] == 0) {
-                        if (en->stage == 1) rs = 1;
+                        if (en->zero.on && en->zero.grads_whole) rs = 1; /* after the step's last window */
                         if (en->dp_flat && en->dp_overlap) {
                             const int b = sc->bucket_of_group[g];
                             if (--en->bpend[b] == 0 && b != sc->n_buckets - 1)
@@ -168,7 +169,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     const llm4d_dist_config *d = &cfg->dist;
     const int N = d->sharding_degree, G = sc->n_groups;
-    engines en = {.sc = sc, .stage = N > 1 ? d->sharding_stage : 0, .dp_flat = N <= 1 && topo->data_world > 1,
+    engines en = {.sc = sc, .zero = llm4d_sharding_traits(d), .dp_flat = N <= 1 && topo->data_world > 1,
                   .dp_overlap = overlap};
     /* the gradient payloads' element size (data_parallel.h, sharding.h): bf16 halves the reductions' bytes */
     const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16") && !cfg->forward_only;
@@ -272,7 +273,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         for (int i = 0; i < n; i++) {
             const size_t len = en.dp_flat ? sc->bucket_len[i] : sc->group_len[i];
             const size_t back = en.dp_flat ? len : (len + (size_t)N - 1) / (size_t)N;
-            const int times = en.dp_flat || en.stage == 1 ? 1 : M * sc->windows[i];
+            const int times = en.dp_flat || en.zero.grads_whole ? 1 : M * sc->windows[i];
             double one[LLM4D_WORK_N] = {0};
             const llm4d_rc_call to = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16, .d = {(int64_t)len}};
             const llm4d_rc_call from = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16 << 2, .d = {(int64_t)back}};
@@ -318,7 +319,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     llm4d_price_call(&pc, &adam, ks);
     double optim = total_kinds(ks) * slow[LLM4D_WORK_OPTIM];
     if (N > 1 && d->sharding_offload) {
-        const double streams = d->sharding_stage >= 3 ? 3 : 2, bytes = (double)local * sizeof(float) * streams;
+        const double streams = en.zero.offload_streams, bytes = (double)local * sizeof(float) * streams;
         const double io = bytes / (prof->disk_read_gbps * 1e9) + bytes / (prof->disk_write_gbps * 1e9);
         optim = optim > io ? optim : io;
     }
@@ -326,7 +327,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
     for (int k = 0; k < LLM4D_WORK_N; k++) st->kinds[k] += conv[k];
     post += total_kinds(conv) * st->slow;
-    if (N > 1 && d->sharding_stage <= 2) { /* stages 1, 2: every group's parameters gathered after the update */
+    if (en.zero.on && en.zero.params_whole) { /* every group's parameters gathered after the update */
         for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
         spin += G * llm4d_price_wait(prof, thr, R, N);
     }
