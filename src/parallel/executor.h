@@ -1,6 +1,7 @@
 /* executor.h — how a step's micro-batches run through this rank's part of the model: the one interface the trainer
- * drives for a training step and for an evaluation alike, so that neither train/step.c nor train/eval.c knows
- * whether a pipeline runs.
+ * drives for a training step and for an evaluation alike, so that neither train/step.c nor train/eval.c decides how
+ * they run. (What a pipeline measured still reaches the trainer: the engines' statistics carry its busy and idle
+ * time, and at the end of a run train/pp_log.c sets them against the schedule's own.)
  *
  *   sequential  (executor.c)  the whole model on this rank: each micro-batch's forward, then (training) its
  *                             backward, in order; the engines' hooks see one gradient window per group per
