@@ -137,7 +137,7 @@ static void dp_destroy(llm4d_engine *e) {
     llm4d_dp *dp = of(e);
     if (dp->shared) llm4d_shm_unshare(dp->comm, dp->shared); /* private again before its owner frees it */
     dp->shared = NULL;
-    if (dp->g16) dp->g->be->free(dp->g->be, dp->g->mem, LLM4D_MEM_COMM, dp->g16, llm4d_dp_plan(&dp->g->table, 1));
+    if (dp->g16) dp->g->be->free(dp->g->be, dp->g->mem, LLM4D_MEM_COMM, dp->g16, llm4d_dp_bytes(&dp->g->table, 1));
     dp->g16 = NULL;
     free(dp->buckets);
     free(dp->bucket_of_group);
@@ -224,7 +224,7 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         return llm4d_fail(err, LLM4D_EUSER, "grad_comm_dtype bfloat16: the %s backend cannot convert gradients to "
                           "bf16; use grad_comm_dtype float32", g->be->name);
     }
-    if (bf16 && !(dp->g16 = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_dp_plan(t, 1)))) {
+    if (bf16 && !(dp->g16 = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, llm4d_dp_bytes(t, 1)))) {
         dp_destroy(&dp->base);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the bf16 gradient payloads");
     }
@@ -238,7 +238,7 @@ llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size
         snprintf(dp->share_why, sizeof dp->share_why, "%s", why);
     } else {
         void *payload = dp->g16 ? (void *)dp->g16 : (void *)dp->grads;
-        const size_t bytes = LLM4D_MEM_SPAN(dp->g16 ? llm4d_dp_plan(t, 1) : t->total * sizeof(float));
+        const size_t bytes = LLM4D_MEM_SPAN(dp->g16 ? llm4d_dp_bytes(t, 1) : t->total * sizeof(float));
         int shared = 0;
         llm4d_code rc = llm4d_shm_share(data_comm, payload, bytes, &shared, dp->share_why, sizeof dp->share_why, err);
         if (rc != LLM4D_OK) {

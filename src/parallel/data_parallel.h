@@ -96,6 +96,6 @@ int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucke
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,
                          int trace, int bf16, llm4d_err *err);
 /* Bytes llm4d_dp_init allocates for the table t (the memory plan): the bf16 copy, or nothing. */
-static inline size_t llm4d_dp_plan(const llm4d_param_table *t, int bf16) { return bf16 ? t->total * 2 : 0; }
+static inline size_t llm4d_dp_bytes(const llm4d_param_table *t, int bf16) { return bf16 ? t->total * 2 : 0; }
 
 #endif

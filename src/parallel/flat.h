@@ -30,7 +30,7 @@ typedef struct {
 llm4d_code llm4d_flat_init(llm4d_flat *f, llm4d_gpt *g, llm4d_adamw opt, int data_replica0, int forward_only,
                            llm4d_err *err);
 /* Bytes llm4d_flat_init allocates for the table t (the memory plan): Adam m, v, or nothing forward only. */
-static inline size_t llm4d_flat_plan(const llm4d_param_table *t, int forward_only) {
+static inline size_t llm4d_flat_bytes(const llm4d_param_table *t, int forward_only) {
     return forward_only ? 0 : 2 * t->total * sizeof(float);
 }
 

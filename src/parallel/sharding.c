@@ -341,7 +341,7 @@ size_t llm4d_sharding_kept(const llm4d_param_table *t, int N) {
     return z.local_total;
 }
 
-void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
+void llm4d_sharding_staging_bytes(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
                                  const char *device, size_t bytes[]) {
     if (!offload || forward_only || !llm4d_backend_has_host(device)) return;
     const llm4d_zero_params *pp;
@@ -365,7 +365,7 @@ llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d) {
 }
 
 /* What follows reads the policies' data, as llm4d_sharding_init's allocation does. */
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
+void llm4d_sharding_bytes(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
                          size_t bytes[]) {
     const llm4d_zero_params *pp;
     const llm4d_zero_grads *gp;

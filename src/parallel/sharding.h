@@ -128,7 +128,7 @@ void llm4d_sharding_part(int stage, int N, const llm4d_model_config *m, llm4d_mo
 
 /* Adds to bytes[category] what llm4d_sharding_init allocates for the table t (a memory plan); bf16: with bf16
  * gradient payloads; forward_only: as llm4d_sharding_init's. */
-void llm4d_sharding_plan(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
+void llm4d_sharding_bytes(const llm4d_param_table *t, int stage, int N, int offload, int bf16, int forward_only,
                          size_t bytes[]);
 /* What a configuration's ZeRO engine holds and does, as data (its policies', sharding_policy.h): what the memory
  * plan and the planner read instead of the stage number, which only llm4d_zero_policies reads. */
@@ -147,7 +147,7 @@ llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d);
  * every group. */
 size_t llm4d_sharding_kept(const llm4d_param_table *t, int N);
 /* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
-void llm4d_sharding_plan_staging(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
+void llm4d_sharding_staging_bytes(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
                                  const char *device, size_t bytes[]);
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
  * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid

@@ -39,14 +39,14 @@ llm4d_code llm4d_stack_bytes(const llm4d_config *cfg, const llm4d_topology *topo
     const llm4d_dist_config *d = &cfg->dist;
     const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16"), fwd = cfg->forward_only;
     if (sharded(cfg)) {
-        llm4d_sharding_plan(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, fwd, bytes);
-        llm4d_sharding_plan_staging(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, fwd, cfg->device,
+        llm4d_sharding_bytes(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, bf16, fwd, bytes);
+        llm4d_sharding_staging_bytes(t, d->sharding_stage, d->sharding_degree, d->sharding_offload, fwd, cfg->device,
                                     bytes);
     } else {
-        bytes[LLM4D_MEM_OPTIM] += llm4d_flat_plan(t, fwd);
+        bytes[LLM4D_MEM_OPTIM] += llm4d_flat_bytes(t, fwd);
     }
-    if (!fwd && !sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_plan(t, bf16);
-    if (!fwd && topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_plan(t);
+    if (!fwd && !sharded(cfg) && topo->data_world > 1) bytes[LLM4D_MEM_COMM] += llm4d_dp_bytes(t, bf16);
+    if (!fwd && topo->degree[LLM4D_AXIS_MODEL] > 1) bytes[LLM4D_MEM_COMM] += llm4d_tensor_parallel_bytes(t);
     if (plan->P > 1) {
         size_t b;
         LLM4D_TRY(llm4d_pipeline_bytes(plan, topo->index[LLM4D_AXIS_PIPE], act_bytes, &b, err));

@@ -63,7 +63,7 @@ static const llm4d_engine_ops tp_ops = {
     .destroy = tp_destroy,
 };
 
-size_t llm4d_tensor_parallel_plan(const llm4d_param_table *t) {
+size_t llm4d_tensor_parallel_bytes(const llm4d_param_table *t) {
     size_t n = 0;
     for (int i = 0; i < t->n; i++)
         if (t->p[i].sp_partial) n += t->p[i].numel;
@@ -76,7 +76,7 @@ llm4d_code llm4d_tensor_parallel_init(llm4d_tensor_parallel *tp, llm4d_engine_st
     tp->base.ops = &tp_ops;
     tp->stack = stack;
     tp->mp = mp;
-    tp->pack_len = llm4d_tensor_parallel_plan(&stack->g->table) / sizeof(float);
+    tp->pack_len = llm4d_tensor_parallel_bytes(&stack->g->table) / sizeof(float);
     if (tp->pack_len == 0) return LLM4D_OK;
     llm4d_gpt *g = stack->g;
     tp->pack = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, tp->pack_len * sizeof(float));

@@ -26,7 +26,7 @@ typedef struct {
 } llm4d_tensor_parallel;
 
 /* The bytes of communication buffer llm4d_tensor_parallel_init allocates for table t (a memory plan). */
-size_t llm4d_tensor_parallel_plan(const llm4d_param_table *t);
+size_t llm4d_tensor_parallel_bytes(const llm4d_param_table *t);
 llm4d_code llm4d_tensor_parallel_init(llm4d_tensor_parallel *tp, llm4d_engine_stack *stack, llm4d_comm *mp,
                                       llm4d_err *err);
 

@@ -120,7 +120,7 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
         if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->group_len[g];
     }
     out->total = tb->total;
-    out->sp_partial = llm4d_tensor_parallel_plan(tb) / sizeof(float);
+    out->sp_partial = llm4d_tensor_parallel_bytes(tb) / sizeof(float);
     /* a part's layers repeat the same calls: each distinct cost key is priced once */
     price_table memo = {calloc(64, sizeof(price_memo)), 64, 0, 0};
     if (!memo.e) {
