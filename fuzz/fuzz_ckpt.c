@@ -71,9 +71,10 @@ static void read_all(const llm4d_ckpt *c) {
         static const char *const stems[] = {LLM4D_GPT_CKPT_MODEL, LLM4D_GPT_CKPT_OPTIM_M, LLM4D_GPT_CKPT_OPTIM_V};
         for (int k = 0; k < 3; k++) {
             if (!llm4d_ckpt_find(c, stems[k], names[i], NULL)) continue;
-            llm4d_code rc = llm4d_ckpt_read(c, stems[k], names[i], dt, info.ndim, info.shape, NULL, NULL, buf, &err);
+            const llm4d_ckpt_box whole = {dt, info.ndim, info.shape, NULL, NULL};
+            llm4d_code rc = llm4d_ckpt_read(c, stems[k], names[i], &whole, buf, &err);
             if (rc != LLM4D_OK) fz_refused("ckpt_read", rc, &err);
-            rc = llm4d_ckpt_read_range(c, stems[k], names[i], dt, info.ndim, info.shape, numel / 2, numel, buf, &err);
+            rc = llm4d_ckpt_read_range(c, stems[k], names[i], &whole, numel / 2, numel, buf, &err);
             if (rc != LLM4D_OK) fz_refused("ckpt_read_range", rc, &err);
         }
         free(buf);
@@ -109,7 +110,9 @@ static void load_model(const llm4d_ckpt *c) {
     if (llm4d_param_table_build(&t, m, NULL, &err) != LLM4D_OK) return;
     float *buf = calloc(3 * t.total + 1, sizeof *buf);
     int has_optim = 0;
-    if (buf) (void)llm4d_gpt_ckpt_read(c, m, &t, buf, buf + t.total, buf + 2 * t.total, 0, t.total, &has_optim, &err);
+    const size_t whole[2] = {0, t.total};
+    const llm4d_ckpt_state st = llm4d_ckpt_state_range(&t, whole, buf, buf + t.total, buf + 2 * t.total);
+    if (buf) (void)llm4d_gpt_ckpt_read(c, m, &st, &has_optim, &err);
     free(buf);
     llm4d_param_table_free(&t);
 }

@@ -404,7 +404,8 @@ static void failure_case(tally *t, llm4d_comm *w, const char *dir, int64_t step,
         if (strcmp(how, "add") == 0 && rank == fail_rank) {
             static const float x[2] = {1, 2};
             const int64_t shp[1] = {2};
-            llm4d_ckpt_save_tensor(sv, "bad name.safetensors", "x", LLM4D_ST_F32, 1, shp, NULL, NULL, x, &err);
+            const llm4d_ckpt_box box = {LLM4D_ST_F32, 1, shp, NULL, NULL};
+            llm4d_ckpt_save_tensor(sv, "bad name.safetensors", "x", &box, x, &err);
             /* later adds return the kept failure */
             const size_t first[2] = {0, 10};
             const llm4d_ckpt_state late = llm4d_ckpt_state_range(&s.t, first, s.p, NULL, NULL);

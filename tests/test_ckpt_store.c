@@ -29,6 +29,10 @@ static char root[256];
 
 /* ---- the test checkpoint ---- */
 
+/* The store's boxes (store.h llm4d_ckpt_box): a slice of a tensor, and a whole tensor (or a flat range's tensor). */
+#define BOX(dt, nd, shape, off, slice) (&(llm4d_ckpt_box){dt, nd, shape, off, slice})
+#define WHOLE(dt, nd, shape) BOX(dt, nd, shape, NULL, NULL)
+
 #define AR 6
 #define AC 4
 #define DR 5
@@ -79,18 +83,21 @@ static llm4d_code fixture_save(const fixture *f, const char *out, int step, int 
     cJSON_AddNumberToObject(meta, "step", step);
     cJSON_AddStringToObject(meta, "model", "tiny");
     cJSON_AddStringToObject(meta, "files", "the store replaces this");
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "A", LLM4D_ST_F32, 2, ga, o0, half, f->a, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "A", LLM4D_ST_F32, 2, ga, o1, half,
-                                         f->a + AR / 2 * AC, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "B", LLM4D_ST_F32, 1, gb, NULL, NULL, f->b, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "C", LLM4D_ST_BF16, 3, gc, NULL, c0s, c0, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "C", LLM4D_ST_BF16, 3, gc, c1o, c1s, c1, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "S", LLM4D_ST_F32, 0, NULL, NULL, NULL, &f->s, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "I", LLM4D_ST_I64, 1, gi, NULL, NULL, f->i, err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "optim.safetensors", "A", LLM4D_ST_F32, 2, ga, NULL, NULL, f->am, err);
-    if (!rc) rc = llm4d_ckpt_save_range(s, "model-0.safetensors", "D", LLM4D_ST_F32, 2, gd, 0, 10, f->d, err);
-    if (!rc) rc = llm4d_ckpt_save_range(s, "model-1.safetensors", "D", LLM4D_ST_F32, 2, gd, 10, 23, f->d + 10, err);
-    if (!rc) rc = llm4d_ckpt_save_range(s, "model-2.safetensors", "D", LLM4D_ST_F32, 2, gd, 23, 35, f->d + 23, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "A", BOX(LLM4D_ST_F32, 2, ga, o0, half), f->a, err);
+    if (!rc)
+        rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "A", BOX(LLM4D_ST_F32, 2, ga, o1, half),
+                                    f->a + AR / 2 * AC, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "B", WHOLE(LLM4D_ST_F32, 1, gb), f->b, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-0.safetensors", "C", BOX(LLM4D_ST_BF16, 3, gc, NULL, c0s), c0, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "C", BOX(LLM4D_ST_BF16, 3, gc, c1o, c1s), c1, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "S", WHOLE(LLM4D_ST_F32, 0, NULL), &f->s, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "model-1.safetensors", "I", WHOLE(LLM4D_ST_I64, 1, gi), f->i, err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "optim.safetensors", "A", WHOLE(LLM4D_ST_F32, 2, ga), f->am, err);
+    if (!rc) rc = llm4d_ckpt_save_range(s, "model-0.safetensors", "D", WHOLE(LLM4D_ST_F32, 2, gd), 0, 10, f->d, err);
+    if (!rc)
+        rc = llm4d_ckpt_save_range(s, "model-1.safetensors", "D", WHOLE(LLM4D_ST_F32, 2, gd), 10, 23, f->d + 10, err);
+    if (!rc)
+        rc = llm4d_ckpt_save_range(s, "model-2.safetensors", "D", WHOLE(LLM4D_ST_F32, 2, gd), 23, 35, f->d + 23, err);
     if (!rc) rc = llm4d_ckpt_save_blob(s, "config.json", f->blob, strlen(f->blob), err);
     if (!rc) rc = llm4d_ckpt_save_commit(s, meta, keep_last, err);
     else llm4d_ckpt_save_abort(s);
@@ -147,20 +154,20 @@ static const char *verify_fixture(const llm4d_ckpt *c, int step, char *why, size
     int64_t ga[] = {AR, AC}, gb[] = {5}, gc[] = {3, 4, 5}, gi[] = {3}, gd[] = {DR, DC};
     why[0] = 0;
     err.msg[0] = 0;
-    if (llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, ga, NULL, NULL, a, &err) ||
+    if (llm4d_ckpt_read(c, "model", "A", WHOLE(LLM4D_ST_F32, 2, ga), a, &err) ||
         memcmp(a, f.a, sizeof a))
         snprintf(why, n, "A: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, "optim", "A", LLM4D_ST_F32, 2, ga, NULL, NULL, a, &err) || memcmp(a, f.am, sizeof a))
+    else if (llm4d_ckpt_read(c, "optim", "A", WHOLE(LLM4D_ST_F32, 2, ga), a, &err) || memcmp(a, f.am, sizeof a))
         snprintf(why, n, "optim A: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, NULL, "B", LLM4D_ST_F32, 1, gb, NULL, NULL, b, &err) || memcmp(b, f.b, sizeof b))
+    else if (llm4d_ckpt_read(c, NULL, "B", WHOLE(LLM4D_ST_F32, 1, gb), b, &err) || memcmp(b, f.b, sizeof b))
         snprintf(why, n, "B: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, NULL, "C", LLM4D_ST_F32, 3, gc, NULL, NULL, cf, &err) || memcmp(cf, f.cf, sizeof cf))
+    else if (llm4d_ckpt_read(c, NULL, "C", WHOLE(LLM4D_ST_F32, 3, gc), cf, &err) || memcmp(cf, f.cf, sizeof cf))
         snprintf(why, n, "C: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, NULL, "S", LLM4D_ST_F32, 0, NULL, NULL, NULL, &s, &err) || s != f.s)
+    else if (llm4d_ckpt_read(c, NULL, "S", WHOLE(LLM4D_ST_F32, 0, NULL), &s, &err) || s != f.s)
         snprintf(why, n, "S: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, NULL, "I", LLM4D_ST_I64, 1, gi, NULL, NULL, i, &err) || memcmp(i, f.i, sizeof i))
+    else if (llm4d_ckpt_read(c, NULL, "I", WHOLE(LLM4D_ST_I64, 1, gi), i, &err) || memcmp(i, f.i, sizeof i))
         snprintf(why, n, "I: %s", err.msg[0] ? err.msg : "values differ");
-    else if (llm4d_ckpt_read(c, NULL, "D", LLM4D_ST_F32, 2, gd, NULL, NULL, d, &err) || memcmp(d, f.d, sizeof d))
+    else if (llm4d_ckpt_read(c, NULL, "D", WHOLE(LLM4D_ST_F32, 2, gd), d, &err) || memcmp(d, f.d, sizeof d))
         snprintf(why, n, "D: %s", err.msg[0] ? err.msg : "values differ");
     else {
         size_t bl = 0;
@@ -217,13 +224,13 @@ static void test_roundtrip(tally *t) {
     const int64_t rows[][2] = {{0, 2}, {2, 3}, {3, 5}, {5, 6}};
     for (int k = 0; k < 4 && ok; k++) {
         int64_t off[] = {rows[k][0], 0}, shp[] = {rows[k][1] - rows[k][0], AC};
-        ok = llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, ga, off, shp, buf, &err) == LLM4D_OK &&
+        ok = llm4d_ckpt_read(c, "model", "A", BOX(LLM4D_ST_F32, 2, ga, off, shp), buf, &err) == LLM4D_OK &&
              memcmp(buf, f.a + rows[k][0] * AC, (size_t)shp[0] * AC * sizeof(float)) == 0;
     }
     check(t, ok, "A written as 2 row slices, read as 4 other row slices", ok ? "" : err.msg);
     {
         int64_t off[] = {1, 1}, shp[] = {4, 2};
-        ok = llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, ga, off, shp, buf, &err) == LLM4D_OK;
+        ok = llm4d_ckpt_read(c, "model", "A", BOX(LLM4D_ST_F32, 2, ga, off, shp), buf, &err) == LLM4D_OK;
         for (int r = 0; ok && r < 4; r++)
             for (int q = 0; q < 2; q++) ok = ok && buf[r * 2 + q] == f.a[(1 + r) * AC + 1 + q];
         check(t, ok, "a 4x2 box across the slice boundary", ok ? "" : err.msg);
@@ -231,7 +238,7 @@ static void test_roundtrip(tally *t) {
     {
         int64_t gc[] = {3, 4, 5}, off[] = {1, 0, 2}, shp[] = {2, 3, 2};
         uint16_t cb[12];
-        ok = llm4d_ckpt_read(c, NULL, "C", LLM4D_ST_BF16, 3, gc, off, shp, cb, &err) == LLM4D_OK;
+        ok = llm4d_ckpt_read(c, NULL, "C", BOX(LLM4D_ST_BF16, 3, gc, off, shp), cb, &err) == LLM4D_OK;
         for (int x = 0; ok && x < 2; x++)
             for (int y = 0; y < 3; y++)
                 for (int z = 0; z < 2; z++) ok = ok && cb[(x * 3 + y) * 2 + z] == f.c[((1 + x) * 4 + y) * 5 + 2 + z];
@@ -239,14 +246,14 @@ static void test_roundtrip(tally *t) {
     }
     {
         int64_t gd[] = {DR, DC};
-        ok = llm4d_ckpt_read_range(c, NULL, "D", LLM4D_ST_F32, 2, gd, 4, 30, buf, &err) == LLM4D_OK &&
+        ok = llm4d_ckpt_read_range(c, NULL, "D", WHOLE(LLM4D_ST_F32, 2, gd), 4, 30, buf, &err) == LLM4D_OK &&
              memcmp(buf, f.d + 4, 26 * sizeof(float)) == 0;
         check(t, ok, "D written as 3 flat ranges, read as another flat range", ok ? "" : err.msg);
     }
     {
         double bd[5];
         int64_t gb[] = {5};
-        ok = llm4d_ckpt_read(c, NULL, "B", LLM4D_ST_F64, 1, gb, NULL, NULL, bd, &err) == LLM4D_OK && bd[4] == 3.0;
+        ok = llm4d_ckpt_read(c, NULL, "B", WHOLE(LLM4D_ST_F64, 1, gb), bd, &err) == LLM4D_OK && bd[4] == 3.0;
         check(t, ok, "F32 read as F64", ok ? "" : err.msg);
     }
     llm4d_ckpt_info info;
@@ -282,16 +289,16 @@ static void test_roundtrip(tally *t) {
     int64_t g4[] = {4};
     snprintf(p, sizeof p, "%s/flush", root);
     rc = llm4d_ckpt_save_begin(&s, p, 7, &err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "a.safetensors", "X", LLM4D_ST_F32, 1, g4, NULL, NULL, buf2, &err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "a.safetensors", "X", WHOLE(LLM4D_ST_F32, 1, g4), buf2, &err);
     if (!rc) rc = llm4d_ckpt_save_flush(s, "a.safetensors", &err);
     buf2[0] = 99;
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "b.safetensors", "Y", LLM4D_ST_F32, 1, g4, NULL, NULL, buf2, &err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "b.safetensors", "Y", WHOLE(LLM4D_ST_F32, 1, g4), buf2, &err);
     if (!rc) rc = llm4d_ckpt_save_commit(s, NULL, 0, &err);
     float x[4], y[4];
     ok = rc == LLM4D_OK && llm4d_ckpt_open(&c, p, &err) == LLM4D_OK;
     if (ok) {
-        ok = !llm4d_ckpt_read(c, NULL, "X", LLM4D_ST_F32, 1, g4, NULL, NULL, x, &err) &&
-             !llm4d_ckpt_read(c, NULL, "Y", LLM4D_ST_F32, 1, g4, NULL, NULL, y, &err) && x[0] == 1 && y[0] == 99;
+        ok = !llm4d_ckpt_read(c, NULL, "X", WHOLE(LLM4D_ST_F32, 1, g4), x, &err) &&
+             !llm4d_ckpt_read(c, NULL, "Y", WHOLE(LLM4D_ST_F32, 1, g4), y, &err) && x[0] == 1 && y[0] == 99;
         llm4d_ckpt_close(c);
     }
     check(t, ok, "flush writes a file early so its buffer can be reused", ok ? "" : err.msg);
@@ -393,20 +400,20 @@ static void test_damage(tally *t) {
     }
     float buf[64];
     int64_t ga[] = {AR, AC}, wrong[] = {AR, AC + 1};
-    rc = llm4d_ckpt_read(c, "model", "transformer.h.0.attn.c_attn.weight", LLM4D_ST_F32, 2, ga, NULL, NULL, buf, &err);
+    rc = llm4d_ckpt_read(c, "model", "transformer.h.0.attn.c_attn.weight", WHOLE(LLM4D_ST_F32, 2, ga), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "no tensor 'transformer.h.0.attn.c_attn.weight'"),
           "missing tensor -> error naming it", err.msg);
-    rc = llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, wrong, NULL, NULL, buf, &err);
+    rc = llm4d_ckpt_read(c, "model", "A", WHOLE(LLM4D_ST_F32, 2, wrong), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "'A' has shape [6, 4] but the model expects [6, 5]"),
           "shape that does not fit the model -> error", err.msg);
     int64_t off[] = {4, 0}, shp[] = {3, AC};
-    rc = llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, ga, off, shp, buf, &err);
+    rc = llm4d_ckpt_read(c, "model", "A", BOX(LLM4D_ST_F32, 2, ga, off, shp), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "requested [4, 7)"), "box outside the tensor -> error", err.msg);
-    rc = llm4d_ckpt_read(c, NULL, "A", LLM4D_ST_F32, 2, ga, NULL, NULL, buf, &err);
+    rc = llm4d_ckpt_read(c, NULL, "A", WHOLE(LLM4D_ST_F32, 2, ga), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "overlapping slices"),
           "same name in model and optim files without a prefix -> overlap error", err.msg);
     int64_t gi[] = {3};
-    rc = llm4d_ckpt_read(c, NULL, "I", LLM4D_ST_F32, 1, gi, NULL, NULL, buf, &err);
+    rc = llm4d_ckpt_read(c, NULL, "I", WHOLE(LLM4D_ST_F32, 1, gi), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "stored as I64"), "I64 read as F32 -> error", err.msg);
     llm4d_ckpt_close(c);
 
@@ -416,18 +423,18 @@ static void test_damage(tally *t) {
     int64_t ge[] = {4, 2}, o0[] = {0, 0}, s0[] = {2, 2}, o3[] = {3, 0}, s3[] = {1, 2};
     snprintf(p, sizeof p, "%s/holes", root);
     rc = llm4d_ckpt_save_begin(&s, p, 1, &err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "m.safetensors", "E", LLM4D_ST_F32, 2, ge, o0, s0, e, &err);
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "m.safetensors", "E", LLM4D_ST_F32, 2, ge, o3, s3, e + 6, &err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "m.safetensors", "E", BOX(LLM4D_ST_F32, 2, ge, o0, s0), e, &err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "m.safetensors", "E", BOX(LLM4D_ST_F32, 2, ge, o3, s3), e + 6, &err);
     if (!rc) rc = llm4d_ckpt_save_commit(s, NULL, 0, &err);
     if (!rc) rc = llm4d_ckpt_open(&c, p, &err);
     if (rc) {
         check(t, 0, "save with holes", err.msg);
         return;
     }
-    rc = llm4d_ckpt_read(c, NULL, "E", LLM4D_ST_F32, 2, ge, NULL, NULL, buf, &err);
+    rc = llm4d_ckpt_read(c, NULL, "E", WHOLE(LLM4D_ST_F32, 2, ge), buf, &err);
     check(t, rc == LLM4D_EUSER && strstr(err.msg, "cover 6 of the 8 elements"), "uncovered region -> error", err.msg);
     int64_t ro[] = {1, 0}, rs[] = {1, 2};
-    rc = llm4d_ckpt_read(c, NULL, "E", LLM4D_ST_F32, 2, ge, ro, rs, buf, &err);
+    rc = llm4d_ckpt_read(c, NULL, "E", BOX(LLM4D_ST_F32, 2, ge, ro, rs), buf, &err);
     check(t, rc == LLM4D_OK && buf[0] == 2 && buf[1] == 3, "a covered part of the same tensor still reads",
           rc ? err.msg : "");
     llm4d_ckpt_close(c);
@@ -469,7 +476,7 @@ static void test_keep_last(tally *t) {
     int64_t ga[] = {AR, AC};
     ok = ok && llm4d_ckpt_open(&c, out, &err) == LLM4D_OK;
     if (ok) {
-        ok = llm4d_ckpt_read(c, "model", "A", LLM4D_ST_F32, 2, ga, NULL, NULL, a, &err) == LLM4D_OK &&
+        ok = llm4d_ckpt_read(c, "model", "A", WHOLE(LLM4D_ST_F32, 2, ga), a, &err) == LLM4D_OK &&
              a[0] == 55000.0f && llm4d_ckpt_step(c) == 5;
         llm4d_ckpt_close(c);
     }
@@ -502,7 +509,7 @@ static void test_unwritable(tally *t) {
     rc = llm4d_ckpt_save_begin(&s, out, 2, &err);
     int64_t g[] = {2};
     float v[2] = {1, 2};
-    if (!rc) rc = llm4d_ckpt_save_tensor(s, "w.safetensors", "W", LLM4D_ST_F32, 1, g, NULL, NULL, v, &err);
+    if (!rc) rc = llm4d_ckpt_save_tensor(s, "w.safetensors", "W", WHOLE(LLM4D_ST_F32, 1, g), v, &err);
     llm4d_code rc2 = LLM4D_OK;
     if (!rc) {
         cJSON *notobj = cJSON_CreateArray();
@@ -522,10 +529,11 @@ static void test_unwritable(tally *t) {
     /* Bad arguments are the caller's bugs, reported as internal errors, not crashes. */
     rc = llm4d_ckpt_save_begin(&s, out, 3, &err);
     int64_t off[] = {1}, shp[] = {2};
-    llm4d_code a1 = rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", LLM4D_ST_F32, 1, g, off, shp, v, &err);
-    llm4d_code a2 = rc ? rc : llm4d_ckpt_save_tensor(s, "../w.safetensors", "W", LLM4D_ST_F32, 1, g, NULL, NULL, v, &err);
-    llm4d_code a3 = rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", LLM4D_ST_F32, 1, g, NULL, NULL, v, &err);
-    llm4d_code a4 = rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", LLM4D_ST_F32, 1, g, NULL, NULL, v, &err);
+    llm4d_code a1 =
+        rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", BOX(LLM4D_ST_F32, 1, g, off, shp), v, &err);
+    llm4d_code a2 = rc ? rc : llm4d_ckpt_save_tensor(s, "../w.safetensors", "W", WHOLE(LLM4D_ST_F32, 1, g), v, &err);
+    llm4d_code a3 = rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", WHOLE(LLM4D_ST_F32, 1, g), v, &err);
+    llm4d_code a4 = rc ? rc : llm4d_ckpt_save_tensor(s, "w.safetensors", "W", WHOLE(LLM4D_ST_F32, 1, g), v, &err);
     llm4d_code a5 = rc ? rc : llm4d_ckpt_save_blob(s, "x.safetensors", v, 8, &err);
     if (!rc) llm4d_ckpt_save_abort(s);
     check(t, a1 == LLM4D_EINTERNAL && a2 == LLM4D_EINTERNAL && a3 == LLM4D_OK && a4 == LLM4D_EINTERNAL &&
@@ -588,8 +596,8 @@ static void test_ranges(tally *t) {
         for (int j = 0; j < 4 && rc == LLM4D_OK; j++) {
             char file[32];
             snprintf(file, sizeof file, "r%d.safetensors", j);
-            rc = llm4d_ckpt_save_range(s, file, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], cut[j], cut[j + 1],
-                                       data[k] + cut[j], &err);
+            rc = llm4d_ckpt_save_range(s, file, names[k], WHOLE(LLM4D_ST_F32, ndims[ti], shapes[ti]), cut[j],
+                                       cut[j + 1], data[k] + cut[j], &err);
         }
     }
     if (rc == LLM4D_OK) rc = llm4d_ckpt_save_commit(s, NULL, 0, &err);
@@ -606,7 +614,7 @@ static void test_ranges(tally *t) {
         llm4d_ckpt_info info;
         /* each range is at most 2*(ndim-1)+1 boxes */
         if (!llm4d_ckpt_find(c, NULL, names[k], &info) || info.nslices > 4 * (2 * (ndims[ti] - 1) + 1)) boxes_ok = 0;
-        if (llm4d_ckpt_read(c, NULL, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], NULL, NULL, buf, &err) ||
+        if (llm4d_ckpt_read(c, NULL, names[k], WHOLE(LLM4D_ST_F32, ndims[ti], shapes[ti]), buf, &err) ||
             memcmp(buf, data[k], (size_t)n * sizeof(float))) {
             whole_ok = 0;
             snprintf(detail, sizeof detail, "%s: %s", names[k], err.msg);
@@ -616,7 +624,7 @@ static void test_ranges(tally *t) {
             int64_t b = (int64_t)((rng >> 33) % (uint64_t)(n + 1));
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             int64_t e = b + (int64_t)((rng >> 33) % (uint64_t)(n - b + 1));
-            if (llm4d_ckpt_read_range(c, NULL, names[k], LLM4D_ST_F32, ndims[ti], shapes[ti], b, e, buf, &err) ||
+            if (llm4d_ckpt_read_range(c, NULL, names[k], WHOLE(LLM4D_ST_F32, ndims[ti], shapes[ti]), b, e, buf, &err) ||
                 memcmp(buf, data[k] + b, (size_t)(e - b) * sizeof(float))) {
                 range_ok = 0;
                 snprintf(detail, sizeof detail, "%s [%lld, %lld): %s", names[k], (long long)b, (long long)e, err.msg);

@@ -70,7 +70,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_err err = {0};
     llm4d_gpt g;
     char what[200], detail[1200];
-    if (llm4d_gpt_create_whole(&g, &mc, be, &mem, 1, TMAX, 0, 11, &err)) {
+    if (llm4d_gpt_create_whole(&g, &mc, be, &mem, &(llm4d_gpt_layout){.B = 1, .T = TMAX}, 11, &err)) {
         check(T, 0, "create the model", err.msg);
         return;
     }
@@ -94,7 +94,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
     llm4d_sampler_init(&smp, be, &mem, &greedy, V, &err);
     for (int chunk = 64; chunk >= 3; chunk = chunk == 64 ? 3 : 0) {
-        if (llm4d_gen_create(&gen, &mc, &g.table, g.params, be, &mem, TMAX, chunk, &err)) {
+        if (llm4d_gen_create(&gen, &(llm4d_gen_weights){&mc, &g.table, g.params}, be, &mem, TMAX, chunk, &err)) {
             check(T, 0, "create the generator", err.msg);
             break;
         }
@@ -105,12 +105,13 @@ static void model_checks(tally *T, llm4d_backend *be) {
         int32_t out[NEW];
         int n_out = 0;
         llm4d_gen_stats stats;
-        llm4d_code rc = llm4d_generate(&gen, &smp, prompt, 5, NEW, -1, plog, record, &rec, out, &n_out, &stats, &err);
+        llm4d_code rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){prompt, 5, NEW, -1, plog, record, &rec},
+                                       out, &n_out, &stats, &err);
         snprintf(what, sizeof what, "[%s, chunk %d] greedy generation of %d tokens runs", be->name, chunk, NEW);
         check(T, rc == LLM4D_OK && n_out == NEW && rec.n == NEW, what, rc ? err.msg : "");
         /* the prompt's rows */
         memcpy(seq, prompt, sizeof prompt);
-        llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 0, 1, 5);
+        llm4d_gpt_forward(&g, &(llm4d_micro){.tokens = seq, .sample_ids = &sample_id, .B = 1, .T = 5});
         double worst = 0;
         for (int r = 0; r < 5; r++) worst = fmax(worst, rel_err(plog + r * Vp, g.logits + (size_t)r * Vp, V));
         snprintf(what, sizeof what, "[%s, chunk %d] prompt logits, all 5 rows, equal the full forward's", be->name,
@@ -122,7 +123,7 @@ static void model_checks(tally *T, llm4d_backend *be) {
         worst = 0;
         for (int k = 0; k < NEW; k++) {
             const int t = 5 + k;
-            llm4d_gpt_forward(&g, seq, NULL, NULL, &sample_id, 0, 0, 0, 1, t);
+            llm4d_gpt_forward(&g, &(llm4d_micro){.tokens = seq, .sample_ids = &sample_id, .B = 1, .T = t});
             const float *full = g.logits + (size_t)(t - 1) * Vp;
             const int32_t want = argmax(full, V);
             worst = fmax(worst, rel_err(rec.logits[k], full, V));
@@ -149,24 +150,29 @@ static void model_checks(tally *T, llm4d_backend *be) {
             memcpy(gtok, out, sizeof gtok);
             int first = 0;
             while (gtok[first] != gtok[2]) first++;
-            rc = llm4d_generate(&gen, &smp, prompt, 5, NEW, gtok[2], NULL, NULL, NULL, out, &n_out, &stats, &err);
+            rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){.prompt = prompt, .n_prompt = 5,
+                                .max_new = NEW, .eos_id = gtok[2]}, out, &n_out, &stats, &err);
             snprintf(detail, sizeof detail, "eos %d, %d generated", gtok[2], n_out);
             check(T, rc == LLM4D_OK && n_out == first + 1 && stats.stopped_at_eos && out[first] == gtok[2],
                   "generation stops after the eos token", detail);
             /* the cache limit */
             int32_t longp[TMAX + 1];
             for (int i = 0; i <= TMAX; i++) longp[i] = (i * 37) % V;
-            rc = llm4d_generate(&gen, &smp, longp, 30, 100, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){.prompt = longp, .n_prompt = 30,
+                                .max_new = 100, .eos_id = -1}, out, &n_out, &stats, &err);
             snprintf(detail, sizeof detail, "%d generated, limit flag %d", n_out, stats.stopped_at_limit);
             check(T, rc == LLM4D_OK && n_out == TMAX - 30 + 1 && stats.stopped_at_limit,
                   "generation stops when the cache is full (prompt 30 + 19 new for 48 positions)", detail);
-            rc = llm4d_generate(&gen, &smp, longp, TMAX + 1, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){.prompt = longp, .n_prompt = TMAX + 1,
+                                .max_new = 1, .eos_id = -1}, out, &n_out, &stats, &err);
             check(T, rc == LLM4D_EUSER && strstr(err.msg, "prompt is 49 tokens"),
                   "a prompt longer than T_max is refused", err.msg);
-            rc = llm4d_generate(&gen, &smp, longp, 0, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){.prompt = longp, .n_prompt = 0,
+                                .max_new = 1, .eos_id = -1}, out, &n_out, &stats, &err);
             check(T, rc == LLM4D_EUSER, "an empty prompt is refused", err.msg);
             const int32_t badp[2] = {1, 500};
-            rc = llm4d_generate(&gen, &smp, badp, 2, 1, -1, NULL, NULL, NULL, out, &n_out, &stats, &err);
+            rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){.prompt = badp, .n_prompt = 2,
+                                .max_new = 1, .eos_id = -1}, out, &n_out, &stats, &err);
             check(T, rc == LLM4D_EUSER && strstr(err.msg, "500"), "a token id outside the vocabulary is refused",
                   err.msg);
             /* reproducible sampling */
@@ -178,9 +184,12 @@ static void model_checks(tally *T, llm4d_backend *be) {
             llm4d_sampler_init(&s2, be, &mem, &b, V, &err);
             int32_t o1[NEW], o2[NEW], o3[NEW];
             int n1, n2, n3;
-            llm4d_generate(&gen, &s1, prompt, 5, NEW, -1, NULL, NULL, NULL, o1, &n1, &stats, &err);
-            llm4d_generate(&gen, &s1, prompt, 5, NEW, -1, NULL, NULL, NULL, o2, &n2, &stats, &err);
-            llm4d_generate(&gen, &s2, prompt, 5, NEW, -1, NULL, NULL, NULL, o3, &n3, &stats, &err);
+            llm4d_generate(&gen, &s1, &(llm4d_gen_request){.prompt = prompt, .n_prompt = 5,
+                           .max_new = NEW, .eos_id = -1}, o1, &n1, &stats, &err);
+            llm4d_generate(&gen, &s1, &(llm4d_gen_request){.prompt = prompt, .n_prompt = 5,
+                           .max_new = NEW, .eos_id = -1}, o2, &n2, &stats, &err);
+            llm4d_generate(&gen, &s2, &(llm4d_gen_request){.prompt = prompt, .n_prompt = 5,
+                           .max_new = NEW, .eos_id = -1}, o3, &n3, &stats, &err);
             check(T, n1 == NEW && n2 == NEW && !memcmp(o1, o2, sizeof o1), "sampling with the same seed repeats", "");
             check(T, n3 == NEW && memcmp(o1, o3, sizeof o1) != 0, "sampling with another seed gives other tokens", "");
             llm4d_sampler_free(&s1);

@@ -44,8 +44,9 @@ static double loss_and_grad(llm4d_gpt *g, int with_grad, int micro) {
     double loss = 0;
     for (int k = 0; k < B / micro; k++) {
         const int off = k * micro * T;
-        loss += llm4d_gpt_forward(g, tokens + off, targets + off, dloss + off, sample_ids + k * micro, 3, 1, with_grad,
-                                  micro, T);
+        const llm4d_micro mb = {tokens + off, targets + off, dloss + off, sample_ids + k * micro, 3, 1, with_grad,
+                                micro, T};
+        loss += llm4d_gpt_forward(g, &mb);
         if (with_grad) llm4d_gpt_backward(g, tokens + off, sample_ids + k * micro, 3, 1, micro, T);
     }
     return loss;
@@ -54,7 +55,8 @@ static double loss_and_grad(llm4d_gpt *g, int with_grad, int micro) {
 static llm4d_gpt make(llm4d_backend *be, llm4d_mem *mem, llm4d_model_config m, int micro, int recompute) {
     llm4d_gpt g;
     llm4d_err err = {0};
-    if (llm4d_gpt_create_whole(&g, &m, be, mem, micro, T, recompute, 42, &err) != LLM4D_OK) {
+    const llm4d_gpt_layout layout = {.B = micro, .T = T, .recompute = recompute};
+    if (llm4d_gpt_create_whole(&g, &m, be, mem, &layout, 42, &err) != LLM4D_OK) {
         fprintf(stderr, "create: %s\n", err.msg);
         exit(1);
     }

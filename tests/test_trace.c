@@ -86,7 +86,8 @@ int main(void) {
     llm4d_trace *t = NULL;
     llm4d_err err = {0};
     const double origin = llm4d_now();
-    check(llm4d_trace_create(&t, sub, 3, 2, 3, origin, "rank 3 (test)", "\"who\": \"test_trace\"", &err) == LLM4D_OK,
+    const llm4d_trace_process me = {3, "rank 3 (test)", "\"who\": \"test_trace\""};
+    check(llm4d_trace_create(&t, sub, &me, 2, 3, origin, &err) == LLM4D_OK,
           "created a trace of steps 2-3 in a new directory: %s", err.msg);
     if (!t) return check_summary();
     llm4d_trace_arm(t, 1);
@@ -205,7 +206,7 @@ int main(void) {
     snprintf(bad, sizeof bad, "%s/sub", file);
     llm4d_trace *u = NULL;
     err = (llm4d_err){0};
-    const llm4d_code rc = llm4d_trace_create(&u, bad, 0, 1, 1, 0, "p", "", &err);
+    const llm4d_code rc = llm4d_trace_create(&u, bad, &(llm4d_trace_process){0, "p", ""}, 1, 1, 0, &err);
     check(rc == LLM4D_EUSER && !u && strstr(err.msg, bad) && strstr(err.msg, "choose a writable --trace directory"),
           "an unwritable --trace directory refused: %s", err.msg);
     remove(file);

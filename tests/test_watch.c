@@ -63,7 +63,7 @@ static void end_peer(pid_t pid) {
 static void report(llm4d_comm_watch *w, uint64_t seq, int p2p, char *who, size_t n) {
     const uint64_t num = p2p ? llm4d_watch_begin(w, "irecv from", "pp group", "pp", 0, 1, 8)
                              : llm4d_watch_begin(w, "allreduce", "data group", "dp", seq, -1, 8);
-    llm4d_watch_report(w, num, p2p ? "pp" : "dp", seq, p2p ? 1 : -1, members, 2, who, n);
+    llm4d_watch_report(w, p2p ? "pp" : "dp", seq, p2p ? 1 : -1, members, 2, who, n);
     llm4d_watch_end(w, num);
 }
 

@@ -72,8 +72,8 @@ llm4d_code llm4d_gpt_ckpt_add_slice(llm4d_ckpt_saver *s, const char *file, const
     const int nb = boxes_of(p, j0, j1, bx);
     for (int k = 0; k < nb; k++) {
         const int64_t off1[1] = {bx[k].off[0]}, sh1[1] = {bx[k].shape[0] * bx[k].shape[1]};
-        LLM4D_TRY(llm4d_ckpt_save_tensor(s, file, p->name, LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1,
-                                         nd == 2 ? bx[k].shape : sh1, data + (bx[k].j - j0), err));
+        const llm4d_ckpt_box b = {LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1, nd == 2 ? bx[k].shape : sh1};
+        LLM4D_TRY(llm4d_ckpt_save_tensor(s, file, p->name, &b, data + (bx[k].j - j0), err));
     }
     return LLM4D_OK;
 }
@@ -87,8 +87,8 @@ llm4d_code llm4d_gpt_ckpt_read_slice(const llm4d_ckpt *c, const char *stem, cons
     const int nb = boxes_of(p, j0, j1, bx);
     for (int k = 0; k < nb; k++) {
         const int64_t off1[1] = {bx[k].off[0]}, sh1[1] = {bx[k].shape[0] * bx[k].shape[1]};
-        LLM4D_TRY(llm4d_ckpt_read(c, stem, p->name, LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1,
-                                  nd == 2 ? bx[k].shape : sh1, data + (bx[k].j - j0), err));
+        const llm4d_ckpt_box b = {LLM4D_ST_F32, nd, shape, nd == 2 ? bx[k].off : off1, nd == 2 ? bx[k].shape : sh1};
+        LLM4D_TRY(llm4d_ckpt_read(c, stem, p->name, &b, data + (bx[k].j - j0), err));
     }
     return LLM4D_OK;
 }

@@ -100,22 +100,32 @@
 
 typedef struct llm4d_ckpt_saver llm4d_ckpt_saver;
 
+/* A box of a tensor, as saved and as read: its element type, its global shape (ndim dims), and the box-shaped part
+ * meant, an offset per dimension plus the slice's shape. offset NULL means all zeros; slice NULL means the global
+ * shape (the whole tensor). The flat-range calls (*_range) take the tensor only: their offset and slice are NULL. */
+typedef struct {
+    llm4d_st_dtype dtype;
+    int ndim;
+    const int64_t *shape;  /* global; reading: the shape the caller requires (NULL: any) */
+    const int64_t *offset;
+    const int64_t *slice;
+} llm4d_ckpt_box;
+
 /* Create output_dir if needed (and its parents), create the temporary directory, remove stale temporaries.
  * An output_dir that cannot be created or written is a user error naming it; nothing existing is touched. */
 llm4d_code llm4d_ckpt_save_begin(llm4d_ckpt_saver **out, const char *output_dir, int64_t step, llm4d_err *err);
 
-/* Add a tensor (or a slice of one) to `file` (a plain name ending in ".safetensors"). global_shape has ndim dims;
- * slice_offset NULL means all zeros, slice_shape NULL means the global shape (a whole tensor). `data` holds the
- * slice in C order and is not copied: it must stay valid until the file is written (llm4d_ckpt_save_flush or
- * commit). A slice outside the global shape or added twice is an internal error (LLM4D_EINTERNAL). */
-llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                  int ndim, const int64_t *global_shape, const int64_t *slice_offset,
-                                  const int64_t *slice_shape, const void *data, llm4d_err *err);
-/* Add the flat C-order element range [begin, end) of a tensor (a ZeRO partition boundary, say, which need not fall
- * on a row): it is stored as the few boxes that make it up (at most 2*(ndim-1)+1). data holds end-begin elements. */
-llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                 int ndim, const int64_t *global_shape, int64_t begin, int64_t end, const void *data,
-                                 llm4d_err *err);
+/* Add the box of tensor `name` (the whole tensor, or a slice of it) to `file` (a plain name ending in
+ * ".safetensors"). `data` holds the slice in C order and is not copied: it must stay valid until the file is written
+ * (llm4d_ckpt_save_flush or commit). A slice outside the global shape or added twice is an internal error
+ * (LLM4D_EINTERNAL). */
+llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, const llm4d_ckpt_box *box,
+                                  const void *data, llm4d_err *err);
+/* Add the flat C-order element range [begin, end) of tensor (a box without offset and slice; a ZeRO partition
+ * boundary, say, need not fall on a row): it is stored as the few boxes that make it up (at most 2*(ndim-1)+1). data
+ * holds end-begin elements. */
+llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const char *name, const llm4d_ckpt_box *tensor,
+                                 int64_t begin, int64_t end, const void *data, llm4d_err *err);
 /* Add an opaque file (a plain name not ending in ".safetensors"); data is not copied (see above). */
 llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const void *data, size_t len,
                                 llm4d_err *err);
@@ -180,17 +190,16 @@ int llm4d_ckpt_names(const llm4d_ckpt *c, const char *file_prefix, const char **
 /* 1 and *info filled when the checkpoint holds `name` (in files matching file_prefix), else 0. */
 int llm4d_ckpt_find(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_ckpt_info *info);
 
-/* Read the box [offset, offset + shape) of global tensor `name` into out (C order, dtype dt, ndim dims).
- * expect_shape: the global shape the caller requires (NULL: any); a different one is a user error saying the
- * checkpoint was written for another model. offset NULL means zeros; shape NULL means the whole global shape.
- * Stored float dtypes convert to dt; other dtypes must match. On error the contents of out are unspecified. */
-llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
-                           int ndim, const int64_t *expect_shape, const int64_t *offset, const int64_t *shape,
+/* Read the box [offset, offset + slice) of global tensor `name` into out (C order, of the box's dtype and ndim).
+ * box->shape: the global shape the caller requires (NULL: any); a different one is a user error saying the
+ * checkpoint was written for another model; a NULL slice then means the global shape found. Stored float dtypes
+ * convert to the box's; other dtypes must match. On error the contents of out are unspecified. */
+llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, const llm4d_ckpt_box *box,
                            void *out, llm4d_err *err);
-/* Read the flat C-order element range [begin, end) of a tensor whose global shape must be global_shape. */
-llm4d_code llm4d_ckpt_read_range(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
-                                 int ndim, const int64_t *global_shape, int64_t begin, int64_t end, void *out,
-                                 llm4d_err *err);
+/* Read the flat C-order element range [begin, end) of a tensor whose global shape must be tensor->shape (a box
+ * without offset and slice). */
+llm4d_code llm4d_ckpt_read_range(const llm4d_ckpt *c, const char *file_prefix, const char *name,
+                                 const llm4d_ckpt_box *tensor, int64_t begin, int64_t end, void *out, llm4d_err *err);
 /* An opaque file's bytes (mapped, owned by c; verified); NULL when the manifest has no such file. */
 const void *llm4d_ckpt_blob(const llm4d_ckpt *c, const char *file, size_t *len);
 

@@ -105,9 +105,11 @@ static int name_record(ck_pending *p) {
     return 0;
 }
 
-static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt, int ndim,
-                              const int64_t *global_shape, const int64_t *slice_offset, const int64_t *slice_shape,
+static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, const llm4d_ckpt_box *box,
                               const void *data, llm4d_err *err) {
+    const llm4d_st_dtype dt = box->dtype;
+    const int ndim = box->ndim;
+    const int64_t *global_shape = box->shape, *slice_offset = box->offset, *slice_shape = box->slice;
     if (!name || !name[0] || strchr(name, '@') || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
         ndim > LLM4D_ST_MAX_DIMS || (unsigned)dt >= LLM4D_ST_NDTYPES)
         return llm4d_fail(err, LLM4D_EINTERNAL, "checkpoint tensor '%s': bad name (empty, '@' or reserved), ndim %d "
@@ -149,13 +151,11 @@ static llm4d_code save_tensor(llm4d_ckpt_saver *s, const char *file, const char 
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                  int ndim, const int64_t *global_shape, const int64_t *slice_offset,
-                                  const int64_t *slice_shape, const void *data, llm4d_err *err) {
+llm4d_code llm4d_ckpt_save_tensor(llm4d_ckpt_saver *s, const char *file, const char *name, const llm4d_ckpt_box *box,
+                                  const void *data, llm4d_err *err) {
     int skip = llm4d_ck_skip_add(s, err);
     if (skip >= 0) return (llm4d_code)skip;
-    return llm4d_ck_keep_failure(s, save_tensor(s, file, name, dt, ndim, global_shape, slice_offset, slice_shape, data, err),
-                        err);
+    return llm4d_ck_keep_failure(s, save_tensor(s, file, name, box, data, err), err);
 }
 
 llm4d_code llm4d_ckpt_save_blob(llm4d_ckpt_saver *s, const char *file, const void *data, size_t len,

@@ -518,30 +518,37 @@ static int64_t copy_intersection(const ck_entry *e, int ndim, const int64_t *off
     return copied;
 }
 
-static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, const char *name,
-                              const ck_entry **sel, int lo, int hi, llm4d_st_dtype dt, int ndim,
-                              const int64_t *expect_shape, const int64_t *offset, const int64_t *shape, void *out,
-                              llm4d_err *err);
+/* The tensor a read looks up: its name, the files it may come from, and its entries [lo, hi) in the index. */
+typedef struct {
+    const char *file_prefix, *name;
+    int lo, hi;
+} ck_lookup;
 
-llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
-                           int ndim, const int64_t *expect_shape, const int64_t *offset, const int64_t *shape,
+static llm4d_code read_slices(const llm4d_ckpt *c, const ck_lookup *q, const ck_entry **sel,
+                              const llm4d_ckpt_box *box, void *out, llm4d_err *err);
+
+llm4d_code llm4d_ckpt_read(const llm4d_ckpt *c, const char *file_prefix, const char *name, const llm4d_ckpt_box *box,
                            void *out, llm4d_err *err) {
     int lo, hi;
     entry_range(c, name, &lo, &hi);
+    const ck_lookup q = {file_prefix, name, lo, hi};
     /* the name's slices, first all of them (for the shape checks), then those meeting the box (sel[0..m)) */
     const ck_entry *sel_small[64], **sel = sel_small;
     if (hi - lo > (int)(sizeof sel_small / sizeof sel_small[0]) &&
         !(sel = malloc((size_t)(hi - lo) * sizeof *sel)))
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading tensor '%s'", name);
-    llm4d_code rc = read_slices(c, file_prefix, name, sel, lo, hi, dt, ndim, expect_shape, offset, shape, out, err);
+    llm4d_code rc = read_slices(c, &q, sel, box, out, err);
     if (sel != sel_small) free(sel);
     return rc;
 }
 
-static llm4d_code read_slices(const llm4d_ckpt *c, const char *file_prefix, const char *name,
-                              const ck_entry **sel, int lo, int hi, llm4d_st_dtype dt, int ndim,
-                              const int64_t *expect_shape, const int64_t *offset, const int64_t *shape, void *out,
-                              llm4d_err *err) {
+static llm4d_code read_slices(const llm4d_ckpt *c, const ck_lookup *q, const ck_entry **sel,
+                              const llm4d_ckpt_box *box, void *out, llm4d_err *err) {
+    const char *file_prefix = q->file_prefix, *name = q->name;
+    const int lo = q->lo, hi = q->hi;
+    const llm4d_st_dtype dt = box->dtype;
+    const int ndim = box->ndim;
+    const int64_t *expect_shape = box->shape, *offset = box->offset, *shape = box->slice;
     int n = 0;
     for (int i = lo; i < hi; i++)
         if (prefix_ok(c, &c->ent[i], file_prefix)) sel[n++] = &c->ent[i];

@@ -71,19 +71,23 @@ typedef struct {
 
 static llm4d_code save_box(void *ctx, const int64_t *off, const int64_t *shp, int64_t flat_start, llm4d_err *err) {
     range_ctx *r = ctx;
-    return llm4d_ckpt_save_tensor(r->s, r->file, r->name, r->dt, r->ndim, r->gshape, off, shp,
+    const llm4d_ckpt_box box = {r->dt, r->ndim, r->gshape, off, shp};
+    return llm4d_ckpt_save_tensor(r->s, r->file, r->name, &box,
                                   r->src + (size_t)(flat_start - r->begin) * llm4d_st_dtype_size(r->dt), err);
 }
 
 static llm4d_code read_box(void *ctx, const int64_t *off, const int64_t *shp, int64_t flat_start, llm4d_err *err) {
     range_ctx *r = ctx;
-    return llm4d_ckpt_read(r->c, r->file, r->name, r->dt, r->ndim, r->gshape, off, shp,
+    const llm4d_ckpt_box box = {r->dt, r->ndim, r->gshape, off, shp};
+    return llm4d_ckpt_read(r->c, r->file, r->name, &box,
                            r->dst + (size_t)(flat_start - r->begin) * llm4d_st_dtype_size(r->dt), err);
 }
 
-llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const char *name, llm4d_st_dtype dt,
-                                 int ndim, const int64_t *global_shape, int64_t begin, int64_t end, const void *data,
-                                 llm4d_err *err) {
+llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const char *name, const llm4d_ckpt_box *tensor,
+                                 int64_t begin, int64_t end, const void *data, llm4d_err *err) {
+    const llm4d_st_dtype dt = tensor->dtype;
+    const int ndim = tensor->ndim;
+    const int64_t *global_shape = tensor->shape;
     int skip = llm4d_ck_skip_add(s, err);
     if (skip >= 0) return (llm4d_code)skip;
     if (ndim < 0 || ndim > LLM4D_ST_MAX_DIMS || begin < 0 || end < begin ||
@@ -99,9 +103,11 @@ llm4d_code llm4d_ckpt_save_range(llm4d_ckpt_saver *s, const char *file, const ch
     return llm4d_ck_keep_failure(s, for_each_box(ndim, global_shape, begin, end, save_box, &r, err), err);
 }
 
-llm4d_code llm4d_ckpt_read_range(const llm4d_ckpt *c, const char *file_prefix, const char *name, llm4d_st_dtype dt,
-                                 int ndim, const int64_t *global_shape, int64_t begin, int64_t end, void *out,
-                                 llm4d_err *err) {
+llm4d_code llm4d_ckpt_read_range(const llm4d_ckpt *c, const char *file_prefix, const char *name,
+                                 const llm4d_ckpt_box *tensor, int64_t begin, int64_t end, void *out, llm4d_err *err) {
+    const llm4d_st_dtype dt = tensor->dtype;
+    const int ndim = tensor->ndim;
+    const int64_t *global_shape = tensor->shape;
     if (ndim < 0 || ndim > LLM4D_ST_MAX_DIMS || begin < 0 || end < begin ||
         end > llm4d_st_numel(ndim, global_shape))
         return llm4d_fail(err, LLM4D_EINTERNAL, "reading tensor '%s': flat range [%lld, %lld) is outside its shape",

@@ -149,10 +149,10 @@ static llm4d_code job_groups(const llm4d_runtime *rt, int print_groups, llm4d_co
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
-                           llm4d_pp_plan *plan, llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err) {
-    LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, cfg, plan, err));
-    const llm4d_code rc = job_groups(rt, print_groups, cfg, topo, groups, err);
-    if (rc != LLM4D_OK) llm4d_pp_plan_free(plan);
+llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, const llm4d_job_parts *job,
+                           llm4d_err *err) {
+    LLM4D_TRY(llm4d_job_config(argc, argv, rt->world_size, job->cfg, job->plan, err));
+    const llm4d_code rc = job_groups(rt, print_groups, job->cfg, job->topo, job->groups, err);
+    if (rc != LLM4D_OK) llm4d_pp_plan_free(job->plan);
     return rc;
 }

@@ -29,11 +29,20 @@ llm4d_code llm4d_job_config(int argc, char **argv, int world, llm4d_config *cfg,
  * and the devices are the other hosts'. */
 llm4d_code llm4d_job_precheck(const llm4d_config *cfg, llm4d_err *err);
 
-/* On an initialised runtime: defaults, parse argv (argv[0] is the verb), take the model geometry from
+/* What a rank's job is made of, as llm4d_job_setup fills it (the caller's storage): the configuration, the
+ * pipeline's plan, the topology and its communicators. */
+typedef struct {
+    llm4d_config *cfg;
+    llm4d_pp_plan *plan;
+    llm4d_topology *topo;
+    llm4d_comm_groups *groups;
+} llm4d_job_parts;
+
+/* On an initialised runtime: defaults, parse argv (argv[0] is the verb) into *job->cfg, take the model geometry from
  * model_name_or_path when it names a checkpoint directory, finalize for the runtime's world size, build the
  * topology (printed when print_groups and there are several processes) and its communicators; the pipeline's plan
- * into *plan (for the trainer, llm4d_trainer_opts.plan; freed here when a later step fails). */
-llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, llm4d_config *cfg,
-                           llm4d_pp_plan *plan, llm4d_topology *topo, llm4d_comm_groups *groups, llm4d_err *err);
+ * into *job->plan (for the trainer, llm4d_trainer_opts.plan; freed here when a later step fails). */
+llm4d_code llm4d_job_setup(const llm4d_runtime *rt, int argc, char **argv, int print_groups, const llm4d_job_parts *job,
+                           llm4d_err *err);
 
 #endif

@@ -296,7 +296,8 @@ static int run(const gen_args *a) {
     const int n_prompt = (int)prompt.n;
     const long long want = (long long)n_prompt + a->max_new;
     const int T_max = want < mc.max_position_embeddings ? (int)want : mc.max_position_embeddings;
-    CHECK(llm4d_gen_create(&gen, &mc, &table, params, be, &mem, T_max, 64, &err));
+    const llm4d_gen_weights weights_on_device = {&mc, &table, params};
+    CHECK(llm4d_gen_create(&gen, &weights_on_device, be, &mem, T_max, 64, &err));
     const llm4d_sampling s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
     CHECK(llm4d_sampler_init(&smp, be, &mem, &s, mc.vocab_size, &err));
     out = malloc(((size_t)a->max_new + 1) * sizeof *out);
@@ -324,8 +325,10 @@ static int run(const gen_args *a) {
     }
     int n_out = 0;
     llm4d_gen_stats st;
-    CHECK(llm4d_generate(&gen, &smp, prompt.v, n_prompt, a->max_new, a->ignore_eos ? -1 : mc.eos_token_id, plog,
-                         on_token, &pr, out, &n_out, &st, &err));
+    const llm4d_gen_request req = {.prompt = prompt.v, .n_prompt = n_prompt, .max_new = a->max_new,
+                                   .eos_id = a->ignore_eos ? -1 : mc.eos_token_id, .prompt_logits = plog,
+                                   .on_token = on_token, .ctx = &pr};
+    CHECK(llm4d_generate(&gen, &smp, &req, out, &n_out, &st, &err));
     if (dump && n_out == 0) dump_prompt(&pr);
     printf("\n");
     fflush(stdout);

@@ -38,7 +38,7 @@ int llm4d_cmd_train(int argc, char **argv) {
     llm4d_topology topo;
     llm4d_comm_groups groups = {0};
     llm4d_pp_plan plan = {0}; /* made once, checked and handed to the trainer */
-    if (llm4d_job_setup(&rt, n, args, 1, cfg, &plan, &topo, &groups, &err) != LLM4D_OK) {
+    if (llm4d_job_setup(&rt, n, args, 1, &(llm4d_job_parts){cfg, &plan, &topo, &groups}, &err) != LLM4D_OK) {
         free(cfg), free(args);
         return llm4d_runtime_fail(&rt, "train", &err);
     }

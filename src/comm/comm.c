@@ -161,8 +161,7 @@ static llm4d_code timed_out(llm4d_comm *c, const llm4d_comm_req *req, double wai
     const llm4d_flight *f = &w->ring[req->flight % LLM4D_FLIGHT_N];
     const int known = f->num == req->flight;
     char who[640], ranks[160];
-    llm4d_watch_report(w, req->flight, c->key, known ? f->seq : 0, known ? f->peer : -1, c->members, c->size, who,
-                       sizeof who);
+    llm4d_watch_report(w, c->key, known ? f->seq : 0, known ? f->peer : -1, c->members, c->size, who, sizeof who);
     size_t k = 0;
     for (int i = 0; i < c->size && k < sizeof ranks; i++)
         k += (size_t)snprintf(ranks + k, sizeof ranks - k, "%s%d", i ? ", " : "", c->members[i]);

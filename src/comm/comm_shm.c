@@ -426,8 +426,22 @@ static shm_op *op_of(llm4d_comm_req *req) {
     return op;
 }
 
-static llm4d_code start(llm4d_comm *c, int kind, const void *send, void *recv, size_t block, size_t total,
-                        llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
+/* A collective as its caller asks for it: the kind, the buffers, the elements of a rank's block and of all of them,
+ * and their type. */
+typedef struct {
+    int kind;
+    const void *send;
+    void *recv;
+    size_t block, total;
+    llm4d_comm_dtype dt;
+} shm_call;
+
+static llm4d_code start(llm4d_comm *c, const shm_call *call, llm4d_comm_req *req, llm4d_err *err) {
+    const int kind = call->kind;
+    const void *send = call->send;
+    void *recv = call->recv;
+    const size_t block = call->block, total = call->total;
+    const llm4d_comm_dtype dt = call->dt;
     shm_group *g = group_of(c);
     llm4d_shm_hub *h = g->hub;
     pthread_mutex_lock(&h->lock);
@@ -476,17 +490,18 @@ static size_t slice(size_t count, int n, size_t esz) {
 static llm4d_code shm_iallreduce(llm4d_comm *c, void *buf, size_t count, llm4d_comm_dtype dt,
                                  llm4d_comm_reduction op, llm4d_comm_req *req, llm4d_err *err) {
     (void)op;
-    return start(c, K_AR, buf, buf, slice(count, group_of(c)->n, llm4d_comm_dtype_size(dt)), count, dt, req, err);
+    const shm_call call = {K_AR, buf, buf, slice(count, group_of(c)->n, llm4d_comm_dtype_size(dt)), count, dt};
+    return start(c, &call, req, err);
 }
 
 static llm4d_code shm_ireduce_scatter(llm4d_comm *c, const void *send, void *recv, size_t recv_count,
                                       llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
-    return start(c, K_RS, send, recv, recv_count, recv_count * (size_t)c->size, dt, req, err);
+    return start(c, &(shm_call){K_RS, send, recv, recv_count, recv_count * (size_t)c->size, dt}, req, err);
 }
 
 static llm4d_code shm_iallgather(llm4d_comm *c, const void *send, void *recv, size_t send_count,
                                  llm4d_comm_dtype dt, llm4d_comm_req *req, llm4d_err *err) {
-    return start(c, K_AG, send, recv, send_count, send_count * (size_t)c->size, dt, req, err);
+    return start(c, &(shm_call){K_AG, send, recv, send_count, send_count * (size_t)c->size, dt}, req, err);
 }
 
 /* Whether op has completed; if so its record goes back to the spares and its result is returned. */

@@ -180,9 +180,8 @@ static void print_flight(const llm4d_comm_watch *w) {
     fflush(stdout);
 }
 
-void llm4d_watch_report(llm4d_comm_watch *w, uint64_t num, const char *key, uint64_t seq, int peer,
-                        const int *members, int n, char *who, size_t who_n) {
-    (void)num;
+void llm4d_watch_report(llm4d_comm_watch *w, const char *key, uint64_t seq, int peer, const int *members, int n,
+                        char *who, size_t who_n) {
     print_flight(w);
     size_t k = 0;
     who[0] = 0;

@@ -77,10 +77,10 @@ uint64_t llm4d_watch_begin(llm4d_comm_watch *w, const char *op, const char *grou
 /* It completed (a number no longer in the ring is ignored). */
 void llm4d_watch_end(llm4d_comm_watch *w, uint64_t num);
 
-/* The watchdog fired on operation `num` of a group whose members have world ranks members[0..n): writes to `who`
+/* The watchdog fired on an operation of a group whose members have world ranks members[0..n): writes to `who`
  * which members have not arrived (for a collective of sequence seq on `key`) or where the peer is (point to
- * point: peer >= 0, a rank of the group), and prints the flight recorder to stdout. */
-void llm4d_watch_report(llm4d_comm_watch *w, uint64_t num, const char *key, uint64_t seq, int peer,
-                        const int *members, int n, char *who, size_t who_n);
+ * point: peer >= 0, a rank of the group), and prints the flight recorder to stdout (which holds the operation). */
+void llm4d_watch_report(llm4d_comm_watch *w, const char *key, uint64_t seq, int peer, const int *members, int n,
+                        char *who, size_t who_n);
 
 #endif

@@ -41,8 +41,10 @@ llm4d_code llm4d_trace_parse_steps(const char *text, int64_t *first, int64_t *la
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_trace_create(llm4d_trace **out, const char *dir, int rank, int64_t first, int64_t last,
-                              double origin, const char *process, const char *other, llm4d_err *err) {
+llm4d_code llm4d_trace_create(llm4d_trace **out, const char *dir, const llm4d_trace_process *p, int64_t first,
+                              int64_t last, double origin, llm4d_err *err) {
+    const int rank = p->rank;
+    const char *process = p->name, *other = p->other;
     *out = NULL;
     llm4d_trace *t = calloc(1, sizeof *t);
     if (!t) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the trace");

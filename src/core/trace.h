@@ -78,11 +78,19 @@ typedef struct llm4d_trace {
  * expected form otherwise (steps count from 1). */
 llm4d_code llm4d_trace_parse_steps(const char *text, int64_t *first, int64_t *last, llm4d_err *err);
 
-/* A trace of steps [first, last] for world rank `rank`, written to dir/trace.rank<rank>.json: dir is created, and
- * a user error (naming the directory and the fix) when it cannot be or the file cannot be written there. origin:
- * the llm4d_now() value of timestamp 0. process and other: see the struct (other may be ""). */
-llm4d_code llm4d_trace_create(llm4d_trace **out, const char *dir, int rank, int64_t first, int64_t last,
-                              double origin, const char *process, const char *other, llm4d_err *err);
+/* The process a trace is of: its world rank, its name in viewers and the members of "otherData" (see the struct;
+ * other may be ""). */
+typedef struct {
+    int rank;
+    const char *name;
+    const char *other;
+} llm4d_trace_process;
+
+/* A trace of steps [first, last] of process p, written to dir/trace.rank<rank>.json: dir is created, and a user
+ * error (naming the directory and the fix) when it cannot be or the file cannot be written there. origin: the
+ * llm4d_now() value of timestamp 0. */
+llm4d_code llm4d_trace_create(llm4d_trace **out, const char *dir, const llm4d_trace_process *p, int64_t first,
+                              int64_t last, double origin, llm4d_err *err);
 void llm4d_trace_destroy(llm4d_trace *t); /* NULL is fine */
 
 static inline int llm4d_trace_on(const llm4d_trace *t) { return t && t->on; }

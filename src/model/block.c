@@ -78,11 +78,26 @@ static llm4d_attn_shape attn_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
 
 static const llm4d_tensor none = {NULL, LLM4D_F32};
 
+/* The tokens of a micro-batch a layer works on: all N of them, and the Nl this rank holds in the LayerNorm and
+ * dropout regions (N / M with sequence parallelism, else N). */
+typedef struct {
+    int N, Nl;
+} token_rows;
+
+/* A linear layer as its backward sees it: its weight, where its weight and bias gradients go (NULL: not now; a split
+ * backward's weight pass computes them), and where its output gradient is kept for that pass (none: not kept). */
+typedef struct {
+    const float *w;
+    float *dw, *db;
+    llm4d_tensor keep;
+} linear_back;
+
 /* LayerNorm of this rank's Nl tokens, then f: the normalised tokens of the whole micro-batch in out [N, C] (the
  * activations' type: a 16-bit gather moves half the bytes and rounds nothing). */
 static void ln_gather(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x, const float *w,
-                      const float *b, int N, int Nl) {
+                      const float *b, token_rows rows) {
     llm4d_backend *be = g->be;
+    const int N = rows.N, Nl = rows.Nl;
     const int C = g->C;
     if (!g->tp.sp) {
         be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
@@ -125,13 +140,13 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x,
     const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 0));
     const block_dropouts d = dropouts(g, l, mb, a);
 
-    ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, Nl);
+    ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, (token_rows){N, Nl});
     be->linear_forward(be, a->qkv, llm4d_cv(a->ln1), w.qkvw, w.qkvb, N, C, 3 * g->Cl);
     be->attention_forward(be, a->atty, a->lse, llm4d_cv(a->qkv), attn_shape(g, mb), &d.attn);
     const float *att = row_parallel(g, llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
     be->dropout_add_forward(be, a->res2, x, llm4d_ct32(att), Nl, C, &d.out1);
 
-    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, N, Nl);
+    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, (token_rows){N, Nl});
     be->linear_forward(be, a->fch, llm4d_cv(a->ln2), w.fcw, w.fcb, N, C, g->Fl);
     /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored */
     const float *mlp = row_parallel(g, llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
@@ -141,11 +156,14 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x,
 
 /* Backward of row-parallel + g: dloc [Nl, C] is the gradient of this rank's tokens of the output. Writes the input
  * gradient (with respect to act(inp)) to dinp [N, K] and adds (unless split) the weight and bias gradients; with
- * split, keeps the output gradient of all tokens in keep [N, C]. */
-static void row_parallel_backward(llm4d_gpt *g, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dloc,
-                                  llm4d_ctensor inp, llm4d_act act, const float *w, int N, int Nl, int K,
-                                  llm4d_tensor keep) {
+ * split, keeps the output gradient of all tokens in L->keep [N, C]. */
+static void row_parallel_backward(llm4d_gpt *g, llm4d_tensor dinp, const linear_back *L, llm4d_ctensor dloc,
+                                  llm4d_ctensor inp, llm4d_act act, token_rows rows, int K) {
     llm4d_backend *be = g->be;
+    const int N = rows.N, Nl = rows.Nl;
+    const float *w = L->w;
+    float *dw = L->dw, *db = L->db;
+    const llm4d_tensor keep = L->keep;
     const int C = g->C;
     llm4d_ctensor dfull = dloc;
     if (g->tp.sp) {
@@ -163,13 +181,16 @@ static void row_parallel_backward(llm4d_gpt *g, llm4d_tensor dinp, float *dw, fl
 }
 
 /* Backward of f + column-parallel linear: dout [N, OC] is the gradient of this rank's output features. Adds the
- * weight and bias gradients (unless split: keep [N, OC] gets dout) and returns the gradient of the LayerNorm
+ * weight and bias gradients (unless split: L->keep [N, OC] gets dout) and returns the gradient of the LayerNorm
  * output for this rank's Nl tokens, reduced over the group, in fp32 (LayerNorm's backward reads the sum unrounded,
  * whatever the group's size). */
-static const float *column_parallel_backward(llm4d_gpt *g, float *dw, float *db, llm4d_ctensor dout,
-                                             llm4d_ctensor inp, const float *w, int N, int Nl, int OC,
-                                             llm4d_tensor keep) {
+static const float *column_parallel_backward(llm4d_gpt *g, const linear_back *L, llm4d_ctensor dout,
+                                             llm4d_ctensor inp, token_rows rows, int OC) {
     llm4d_backend *be = g->be;
+    const int N = rows.N, Nl = rows.Nl;
+    const float *w = L->w;
+    float *dw = L->dw, *db = L->db;
+    const llm4d_tensor keep = L->keep;
     const int C = g->C;
     if (keep.p) be->copy(be, keep.p, dout.p, (size_t)N * OC * llm4d_ftype_size(dout.t));
     be->linear_backward(be, llm4d_t32(g->dln), LLM4D_WRITE, dw, db, dout, inp, w, N, C, OC);
@@ -203,22 +224,23 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x
     be->dropout_add_backward(be, g->dres2, g->dproj, llm4d_cv(g->dres), Nl, C, &d.out2);
     /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
      * activation of a block, N x F/M) */
-    row_parallel_backward(g, g->dfch_gelu, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), llm4d_cv(g->dproj),
-                          llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, N, Nl, Fl, wg ? wg->dmlp : none);
+    const token_rows rows = {N, Nl};
+    const linear_back fcproj = {w.fcprojw, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), wg ? wg->dmlp : none};
+    row_parallel_backward(g, g->dfch_gelu, &fcproj, llm4d_cv(g->dproj), llm4d_cv(a->fch), LLM4D_ACT_GELU, rows, Fl);
     be->gelu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), NF);
-    const float *dln2 = column_parallel_backward(g, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), llm4d_cv(g->dfch),
-                                                 llm4d_cv(a->ln2), w.fcw, N, Nl, Fl, wg ? wg->dfch : none);
+    const linear_back fc = {w.fcw, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), wg ? wg->dfch : none};
+    const float *dln2 = column_parallel_backward(g, &fc, llm4d_cv(g->dfch), llm4d_cv(a->ln2), rows, Fl);
     be->layernorm_backward(be, g->dres2, dln2w, dln2b, llm4d_ct32(dln2), llm4d_cv(a->res2), w.ln2w, a->ln2_mean,
                            a->ln2_rstd, Nl, C);
 
     /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
     be->dropout_add_backward(be, g->dres, g->dproj, llm4d_cv(g->dres2), Nl, C, &d.out1);
-    row_parallel_backward(g, g->datty, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), llm4d_cv(g->dproj),
-                          llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, N, Nl, Cl, wg ? wg->dattn : none);
+    const linear_back attproj = {w.attprojw, DW(LLM4D_P_ATTPROJW), DW(LLM4D_P_ATTPROJB), wg ? wg->dattn : none};
+    row_parallel_backward(g, g->datty, &attproj, llm4d_cv(g->dproj), llm4d_cv(a->atty), LLM4D_ACT_NONE, rows, Cl);
     be->attention_backward(be, g->dqkv, llm4d_cv(g->datty), llm4d_cv(a->atty), llm4d_cv(a->qkv), a->lse,
                            attn_shape(g, mb), &d.attn);
-    const float *dln1 = column_parallel_backward(g, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), llm4d_cv(g->dqkv),
-                                                 llm4d_cv(a->ln1), w.qkvw, N, Nl, 3 * Cl, wg ? wg->dqkv : none);
+    const linear_back qkv = {w.qkvw, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), wg ? wg->dqkv : none};
+    const float *dln1 = column_parallel_backward(g, &qkv, llm4d_cv(g->dqkv), llm4d_cv(a->ln1), rows, 3 * Cl);
     be->layernorm_backward(be, g->dres, dln1w, dln1b, llm4d_ct32(dln1), x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
 #undef DW
     llm4d_gpt_release(g, grp, 1);

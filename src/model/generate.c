@@ -50,9 +50,11 @@ static int gen_bufs(llm4d_gen *g, gen_buf *b) {
     return k;
 }
 
-llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_model_config *cfg, const llm4d_param_table *t,
-                            const float *params, llm4d_backend *be, llm4d_mem *mem, int T_max, int chunk,
-                            llm4d_err *err) {
+llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_gen_weights *w, llm4d_backend *be, llm4d_mem *mem, int T_max,
+                            int chunk, llm4d_err *err) {
+    const llm4d_model_config *cfg = w->cfg;
+    const llm4d_param_table *t = w->table;
+    const float *params = w->params;
     memset(g, 0, sizeof *g);
     LLM4D_ASSERT(T_max >= 1 && T_max <= cfg->max_position_embeddings && chunk >= 1,
                  "T_max %d (max_position_embeddings %d), chunk %d", T_max, cfg->max_position_embeddings, chunk);
@@ -223,9 +225,9 @@ static const float *host_logits(llm4d_gen *g) {
     return g->host_logits;
 }
 
-llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *prompt, int n_prompt, int max_new,
-                          int eos_id, float *prompt_logits, llm4d_gen_token_fn on_token, void *ctx, int32_t *out,
-                          int *n_out, llm4d_gen_stats *stats, llm4d_err *err) {
+llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const llm4d_gen_request *req, int32_t *out, int *n_out,
+                          llm4d_gen_stats *stats, llm4d_err *err) {
+    const int n_prompt = req->n_prompt, max_new = req->max_new;
     memset(stats, 0, sizeof *stats);
     *n_out = 0;
     if (n_prompt < 1) return llm4d_fail(err, LLM4D_EUSER, "the prompt is empty; give at least one token");
@@ -235,7 +237,7 @@ llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *promp
                           g->cfg.max_position_embeddings);
     llm4d_gen_reset(g);
     double t0 = llm4d_now();
-    LLM4D_TRY(llm4d_gen_feed(g, prompt, n_prompt, prompt_logits, err));
+    LLM4D_TRY(llm4d_gen_feed(g, req->prompt, n_prompt, req->prompt_logits, err));
     stats->prompt_tokens = n_prompt;
     stats->prompt_seconds = llm4d_now() - t0;
     t0 = llm4d_now();
@@ -243,8 +245,8 @@ llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *promp
         const int32_t id = llm4d_sampler_pick(smp, g->last_logits, (uint64_t)k);
         out[k] = id;
         *n_out = k + 1;
-        if (on_token) on_token(ctx, id, host_logits(g));
-        if (id == eos_id) {
+        if (req->on_token) req->on_token(req->ctx, id, host_logits(g));
+        if (id == req->eos_id) {
             stats->stopped_at_eos = 1;
             break;
         }

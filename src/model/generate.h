@@ -46,11 +46,18 @@ typedef struct {
     size_t cache_bytes;
 } llm4d_gen;
 
-/* Set up generation over params (flat, laid out by t, borrowed: must outlive g) for sequences of up to T_max
- * positions, feeding at most `chunk` positions at a time. */
-llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_model_config *cfg, const llm4d_param_table *t,
-                            const float *params, llm4d_backend *be, llm4d_mem *mem, int T_max, int chunk,
-                            llm4d_err *err);
+/* The whole model's weights as generation reads them: the flat buffer (device memory) laid out by the table of
+ * the configuration's model. The three only mean something together. */
+typedef struct {
+    const llm4d_model_config *cfg;
+    const llm4d_param_table *table;
+    const float *params;
+} llm4d_gen_weights;
+
+/* Set up generation over w (its params borrowed: they must outlive g) for sequences of up to T_max positions,
+ * feeding at most `chunk` positions at a time. */
+llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_gen_weights *w, llm4d_backend *be, llm4d_mem *mem, int T_max,
+                            int chunk, llm4d_err *err);
 void llm4d_gen_destroy(llm4d_gen *g);
 /* Forget the cached positions (start a new sequence). */
 void llm4d_gen_reset(llm4d_gen *g);
@@ -88,11 +95,21 @@ typedef struct {
 /* Called for each generated token with the logits it was drawn from ([padded_vocab_size], host memory). */
 typedef void (*llm4d_gen_token_fn)(void *ctx, int32_t id, const float *logits);
 
-/* Reset, feed the prompt (n_prompt >= 1; prompt_logits, when not NULL, receives its [n_prompt, padded_vocab_size]
- * logits), then generate up to max_new tokens into out: stopping after eos_id (< 0: never) or when the cache is full
- * (stats->stopped_at_limit). *n_out receives the number generated. A prompt longer than T_max is a user error. */
-llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const int32_t *prompt, int n_prompt, int max_new,
-                          int eos_id, float *prompt_logits, llm4d_gen_token_fn on_token, void *ctx, int32_t *out,
-                          int *n_out, llm4d_gen_stats *stats, llm4d_err *err);
+/* What to generate from what: the prompt, how far to go, when to stop, and who hears of each token. */
+typedef struct {
+    const int32_t *prompt;      /* n_prompt >= 1 tokens, host memory */
+    int n_prompt;
+    int max_new;                /* generate at most this many tokens */
+    int eos_id;                 /* stop after this token (< 0: never) */
+    float *prompt_logits;       /* NULL, or receives the prompt's [n_prompt, padded_vocab_size] logits */
+    llm4d_gen_token_fn on_token; /* NULL, or called with ctx for each generated token */
+    void *ctx;
+} llm4d_gen_request;
+
+/* Reset, feed the request's prompt, then generate up to max_new tokens into out: stopping after eos_id or when the
+ * cache is full (stats->stopped_at_limit). *n_out receives the number generated. A prompt longer than T_max is a
+ * user error. */
+llm4d_code llm4d_generate(llm4d_gen *g, llm4d_sampler *smp, const llm4d_gen_request *req, int32_t *out, int *n_out,
+                          llm4d_gen_stats *stats, llm4d_err *err);
 
 #endif

@@ -187,9 +187,12 @@ static void block_offsets(llm4d_gpt *g) {
 }
 
 /* Everything but the weights' values: the table, the sizes, and every buffer (counted only, when planning). */
-static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
-                        llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout, uint64_t seed,
+static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend *be, llm4d_mem *mem, uint64_t seed,
                         size_t *plan, const llm4d_param_table *given, llm4d_err *err) {
+    const llm4d_model_config *cfg = spec->cfg;
+    const llm4d_model_part *part = spec->part;
+    const llm4d_tp *tp = spec->tp;
+    const llm4d_gpt_layout *layout = spec->layout;
     memset(g, 0, sizeof *g);
     g->cfg = *cfg;
     g->be = be;
@@ -273,10 +276,9 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d
     return LLM4D_OK;
 }
 
-llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
-                            const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
-                            uint64_t seed, llm4d_err *err) {
-    LLM4D_TRY(build(g, cfg, part, tp, be, mem, layout, seed, NULL, NULL, err));
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend *be, llm4d_mem *mem, uint64_t seed,
+                            llm4d_err *err) {
+    LLM4D_TRY(build(g, spec, be, mem, seed, NULL, NULL, err));
     if (!(g->grads_ready = be->event_create(be))) {
         llm4d_gpt_destroy(g);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the model's event");
@@ -296,7 +298,8 @@ llm4d_code llm4d_gpt_plan_table(const llm4d_model_config *cfg, const llm4d_model
                                 size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_operand_sizes *operands, llm4d_err *err) {
     llm4d_gpt g;
     memset(bytes, 0, LLM4D_MEM_NCATEGORIES * sizeof *bytes);
-    llm4d_code rc = build(&g, cfg, part, tp, NULL, NULL, layout, 0, bytes, table, err);
+    const llm4d_gpt_spec spec = {cfg, part, tp, layout};
+    llm4d_code rc = build(&g, &spec, NULL, NULL, 0, bytes, table, err);
     if (operands) *operands = g.operands;
     if (table) memset(&g.table, 0, sizeof g.table); /* borrowed (a failed build let go of it already) */
     llm4d_gpt_destroy(&g);
@@ -304,11 +307,12 @@ llm4d_code llm4d_gpt_plan_table(const llm4d_model_config *cfg, const llm4d_model
 }
 
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
-                                  int B, int T, int recompute, uint64_t seed, llm4d_err *err) {
+                                  const llm4d_gpt_layout *layout, uint64_t seed, llm4d_err *err) {
     const llm4d_model_part part = llm4d_model_part_whole(cfg);
     const llm4d_tp tp = llm4d_tp_make(NULL, 0);
-    const llm4d_gpt_layout layout = {.B = B, .T = T, .recompute = recompute};
-    return llm4d_gpt_create(g, cfg, &part, &tp, be, mem, &layout, seed, err);
+    const llm4d_gpt_layout whole = {.B = layout->B, .T = layout->T, .recompute = layout->recompute};
+    const llm4d_gpt_spec spec = {cfg, &part, &tp, &whole};
+    return llm4d_gpt_create(g, &spec, be, mem, seed, err);
 }
 
 void llm4d_gpt_destroy(llm4d_gpt *g) {
@@ -418,12 +422,10 @@ void llm4d_gpt_chunk_backward_weight(llm4d_gpt *g, int c, int si, const llm4d_mi
 
 /* ---- the whole model ---- */
 
-double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
-                         const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T) {
-    const llm4d_micro mb = {tokens, targets, weight, sample_ids, step, train, grad, B, T};
+double llm4d_gpt_forward(llm4d_gpt *g, const llm4d_micro *mb) {
     LLM4D_ASSERT(g->table.part.n_chunks == 1 && g->table.part.embedding && g->table.part.head,
                  "llm4d_gpt_forward runs a whole model");
-    llm4d_gpt_chunk_forward(g, 0, 0, &mb);
+    llm4d_gpt_chunk_forward(g, 0, 0, mb);
     return llm4d_gpt_loss_take(g);
 }
 

@@ -167,11 +167,19 @@ typedef struct {
     int slots_peak[LLM4D_MAX_CHUNKS]; /* most slots of each chunk busy at once (a pipeline's in-flight count) */
 } llm4d_gpt;
 
-/* Build the model part `part` of cfg: parameter table, flat params/grads buffers (params initialised from seed),
- * activations for micro-batches of B x T. tp: the tensor-parallel context (its size and rank must be the part's). */
-llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_model_config *cfg, const llm4d_model_part *part,
-                            const llm4d_tp *tp, llm4d_backend *be, llm4d_mem *mem, const llm4d_gpt_layout *layout,
-                            uint64_t seed, llm4d_err *err);
+/* What a rank builds: the part `part` of the model cfg, over the tensor-parallel context tp (its size and rank must
+ * be the part's), laid out as layout says (micro-batch shape, slots, types). */
+typedef struct {
+    const llm4d_model_config *cfg;
+    const llm4d_model_part *part;
+    const llm4d_tp *tp;
+    const llm4d_gpt_layout *layout;
+} llm4d_gpt_spec;
+
+/* Build the model part spec describes on be: parameter table, flat params/grads buffers (params initialised from
+ * seed), activations for micro-batches of layout->B x layout->T. */
+llm4d_code llm4d_gpt_create(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend *be, llm4d_mem *mem, uint64_t seed,
+                            llm4d_err *err);
 /* The bytes per memory category llm4d_gpt_create would allocate for the same arguments, without allocating them
  * (the same code runs, counting): the model's part of a rank's memory plan. operands (may be NULL): the sizes of
  * the step's largest GEMM operands, for the backend's share of the plan (backend.h operand_workspace). */
@@ -185,9 +193,9 @@ llm4d_code llm4d_gpt_plan(const llm4d_model_config *cfg, const llm4d_model_part 
 llm4d_code llm4d_gpt_plan_table(const llm4d_model_config *cfg, const llm4d_model_part *part, const llm4d_tp *tp,
                                 const llm4d_gpt_layout *layout, const llm4d_param_table *table,
                                 size_t bytes[LLM4D_MEM_NCATEGORIES], llm4d_operand_sizes *operands, llm4d_err *err);
-/* The whole model in one process, one slot: what tests and tools use. */
+/* The whole model in one process, one slot: what tests and tools use. Of layout, only B, T and recompute are read. */
 llm4d_code llm4d_gpt_create_whole(llm4d_gpt *g, const llm4d_model_config *cfg, llm4d_backend *be, llm4d_mem *mem,
-                                  int B, int T, int recompute, uint64_t seed, llm4d_err *err);
+                                  const llm4d_gpt_layout *layout, uint64_t seed, llm4d_err *err);
 void llm4d_gpt_destroy(llm4d_gpt *g);
 
 /* Gradient windows per micro-batch of group grp (see the hooks). */
@@ -225,10 +233,9 @@ void llm4d_gpt_chunk_backward_weight(llm4d_gpt *g, int c, int slot, const llm4d_
 
 /* ---- the whole model (one chunk, slot 0) ---- */
 
-/* Forward a micro-batch (device memory, as llm4d_micro); returns its loss (llm4d_gpt_loss_take: anything accumulated
- * before is included). targets NULL: no loss, g->logits receives this rank's vocabulary slice of the logits. */
-double llm4d_gpt_forward(llm4d_gpt *g, const int32_t *tokens, const int32_t *targets, const float *weight,
-                         const int64_t *sample_ids, uint32_t step, int train, int grad, int B, int T);
+/* Forward a micro-batch (device memory); returns its loss (llm4d_gpt_loss_take: anything accumulated before is
+ * included). mb->targets NULL: no loss, g->logits receives this rank's vocabulary slice of the logits. */
+double llm4d_gpt_forward(llm4d_gpt *g, const llm4d_micro *mb);
 /* Backward of the last forward (same arguments), accumulating into the gradients. */
 void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *sample_ids, uint32_t step, int train,
                         int B, int T);

@@ -84,9 +84,23 @@ static void block_name(char *buf, size_t n, int l, const char *suffix) {
     copy_name(buf, n, t, k);
 }
 
-static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char *name, const int64_t off[2],
-                        const int64_t shape[2], int split_dim, int owner, int decay, float init_std,
-                        float init_const) {
+/* This rank's piece of a tensor: its offset in the global tensor, its shape, and the dimension the global tensor is
+ * split along over the tensor-parallel group (-1 replicated, 0 rows, 1 columns). */
+typedef struct {
+    int64_t off[2], shape[2];
+    int split_dim;
+} piece;
+
+/* How a tensor starts: normal(0, std), or the constant c where std is 0 (params.h init_std, init_const). */
+typedef struct {
+    float std, c;
+} init_rule;
+
+static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char *name, const piece *pc, int owner,
+                        int decay, init_rule init) {
+    const int64_t *off = pc->off, *shape = pc->shape;
+    const int split_dim = pc->split_dim;
+    const float init_std = init.std, init_const = init.c;
     llm4d_param_table *t = b->t;
     LLM4D_ASSERT(t->n < b->cap, "parameter table capacity %d exceeded", b->cap);
     llm4d_param *p = &t->p[t->n++];
@@ -141,8 +155,9 @@ static void add_wte(builder *b, int owner) {
     t->wte_first = t->n_groups;
     t->wte_groups = 0;
     for (int64_t a = 0; a < rows; a += blk) {
-        const int64_t n = rows - a < blk ? rows - a : blk, off[2] = {r0 + a, 0}, shape[2] = {n, C};
-        add(b, LLM4D_P_WTE, -1, "transformer.wte.weight", off, shape, 0, owner, 1, b->m->initializer_range, 0);
+        const int64_t n = rows - a < blk ? rows - a : blk;
+        const piece pc = {{r0 + a, 0}, {n, C}, 0};
+        add(b, LLM4D_P_WTE, -1, "transformer.wte.weight", &pc, owner, 1, (init_rule){b->m->initializer_range, 0});
         close_group(b, LLM4D_G_WTE, -1, r0 + a, n);
         t->wte_groups++;
     }
@@ -164,16 +179,16 @@ static void add_block(builder *b, int l) {
         const float s_const = is_ln_weight ? 1.0f : 0.0f;
         const int parts = sp->qkv_parts && M > 1 ? sp->qkv_parts : 1; /* one entry when whole: HF tools read it */
         for (int k = 0; k < parts; k++) {
-            int64_t off[2] = {0, 0}, shape[2] = {g[0], nd == 2 ? g[1] : 1};
+            piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, sp->split_dim};
             if (sp->split_dim == 0) {
                 const int64_t part_rows = g[0] / parts, n = part_rows / M;
-                off[0] = k * part_rows + (int64_t)r * n;
-                shape[0] = n;
+                pc.off[0] = k * part_rows + (int64_t)r * n;
+                pc.shape[0] = n;
             } else if (sp->split_dim == 1) {
-                off[1] = (int64_t)r * (g[1] / M);
-                shape[1] = g[1] / M;
+                pc.off[1] = (int64_t)r * (g[1] / M);
+                pc.shape[1] = g[1] / M;
             }
-            add(b, sp->kind, l, name, off, shape, sp->split_dim, 1, sp->decay, s_std, s_const);
+            add(b, sp->kind, l, name, &pc, 1, sp->decay, (init_rule){s_std, s_const});
         }
     }
     close_group(b, LLM4D_G_BLOCK, l, 0, 0);
@@ -182,8 +197,8 @@ static void add_block(builder *b, int l) {
 static void add_whole(builder *b, llm4d_param_kind kind, const char *name, int decay, float std, float c) {
     int64_t g[2] = {0, 0};
     const int nd = global_shape(kind, b->m, g);
-    const int64_t off[2] = {0, 0}, shape[2] = {g[0], nd == 2 ? g[1] : 1};
-    add(b, kind, -1, name, off, shape, -1, 1, decay, std, c);
+    const piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, -1};
+    add(b, kind, -1, name, &pc, 1, decay, (init_rule){std, c});
 }
 
 llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, const llm4d_model_part *part,

@@ -390,9 +390,11 @@ static float *alloc_f(llm4d_sharding *s, llm4d_mem_category c, size_t n, int *ok
     return p;
 }
 
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
-                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, int forward_only,
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d,
+                               const llm4d_sharding_groups *groups, llm4d_adamw opt, uint64_t seed, int forward_only,
                                llm4d_err *err) {
+    llm4d_comm *sharding_comm = groups->sharding, *dp_comm = groups->dp;
+    const int dp_index = groups->dp_index;
     memset(s, 0, sizeof *s);
     s->base.ops = &sharding_ops;
     s->forward_only = forward_only;

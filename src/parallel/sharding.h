@@ -149,11 +149,18 @@ size_t llm4d_sharding_kept(const llm4d_param_table *t, int N);
 /* The pinned staging buffers an offloaded update on a host backend adds (device: the run's --device). */
 void llm4d_sharding_staging_bytes(const llm4d_param_table *t, int stage, int N, int offload, int forward_only,
                                  const char *device, size_t bytes[]);
+/* The groups a rank's shards are kept and reduced over: the sharding group, and the pure dp group of hybrid
+ * sharding (NULL or size 1: none) with this rank's index in it. */
+typedef struct {
+    llm4d_comm *sharding;
+    llm4d_comm *dp;
+    int dp_index;
+} llm4d_sharding_groups;
+
 /* The model must have been created with llm4d_sharding_part's part and layout. d: the stage, the offload (and
- * its offload_dir), the measurement switches zero_prefetch and zero_overlap. dp_comm: the pure dp group of hybrid
- * sharding (NULL or size 1: none); dp_index: this rank's index in it. */
-llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d, llm4d_comm *sharding_comm,
-                               llm4d_comm *dp_comm, int dp_index, llm4d_adamw opt, uint64_t seed, int forward_only,
+ * its offload_dir), the measurement switches zero_prefetch and zero_overlap. */
+llm4d_code llm4d_sharding_init(llm4d_sharding *s, llm4d_gpt *g, const llm4d_dist_config *d,
+                               const llm4d_sharding_groups *groups, llm4d_adamw opt, uint64_t seed, int forward_only,
                                llm4d_err *err);
 
 #endif

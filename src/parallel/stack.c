@@ -84,9 +84,9 @@ llm4d_code llm4d_stack_build(llm4d_engine_stack *s, llm4d_gpt *g, const llm4d_co
     const int fwd = cfg->forward_only;
     llm4d_engines_init(s, g);
     if (sharded(cfg)) {
-        PUSH(llm4d_sharding, 1,
-             llm4d_sharding_init(x_, g, d, groups->axis[LLM4D_AXIS_SHARDING], groups->axis[LLM4D_AXIS_DATA],
-                                 topo->index[LLM4D_AXIS_DATA], opt, cfg->seed, fwd, err));
+        const llm4d_sharding_groups over = {groups->axis[LLM4D_AXIS_SHARDING], groups->axis[LLM4D_AXIS_DATA],
+                                            topo->index[LLM4D_AXIS_DATA]};
+        PUSH(llm4d_sharding, 1, llm4d_sharding_init(x_, g, d, &over, opt, cfg->seed, fwd, err));
     } else {
         PUSH(llm4d_flat, 1, llm4d_flat_init(x_, g, opt, topo->data_rank == 0, fwd, err));
         if (!fwd && topo->data_world > 1)

@@ -227,28 +227,32 @@ static memo_entry *memo_find(llm4d_memplan_memo *m, const int64_t k[MEMO_KEY]) {
     return s->e;
 }
 
-static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
+static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_model_config *model, const llm4d_model_part *part,
                              llm4d_param_table *own, const llm4d_param_table **t, llm4d_err *err);
 
 /* The model's counting run and the backend's converted operands it implies, from the memo when it has them. */
-static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm4d_backend *be, llm4d_precision prec,
-                             const llm4d_model_part *part, const llm4d_tp *tp, const llm4d_gpt_layout *layout,
-                             size_t cat[LLM4D_MEM_NCATEGORIES], size_t *operands, llm4d_err *err) {
+static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_gpt_spec *spec, llm4d_backend *be,
+                             llm4d_precision prec, size_t cat[LLM4D_MEM_NCATEGORIES], size_t *operands,
+                             llm4d_err *err) {
+    const llm4d_model_config *model = spec->cfg;
+    const llm4d_model_part *part = spec->part;
+    const llm4d_tp *tp = spec->tp;
+    const llm4d_gpt_layout *layout = spec->layout;
     llm4d_operand_sizes sizes = {0, 0, 0, 0, LLM4D_F32};
     if (!m) {
-        LLM4D_TRY(llm4d_gpt_plan(&cfg->model, part, tp, layout, cat, &sizes, err));
+        LLM4D_TRY(llm4d_gpt_plan(model, part, tp, layout, cat, &sizes, err));
         *operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
         return LLM4D_OK;
     }
     int64_t k[MEMO_KEY];
-    memo_key(k, &cfg->model, prec, part, layout, 1);
+    memo_key(k, model, prec, part, layout, 1);
     memo_entry *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (!s->used) { /* the counting run with the memo's table of the part */
         llm4d_param_table own;
         const llm4d_param_table *t;
-        LLM4D_TRY(part_table(m, cfg, part, &own, &t, err));
-        LLM4D_TRY(llm4d_gpt_plan_table(&cfg->model, part, tp, layout, t, s->cat, &sizes, err));
+        LLM4D_TRY(part_table(m, model, part, &own, &t, err));
+        LLM4D_TRY(llm4d_gpt_plan_table(model, part, tp, layout, t, s->cat, &sizes, err));
         s->operands = be->operand_workspace ? be->operand_workspace(be, sizes, prec) : 0;
         s->used = s->has_plan = 1;
     }
@@ -258,19 +262,19 @@ static llm4d_code model_plan(llm4d_memplan_memo *m, const llm4d_config *cfg, llm
 }
 
 /* The part's parameter table: built into own (freed by the caller), or the memo's. */
-static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_config *cfg, const llm4d_model_part *part,
+static llm4d_code part_table(llm4d_memplan_memo *m, const llm4d_model_config *model, const llm4d_model_part *part,
                              llm4d_param_table *own, const llm4d_param_table **t, llm4d_err *err) {
     if (!m) {
-        LLM4D_TRY(llm4d_param_table_build(own, &cfg->model, part, err));
+        LLM4D_TRY(llm4d_param_table_build(own, model, part, err));
         *t = own;
         return LLM4D_OK;
     }
     int64_t k[MEMO_KEY];
-    memo_key(k, &cfg->model, LLM4D_PREC_FP32, part, NULL, 0);
+    memo_key(k, model, LLM4D_PREC_FP32, part, NULL, 0);
     memo_entry *s = memo_find(m, k);
     if (!s) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     if (!s->used) {
-        LLM4D_TRY(llm4d_param_table_build(&s->table, &cfg->model, part, err));
+        LLM4D_TRY(llm4d_param_table_build(&s->table, model, part, err));
         s->used = 1;
     }
     *t = &s->table;
@@ -297,10 +301,11 @@ llm4d_code llm4d_memplan_make_memo(const llm4d_config *cfg, const llm4d_topology
     /* the tensor-parallel context as the model sees it: its size, this rank's index, sequence parallelism */
     const llm4d_tp tp = {.size = part.mp_size, .rank = part.mp_rank, .sp = part.sequence_parallel};
     /* the backend's converted operands: outside the arena's categories, like the weight copies */
-    LLM4D_TRY(model_plan(memo, cfg, be, prec, &part, &tp, &layout, out->cat, &out->operands, err));
+    const llm4d_gpt_spec spec = {&cfg->model, &part, &tp, &layout};
+    LLM4D_TRY(model_plan(memo, &spec, be, prec, out->cat, &out->operands, err));
     llm4d_param_table own;
     const llm4d_param_table *t = NULL;
-    LLM4D_TRY(part_table(memo, cfg, &part, &own, &t, err));
+    LLM4D_TRY(part_table(memo, &cfg->model, &part, &own, &t, err));
     const size_t crossing = (size_t)(tp.sp ? layout.B * layout.T / tp.size : layout.B * layout.T) *
                             (size_t)cfg->model.hidden_size; /* an activation crossing a pipeline stage */
     const llm4d_code rc =

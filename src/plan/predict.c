@@ -131,7 +131,7 @@ static llm4d_code rank_coll_temp(const llm4d_predictor *pr, const llm4d_config *
     const int R = pr->cluster.ranks_per_node;
     const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
     const llm4d_stagecost *sc;
-    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
+    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, topo, pp}, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     const double measured = coll_temp(pr, cfg, topo, sc);
     if (measured > mem[LLM4D_PM_MPI]) mem[LLM4D_PM_MPI] = measured;
@@ -218,11 +218,19 @@ static void ranks_by_runs(int R, int dp, int P, int N, int MP, const class_map *
     if (in_host > 0 && reps * per == world && host > out->host_bytes) out->host_bytes = host; /* the last, short */
 }
 
+/* The memory of each class of ranks: its peak, its bytes by kind, and the trainer's plan of it. */
+typedef struct {
+    const double *peak;
+    const double (*kinds)[LLM4D_PM_N];
+    const double *plan;
+} class_mem;
+
 /* Every rank's peak from its class (fill: rank_peak too, when asked), the largest and the fullest host: rank by
- * rank (the oracle, and whenever every rank's peak is wanted), or by runs. */
-static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, int world, int P, int N,
-                                  const class_map *m, const double *cls, const double (*cmem)[LLM4D_PM_N],
-                                  const double *cplan, int fill, llm4d_prediction *out, llm4d_err *err) {
+ * rank (the oracle, and whenever every rank's peak is wanted), or by runs. The layout is d's. */
+static llm4d_code ranks_and_hosts(const llm4d_predictor *pr, const llm4d_dist_config *d, const class_map *m,
+                                  const class_mem *cm, int fill, llm4d_prediction *out, llm4d_err *err) {
+    const int P = d->pp_degree, N = d->sharding_degree, world = d->dp_degree * P * N * d->mp_degree;
+    const double *cls = cm->peak, (*cmem)[LLM4D_PM_N] = cm->kinds, *cplan = cm->plan;
     const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
     if (fill) {
         free(out->rank_peak);
@@ -326,7 +334,7 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     for (int c = 0; rc == LLM4D_OK && c < classes; c++) cplan[c] = sum(cmem[c], LLM4D_PM_LIBS + 1);
     if (rc == LLM4D_OK && pr->reject_above > 0) {
         for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
-        rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, cplan, 0, out, err);
+        rc = ranks_and_hosts(pr, d, &m, &(class_mem){cls, (const double(*)[LLM4D_PM_N])cmem, cplan}, 0, out, err);
         out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */
     }
     for (int c = 0; rc == LLM4D_OK && !out->bound && c < classes; c++)
@@ -337,7 +345,8 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
         for (int c = 0; c < classes; c++)
             if (cls[c] > out->stage_peak[c / per_stage]) out->stage_peak[c / per_stage] = cls[c];
     }
-    if (rc == LLM4D_OK && !out->bound) rc = ranks_and_hosts(pr, d, world, P, N, &m, cls, cmem, cplan, 1, out, err);
+    if (rc == LLM4D_OK && !out->bound)
+        rc = ranks_and_hosts(pr, d, &m, &(class_mem){cls, (const double(*)[LLM4D_PM_N])cmem, cplan}, 1, out, err);
     free(cplan);
     free(class_of);
     free(cls);

@@ -243,9 +243,12 @@ static int same_key(const void *entry, const void *key) {
     return !memcmp(&((const cache_entry *)entry)->key, key, sizeof(cache_key));
 }
 
-llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_config *cfg,
-                               const llm4d_topology *topo, const llm4d_pp_plan *pp, const llm4d_backend *like,
-                               int ranks_on_host, int tp_hosts, const llm4d_stagecost **out, llm4d_err *err) {
+llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_stage_ref *at,
+                               const llm4d_backend *like, int ranks_on_host, int tp_hosts,
+                               const llm4d_stagecost **out, llm4d_err *err) {
+    const llm4d_config *cfg = at->cfg;
+    const llm4d_topology *topo = at->topo;
+    const llm4d_pp_plan *pp = at->pp;
     llm4d_model_part part;
     llm4d_gpt_layout layout;
     LLM4D_TRY(llm4d_stack_layout(cfg, topo, pp, &part, &layout, err));

@@ -65,12 +65,19 @@ void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on);
 /* The fastest linear layer (FLOP/s) of every trace the cache priced (0: none). */
 double llm4d_stagecost_cache_gemm_rate(const llm4d_stagecost_cache *c);
 
-/* The priced trace of the rank at topo's coordinates, from the cache or recorded, priced and cached (the result
- * belongs to the cache). tp_hosts: hosts the tensor-parallel
- * group spans; ranks_on_host: the job's ranks per host. */
-llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_config *cfg,
-                               const llm4d_topology *topo, const llm4d_pp_plan *pp, const llm4d_backend *like,
-                               int ranks_on_host, int tp_hosts, const llm4d_stagecost **out, llm4d_err *err);
+/* A stage of a configuration as the rank at topo's coordinates runs it (pp: the configuration's pipeline plan). */
+typedef struct {
+    const llm4d_config *cfg;
+    const llm4d_topology *topo;
+    const llm4d_pp_plan *pp;
+} llm4d_stage_ref;
+
+/* The priced trace of the stage at, from the cache or recorded (on a backend like `like`), priced and cached (the
+ * result belongs to the cache). tp_hosts: hosts the tensor-parallel group spans; ranks_on_host: the job's ranks
+ * per host. */
+llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_stage_ref *at,
+                               const llm4d_backend *like, int ranks_on_host, int tp_hosts,
+                               const llm4d_stagecost **out, llm4d_err *err);
 void llm4d_stagecost_free(llm4d_stagecost *s);
 
 /* Price a trace (the cache's work, exposed for the tests); coll_ranks, the ranks per host its collectives are

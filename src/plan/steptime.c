@@ -165,7 +165,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     const int R = pr->cluster.ranks_per_node, prec = llm4d_memplan_precision(cfg);
     const llm4d_pricer pc = {prof, pr->cluster.threads, prec};
     const llm4d_stagecost *sc;
-    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, cfg, topo, pp, pr->be, R,
+    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, topo, pp}, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     const llm4d_dist_config *d = &cfg->dist;
     const int N = d->sharding_degree, G = sc->n_groups;
@@ -422,7 +422,7 @@ static llm4d_code time_as(const llm4d_predictor *pr, const llm4d_config *cfg, co
         const int pipe_hosts = llm4d_group_hosts(&topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1;
         const llm4d_stagecost *sc;
         const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
-        rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
+        rc = llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
                                  llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
         const double p2p = rc == LLM4D_OK ? llm4d_price_coll(pr->prof, LLM4D_COMM_OP_SEND,
                                                              (double)sc->act_bytes, 2, R, pipe_hosts,
@@ -472,7 +472,7 @@ static llm4d_code time_as(const llm4d_predictor *pr, const llm4d_config *cfg, co
         const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
         rc = llm4d_layout_stage_topo(cfg, crit, &topo, err);
         if (rc == LLM4D_OK)
-            rc = llm4d_stagecost_get(pr->cache, &pc, cfg, &topo, pp, pr->be, R,
+            rc = llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
                                      llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
         if (rc == LLM4D_OK) {
             for (int c = 0; c < sc->n_chunks; c++)

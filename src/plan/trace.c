@@ -24,7 +24,8 @@ llm4d_code llm4d_mbtrace_make(llm4d_mbtrace *t, const llm4d_config *cfg, const l
     llm4d_mem mem = {0};
     llm4d_gpt g;
     t->rec.paused = 1; /* building the model (its initialisation) is not a step's work */
-    rc = llm4d_gpt_create(&g, &cfg->model, &t->part, &tp, be, &mem, &t->layout, cfg->seed, err);
+    const llm4d_gpt_spec spec = {&cfg->model, &t->part, &tp, &t->layout};
+    rc = llm4d_gpt_create(&g, &spec, be, &mem, cfg->seed, err);
     t->rec.paused = 0;
     const int have_g = rc == LLM4D_OK;
     if (rc == LLM4D_OK) rc = llm4d_param_table_build(&t->table, &cfg->model, &t->part, err);

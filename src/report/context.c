@@ -89,8 +89,8 @@ void llm4d_rp_memory(FILE *f, const llm4d_rp_run *r) {
             "%s. The peak bars are the most each category held (the memory arena's books), the backend's "
             "workspaces, and the rest of the peak resident set.</p>\n",
             ended ? "what it measured at the end of the run" : "what it held after allocating (the run has not ended)");
-    if (nr) llm4d_svg_bars(f, "chart-memory", "Memory per rank and category (MiB)", "MiB", rows, nr, mem_names,
-                           mem_colors, K);
+    const llm4d_svg_kinds kinds = {mem_names, mem_colors, K};
+    if (nr) llm4d_svg_bars(f, "chart-memory", "Memory per rank and category (MiB)", "MiB", rows, nr, &kinds);
     free(rows), free(vals), free(labels), free(notes);
     fprintf(f, "<table><tr><th>rank</th><th>host</th>");
     for (int c = 0; c < LLM4D_MEM_NCATEGORIES; c++) fprintf(f, "<th>%s<br>plan / peak</th>", mem_names[c]);

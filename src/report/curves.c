@@ -183,15 +183,15 @@ static void breakdown(FILE *f, const llm4d_rp_run *r) {
                                  LLM4D_SVG_DASHED};
         llm4d_svg_chart c = {.id = "chart-step-time", .title = "Time of each step by kind of work (rank 0)",
                              .xlabel = "step", .ylabel = "seconds", .w = 1100, .h = 300, .vline = NAN};
-        llm4d_svg_stack(f, &c, x, n, (const double *const *)y, names, colors, K, &over, 1);
+        const llm4d_svg_kinds kinds = {names, colors, K};
+        llm4d_svg_stack(f, &c, x, n, (const double *const *)y, &kinds, &over, 1);
         double total = 0;
         for (int k = 0; k < K; k++) mean[k] /= counted > 0 ? counted : 1, total += mean[k];
         char label[64], note[96];
         snprintf(label, sizeof label, "mean of %d step%s", counted, counted == 1 ? "" : "s");
         snprintf(note, sizeof note, "%.4g s per step", total);
         const llm4d_svg_bar bar = {label, mean, note};
-        llm4d_svg_bars(f, "chart-step-shares", "Where a step's time goes (after the first step)", "s", &bar, 1, names,
-                       colors, K);
+        llm4d_svg_bars(f, "chart-step-shares", "Where a step's time goes (after the first step)", "s", &bar, 1, &kinds);
         fprintf(f, "<table><tr><th>kind of work</th><th>seconds per step</th><th>share</th></tr>\n");
         for (int k = 0; k < K; k++)
             fprintf(f, "<tr><td>%s</td><td class=\"num\">%.4f</td><td class=\"num\">%.1f%%</td></tr>\n", names[k],

@@ -249,8 +249,9 @@ void llm4d_svg_lines(FILE *f, const llm4d_svg_chart *c, const llm4d_svg_series *
 }
 
 void llm4d_svg_stack(FILE *f, const llm4d_svg_chart *c, const double *x, int n, const double *const *y,
-                     const char *const *names, const char *const *colors, int k, const llm4d_svg_series *over,
-                     int nover) {
+                     const llm4d_svg_kinds *kinds, const llm4d_svg_series *over, int nover) {
+    const char *const *names = kinds->names, *const *colors = kinds->colors;
+    const int k = kinds->k;
     const char *ln[24], *lc[24]; /* the areas' legend, then the overlaid lines' */
     int nl = 0;
     for (int j = 0; j < k && nl < 24; j++) ln[nl] = names[j], lc[nl++] = colors[j];
@@ -297,7 +298,9 @@ void llm4d_svg_stack(FILE *f, const llm4d_svg_chart *c, const double *x, int n, 
 }
 
 void llm4d_svg_bars(FILE *f, const char *id, const char *title, const char *unit, const llm4d_svg_bar *rows,
-                    int nrows, const char *const *names, const char *const *colors, int k) {
+                    int nrows, const llm4d_svg_kinds *kinds) {
+    const char *const *names = kinds->names, *const *colors = kinds->colors;
+    const int k = kinds->k;
     const int w = 760, lw = 170, rw = 130, bh = 16, gap = 8;
     frame fr = {0, 1, 0, 1, w - lw + ML, 0, 0};
     const int top = 30 + 13 * legend_rows(&fr, names, k);

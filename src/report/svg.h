@@ -38,21 +38,28 @@ typedef struct {
 /* Lines (or dots) of n series over a shared x axis. */
 void llm4d_svg_lines(FILE *f, const llm4d_svg_chart *c, const llm4d_svg_series *s, int n);
 
-/* k areas stacked over x (y[j][i] >= 0, NaN as 0), bottom first, then `over` drawn on top as lines. */
-void llm4d_svg_stack(FILE *f, const llm4d_svg_chart *c, const double *x, int n, const double *const *y,
-                     const char *const *names, const char *const *colors, int k, const llm4d_svg_series *over,
-                     int nover);
+/* The k kinds a stacked chart is cut into (areas, or a bar's segments), bottom (left) first: their names in the
+ * legend and their CSS colours. */
+typedef struct {
+    const char *const *names;
+    const char *const *colors;
+    int k;
+} llm4d_svg_kinds;
 
-/* One bar of k segments. */
+/* The kinds' areas stacked over x (y[j][i] >= 0 for kind j, NaN as 0), then `over` drawn on top as lines. */
+void llm4d_svg_stack(FILE *f, const llm4d_svg_chart *c, const double *x, int n, const double *const *y,
+                     const llm4d_svg_kinds *kinds, const llm4d_svg_series *over, int nover);
+
+/* One bar of a segment per kind. */
 typedef struct {
     const char *label;    /* left of the bar */
     const double *v;      /* k values (NaN or <= 0: no segment) */
     const char *note;     /* right of the bar (a total); NULL: the sum with unit */
 } llm4d_svg_bar;
 
-/* Horizontal stacked bars on a common scale, one per row, with a legend of the k segment names. */
+/* Horizontal stacked bars on a common scale, one per row, with a legend of the kinds. */
 void llm4d_svg_bars(FILE *f, const char *id, const char *title, const char *unit, const llm4d_svg_bar *rows,
-                    int nrows, const char *const *names, const char *const *colors, int k);
+                    int nrows, const llm4d_svg_kinds *kinds);
 
 /* Text for an XML/HTML element or attribute: & < > " ' escaped, control characters dropped. */
 void llm4d_svg_escape(FILE *f, const char *s);

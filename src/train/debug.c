@@ -115,7 +115,8 @@ llm4d_code llm4d_trainer_dump_step(llm4d_trainer *tr, int64_t step, const llm4d_
     const llm4d_model_part *part = &tr->model.table.part;
     if (step != 1 || part->n_chunks != 1 || !part->embedding || !part->head) return LLM4D_OK; /* a whole model's */
     llm4d_devbatch_upload(&tr->batch, b, 0);
-    llm4d_gpt_forward(&tr->model, tr->batch.tokens, NULL, NULL, tr->batch.sample_ids, 1, 0, 0, mb, T);
+    llm4d_gpt_forward(&tr->model, &(llm4d_micro){.tokens = tr->batch.tokens, .sample_ids = tr->batch.sample_ids,
+                                                 .step = 1, .B = mb, .T = T});
     return dump_tensor(tr, "logits_step1.bin", tr->model.logits,
                        (size_t)mb * T * c->model.padded_vocab_size * sizeof(float), err);
 }

@@ -39,8 +39,8 @@ llm4d_code llm4d_trainer_trace_open(llm4d_trainer *tr, llm4d_err *err) {
              tp->degree[LLM4D_AXIS_PIPE], tp->degree[LLM4D_AXIS_SHARDING], tp->degree[LLM4D_AXIS_MODEL],
              tr->ppplan.P > 1 ? tr->ppplan.runs->name : "none", c->model.virtual_pp_degree,
              (long long)c->accumulate_steps, -earliest);
-    const llm4d_code rc = llm4d_trace_create(&tr->trace, c->trace_dir, tp->rank, c->trace_first, c->trace_last,
-                                             origin, process, other, err);
+    const llm4d_trace_process me = {tp->rank, process, other};
+    const llm4d_code rc = llm4d_trace_create(&tr->trace, c->trace_dir, &me, c->trace_first, c->trace_last, origin, err);
     LLM4D_TRY(llm4d_trainer_agree(tr, rc, err));
     if (tr->groups->world->watch) tr->groups->world->watch->trace = tr->trace; /* the communicators' spans */
     tr->exec->trace = tr->trace;                                                /* the executor's passes */

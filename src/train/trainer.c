@@ -202,7 +202,8 @@ static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     LLM4D_TRY(llm4d_stack_layout(cfg, &tr->topo, &tr->ppplan, &part, &layout, err));
     const llm4d_tp tp = llm4d_tp_make(part.mp_size > 1 ? tr->groups->axis[LLM4D_AXIS_MODEL] : NULL,
                                       part.sequence_parallel);
-    LLM4D_TRY(llm4d_gpt_create(&tr->model, &cfg->model, &part, &tp, tr->be, &tr->mem, &layout, cfg->seed, err));
+    const llm4d_gpt_spec spec = {&cfg->model, &part, &tp, &layout};
+    LLM4D_TRY(llm4d_gpt_create(&tr->model, &spec, tr->be, &tr->mem, cfg->seed, err));
     tr->have_model = 1;
     return LLM4D_OK;
 }
