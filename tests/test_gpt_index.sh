@@ -14,13 +14,7 @@ BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
 DRV=$BUILD_DIR/test_gpt_index_unit
 ORACLE=$SRC_DIR/tests/gpt_index_oracle.py
 PY=/usr/bin/python3
-pass=0
-fail=0
-check() {
-    local name=$1
-    shift
-    if "$@"; then echo "ok   $name"; pass=$((pass + 1)); else echo "FAIL $name"; fail=$((fail + 1)); fi
-}
+source "$SRC_DIR/tests/lib.sh"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -131,5 +125,4 @@ stale() {
 check "a stale PaddleNLP cache (seed 999, no sidecar) is rebuilt for seed 1234" stale
 check "an empty split is a one-line user error" bash -c "'$DRV' --build '$A' 100,0,0 test 10 64 1 2>&1 >/dev/null | grep -q 'no documents'"
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish

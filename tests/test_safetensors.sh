@@ -16,16 +16,8 @@ BIN="${BUILD_DIR:-build}/test_safetensors_unit"
 PY=/usr/bin/python3
 T=$(mktemp -d /tmp/llm4d_st_sh_XXXXXX)
 trap 'rm -rf "$T"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-
-if [ ! -x "$BIN" ]; then
-    echo "FAIL $BIN not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+source "$(dirname "$0")/lib.sh"
+require_exe "$BIN"
 
 cat >"$T/st.py" <<'EOF'
 import json, math, struct, sys
@@ -261,5 +253,4 @@ while IFS='|' read -r name n1 n2; do
 done <"$T/bad/list"
 [ "$(wc -l <"$T/bad/list")" -eq 7 ] && ok "7 corrupt variants generated" || bad "corrupt variants: $(cat "$T/bad/list")"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
