@@ -149,7 +149,7 @@ int main(void) {
     rc = llm4d_ckpt_save_begin(&s, dir, 7, &err);
     const size_t cuts[5] = {0, cut0, cut1, cut2, N};
     for (int k = 0; k < 4 && !rc; k++) { /* four writers' ranges, each into its own files */
-        char tag[8];
+        char tag[16];
         snprintf(tag, sizeof tag, "-r%d", k);
         cs = range_of(&t, rg, cuts[k], cuts[k + 1], p + cuts[k], m + cuts[k], v + cuts[k]);
         rc = llm4d_gpt_ckpt_add(s, &cs, tag, &err);
