@@ -80,8 +80,11 @@ for line in open(f"{tmp}/layouts"):
         print(("ok   " if ok else "FAIL ") + f"{name} rank {r}: the log says it evaluates the checkpoint of step 3, "
               "not that it resumes")
     new, base = loss_of("new", name, np_), loss_of("base", name, np_)
-    # tensor parallelism sums its partial products in another order: equal to the one-process loss within 1e-8
-    ok = new is not None and ref is not None and (new == ref or ("mp" in name and abs(float(new) / float(ref) - 1) < 1e-8))
+    # tensor parallelism sums its partial products in another order, and ZeRO-2/3 take the log-sum-exp over vocabulary
+    # blocks online (docs/design.md): those equal the one-process loss within 1e-8 (the sanitizer build's -O1 rounds
+    # the blocks' sum apart in the tenth digit), the others to the bit
+    other_order = "mp" in name or "_s2" in name or "_s3" in name
+    ok = new is not None and ref is not None and (new == ref or (other_order and abs(float(new) / float(ref) - 1) < 1e-8))
     print(("ok   " if ok else "FAIL ") + f"{name}: eval loss {new} equals the one-process eval's {ref}"
           f"{' (within 1e-8: tensor parallel)' if 'mp' in name else ''}")
     if os.path.isdir(f"{tmp}/base.{name}"):
