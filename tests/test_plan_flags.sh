@@ -26,6 +26,9 @@ source "$(dirname "$0")/lib.sh"
 require_exe "$LLM4D"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# one thread a rank, as the expected figures below assume: the planner prices a host's ranks x threads against the
+# profile's 8 cores, so OMP_NUM_THREADS=2 (test.sh's) would price the conversions on an oversubscribed host
+export OMP_NUM_THREADS=1
 PROF="$SRC_DIR/bench/profiles/a100_selene.json"
 BASE="--evaluate --json --machine_profile $PROF --model_name_or_path gpt3-1.3b --max_seq_len 2048
   --global_batch_size 512 --micro_batch_size 4 --use_amp true --mp_degree 2 --pp_degree 2 --pp_layers 12,12
