@@ -42,6 +42,16 @@ finish() {
     [ $fail = 0 ]
     exit $?
 }
+# test_setup: the start the shell tests share, after sourcing this file: SRC_DIR (the checkout), BUILD_DIR, LLM4D
+# (the binary, required) and tmp (a directory removed when the test exits); each may be set by the caller first.
+test_setup() {
+    SRC_DIR=${SRC_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+    BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
+    LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+    require_exe "$LLM4D"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+}
 # require_exe PATH [HOW]: a missing executable is one failed check, and the end of the test
 require_exe() {
     [ -x "$1" ] && return 0

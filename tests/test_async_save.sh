@@ -18,13 +18,8 @@
 #      writer), or while the main thread publishes it (before_rename): exit 137, `latest` names step_2, which loads,
 #      no step_4 is named, and a resumed run cleans up and saves on.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 unset LLM4D_FAULT LLM4D_FAULT_RANK LLM4D_CKPT_KILL_AT LLM4D_CKPT_KILL_RANK
 C=(--model_name_or_path gpt2-tiny -o Model.num_layers=1 --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 16

@@ -15,12 +15,8 @@
 #       unfinished profile of (c) (no linear layer measured); gpt2-tiny at sequence 128 (4x) is priced, and so is
 #       gpt2-en from the published A100 profile (rates only: not asked).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 P="$tmp/machine.json"
 CAL=(plan --calibrate --quick --model_name_or_path gpt2-tiny -o Model.num_layers=2 --max_seq_len 32

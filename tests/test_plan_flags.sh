@@ -20,12 +20,8 @@
 # overlap of them. And the answer names its precision in its first lines; --explain counts the rejections by reason
 # before any layout's own line and lists at most --explain_lines per reason (against the complete JSON list).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 # one thread a rank, as the expected figures below assume: the planner prices a host's ranks x threads against the
 # profile's 8 cores, so OMP_NUM_THREADS=2 (test.sh's) would price the conversions on an oversubscribed host
 export OMP_NUM_THREADS=1
