@@ -42,7 +42,7 @@ static void *cpu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, 
 }
 
 static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
-    llm4d_cpu_wcache_drop(ctx_of(be), p, bytes); /* copies of weights that lived here */
+    llm4d_wcache_drop(&ctx_of(be)->wc, p, bytes); /* copies of weights that lived here */
     llm4d_mem_free(mem, c, p, bytes);
 }
 
@@ -276,8 +276,9 @@ static llm4d_code cpu_set_precision(llm4d_backend *be, llm4d_precision p, llm4d_
         cx->peak_bf16 = peak_gflops(cx);
         llm4d_fault f;
         llm4d_err ferr;
-        const int faked = llm4d_fault_from_env(&f, 0, &ferr) == LLM4D_OK && f.op == LLM4D_FAULT_BF16SLOW;
-        cx->bf16_slow = faked || cx->peak_bf16 < BF16_SLOW * cx->peak_fp32;
+        const int told = llm4d_fault_from_env(&f, 0, &ferr) == LLM4D_OK;
+        const int faked = told && f.op == LLM4D_FAULT_BF16SLOW, fast = told && f.op == LLM4D_FAULT_BF16FAST;
+        cx->bf16_slow = !fast && (faked || cx->peak_bf16 < BF16_SLOW * cx->peak_fp32);
         cx->bf16_faked = faked;
         cx->bf16_checked = 1;
     }
@@ -409,7 +410,7 @@ static double cpu_matmul_peak_gflops(llm4d_backend *be) { return peak_gflops(ctx
 static size_t cpu_workspace_bytes(llm4d_backend *be) {
     const cpu_ctx *cx = ctx_of(be);
     return cx->cvt_cap[0] + cx->cvt_cap[1] + cx->cvt_cap[2] + cx->cvt_cap[3] + cx->colsum_cap * sizeof(double) +
-           llm4d_cpu_attention_workspace(cx) + llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_cpu_wcache_bytes(cx);
+           llm4d_cpu_attention_workspace(cx) + llm4d_dnnl_scratch_bytes(cx->dnnl) + llm4d_wcache_bytes(&cx->wc);
 }
 
 size_t llm4d_cpu_operand_bytes_of(llm4d_backend *be, llm4d_precision prec) {
@@ -422,7 +423,7 @@ static size_t cpu_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
 }
 
 static void cpu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
-    llm4d_cpu_wcache_changed(ctx_of(be), p, bytes);
+    llm4d_wcache_stale(&ctx_of(be)->wc, p, bytes);
 }
 
 static void cpu_work_stats(llm4d_backend *be, llm4d_work_stats *out) {
@@ -477,7 +478,7 @@ static void cpu_destroy(llm4d_backend *be) {
     if (cx) {
         llm4d_dnnl_destroy(cx->dnnl);
         llm4d_cpu_attention_free(cx);
-        llm4d_cpu_wcache_free(cx);
+        llm4d_wcache_free(&cx->wc);
         for (int k = 0; k < 4; k++) free(cx->cvt[k]);
         free(cx->colsum);
         free(cx);
@@ -496,6 +497,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     }
     be->ctx = cx;
     cx->work_cur = -1;
+    llm4d_cpu_wcache_init(cx);
     llm4d_code rc = llm4d_dnnl_create(&cx->dnnl, err);
     if (rc != LLM4D_OK) {
         cpu_destroy(be);

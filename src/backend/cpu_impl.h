@@ -2,8 +2,9 @@
  *
  * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, reductions, the
  * method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels: embeddings,
- * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes). They share the context, the
- * timers, the vectorisable exp and the GEMM helpers declared here, and the dropout masks of cpu_drop.h. */
+ * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes), cpu_wcache.c (the weights'
+ * low-precision copies, kept in the table every backend shares, wcache.h). They share the context, the timers, the
+ * vectorisable exp and the GEMM helpers declared here, and the dropout masks of cpu_drop.h. */
 #ifndef LLM4D_BACKEND_CPU_IMPL_H
 #define LLM4D_BACKEND_CPU_IMPL_H
 
@@ -15,9 +16,8 @@
 #include "backend/backend.h"
 #include "backend/cpu_dnnl.h"
 #include "backend/cpu_drop.h"
+#include "backend/wcache.h"
 #include "core/rng.h"
-
-typedef struct llm4d_cpu_wcache llm4d_cpu_wcache;
 
 /* How the GEMM operands are stored. bf16 goes to oneDNN's bf16 kernels (2 bytes an element) on CPUs with
  * AVX512-BF16. Elsewhere, and for fp16 (no CPU here multiplies fp16), an operand is fp32 holding values rounded to
@@ -63,7 +63,7 @@ typedef struct {
     int avx2_nocopy;         /* oneDNN's sgemm is its AVX2 one: go around its no-copy kernels (cpu.c nocopy_fp32) */
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
     size_t colsum_cap;       /* doubles */
-    llm4d_cpu_wcache *wc;    /* low-precision copies of the weights (cpu_wcache.c); NULL until the first */
+    llm4d_wcache wc;         /* low-precision copies of the weights (wcache.h; stored by cpu_wcache.c) */
     /* the backend's own timers (backend.h, work_stats): exclusive seconds and calls per kind of work */
     double work_s[LLM4D_WORK_N], work_calls[LLM4D_WORK_N];
     double optim_bytes;
@@ -228,33 +228,15 @@ size_t llm4d_cpu_operand_bytes_of(llm4d_backend *be, llm4d_precision prec);
 void llm4d_cpu_elem_install(llm4d_backend *be);
 /* cpu_cast.c: the convert method */
 void llm4d_cpu_cast_install(llm4d_backend *be);
-/* cpu_wcache.c: the weights' low-precision copies */
+/* cpu_wcache.c: the weights' low-precision copies, in host memory (the table is wcache.h's) */
+/* gives cx->wc its storage; at creation */
+void llm4d_cpu_wcache_init(cpu_ctx *cx);
 /* w (n elements, a linear layer's weight) in the working precision: its copy, made now if it has none or a stale
  * one; w itself in fp32 mode. */
 const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n);
 /* The weight w [rows, cols] as the AMX kernel's B tiles (layout LLM4D_CPU_TILES_W or LLM4D_CPU_TILES_WT), a copy
  * kept like the others. */
 const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, int cols, llm4d_cpu_layout layout);
-void llm4d_cpu_wcache_changed(cpu_ctx *cx, const void *p, size_t bytes); /* p NULL: every copy is stale */
-void llm4d_cpu_wcache_drop(cpu_ctx *cx, const void *p, size_t bytes);    /* the memory is going away */
-/* Elements [lo, hi) of an optimizer range p[0, n) have a copy: in row order (LLM4D_CPU_ROWS), dst is the copy of
- * element lo; in tiles, dst is the whole copy of the weight src [rows, cols], of which p[lo] is element e_lo. */
-typedef struct {
-    size_t lo, hi;
-    llm4d_cpu_fmt fmt;
-    llm4d_cpu_layout layout;
-    void *dst;
-    const float *src;
-    size_t e_lo;
-    int rows, cols;
-} llm4d_cpu_wspan;
-/* The copies overlapping p[0, n), for the optimizer to rewrite in its pass (valid until the next call). */
-int llm4d_cpu_wcache_spans(cpu_ctx *cx, const float *p, size_t n, llm4d_cpu_wspan **out);
-/* The optimizer rewrote the copies of p[0, n): they are valid again once wholly rewritten; returns the bytes
- * written. */
-double llm4d_cpu_wcache_refreshed(cpu_ctx *cx, const float *p, size_t n);
-size_t llm4d_cpu_wcache_bytes(const cpu_ctx *cx);
-void llm4d_cpu_wcache_free(cpu_ctx *cx);
 
 /* cpu_optim.c: fills the optimizer's entries (adamw, sumsq) */
 void llm4d_cpu_optim_install(llm4d_backend *be);

@@ -6,9 +6,9 @@
  * (`omp simd`; -fno-math-errno lets sqrtf vectorise), and everything else that must touch the gradients once per
  * update happens inside the same pass: zeroing them for the next step's accumulation (zero_grads) costs the write
  * of a line already in cache instead of a separate pass over the whole buffer, and the low-precision copies of the
- * weights the linear layers read (cpu_wcache.c) are written from the new values while they are in L1, 2 bytes per
- * parameter instead of a later conversion pass reading 4 and writing 2. Each pass's traffic is counted
- * (optim_bytes) so the trainer and bench/bench_train.sh can hold its time against the copy bandwidth. */
+ * weights the linear layers read (cpu_wcache.c; their table wcache.h) are written from the new values while they
+ * are in L1, 2 bytes per parameter instead of a later conversion pass reading 4 and writing 2. Each pass's traffic
+ * is counted (optim_bytes) so the trainer and bench/bench_train.sh can hold its time against the copy bandwidth. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -41,16 +41,16 @@ static void adamw_chunk(const adamw_consts *k, float *restrict p, float *restric
 }
 
 /* The new values of params[a, b) into the span's copy: in row order, or into the weight's tiles. */
-static void write_copy(const llm4d_cpu_wspan *sp, const float *params, size_t a, size_t b) {
+static void write_copy(const llm4d_wspan *sp, const float *params, size_t a, size_t b) {
     if (a >= b) return;
+    const llm4d_wcopy *c = sp->c;
     const size_t e0 = sp->e_lo + (a - sp->lo), e1 = e0 + (b - a);
-    switch (sp->layout) {
+    switch ((llm4d_cpu_layout)c->k.layout) {
     case LLM4D_CPU_ROWS:
-        llm4d_cpu_convert_block(sp->fmt, (char *)sp->dst + (a - sp->lo) * llm4d_cpu_operand_bytes(sp->fmt), params + a,
-                                b - a);
+        llm4d_cpu_convert_block((llm4d_cpu_fmt)c->k.fmt, (char *)c->dst + e0 * c->k.esize, params + a, b - a);
         return;
-    case LLM4D_CPU_TILES_W: llm4d_amx_pack_b_range(sp->dst, sp->src, sp->rows, sp->cols, e0, e1); return;
-    case LLM4D_CPU_TILES_WT: llm4d_amx_pack_b_t_range(sp->dst, sp->src, sp->rows, sp->cols, e0, e1); return;
+    case LLM4D_CPU_TILES_W: llm4d_amx_pack_b_range(c->dst, c->k.src, c->k.rows, c->k.cols, e0, e1); return;
+    case LLM4D_CPU_TILES_WT: llm4d_amx_pack_b_t_range(c->dst, c->k.src, c->k.rows, c->k.cols, e0, e1); return;
     }
 }
 
@@ -58,12 +58,12 @@ static void write_copy(const llm4d_cpu_wspan *sp, const float *params, size_t a,
  * is in tiles, where tasks are groups of 16 whole rows of the weight (the first and last as the range cuts them),
  * so that the packers transpose whole tile columns instead of rows cut at arbitrary chunk ends, element by element
  * (4x slower). */
-static size_t next_cut(const llm4d_cpu_wspan *sp, int nsp, size_t i, size_t n) {
+static size_t next_cut(const llm4d_wspan *sp, int nsp, size_t i, size_t n) {
     size_t next = i + OPT_CHUNK < n ? i + OPT_CHUNK : n;
     for (int s = 0; s < nsp; s++) {
-        if (sp[s].layout == LLM4D_CPU_ROWS) continue;
+        if (sp[s].c->k.layout == LLM4D_CPU_ROWS) continue;
         if (i >= sp[s].lo && i < sp[s].hi) {
-            const size_t g = (size_t)16 * (size_t)sp[s].cols, e = sp[s].e_lo + (i - sp[s].lo);
+            const size_t g = (size_t)16 * (size_t)sp[s].c->k.cols, e = sp[s].e_lo + (i - sp[s].lo);
             const size_t end = sp[s].lo + ((e / g + 1) * g - sp[s].e_lo);
             return end < sp[s].hi ? end : sp[s].hi;
         }
@@ -81,8 +81,8 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
                             (float)(lr * sqrt(bc2) / bc1), (float)(eps * sqrt(bc2))};
     /* reads params, grads, m, v; writes params, m, v, and the gradients when zeroing them */
     cx->optim_bytes += (zero_grads ? 32.0 : 28.0) * (double)n;
-    llm4d_cpu_wspan *sp;
-    const int nsp = llm4d_cpu_wcache_spans(cx, params, n, &sp); /* low-precision copies to rewrite in the pass */
+    llm4d_wspan *sp;
+    const int nsp = llm4d_wcache_spans(&cx->wc, params, n, &sp); /* low-precision copies to rewrite in the pass */
     long ntasks = 0;
     for (size_t i = 0; i < n; i = next_cut(sp, nsp, i, n)) ntasks++;
     size_t *cut = malloc(((size_t)ntasks + 1) * sizeof *cut);
@@ -98,7 +98,7 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
             write_copy(&sp[s], params, i0 > sp[s].lo ? i0 : sp[s].lo, i0 + len < sp[s].hi ? i0 + len : sp[s].hi);
     }
     free(cut);
-    if (nsp) cx->optim_bytes += llm4d_cpu_wcache_refreshed(cx, params, n);
+    if (nsp) cx->optim_bytes += llm4d_wcache_refreshed(&cx->wc, params, n);
 }
 
 /* The sum of squares of one chunk, in double, as four quarters side by side: one running sum is a chain of

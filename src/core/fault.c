@@ -20,7 +20,7 @@ static const char *const ops[] = {[LLM4D_FAULT_WRITE] = "write", [LLM4D_FAULT_FS
 
 #define FORMS                                                                                                     \
     "<enospc|eio|eacces|erofs|edquot>[:<write|fsync|create|rename>]@N, collective@STEP, crash@STEP, cma@1, "   \
-    "shmshare@1 or bf16slow@1"
+    "shmshare@1, bf16slow@1 or bf16fast@1"
 
 llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     memset(f, 0, sizeof *f);
@@ -57,6 +57,10 @@ llm4d_code llm4d_fault_from_env(llm4d_fault *f, int rank, llm4d_err *err) {
     }
     if (len == 8 && strncmp(v, "bf16slow", 8) == 0) {
         f->op = LLM4D_FAULT_BF16SLOW;
+        return LLM4D_OK;
+    }
+    if (len == 8 && strncmp(v, "bf16fast", 8) == 0) {
+        f->op = LLM4D_FAULT_BF16FAST;
         return LLM4D_OK;
     }
     const char *colon = memchr(v, ':', len);

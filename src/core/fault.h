@@ -18,6 +18,9 @@
  *   LLM4D_FAULT=bf16slow@1           the CPU backend's measurement of its bf16 GEMMs against its fp32 ones (backend/cpu.c
  *                                    set_precision) reads bf16 as the slower, as on a CPU whose AVX512-BF16 kernels
  *                                    are (an Intel Xeon VM without AMX: issue 42)
+ *   LLM4D_FAULT=bf16fast@1           the same measurement reads bf16 as the faster whatever it measured (a test that
+ *                                    compares two backends of one process must not see them choose differently on
+ *                                    a loaded machine)
  *   LLM4D_FAULT_RANK=<r>             only rank r injects (default: every rank)
  *
  * Each checkpoint save counts its own operations from 1 (store_save.c keeps an llm4d_fault in its saver and the file
@@ -41,6 +44,7 @@ typedef enum {
     LLM4D_FAULT_CMA,
     LLM4D_FAULT_SHMSHARE,
     LLM4D_FAULT_BF16SLOW,
+    LLM4D_FAULT_BF16FAST,
     LLM4D_FAULT_CRASH, /* crash@STEP: the rank kills itself (SIGKILL) at its first collective of step STEP */
 } llm4d_fault_op;
 

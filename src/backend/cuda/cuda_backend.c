@@ -122,7 +122,7 @@ static void *cu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, s
 
 static void cu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
     if (!p) return;
-    llm4d_cuda_wcache_drop(cctx(be), p, bytes); /* copies of weights that lived here */
+    llm4d_wcache_drop(&cctx(be)->wc, p, bytes); /* copies of weights that lived here */
     llm4d_cuda_dev_free(cctx(be), p);
     llm4d_mem_account(mem, c, -(long long)bytes);
 }
@@ -244,7 +244,7 @@ static void cu_stream_sync(llm4d_backend *be, llm4d_stream s) { CU_CHECK(cudaStr
 
 static size_t cu_workspace_bytes(llm4d_backend *be) {
     const cuda_ctx *cx = cctx(be);
-    size_t n = cx->lt_ws_bytes + llm4d_cuda_wcache_bytes(cx);
+    size_t n = cx->lt_ws_bytes + llm4d_wcache_bytes(&cx->wc);
     for (int w = 0; w < WS_N; w++) n += cx->ws_cap[w];
     return n;
 }
@@ -269,7 +269,7 @@ static void cu_destroy(llm4d_backend *be) {
     if (cx) {
         for (int s = 0; s < LLM4D_NSTREAMS; s++)
             if (cx->stream[s]) cudaStreamSynchronize(cx->stream[s]);
-        llm4d_cuda_wcache_free(cx);
+        llm4d_wcache_free(&cx->wc);
         llm4d_cuda_gemm_free(cx);
         llm4d_cuda_timers_destroy(cx->tm);
         if (cx->red_host) cudaFreeHost(cx->red_host);
@@ -354,6 +354,7 @@ llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, int host_rank, llm4d_e
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory creating the CUDA backend");
     }
     be->ctx = cx;
+    llm4d_cuda_wcache_init(cx);
     const llm4d_code rc = setup(cx, host_rank, err);
     if (rc != LLM4D_OK) {
         cu_destroy(be);

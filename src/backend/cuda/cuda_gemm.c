@@ -405,7 +405,7 @@ static size_t cu_weight_copy_bytes(llm4d_backend *be, llm4d_precision prec) {
 }
 
 static void cu_weights_changed(llm4d_backend *be, const void *p, size_t bytes) {
-    llm4d_cuda_wcache_changed(cctx(be), p, bytes);
+    llm4d_wcache_stale(&cctx(be)->wc, p, bytes);
 }
 
 static void cu_describe_gemms(llm4d_backend *be, char *buf, size_t n) {

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/dev_arena.h"
+#include "backend/wcache.h"
 
 /* A CUDA or cuBLAS failure inside a method (which returns no error code) is a broken device or a bug: abort with
  * where and what, as LLM4D_ASSERT does. The creation path returns errors instead. */
@@ -43,7 +44,6 @@ void llm4d_cuda_die(const char *file, int line, const char *what, const char *wh
 const char *cublasLt_status(cublasStatus_t s);
 
 typedef struct cuda_timers cuda_timers;
-typedef struct cuda_wcache cuda_wcache;
 typedef struct cuda_gemms cuda_gemms;
 
 /* Workspaces the backend keeps in device memory, grown (never shrunk) to the largest request. */
@@ -83,7 +83,7 @@ typedef struct {
     size_t sample_cap;
     int attn_simt_only;                 /* tests: the portable attention kernels even where tensor cores could run */
     cuda_timers *tm;
-    cuda_wcache *wc;
+    llm4d_wcache wc;                    /* low-precision copies of the weights (wcache.h; cuda_wcache.c) */
     cuda_gemms *gm;
     double optim_bytes;
 } cuda_ctx;
@@ -112,17 +112,11 @@ void llm4d_cuda_work_end(cuda_ctx *cx, int mark);
 /* seconds and calls per kind so far (synchronises the compute stream) */
 void llm4d_cuda_timers_read(cuda_ctx *cx, double *seconds, double *calls);
 
-/* cuda_wcache.c: the copy of weight w (n elements) in the operands' type cx->fmt, converted now if missing or
- * stale (w itself in fp32). */
+/* cuda_wcache.c: the weights' low-precision copies in device memory (the table, cx->wc, is wcache.h's). init gives
+ * the table its storage (at creation); weight is the copy of weight w (n elements) in the operands' type cx->fmt,
+ * converted now if missing or stale (w itself in fp32). */
+void llm4d_cuda_wcache_init(cuda_ctx *cx);
 const void *llm4d_cuda_weight(cuda_ctx *cx, const float *w, size_t n);
-void llm4d_cuda_wcache_changed(cuda_ctx *cx, const void *p, size_t bytes); /* p NULL: all stale */
-void llm4d_cuda_wcache_drop(cuda_ctx *cx, const void *p, size_t bytes);    /* memory going away */
-/* the copies overlapping p[0, n), as spans of the range (valid until the next call); their number */
-int llm4d_cuda_wcache_spans(cuda_ctx *cx, const float *p, size_t n, llm4d_cuda_span **out);
-/* the optimizer rewrote the copies of p[0, n); returns the bytes it wrote */
-double llm4d_cuda_wcache_refreshed(cuda_ctx *cx, const float *p, size_t n);
-size_t llm4d_cuda_wcache_bytes(const cuda_ctx *cx);
-void llm4d_cuda_wcache_free(cuda_ctx *cx);
 
 /* cuda_gemm.c: cuBLASLt set-up and the linear-layer methods installed into the table */
 llm4d_code llm4d_cuda_gemm_init(cuda_ctx *cx, llm4d_err *err);

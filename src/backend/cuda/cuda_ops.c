@@ -199,7 +199,7 @@ static void cu_attention_cached(llm4d_backend *be, float *out, const float *qkv,
 /* the optimizer */
 
 static int by_lo(const void *a, const void *b) {
-    const llm4d_cuda_span *x = a, *y = b;
+    const llm4d_wspan *x = a, *y = b;
     return (x->lo > y->lo) - (x->lo < y->lo);
 }
 
@@ -210,8 +210,8 @@ static void cu_adamw(llm4d_backend *be, float *params, float *grads, float *m, f
     const llm4d_cuda_adamw k = {grad_scale, lr * wd, beta1, beta2, 1.0f - beta1, 1.0f - beta2,
                                 (float)(lr * sqrt(bc2) / bc1), (float)(eps * sqrt(bc2))};
     cx->optim_bytes += (zero_grads ? 32.0 : 28.0) * (double)n;
-    llm4d_cuda_span *sp;
-    const int nsp = llm4d_cuda_wcache_spans(cx, params, n, &sp);
+    llm4d_wspan *sp;
+    const int nsp = llm4d_wcache_spans(&cx->wc, params, n, &sp);
     qsort(sp, (size_t)nsp, sizeof *sp, by_lo);
     for (int i = 1; i < nsp; i++)
         LLM4D_ASSERT(sp[i].lo >= sp[i - 1].hi, "cuda: weight copies overlap inside one optimizer range (%zu < %zu)",
@@ -224,9 +224,10 @@ static void cu_adamw(llm4d_backend *be, float *params, float *grads, float *m, f
             const int cnt = nsp - first < LLM4D_CUDA_MAX_SPANS ? nsp - first : LLM4D_CUDA_MAX_SPANS;
             const size_t b = first + cnt < nsp ? sp[first + cnt].lo : n;
             llm4d_cuda_span local[LLM4D_CUDA_MAX_SPANS];
-            for (int j = 0; j < cnt; j++) {
-                local[j] = sp[first + j];
-                local[j].lo -= a, local[j].hi -= a;
+            for (int j = 0; j < cnt; j++) { /* the kernel's span: dst is the copy of the run's first element */
+                const llm4d_wspan *w = &sp[first + j];
+                local[j] = (llm4d_cuda_span){w->lo - a, w->hi - a, (char *)w->c->dst + w->e_lo * w->c->k.esize,
+                                             w->c->k.fmt};
             }
             if (b > a)
                 llm4d_k_adamw(cstream(be), params + a, grads + a, m + a, v + a, b - a, k, zero_grads, local, cnt);
@@ -234,7 +235,7 @@ static void cu_adamw(llm4d_backend *be, float *params, float *grads, float *m, f
             first += cnt;
         } while (first < nsp || a < n);
     });
-    if (nsp) cx->optim_bytes += llm4d_cuda_wcache_refreshed(cx, params, n);
+    if (nsp) cx->optim_bytes += llm4d_wcache_refreshed(&cx->wc, params, n);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
