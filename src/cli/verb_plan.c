@@ -5,7 +5,7 @@
  *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain [--explain_lines N]] [--json]
  *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json]
  *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
- *              [--calibrate_budget SECONDS]
+ *              [--calibrate_budget SECONDS] [--machine [--calibrate_grid HIDDENS:SEQUENCES]]
  *
  * Every answer names the precision it priced in its first lines (plan/report.h); --explain summarises the
  * rejections by reason before any layout's own line, and lists at most --explain_lines (50) layouts per reason.
@@ -21,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/job.h"
 #include "plan/calibrate.h"
+#include "plan/grid.h"
 #include "plan/coverage.h"
 #include "plan/evaluate.h"
 #include "plan/explain.h"
@@ -38,6 +39,7 @@ static const char usage[] =
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
     "                  [--hostfile FILE --nodes N] [--machine_profile FILE] [--calibrate_budget SECONDS]\n"
+    "                  [--machine [--calibrate_grid HIDDENS:SEQUENCES]]\n"
     "\n"
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
@@ -58,7 +60,10 @@ static const char usage[] =
     "600; 0: no bound) it measures no new model part and says how many it left (priced from the nearest measured).\n"
     "Run again into the same profile on the same machine, it continues: what the file holds is kept, not measured\n"
     "again (remove the file to measure afresh). A profile measured for another model or sequence length that\n"
-    "cannot price this one is refused, naming the calibration to run.\n"
+    "cannot price this one is refused, naming the calibration to run. With --machine the kernels measured are not\n"
+    "the model's but a grid's, once per machine and thread count: one-layer GPTs over hidden sizes and sequences\n"
+    "(--calibrate_grid, default " LLM4D_GRID_DEFAULT ": gpt2-tiny, gpt2-en and gpt2-medium at sequences 64 to 1024)\n"
+    "in fp32 and bf16; any model whose calls lie within the grid is then priced from it by interpolation.\n"
     "\n"
     "The Plan.* keys (llm4d train --help lists them) may be given in the YAML file as well.\n";
 
@@ -68,7 +73,8 @@ static int fail(const char *what) {
 }
 
 typedef struct {
-    int evaluate, calibrate, explain, json, quick, no_memo;
+    int evaluate, calibrate, explain, json, quick, no_memo, machine;
+    const char *grid;  /* --calibrate_grid (NULL: the default) */
     int explain_lines; /* rejected layouts listed per reason (0: all) */
     double budget_s;   /* --calibrate_budget: seconds of kernel measurement (0: no bound) */
     const char *hostfile;
@@ -81,6 +87,11 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
         if (i > 0 && !strcmp(argv[i], "--evaluate")) sw->evaluate = 1;
         else if (i > 0 && !strcmp(argv[i], "--calibrate")) sw->calibrate = 1;
         else if (i > 0 && !strcmp(argv[i], "--explain")) sw->explain = 1;
+        else if (i > 0 && !strcmp(argv[i], "--machine")) sw->machine = 1;
+        else if (i > 0 && !strcmp(argv[i], "--calibrate_grid")) {
+            if (i + 1 >= argc) *bad = -1000000001;
+            else sw->grid = argv[++i], sw->machine = 1;
+        }
         else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
         else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
         /* no shortcut (every rank's memory plan counted afresh, every layout's collectives priced): the oracle
@@ -305,6 +316,23 @@ int llm4d_cmd_plan(int argc, char **argv) {
                     "no bound), as in --calibrate_budget 600");
         goto out;
     }
+    if (bad == -1000000001) {
+        code = fail("--calibrate_grid needs HIDDENS:SEQUENCES, as in --calibrate_grid " LLM4D_GRID_DEFAULT);
+        goto out;
+    }
+    if (sw.machine && !sw.calibrate) {
+        code = fail("--machine and --calibrate_grid go with --calibrate (a machine calibration), as in `llm4d plan "
+                    "--calibrate --machine`");
+        goto out;
+    }
+    if (sw.machine) {
+        llm4d_grid g;
+        char why[256];
+        if (!llm4d_grid_parse(sw.grid, &g, why, sizeof why)) {
+            code = fail(why);
+            goto out;
+        }
+    }
     if (bad < 0) {
         code = fail("--explain_lines needs a count of rejected layouts to list per reason (0: all), as in "
                     "--explain_lines 50");
@@ -327,7 +355,8 @@ int llm4d_cmd_plan(int argc, char **argv) {
         if (k > 0) self[k] = 0;
         const llm4d_calibrate_opts o = {.profile_path = path, .hostfile = sw.hostfile, .self = self, .base = cfg,
                                         .global = cfg->global_batch_size, .max_ranks = cfg->plan.ranks_per_node * (sw.hostfile ? cfg->plan.nodes : 1),
-                                        .quick = sw.quick, .budget_s = sw.budget_s};
+                                        .quick = sw.quick, .budget_s = sw.budget_s, .machine = sw.machine,
+                                        .grid = sw.grid};
         const llm4d_code rc = llm4d_calibrate(&o, &err);
         if (rc != LLM4D_OK) {
             code = rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);

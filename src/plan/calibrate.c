@@ -19,6 +19,7 @@
 #include "core/proc.h"
 #include "plan/coverage.h"
 #include "plan/data_mem.h"
+#include "plan/grid.h"
 #include "plan/layout.h"
 #include "plan/replay.h"
 #include "plan/search.h"
@@ -100,7 +101,7 @@ static int by_bytes(const void *a, const void *b) {
  * median, taken before, left out the slow occurrences every step meets: 1-process layouts of gpt2-tiny were
  * predicted 9-13 % fast on a Sapphire Rapids VM). */
 static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm4d_backend *be, int threads, int prec,
-                                int reps, int *added, llm4d_err *err) {
+                                int reps, double span_s, int *added, llm4d_err *err) {
     const llm4d_rec *r = &t->rec;
     int fresh = 0;
     for (int i = 0; i < r->n && !fresh; i++)
@@ -113,7 +114,12 @@ static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm
         llm4d_replay_free(&rp);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
+    const double w0 = omp_get_wtime();
     llm4d_replay_run(&rp, 0, r->n, NULL); /* warm up: first-touch pages, the library's kernels generated */
+    /* span_s > 0: as many repetitions (at most reps) as fit in about span_s, at the warm-up's pace (a grid point of
+     * hidden 1024 at sequence 1024 replays for seconds, one of hidden 64 in milliseconds) */
+    const double warm = omp_get_wtime() - w0;
+    if (span_s > 0 && warm > 0 && span_s / warm < reps) reps = span_s / warm >= 1 ? (int)(span_s / warm) : 1;
     for (int k = 0; k < reps; k++) llm4d_replay_run(&rp, 0, r->n, s + (size_t)k * r->n);
     llm4d_replay_free(&rp);
     llm4d_code rc = LLM4D_OK;
@@ -165,7 +171,7 @@ static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int 
         r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_SUMSQ, .d = {sizes[i]}, .p = {b[1]}};
         llm4d_mbtrace t = {.rec = r};
         int added = 0;
-        const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, quick ? 2 : 5, &added, err);
+        const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, quick ? 2 : 5, 0, &added, err);
         llm4d_rec_free(&r);
         LLM4D_TRY(rc);
     }
@@ -265,7 +271,7 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
             if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
             llm4d_pp_plan_free(&pp);
             if (rc != LLM4D_OK) break;
-            rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, &added, err);
+            rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, 0, &added, err);
             llm4d_mbtrace_free(&t);
             if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
             done_mib += x.t[i].bytes / 1048576.0;
@@ -299,6 +305,88 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
     llm4d_profile_sort(prof);
     free(x.t);
     free(x.cfg);
+    return rc;
+}
+
+/* The kernels over the grid (grid.h) instead of the model's: every point at every thread count, in fp32 and bf16
+ * (quick: the asked precision), smallest first, the profile saved after every point that measured something, a
+ * progress line every few seconds, the time budget shared by the thread counts as measure_kernels shares it. */
+static llm4d_code measure_grid(const llm4d_calibrate_opts *o, const llm4d_grid *g, llm4d_profile *prof, progress *pg,
+                               llm4d_err *err) {
+    const int asked = llm4d_memplan_precision(o->base);
+    int precs[2] = {LLM4D_PREC_FP32, LLM4D_PREC_BF16}, n_prec = 2;
+    if (o->quick) precs[0] = asked, n_prec = 1;
+    const int nT = prof->cores < LLM4D_PROF_MAXT ? prof->cores : LLM4D_PROF_MAXT, n_pts = g->n_hidden * g->n_seq;
+    const double span = o->quick ? 0.2 : 2.0; /* seconds of repetitions per point, after its warm-up */
+    char desc[128];
+    llm4d_grid_describe(g, desc, sizeof desc);
+    fprintf(stderr, "llm4d plan --calibrate --machine: %d grid points (%s), each a one-layer GPT replayed in %s at 1 to "
+            "%d threads; a progress line every %.0f s%s\n", n_pts, desc, n_prec == 2 ? "fp32 and bf16" :
+            asked == LLM4D_PREC_FP32 ? "fp32" : "bf16", nT, PROGRESS_S, pg->deadline > 0 ? "" : " (no time budget)");
+    llm4d_config *cfg = malloc(sizeof *cfg);
+    if (!cfg) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = LLM4D_OK;
+    int late_max = 0;
+    for (int T = 1; rc == LLM4D_OK && T <= nT; T++) {
+        const double t0 = omp_get_wtime();
+        const double until = pg->deadline > 0 ? t0 + (pg->deadline - t0) / (nT - T + 1) : 0;
+        int added = 0, late = 0;
+        for (int q = 0; rc == LLM4D_OK && q < n_prec; q++) {
+            const int prec = precs[q];
+            llm4d_backend *be = NULL;
+            rc = llm4d_backend_cpu_create(&be, T, err);
+            if (rc == LLM4D_OK && prec != LLM4D_PREC_FP32) rc = be->set_precision(be, prec, err);
+            if (rc != LLM4D_OK) {
+                if (be) be->destroy(be);
+                break;
+            }
+            prof->gemm_gflops[prec][T] = be->matmul_peak_gflops ? be->matmul_peak_gflops(be) : 0;
+            if (!(prof->mem_gbps[T] > 0)) prof->mem_gbps[T] = copy_gbps(be);
+            /* smallest first: hidden inner, so a budget cut leaves the largest points */
+            for (int si = 0; rc == LLM4D_OK && si < g->n_seq; si++)
+                for (int hi = 0; rc == LLM4D_OK && hi < g->n_hidden; hi++) {
+                    const int C = g->hidden[hi], S = g->seq[si], point = q * n_pts + si * g->n_hidden + hi + 1;
+                    if (until > 0 && omp_get_wtime() > until) {
+                        late++;
+                        continue;
+                    }
+                    llm4d_pp_plan pp;
+                    llm4d_topology topo;
+                    llm4d_mbtrace t;
+                    const int before = added;
+                    rc = llm4d_grid_config(C, S, prec != LLM4D_PREC_FP32, cfg, &pp, err);
+                    if (rc == LLM4D_OK) rc = llm4d_layout_stage_topo(cfg, 0, &topo, err);
+                    if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, cfg, &topo, &pp, be, err);
+                    llm4d_pp_plan_free(&pp);
+                    if (rc != LLM4D_OK) break;
+                    rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, span, &added, err);
+                    llm4d_mbtrace_free(&t);
+                    if (rc == LLM4D_OK && added > before) rc = checkpoint(prof, pg, err);
+                    const double now = omp_get_wtime();
+                    if (now - pg->last_line >= PROGRESS_S || point == n_prec * n_pts) {
+                        char a[32], b[32];
+                        fprintf(stderr, "llm4d plan --calibrate --machine: %d thread%s, %s: point %d of %d (hidden %d, "
+                                "sequence %d), %d new shapes; %s elapsed%s%s; resident %.0f MiB\n", T, T == 1 ? "" : "s",
+                                prec == LLM4D_PREC_FP32 ? "fp32" : "bf16", point, n_prec * n_pts, C, S, added,
+                                mmss(now - pg->t0, a, sizeof a), pg->deadline > 0 ? ", budget left " : "",
+                                pg->deadline > 0 ? mmss(pg->deadline - now, b, sizeof b) : "",
+                                (double)llm4d_heap_resident() / 1048576.0);
+                        pg->last_line = now;
+                    }
+                }
+            if (rc == LLM4D_OK) rc = measure_optimizer(prof, be, T, prec, o->quick, err);
+            be->destroy(be);
+        }
+        if (rc == LLM4D_OK) rc = checkpoint(prof, pg, err);
+        fprintf(stderr, "llm4d plan --calibrate --machine: %d thread%s: %d kernel shapes in %.1f s (%d points left for "
+                "the time budget), GEMM peak %.1f GFLOP/s, copy %.1f GB/s\n", T, T == 1 ? "" : "s", added,
+                omp_get_wtime() - t0, late, prof->gemm_gflops[asked][T], prof->mem_gbps[T]);
+        if (late > late_max) late_max = late;
+    }
+    pg->late = late_max;
+    prof->parts_skipped = late_max;
+    llm4d_profile_sort(prof);
+    free(cfg);
     return rc;
 }
 
@@ -347,6 +435,15 @@ static void share_shape(const llm4d_calibrate_opts *o, int *seq, int *layers) {
     free(base), free(cfg);
 }
 
+/* The model the jobs and the training run measure on: the asked model (its sequence bounded: share_shape), or for a
+ * machine calibration, which has none, two blocks of gpt2-en at sequence 64 (the presets' usual GEMMs; its twelve
+ * blocks at 1024 took each rank 2.8 GB and minutes of a loaded 2-vCPU VM for ratios that two blocks measure). */
+static const char *jobs_model(const llm4d_calibrate_opts *o, int *seq, int *layers) {
+    if (o->machine) return *seq = 64, *layers = 2, "gpt2-en";
+    share_shape(o, seq, layers);
+    return o->base->model.name_or_path[0] ? o->base->model.name_or_path : "gpt2-en";
+}
+
 /* One measuring job of k ranks (the worker writes its findings as a profile fragment to out). */
 static llm4d_code job(const llm4d_calibrate_opts *o, const char *dir, int k, int threads, const char *out,
                       llm4d_err *err) {
@@ -365,10 +462,9 @@ static llm4d_code job(const llm4d_calibrate_opts *o, const char *dir, int k, int
     }
     argv[n++] = "__plancal", argv[n++] = "--out", argv[n++] = (char *)out, argv[n++] = "--threads";
     argv[n++] = th;
-    argv[n++] = "--model", argv[n++] = (char *)o->base->model.name_or_path;
     char seq[16], layers[16];
     int S, L;
-    share_shape(o, &S, &L);
+    argv[n++] = "--model", argv[n++] = (char *)jobs_model(o, &S, &L);
     snprintf(seq, sizeof seq, "%d", S);
     snprintf(layers, sizeof layers, "%d", L);
     argv[n++] = "--seq", argv[n++] = seq, argv[n++] = "--layers", argv[n++] = layers;
@@ -518,7 +614,26 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
     }
     prof.calibrated = 1, prof.complete = 0;
     snprintf(prof.setup, sizeof prof.setup, "%s", setup);
-    measured_for(&o, what, sizeof what);
+    llm4d_grid grid;
+    if (o.machine) {
+        char why[256];
+        if (!llm4d_grid_parse(o.grid, &grid, why, sizeof why)) {
+            llm4d_profile_free(&prof);
+            return llm4d_fail(err, LLM4D_EUSER, "%s", why);
+        }
+        char desc[128];
+        llm4d_grid_describe(&grid, desc, sizeof desc);
+        snprintf(what, sizeof what, "a machine grid (%s), %s", desc,
+                 o.quick ? (llm4d_memplan_precision(o.base) == LLM4D_PREC_FP32 ? "fp32" : "bf16") : "fp32 and bf16");
+        /* a grid measured before into this file is kept (its points replay nothing): the two grids' union */
+        if (prof.machine && strcmp(prof.grid, desc))
+            fprintf(stderr, "llm4d plan --calibrate --machine: %s held the grid %s; adding %s\n", o.profile_path,
+                    prof.grid, desc);
+        prof.machine = 1;
+        snprintf(prof.grid, sizeof prof.grid, "%s", desc);
+    } else {
+        measured_for(&o, what, sizeof what);
+    }
     llm4d_profile_add_for(&prof, what);
     /* the directory of the profile must exist (the default one is made) */
     char dir[LLM4D_PATH_MAX];
@@ -561,14 +676,14 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         char log[1200], outd[1200], seq[16], layers[48], steps[16];
         snprintf(log, sizeof log, "%s/train.log", tmp);
         snprintf(outd, sizeof outd, "%s/out", tmp);
-        snprintf(seq, sizeof seq, "%d", o.base->data.max_seq_len);
-        int share_seq, L;
-        share_shape(&o, &share_seq, &L); /* the model's layers as finalized */
+        int share_seq, L; /* the model's layers as finalized */
+        const char *model = jobs_model(&o, &share_seq, &L);
+        snprintf(seq, sizeof seq, "%d", o.machine ? share_seq : o.base->data.max_seq_len);
         snprintf(layers, sizeof layers, "Model.num_layers=%d", L);
         snprintf(steps, sizeof steps, "%d", RUN_STEPS);
         /* through a shell that forks it: a process started straight from this one would inherit this one's peak
          * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
-        char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o.self, "train", "--model_name_or_path", (char *)o.base->model.name_or_path,
+        char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o.self, "train", "--model_name_or_path", (char *)model,
                         "--input_dir", (char *)o.base->data.input_dir, "--max_seq_len", seq, "-o", layers,
                         "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", steps, "--save_steps",
                         "-1", "--logging_freq", "1", "--output_dir", outd, "--use_amp",
@@ -587,6 +702,7 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         if (run) {
             *run = *o.base;
             run->global_batch_size = 1, run->local_batch_size = 1, run->max_steps = RUN_STEPS;
+            run->data.max_seq_len = atoi(seq); /* the run's (a machine calibration's: its own) */
             llm4d_err derr = {0};
             if (llm4d_plan_data_bytes(run, 1, &data, &derr) != LLM4D_OK) data = 0;
             free(run);
@@ -598,7 +714,7 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
                 "plan (its own plan %.1f MiB, peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned,
                 peak);
     }
-    if (rc == LLM4D_OK) rc = measure_kernels(&o, &prof, &pg, err);
+    if (rc == LLM4D_OK) rc = o.machine ? measure_grid(&o, &grid, &prof, &pg, err) : measure_kernels(&o, &prof, &pg, err);
     prof.complete = rc == LLM4D_OK && pg.late == 0;
     if (rc == LLM4D_OK) rc = checkpoint(&prof, &pg, err);
     if (rc == LLM4D_OK) {
@@ -606,9 +722,9 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         fprintf(stderr, "llm4d plan --calibrate: wrote %s (%d kernel shapes, %d collective series) in %s", o.profile_path,
                 prof.n_kernels, prof.n_colls, mmss(omp_get_wtime() - pg.t0, a, sizeof a));
         if (pg.late)
-            fprintf(stderr, "; the time budget (--calibrate_budget %.0f) left %d of the model's parts unmeasured, "
+            fprintf(stderr, "; the time budget (--calibrate_budget %.0f) left %d of the %s unmeasured, "
                     "priced from the nearest measured: run the same command again to measure them\n", o.budget_s,
-                    pg.late);
+                    pg.late, o.machine ? "grid points" : "model's parts");
         else
             fputc('\n', stderr);
     }

@@ -13,6 +13,12 @@
  *                the same across its hosts;
  *   shares       the recorded model run by k ranks at once against one alone; the overlap rate of a background
  *                all-reduce progressed between kernels, as the engines progress theirs.
+ * With machine set (`--calibrate --machine`), the kernels are not the model's but a grid's (plan/grid.h): one-layer
+ * GPTs over hidden sizes and sequences, recorded and replayed the same way in fp32 and bf16 (--quick: the asked
+ * precision only) at every thread count, each replayed as often as about two seconds allow (at least once after
+ * its warm-up); the profile is then marked a machine profile, priced by interpolation in the grid for any model
+ * inside it (plan/price.h, plan/coverage.h). A model calibration into the same file later adds that model's own
+ * calls on top (they price exactly).
  * The multi-rank measurements run as a job of the hidden verb `__plancal` under `llm4d launch`; they come first,
  * then the kernels until the time budget is spent (the parts not reached are priced from the nearest measured).
  * The profile is written after every job and every model part that measured something, marked unfinished until
@@ -34,6 +40,8 @@ typedef struct {
     int max_ranks;             /* ranks per host to measure up to */
     int quick;                 /* fewer sizes and repetitions (the tests) */
     double budget_s;           /* seconds after which no new model part is measured (0: no bound) */
+    int machine;               /* the kernels over a grid of shapes, not the model's (plan/grid.h) */
+    const char *grid;          /* that grid, HIDDENS:SEQUENCES (NULL: LLM4D_GRID_DEFAULT) */
 } llm4d_calibrate_opts;
 
 llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o, llm4d_err *err);

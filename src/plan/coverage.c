@@ -1,6 +1,7 @@
 /* coverage.c — whether a measured machine profile can price a model (see coverage.h): the model's calls for one
  * process and micro-batch 1 recorded, each looked up among the profile's measured calls of its method (at any
- * thread count: price.c scales between thread counts by the profile's rates). */
+ * thread count: price.c scales between thread counts by the profile's rates); a machine profile's grid covers a
+ * call whose every size lies within the sizes it measured of that kind. */
 #include "plan/coverage.h"
 
 #include <math.h>
@@ -94,6 +95,64 @@ static void calibrate_command(const llm4d_config *base, const llm4d_config *fin,
              base->use_amp ? " --use_amp true" : "", path);
 }
 
+/* A machine profile (a grid: plan/grid.h) covers call c when the calls it measured of c's method, element types,
+ * dropout and flags span c's every size: each size between the smallest and the largest measured (price.c
+ * interpolates inside, and only extrapolates beyond). 1 when it does; otherwise the first size outside, and the
+ * measured range of it (lo > hi: nothing of c's kind measured). */
+static int in_grid(const llm4d_profile *p, const llm4d_rc_call *c, int prec, int *dim, int64_t *lo, int64_t *hi) {
+    int64_t mn[LLM4D_RC_DIMS] = {0}, mx[LLM4D_RC_DIMS] = {0};
+    int any = 0;
+    const int f = first_flag(c->op);
+    for (int k = 0; k < p->n_kernels; k++) {
+        const llm4d_prof_kernel *m = &p->kernels[k];
+        if (m->prec != prec || !isfinite(off_by(c, m))) continue;
+        for (int i = 0; i < f; i++) {
+            mn[i] = any && mn[i] < m->d[i] ? mn[i] : m->d[i];
+            mx[i] = any && mx[i] > m->d[i] ? mx[i] : m->d[i];
+        }
+        any = 1;
+    }
+    *dim = 0, *lo = 1, *hi = 0;
+    if (!any) return 0;
+    for (int i = 0; i < f; i++)
+        if (c->d[i] < mn[i] || c->d[i] > mx[i]) return *dim = i, *lo = mn[i], *hi = mx[i], 0;
+    return 1;
+}
+
+/* The refusal of a machine profile: the first of the model's calls outside its grid, named with the grid's range. */
+static llm4d_code grid_coverage(const llm4d_profile *p, const char *path, const llm4d_config *cfg, const llm4d_rec *r,
+                                int prec, llm4d_err *err) {
+    int n_out = 0, n_calls = 0, dim = 0, out_rank = 0;
+    int64_t lo = 0, hi = 0;
+    const llm4d_rc_call *out = NULL;
+    for (int i = 0; i < r->n; i++) {
+        const llm4d_rc_call *c = &r->calls[i];
+        if (c->op >= LLM4D_RC_NKERNELS) continue;
+        n_calls++;
+        int d;
+        int64_t a, b;
+        if (in_grid(p, c, prec, &d, &a, &b)) continue;
+        /* named as the other refusal names it: a GEMM or attention first, then the model's other layers */
+        const int rank = (strcmp(op_name(c->op), "kernel") != 0) + 2 * (c->op == LLM4D_RC_LINEAR_FWD ||
+                                                                          c->op == LLM4D_RC_ATTN_FWD);
+        if (!out || rank > out_rank) out = c, dim = d, lo = a, hi = b, out_rank = rank;
+        n_out++;
+    }
+    if (!out) return LLM4D_OK;
+    char a[96], range[160];
+    const char *pname = prec == LLM4D_PREC_FP32 ? "fp32" : "bf16";
+    sizes(out->d, out->op, a, sizeof a);
+    if (lo > hi) snprintf(range, sizeof range, "the grid measured no %s %s of its kind", pname, op_name(out->op));
+    else snprintf(range, sizeof range, "its size %d (%lld) is outside the grid's %lld..%lld", dim + 1,
+                  (long long)out->d[dim], (long long)lo, (long long)hi);
+    return llm4d_fail(err, LLM4D_EUSER, "machine profile %s (a machine calibration over %s) cannot price %.100s (hidden "
+                      "%d, %d heads) at sequence %d in %s: %d of the model's %d calls are outside its grid, among them its %s "
+                      "%s (%s); calibrate a grid that holds it with `llm4d plan --calibrate --machine --calibrate_grid "
+                      "HIDDENS:SEQUENCES%s --machine_profile %s`", path, p->grid, cfg->model.name_or_path,
+                      cfg->model.hidden_size, cfg->model.num_attention_heads, cfg->data.max_seq_len, pname, n_out,
+                      n_calls, op_name(out->op), a, range, prec == LLM4D_PREC_FP32 ? "" : " --use_amp true", path);
+}
+
 llm4d_code llm4d_profile_coverage(const llm4d_profile *p, const char *path, const llm4d_config *base,
                                   llm4d_err *err) {
     if (!p->calibrated && p->n_kernels == 0) return LLM4D_OK; /* rates only: priced by them, as it says */
@@ -112,6 +171,12 @@ llm4d_code llm4d_profile_coverage(const llm4d_profile *p, const char *path, cons
     }
     llm4d_pp_plan_free(&pp);
     const int prec = llm4d_memplan_precision(cfg);
+    if (p->machine) {
+        const llm4d_code rc = grid_coverage(p, path, cfg, &t.rec, prec, err);
+        llm4d_mbtrace_free(&t);
+        free(cfg);
+        return rc;
+    }
     /* the call the profile is farthest from, and its nearest measured call */
     double worst = 1;
     int n_far = 0, n_calls = 0, far_rank = 0;

@@ -7,7 +7,9 @@
  * process and micro-batch 1 (its shapes: hidden size, heads, sequence, vocabulary, precision) are each looked up,
  * and one that no measured call of its method is close to makes the planner refuse, in one line naming the
  * profile, what it was measured for and the calibration to run. A profile written by hand (rates only, as the
- * published GPU ones) has no measured calls and is not asked. */
+ * published GPU ones) has no measured calls and is not asked. A machine profile (`--calibrate --machine`: a grid of
+ * shapes, plan/grid.h) is asked whether every call lies within its grid (each size between the smallest and the
+ * largest it measured of the call's kind), whatever model it is; it names the first call outside otherwise. */
 #ifndef LLM4D_PLAN_COVERAGE_H
 #define LLM4D_PLAN_COVERAGE_H
 

@@ -70,6 +70,70 @@ static double distance(const llm4d_rc_call *c, const llm4d_prof_kernel *k) {
 
 static double work_of(const llm4d_rc_call *c) { return is_gemm(c->op) ? llm4d_rc_flops(c) : llm4d_rc_bytes(c); }
 
+static double kernel_work(const llm4d_prof_kernel *k) {
+    llm4d_rc_call like = {.op = k->op, .ty = k->ty, .drop = k->drop ? 0.1f : 0.0f};
+    memcpy(like.d, k->d, sizeof like.d);
+    return work_of(&like);
+}
+
+/* Whether measured call k is c's kind: the same element types, dropout and flags (only its sizes differ). */
+static int same_kind(const llm4d_rc_call *c, const llm4d_prof_kernel *k) {
+    if (k->ty != c->ty || k->drop != (c->drop > 0)) return 0;
+    int first_flag = LLM4D_RC_DIMS;
+    if (c->op == LLM4D_RC_LINEAR_FWD || c->op == LLM4D_RC_LINEAR_BWD) first_flag = 3;
+    if (c->op == LLM4D_RC_XENT_FWD || c->op == LLM4D_RC_XENT_BWD) first_flag = 2;
+    for (int i = first_flag; i < LLM4D_RC_DIMS; i++)
+        if (c->d[i] != k->d[i]) return 0;
+    return 1;
+}
+
+/* A machine profile's price of c (price.h): 0 when its grid holds no call of c's kind. The neighbours on either
+ * side of c's work are the nearest in shape (log distance) among those of the kind: a GEMM's rate depends on its
+ * shape, not on its work alone, so the nearest shapes carry it; between them the time follows a power of the work
+ * (log-log), which holds a kernel's fixed cost at small sizes and its rate at large ones. */
+static int grid_price(const llm4d_pricer *pr, const llm4d_rc_call *c, double s[LLM4D_WORK_N]) {
+    const llm4d_profile *p = pr->prof;
+    const double w = work_of(c);
+    if (!(w > 0)) return 0;
+    int t = 0, lo = 0, hi = 0;
+    for (int dt = 0; dt < LLM4D_PROF_MAXT && !t; dt++)
+        for (int sign = -1; sign <= 1 && !t; sign += 2) {
+            const int u = pr->threads + sign * dt;
+            if (u < 1) continue;
+            range_of(p, c->op, pr->prec, u, &lo, &hi);
+            for (int i = lo; i < hi && !t; i++)
+                if (same_kind(c, &p->kernels[i])) t = u;
+        }
+    if (!t) return 0;
+    range_of(p, c->op, pr->prec, t, &lo, &hi);
+    const llm4d_prof_kernel *below = NULL, *above = NULL;
+    double d_below = INFINITY, d_above = INFINITY, w_below = 0, w_above = 0;
+    for (int i = lo; i < hi; i++) {
+        const llm4d_prof_kernel *k = &p->kernels[i];
+        const double wk = kernel_work(k);
+        if (!same_kind(c, k) || !(wk > 0) || !(total(k->s) > 0)) continue;
+        const double d = distance(c, k);
+        if (wk <= w && d < d_below) d_below = d, below = k, w_below = wk;
+        if (wk >= w && d < d_above) d_above = d, above = k, w_above = wk;
+    }
+    if (!below && !above) return 0;
+    const llm4d_prof_kernel *split;
+    double tt;
+    if (below && above && w_above > w_below) {
+        const double f = log(w / w_below) / log(w_above / w_below);
+        tt = exp(log(total(below->s)) * (1 - f) + log(total(above->s)) * f);
+        split = f < 0.5 ? below : above;
+    } else { /* beyond the grid's work on one side (or at a measured work): scaled by work, its fixed cost kept */
+        split = below ? below : above;
+        const double wk = below ? w_below : w_above, t0 = total(split->s), fixed = p->kernel_s < t0 ? p->kernel_s : 0;
+        tt = fixed + (t0 - fixed) * w / wk;
+    }
+    if (t != pr->threads) tt /= thread_speedup(p, c->op, pr->prec, t, pr->threads);
+    const double t_split = total(split->s);
+    for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += split->s[i] / t_split * tt;
+    return 1;
+}
+
 llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c, double s[LLM4D_WORK_N]) {
     const llm4d_profile *p = pr->prof;
     const llm4d_work kind = llm4d_rc_kind(c);
@@ -90,6 +154,7 @@ llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c,
         for (int i = 0; i < LLM4D_WORK_N; i++) s[i] += best->s[i] * f;
         return LLM4D_PRICE_THREADS;
     }
+    if (p->machine && grid_price(pr, c, s)) return LLM4D_PRICE_GRID;
     /* the nearest call of the same method, at its rate */
     int lo, hi;
     range_of(p, c->op, pr->prec, pr->threads, &lo, &hi);

@@ -2,7 +2,10 @@
  *
  * A kernel call is priced, in order of preference, by: the profile's measurement of exactly that call (method,
  * sizes, dropout, threads, precision); the same call measured at another thread count, scaled by the profile's
- * rates at the two counts; the measured call of the same method nearest in sizes (log distance), at its rate
+ * rates at the two counts; in a machine profile (a grid of shapes: plan/grid.h), interpolation log-log in work
+ * between the nearest measured calls of the same method and flags on either side of the call's work (FLOP for
+ * GEMMs and attention, bytes for the rest), at the nearest thread count measured scaled by the profile's rates
+ * (one side only: that call scaled by work); the measured call of the same method nearest in sizes (log distance), at its rate
  * (FLOP/s for GEMMs and attention, bytes/s for the rest); the profile's fallback rates. A collective is
  * interpolated in bytes between the profile's measured sizes for its kind, group size, ranks on the host and hosts
  * spanned (the nearest measured ranks on the host when that count was not measured), else latency + ring bytes /
@@ -20,7 +23,10 @@ typedef struct {
 } llm4d_pricer;
 
 /* How a call was priced (for --explain and the tests). */
-typedef enum { LLM4D_PRICE_EXACT = 0, LLM4D_PRICE_THREADS, LLM4D_PRICE_NEAREST, LLM4D_PRICE_FALLBACK } llm4d_price_how;
+typedef enum {
+    LLM4D_PRICE_EXACT = 0, LLM4D_PRICE_THREADS, LLM4D_PRICE_NEAREST, LLM4D_PRICE_FALLBACK,
+    LLM4D_PRICE_GRID /* a machine profile's grid (profile.h machine), interpolated in work */
+} llm4d_price_how;
 
 /* Seconds of call c on one rank running alone, added to s[kind] by the backend's kinds of work; returns how. */
 llm4d_price_how llm4d_price_call(const llm4d_pricer *pr, const llm4d_rc_call *c, double s[LLM4D_WORK_N]);

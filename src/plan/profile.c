@@ -4,8 +4,9 @@
  * before) reads as all fp32, which is what it measured. The process's residue is "residual_beyond_plan_bytes",
  * measured beyond a plan that holds the libraries' working set of a step (plan/memplan.h); a profile from before
  * has "residual_bytes", measured beyond a plan without it, and reads as that less the working set. A calibration
- * writes "calibration" (complete, setup, measured_for, parts_skipped); a profile without it (written by hand, or
- * calibrated before it existed) reads as complete. */
+ * writes "calibration" (complete, setup, measured_for, parts_skipped, and for a machine calibration machine_grid); a
+ * profile without it (written by hand, or calibrated before it existed) reads as complete, and one without
+ * machine_grid as a model's calibration. */
 #include "plan/profile.h"
 
 #include <cjson/cJSON.h>
@@ -156,6 +157,7 @@ static cJSON *to_json(const llm4d_profile *p) {
         cJSON_AddNumberToObject(cal, "parts_skipped", p->parts_skipped);
         cJSON *f = cJSON_AddArrayToObject(cal, "measured_for");
         for (int i = 0; i < p->n_for; i++) cJSON_AddItemToArray(f, cJSON_CreateString(p->measured_for[i]));
+        if (p->machine) cJSON_AddStringToObject(cal, "machine_grid", p->grid);
     }
     cJSON *proc = cJSON_AddObjectToObject(o, "process");
     cJSON *base = cJSON_AddArrayToObject(proc, "base");
@@ -382,6 +384,9 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
         str(cal, "setup", p->setup, sizeof p->setup);
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cal, "measured_for"))
             if (cJSON_IsString(e)) llm4d_profile_add_for(p, e->valuestring);
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(cal, "machine_grid");
+        if (g && !cJSON_IsString(g)) return (void)garbled(r, "\"machine_grid\" is not a string");
+        if (g) p->machine = 1, snprintf(p->grid, sizeof p->grid, "%s", g->valuestring);
     }
     const cJSON *proc = cJSON_GetObjectItemCaseSensitive(o, "process");
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(proc, "base")) {

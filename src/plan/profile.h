@@ -20,7 +20,8 @@
  *                ("gemm_shape": plan/gemm_shape.h), which prices the GEMMs the fallback rate would;
  *   calibration  (a measured profile) whether its calibration ran to the end, the setup its jobs measured (a
  *                re-run with the same setup continues it: plan/calibrate.h), the configurations its kernels were
- *                measured for (named when it cannot price another: plan/coverage.h) and the parts left unmeasured.
+ *                measured for (named when it cannot price another: plan/coverage.h) and the parts left unmeasured;
+ *                a machine calibration adds "machine_grid" (the grid of shapes its kernels span: plan/grid.h).
  * The file is JSON; a missing or garbled one is a user error naming the file and the fix. */
 #ifndef LLM4D_PLAN_PROFILE_H
 #define LLM4D_PLAN_PROFILE_H
@@ -113,6 +114,11 @@ typedef struct {
     char setup[256];           /* what its jobs measured on (collective path, hostfile, quick) */
     int n_for;
     char measured_for[16][160]; /* "gpt2-tiny hidden 64, 4 layers, sequence 32, fp32, global batch 8, 2 ranks" */
+    /* a machine calibration (`--calibrate --machine`: plan/grid.h): its kernels measured over a grid of shapes, not
+     * for one model; such a profile prices a call between them by interpolating in its work (price.c) and covers
+     * any model whose calls lie within them (coverage.c). 0 in every profile from before. */
+    int machine;
+    char grid[128];            /* the grid measured ("hidden 64,256,1024; sequence 64,256,1024") */
 } llm4d_profile;
 
 void llm4d_profile_init(llm4d_profile *p);
