@@ -1,5 +1,6 @@
-# lib.sh — what the shell tests share, sourced (never run) after `set -u`: the pass/fail tally and the closing
-# line `N passed, N failed` that ctest's log and CI read, the check that bad input gets one line and exit 2, the
+# lib.sh — what the shell tests share, sourced (never run) after `set -u`: the pass/fail tally (also of the checks a
+# Python helper judged, or of a sub-run that is a test itself) and the closing line `N passed, N failed` that
+# ctest's log and CI read, the start (test_setup), the check that bad input gets one line and exit 2, the
 # rows of docs/reliability.md, the lookup of the GPT-2 vocabulary, and what the multi-process tests use to watch a
 # job's processes and logs. It defines functions and the two counters only.
 pass=0
@@ -11,6 +12,29 @@ check() {
     local name=$1
     shift
     if "$@"; then ok "$name"; else bad "$name"; fi
+}
+# tally_lines <FILE: the checks a helper judged (a Python oracle), one a line ("ok ...", "PASS ..." or "FAIL ...",
+# each perhaps followed by " -"), added to the tally; its other lines pass through. The helper judges, the tally
+# stays here. Read from a file, not a pipe: a pipe runs the loop in a subshell, whose counts are lost.
+tally_lines() {
+    local line
+    while IFS= read -r line; do
+        if [[ $line =~ ^(ok|PASS)( -)?\ +(.*)$ ]]; then ok "${BASH_REMATCH[3]}"
+        elif [[ $line =~ ^FAIL( -)?\ +(.*)$ ]]; then bad "${BASH_REMATCH[2]}"
+        else printf '%s\n' "$line"; fi
+    done
+}
+# add_counts FILE WHAT: adds the closing line `N passed, N failed` of a sub-run's output (FILE; WHAT names the
+# sub-run, itself a test that counts its own checks) to the tally; a sub-run without that line is a failed check
+add_counts() {
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -1)
+    if [ -z "$line" ]; then
+        bad "$2 printed no 'N passed, M failed' line"
+        return
+    fi
+    pass=$((pass + $(cut -d' ' -f1 <<<"$line")))
+    fail=$((fail + $(cut -d' ' -f3 <<<"$line")))
 }
 # check_if OK "what": OK is 1 or 0, as yes_if and has print
 check_if() { if [ "$1" = 1 ]; then ok "$2"; else bad "$2"; fi; }

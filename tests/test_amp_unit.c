@@ -17,12 +17,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "check.h"
 
-static int passed, failed;
-
-static void check(int ok, const char *what, double ratio, double maxerr) {
-    printf("%s %s: worst |err| / bound = %.3f, max |err| = %.3e\n", ok ? "PASS" : "FAIL", what, ratio, maxerr);
-    if (ok) passed++; else failed++;
+static void check_bound(int ok, const char *what, double ratio, double maxerr) {
+    check(ok, "%s: worst |err| / bound = %.3f, max |err| = %.3e", what, ratio, maxerr);
 }
 
 static float frand(unsigned *s) {
@@ -106,8 +104,7 @@ static void fused_bias_case(llm4d_backend *be, const char *name, double eps, int
     float *dxb = malloc((size_t)NB * C * sizeof(float)), *dwb = calloc((size_t)OC * C, sizeof(float));
     float *db = calloc((size_t)OC, sizeof(float)), *wr = w ? NULL : malloc((size_t)OC * C * sizeof(float));
     if (!dyb || !xb || !dxb || !dwb || !db || (!w && !wr)) {
-        printf("FAIL out of memory\n");
-        failed++;
+        check(0, "out of memory");
         exit(1);
     }
     for (size_t i = 0; i < (size_t)NB * OC; i++) dyb[i] = frand(s);
@@ -124,14 +121,14 @@ static void fused_bias_case(llm4d_backend *be, const char *name, double eps, int
     }
     char what[96];
     snprintf(what, sizeof what, "%s bias gradient = fp32 column sums (relative error), %d x %d", name, NB, OC);
-    check(db_err < 1e-6, what, db_err, db_err);
+    check_bound(db_err < 1e-6, what, db_err, db_err);
     double ex, eb;
     const double wx = worst_product(dxb, dyb, OC, 1, wl, C, 1, NB, C, OC, eps, &ex);
     const double wb = worst_product(dwb, dyb, 1, OC, xb, C, 1, OC, C, NB, eps, &eb);
     snprintf(what, sizeof what, "%s linear backward dinp, %d x %d, bias gradient fused", name, NB, OC);
-    check(wx <= 1.0, what, wx, ex);
+    check_bound(wx <= 1.0, what, wx, ex);
     snprintf(what, sizeof what, "%s linear backward dweight, %d x %d, bias gradient fused", name, NB, OC);
-    check(wb <= 1.0, what, wb, eb);
+    check_bound(wb <= 1.0, what, wb, eb);
     free(dyb), free(xb), free(dxb), free(dwb), free(db), free(wr);
 }
 
@@ -163,8 +160,7 @@ int main(void) {
         {LLM4D_PREC_BF16, "bf16", 1.0 / 256, 8}, {LLM4D_PREC_FP16, "fp16", 1.0 / 1024, 11}};
     for (int m = 0; m < 2; m++) {
         if (be->set_precision(be, modes[m].p, &err) != LLM4D_OK) {
-            printf("FAIL %s: %s\n", modes[m].name, err.msg);
-            failed++;
+            check(0, "%s: %s", modes[m].name, err.msg);
             continue;
         }
         char what[64];
@@ -172,19 +168,19 @@ int main(void) {
         be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, NULL, N, C, OC);
         r = worst_ratio(ylp, y32, x, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward", modes[m].name);
-        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        check_bound(r <= 1.0 && maxerr > 0, what, r, maxerr);
         r = exact_ratio(ylp, x, w, N, C, OC, modes[m].bits, &maxerr);
         snprintf(what, sizeof what, "%s linear forward = the rounded operands' products", modes[m].name);
-        check(r <= 1.0, what, r, maxerr);
+        check_bound(r <= 1.0, what, r, maxerr);
         memset(dxlp, 0, sizeof dxlp);
         memset(dwlp, 0, sizeof dwlp);
         be->linear_backward(be, llm4d_t32(dxlp), LLM4D_ADD, dwlp, NULL, llm4d_ct32(dy), llm4d_ct32(x), w, N, C, OC);
         r = worst_ratio(dxlp, dx32, dy, wt, N, OC, C, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear backward dinp", modes[m].name);
-        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        check_bound(r <= 1.0 && maxerr > 0, what, r, maxerr);
         r = worst_ratio(dwlp, dw32, dyt, xt, OC, N, C, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear backward dweight", modes[m].name);
-        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        check_bound(r <= 1.0 && maxerr > 0, what, r, maxerr);
         /* the bias is added in fp32 */
         be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, b, N, C, OC);
         double bias_err = 0;
@@ -192,7 +188,7 @@ int main(void) {
         be->linear_forward(be, llm4d_t32(ynb), llm4d_ct32(x), w, NULL, N, C, OC);
         for (int i = 0; i < N * OC; i++) bias_err = fmax(bias_err, fabs(ylp[i] - ynb[i] - b[i % OC]));
         snprintf(what, sizeof what, "%s bias added in fp32", modes[m].name);
-        check(bias_err < 1e-5, what, bias_err, bias_err);
+        check_bound(bias_err < 1e-5, what, bias_err, bias_err);
         /* input through GELU: the bound of y = gelu(x) w^T */
         static float gx[N * C], yg32[N * OC];
         for (int i = 0; i < N * C; i++) {
@@ -205,7 +201,7 @@ int main(void) {
         be->linear_forward_act(be, llm4d_t32(ylp), llm4d_ct32(x), LLM4D_ACT_GELU, w, NULL, N, C, OC);
         r = worst_ratio(ylp, yg32, gx, w, N, C, OC, modes[m].eps, &maxerr);
         snprintf(what, sizeof what, "%s linear forward, input through GELU", modes[m].name);
-        check(r <= 1.0 && maxerr > 0, what, r, maxerr);
+        check_bound(r <= 1.0 && maxerr > 0, what, r, maxerr);
         /* the bias gradient fused into the output gradient's conversion, over a row count that is not a multiple
          * of the sums' chunk (64 rows); then an output wider than one strip of that pass (1024 columns) and not a
          * multiple of the tiles' 32 */
@@ -214,8 +210,7 @@ int main(void) {
     }
     be->set_precision(be, LLM4D_PREC_FP32, &err);
     be->linear_forward(be, llm4d_t32(ylp), llm4d_ct32(x), w, NULL, N, C, OC);
-    check(memcmp(ylp, y32, sizeof y32) == 0, "back to fp32: bit-identical to the first fp32 run", 0, 0);
+    check_bound(memcmp(ylp, y32, sizeof y32) == 0, "back to fp32: bit-identical to the first fp32 run", 0, 0);
     be->destroy(be);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -39,21 +39,10 @@
 #include "comm/comm.h"
 #include "comm/runtime.h"
 #include "model/shard_range.h"
+#include "rank_tally.h"
 
-typedef struct {
-    int rank;
-    int64_t pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *what) {
-    if (ok) t->pass++;
-    else t->fail++;
-    if (t->rank == 0) printf("%s: %s\n", ok ? "ok" : "FAIL", what);
-    else if (!ok) printf("rank %d FAIL: %s\n", t->rank, what);
-    fflush(stdout);
-}
-
-static void must(llm4d_code rc, const llm4d_err *err, const char *what) {
+/* rank_tally.h's must(), naming what failed */
+static void must_named(llm4d_code rc, const llm4d_err *err, const char *what) {
     if (rc != LLM4D_OK) {
         fprintf(stderr, "%s: %s\n", what, err->msg);
         exit(1);
@@ -105,7 +94,7 @@ static void state_make(state *s, int align, int64_t step) {
     llm4d_model_config m = model();
     llm4d_model_part part = llm4d_model_part_whole(&m);
     part.align = align;
-    must(llm4d_param_table_build(&s->t, &m, &part, &err), &err, "building the table");
+    must_named(llm4d_param_table_build(&s->t, &m, &part, &err), &err, "building the table");
     float **bufs[3] = {&s->p, &s->m, &s->v};
     for (int k = 0; k < 3; k++) {
         float *b = calloc(s->t.total, sizeof *b);
@@ -232,13 +221,13 @@ static int manifest_files(const char *dir, int64_t step) {
 static int all_ok(llm4d_comm *w, int ok) {
     int64_t bad = !ok;
     llm4d_err err = {0};
-    must(llm4d_comm_allreduce(w, &bad, 1, LLM4D_COMM_I64, &err), &err, "allreduce");
+    must_named(llm4d_comm_allreduce(w, &bad, 1, LLM4D_COMM_I64, &err), &err, "allreduce");
     return bad == 0;
 }
 
 /* PATH holds the state of `step`: whole (aligned to 4, holes zero), unaligned, and every shard of degrees 2, 3, 8.
  * The loads are shared out over the ranks of w (load k on rank k % n), which then agree on each check. */
-static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step, const char *label) {
+static void verify_loads(rank_tally *t, llm4d_comm *w, const char *path, int64_t step, const char *label) {
     char what[2400];
     llm4d_err err = {0};
     llm4d_model_config m = model();
@@ -273,8 +262,9 @@ static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step
             }
             snprintf(what, sizeof what, "%s: load whole into the %s table (rank %d): step %lld, has_optim 1, "
                      "params/m/v bit-identical", label, a == 0 ? "aligned-4" : "unaligned", a % n, (long long)step);
-            check(t, all_ok(w, ok), what);
-            if (a == 0) check(t, all_ok(w, meta_ok), "meta.json keeps the caller's keys (rank 0's meta), has \"model\"");
+            rank_check(t, all_ok(w, ok), what);
+            if (a == 0)
+                rank_check(t, all_ok(w, meta_ok), "meta.json keeps the caller's keys (rank 0's meta), has \"model\"");
         } else { /* every shard of sharding degree aligns[a] */
             int ok = 1;
             for (int q = rank; q < aligns[a] && ok; q += n) {
@@ -304,7 +294,7 @@ static void verify_loads(tally *t, llm4d_comm *w, const char *path, int64_t step
             snprintf(what, sizeof what, "%s: every shard of sharding degree %d (table aligned to %d) loads "
                      "bit-identically (m, v compact; params %s)", label, aligns[a], aligns[a],
                      aligns[a] == 3 ? "into the flat buffer, as ZeRO-1/2" : "compact, as ZeRO-3");
-            check(t, all_ok(w, ok), what);
+            rank_check(t, all_ok(w, ok), what);
         }
         state_free(&want);
     }
@@ -344,7 +334,7 @@ static int same_everywhere(llm4d_comm *w, llm4d_code rc, const llm4d_err *err) {
     const int n = llm4d_comm_size(w);
     int64_t mine[2] = {rc, (int64_t)(fnv(rc ? err->msg : "") >> 1)}, *all = calloc((size_t)n * 2, sizeof *all);
     llm4d_err e2 = {0};
-    must(llm4d_comm_allgather(w, mine, all, 2, LLM4D_COMM_I64, &e2), &e2, "allgather");
+    must_named(llm4d_comm_allgather(w, mine, all, 2, LLM4D_COMM_I64, &e2), &e2, "allgather");
     int ok = 1;
     for (int r = 0; r < n; r++) ok &= all[2 * r] == mine[0] && all[2 * r + 1] == mine[1];
     free(all);
@@ -352,9 +342,10 @@ static int same_everywhere(llm4d_comm *w, llm4d_code rc, const llm4d_err *err) {
 }
 
 /* After a failed save of `step`: everything as it was (latest = prev, no step_<step>, no temporaries). */
-static void check_untouched(tally *t, llm4d_comm *w, const char *dir, int64_t step, int64_t prev, const char *label) {
+static void check_untouched(rank_tally *t, llm4d_comm *w, const char *dir, int64_t step, int64_t prev,
+                            const char *label) {
     llm4d_err err = {0};
-    must(llm4d_comm_barrier(w, &err), &err, "barrier");
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier");
     char name[64], what[600];
     snprintf(name, sizeof name, "step_%lld", (long long)step);
     snprintf(what, sizeof what, "%s: latest still step_%lld, no %s, no temporary directory left", label,
@@ -363,12 +354,12 @@ static void check_untouched(tally *t, llm4d_comm *w, const char *dir, int64_t st
     if (!ok)
         fprintf(stderr, "rank %d: latest_is %d, exists %d, count_tmp %d\n", llm4d_comm_rank(w), latest_is(dir, prev),
                 exists(dir, name), count_tmp(dir));
-    check(t, ok, what);
-    must(llm4d_comm_barrier(w, &err), &err, "barrier"); /* before rank 0 starts the next save */
+    rank_check(t, ok, what);
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier"); /* before rank 0 starts the next save */
 }
 
 /* The failure checks: `fail_rank` fails in the way `how` says. */
-static void failure_case(tally *t, llm4d_comm *w, const char *dir, int64_t step, int64_t prev, const char *how) {
+static void failure_case(rank_tally *t, llm4d_comm *w, const char *dir, int64_t step, int64_t prev, const char *how) {
     const int n = llm4d_comm_size(w), rank = llm4d_comm_rank(w), fail_rank = n - 1;
     llm4d_err err = {0};
     state s;
@@ -431,14 +422,14 @@ static void failure_case(tally *t, llm4d_comm *w, const char *dir, int64_t step,
     const int named = rc != LLM4D_OK && strncmp(err.msg, want, strlen(want)) == 0 && strstr(err.msg, needle);
     snprintf(what, sizeof what, "%s on rank %d: every rank returns the same error %d naming it: %s", how,
              strcmp(how, "dup") == 0 ? 1 : who, (int)rc, rc ? err.msg : "(success!)");
-    check(t, named && same_everywhere(w, rc, &err), what);
+    rank_check(t, named && same_everywhere(w, rc, &err), what);
     check_untouched(t, w, dir, step, prev, how);
     cJSON_Delete(meta);
     locals_free(&l);
     state_free(&s);
 }
 
-static void scenario(tally *t, llm4d_comm *w) {
+static void scenario(rank_tally *t, llm4d_comm *w) {
     const int n = llm4d_comm_size(w), rank = llm4d_comm_rank(w);
     llm4d_err err = {0};
     char dir[256] = {0}, what[1200];
@@ -447,18 +438,18 @@ static void scenario(tally *t, llm4d_comm *w) {
         if (!mkdtemp(dir)) exit(1);
         strcat(dir, "/out"); /* the saver creates it */
     }
-    must(llm4d_comm_broadcast(w, dir, sizeof dir, LLM4D_COMM_BYTE, 0, &err), &err, "broadcast");
+    must_named(llm4d_comm_broadcast(w, dir, sizeof dir, LLM4D_COMM_BYTE, 0, &err), &err, "broadcast");
 
     /* 1. sharding degree 4 over n ranks */
     llm4d_code rc = save_sharded(w, dir, 10, 4, 0, &err);
     snprintf(what, sizeof what, "save step 10 as 4 ZeRO shards over %d rank(s), each rank its own: rc %d %s", n,
              (int)rc, rc ? err.msg : "");
-    check(t, rc == LLM4D_OK && same_everywhere(w, rc, &err), what);
+    rank_check(t, rc == LLM4D_OK && same_everywhere(w, rc, &err), what);
     const int writers4 = n < 4 ? n : 4;
     snprintf(what, sizeof what, "latest = step_10, manifest lists 3 x %d files, no temporary left", writers4);
-    check(t, latest_is(dir, 10) && manifest_files(dir, 10) == 3 * writers4 && count_tmp(dir) == 0, what);
+    rank_check(t, latest_is(dir, 10) && manifest_files(dir, 10) == 3 * writers4 && count_tmp(dir) == 0, what);
     verify_loads(t, w, dir, 10, "step 10");
-    must(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
 
     /* 2. dp x sharding: replicas other than 0 write nothing */
     {
@@ -479,9 +470,9 @@ static void scenario(tally *t, llm4d_comm *w) {
         rc = llm4d_gpt_ckpt_save_collective(w, &d, &m, &st, meta, &err);
         snprintf(what, sizeof what, "save step 11 as dp%d x sharding%d (params flat, m/v compact), replica 0 writes: rc "
                  "%d %s, manifest lists 3 x %d files", n / S, S, (int)rc, rc ? err.msg : "", S);
-        check(t, rc == LLM4D_OK && latest_is(dir, 11) && manifest_files(dir, 11) == 3 * S, what);
+        rank_check(t, rc == LLM4D_OK && latest_is(dir, 11) && manifest_files(dir, 11) == 3 * S, what);
         verify_loads(t, w, dir, 11, "step 11");
-        must(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
+        must_named(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
         cJSON_Delete(meta);
         locals_free(&l);
         state_free(&s);
@@ -499,10 +490,10 @@ static void scenario(tally *t, llm4d_comm *w) {
         llm4d_ckpt_close(c);
         snprintf(what, sizeof what, "save step 12 as 512 ZeRO shards: rc %d %s; wte stored as %d slices (> 256)",
                  (int)rc, rc ? err.msg : "", info.nslices);
-        check(t, found && info.nslices > 256, what);
+        rank_check(t, found && info.nslices > 256, what);
     }
     verify_loads(t, w, dir, 12, "step 12 (512 shards)");
-    must(llm4d_comm_barrier(w, &err), &err, "barrier");
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier");
 
     /* 3. a failing rank */
     failure_case(t, w, dir, 20, 12, "add");
@@ -511,18 +502,18 @@ static void scenario(tally *t, llm4d_comm *w) {
     failure_case(t, w, dir, 23, 12, "mark");
     failure_case(t, w, dir, 24, 12, "mkdir");
     verify_loads(t, w, dir, 12, "after the failures, latest");
-    must(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier"); /* every rank checked before the next save */
 
     /* 4. keep_last 2 keeps step 30 (just saved) and step 12 */
     rc = save_sharded(w, dir, 30, 4, 2, &err);
-    must(llm4d_comm_barrier(w, &err), &err, "barrier");
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier");
     snprintf(what, sizeof what, "save step 30 with keep_last 2: rc %d %s; step_30 and step_12 kept, step_10 and "
              "step_11 pruned", (int)rc, rc ? err.msg : "");
-    check(t, rc == LLM4D_OK && latest_is(dir, 30) && exists(dir, "step_30") && exists(dir, "step_12") &&
-                 !exists(dir, "step_11") && !exists(dir, "step_10") && count_tmp(dir) == 0,
-          what);
+    rank_check(t, rc == LLM4D_OK && latest_is(dir, 30) && exists(dir, "step_30") && exists(dir, "step_12") &&
+                      !exists(dir, "step_11") && !exists(dir, "step_10") && count_tmp(dir) == 0,
+               what);
 
-    must(llm4d_comm_barrier(w, &err), &err, "barrier");
+    must_named(llm4d_comm_barrier(w, &err), &err, "barrier");
     if (rank == 0) {
         *strrchr(dir, '/') = 0;
         nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
@@ -532,9 +523,9 @@ static void scenario(tally *t, llm4d_comm *w) {
 int main(int argc, char **argv) {
     llm4d_runtime rt;
     llm4d_err err = {0};
-    must(llm4d_runtime_init(&rt, &argc, &argv, &err), &err, "runtime");
+    must_named(llm4d_runtime_init(&rt, &argc, &argv, &err), &err, "runtime");
     llm4d_comm *w = rt.world;
-    tally t = {.rank = llm4d_comm_rank(w)};
+    rank_tally t = {.rank = llm4d_comm_rank(w)};
     if (t.rank == 0) printf("world of %d on the %s backend\n", llm4d_comm_size(w), w->ops->backend);
     if (argc >= 4 && strcmp(argv[1], "save") == 0) {
         const int64_t step = atoll(argv[3]);
@@ -542,7 +533,7 @@ int main(int argc, char **argv) {
         char what[1200];
         snprintf(what, sizeof what, "save step %lld into %s: rc %d %s", (long long)step, argv[2], (int)rc,
                  rc ? err.msg : "");
-        check(&t, rc == LLM4D_OK, what);
+        rank_check(&t, rc == LLM4D_OK, what);
     } else if (argc >= 4 && strcmp(argv[1], "verify") == 0) {
         verify_loads(&t, w, argv[2], atoll(argv[3]), argv[2]);
     } else if (argc == 1) {
@@ -552,7 +543,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int64_t sums[2] = {t.pass, t.fail};
-    must(llm4d_comm_allreduce(w, sums, 2, LLM4D_COMM_I64, &err), &err, "allreduce");
+    must_named(llm4d_comm_allreduce(w, sums, 2, LLM4D_COMM_I64, &err), &err, "allreduce");
     if (t.rank == 0) printf("%lld passed, %lld failed\n", (long long)sums[0], (long long)sums[1]);
     llm4d_runtime_finalize(&rt);
     return sums[1] == 0 && sums[0] > 0 ? 0 : 1;

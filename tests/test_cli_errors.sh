@@ -9,12 +9,8 @@
 # rows needs the GPT-2 vocabulary, a checkpoint or a machine profile: the inputs named do not exist. A job of
 # several processes says `llm4d: rank R: ...` instead (tests/test_dp_faults.sh and others check that form).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 cd "$tmp" || exit 1
 none=$tmp/none # a path that does not exist

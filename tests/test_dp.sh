@@ -8,10 +8,8 @@
 # sharing failing as where /dev/shm is too small (LLM4D_FAULT=shmshare@1): both ranks fall back to the segment's
 # slots, each says why in its log, and the loss curve is the shared run's bit for bit (both sum in rank order).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
@@ -26,7 +24,7 @@ run() { # name nproc micro [bucket MB]
 }
 mkdir -p "$tmp"
 "$LLM4D" train "${COMMON[@]}" --micro_batch_size 8 --output_dir "$tmp/single/out" >"$tmp/single.log" 2>&1 ||
-  { echo "FAIL single process run"; cat "$tmp/single.log"; echo "0 passed, 1 failed"; exit 1; }
+  { bad "single process run"; cat "$tmp/single.log"; finish; }
 # dp2_acc2 uses 0.1 MB buckets, so most buckets take the non-blocking path started during backward (with the
 # default 25 MB the tiny model has one bucket, which is reduced after backward)
 for cfg in "dp2 2 4" "dp2_acc2 2 2 0.1" "dp4 4 2" "dp4_acc2 4 1"; do
@@ -34,16 +32,13 @@ for cfg in "dp2 2 4" "dp2_acc2 2 2 0.1" "dp4 4 2" "dp4_acc2 4 1"; do
   run "$1" "$2" "$3" "${4:-25}"
 done
 LLM4D_FAULT=shmshare@1 LLM4D_FAULT_RANK=1 run dp2_noshare 2 4
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" >"$tmp/checks" <<'PY'
 import json, os, re, sys
 tmp = sys.argv[1]
 load = lambda p: [json.loads(l) for l in open(p)]
 ref = load(f"{tmp}/single/out/metrics.jsonl")
-passed = failed = 0
 def check(ok, msg):
-    global passed, failed
     print(("PASS " if ok else "FAIL ") + msg)
-    passed += ok; failed += not ok
 params = None
 for name, np_ in (("dp2", 2), ("dp2_acc2", 2), ("dp4", 4), ("dp4_acc2", 4)):
     path = f"{tmp}/{name}/out/metrics.jsonl"
@@ -86,6 +81,8 @@ try:
           "dp2 through the slots = dp2 shared in place, bit for bit over 20 steps")
 except OSError:
     check(False, "dp2_noshare: no metrics (the run failed)")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
 PY
+rc=$?
+tally_lines <"$tmp/checks"
+[ $rc = 0 ] || bad "the Python checks exited $rc"
+finish

@@ -26,14 +26,8 @@
 #include "data/megatron.h"
 #include "data/mt19937.h"
 #include "data/npz.h"
+#include "check.h"
 
-static int passed, failed;
-
-static void check(int ok, const char *what) {
-    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-    if (ok) passed++;
-    else failed++;
-}
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -200,7 +194,7 @@ static void megatron_checks(const char *dir) {
         llm4d_code rc = llm4d_corpus_open_megatron(&c, p2, &e);
         char what[200];
         snprintf(what, sizeof what, "Megatron %s: user error mentioning '%s'", cases[k].what, cases[k].expect);
-        check(rc == LLM4D_EUSER && strstr(e.msg, cases[k].expect) != NULL, what);
+        check(rc == LLM4D_EUSER && strstr(e.msg, cases[k].expect) != NULL, "%s", what);
         if (rc != LLM4D_EUSER || !strstr(e.msg, cases[k].expect)) printf("  got %d: %s\n", rc, e.msg);
     }
     llm4d_err e = {0};
@@ -372,6 +366,5 @@ int main(int argc, char **argv) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) printf("(could not remove %s)\n", dir);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }

@@ -19,26 +19,9 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "check.h"
 #include "data/corpus.h"
 #include "data/npz.h"
-
-typedef struct {
-    int pass, fail;
-} tally;
-
-static void check(tally *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(tally *t, int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        t->pass++;
-    else
-        t->fail++;
-}
 
 /* snprintf into a path buffer through vsnprintf, so GCC's truncation warning (about temp dirs of unknown length)
  * does not fire; the paths here are short and a truncation would show up as a failed check. */
@@ -56,10 +39,10 @@ static const char *base_name(const char *p) {
 }
 
 /* A user error whose message names the file (by its last path component) and contains `word`. */
-static void check_user_error(tally *t, llm4d_code rc, const llm4d_err *err, const char *file, const char *word,
+static void check_user_error(llm4d_code rc, const llm4d_err *err, const char *file, const char *word,
                              const char *label) {
     int ok = rc == LLM4D_EUSER && strstr(err->msg, base_name(file)) && strcasestr(err->msg, word);
-    check(t, ok, "%s -> EUSER naming %s with '%s' (rc %d: %s)", label, base_name(file), word, (int)rc,
+    check(ok, "%s -> EUSER naming %s with '%s' (rc %d: %s)", label, base_name(file), word, (int)rc,
           rc ? err->msg : "no error");
 }
 
@@ -162,7 +145,7 @@ static int count_tmp_files(const char *dir) {
 static const llm4d_dtype all_dtypes[4] = {LLM4D_DT_U16, LLM4D_DT_I32, LLM4D_DT_U32, LLM4D_DT_I64};
 static const char *const dtype_names[4] = {"uint16", "int32", "uint32", "int64"};
 
-static void test_npy_roundtrip(tally *t, const char *dir) {
+static void test_npy_roundtrip(const char *dir) {
     char path[1200];
     llm4d_err err = {0};
     for (int k = 0; k < 4; k++) {
@@ -172,7 +155,7 @@ static void test_npy_roundtrip(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/rt_%s.npy", dir, dtype_names[k]);
         llm4d_code rc = llm4d_npy_write(path, &a, &err);
         if (rc == LLM4D_OK) rc = llm4d_npy_read(path, &b, &err);
-        check(t, rc == LLM4D_OK && same_array(&a, &b) && b.owned, "npy round trip %s (1000,)", dtype_names[k]);
+        check(rc == LLM4D_OK && same_array(&a, &b) && b.owned, "npy round trip %s (1000,)", dtype_names[k]);
         llm4d_array_free(&a);
         if (rc == LLM4D_OK) llm4d_array_free(&b);
     }
@@ -187,7 +170,7 @@ static void test_npy_roundtrip(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/rt_shape%zu.npy", dir, s);
         llm4d_code rc = llm4d_npy_write(path, &a, &err);
         if (rc == LLM4D_OK) rc = llm4d_npy_read(path, &b, &err);
-        check(t, rc == LLM4D_OK && same_array(&a, &b), "npy round trip int64 %s", shapes[s].label);
+        check(rc == LLM4D_OK && same_array(&a, &b), "npy round trip int64 %s", shapes[s].label);
         llm4d_array_free(&a);
         if (rc == LLM4D_OK) llm4d_array_free(&b);
     }
@@ -195,11 +178,11 @@ static void test_npy_roundtrip(tally *t, const char *dir) {
     size_t n;
     char *img = slurp(path, &n);
     size_t hl = img ? (size_t)(unsigned char)img[8] | (size_t)(unsigned char)img[9] << 8 : 0;
-    check(t, img && (10 + hl) % 64 == 0 && img[10 + hl - 1] == '\n', "npy header padded to 64 bytes, ends in newline");
+    check(img && (10 + hl) % 64 == 0 && img[10 + hl - 1] == '\n', "npy header padded to 64 bytes, ends in newline");
     free(img);
 }
 
-static void test_npz_roundtrip(tally *t, const char *dir) {
+static void test_npz_roundtrip(const char *dir) {
     llm4d_err err = {0};
     int64_t s1[1] = {20000}, s2[2] = {7, 3}, s3[1] = {5};
     llm4d_array in[3];
@@ -213,11 +196,11 @@ static void test_npz_roundtrip(tally *t, const char *dir) {
         /* Written twice: the second must replace the first in place. */
         llm4d_code rc = llm4d_npz_write(path, in, 3, compress, &err);
         if (rc == LLM4D_OK) rc = llm4d_npz_write(path, in, 3, compress, &err);
-        check(t, rc == LLM4D_OK, "npz write %s (%s)", compress ? "deflated" : "stored", rc ? err.msg : "ok");
+        check(rc == LLM4D_OK, "npz write %s (%s)", compress ? "deflated" : "stored", rc ? err.msg : "ok");
         for (int i = 0; i < 3 && rc == LLM4D_OK; i++) {
             llm4d_array b;
             llm4d_code r2 = llm4d_npz_read(path, in[i].name, &b, &err);
-            check(t, r2 == LLM4D_OK && same_array(&in[i], &b) && strcmp(b.name, in[i].name) == 0,
+            check(r2 == LLM4D_OK && same_array(&in[i], &b) && strcmp(b.name, in[i].name) == 0,
                   "npz %s member %s reads back", compress ? "deflated" : "stored", in[i].name);
             if (r2 == LLM4D_OK) llm4d_array_free(&b);
         }
@@ -235,14 +218,14 @@ static void test_npz_roundtrip(tally *t, const char *dir) {
             }
             zip_discard(za);
         }
-        check(t, methods_ok, "npz %s: every member is %s", compress ? "deflated" : "stored",
+        check(methods_ok, "npz %s: every member is %s", compress ? "deflated" : "stored",
               compress ? "deflated" : "stored");
         llm4d_array b;
         rc = llm4d_npz_read(path, "tokens", &b, &err);
-        check_user_error(t, rc, &err, path, "no array 'tokens'", "npz missing member");
-        check(t, rc != LLM4D_OK && strstr(err.msg, "ids, sample_idx, lens"), "missing-member message lists members");
+        check_user_error(rc, &err, path, "no array 'tokens'", "npz missing member");
+        check(rc != LLM4D_OK && strstr(err.msg, "ids, sample_idx, lens"), "missing-member message lists members");
     }
-    check(t, sizes[1] > 0 && sizes[1] < sizes[0], "deflated npz smaller than stored (%zu < %zu bytes)", sizes[1],
+    check(sizes[1] > 0 && sizes[1] < sizes[0], "deflated npz smaller than stored (%zu < %zu bytes)", sizes[1],
           sizes[0]);
     for (int i = 0; i < 3; i++) llm4d_array_free(&in[i]);
 
@@ -251,19 +234,19 @@ static void test_npz_roundtrip(tally *t, const char *dir) {
     llm4d_code rc = llm4d_npz_write(path, NULL, 0, 0, &err);
     llm4d_array b;
     llm4d_code r2 = rc == LLM4D_OK ? llm4d_npz_read(path, "ids", &b, &err) : rc;
-    check(t, rc == LLM4D_OK && r2 == LLM4D_EUSER && strstr(err.msg, "members: none"),
+    check(rc == LLM4D_OK && r2 == LLM4D_EUSER && strstr(err.msg, "members: none"),
           "npz with no arrays writes and reads as an empty archive (%s)", err.msg);
 
-    check(t, count_tmp_files(dir) == 0, "no temporary files left after writes");
+    check(count_tmp_files(dir) == 0, "no temporary files left after writes");
     pathf(path, sizeof path, "%s/no/such/dir/x.npz", dir);
     int64_t s[1] = {4};
     llm4d_array a;
     fill(&a, "ids", LLM4D_DT_U16, 1, s);
     rc = llm4d_npz_write(path, &a, 1, 1, &err);
-    check(t, rc == LLM4D_EIO && strstr(err.msg, "no/such/dir/x.npz"), "npz write into a missing dir -> EIO naming it");
+    check(rc == LLM4D_EIO && strstr(err.msg, "no/such/dir/x.npz"), "npz write into a missing dir -> EIO naming it");
     pathf(path, sizeof path, "%s/no/such/dir/x.npy", dir);
     rc = llm4d_npy_write(path, &a, &err);
-    check(t, rc == LLM4D_EIO && strstr(err.msg, "no/such/dir/x.npy"), "npy write into a missing dir -> EIO naming it");
+    check(rc == LLM4D_EIO && strstr(err.msg, "no/such/dir/x.npy"), "npy write into a missing dir -> EIO naming it");
     llm4d_array_free(&a);
 }
 
@@ -343,7 +326,7 @@ static int corpus_matches(const llm4d_corpus *c, const mini_corpus *m) {
     return ok;
 }
 
-static void test_corpus_formats(tally *t, const char *dir) {
+static void test_corpus_formats(const char *dir) {
     mini_corpus m = mini_make(40);
     llm4d_err err = {0};
     char path[1200], sub[1200];
@@ -355,7 +338,7 @@ static void test_corpus_formats(tally *t, const char *dir) {
             llm4d_corpus c;
             llm4d_code rc = write_old(path, &m, all_dtypes[k], ld, compress) ? llm4d_corpus_open_npz(&c, path, &err)
                                                                             : LLM4D_EIO;
-            check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == all_dtypes[k],
+            check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == all_dtypes[k],
                   "old-format corpus ids %s lens %s %s: counts, doc_start, max_id, ids", dtype_names[k],
                   dtype_names[ld == LLM4D_DT_I32 ? 1 : ld == LLM4D_DT_U16 ? 0 : 3], compress ? "deflated" : "stored");
             if (rc == LLM4D_OK) llm4d_corpus_close(&c);
@@ -365,7 +348,7 @@ static void test_corpus_formats(tally *t, const char *dir) {
     llm4d_corpus c;
     pathf(path, sizeof path, "%s/c_uint16_1_ids.npz", dir);
     llm4d_code rc = llm4d_corpus_open(&c, path, &err);
-    check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 1, "corpus_open(file _ids.npz)");
+    check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 1, "corpus_open(file _ids.npz)");
     if (rc == LLM4D_OK) llm4d_corpus_close(&c);
 
     /* New format in a directory; an old-format file beside it is ignored, as in PaddleNLP. */
@@ -379,17 +362,17 @@ static void test_corpus_formats(tally *t, const char *dir) {
     pathf(path, sizeof path, "%s/0_old_ids.npz", sub);
     ok = ok && write_old(path, &other, LLM4D_DT_U16, LLM4D_DT_I32, 0);
     rc = ok ? llm4d_corpus_open(&c, sub, &err) : LLM4D_EIO;
-    check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 2 && c.dtype == LLM4D_DT_I32 &&
+    check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 2 && c.dtype == LLM4D_DT_I32 &&
                  strstr(c.path, "a_corpus_ids.npy") && c.map != NULL,
           "corpus_open(dir): new format preferred, first sorted (a_), mmapped, n_found 2 (%s)", rc ? err.msg : c.path);
     if (rc == LLM4D_OK) llm4d_corpus_close(&c);
     pathf(path, sizeof path, "%s/b_corpus_ids.npy", sub);
     rc = llm4d_corpus_open(&c, path, &err);
-    check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == LLM4D_DT_U16, "corpus_open(file _ids.npy)");
+    check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == LLM4D_DT_U16, "corpus_open(file _ids.npy)");
     if (rc == LLM4D_OK) llm4d_corpus_close(&c);
     pathf(path, sizeof path, "%s/b_corpus_idx.npz", sub);
     rc = llm4d_corpus_open(&c, path, &err);
-    check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == LLM4D_DT_U16, "corpus_open(file _idx.npz)");
+    check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.dtype == LLM4D_DT_U16, "corpus_open(file _idx.npz)");
     if (rc == LLM4D_OK) llm4d_corpus_close(&c);
 
     /* Old format only: falls back to _ids.npz files, sorted. */
@@ -402,7 +385,7 @@ static void test_corpus_formats(tally *t, const char *dir) {
     pathf(path, sizeof path, "%s/readme.txt", sub);
     ok = ok && write_bytes(path, "x", 1);
     rc = ok ? llm4d_corpus_open(&c, sub, &err) : LLM4D_EIO;
-    check(t, rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 2 && strstr(c.path, "m_ids.npz"),
+    check(rc == LLM4D_OK && corpus_matches(&c, &m) && c.n_found == 2 && strstr(c.path, "m_ids.npz"),
           "corpus_open(dir): old format fallback, first sorted (m_), n_found 2");
     if (rc == LLM4D_OK) llm4d_corpus_close(&c);
     free(other.ids);
@@ -411,7 +394,7 @@ static void test_corpus_formats(tally *t, const char *dir) {
     free(m.lens);
 }
 
-static void test_bad_inputs(tally *t, const char *dir) {
+static void test_bad_inputs(const char *dir) {
     mini_corpus m = mini_make(10);
     llm4d_err err = {0};
     llm4d_corpus c;
@@ -420,14 +403,14 @@ static void test_bad_inputs(tally *t, const char *dir) {
 
     pathf(path, sizeof path, "%s/nope_ids.npz", dir);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "no such file", "missing npz");
+    check_user_error(rc, &err, path, "no such file", "missing npz");
     rc = llm4d_corpus_open(&c, path, &err);
-    check_user_error(t, rc, &err, path, "no such file", "corpus_open on a missing path");
+    check_user_error(rc, &err, path, "no such file", "corpus_open on a missing path");
 
     pathf(path, sizeof path, "%s/text_ids.npz", dir);
     write_bytes(path, "this is not a zip archive\n", 26);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "not a zip", "text file named .npz");
+    check_user_error(rc, &err, path, "not a zip", "text file named .npz");
 
     /* Truncated: the first half of a good archive (the central directory is lost). */
     char good[1200];
@@ -438,12 +421,12 @@ static void test_bad_inputs(tally *t, const char *dir) {
     pathf(path, sizeof path, "%s/half_ids.npz", dir);
     write_bytes(path, img, n / 2);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "zip", "truncated npz (first half)");
+    check_user_error(rc, &err, path, "zip", "truncated npz (first half)");
     /* Cut by only its last byte: the end-of-directory record no longer parses. */
     pathf(path, sizeof path, "%s/cut1_ids.npz", dir);
     write_bytes(path, img, n - 1);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "zip", "npz missing its last byte");
+    check_user_error(rc, &err, path, "zip", "npz missing its last byte");
     free(img);
 
     /* A flipped byte inside the deflated data of `ids`: zlib or the CRC must catch it. */
@@ -460,7 +443,7 @@ static void test_bad_inputs(tally *t, const char *dir) {
         write_bytes(stored, img, n);
         free(img);
         rc = llm4d_corpus_open_npz(&c, stored, &err);
-        check_user_error(t, rc, &err, stored, "corrupt", "npz with a flipped byte in deflated ids");
+        check_user_error(rc, &err, stored, "corrupt", "npz with a flipped byte in deflated ids");
         free(big.ids);
         free(big.lens);
     }
@@ -472,23 +455,23 @@ static void test_bad_inputs(tally *t, const char *dir) {
     pathf(path, sizeof path, "%s/noids_ids.npz", dir);
     llm4d_npz_write(path, a, 2, 0, &err);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "no array 'ids'", "npz without ids");
+    check_user_error(rc, &err, path, "no array 'ids'", "npz without ids");
     snprintf(a[0].name, sizeof a[0].name, "ids");
     pathf(path, sizeof path, "%s/nolens_ids.npz", dir);
     llm4d_npz_write(path, a, 1, 0, &err);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "no array 'lens'", "npz without lens");
+    check_user_error(rc, &err, path, "no array 'lens'", "npz without lens");
     ((int32_t *)a[1].data)[3] += 1;
     pathf(path, sizeof path, "%s/mismatch_ids.npz", dir);
     llm4d_npz_write(path, a, 2, 0, &err);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "do not match", "sum(lens) != len(ids)");
-    check(t, strstr(err.msg, "sum(lens) = ") != NULL, "mismatch message gives sum(lens) (%s)", err.msg);
+    check_user_error(rc, &err, path, "do not match", "sum(lens) != len(ids)");
+    check(strstr(err.msg, "sum(lens) = ") != NULL, "mismatch message gives sum(lens) (%s)", err.msg);
     ((int32_t *)a[1].data)[3] = -1;
     pathf(path, sizeof path, "%s/neglen_ids.npz", dir);
     llm4d_npz_write(path, a, 2, 0, &err);
     rc = llm4d_corpus_open_npz(&c, path, &err);
-    check_user_error(t, rc, &err, path, "lens[3] = -1", "negative document length");
+    check_user_error(rc, &err, path, "lens[3] = -1", "negative document length");
     llm4d_array_free(&a[1]);
     to_array(&a[1], "lens", LLM4D_DT_I32, m.lens, m.n_docs);
     {
@@ -499,7 +482,7 @@ static void test_bad_inputs(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/twod_ids.npz", dir);
         llm4d_npz_write(path, pair, 2, 0, &err);
         rc = llm4d_corpus_open_npz(&c, path, &err);
-        check_user_error(t, rc, &err, path, "2 dimensions", "2-D ids");
+        check_user_error(rc, &err, path, "2 dimensions", "2-D ids");
         llm4d_array_free(&ids2);
     }
     {
@@ -510,7 +493,7 @@ static void test_bad_inputs(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/negid_ids.npz", dir);
         llm4d_npz_write(path, p, 2, 0, &err);
         rc = llm4d_corpus_open_npz(&c, path, &err);
-        check_user_error(t, rc, &err, path, "negative token id (-7)", "negative id");
+        check_user_error(rc, &err, path, "negative token id (-7)", "negative id");
         llm4d_array_free(&p[0]);
         llm4d_array_free(&p[1]);
     }
@@ -543,7 +526,7 @@ static void test_bad_inputs(tally *t, const char *dir) {
         size_t lens[2] = {ids_len, lens_len};
         craft_zip(path, 2, names, bufs, lens);
         rc = llm4d_corpus_open_npz(&c, path, &err);
-        check_user_error(t, rc, &err, path, bad[i].word, bad[i].file);
+        check_user_error(rc, &err, path, bad[i].word, bad[i].file);
     }
     /* Byte flips in the fixed part of an npy: the magic, then the version. */
     {
@@ -557,13 +540,13 @@ static void test_bad_inputs(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/magic_ids.npz", dir);
         craft_zip(path, 2, names, bufs, lens);
         rc = llm4d_corpus_open_npz(&c, path, &err);
-        check_user_error(t, rc, &err, path, "magic", "npy magic byte flipped");
+        check_user_error(rc, &err, path, "magic", "npy magic byte flipped");
         ids_img[3] = 'M';
         ids_img[6] = 9;
         pathf(path, sizeof path, "%s/version_ids.npz", dir);
         craft_zip(path, 2, names, bufs, lens);
         rc = llm4d_corpus_open_npz(&c, path, &err);
-        check_user_error(t, rc, &err, path, "version 9.0", "npy version byte flipped");
+        check_user_error(rc, &err, path, "version 9.0", "npy version byte flipped");
     }
     free(m.ids);
     free(m.lens);
@@ -585,27 +568,27 @@ static void test_bad_inputs(tally *t, const char *dir) {
         pathf(path, sizeof path, "%s/be_idx.npz", sub);
         llm4d_npz_write(path, &l, 1, 0, &err);
         rc = llm4d_corpus_open(&c, sub, &err);
-        check_user_error(t, rc, &err, "be_ids.npy", "big-endian", "new format: big-endian P_ids.npy");
+        check_user_error(rc, &err, "be_ids.npy", "big-endian", "new format: big-endian P_ids.npy");
         /* a short .npy: little-endian header, 2 bytes of data missing */
         pathf(path, sizeof path, "%s/be_ids.npy", sub);
         size_t short_len = craft_npy(ids_img, sizeof ids_img,
                                      "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", four, sizeof four);
         write_bytes(path, ids_img, short_len - 2);
         rc = llm4d_corpus_open(&c, sub, &err);
-        check_user_error(t, rc, &err, "be_ids.npy", "truncated", "new format: P_ids.npy cut short");
+        check_user_error(rc, &err, "be_ids.npy", "truncated", "new format: P_ids.npy cut short");
         write_bytes(path, "", 0);
         rc = llm4d_corpus_open(&c, sub, &err);
-        check_user_error(t, rc, &err, "be_ids.npy", "magic", "new format: empty P_ids.npy");
+        check_user_error(rc, &err, "be_ids.npy", "magic", "new format: empty P_ids.npy");
         unlink(path);
         rc = llm4d_corpus_open(&c, sub, &err);
-        check_user_error(t, rc, &err, "be_ids.npy", "no such file", "new format: P_idx.npz without P_ids.npy");
+        check_user_error(rc, &err, "be_ids.npy", "no such file", "new format: P_idx.npz without P_ids.npy");
         /* lens disagreeing with the mapped ids */
         write_bytes(path, ids_img, short_len);
         ((int32_t *)l.data)[0] = 5;
         pathf(path, sizeof path, "%s/be_idx.npz", sub);
         llm4d_npz_write(path, &l, 1, 1, &err);
         rc = llm4d_corpus_open(&c, sub, &err);
-        check_user_error(t, rc, &err, "be_idx.npz", "do not match", "new format: lens sum 5 vs 4 ids");
+        check_user_error(rc, &err, "be_idx.npz", "do not match", "new format: lens sum 5 vs 4 ids");
         llm4d_array_free(&l);
     }
 
@@ -613,30 +596,30 @@ static void test_bad_inputs(tally *t, const char *dir) {
     pathf(sub, sizeof sub, "%s/emptydir", dir);
     mkdir(sub, 0777);
     rc = llm4d_corpus_open(&c, sub, &err);
-    check_user_error(t, rc, &err, sub, "P_ids.npz", "empty input_dir");
+    check_user_error(rc, &err, sub, "P_ids.npz", "empty input_dir");
     pathf(path, sizeof path, "%s/notes.txt", sub);
     write_bytes(path, "hi", 2);
     pathf(path, sizeof path, "%s/train.npz", sub);
     write_bytes(path, "hi", 2);
     rc = llm4d_corpus_open(&c, sub, &err);
-    check_user_error(t, rc, &err, sub, "no corpus", "input_dir with no matching names");
+    check_user_error(rc, &err, sub, "no corpus", "input_dir with no matching names");
     pathf(path, sizeof path, "%s/notes.txt", sub);
     rc = llm4d_corpus_open(&c, path, &err);
-    check_user_error(t, rc, &err, path, "unknown corpus file type", "input_dir naming a .txt file");
+    check_user_error(rc, &err, path, "unknown corpus file type", "input_dir naming a .txt file");
 }
 
 /* The corpus shipped for the quick start (data/README.md gives these numbers and how to rebuild it). */
-static void test_shipped(tally *t) {
+static void test_shipped(void) {
     const char *src = getenv("SRC_DIR");
     char path[1200];
     pathf(path, sizeof path, "%s/data/fortunes_ids.npz", src ? src : ".");
     llm4d_corpus c;
     llm4d_err err = {0};
     llm4d_code rc = llm4d_corpus_open(&c, path, &err);
-    check(t, rc == LLM4D_OK, "shipped corpus opens (%s)", rc ? err.msg : path);
+    check(rc == LLM4D_OK, "shipped corpus opens (%s)", rc ? err.msg : path);
     if (rc != LLM4D_OK) return;
-    check(t, c.dtype == LLM4D_DT_U16 && c.max_id == 50256, "shipped corpus: uint16 ids, max id 50256 (EOS)");
-    check(t, c.n_tokens == 696822 && c.n_docs == 15207, "shipped corpus: 696822 tokens in 15207 documents (got %lld, %lld)",
+    check(c.dtype == LLM4D_DT_U16 && c.max_id == 50256, "shipped corpus: uint16 ids, max id 50256 (EOS)");
+    check(c.n_tokens == 696822 && c.n_docs == 15207, "shipped corpus: 696822 tokens in 15207 documents (got %lld, %lld)",
           (long long)c.n_tokens, (long long)c.n_docs);
     int eos_ok = 1;
     for (int64_t d = 0; d < c.n_docs && eos_ok; d++) {
@@ -644,16 +627,16 @@ static void test_shipped(tally *t) {
         llm4d_corpus_read(&c, c.doc_start[d + 1] - 1, 1, &last);
         eos_ok = c.lens[d] >= 2 && last == 50256;
     }
-    check(t, eos_ok, "shipped corpus: every document has text and ends with EOS 50256");
+    check(eos_ok, "shipped corpus: every document has text and ends with EOS 50256");
     llm4d_corpus_close(&c);
 }
 
 /* Files numpy wrote (make_npz_fixtures.py); expected.txt says what each holds or which error it must give. */
-static void test_fixtures(tally *t, const char *fx) {
+static void test_fixtures(const char *fx) {
     char list[1200];
     pathf(list, sizeof list, "%s/expected.txt", fx);
     FILE *f = fopen(list, "r");
-    check(t, f != NULL, "fixture list %s opens", list);
+    check(f != NULL, "fixture list %s opens", list);
     if (!f) return;
     char line[2048];
     int n_lines = 0;
@@ -671,7 +654,7 @@ static void test_fixtures(tally *t, const char *fx) {
                 7) {
             llm4d_code rc = llm4d_corpus_open(&c, path, &err);
             if (rc != LLM4D_OK) {
-                check(t, 0, "numpy fixture %s opens (%s)", rel, err.msg);
+                check(0, "numpy fixture %s opens (%s)", rel, err.msg);
                 continue;
             }
             int32_t *ids = malloc((size_t)c.n_tokens * sizeof *ids);
@@ -682,7 +665,7 @@ static void test_fixtures(tally *t, const char *fx) {
                 ws += (long long)(i % 7 + 1) * ids[i];
             }
             for (int64_t d = 0; d < c.n_docs; d++) lsum += c.lens[d];
-            check(t,
+            check(
                   c.n_tokens == nt && c.n_docs == nd && c.max_id == mx && s == sum && ws == wsum && ids[0] == first &&
                       ids[c.n_tokens - 1] == last && lsum == nt && c.doc_start[c.n_docs] == nt,
                   "numpy fixture %s: %lld tokens, %lld docs, max %lld, sum %lld, weighted sum %lld, first %lld, last "
@@ -696,17 +679,17 @@ static void test_fixtures(tally *t, const char *fx) {
             if (rc == LLM4D_OK) llm4d_corpus_close(&c);
             char label[1100];
             pathf(label, sizeof label, "numpy fixture %s", rel);
-            check_user_error(t, rc, &err, path, word, label);
+            check_user_error(rc, &err, path, word, label);
         } else {
-            check(t, 0, "fixture line understood: %s", line);
+            check(0, "fixture line understood: %s", line);
         }
     }
     fclose(f);
-    check(t, n_lines >= 20, "fixture list has %d entries (>= 20)", n_lines);
+    check(n_lines >= 20, "fixture list has %d entries (>= 20)", n_lines);
 }
 
 /* Files for numpy to read back: every dtype as .npy, and npz stored and deflated. */
-static void write_for_numpy(tally *t, const char *out) {
+static void write_for_numpy(const char *out) {
     llm4d_err err = {0};
     char path[1200];
     int ok = 1;
@@ -734,7 +717,7 @@ static void write_for_numpy(tally *t, const char *out) {
         ok = ok && llm4d_npz_write(path, in, 3, compress, &err) == LLM4D_OK;
         for (int i = 0; i < 3; i++) llm4d_array_free(&in[i]);
     }
-    check(t, ok, "wrote files for numpy into %s (%s)", out, ok ? "ok" : err.msg);
+    check(ok, "wrote files for numpy into %s (%s)", out, ok ? "ok" : err.msg);
 }
 
 static void remove_tree(const char *dir) {
@@ -756,22 +739,20 @@ static void remove_tree(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    tally t = {0, 0};
     char dir[] = "/tmp/llm4d_test_npz.XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
     }
-    test_npy_roundtrip(&t, dir);
-    test_npz_roundtrip(&t, dir);
-    test_corpus_formats(&t, dir);
-    test_bad_inputs(&t, dir);
-    test_shipped(&t);
+    test_npy_roundtrip(dir);
+    test_npz_roundtrip(dir);
+    test_corpus_formats(dir);
+    test_bad_inputs(dir);
+    test_shipped();
     const char *fx = argc > 1 ? argv[1] : getenv("NPZ_FIXTURES");
-    if (fx && *fx) test_fixtures(&t, fx);
+    if (fx && *fx) test_fixtures(fx);
     const char *out = getenv("NPZ_OUT");
-    if (out && *out) write_for_numpy(&t, out);
+    if (out && *out) write_for_numpy(out);
     remove_tree(dir);
-    printf("%d passed, %d failed\n", t.pass, t.fail);
-    return t.fail ? 1 : 0;
+    return check_summary();
 }

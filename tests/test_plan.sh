@@ -27,12 +27,8 @@
 #       figure set to 0, 1 and 2 ms in copies of the profile), and a profile without it prices the waits from
 #       wait_cpu_s.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 PROF="$tmp/machine.json"
 # The default comm_path (auto: the ranks of a host collect through shared-memory segments, which the memory plan

@@ -31,12 +31,8 @@
 # The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
 # of this process, which moves between any two runs.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 PROF="$SRC_DIR/bench/profiles/a100_selene.json"
 # The published profile measured no collective: a copy with all-reduce and reduce-scatter series whose library
 # temporaries differ on a group's first, other even and odd ranks, so that ranks of one stage differ by their data

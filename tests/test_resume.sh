@@ -9,14 +9,9 @@
 #     is refused;
 #  5. bad checkpoints (flipped byte, missing file, another model's meta.json, missing tensor) exit 2 with one line.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
-passed=0 failed=0
-ok() { echo "PASS $*"; passed=$((passed + 1)); }
-ko() { echo "FAIL $*"; failed=$((failed + 1)); }
 C=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
    --global_batch_size 8 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20 --logging_freq 5
    --seed 7 -o Model.hidden_dropout_prob=0.1 -o Model.attention_probs_dropout_prob=0.1 --eval_freq 5 --eval_iters 2)
@@ -33,14 +28,14 @@ run --micro_batch_size 4 --max_steps 10 --output_dir "$tmp/resumed"
 run --micro_batch_size 4 --max_steps 20 --output_dir "$tmp/resumed" --resume "$tmp/resumed"
 if [ -n "$(curve "$tmp/straight/metrics.jsonl")" ] && diff <(curve "$tmp/straight/metrics.jsonl") <(curve "$tmp/resumed/metrics.jsonl") >/dev/null
 then ok "20 steps straight == 10 + resume + 10: bit-identical losses and eval losses"
-else ko "resumed curve differs"; diff <(curve "$tmp/straight/metrics.jsonl") <(curve "$tmp/resumed/metrics.jsonl") | head; fi
+else bad "resumed curve differs"; diff <(curve "$tmp/straight/metrics.jsonl") <(curve "$tmp/resumed/metrics.jsonl") | head; fi
 
 # `llm4d eval` of step_5 == the run's own first evaluation, at step 5 (same weights, validation from its start)
 "$LLM4D" eval "${C[@]}" --micro_batch_size 4 --ckpt "$tmp/straight/step_5" >"$tmp/eval.log" 2>&1
 e=$(grep -o "eval step 5, loss: [0-9.]*" "$tmp/eval.log")
 t=$(grep -ho "eval step 5, loss: [0-9.]*" "$tmp/log" | head -1)
 if [ -n "$e" ] && [ "$e" = "$t" ]; then ok "llm4d eval --ckpt step_5 == the training run's evaluation at step 5 ($e)"
-else ko "llm4d eval: '$e' vs training '$t'"; tail -3 "$tmp/eval.log"; fi
+else bad "llm4d eval: '$e' vs training '$t'"; tail -3 "$tmp/eval.log"; fi
 
 # 2. SIGKILL while writing step 10
 run --micro_batch_size 4 --max_steps 5 --output_dir "$tmp/killed"
@@ -50,7 +45,7 @@ for point in mid_file before_rename latest_partial; do
   rc=$?
   latest=$(cat "$tmp/killed/latest" 2>/dev/null)
   if [ "$rc" = 137 ] && [ "$latest" = step_5 ]; then ok "killed at $point while saving step 10: latest is still step_5"
-  else ko "killed at $point: exit $rc, latest '$latest'"; fi
+  else bad "killed at $point: exit $rc, latest '$latest'"; fi
 done
 # the run goes on from step 5 and matches the straight run
 "$LLM4D" train "${C[@]}" --micro_batch_size 4 --max_steps 20 --output_dir "$tmp/killed" --resume "$tmp/killed" \
@@ -69,7 +64,7 @@ print("same" if a == b else "differ: " + str([(k, a.get(k), b.get(k)) for k in s
 PY
 )
 if [ "$d" = same ]; then ok "after the kills, resuming from step_5 reproduces steps 6-20 bit for bit"
-else ko "resume after kill: $d"; fi
+else bad "resume after kill: $d"; fi
 
 # 3. stage 3 x 4 -> stage 1 x 2 and one process
 "$LLM4D" launch --nproc 4 --log_dir "$tmp/l1" -- train "${C[@]}" --micro_batch_size 2 --sharding_degree 4 \
@@ -86,9 +81,9 @@ else ko "resume after kill: $d"; fi
 "$LLM4D" launch --nproc 2 --log_dir "$tmp/l5" -- train "${C[@]}" --micro_batch_size 4 --sharding_degree 2 \
   --sharding_stage 2 --max_steps 20 --output_dir "$tmp/s2c" --resume "$tmp/s3c" >>"$tmp/log" 2>&1
 if [ "$(ls "$tmp/s3c/step_10" | grep -c safetensors)" = 3 ]; then ok "consolidated save: one file per kind (whole tensors)"
-else ko "consolidated save files: $(ls "$tmp/s3c/step_10")"; fi
+else bad "consolidated save files: $(ls "$tmp/s3c/step_10")"; fi
 if [ "$(ls "$tmp/s3/step_10" | grep -c '_r00[0-3].safetensors')" = 12 ]; then ok "sharded save: each of 4 ranks wrote its own slices"
-else ko "sharded save files: $(ls "$tmp/s3/step_10")"; fi
+else bad "sharded save files: $(ls "$tmp/s3/step_10")"; fi
 for target in s1 one s2c; do
   d=$(/usr/bin/python3 - "$tmp/s3ref/metrics.jsonl" "$tmp/$target/metrics.jsonl" <<'PY'
 import json, sys
@@ -100,7 +95,7 @@ PY
 )
   if [ "$d" != missing ] && /usr/bin/python3 -c "import sys; sys.exit(0 if float('$d') <= 1e-5 else 1)" 2>/dev/null
   then ok "stage 3 x 4 checkpoint resumed as $target: steps 11-20 within $d of the uninterrupted stage-3 run"
-  else ko "stage 3 x 4 checkpoint resumed as $target: $d"; fi
+  else bad "stage 3 x 4 checkpoint resumed as $target: $d"; fi
 done
 
 # 4. weights only
@@ -110,33 +105,32 @@ done
   --output_dir "$tmp/fromw" >"$tmp/w.log" 2>&1
 if grep -q "global step 2," "$tmp/w.log" && head -1 "$tmp/fromw/metrics.jsonl" | grep -q "^{\"step\": 1," && grep -q "loaded weights from" "$tmp/w.log"
 then ok "model_name_or_path = weights-only checkpoint: a new run from step 1 with those weights"
-else ko "weights-only start"; tail -3 "$tmp/w.log"; fi
+else bad "weights-only start"; tail -3 "$tmp/w.log"; fi
 "$LLM4D" train "${C[@]}" --micro_batch_size 4 --max_steps 2 --output_dir "$tmp/fromw2" --resume "$tmp/weights" \
   >/dev/null 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && grep -q "weights only" "$tmp/e"; then ok "--resume of weights only refused: $(cat "$tmp/e")"
-else ko "--resume of weights only: exit $rc $(cat "$tmp/e")"; fi
+else bad "--resume of weights only: exit $rc $(cat "$tmp/e")"; fi
 
 # 5. bad checkpoints
-bad() { # name word dir
+bad_ckpt() { # name word dir
   "$LLM4D" train "${C[@]}" --micro_batch_size 4 --max_steps 12 --output_dir "$tmp/bad_out" --resume "$3" \
     >/dev/null 2>"$tmp/e"; local rc=$?
   if [ $rc = 2 ] && [ "$(wc -l <"$tmp/e")" = 1 ] && grep -qi -- "$2" "$tmp/e"; then ok "$1: $(cat "$tmp/e")"
-  else ko "$1: exit $rc: $(cat "$tmp/e")"; fi
+  else bad "$1: exit $rc: $(cat "$tmp/e")"; fi
 }
 cp -r "$tmp/resumed/step_10" "$tmp/flip"
 printf '\x55' | dd of="$tmp/flip/model.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null
-bad "flipped byte" "model.safetensors" "$tmp/flip"
+bad_ckpt "flipped byte" "model.safetensors" "$tmp/flip"
 cp -r "$tmp/resumed/step_10" "$tmp/missing" && rm "$tmp/missing/optim_v.safetensors"
-bad "missing file" "optim_v.safetensors" "$tmp/missing"
+bad_ckpt "missing file" "optim_v.safetensors" "$tmp/missing"
 for v in 1e300 -3 2.5 '"ten"'; do # meta.json holds the checksums, so it is checked value by value
   cp -r "$tmp/resumed/step_10" "$tmp/meta_$v"
   /usr/bin/python3 -c 'import json, sys; p = sys.argv[1] + "/meta.json"; m = json.load(open(p)); m["step"] = json.loads(sys.argv[2]); json.dump(m, open(p, "w"))' "$tmp/meta_$v" "$v"
-  bad "meta.json step $v" 'meta.json.s "step" is not a whole number' "$tmp/meta_$v"
+  bad_ckpt "meta.json step $v" 'meta.json.s "step" is not a whole number' "$tmp/meta_$v"
 done
 "$LLM4D" train "${C[@]}" -o Model.hidden_size=32 --micro_batch_size 4 --max_steps 10 --resume "$tmp/resumed/step_10" \
   --output_dir "$tmp/bad2" >/dev/null 2>"$tmp/e"; rc=$?
 if [ $rc = 2 ] && grep -qi "different model" "$tmp/e"; then ok "checkpoint of another model (hidden 64 vs 32): $(cat "$tmp/e")"
-else ko "checkpoint of another model: exit $rc $(cat "$tmp/e")"; fi
-[ "$failed" = 0 ] || { echo "--- log tail"; tail -30 "$tmp/log"; }
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+else bad "checkpoint of another model: exit $rc $(cat "$tmp/e")"; fi
+[ "$fail" = 0 ] || { echo "--- log tail"; tail -30 "$tmp/log"; }
+finish

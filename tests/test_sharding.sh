@@ -9,17 +9,15 @@
 # each rank sends per step equal the gather/reduce-scatter schedule's count within 1 % (one micro-batch per step);
 # replicas of the same shard hold bit-identical parameters every step. Prints the table.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
         --grad_clip 1.0 --logging_freq 1 --seed 7 -o Model.hidden_dropout_prob=0.1
         -o Model.attention_probs_dropout_prob=0.1 --debug_check_replicas)
 "$LLM4D" train "${COMMON[@]}" --micro_batch_size 8 --output_dir "$tmp/single/out" >"$tmp/single.log" 2>&1 ||
-  { echo "FAIL single process run"; cat "$tmp/single.log"; echo "0 passed, 1 failed"; exit 1; }
+  { bad "single process run"; cat "$tmp/single.log"; finish; }
 layouts=(
   # name          np dp sh stage offload micro
   "s1_n2          2  1  2  1     False   4"
@@ -45,30 +43,26 @@ for l in "${layouts[@]}"; do
 done
 printf '%s\n' "${layouts[@]}" >"$tmp/layouts"
 # bad input: one clear line each, exit 2
-bad_passed=0 bad_failed=0
-bad() { # name word args...
+bad_input() { # name word args...
   local name=$1 word=$2; shift 2
   timeout 60 "$LLM4D" "$@" >"$tmp/bo" 2>"$tmp/be"
   local rc=$?
   if [ $rc = 2 ] && grep -q -- "$word" "$tmp/be"; then
-    echo "PASS $name: $(grep -m1 -- "$word" "$tmp/be")"; bad_passed=$((bad_passed + 1))
-  else echo "FAIL $name: exit $rc: $(cat "$tmp/be")"; bad_failed=$((bad_failed + 1)); fi
+    ok "$name: $(grep -m1 -- "$word" "$tmp/be")"
+  else bad "$name: exit $rc: $(cat "$tmp/be")"; fi
 }
-bad "sharding_stage 4" "sharding_stage" train "${COMMON[@]}" --micro_batch_size 8 --sharding_stage 4
-bad "offload without sharding" "sharding_offload" train "${COMMON[@]}" --micro_batch_size 8 --sharding_offload True
-bad "sharding degree not dividing the world" "sharding_degree" launch --nproc 2 --log_dir "$tmp/badlog" -- train \
+bad_input "sharding_stage 4" "sharding_stage" train "${COMMON[@]}" --micro_batch_size 8 --sharding_stage 4
+bad_input "offload without sharding" "sharding_offload" train "${COMMON[@]}" --micro_batch_size 8 \
+  --sharding_offload True
+bad_input "sharding degree not dividing the world" "sharding_degree" launch --nproc 2 --log_dir "$tmp/badlog" -- train \
   "${COMMON[@]}" --micro_batch_size 4 --sharding_degree 3
-export BAD_PASSED=$bad_passed BAD_FAILED=$bad_failed
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" >"$tmp/checks" <<'PY'
 import json, os, re, sys
 tmp = sys.argv[1]
 load = lambda p: [json.loads(l) for l in open(p)]
 ref = load(f"{tmp}/single/out/metrics.jsonl")
-passed = failed = 0
 def check(ok, msg):
-    global passed, failed
     print(("PASS " if ok else "FAIL ") + msg)
-    passed += ok; failed += not ok
 # The model's parameter groups, computed here from gpt2-tiny's geometry (vocab 50257 padded to 50304, hidden 64,
 # 2 layers, ffn 256, 256 positions), each padded to a multiple of N as ZeRO splits them; at stages 2 and 3 the
 # token embedding is cut into vocabulary blocks of max(block group, 2^20) elements (parallel/sharding.h).
@@ -182,7 +176,8 @@ single_held = float(re.search(r"([\d.]+) MiB held", single).group(1))
 print(f"{'single':<16}{0:>6}{1:>4}{1:>4}{single_held:>12.2f}{16 * psi_of(1, 1) / 2**20:>13.2f}{0:>15.2f}")
 for r in rows:
     print(f"{r[0]:<16}{r[1]:>6}{r[2]:>4}{r[3]:>4}{r[4]:>12.2f}{r[5]:>13.2f}{r[6]:>15.2f}")
-passed += int(os.environ["BAD_PASSED"]); failed += int(os.environ["BAD_FAILED"])
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
 PY
+rc=$?
+tally_lines <"$tmp/checks"
+[ $rc = 0 ] || bad "the Python checks exited $rc"
+finish

@@ -5,13 +5,8 @@
 # a failed check (exit 124), not a stuck suite. Also a malformed LLM4D_FAULT (the fault-injection variable) is
 # refused the same way.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 T=(timeout 20)
 mkfifo "$tmp/fifo"

@@ -7,15 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "data/tokenizer.h"
 
-static int passed, failed;
-
-static void check(int ok, const char *what) {
-    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-    if (ok) passed++;
-    else failed++;
-}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) { /* splitmix64: deterministic test data */
@@ -87,9 +81,8 @@ int main(void) {
         char cmd[8300];
         snprintf(cmd, sizeof cmd, "tools/fetch_gpt2_vocab.sh '%s' >/dev/null", dir);
         if (system(cmd) != 0 || llm4d_tokenizer_load(&t, dir, &err) != LLM4D_OK) {
-            printf("FAIL cannot load the vocabulary from %s: %s\n", dir, err.msg);
-            printf("%d passed, %d failed\n", passed, failed + 1);
-            return 1;
+            check(0, "cannot load the vocabulary from %s: %s", dir, err.msg);
+            return check_summary();
         }
     }
     check(llm4d_tokenizer_vocab_size(t) == 50257 && llm4d_tokenizer_eos(t) == 50256,
@@ -129,7 +122,7 @@ int main(void) {
     }
     char what[128];
     snprintf(what, sizeof what, "heap BPE equals the reference loop on %d random pieces (2..591 bytes)", n_cases);
-    check(agree, what);
+    check(agree, "%s", what);
 
     /* cache: encoding a text twice (second time from the cache) and in one worker vs a fresh one gives equal ids */
     const char *text = "The quick brown fox's 12345 jumps over the lazy dog.\n\n  The quick brown fox jumps again!";
@@ -168,6 +161,5 @@ int main(void) {
     llm4d_tokenizer_worker_free(w);
     llm4d_tokenizer_worker_free(w2);
     llm4d_tokenizer_free(t);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return check_summary();
 }

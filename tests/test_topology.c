@@ -7,15 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "comm/topology.h"
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char *what) {
-    printf("%s: %s\n", ok ? "ok" : "FAIL", what);
-    if (ok) n_pass++;
-    else n_fail++;
-}
 
 static int same(const int *a, const int *b, int n) {
     for (int i = 0; i < n; i++)
@@ -37,10 +31,10 @@ static void check_rank(const llm4d_topology *t, const expect *e, const char *lay
         llm4d_topology_group_ranks(t, (llm4d_axis)a, got);
         snprintf(what, sizeof what, "%s rank %d: %s index %d (want %d), members match", layout, t->rank,
                  llm4d_axis_name((llm4d_axis)a), t->index[a], e->idx[a]);
-        check(t->index[a] == e->idx[a] && same(got, e->members[a], t->degree[a]), what);
+        check(t->index[a] == e->idx[a] && same(got, e->members[a], t->degree[a]), "%s", what);
     }
     snprintf(what, sizeof what, "%s rank %d: data rank %d (want %d)", layout, t->rank, t->data_rank, e->data_rank);
-    check(t->data_rank == e->data_rank, what);
+    check(t->data_rank == e->data_rank, "%s", what);
 }
 
 static void test_8_dp2_pp2_mp2(void) {
@@ -231,6 +225,5 @@ int main(void) {
     test_world1();
     test_print();
     test_bad_degrees();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

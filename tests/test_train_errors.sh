@@ -3,12 +3,9 @@
 # problem (checked by a word it must contain), never crash or hang. The line is `llm4d train: <message>`, the verbs'
 # form (src/cli/cli.h); an unknown verb's is `llm4d: ...`, since no verb runs.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
 DATA="$SRC_DIR/data/fortunes_ids.npz"
 BASE=(--model_name_or_path gpt2-tiny --max_seq_len 16 --micro_batch_size 2 --global_batch_size 2 --max_steps 1
       --output_dir "$tmp/out")
@@ -21,11 +18,10 @@ expect() { # name, word the message must contain, then the llm4d arguments
   lines=$(wc -l <"$tmp/stderr")
   if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qi -- "$word" "$tmp/stderr" &&
      [[ $(cat "$tmp/stderr") == "$prefix"* ]]; then
-    echo "PASS $name: $(cat "$tmp/stderr")"; passed=$((passed + 1))
+    ok "$name: $(cat "$tmp/stderr")"
   else
-    echo "FAIL $name: exit $rc, $lines stderr lines (want 2, 1 starting '$prefix', containing '$word'):"
+    bad "$name: exit $rc, $lines stderr lines (want 2, 1 starting '$prefix', containing '$word'):"
     cat "$tmp/stderr"
-    failed=$((failed + 1))
   fi
 }
 
@@ -55,5 +51,4 @@ expect "input directory without token files" "_ids.npz" train "${BASE[@]}" --inp
 touch "$tmp/file"
 expect "output_dir under a regular file" "output_dir" train "${BASE[@]}" --input_dir "$DATA" --output_dir "$tmp/file/out"
 expect "unknown verb" "verb" trainn
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish
