@@ -35,7 +35,9 @@
 #        inter-host bandwidth overstates it (its data-parallel traffic is small beside 105 s).
 # What llm4d cannot express, and the approximation used: llm4d prices its own engine (its flash-style attention, its
 # fp32 tensor-parallel sums, its AdamW) on the profile's rates, not Megatron's kernels; selective recompute is
-# llm4d's core_attn granularity; a machine's rates stand in for the backend.
+# llm4d's core_attn granularity (no block run again: the flash-style attention's backward rebuilds the scores in
+# every mode, and under sequence parallelism a block keeps its LayerNorm outputs sharded and gathers them again in
+# backward, as Megatron does); a machine's rates stand in for the backend.
 #   bench/bench_plan_published.sh [llm4d binary] [profile]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -13,31 +13,29 @@
 #include "config/config.h"
 #include "config/pyval.h"
 #include "config/schema.h"
+#include "check.h"
 
 typedef struct {
-    int pass, fail;
+    int next_path;
     char dir[256];       /* mkdtemp directory */
     char src[512];       /* source tree (configs/ lives there) */
     char path[8][768];   /* rotating buffers for file paths */
-    int next_path;
     llm4d_config cfg;
     llm4d_err err;
 } T;
 
-static void check(T *t, const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void check(T *t, const char *name, int ok, const char *fmt, ...) {
-    if (ok) {
-        t->pass++;
-        printf("ok   %s\n", name);
-        return;
+/* A check whose line is its name when it passes, and its name and what went wrong (fmt) when it fails. */
+static void check_named(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check_named(const char *name, int ok, const char *fmt, ...) {
+    char detail[2048] = "";
+    if (!ok) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(detail, sizeof detail, fmt, ap);
+        va_end(ap);
     }
-    t->fail++;
-    printf("FAIL %s: ", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
+    if (ok) check(1, "%s", name);
+    else check(0, "%s: %s", name, detail);
 }
 
 /* dir/name (subdirectories created) holding content; the path stays valid for the next 7 calls */
@@ -78,7 +76,7 @@ static llm4d_code run(T *t, int world, ...) {
 /* the run gave a user error whose message holds every (NULL-terminated) word */
 static void expect_error(T *t, const char *name, llm4d_code rc, ...) {
     if (rc != LLM4D_EUSER) {
-        check(t, name, 0, "expected a user error, got code %d (%s)", (int)rc, rc ? t->err.msg : "no error");
+        check_named(name, 0, "expected a user error, got code %d (%s)", (int)rc, rc ? t->err.msg : "no error");
         return;
     }
     va_list ap;
@@ -86,17 +84,17 @@ static void expect_error(T *t, const char *name, llm4d_code rc, ...) {
     for (const char *w; (w = va_arg(ap, const char *));) {
         if (!strstr(t->err.msg, w)) {
             va_end(ap);
-            check(t, name, 0, "message lacks \"%s\": %s", w, t->err.msg);
+            check_named(name, 0, "message lacks \"%s\": %s", w, t->err.msg);
             return;
         }
     }
     va_end(ap);
-    check(t, name, 1, "%s", "");
+    check_named(name, 1, "%s", "");
 }
 
 static void expect_ok(T *t, const char *name, llm4d_code rc, int ok, const char *what) {
-    if (rc != LLM4D_OK) check(t, name, 0, "unexpected error: %s", t->err.msg);
-    else check(t, name, ok, "%s", what);
+    if (rc != LLM4D_OK) check_named(name, 0, "unexpected error: %s", t->err.msg);
+    else check_named(name, ok, "%s", what);
 }
 
 static int has_noeffect(const llm4d_config *c, const char *key) {
@@ -108,19 +106,20 @@ static int has_noeffect(const llm4d_config *c, const char *key) {
 static void test_defaults(T *t) {
     llm4d_config *c = &t->cfg;
     llm4d_config_defaults(c);
-    check(t, "defaults are PaddleFleetX's base values with llm4d's documented changes",
-          !strcmp(c->device, "cpu") && c->seed == 1024 && c->micro_batch_size == 1 && c->local_batch_size == 0 &&
-              c->global_batch_size == 0 && c->max_steps == 500000 && c->eval_freq == 0 && c->eval_iters == 10 &&
-              !strcmp(c->data.split, "949,50,1") && c->logging_freq == 1 && c->save_steps == 0 &&
-              c->dist.bucket_size_bytes == 25 * 1048576LL && c->threads == 0 && c->keep_last == 0 &&
-              c->scale_loss == 32768.0f && !strcmp(c->output_dir, "./output") && c->optim.max_lr == 5.0e-5f &&
-              c->optim.min_lr == 1.0e-5f && c->optim.warmup_rate == 0.01f && c->optim.decay_steps == 360000 &&
-              c->optim.weight_decay == 0.01f && c->optim.beta1 == 0.9f && c->optim.beta2 == 0.999f &&
-              c->optim.epsilon == 1e-8f && c->optim.grad_clip == 1.0f && c->dist.sharding_stage == 1 &&
-              c->dist.dp_degree == 0 && c->dist.mp_degree == 1 && !c->use_amp &&
-              !strcmp(c->amp_dtype, "bfloat16") && !c->model.name_or_path[0] && c->n_explicit == 0 &&
-              c->n_noeffect == 0,
-          "device %s seed %llu micro %lld", c->device, (unsigned long long)c->seed, (long long)c->micro_batch_size);
+    check_named("defaults are PaddleFleetX's base values with llm4d's documented changes",
+                !strcmp(c->device, "cpu") && c->seed == 1024 && c->micro_batch_size == 1 && c->local_batch_size == 0 &&
+                    c->global_batch_size == 0 && c->max_steps == 500000 && c->eval_freq == 0 && c->eval_iters == 10 &&
+                    !strcmp(c->data.split, "949,50,1") && c->logging_freq == 1 && c->save_steps == 0 &&
+                    c->dist.bucket_size_bytes == 25 * 1048576LL && c->threads == 0 && c->keep_last == 0 &&
+                    c->scale_loss == 32768.0f && !strcmp(c->output_dir, "./output") && c->optim.max_lr == 5.0e-5f &&
+                    c->optim.min_lr == 1.0e-5f && c->optim.warmup_rate == 0.01f && c->optim.decay_steps == 360000 &&
+                    c->optim.weight_decay == 0.01f && c->optim.beta1 == 0.9f && c->optim.beta2 == 0.999f &&
+                    c->optim.epsilon == 1e-8f && c->optim.grad_clip == 1.0f && c->dist.sharding_stage == 1 &&
+                    c->dist.dp_degree == 0 && c->dist.mp_degree == 1 && !c->use_amp &&
+                    !strcmp(c->amp_dtype, "bfloat16") && !c->model.name_or_path[0] && c->n_explicit == 0 &&
+                    c->n_noeffect == 0,
+                "device %s seed %llu micro %lld", c->device, (unsigned long long)c->seed,
+                (long long)c->micro_batch_size);
 }
 
 static void test_default_run(T *t) {
@@ -156,7 +155,7 @@ static void test_presets(T *t) {
             snprintf(which, sizeof which, "%s", want[i].name);
         }
     }
-    check(t, "all 11 presets have the documented geometry", bad == 0, "%d wrong, e.g. %s", bad, which);
+    check_named("all 11 presets have the documented geometry", bad == 0, "%d wrong, e.g. %s", bad, which);
     llm4d_model_config m;
     llm4d_code rc = llm4d_model_preset(&m, "gpt4", &t->err);
     expect_error(t, "unknown preset lists the presets", rc, "gpt4", "gpt2-tiny", "gpt3-175b", NULL);
@@ -204,9 +203,12 @@ static void test_yaml_values(T *t) {
               c->model.hidden_size == 128 && c->model.num_layers == 2 && c->model.num_attention_heads == 4 &&
                   c->model.max_position_embeddings == 256 && c->model.vocab_size == 50257,
               "geometry wrong");
-    check(t, "explicit_keys records YAML keys", llm4d_config_is_explicit(c, "Model.hidden_size") &&
-              llm4d_config_is_explicit(c, "Optimizer.lr.max_lr") && !llm4d_config_is_explicit(c, "Model.num_layers") &&
-              !llm4d_config_is_explicit(c, "Global.global_batch_size"), "n_explicit %d", c->n_explicit);
+    check_named("explicit_keys records YAML keys",
+                llm4d_config_is_explicit(c, "Model.hidden_size") &&
+                    llm4d_config_is_explicit(c, "Optimizer.lr.max_lr") &&
+                    !llm4d_config_is_explicit(c, "Model.num_layers") &&
+                    !llm4d_config_is_explicit(c, "Global.global_batch_size"),
+                "n_explicit %d", c->n_explicit);
 
     y = file(t, "geom.yaml", "Model:\n  hidden_size: 256\n  num_attention_heads: 8\n");
     rc = run(t, 1, "-c", y, "--max_seq_len", "128", NULL);
@@ -386,6 +388,8 @@ static void test_value_errors(T *t) {
     expect_ok(t, "model_type gpt2 is an alias of GPT", rc, 1, "");
     rc = run(t, 1, "-o", "Model.recompute_granularity=half", NULL);
     expect_error(t, "unknown recompute_granularity", rc, "recompute_granularity", "core_attn", NULL);
+    rc = run(t, 1, "-o", "Model.recompute_granularity=full_attn", NULL);
+    expect_error(t, "full_attn refused, not run as full", rc, "full_attn", "not implemented", NULL);
     rc = run(t, 1, "--backend", "gpu", NULL);
     expect_error(t, "--backend other than cpu/ref", rc, "--backend", "cpu or ref", NULL);
     rc = run(t, 1, "--split", "a,b", NULL);
@@ -522,9 +526,9 @@ static void test_shipped_configs(T *t) {
         same = !memcmp(c, d, sizeof *c);
     }
     free(d);
-    if (rc) check(t, "configs/pretrain_gpt_base.yaml equals the built-in defaults", 0, "%s", t->err.msg);
-    else check(t, "configs/pretrain_gpt_base.yaml equals the built-in defaults", same, "n_noeffect %d (%s)",
-               c->n_noeffect, c->n_noeffect ? c->noeffect[0] : "field values differ");
+    if (rc) check_named("configs/pretrain_gpt_base.yaml equals the built-in defaults", 0, "%s", t->err.msg);
+    else check_named("configs/pretrain_gpt_base.yaml equals the built-in defaults", same, "n_noeffect %d (%s)",
+                     c->n_noeffect, c->n_noeffect ? c->noeffect[0] : "field values differ");
     snprintf(p, sizeof p, "%s/configs/gpt2-tiny.yaml", t->src);
     rc = run(t, 1, "-c", p, NULL);
     expect_ok(t, "configs/gpt2-tiny.yaml", rc,
@@ -545,7 +549,7 @@ static void test_shipped_configs(T *t) {
               "values wrong");
 }
 
-static void test_help(T *t) {
+static void test_help(void) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -560,15 +564,15 @@ static void test_help(T *t) {
             missing++;
         }
     }
-    check(t, "--help lists every key and flag", missing == 0, "%d missing, e.g. %s", missing, first);
-    check(t, "--help explains precedence, presets and no-effect keys",
-          strstr(buf, "without effect") && strstr(buf, "gpt3-175b") && strstr(buf, "-o beats a flag") &&
-              strstr(buf, "the preset is gpt2-en"),
-          "help text incomplete");
+    check_named("--help lists every key and flag", missing == 0, "%d missing, e.g. %s", missing, first);
+    check_named("--help explains precedence, presets and no-effect keys",
+                strstr(buf, "without effect") && strstr(buf, "gpt3-175b") && strstr(buf, "-o beats a flag") &&
+                    strstr(buf, "the preset is gpt2-en"),
+                "help text incomplete");
     free(buf);
 }
 
-static void test_pyval(T *t) {
+static void test_pyval(void) {
     static const struct { const char *text; const char *repr; } cases[] = {
         {"949,50,1", "[949, 50, 1]"}, {"[969, 30, 1]", "[969, 30, 1]"}, {"(1,)", "[1]"}, {"1e-5", "1e-05"},
         {"-3", "-3"}, {"1_000", "1000"}, {"0x10", "16"}, {"'a b'", "'a b'"}, {"\"x\" 'y'", "'xy'"},
@@ -592,7 +596,7 @@ static void test_pyval(T *t) {
             snprintf(got, sizeof got, "%s", r);
         }
     }
-    check(t, "Python literal_eval with string fallback", bad == 0, "%d wrong, e.g. %s -> %s", bad, which, got);
+    check_named("Python literal_eval with string fallback", bad == 0, "%d wrong, e.g. %s -> %s", bad, which, got);
     static const struct { const char *text; int plain; const char *repr; } ycases[] = {
         {"", 1, "None"}, {"~", 1, "None"}, {"null", 1, "None"}, {"yes", 1, "True"}, {"Off", 1, "False"},
         {"1.0e-8", 1, "1e-08"}, {"yes", 0, "'yes'"}, {"", 0, "''"}, {"None", 0, "None"}};
@@ -612,10 +616,10 @@ static void test_pyval(T *t) {
             snprintf(got, sizeof got, "%s", r);
         }
     }
-    check(t, "PyYAML plain-scalar resolution (null, YAML 1.1 booleans)", bad == 0, "%d wrong, e.g. '%s' -> %s",
-          bad, which, got);
-    check(t, "Levenshtein distance", llm4d_levenshtein("kitten", "sitting") == 3 && llm4d_levenshtein("", "ab") == 2,
-          "wrong distance");
+    check_named("PyYAML plain-scalar resolution (null, YAML 1.1 booleans)", bad == 0, "%d wrong, e.g. '%s' -> %s",
+                bad, which, got);
+    check_named("Levenshtein distance", llm4d_levenshtein("kitten", "sitting") == 3 && llm4d_levenshtein("", "ab") == 2,
+                "wrong distance");
 }
 
 int main(void) {
@@ -639,14 +643,13 @@ int main(void) {
     test_syntax_errors(t);
     test_noeffect_and_legacy(t);
     test_shipped_configs(t);
-    test_help(t);
-    test_pyval(t);
+    test_help();
+    test_pyval();
 
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", t->dir);
-    printf("%d passed, %d failed\n", t->pass, t->fail);
-    int rc = t->fail ? 1 : 0;
+    int rc = check_summary();
     free(t);
     return rc;
 }

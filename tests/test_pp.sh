@@ -179,8 +179,11 @@ def slot_bytes(nl, B, M, sp, zb, recompute, head, a=4):
     N = B * T
     Nl = N // M if sp else N
     mask = B * (H // M) * T * -(-T // 32)  # attention_probs_dropout_prob is 0.1 here
-    # ln1, qkv, atty, res2, ln2, fch; both LayerNorms' statistics, lse, the mask
-    block = a * (N * C + 3 * N * C // M + N * C // M + Nl * C + N * C + N * F // M) + 4 * (4 * Nl + B * (H // M) * T)
+    # ln1, qkv, atty, res2, ln2, fch; both LayerNorms' statistics, lse, the mask. Under sequence parallelism a block
+    # keeps this rank's tokens of ln1 and ln2 (backward gathers them again), except the one block recompute refills
+    Nln = Nl if sp and not recompute else N
+    block = a * (Nln * C + 3 * N * C // M + N * C // M + Nl * C + Nln * C + N * F // M) \
+        + 4 * (4 * Nl + B * (H // M) * T)
     block += 4 * mask
     wgrad = a * (3 * N * C // M + N * C + N * F // M + N * C) + 4 * 4 * C
     f = a * (nl + 1) * Nl * C

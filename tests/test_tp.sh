@@ -8,17 +8,15 @@
 #   - the parameter bytes of rank 0 (the memory arena's params category) equal split tensors / M + replicated ones,
 #     computed here from the geometry (/ N again at stage 3);
 #   - the activation bytes: computed here per layout; with sequence parallelism the LayerNorm/dropout regions
-#     (residual streams, LayerNorm statistics, the head's d ln_f) fall by M;
+#     (residual streams, LayerNorm outputs and statistics, the head's d ln_f) fall by M;
 #   - the elements each rank sends per step (one micro-batch, tensor parallelism alone) equal the formula: per layer
-#     4 all-reduces of B x T x C, or 4 all-gathers + 4 reduce-scatters with sequence parallelism, plus the
+#     4 all-reduces of B x T x C, or 6 all-gathers + 4 reduce-scatters with sequence parallelism, plus the
 #     embedding, the head's statistics and d ln_f, and the sequence-parallel partial gradients.
 # Then a checkpoint written at mp2 x sharding2 stage 3 (step 10) resumes at mp1, mp4 and in one process and
 # continues with the single-process losses of steps 11..20; and bad degrees are refused with one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
@@ -39,6 +37,7 @@ layouts=(
   "mp4_sp         4  4  1  1  1     True  8     -"
   "mp2_acc2       2  2  1  1  1     False 4     -"
   "mp2_sp_rc      2  2  1  1  1     True  4     --use_recompute=true"
+  "mp2_sp_core    2  2  1  1  1     True  4     --use_recompute=true,-o,Model.recompute_granularity=core_attn"
   "mp2_bf16       2  2  1  1  1     True  8     --use_amp=true,--amp_dtype=bfloat16"
   "mp2_dp2        4  2  2  1  1     False 4     -"
   "mp2_sh2_s1     4  2  1  2  1     False 4     -"
@@ -71,33 +70,28 @@ ck="$tmp/mp2_sh2_s3/out/step_10"
   --output_dir "$tmp/resume_single/out" >"$tmp/resume_single.stdout" 2>&1 || tail -5 "$tmp/resume_single.stdout"
 
 # bad input: one clear line each, exit 2
-bad_passed=0 bad_failed=0
-bad() { # name word nproc args...
+bad_input() { # name word nproc args...
   local name=$1 word=$2 np=$3; shift 3
   timeout 60 "$LLM4D" launch --nproc "$np" --log_dir "$tmp/bad_$np" -- train "${COMMON[@]}" --micro_batch_size 8 \
     --save_steps -1 --output_dir "$tmp/bad" "$@" >"$tmp/bo" 2>"$tmp/be"
   local rc=$?
   if [ $rc = 2 ] && grep -q -- "$word" "$tmp/be" && [ "$(grep -c . "$tmp/be")" = 1 ]; then
-    echo "PASS $name: $(cat "$tmp/be")"; bad_passed=$((bad_passed + 1))
-  else echo "FAIL $name: exit $rc: $(cat "$tmp/be")"; bad_failed=$((bad_failed + 1)); fi
+    ok "$name: $(cat "$tmp/be")"
+  else bad "$name: exit $rc: $(cat "$tmp/be")"; fi
 }
-bad "heads not divisible by mp_degree" "num_attention_heads 4 is not divisible by mp_degree 3" 3 --mp_degree 3
-bad "ffn_hidden_size not divisible" "ffn_hidden_size 250 is not divisible by mp_degree 4" 4 --mp_degree 4 \
+bad_input "heads not divisible by mp_degree" "num_attention_heads 4 is not divisible by mp_degree 3" 3 --mp_degree 3
+bad_input "ffn_hidden_size not divisible" "ffn_hidden_size 250 is not divisible by mp_degree 4" 4 --mp_degree 4 \
   -o Model.ffn_hidden_size=250
-bad "sequence length not divisible (sequence parallel)" "max_seq_len 30 is not divisible by mp_degree 4" 4 \
+bad_input "sequence length not divisible (sequence parallel)" "max_seq_len 30 is not divisible by mp_degree 4" 4 \
   --mp_degree 4 --sequence_parallel true --max_seq_len 30
-bad "degrees not multiplying to the processes" "mp_degree 2" 3 --mp_degree 2 --dp_degree 1
-export BAD_PASSED=$bad_passed BAD_FAILED=$bad_failed
+bad_input "degrees not multiplying to the processes" "mp_degree 2" 3 --mp_degree 2 --dp_degree 1
 
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" >"$tmp/checks" <<'PY'
 import json, os, re, sys
 tmp = sys.argv[1]
 load = lambda p: [d for d in map(json.loads, open(p)) if "step" in d]
-passed = failed = 0
 def check(ok, msg):
-    global passed, failed
     print(("PASS " if ok else "FAIL ") + msg)
-    passed += ok; failed += not ok
 ref, ref16 = load(f"{tmp}/single/out/metrics.jsonl"), load(f"{tmp}/single_bf16/out/metrics.jsonl")
 # gpt2-tiny: vocab 50257 padded to 128 x mp, hidden 64, 4 heads, 2 layers, ffn 256, 256 positions; micro-batch
 # B x T = B x 32 tokens
@@ -128,9 +122,12 @@ def act_bytes(M, sp, B, recompute, a=4):
     N = B * T
     Nl = N // M if sp else N                     # tokens of the LayerNorm/dropout regions on this rank
     res, head = a * (L + 1) * Nl * C, 4 * (Nl * C + 2 * Nl)
-    region_block = a * Nl * C + 4 * 4 * Nl       # res2, both LayerNorms' mean and rstd
-    # ln1, ln2, qkv, atty, fch; lse
-    other_block = a * (2 * N * C + 3 * N * C // M + N * C // M + N * F // M) + 4 * B * (4 // M) * T
+    # res2, both LayerNorms' mean and rstd; ln1 and ln2 too, except in recompute's one refilled block, which keeps
+    # them gathered (Megatron's sequence parallelism keeps this rank's tokens and gathers them again in backward)
+    region_block = a * Nl * C + 4 * 4 * Nl + (0 if recompute else a * 2 * Nl * C)
+    # (ln1, ln2 gathered under recompute), qkv, atty, fch; lse
+    other_block = a * ((2 * N * C if recompute else 0) + 3 * N * C // M + N * C // M + N * F // M) \
+        + 4 * B * (4 // M) * T
     nb = 1 if recompute else L
     return res + head + nb * (region_block + other_block), res + head + nb * region_block
 def traffic(M, sp, B, a=4):
@@ -147,9 +144,9 @@ def traffic(M, sp, B, a=4):
     if not sp:                         # per layer 4 all-reduces; the embedding's and d ln_f's all-reduces
         return 4 * ar * (4 * L + 2) * NC + stats + norm
     partial = L * 6 * C + P * C + 2 * C  # LayerNorms, row-parallel biases, wpe, ln_f: summed after backward
-    # per layer 4 all-gathers (a bytes) + 4 reduce-scatters (4); the embedding's reduce-scatter and its backward
-    # all-gather (4), ln_f's all-gather (a) and d ln_f's reduce-scatter (4)
-    return half * ((4 * L + 1) * a + (4 * L + 3) * 4) * NC + stats + 4 * ar * partial + norm
+    # per layer 6 all-gathers (a bytes: 4 + the 2 LayerNorm outputs again in backward) + 4 reduce-scatters (4); the
+    # embedding's reduce-scatter and its backward all-gather (4), ln_f's all-gather (a) and d ln_f's reduce-scatter
+    return half * ((6 * L + 1) * a + (4 * L + 3) * 4) * NC + stats + 4 * ar * partial + norm
 for line in open(f"{tmp}/layouts"):
     name, np_, mp, dp, sh, stage, sp, micro, extra = line.split()
     np_, mp, dp, sh, stage, micro, sp = int(np_), int(mp), int(dp), int(sh), int(stage), int(micro), sp == "True"
@@ -183,7 +180,8 @@ for line in open(f"{tmp}/layouts"):
     check(abs(table.get("params", -1) - want) <= 0.01,
           f"{name}: rank 0 parameter bytes {table.get('params', -1):.2f} MiB = split / {mp} + replicated "
           f"{'/ ' + str(sh) + ' (stage 3) ' if stage == 3 and sh > 1 else ''}= {want:.2f} MiB")
-    rc = "use_recompute" in extra
+    # core_attn (selective) recomputes no block: its activations are those of a run without recompute
+    rc = "use_recompute" in extra and "core_attn" not in extra
     a = 2 if bf16 else 4
     act, region = act_bytes(mp, sp, micro, rc, a)
     got = float(re.search(r"activations: ([\d.]+) MiB", log0).group(1))
@@ -193,7 +191,7 @@ for line in open(f"{tmp}/layouts"):
         got = m[-1]["comm_bytes"]
         want = traffic(mp, sp, micro, a)
         check(abs(got - want) <= 0.001 * want, f"{name}: bytes sent per step {got:.0f} vs formula {want:.0f} "
-              f"({'4 all-gathers + 4 reduce-scatters' if sp else '4 all-reduces'} of B x T x C per layer + embedding, "
+              f"({'6 all-gathers + 4 reduce-scatters' if sp else '4 all-reduces'} of B x T x C per layer + embedding, "
               f"head, {'partial gradients, ' if sp else ''}norm{'; gathers of bf16 activations' if a == 2 else ''})")
 # activations with sequence parallelism: the LayerNorm/dropout regions fall by M
 for M in (2, 4):
@@ -209,7 +207,8 @@ for name, path in (("resume at mp1", "resume_mp1/out"), ("resume at mp4 sequence
     tail = [x for x in m if x["step"] > 10]
     d = max((abs(a["loss"] - b["loss"]) for a, b in zip(tail, ref[10:])), default=float("inf"))
     check(len(tail) == 10 and d <= 1e-5, f"{name}: steps 11..20 vs one process, max |diff| {d:.2e} (<= 1e-5)")
-passed += int(os.environ["BAD_PASSED"]); failed += int(os.environ["BAD_FAILED"])
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
 PY
+rc=$?
+tally_lines <"$tmp/checks"
+[ $rc = 0 ] || bad "the Python checks exited $rc"
+finish

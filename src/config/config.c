@@ -469,10 +469,17 @@ static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
         return llm4d_fail(err, LLM4D_EUSER, "Model.initializer_range must be >= 0, got %g", m->initializer_range);
     if (!m->recompute_granularity[0]) snprintf(m->recompute_granularity, sizeof m->recompute_granularity, "full");
     const char *g = m->recompute_granularity;
-    if (strcmp(g, "full") && strcmp(g, "full_attn") && strcmp(g, "core_attn"))
-        return llm4d_fail(err, LLM4D_EUSER, "Model.recompute_granularity must be full, full_attn or core_attn, got "
-                          "'%s'", g);
+    if (!strcmp(g, "full_attn"))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.recompute_granularity full_attn (recompute the attention sublayer "
+                          "only) is not implemented in llm4d; use full (the whole block) or core_attn (the attention "
+                          "core, Megatron's selective recompute)");
+    if (strcmp(g, "full") && strcmp(g, "core_attn"))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.recompute_granularity must be full or core_attn, got '%s'", g);
     return LLM4D_OK;
+}
+
+int llm4d_recompute_blocks(const llm4d_model_config *m) {
+    return m->use_recompute && strcmp(m->recompute_granularity, "core_attn") != 0;
 }
 
 static llm4d_code check_optim(llm4d_config *cfg, llm4d_err *err) {

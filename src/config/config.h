@@ -40,7 +40,7 @@ typedef struct {
     int sequence_parallel;             /* Model.sequence_parallel: Megatron sequence parallelism (mp_degree > 1) */
     int fp32_residual_connection;      /* Megatron's: under AMP O2 the residual stream and its gradient stay fp32 */
     int virtual_pp_degree;             /* Model.virtual_pp_degree: pipeline chunks per stage (interleaved 1F1B) */
-    char recompute_granularity[LLM4D_NAME_MAX]; /* "full" (the only one implemented on CPU) */
+    char recompute_granularity[LLM4D_NAME_MAX]; /* "full" or "core_attn" (llm4d_recompute_blocks) */
     int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
 } llm4d_model_config;
 
@@ -168,6 +168,14 @@ typedef struct cJSON cJSON;
 cJSON *llm4d_config_json(const llm4d_config *cfg);
 
 /* Set a model preset's geometry into cfg->model; returns LLM4D_EUSER with the list of presets if unknown. */
+/* Whether a block's forward runs again before its backward: use_recompute at granularity "full". At "core_attn"
+ * (Megatron's selective recompute, Korthikanti et al. 2022) nothing is run again at the block's level: what that
+ * granularity recomputes, the attention's T x T scores, softmax and dropout, llm4d's flash-style attention never
+ * stores in any mode (its backward rebuilds them from Q, K and each row's log-sum-exp), so the block keeps the
+ * rest of its activations as without recompute. The one question every part asks (the model, the memory plan, the
+ * pipeline balance, the planner). */
+int llm4d_recompute_blocks(const llm4d_model_config *m);
+
 llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err);
 
 #endif

@@ -141,7 +141,7 @@ static const llm4d_key keys[] = {
     KEY("Model.use_recompute", LLM4D_KT_BOOL, model.use_recompute, "False", NULL, "--use_recompute",
         "recompute activations in backward to save memory"),
     KEY("Model.recompute_granularity", LLM4D_KT_STR, model.recompute_granularity, "full", NULL, NULL,
-        "full | full_attn | core_attn"),
+        "full (each block's forward again) | core_attn (the attention core only: Megatron's selective)"),
     NOEFF("Model.no_recompute_layers", "None", "[]", "per-layer recompute exceptions"),
     KEY("Model.virtual_pp_degree", LLM4D_KT_INT, model.virtual_pp_degree, "1", NULL, "--virtual_pp_degree",
         "pipeline chunks per stage: > 1 runs the interleaved 1F1B schedule (bubble / virtual_pp_degree)"),

@@ -25,8 +25,12 @@
  *   without sequence parallelism: 2 all-reduces forward (a, m) + 2 backward (dh, dLN2) = 4 all-reduces;
  *   with it: forward 2 all-gathers (h, LN2) + 2 reduce-scatters (a, m), backward 2 all-gathers (da, dm) +
  *   2 reduce-scatters (dh, dLN2) = 4 all-gathers + 4 reduce-scatters, the same bytes (an all-reduce is one of
- *   each). The gathered LayerNorm outputs are kept for the weight gradients, so backward gathers nothing again.
- * Recompute adds one forward's worth (2 + 2) per block.
+ *   each). As Megatron-LM does (Korthikanti et al. 2022, section 4.2.2), a block keeps only this rank's N/M tokens
+ *   of each LayerNorm output and backward gathers them again for the weight gradients of c_attn and c_fc: 2
+ *   all-gathers more per block (4 with a split backward, whose weight pass gathers them a second time), for
+ *   activations of 34 s b h / M bytes per block where keeping the gathered outputs would hold 4 s b h more.
+ * Recompute adds one forward's worth (2 + 2) per block; the one block it refills keeps the gathered outputs, so
+ * its backward gathers nothing again.
  *
  * The row-parallel biases are added once, after the reduction; their gradient is the column sum of the output
  * gradient, complete on every rank without sequence parallelism, partial (this rank's tokens) with it, as are the
@@ -92,20 +96,33 @@ typedef struct {
     llm4d_tensor keep;
 } linear_back;
 
-/* LayerNorm of this rank's Nl tokens, then f: the normalised tokens of the whole micro-batch in out [N, C] (the
- * activations' type: a 16-bit gather moves half the bytes and rounds nothing). */
-static void ln_gather(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x, const float *w,
-                      const float *b, token_rows rows) {
+/* LayerNorm of this rank's Nl tokens into the kept output `out`, then f: returns the normalised tokens of the whole
+ * micro-batch [N, C] (the activations' type: a 16-bit gather moves half the bytes and rounds nothing). out holds
+ * N tokens, or Nl when the block keeps only its own (llm4d_gpt_ln_local); then the gather lands in g->full. */
+static llm4d_ctensor ln_gather(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x,
+                               const float *w, const float *b, token_rows rows) {
     llm4d_backend *be = g->be;
     const int N = rows.N, Nl = rows.Nl;
     const int C = g->C;
     if (!g->tp.sp) {
         be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
-        return;
+        return llm4d_cv(out);
     }
-    const llm4d_tensor local = llm4d_t(g->dlocal, out.t);
+    const int own = llm4d_gpt_ln_local(g);
+    const llm4d_tensor local = own ? out : llm4d_t(g->dlocal, out.t);
+    const llm4d_tensor all = own ? llm4d_t(g->full, out.t) : out;
     be->layernorm_forward(be, local, mean, rstd, x, w, b, Nl, C);
-    llm4d_tp_allgather(&g->tp, llm4d_cv(local), out, (size_t)Nl * C);
+    llm4d_tp_allgather(&g->tp, llm4d_cv(local), all, (size_t)Nl * C);
+    return llm4d_cv(all);
+}
+
+/* A kept LayerNorm output as a weight gradient reads it, all N tokens: itself, or gathered again into g->full when
+ * the block keeps only this rank's tokens. */
+static llm4d_ctensor ln_all(llm4d_gpt *g, llm4d_tensor kept, int Nl) {
+    if (!llm4d_gpt_ln_local(g)) return llm4d_cv(kept);
+    const llm4d_tensor all = llm4d_t(g->full, kept.t);
+    llm4d_tp_allgather(&g->tp, llm4d_cv(kept), all, (size_t)Nl * g->C);
+    return llm4d_cv(all);
 }
 
 /* Row-parallel linear + g: out = (act(inp)[N, K] W[C, K]^T reduced over the group) + b, on this rank's Nl tokens,
@@ -140,14 +157,15 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x,
     const block_weights w = weights(g, llm4d_gpt_params_of(g, grp, 0));
     const block_dropouts d = dropouts(g, l, mb, a);
 
-    ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, (token_rows){N, Nl});
-    be->linear_forward(be, a->qkv, llm4d_cv(a->ln1), w.qkvw, w.qkvb, N, C, 3 * g->Cl);
+    const llm4d_ctensor h = ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, (token_rows){N, Nl});
+    be->linear_forward(be, a->qkv, h, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
     be->attention_forward(be, a->atty, a->lse, llm4d_cv(a->qkv), attn_shape(g, mb), &d.attn);
     const float *att = row_parallel(g, llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
     be->dropout_add_forward(be, a->res2, x, llm4d_ct32(att), Nl, C, &d.out1);
 
-    ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, (token_rows){N, Nl});
-    be->linear_forward(be, a->fch, llm4d_cv(a->ln2), w.fcw, w.fcb, N, C, g->Fl);
+    const llm4d_ctensor h2 =
+        ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, (token_rows){N, Nl});
+    be->linear_forward(be, a->fch, h2, w.fcw, w.fcb, N, C, g->Fl);
     /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored */
     const float *mlp = row_parallel(g, llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
     be->dropout_add_forward(be, out, llm4d_cv(a->res2), llm4d_ct32(mlp), Nl, C, &d.out2);
@@ -229,7 +247,8 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x
     row_parallel_backward(g, g->dfch_gelu, &fcproj, llm4d_cv(g->dproj), llm4d_cv(a->fch), LLM4D_ACT_GELU, rows, Fl);
     be->gelu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), NF);
     const linear_back fc = {w.fcw, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), wg ? wg->dfch : none};
-    const float *dln2 = column_parallel_backward(g, &fc, llm4d_cv(g->dfch), llm4d_cv(a->ln2), rows, Fl);
+    /* g->full is free again: row_parallel_backward is done with it */
+    const float *dln2 = column_parallel_backward(g, &fc, llm4d_cv(g->dfch), ln_all(g, a->ln2, Nl), rows, Fl);
     be->layernorm_backward(be, g->dres2, dln2w, dln2b, llm4d_ct32(dln2), llm4d_cv(a->res2), w.ln2w, a->ln2_mean,
                            a->ln2_rstd, Nl, C);
 
@@ -240,7 +259,7 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x
     be->attention_backward(be, g->dqkv, llm4d_cv(g->datty), llm4d_cv(a->atty), llm4d_cv(a->qkv), a->lse,
                            attn_shape(g, mb), &d.attn);
     const linear_back qkv = {w.qkvw, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), wg ? wg->dqkv : none};
-    const float *dln1 = column_parallel_backward(g, &qkv, llm4d_cv(g->dqkv), llm4d_cv(a->ln1), rows, 3 * Cl);
+    const float *dln1 = column_parallel_backward(g, &qkv, llm4d_cv(g->dqkv), ln_all(g, a->ln1, Nl), rows, 3 * Cl);
     be->layernorm_backward(be, g->dres, dln1w, dln1b, llm4d_ct32(dln1), x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
 #undef DW
     llm4d_gpt_release(g, grp, 1);
@@ -259,12 +278,12 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
                             llm4d_cv(a->fch), LLM4D_ACT_GELU, NULL, N, Fl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), llm4d_ct_at(llm4d_cv(wg->dmlp), own), Nl, C);
     be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB),
-                        llm4d_cv(wg->dfch), llm4d_cv(a->ln2), NULL, N, C, Fl);
+                        llm4d_cv(wg->dfch), ln_all(g, a->ln2, Nl), NULL, N, C, Fl);
     be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, llm4d_cv(wg->dattn),
                         llm4d_cv(a->atty), NULL, N, Cl, C);
     be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), llm4d_ct_at(llm4d_cv(wg->dattn), own), Nl, C);
     be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB),
-                        llm4d_cv(wg->dqkv), llm4d_cv(a->ln1), NULL, N, C, 3 * Cl);
+                        llm4d_cv(wg->dqkv), ln_all(g, a->ln1, Nl), NULL, N, C, 3 * Cl);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);
     be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2W), wg->dln[2], (size_t)C);

@@ -111,7 +111,10 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
     const size_t N = (size_t)g->BT, Nl = (size_t)g->BTl, C = g->C;
     const llm4d_mem_category X = LLM4D_MEM_ACTIVATIONS;
     const llm4d_ftype t = g->act;
-    a->ln1 = alloc_t(A, X, N * C, t);
+    /* the LayerNorm outputs: this rank's tokens under sequence parallelism (block.c gathers them again in backward),
+     * except in the one block recompute refills just before its backward */
+    const size_t Nln = llm4d_gpt_ln_local(g) ? Nl : N;
+    a->ln1 = alloc_t(A, X, Nln * C, t);
     a->ln1_mean = alloc_f(A, X, Nl);
     a->ln1_rstd = alloc_f(A, X, Nl);
     a->qkv = alloc_t(A, X, N * 3 * g->Cl, t);
@@ -123,7 +126,7 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
                        ? (uint32_t *)alloc_f(A, X, (size_t)g->B * g->NHl * g->T * LLM4D_MASK_WORDS(g->T))
                        : NULL;
     a->res2 = alloc_t(A, X, Nl * C, g->res);
-    a->ln2 = alloc_t(A, X, N * C, t);
+    a->ln2 = alloc_t(A, X, Nln * C, t);
     a->ln2_mean = alloc_f(A, X, Nl);
     a->ln2_rstd = alloc_f(A, X, Nl);
     a->fch = alloc_t(A, X, N * g->Fl, t);
@@ -144,28 +147,54 @@ static void alloc_wgrad(allocator *A, llm4d_block_wgrad *w) {
 static int is_last(const llm4d_gpt *g, int c) { return g->table.part.head && c == g->table.part.n_chunks - 1; }
 static int is_first(const llm4d_gpt *g, int c) { return g->table.part.embedding && c == 0; }
 
+/* One slot of chunk c. Counting (A->plan), the slot's arrays are not made: only its bytes are counted (the planner
+ * counts hundreds of thousands of model parts, and the arrays were most of a count's time). */
 static void alloc_slot(allocator *A, int c, llm4d_slot *s) {
     llm4d_gpt *g = A->g;
-    const int nl = g->nl[c];
+    const int nl = g->nl[c], count = A->plan != NULL;
     const size_t Nl = (size_t)g->BTl, C = g->C;
-    s->res = calloc((size_t)nl + 1, sizeof *s->res);
-    if (!s->res) A->ok = 0;
-    for (int i = 0; s->res && i <= nl; i++) s->res[i] = alloc_t(A, LLM4D_MEM_ACTIVATIONS, Nl * C, g->res);
+    llm4d_block_acts scratch_a;
+    llm4d_block_wgrad scratch_w;
+    if (!count) {
+        s->res = calloc((size_t)nl + 1, sizeof *s->res);
+        if (!s->res) A->ok = 0;
+    }
+    for (int i = 0; (count || s->res) && i <= nl; i++) {
+        const llm4d_tensor x = alloc_t(A, LLM4D_MEM_ACTIVATIONS, Nl * C, g->res);
+        if (s->res) s->res[i] = x;
+    }
     if (!g->layout.recompute && nl > 0) {
-        s->acts = calloc((size_t)nl, sizeof *s->acts);
-        if (!s->acts) A->ok = 0;
-        for (int i = 0; s->acts && i < nl; i++) alloc_block(A, &s->acts[i]);
+        if (!count) {
+            s->acts = calloc((size_t)nl, sizeof *s->acts);
+            if (!s->acts) A->ok = 0;
+        }
+        for (int i = 0; (count || s->acts) && i < nl; i++) alloc_block(A, s->acts ? &s->acts[i] : &scratch_a);
     }
     if (g->layout.split_backward && !g->layout.recompute && nl > 0) {
-        s->wg = calloc((size_t)nl, sizeof *s->wg);
-        if (!s->wg) A->ok = 0;
-        for (int i = 0; s->wg && i < nl; i++) alloc_wgrad(A, &s->wg[i]);
+        if (!count) {
+            s->wg = calloc((size_t)nl, sizeof *s->wg);
+            if (!s->wg) A->ok = 0;
+        }
+        for (int i = 0; (count || s->wg) && i < nl; i++) alloc_wgrad(A, s->wg ? &s->wg[i] : &scratch_w);
     }
     if (is_last(g, c)) {
         s->dlnf = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl * C);
         s->lnf_mean = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl);
         s->lnf_rstd = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl);
     }
+}
+
+/* Counting (A->plan): chunk c's ns slots, every one the same size, as one slot counted and its bytes added ns - 1
+ * more times (the sums of ns slots counted one by one, exactly: integer additions). */
+static void count_slots(allocator *A, int c, int ns) {
+    size_t *plan = A->plan, before[LLM4D_MEM_NCATEGORIES];
+    memcpy(before, plan, sizeof before);
+    const size_t act0 = A->g->act_bytes;
+    llm4d_slot one;
+    memset(&one, 0, sizeof one);
+    alloc_slot(A, c, &one);
+    for (int q = 0; q < LLM4D_MEM_NCATEGORIES; q++) plan[q] += (plan[q] - before[q]) * (size_t)(ns - 1);
+    A->g->act_bytes += (A->g->act_bytes - act0) * (size_t)(ns - 1);
 }
 
 /* Where each kind of block parameter sits inside a block group (the same in every block group). */
@@ -222,10 +251,14 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     for (int c = 0; c < part->n_chunks; c++) {
         g->nl[c] = part->layer_hi[c] - part->layer_lo[c];
         const int ns = layout->slots[c] > 0 ? layout->slots[c] : 1;
-        g->slot[c] = calloc((size_t)ns, sizeof *g->slot[c]);
-        if (!g->slot[c]) A.ok = 0;
         const size_t before = g->act_bytes;
-        for (int k = 0; g->slot[c] && k < ns; k++) alloc_slot(&A, c, &g->slot[c][k]);
+        if (plan) {
+            count_slots(&A, c, ns);
+        } else {
+            g->slot[c] = calloc((size_t)ns, sizeof *g->slot[c]);
+            if (!g->slot[c]) A.ok = 0;
+            for (int k = 0; g->slot[c] && k < ns; k++) alloc_slot(&A, c, &g->slot[c][k]);
+        }
         g->slot_bytes += ns ? (g->act_bytes - before) / (size_t)ns : 0;
     }
     if (layout->recompute) alloc_block(&A, &g->racts);

@@ -42,7 +42,7 @@
 /* What a block keeps from forward for backward. Sizes with BT tokens of the micro-batch, BTl = BT/M with sequence
  * parallelism (else BT), the tensor-parallel slice C/M of the attention, F/M of the MLP. */
 typedef struct {
-    llm4d_tensor ln1;                  /* [BT,C] ln_1's output as c_attn reads it (all tokens, gathered under SP) */
+    llm4d_tensor ln1;                  /* [BTln,C] ln_1's output (BTln: llm4d_gpt_ln_local) */
     float *ln1_mean, *ln1_rstd;        /* [BTl] */
     llm4d_tensor qkv;                  /* [BT,3C/M] this rank's heads' Q, K, V */
     llm4d_tensor atty;                 /* [BT,C/M] attention output before c_proj */
@@ -50,7 +50,7 @@ typedef struct {
     uint32_t *attn_bits;               /* [B,NH/M,T,T/32] the attention dropout's mask (backend.h llm4d_dropout.bits;
                                         * NULL without attention dropout) */
     llm4d_tensor res2;                 /* [BTl,C] residual stream after the attention sublayer (type res) */
-    llm4d_tensor ln2;                  /* [BT,C] */
+    llm4d_tensor ln2;                  /* [BTln,C] */
     float *ln2_mean, *ln2_rstd;        /* [BTl] */
     llm4d_tensor fch;                  /* [BT,F/M] c_fc output (GELU's input; its output is recomputed, not kept) */
 } llm4d_block_acts;
@@ -166,6 +166,11 @@ typedef struct {
     size_t slot_bytes;       /* bytes of one slot of each chunk, summed over chunks */
     int slots_peak[LLM4D_MAX_CHUNKS]; /* most slots of each chunk busy at once (a pipeline's in-flight count) */
 } llm4d_gpt;
+
+/* Whether a block keeps only this rank's tokens of its LayerNorm outputs (BTln = BTl) and gathers them again for
+ * backward, as Megatron-LM does under sequence parallelism; else it keeps them gathered (BTln = BT). Recompute's
+ * one refilled block keeps them gathered: its backward follows its forward at once. */
+static inline int llm4d_gpt_ln_local(const llm4d_gpt *g) { return g->tp.sp && !g->layout.recompute; }
 
 /* What a rank builds: the part `part` of the model cfg, over the tensor-parallel context tp (its size and rank must
  * be the part's), laid out as layout says (micro-batch shape, slots, types). */

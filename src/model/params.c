@@ -226,7 +226,9 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     builder b = {.t = t, .m = m};
     b.group_cap = 2 * wte_blocks + n_blocks + 3;
     b.cap = 2 * wte_blocks + 16 * n_blocks + 4;
-    t->p = calloc((size_t)b.cap, sizeof *t->p);
+    /* not zeroed: add() clears each entry it takes, and the capacity is a bound, not the count (zeroing it all was
+     * a tenth of a large search's time: the planner builds tens of thousands of tables) */
+    t->p = malloc((size_t)b.cap * sizeof *t->p);
     t->g = calloc((size_t)b.group_cap, sizeof *t->g);
     if (!t->p || !t->g) {
         llm4d_param_table_free(t);

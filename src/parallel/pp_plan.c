@@ -110,7 +110,7 @@ llm4d_code llm4d_pp_plan_make_memo(llm4d_pp_plan *p, const llm4d_config *cfg, ll
     if (p->asked->interleaved && V == 1)
         return llm4d_fail(err, LLM4D_EUSER, "the interleaved schedule needs virtual_pp_degree > 1 (chunks per stage); "
                           "set --virtual_pp_degree 2 or use pp_schedule 1F1B");
-    p->runs = cfg->model.use_recompute ? llm4d_pp_props_of(p->asked->with_recompute) : p->asked;
+    p->runs = llm4d_recompute_blocks(&cfg->model) ? llm4d_pp_props_of(p->asked->with_recompute) : p->asked;
     if (P > 1) LLM4D_TRY(llm4d_pp_schedule_fits(p->runs->kind, P, V, p->M, err));
     p->lo = calloc((size_t)P * V, sizeof *p->lo);
     p->hi = calloc((size_t)P * V, sizeof *p->hi);

@@ -24,7 +24,7 @@ llm4d_code llm4d_stack_layout(const llm4d_config *cfg, const llm4d_topology *top
     part->mp_rank = topo->index[LLM4D_AXIS_MODEL];
     part->sequence_parallel = cfg->model.sequence_parallel && part->mp_size > 1;
     *layout = (llm4d_gpt_layout){.B = (int)cfg->micro_batch_size, .T = cfg->data.max_seq_len,
-                                 .recompute = cfg->model.use_recompute};
+                                 .recompute = llm4d_recompute_blocks(&cfg->model)};
     llm4d_config_act_types(cfg, &layout->act, &layout->res);
     if (plan->P > 1) LLM4D_TRY(llm4d_pp_plan_stage(plan, topo->index[LLM4D_AXIS_PIPE], part, layout, err));
     if (sharded(cfg))

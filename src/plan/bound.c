@@ -71,7 +71,7 @@ llm4d_code llm4d_bound_step(const llm4d_bound *b, const llm4d_predictor *pr, con
                             const llm4d_pp_plan *pp, double *lb, llm4d_err *err) {
     const llm4d_dist_config *d = &cfg->dist;
     const int P = d->pp_degree, V = pp->V, mp = d->mp_degree > 0 ? d->mp_degree : 1;
-    const int R = pr->cluster.ranks_per_node, rcp = cfg->model.use_recompute != 0;
+    const int R = pr->cluster.ranks_per_node, rcp = llm4d_recompute_blocks(&cfg->model);
     const double N = (double)cfg->micro_batch_size * cfg->data.max_seq_len, C = cfg->model.hidden_size;
     const int F = cfg->model.ffn_hidden_size > 0 ? cfg->model.ffn_hidden_size : 4 * cfg->model.hidden_size;
     const double Cl = (double)(cfg->model.hidden_size / mp), Fl = (double)(F / mp); /* a rank's columns */

@@ -15,7 +15,7 @@ llm4d_layout llm4d_layout_of(const llm4d_config *cfg) {
                       .pp = d->pp_degree, .vpp = cfg->model.virtual_pp_degree, .schedule = LLM4D_PP_1F1B,
                       .split = d->pp_layers[0] ? LLM4D_SPLIT_GIVEN
                                : d->pp_account_embedding_loss ? LLM4D_SPLIT_EMBED_LOSS : LLM4D_SPLIT_EVEN,
-                      .mb = (int)cfg->micro_batch_size, .recompute = cfg->model.use_recompute};
+                      .mb = (int)cfg->micro_batch_size, .recompute = llm4d_recompute_blocks(&cfg->model)};
     llm4d_pp_kind k;
     llm4d_err err;
     if (d->pp_degree > 1 && llm4d_pp_kind_parse(d->pp_schedule, &k, &err) == LLM4D_OK) l.schedule = k;

@@ -132,6 +132,10 @@ static void memo_clear(llm4d_memplan_memo *m) {
     llm4d_hmap_clear(&m->parts);
 }
 
+void llm4d_memplan_memo_forget(llm4d_memplan_memo *m) {
+    if (m) memo_clear(m);
+}
+
 void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m) {
     if (!m) return;
     memo_clear(m);
@@ -173,7 +177,7 @@ static void memo_key(int64_t k[MEMO_KEY], const llm4d_model_config *m, llm4d_pre
     memset(k, 0, MEMO_KEY * sizeof *k);
     /* the precision and the layout's activation types in one word (they take 2 bits each) */
     *v++ = with_layout ? (int64_t)prec + 4 * ((int64_t)l->act + 4 * (int64_t)l->res) : 0;
-    *v++ = m->sequence_parallel, *v++ = m->use_recompute, *v++ = m->virtual_pp_degree;
+    *v++ = m->sequence_parallel, *v++ = llm4d_recompute_blocks(m), *v++ = m->virtual_pp_degree;
     *v++ = with_layout, *v++ = p->mp_size, *v++ = p->mp_rank, *v++ = p->n_chunks;
     /* a chunk's blocks by their count, not their place: every block of the model is the same size and holds the
      * same activations, so the middle stages of a pipeline share one entry */

@@ -108,6 +108,9 @@ llm4d_code llm4d_memplan_make(const llm4d_config *cfg, const llm4d_topology *top
 typedef struct llm4d_memplan_memo llm4d_memplan_memo;
 llm4d_code llm4d_memplan_memo_create(llm4d_memplan_memo **out, llm4d_err *err);
 void llm4d_memplan_memo_destroy(llm4d_memplan_memo *m);
+/* Empty the model parts' entries (not the paths'): a search forgets them between its blocks of one (mp, pp) pair,
+ * whose parts another block rarely repeats, so that their memory is reused instead of grown into fresh pages. */
+void llm4d_memplan_memo_forget(llm4d_memplan_memo *m);
 /* llm4d_memplan_paths_predict, kept in memo by its inputs (NULL: computed): the planner asks for every class of rank
  * of every layout, and a layout's topology repeats across its micro-batch, recompute and schedule choices, while
  * the walk over a group's members is long on large clusters. */

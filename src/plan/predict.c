@@ -307,9 +307,23 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
      * pr->reject_above, the layout is rejected without recording and pricing its traces (the temporaries only add) */
     llm4d_topology *ct = malloc((size_t)classes * sizeof *ct);
     if (rc == LLM4D_OK && !ct) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    for (int s = 0; rc == LLM4D_OK && s < P; s++)
-        for (int dc = 0; rc == LLM4D_OK && dc < dcs; dc++) /* data indices 0, 1, 2: the classes' first ranks */
-            for (int k = 0; rc == LLM4D_OK && k < ks; k++) {
+    /* the fullest host holds at least the mean of the hosts: the classes planned so far, each times its ranks, over
+     * the hosts. Once that alone is over pr->reject_above (with room for the sums' rounding), the layout is
+     * rejected without planning its other classes (the search's large layouts overflow by far: most of their
+     * classes were planned only to be rejected). */
+    int *kcount = calloc((size_t)ks, sizeof *kcount), early = -1;
+    if (rc == LLM4D_OK && !kcount) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int i = 0; kcount && class_of && i < N; i++) kcount[class_of[i]]++;
+    const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
+    const double hosts = (double)((world + R - 1) / R);
+    double so_far = 0, lb_host = 0; /* bytes of the ranks of the classes planned; the bound that rejected */
+    /* a stage's ranks of one data index are N x mp consecutive ranks: when that is a multiple of the ranks per host,
+     * every host holds ranks of one stage alone, at least R times the stage's lightest class */
+    const int whole_hosts = (N * d->mp_degree) % R == 0;
+    for (int s = 0; rc == LLM4D_OK && early < 0 && s < P; s++)
+        /* data indices 0, 1, 2: the classes' first ranks */
+        for (int dc = 0; rc == LLM4D_OK && early < 0 && dc < dcs; dc++)
+            for (int k = 0; rc == LLM4D_OK && early < 0 && k < ks; k++) {
                 const int idx[LLM4D_NAXES] = {dc, s, rep[k], 0}, c = class_at(&m, s, dc, rep[k]);
                 llm4d_topology *topo = &ct[c];
                 rc = llm4d_topology_init(topo, world, llm4d_topology_rank_at(&t0, idx), dp, P, N, d->mp_degree, err);
@@ -325,14 +339,37 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                     cmpi[c][1] = cmpi[leaf][1];
                     cmem[c][LLM4D_PM_MPI] = cmpi[c][0] + cmpi[c][1];
                 }
+                if (rc == LLM4D_OK && pr->reject_above > 0) {
+                    const long long dranks = dcs == 1 ? dp : dc == 0 ? 1 : dc == 1 ? dp / 2 : (dp - 1) / 2;
+                    so_far += (double)(dranks * kcount[k] * d->mp_degree) * sum(cmem[c], LLM4D_PM_N);
+                    if (so_far / hosts > pr->reject_above * (1 + 1e-9)) early = c, lb_host = so_far / hosts;
+                }
+                if (rc == LLM4D_OK && pr->reject_above > 0 && early < 0 && whole_hosts && dc == dcs - 1 &&
+                    k == ks - 1) {
+                    double least = -1; /* the stage's lightest class */
+                    for (int e = 0; e < dcs; e++)
+                        for (int f = 0; f < ks; f++) {
+                            const double b = sum(cmem[class_at(&m, s, e, rep[f])], LLM4D_PM_N);
+                            if (least < 0 || b < least) least = b;
+                        }
+                    if (R * least > pr->reject_above * (1 + 1e-9)) early = c, lb_host = R * least;
+                }
             }
+    free(kcount);
     out->bound = 0;
     /* the trainer's plan of each class: its kinds up to the libraries' working set, before rank_coll_temp adds the
      * temporaries of the rank's largest collectives (the planner's, beyond the plan's own) */
     double *cplan = calloc((size_t)classes, sizeof *cplan);
     if (rc == LLM4D_OK && !cplan) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int c = 0; rc == LLM4D_OK && c < classes; c++) cplan[c] = sum(cmem[c], LLM4D_PM_LIBS + 1);
-    if (rc == LLM4D_OK && pr->reject_above > 0) {
+    if (rc == LLM4D_OK && early >= 0) { /* bounds: the mean host, the largest class planned */
+        out->host_bytes = lb_host, out->peak_bytes = 0, out->peak_rank = 0, out->peak_class = 0, out->bound = 1;
+        for (int c = 0; c < classes; c++) {
+            const double b = sum(cmem[c], LLM4D_PM_N); /* 0: not planned */
+            if (b > out->peak_bytes) out->peak_bytes = b, out->peak_rank = ct[c].rank, out->peak_class = c;
+        }
+        memcpy(out->mem, cmem[out->peak_class], sizeof out->mem);
+    } else if (rc == LLM4D_OK && pr->reject_above > 0) {
         for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
         rc = ranks_and_hosts(pr, d, &m, &(class_mem){cls, (const double(*)[LLM4D_PM_N])cmem, cplan}, 0, out, err);
         out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */

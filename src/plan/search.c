@@ -331,6 +331,7 @@ static llm4d_code search_once(const llm4d_predictor *pr, const llm4d_config *bas
         worker *w = &wk[omp_get_thread_num()];
         w->x.out = &parts[i];
         llm4d_sched_memo_clear(w->x.sched); /* a block's P is its own: the memo holds one block's schedules */
+        llm4d_memplan_memo_forget(w->pr.memo); /* a block's parts are its own (memplan.h) */
         parts[i].memory_per_node = out->memory_per_node;
         prc[i] = layouts_of_pair(base, global, W, pair[i].mp, pair[i].pp, consider_fn, &w->x, &perr[i]);
     }

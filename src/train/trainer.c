@@ -129,7 +129,11 @@ static void print_startup(llm4d_trainer *tr) {
                        "loss%s", c->amp_level, prec_name(tr->precision), llm4d_ftype_name(tr->model.act),
                        llm4d_ftype_name(tr->model.res),
                        tr->precision == LLM4D_PREC_FP16 ? "; dynamic loss scaling from scale_loss" : "");
-    llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB", m->use_recompute ? "on (full)" : "off",
+    llm4d_log_info(log, "recompute: %s; activations held: %.2f MiB",
+                   !m->use_recompute ? "off"
+                   : llm4d_recompute_blocks(m) ? "on (full: each block's forward again before its backward)"
+                                               : "on (core_attn: only the attention core, which the flash-style "
+                                                 "attention's backward recomputes in every mode)",
                    tr->model.act_bytes / 1048576.0);
     for (int i = 0; i < c->n_noeffect; i++)
         llm4d_log_info(log, "config key %s is accepted but has no effect in llm4d", c->noeffect[i]);
@@ -192,7 +196,7 @@ static llm4d_code init_loaders(llm4d_trainer *tr, int eval_only, llm4d_err *err)
 static llm4d_code build_model(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_config *cfg = tr->cfg;
     if (!tr->ppplan.P) LLM4D_TRY(llm4d_pp_plan_make(&tr->ppplan, cfg, err));
-    if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, cfg->model.use_recompute, &tr->log);
+    if (tr->is_writer && tr->ppplan.P > 1) llm4d_pp_plan_log(&tr->ppplan, llm4d_recompute_blocks(&cfg->model), &tr->log);
     LLM4D_TRY(llm4d_trainer_plan(tr, err));
     /* a large model's allocation and initial draw take seconds (gpt2-en: ~4 s on 2 cores): say so first */
     llm4d_log_info(&tr->log, "allocating the memory planned and drawing the initial weights (seed %llu)",
