@@ -100,8 +100,16 @@ static int by_bytes(const void *a, const void *b) {
  * of its occurrences' times: a step is the sum of its calls, and a sum's expectation is the sum of the means (the
  * median, taken before, left out the slow occurrences every step meets: 1-process layouts of gpt2-tiny were
  * predicted 9-13 % fast on a Sapphire Rapids VM). */
+/* How long a trace is replayed: reps times, or (span_s > 0) as many of them as fit in about span_s. */
+typedef struct {
+    int reps;
+    double span_s;
+} replay_span;
+
 static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm4d_backend *be, int threads, int prec,
-                                int reps, double span_s, int *added, llm4d_err *err) {
+                                replay_span how, int *added, llm4d_err *err) {
+    int reps = how.reps;
+    const double span_s = how.span_s;
     const llm4d_rec *r = &t->rec;
     int fresh = 0;
     for (int i = 0; i < r->n && !fresh; i++)
@@ -171,7 +179,7 @@ static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int 
         r.calls[r.n++] = (llm4d_rc_call){.op = LLM4D_RC_SUMSQ, .d = {sizes[i]}, .p = {b[1]}};
         llm4d_mbtrace t = {.rec = r};
         int added = 0;
-        const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, quick ? 2 : 5, 0, &added, err);
+        const llm4d_code rc = measure_trace(prof, &t, be, threads, prec, (replay_span){quick ? 2 : 5, 0}, &added, err);
         llm4d_rec_free(&r);
         LLM4D_TRY(rc);
     }
@@ -271,7 +279,7 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
             if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
             llm4d_pp_plan_free(&pp);
             if (rc != LLM4D_OK) break;
-            rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, 0, &added, err);
+            rc = measure_trace(prof, &t, be, T, prec, (replay_span){o->quick ? 2 : 5, 0}, &added, err);
             llm4d_mbtrace_free(&t);
             if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
             done_mib += x.t[i].bytes / 1048576.0;
@@ -359,7 +367,7 @@ static llm4d_code measure_grid(const llm4d_calibrate_opts *o, const llm4d_grid *
                     if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, cfg, &topo, &pp, be, err);
                     llm4d_pp_plan_free(&pp);
                     if (rc != LLM4D_OK) break;
-                    rc = measure_trace(prof, &t, be, T, prec, o->quick ? 2 : 5, span, &added, err);
+                    rc = measure_trace(prof, &t, be, T, prec, (replay_span){o->quick ? 2 : 5, span}, &added, err);
                     llm4d_mbtrace_free(&t);
                     if (rc == LLM4D_OK && added > before) rc = checkpoint(prof, pg, err);
                     const double now = omp_get_wtime();
