@@ -160,6 +160,28 @@ static llm4d_code measure_trace(llm4d_profile *prof, const llm4d_mbtrace *t, llm
     return rc;
 }
 
+/* Where kernels are measured: into prof, on be, at threads and precision prec. */
+typedef struct {
+    llm4d_profile *prof;
+    llm4d_backend *be;
+    int threads, prec;
+} measure_at;
+
+/* One part of a calibration: stage `stage` of the layout cfg and pp describe (pp is freed here), its micro-batch
+ * recorded and replayed into at->prof. */
+static llm4d_code measure_part(const measure_at *at, llm4d_config *cfg, llm4d_pp_plan *pp, int stage,
+                               replay_span how, int *added, llm4d_err *err) {
+    llm4d_topology topo;
+    llm4d_mbtrace t;
+    llm4d_code rc = llm4d_layout_stage_topo(cfg, stage, &topo, err);
+    if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, cfg, &topo, pp, at->be, err);
+    llm4d_pp_plan_free(pp);
+    if (rc != LLM4D_OK) return rc;
+    rc = measure_trace(at->prof, &t, at->be, at->threads, at->prec, how, added, err);
+    llm4d_mbtrace_free(&t);
+    return rc;
+}
+
 /* The optimizer's passes (AdamW, the norm's square sum) at a few sizes: the planner prices other sizes by the
  * nearest one's bandwidth. */
 static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int threads, int prec, int quick,
@@ -271,16 +293,10 @@ static llm4d_code measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *
                 continue;
             }
             llm4d_pp_plan pp;
-            llm4d_topology topo;
-            llm4d_mbtrace t;
             const int before = added;
             if (llm4d_layout_config(o->base, &x.t[i].layout, o->global, x.cfg, &pp, err) != LLM4D_OK) continue;
-            rc = llm4d_layout_stage_topo(x.cfg, x.t[i].stage, &topo, err);
-            if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, x.cfg, &topo, &pp, be, err);
-            llm4d_pp_plan_free(&pp);
-            if (rc != LLM4D_OK) break;
-            rc = measure_trace(prof, &t, be, T, prec, (replay_span){o->quick ? 2 : 5, 0}, &added, err);
-            llm4d_mbtrace_free(&t);
+            rc = measure_part(&(measure_at){prof, be, T, prec}, x.cfg, &pp, x.t[i].stage,
+                              (replay_span){o->quick ? 2 : 5, 0}, &added, err);
             if (rc == LLM4D_ENOMEM) rc = LLM4D_OK, skipped++; /* priced by its neighbours */
             done_mib += x.t[i].bytes / 1048576.0;
             const double resident = (double)llm4d_heap_resident(); /* the replay's freed pages given back */
@@ -359,16 +375,11 @@ static llm4d_code measure_grid(const llm4d_calibrate_opts *o, const llm4d_grid *
                         continue;
                     }
                     llm4d_pp_plan pp;
-                    llm4d_topology topo;
-                    llm4d_mbtrace t;
                     const int before = added;
                     rc = llm4d_grid_config(C, S, prec != LLM4D_PREC_FP32, cfg, &pp, err);
-                    if (rc == LLM4D_OK) rc = llm4d_layout_stage_topo(cfg, 0, &topo, err);
-                    if (rc == LLM4D_OK) rc = llm4d_mbtrace_make(&t, cfg, &topo, &pp, be, err);
-                    llm4d_pp_plan_free(&pp);
                     if (rc != LLM4D_OK) break;
-                    rc = measure_trace(prof, &t, be, T, prec, (replay_span){o->quick ? 2 : 5, span}, &added, err);
-                    llm4d_mbtrace_free(&t);
+                    rc = measure_part(&(measure_at){prof, be, T, prec}, cfg, &pp, 0,
+                                      (replay_span){o->quick ? 2 : 5, span}, &added, err);
                     if (rc == LLM4D_OK && added > before) rc = checkpoint(prof, pg, err);
                     const double now = omp_get_wtime();
                     if (now - pg->last_line >= PROGRESS_S || point == n_prec * n_pts) {
