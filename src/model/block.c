@@ -28,7 +28,8 @@
  *   each). As Megatron-LM does (Korthikanti et al. 2022, section 4.2.2), a block keeps only this rank's N/M tokens
  *   of each LayerNorm output and backward gathers them again for the weight gradients of c_attn and c_fc: 2
  *   all-gathers more per block (4 with a split backward, whose weight pass gathers them a second time), for
- *   activations of 34 s b h / M bytes per block where keeping the gathered outputs would hold 4 s b h more.
+ *   every activation of a block divided by M (24 s b h / M bytes in 16 bits and the statistics, docs/design.md;
+ *   Megatron's 34 s b h / M), where keeping the gathered outputs would hold 4 s b h more.
  * Recompute adds one forward's worth (2 + 2) per block; the one block it refills keeps the gathered outputs, so
  * its backward gathers nothing again.
  *
