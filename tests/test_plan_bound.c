@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_case.h"
 #include "plan/bound.h"
 #include "plan/layout.h"
 #include "plan/memplan.h"
@@ -119,26 +120,15 @@ static void other_numbers(llm4d_profile *p, int threads) {
 static void run_case(const char *name, const char *prof_path, int other, int threads, double floor, char **argv,
                      int argc) {
     llm4d_err err = {0};
-    llm4d_config *base = calloc(1, sizeof *base), *cfg = calloc(1, sizeof *cfg);
-    llm4d_profile prof;
-    llm4d_profile_init(&prof);
-    llm4d_backend *be = NULL;
-    llm4d_stagecost_cache *cache = NULL;
-    llm4d_config_defaults(base);
-    if (llm4d_config_parse_args(base, argc, argv, &err) != LLM4D_OK || llm4d_profile_load(&prof, prof_path, &err) ||
-        llm4d_backend_create(&be, &(llm4d_backend_opts){.device = "cpu", .ref = base->backend_ref, .nthreads = 1},
-                             &err) != LLM4D_OK ||
-        (base->use_amp && be->set_precision(be, llm4d_memplan_precision(base), &err) != LLM4D_OK) ||
-        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK) {
-        check(0, "%s: set up: %s", name, err.msg);
-        goto out;
-    }
-    if (other) other_numbers(&prof, threads);
-    llm4d_stagecost_cache_by_count(cache, 1);
+    plan_case c;
+    if (!plan_case_open(&c, name, prof_path, argv, argc)) goto out;
+    if (other) other_numbers(&c.prof, threads);
+    llm4d_config *base = c.base;
+    llm4d_stagecost_cache *cache = c.cache;
     const llm4d_cluster cl = {.nodes = base->plan.nodes, .ranks_per_node = base->plan.ranks_per_node,
                               .threads = threads, .memory_per_node = 1e12};
-    const llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .step_only = 1};
-    walk w = {.pr = &pr, .base = base, .global = base->global_batch_size, .cfg = cfg, .best_ratio = INFINITY};
+    const llm4d_predictor pr = {.prof = &c.prof, .be = c.be, .cluster = cl, .cache = cache, .step_only = 1};
+    walk w = {.pr = &pr, .base = base, .global = base->global_batch_size, .cfg = c.cfg, .best_ratio = INFINITY};
     llm4d_bound_init(&w.bound, &pr, llm4d_memplan_precision(base));
     const int W = cl.nodes * cl.ranks_per_node;
     if (llm4d_layouts_each(base, w.global, W, each, &w, &err) != LLM4D_OK) {
@@ -155,21 +145,15 @@ static void run_case(const char *name, const char *prof_path, int other, int thr
           "%s: the fastest linear layer priced, %.4g FLOP/s, is no faster than the bound's rate %.4g", name, seen,
           w.bound.gemm_rate);
 out:
-    llm4d_stagecost_cache_destroy(cache);
-    if (be) be->destroy(be);
-    llm4d_profile_free(&prof);
-    free(base), free(cfg);
+    plan_case_close(&c);
 }
 
 int main(void) {
     const char *src = getenv("SRC_DIR");
     char prof[4096];
     snprintf(prof, sizeof prof, "%s/bench/profiles/a100_selene.json", src ? src : ".");
-#define ARGS(...)                                                                                                   \
-    (char *[]) { __VA_ARGS__ }
-#define N_ARGS(...) (int)(sizeof((char *[]){__VA_ARGS__}) / sizeof(char *))
 #define CASE(name, other, threads, floor, ...)                                                                      \
-    run_case(name, prof, other, threads, floor, ARGS(__VA_ARGS__), N_ARGS(__VA_ARGS__))
+    run_case(name, prof, other, threads, floor, CASE_ARGS(__VA_ARGS__))
     /* gpt2-tiny with a small vocabulary, so that its blocks, not its head, make the step */
     CASE("tiny fp32 2x6 a100", 0, 1, 0.5, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "32", "-o",
          "Model.num_layers=4", "-o", "Model.vocab_size=512", "--global_batch_size", "24", "--nodes", "2",

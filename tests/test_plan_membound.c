@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_case.h"
 #include "plan/layout.h"
 #include "plan/memplan.h"
 #include "plan/search.h"
@@ -74,26 +75,19 @@ static llm4d_code each(void *u, const llm4d_layout *l, llm4d_err *err) {
 
 static void run_case(const char *name, const char *prof_path, char **argv, int argc) {
     llm4d_err err = {0};
-    llm4d_config *base = calloc(1, sizeof *base), *cfg = calloc(1, sizeof *cfg);
-    llm4d_profile prof;
-    llm4d_profile_init(&prof);
-    llm4d_backend *be = NULL;
-    llm4d_stagecost_cache *cache = NULL;
+    plan_case c;
     llm4d_memplan_memo *memo = NULL;
-    llm4d_config_defaults(base);
-    if (llm4d_config_parse_args(base, argc, argv, &err) != LLM4D_OK || llm4d_profile_load(&prof, prof_path, &err) ||
-        llm4d_backend_create(&be, &(llm4d_backend_opts){.device = "cpu", .ref = base->backend_ref, .nthreads = 1},
-                             &err) != LLM4D_OK ||
-        (base->use_amp && be->set_precision(be, llm4d_memplan_precision(base), &err) != LLM4D_OK) ||
-        llm4d_stagecost_cache_create(&cache, &err) != LLM4D_OK || llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK) {
+    if (!plan_case_open(&c, name, prof_path, argv, argc)) goto out;
+    if (llm4d_memplan_memo_create(&memo, &err) != LLM4D_OK) {
         check(0, "%s: set up: %s", name, err.msg);
         goto out;
     }
-    llm4d_stagecost_cache_by_count(cache, 1);
+    llm4d_config *base = c.base;
     const llm4d_cluster cl = {.nodes = base->plan.nodes, .ranks_per_node = base->plan.ranks_per_node,
                               .threads = 1, .memory_per_node = 1e12};
-    llm4d_predictor pr = {.prof = &prof, .be = be, .cluster = cl, .cache = cache, .memo = memo, .step_only = 1};
-    walk w = {.pr = &pr, .base = base, .global = base->global_batch_size, .cfg = cfg};
+    llm4d_predictor pr = {.prof = &c.prof, .be = c.be, .cluster = cl, .cache = c.cache, .memo = memo,
+                          .step_only = 1};
+    walk w = {.pr = &pr, .base = base, .global = base->global_batch_size, .cfg = c.cfg};
     const int W = cl.nodes * cl.ranks_per_node;
     if (llm4d_layouts_each(base, w.global, W, each, &w, &err) != LLM4D_OK) {
         check(0, "%s: %s", name, err.msg);
@@ -107,20 +101,14 @@ static void run_case(const char *name, const char *prof_path, char **argv, int a
           w.below);
 out:
     llm4d_memplan_memo_destroy(memo);
-    llm4d_stagecost_cache_destroy(cache);
-    if (be) be->destroy(be);
-    llm4d_profile_free(&prof);
-    free(base), free(cfg);
+    plan_case_close(&c);
 }
 
 int main(void) {
     const char *src = getenv("SRC_DIR");
     char prof[4096];
     snprintf(prof, sizeof prof, "%s/bench/profiles/a100_selene.json", src ? src : ".");
-#define ARGS(...)                                                                                                   \
-    (char *[]) { __VA_ARGS__ }
-#define N_ARGS(...) (int)(sizeof((char *[]){__VA_ARGS__}) / sizeof(char *))
-#define CASE(name, ...) run_case(name, prof, ARGS(__VA_ARGS__), N_ARGS(__VA_ARGS__))
+#define CASE(name, ...) run_case(name, prof, CASE_ARGS(__VA_ARGS__))
     CASE("tiny fp32 2x6", "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "32", "-o", "Model.num_layers=4",
          "-o", "Model.vocab_size=512", "--global_batch_size", "24", "--nodes", "2", "--ranks_per_node", "6");
     CASE("tiny bf16 4x4", "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "32", "-o", "Model.num_layers=8",
