@@ -11,7 +11,8 @@
 # Checks: dp2 and sharding2 (ZeRO-2) over the two hosts reproduce the one-process 20-step loss curve within 1e-5
 # (as tests/test_dp.sh compares them); rank 1 ran on hostb (its namespace's hostname in its log) and the gradients
 # crossed the veth (its byte counters grew by at least what llm4d reports sending); the remote-shell command was
-# used for hostb only; `llm4d plan --calibrate --hostfile` measures collectives across the two hosts, and the
+# used for hostb only; an elastic job (--nnodes 1:2) that loses hostb goes on on hosta alone as dp1 with the same
+# curve; `llm4d plan --calibrate --hostfile` measures collectives across the two hosts, and the
 # planner's memory for dp2 over them matches the run's peak on each rank within 5 %. Runs only as root with network namespaces available (CI runs as root on this machine); where
 # namespaces cannot be created or entered (no CAP_SYS_ADMIN; a chroot) the test says so and is skipped (exit 77),
 # nothing else skips it.
@@ -73,6 +74,7 @@ cat >"$tmp/netns-ssh" <<EOF
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
 host=\$1; shift
 echo "\$host" >>"$tmp/ssh.log"
+[ -e "$tmp/down.\$host" ] && { echo "ssh: connect to host \$host port 22: No route to host" >&2; exit 255; }
 case "\$host" in hosta) ns=$NA ;; hostb) ns=$NB ;; *) echo "netns-ssh: unknown host \$host" >&2; exit 255 ;; esac
 exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && \$*"
 EOF
@@ -129,6 +131,42 @@ PY
 }
 run_two dp2 --dp_degree 2 --micro_batch_size 4
 run_two sharding2 --sharding_degree 2 --sharding_stage 2 --micro_batch_size 4
+
+# elasticity (issue 45): dp2 over the two hosts with --nnodes 1:2; at step >= 5 hostb goes down (every process in its
+# namespace killed, and its remote shell answering as ssh does for a host that is gone); the launcher's probe finds
+# hostb gone and the job goes on on hosta alone as dp1 (the same global batch in 2 accumulation steps), resharding
+# its checkpoint; the curve is still the one-process curve within 1e-5, each step once
+: >"$tmp/ssh.log"
+on_hosta "$LLM4D" launch --nproc 2 --hostfile "$tmp/hostfile" --nnodes 1:2 --max_restarts 2 --log_dir "$tmp/el/log" \
+    -- train "${C[@]}" --dp_degree 2 --micro_batch_size 4 --save_steps 2 --output_dir "$tmp/el/out" \
+    >"$tmp/el.log" 2>&1 &
+el_launcher=$!
+wait_for "$tmp/el/log/workerlog.0" 120 "global step 5,"
+touch "$tmp/down.hostb"
+ip netns pids "$NB" | xargs -r kill -9
+wait $el_launcher
+rc=$?
+check "elastic dp2: hostb lost at step 5+, the job finishes on hosta (exit $rc)" test $rc = 0
+grep '^llm4d launch' "$tmp/el.log" | cut -c1-300
+check "elastic dp2: the restart line says hostb does not answer and the job goes on as dp1 ($(grep -m1 'restart 1' "$tmp/el.log" | cut -c1-120)...)" \
+    grep -qE '^llm4d launch: restart 1 of 2 in 1 s: .*; now on 1 of 2 hosts \(hosta; not answering: hostb: ssh: connect to host hostb port 22: No route to host\), as 1 process \(dp_degree 1 x sharding_degree 1 ' "$tmp/el.log"
+check "elastic dp2: the last run was on hosta alone (its workerlog.1 is gone, rank 0 on hosta)" \
+    test ! -e "$tmp/el/log/workerlog.1" -a -n "$(grep -l 'rank 0 runs on host hosta' "$tmp/el/log/workerlog.0")"
+while read -r verdict msg; do check_if "$verdict" "elastic dp2: $msg"; done < <(
+    /usr/bin/python3 - "$tmp/one/metrics.jsonl" "$tmp/el/out/metrics.jsonl" <<'PY'
+import json, sys
+try:
+    ref, m = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+except OSError as e:
+    print(0, f"no metrics ({e})")
+    sys.exit()
+m = [x for x in m if "step" in x]
+d = max((abs(a["loss"] - b["loss"]) for a, b in zip(m, ref)), default=1)
+ok = [x["step"] for x in m] == list(range(1, 21)) and d <= 1e-5
+print(int(ok), f"steps 1-20 once each ({len(m)} lines), loss curve vs one process max |diff| {d:.2e} (<= 1e-5)")
+PY
+)
+rm -f "$tmp/down.hostb"
 
 # llm4d plan across hosts: a calibration whose measuring jobs the hostfile places on both hosts records collectives
 # across hosts (not as if the two ranks shared one), and the planner's prediction of the dp2 run over the two hosts

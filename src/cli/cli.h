@@ -25,6 +25,7 @@ int llm4d_cmd_report(int argc, char **argv);
 /* hidden (no summary): started by `launch` under mpirun, and a collective job for the launcher's tests */
 int llm4d_cmd_worker(int argc, char **argv);
 int llm4d_cmd_commtest(int argc, char **argv);
+int llm4d_cmd_probe(int argc, char **argv);   /* a host answering `launch --nnodes`' probe (launch_elastic.c) */
 int llm4d_cmd_plancal(int argc, char **argv); /* a rank of `llm4d plan --calibrate`'s measuring jobs */
 
 #endif

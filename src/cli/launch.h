@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/error.h"
+
 #define LLM4D_RUN_ID_MAX 64
 #define LLM4D_EXIT_RECORD_PREFIX ".workerexit."
 #define LLM4D_SHM_DIR_PREFIX "/dev/shm/llm4d-mpi."
@@ -85,6 +87,8 @@ typedef struct {
     char output_dir[4096];
     long long max_steps, save_steps;
     int max_restarts;       /* Engine.save_load.max_restarts, unless launch's --max_restarts says otherwise */
+    int mp_degree, pp_degree, sharding_degree; /* the layout at --nproc processes */
+    long long global_batch_size;
 } llm4d_launch_job;
 
 /* The checkpoint `--resume output_dir` would load, into dir, and its step: 1, or 0 when there is none. */
@@ -98,5 +102,46 @@ void llm4d_launch_put_command(FILE *f, int argc, char **argv, int cmd, const cha
 int llm4d_launch_command_with_resume(int n, char **cmdv, const char *resume, char **out);
 /* One line on stderr: the latest checkpoint and the command that resumes from it (or starts again). */
 void llm4d_launch_say_resume(const llm4d_launch_job *job, int argc, char **argv, int cmd);
+
+/* ---- elasticity: `--nnodes MIN:MAX` (launch_elastic.c) ---- */
+
+#define LLM4D_HOST_NAME_MAX 256
+
+/* The hosts a job may run on (the hostfile's, in its order) and what the last probe found. */
+typedef struct {
+    int n;                              /* hosts in the hostfile */
+    char (*name)[LLM4D_HOST_NAME_MAX];
+    int *up;                            /* the last probe: 1 when the host answered */
+    char (*why)[192];                   /* the last probe: why a host did not answer */
+    int min, max;                       /* --nnodes MIN:MAX */
+    int per_node;                       /* processes on each host: --nproc / MAX */
+} llm4d_launch_hosts;
+
+/* "N" or "MIN:MAX" (1 <= MIN <= MAX) into *min, *max: 1, or 0 when s is neither. */
+int llm4d_launch_nnodes(const char *s, int *min, int *max);
+/* The hostfile's hosts into h, for --nnodes min:max and --nproc nproc (a multiple of max; at least max hosts). */
+llm4d_code llm4d_launch_hosts_read(const char *path, int min, int max, int nproc, llm4d_launch_hosts *h,
+                                   llm4d_err *err);
+void llm4d_launch_hosts_free(llm4d_launch_hosts *h);
+/* Asks every host at once whether it is there (mpirun -np 1 --host H exe __probe); sets h->up and h->why;
+ * returns how many answered. */
+int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const char *exe, const char *log_dir);
+/* The first max hosts that answered, as indices into use (room for h->max); returns how many. */
+int llm4d_launch_hosts_pick(const llm4d_launch_hosts *h, int *use);
+/* A hostfile of the hosts use[0..n), per_node slots each, written whole at path: 0, or -1. */
+int llm4d_launch_hosts_write(const llm4d_launch_hosts *h, const int *use, int n, const char *path);
+/* "1 of 2 hosts (node-a; not answering: node-b: <why>)" into buf. */
+void llm4d_launch_hosts_describe(const llm4d_launch_hosts *h, const int *use, int n, char *buf, size_t cap);
+
+/* A train job's layout on `world` processes, as the flags appended to its command (launch_elastic.c says which
+ * degrees change). */
+typedef struct {
+    int dp, sharding;
+    char val[3][24];
+    char *argv[8];
+    int argc;
+} llm4d_launch_layout_args;
+/* 1 and *out (no words for a verb other than train), or 0 when world cannot hold the job's mp x pp. */
+int llm4d_launch_layout(const llm4d_launch_job *job, int world, llm4d_launch_layout_args *out);
 
 #endif

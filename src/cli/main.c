@@ -8,7 +8,8 @@
 static const llm4d_verb verbs[] = {
     {"train", "train a GPT model (-c config.yaml, the seeds' flags, -o Section.key=value)", llm4d_cmd_train},
     {"eval", "validation loss and perplexity of a checkpoint (--ckpt DIR, train's options)", llm4d_cmd_eval},
-    {"launch", "run N processes through mpirun (--nproc N [--hostfile F] [--log_dir DIR] -- VERB ...)",
+    {"launch", "run N processes through mpirun (--nproc N [--hostfile F [--nnodes MIN:MAX]] [--log_dir DIR] "
+               "[--max_restarts N] -- VERB ...)",
      llm4d_cmd_launch},
     {"prepare-data", "tokenize text or JSON lines into Paddle npz or Megatron bin/idx files",
      llm4d_cmd_prepare_data},
@@ -23,6 +24,7 @@ static const llm4d_verb verbs[] = {
     {"__worker", NULL, llm4d_cmd_worker},
     {"__plancal", NULL, llm4d_cmd_plancal},
     {"__commtest", NULL, llm4d_cmd_commtest},
+    {"__probe", NULL, llm4d_cmd_probe},
 };
 static const int n_verbs = (int)(sizeof verbs / sizeof verbs[0]);
 

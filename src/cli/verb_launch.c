@@ -49,6 +49,12 @@
  * at most 30), and the third failure in a row from the same checkpoint ends the restarts: the fault is then in the
  * job, not in a machine. The log of the rank that failed is kept as DIR/failed.<k>.workerlog.<rank>.
  *
+ * Elasticity (--nnodes MIN:MAX with --hostfile, launch_elastic.c): the hosts are probed before the first run and
+ * before every restart, each run goes on the first MAX that answer with its own hostfile and, for a train job, the
+ * layout those processes hold (appended as flags); mpirun failing on its own (a remote host gone) is restarted
+ * too; fewer than MIN hosts answering ends the job with one line. A new set of hosts restarts the count of
+ * failures from the same checkpoint.
+ *
  * Limits: the exit records are read from the launcher's file system, so with a hostfile the culprit is named here
  * only when it ran on the launching host (or log_dir is shared); a remote worker names its rank on stderr. */
 #define _GNU_SOURCE /* pipe2, strsignal */
@@ -75,12 +81,17 @@
 #include "comm/runtime.h"
 
 static void launch_usage(FILE *f) {
-    fprintf(f, "usage: llm4d launch --nproc N [--hostfile FILE] [--log_dir DIR] [--max_restarts N] -- VERB [ARGS...]\n"
+    fprintf(f, "usage: llm4d launch --nproc N [--hostfile FILE [--nnodes MIN:MAX]] [--log_dir DIR] [--max_restarts N]\n"
+               "                    -- VERB [ARGS...]\n"
                "  runs N processes of `llm4d VERB ARGS...` through Open MPI's mpirun (set LLM4D_MPIRUN to use\n"
                "  another mpirun, LLM4D_MPI_VERBOSE=1 to see Open MPI's own messages); each rank writes\n"
                "  DIR/workerlog.<rank> (default DIR: log), rank 0 is also echoed here; exits with the job's exit code\n"
                "  (2 when a rank hit a user error); --max_restarts N restarts a job whose rank died or hung from its\n"
-               "  latest checkpoint, up to N times (default: the train config's Engine.save_load.max_restarts, 0)\n");
+               "  latest checkpoint, up to N times (default: the train config's Engine.save_load.max_restarts, 0);\n"
+               "  --nnodes MIN:MAX makes the job elastic: it runs on the hostfile's first MAX hosts that answer\n"
+               "  (--nproc / MAX processes on each), and a restart goes on with those that still answer, as long as\n"
+               "  MIN do, a train job keeping mp_degree, pp_degree and its global batch while dp_degree and\n"
+               "  sharding_degree follow the number of processes\n");
 }
 
 /* The last `lines` lines of a file, each prefixed, to f. */
@@ -150,6 +161,10 @@ static llm4d_code check_train(int argc, char **argv, int nproc, int local, llm4d
         job->max_steps = (long long)cfg->max_steps;
         job->save_steps = (long long)cfg->save_steps;
         job->max_restarts = cfg->max_restarts;
+        job->mp_degree = cfg->dist.mp_degree;
+        job->pp_degree = cfg->dist.pp_degree;
+        job->sharding_degree = cfg->dist.sharding_degree;
+        job->global_batch_size = (long long)cfg->global_batch_size;
     }
     free(targs);
     free(cfg);
@@ -169,6 +184,7 @@ static int mpi_verbose(void) {
 typedef struct {
     int nproc;
     const char *hostfile, *log_dir, *mpirun;
+    int elastic;     /* --nnodes: each run on its own hostfile, rank r on its host r / slots (--map-by slot) */
     char exe[PATH_MAX], host[256];
 } launch_setup;
 
@@ -213,6 +229,7 @@ static int run_once(const launch_setup *ls, char **cmdv, run_end *end) {
     args[k++] = "-np";
     args[k++] = np;
     if (ls->hostfile) args[k++] = "--hostfile", args[k++] = (char *)ls->hostfile;
+    if (ls->elastic) args[k++] = "--map-by", args[k++] = "slot";
     args[k++] = (char *)ls->exe;
     args[k++] = "__worker";
     args[k++] = "--log_dir";
@@ -323,11 +340,11 @@ static int run_once(const launch_setup *ls, char **cmdv, run_end *end) {
          * the others were ended by mpirun's shutdown (with a hostfile, records of remote ranks are not here) */
         end->kind = END_CRASH, end->code = end->mpirun_code;
         end->cause = (llm4d_exit_record){.valid = 0, .rank = missing};
-    } else if ((!cause.valid || interrupted) && (received || stopped)) { /* stopped, not failing */
+    } else if ((!cause.valid || interrupted) && (received || (stopped && !ls->elastic))) { /* stopped, not failing */
         end->kind = END_STOPPED;
         end->sig = end->passed_on ? end->passed_on : received;
         end->code = 128 + (end->sig ? end->sig : SIGTERM);
-    } else if (!cause.valid) {
+    } else if (!cause.valid) { /* elastic: also ranks stopped by mpirun with no cause in sight (a host gone) */
         end->kind = END_MPIRUN, end->code = end->mpirun_code;
     } else {
         end->cause = cause;
@@ -406,9 +423,87 @@ static void keep_failed_log(const launch_setup *ls, const run_end *end, int k, c
     if (rename(from, kept) != 0) kept[0] = 0;
 }
 
+/* ---- elasticity: --nnodes MIN:MAX (launch_elastic.c) ------------------------------------------------------ */
+
+typedef struct {
+    int on;
+    llm4d_launch_hosts hosts;
+    int *use, n_use;                 /* the hosts of the next run, as indices into hosts */
+    llm4d_launch_layout_args layout; /* a train job's degrees on them */
+    char hostfile[PATH_MAX];         /* the next run's hostfile (hosts and slots), in log_dir */
+} elastic_state;
+
+/* Every host count from MIN to MAX must hold the job (MAX's is the command as given, checked already): the first
+ * that cannot is one line, before anything runs rather than at a failure. */
+static llm4d_code elastic_check(const elastic_state *el, int n_cmd, char **cmdv, const llm4d_launch_job *job,
+                                llm4d_err *err) {
+    char **words = calloc((size_t)n_cmd + 10, sizeof *words);
+    if (!words) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    llm4d_code rc = LLM4D_OK;
+    const llm4d_launch_hosts *h = &el->hosts;
+    for (int c = h->min; c < h->max && rc == LLM4D_OK; c++) {
+        const int world = c * h->per_node;
+        llm4d_launch_layout_args lay;
+        if (!llm4d_launch_layout(job, world, &lay)) {
+            rc = llm4d_fail(err, LLM4D_EUSER, "--nnodes %d:%d: on %d host%s the job would have %d process%s, which "
+                            "its mp_degree %d x pp_degree %d does not divide; raise MIN to a host count it divides",
+                            h->min, h->max, c, c == 1 ? "" : "s", world, world == 1 ? "" : "es", job->mp_degree,
+                            job->pp_degree);
+            break;
+        }
+        if (!job->train) continue;
+        memcpy(words, cmdv, (size_t)n_cmd * sizeof *words);
+        memcpy(words + n_cmd, lay.argv, (size_t)lay.argc * sizeof *words);
+        llm4d_launch_job scratch = {0};
+        llm4d_err why = {0};
+        if (check_train(n_cmd + lay.argc, words, world, 0, &scratch, &why) != LLM4D_OK)
+            rc = llm4d_fail(err, LLM4D_EUSER, "--nnodes %d:%d: on %d host%s (%d processes: dp_degree %d x "
+                            "sharding_degree %d) the job cannot run: %s; raise MIN", h->min, h->max, c,
+                            c == 1 ? "" : "s", world, lay.dp, lay.sharding, why.msg);
+    }
+    free(words);
+    return rc;
+}
+
+/* Probes the hosts and sets the next run up on the first MAX that answer: its hostfile, process count and layout.
+ * Returns how many hosts it uses (fewer than MIN: nothing is set up; -1: the hostfile could not be written);
+ * *changed when they are not the last run's. */
+static int elastic_next(launch_setup *ls, elastic_state *el, const llm4d_launch_job *job, int *changed) {
+    const int before = el->n_use;
+    int *prev = malloc((size_t)el->hosts.max * sizeof *prev);
+    if (!prev) return -1;
+    memcpy(prev, el->use, (size_t)before * sizeof *prev);
+    llm4d_launch_hosts_probe(&el->hosts, ls->mpirun, ls->exe, ls->log_dir);
+    const int n = el->n_use = llm4d_launch_hosts_pick(&el->hosts, el->use);
+    *changed = n != before || memcmp(prev, el->use, (size_t)n * sizeof *prev) != 0;
+    free(prev);
+    if (n < el->hosts.min) return n;
+    ls->nproc = n * el->hosts.per_node;
+    llm4d_launch_layout(job, ls->nproc, &el->layout); /* every count from MIN to MAX was checked at the start */
+    if (llm4d_launch_hosts_write(&el->hosts, el->use, n, el->hostfile) != 0) {
+        fprintf(stderr, "llm4d launch: cannot write the run's hostfile %s: %s\n", el->hostfile, strerror(errno));
+        return -1;
+    }
+    ls->hostfile = el->hostfile;
+    ls->elastic = 1;
+    return n;
+}
+
+/* "2 processes (dp_degree 1 x sharding_degree 2)" for the next run. */
+static void elastic_layout(const launch_setup *ls, const elastic_state *el, const llm4d_launch_job *job, char *buf,
+                           size_t cap) {
+    const int n = snprintf(buf, cap, "%d process%s", ls->nproc, ls->nproc == 1 ? "" : "es");
+    if (job->train && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " (dp_degree %d x sharding_degree %d x mp_degree %d x pp_degree %d, "
+                 "global batch %lld)", el->layout.dp, el->layout.sharding, job->mp_degree, job->pp_degree,
+                 job->global_batch_size);
+}
+
 int llm4d_cmd_launch(int argc, char **argv) {
     int nproc = 0, bad = 0, cmd = -1, max_restarts = -1;
     launch_setup ls = {.log_dir = "log"};
+    elastic_state el = {0};
+    int nn_min = 0, nn_max = 0;
     const char *v;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -430,14 +525,21 @@ int llm4d_cmd_launch(int argc, char **argv) {
                 fprintf(stderr, "llm4d launch: --max_restarts '%s' is not a count in [0, 1000]\n", v);
                 return 2;
             }
+        } else if ((v = llm4d_launch_opt(argc, argv, &i, "--nnodes", &bad))) {
+            if (!llm4d_launch_nnodes(v, &nn_min, &nn_max)) {
+                fprintf(stderr, "llm4d launch: --nnodes '%s' is not MIN:MAX hosts (1 <= MIN <= MAX) or a host count\n",
+                        v);
+                return 2;
+            }
+            el.on = 1;
         } else if ((v = llm4d_launch_opt(argc, argv, &i, "--hostfile", &bad))) ls.hostfile = v;
         else if ((v = llm4d_launch_opt(argc, argv, &i, "--log_dir", &bad))) ls.log_dir = v;
         else if (bad) {
             fprintf(stderr, "llm4d launch: %s needs a value\n", argv[i]);
             return 2;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "llm4d launch: unknown option '%s'; options: --nproc N --hostfile FILE --log_dir DIR "
-                            "--max_restarts N, then -- and the command\n", argv[i]);
+            fprintf(stderr, "llm4d launch: unknown option '%s'; options: --nproc N --hostfile FILE --nnodes MIN:MAX "
+                            "--log_dir DIR --max_restarts N, then -- and the command\n", argv[i]);
             return 2;
         } else {
             cmd = i; /* the command may follow without `--` */
@@ -473,6 +575,21 @@ int llm4d_cmd_launch(int argc, char **argv) {
         fprintf(stderr, "llm4d launch: cannot read the hostfile %s: %s\n", ls.hostfile, strerror(errno));
         return 2;
     }
+    if (el.on) { /* the hosts, and the job on every count of them */
+        llm4d_err err = {0};
+        llm4d_code rc = ls.hostfile ? llm4d_launch_hosts_read(ls.hostfile, nn_min, nn_max, nproc, &el.hosts, &err)
+                                    : llm4d_fail(&err, LLM4D_EUSER, "--nnodes needs --hostfile FILE: the hosts the job "
+                                                 "may run on, one per line");
+        if (rc == LLM4D_OK) rc = elastic_check(&el, argc - cmd, argv + cmd, &job, &err);
+        if (rc == LLM4D_OK && !(el.use = calloc((size_t)nn_max, sizeof *el.use)))
+            rc = llm4d_fail(&err, LLM4D_ENOMEM, "out of memory");
+        if (rc != LLM4D_OK) {
+            fprintf(stderr, "llm4d launch: %s\n", err.msg);
+            llm4d_launch_hosts_free(&el.hosts);
+            free(el.use);
+            return llm4d_exit_code(rc);
+        }
+    }
     if (llm4d_mkdir_p(ls.log_dir, 0755) != 0) {
         fprintf(stderr, "llm4d launch: cannot create the log directory %s: %s; choose another with --log_dir\n",
                 ls.log_dir, strerror(errno));
@@ -488,20 +605,42 @@ int llm4d_cmd_launch(int argc, char **argv) {
     ls.nproc = nproc;
     llm4d_launch_remove_matching(ls.log_dir, "failed.", ""); /* an earlier launch's failed runs' logs */
     const int n_cmd = argc - cmd;
-    char **cmdv = calloc((size_t)n_cmd + 4, sizeof *cmdv);
+    char **cmdv = calloc((size_t)n_cmd + 4 + 8, sizeof *cmdv); /* + --resume DIR, + an elastic run's layout */
     if (!cmdv) return 1;
-    char restarting[64] = "";
+    char restarting[64] = "", hosts[1024] = "";
     if (max_restarts > 0)
         snprintf(restarting, sizeof restarting, "; up to %d restart%s after a failure", max_restarts,
                  max_restarts == 1 ? "" : "s");
-    fprintf(stderr, "llm4d launch: %d process%s, logs in %s/workerlog.<rank>, rank 0 shown here%s\n", nproc,
-            nproc == 1 ? "" : "es", ls.log_dir, restarting);
+    if (el.on) {
+        snprintf(el.hostfile, sizeof el.hostfile, "%s/.hostfile", ls.log_dir);
+        int changed;
+        const int n = elastic_next(&ls, &el, &job, &changed);
+        llm4d_launch_hosts_describe(&el.hosts, el.use, n < 0 ? 0 : n, hosts, sizeof hosts);
+        if (n < nn_min) {
+            if (n >= 0)
+                fprintf(stderr, "llm4d launch: cannot start: %s answer%s, and --nnodes %d:%d needs at least %d\n",
+                        hosts, n == 1 ? "s" : "", nn_min, nn_max, nn_min);
+            llm4d_launch_hosts_free(&el.hosts);
+            free(el.use);
+            free(cmdv);
+            return 1;
+        }
+        char lay[256];
+        elastic_layout(&ls, &el, &job, lay, sizeof lay);
+        fprintf(stderr, "llm4d launch: elastic (--nnodes %d:%d): on %s, as %s\n", nn_min, nn_max, hosts, lay);
+    }
+    fprintf(stderr, "llm4d launch: %d process%s, logs in %s/workerlog.<rank>, rank 0 shown here%s\n", ls.nproc,
+            ls.nproc == 1 ? "" : "es", ls.log_dir, restarting);
 
     const char *resume = NULL; /* the first run is the command as given */
     long long from = -1;       /* the step of the checkpoint the failing runs resumed from */
     int restarts = 0, same = 0, code;
     for (;;) {
-        llm4d_launch_command_with_resume(n_cmd, argv + cmd, resume, cmdv);
+        const int words = llm4d_launch_command_with_resume(n_cmd, argv + cmd, resume, cmdv);
+        if (el.on && el.n_use < nn_max) { /* fewer hosts than the command was written for: its layout on them */
+            memcpy(cmdv + words, el.layout.argv, (size_t)el.layout.argc * sizeof *cmdv);
+            cmdv[words + el.layout.argc] = NULL;
+        }
         run_end end;
         if (run_once(&ls, cmdv, &end) != 0) {
             code = end.code;
@@ -522,10 +661,11 @@ int llm4d_cmd_launch(int argc, char **argv) {
             fprintf(stderr, "llm4d launch: mpirun exited with code %d; see %s/workerlog.*%s\n", end.mpirun_code,
                     ls.log_dir, mpi_verbose() ? " and mpirun's messages above" : ", and run again with "
                                                 "LLM4D_MPI_VERBOSE=1 to see Open MPI's messages");
-            llm4d_launch_say_resume(&job, argc, argv, cmd);
-            break;
-        }
-        say_crash(&ls, &end);
+            if (!el.on) { /* elastic: a host that went away ends mpirun so; the probe says whether one did */
+                llm4d_launch_say_resume(&job, argc, argv, cmd);
+                break;
+            }
+        } else say_crash(&ls, &end);
         if (restarts >= max_restarts) {
             if (max_restarts > 0)
                 fprintf(stderr, "llm4d launch: not restarting: all %d restart%s used (--max_restarts)\n",
@@ -533,10 +673,27 @@ int llm4d_cmd_launch(int argc, char **argv) {
             llm4d_launch_say_resume(&job, argc, argv, cmd);
             break;
         }
-        char ckpt[PATH_MAX + 64], kept[PATH_MAX + 64];
+        char ckpt[PATH_MAX + 64], kept[PATH_MAX + 64] = "", moved[1400] = "";
+        int changed = 0;
+        if (el.on) { /* the hosts that still answer */
+            const int n = elastic_next(&ls, &el, &job, &changed);
+            llm4d_launch_hosts_describe(&el.hosts, el.use, n < 0 ? 0 : n, hosts, sizeof hosts);
+            if (n < nn_min) {
+                if (n >= 0)
+                    fprintf(stderr, "llm4d launch: not restarting: %s answer%s, and --nnodes %d:%d needs at least "
+                                    "%d\n", hosts, n == 1 ? "s" : "", nn_min, nn_max, nn_min);
+                llm4d_launch_say_resume(&job, argc, argv, cmd);
+                break;
+            }
+            if (changed) {
+                char lay[256];
+                elastic_layout(&ls, &el, &job, lay, sizeof lay);
+                snprintf(moved, sizeof moved, "; now on %s, as %s", hosts, lay);
+            }
+        }
         long long step = 0;
         const int have = llm4d_launch_latest(&job, ckpt, sizeof ckpt, &step);
-        same = step == from ? same + 1 : 1;
+        same = step == from && !changed ? same + 1 : 1; /* another set of hosts is a new start */
         from = step;
         if (same >= SAME_CHECKPOINT_LIMIT) {
             fprintf(stderr, "llm4d launch: not restarting: the job failed %d times in a row from %s without saving a "
@@ -548,15 +705,19 @@ int llm4d_cmd_launch(int argc, char **argv) {
         const long long reached = job.train ? llm4d_launch_step_reached(job.output_dir, end.started) : 0;
         int delay = 1 << (same - 1); /* at once after progress; backing off while the same failure repeats */
         if (delay > RESTART_DELAY_MAX_S) delay = RESTART_DELAY_MAX_S;
-        keep_failed_log(&ls, &end, restarts + 1, kept, sizeof kept);
         char what[128], at[48] = "", lost[48] = "", log[PATH_MAX + 96] = "";
-        describe(what, sizeof what, &end.cause);
+        if (end.kind == END_MPIRUN) snprintf(what, sizeof what, "mpirun exited with code %d", end.mpirun_code);
+        else {
+            keep_failed_log(&ls, &end, restarts + 1, kept, sizeof kept);
+            describe(what, sizeof what, &end.cause);
+        }
         if (reached > 0) snprintf(at, sizeof at, " at step %lld", reached);
         if (reached > step)
             snprintf(lost, sizeof lost, " (%lld step%s lost)", reached - step, reached - step == 1 ? "" : "s");
         if (kept[0]) snprintf(log, sizeof log, "; its log is now %s", kept);
-        fprintf(stderr, "llm4d launch: restart %d of %d in %d s: %s%s; %s%s%s%s\n", restarts + 1, max_restarts, delay,
-                what, at, have ? "resuming from " : "starting again (no checkpoint yet)", have ? ckpt : "", lost, log);
+        fprintf(stderr, "llm4d launch: restart %d of %d in %d s: %s%s; %s%s%s%s%s\n", restarts + 1, max_restarts,
+                delay, what, at, have ? "resuming from " : "starting again (no checkpoint yet)", have ? ckpt : "", lost,
+                moved, log);
         const int sig = wait_or_signal(delay);
         if (sig) {
             fprintf(stderr, "llm4d launch: stopped by signal %d (%s) before restarting\n", sig, strsignal(sig));
@@ -568,5 +729,10 @@ int llm4d_cmd_launch(int argc, char **argv) {
         resume = have ? job.output_dir : NULL;
     }
     free(cmdv);
+    if (el.on) {
+        unlink(el.hostfile);
+        llm4d_launch_hosts_free(&el.hosts);
+        free(el.use);
+    }
     return code;
 }
