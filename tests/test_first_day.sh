@@ -73,6 +73,7 @@ ended() {
 report() {
     "$LLM4D" report "$tmp/$1" -o "$tmp/$1.html" >/dev/null 2>"$tmp/$1.report.err"
     state=$(grep -o '<div id="state" class="state [a-z]*">[^<]*' "$tmp/$1.html" 2>/dev/null | sed 's/.*class="state //')
+    [ -n "$state" ] || state="no state line; the report said: $(head -c 300 "$tmp/$1.report.err")"
 }
 shm_clean() { # NAME [LOG_DIR]: /dev/shm holds nothing of the job
     local id left

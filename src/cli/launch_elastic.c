@@ -41,6 +41,7 @@
 
 /* How long a host has to answer a probe: an ssh connection to a host that is down times out in about this. */
 #define PROBE_TIMEOUT_S 30
+#define PROBE_PARALLEL 64
 
 int llm4d_launch_nnodes(const char *s, int *min, int *max) {
     char lo[32], *colon = strchr(s, ':');
@@ -127,43 +128,56 @@ static void last_line(const char *path, char *buf, size_t cap) {
     if (f) fclose(f);
 }
 
+/* Starts host i's probe: mpirun's output (the remote shell's complaint) goes to a file, read when it fails. */
+static pid_t probe_start(const llm4d_launch_hosts *h, int i, const char *mpirun, const char *exe, const char *path) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        const char *args[16];
+        int k = 0;
+        args[k++] = mpirun;
+        args[k++] = "-q";
+        if (geteuid() == 0) args[k++] = "--allow-run-as-root";
+        args[k++] = "-np", args[k++] = "1", args[k++] = "--host", args[k++] = h->name[i];
+        args[k++] = exe, args[k++] = "__probe", args[k] = NULL;
+        execvp(mpirun, (char **)args);
+        fprintf(stderr, "cannot run %s: %s\n", mpirun, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
 int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const char *exe, const char *log_dir) {
     pid_t *pid = calloc((size_t)h->n, sizeof *pid);
-    if (!pid) return 0;
+    double *until = calloc((size_t)h->n, sizeof *until);
+    if (!pid || !until) {
+        free(pid);
+        free(until);
+        return 0;
+    }
     char path[PATH_MAX];
     fflush(stdout);
     fflush(stderr);
     for (int i = 0; i < h->n; i++) {
         h->up[i] = 0;
         snprintf(h->why[i], sizeof h->why[i], "its probe could not be started");
-        snprintf(path, sizeof path, "%s/.probe.%d", log_dir, i);
-        pid[i] = fork();
-        if (pid[i] == 0) { /* mpirun's output (the remote shell's complaint) goes to the file, read on failure */
-            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-            const char *args[16];
-            int k = 0;
-            args[k++] = mpirun;
-            args[k++] = "-q";
-            if (geteuid() == 0) args[k++] = "--allow-run-as-root";
-            args[k++] = "-np", args[k++] = "1", args[k++] = "--host", args[k++] = h->name[i];
-            args[k++] = exe, args[k++] = "__probe", args[k] = NULL;
-            execvp(mpirun, (char **)args);
-            fprintf(stderr, "cannot run %s: %s\n", mpirun, strerror(errno));
-            _exit(127);
-        }
     }
-    const double deadline = llm4d_launch_now() + PROBE_TIMEOUT_S;
-    for (int left = h->n; left > 0;) {
-        left = 0;
-        for (int i = 0; i < h->n; i++) {
+    /* at most PROBE_PARALLEL at once (a large cluster is not asked for a thousand remote shells at the same time),
+     * each given PROBE_TIMEOUT_S from its own start */
+    for (int next = 0, running = 0; next < h->n || running > 0;) {
+        while (next < h->n && running < PROBE_PARALLEL) {
+            snprintf(path, sizeof path, "%s/.probe.%d", log_dir, next);
+            pid[next] = probe_start(h, next, mpirun, exe, path);
+            until[next] = llm4d_launch_now() + PROBE_TIMEOUT_S;
+            running += pid[next] > 0;
+            next++;
+        }
+        for (int i = 0; i < next; i++) {
             if (pid[i] <= 0) continue;
             int status;
             const pid_t w = waitpid(pid[i], &status, WNOHANG);
-            if (w == 0 && llm4d_launch_now() < deadline) {
-                left++;
-                continue;
-            }
+            if (w == 0 && llm4d_launch_now() < until[i]) continue;
             snprintf(path, sizeof path, "%s/.probe.%d", log_dir, i);
             if (w == 0) { /* no answer in time: a host that is down, or a remote shell waiting on it */
                 kill(pid[i], SIGKILL);
@@ -178,13 +192,15 @@ int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const ch
             }
             unlink(path);
             pid[i] = 0;
+            running--;
         }
-        if (left) {
+        if (running > 0) {
             struct timespec ts = {0, 50 * 1000000L};
             nanosleep(&ts, NULL);
         }
     }
     free(pid);
+    free(until);
     int up = 0;
     for (int i = 0; i < h->n; i++) up += h->up[i];
     return up;
