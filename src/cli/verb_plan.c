@@ -3,7 +3,7 @@
  *
  *   llm4d plan -c cfg.yaml | train's flags  --nodes N --ranks_per_node R [--threads_per_rank T]
  *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain [--explain_lines N]] [--json]
- *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json]
+ *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json | --traffic]
  *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
  *              [--calibrate_budget SECONDS] [--machine [--calibrate_grid HIDDENS:SEQUENCES]]
  *
@@ -36,7 +36,7 @@ static const char usage[] =
     "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
     "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--search_threads T]\n"
     "                  [--explain [--explain_lines N]] [--json]\n"
-    "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json]\n"
+    "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json | --traffic]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
     "                  [--hostfile FILE --nodes N] [--machine_profile FILE] [--calibrate_budget SECONDS]\n"
     "                  [--machine [--calibrate_grid HIDDENS:SEQUENCES]]\n"
@@ -51,7 +51,9 @@ static const char usage[] =
     "the counts are exact. --explain counts the rejected layouts by reason, then lists them, at most\n"
     "--explain_lines (default 50; 0: all) per reason. The answer says\n"
     "which precision it priced (fp32 unless --use_amp true). --evaluate predicts the one layout the flags\n"
-    "describe; with --json it prints one object with step_s and peak_mib_per_rank. --calibrate measures this\n"
+    "describe; with --json it prints one object with step_s and peak_mib_per_rank; with --traffic, instead, the\n"
+    "collectives the engines of each stage's first rank issue in a step, one a line, as the prediction reads them\n"
+    "(kind, group, payload bytes per call, calls per step, when issued). --calibrate measures this\n"
     "machine (the model's kernels at its shapes, collectives, memory) into the profile (default\n"
     "~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
     "only what a quiet machine can measure: run it when nothing else is running. With --hostfile its jobs of up to\n"
@@ -73,7 +75,7 @@ static int fail(const char *what) {
 }
 
 typedef struct {
-    int evaluate, calibrate, explain, json, quick, no_memo, machine;
+    int evaluate, calibrate, explain, json, quick, no_memo, machine, traffic;
     const char *grid;  /* --calibrate_grid (NULL: the default) */
     int explain_lines; /* rejected layouts listed per reason (0: all) */
     double budget_s;   /* --calibrate_budget: seconds of kernel measurement (0: no bound) */
@@ -93,6 +95,7 @@ static int take_switches(int argc, char **argv, char **args, switches *sw, int *
             else sw->grid = argv[++i], sw->machine = 1;
         }
         else if (i > 0 && !strcmp(argv[i], "--json")) sw->json = 1;
+        else if (i > 0 && !strcmp(argv[i], "--traffic")) sw->traffic = 1;
         else if (i > 0 && !strcmp(argv[i], "--quick")) sw->quick = 1; /* calibration: the tests' short one */
         /* no shortcut (every rank's memory plan counted afresh, every layout's collectives priced): the oracle
          * tests/test_plan_memo.sh compares the search against */
@@ -161,6 +164,11 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
     pr.cluster.ranks_per_node = world / nodes;
     pr.cluster.threads = threads_of(cfg, prof, pr.cluster.ranks_per_node);
     if (llm4d_config_finalize(cfg, world, &err) != LLM4D_OK) return fail(err.msg);
+    if (sw->traffic) { /* the engines' collectives instead of the prediction */
+        const llm4d_code rc = llm4d_plan_traffic(pr.prof, pr.be, &pr.cluster, cfg, stdout, &err);
+        if (rc == LLM4D_OK) return 0;
+        return rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
+    }
     llm4d_prediction p = {0};
     const llm4d_code rc = llm4d_plan_evaluate(pr.prof, pr.be, &pr.cluster, cfg, &p, &err);
     if (rc != LLM4D_OK) {
@@ -318,6 +326,11 @@ int llm4d_cmd_plan(int argc, char **argv) {
     }
     if (bad == -1000000001) {
         code = fail("--calibrate_grid needs HIDDENS:SEQUENCES, as in --calibrate_grid " LLM4D_GRID_DEFAULT);
+        goto out;
+    }
+    if (sw.traffic && (!sw.evaluate || sw.json)) {
+        code = fail("--traffic goes with --evaluate and without --json: `llm4d plan --evaluate --traffic` and the flags "
+                    "of a train command");
         goto out;
     }
     if (sw.machine && !sw.calibrate) {

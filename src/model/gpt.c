@@ -48,10 +48,7 @@ void llm4d_gpt_grads_done(llm4d_gpt *g, int grp) {
     g->hooks.grads_done(g->hooks.ctx, grp, g->grads_ready);
 }
 
-int llm4d_gpt_windows(const llm4d_gpt *g, int grp) {
-    const int tied_here = g->table.part.embedding && g->table.part.head;
-    return tied_here && g->table.g[grp].kind == LLM4D_G_WTE ? 2 : 1;
-}
+int llm4d_gpt_windows(const llm4d_gpt *g, int grp) { return llm4d_param_windows(&g->table, grp); }
 
 llm4d_dropout llm4d_gpt_dropout(const llm4d_gpt *g, float p, int layer, int site, const llm4d_micro *mb) {
     return (llm4d_dropout){.p = mb->train ? p : 0.0f,

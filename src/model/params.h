@@ -122,6 +122,12 @@ const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name
 int64_t llm4d_param_order(const llm4d_param *p, int num_layers);
 /* The global name of the tensor with order key `order`. */
 void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n);
+/* The gradient windows of group grp per micro-batch (model/gpt.h): one, except the tied token embedding on a rank
+ * holding both ends of the model, which has two (the LM head's and the lookup's). The model's hooks, the engines
+ * that count them and the planner (parallel/traffic.h) read this one answer. */
+static inline int llm4d_param_windows(const llm4d_param_table *t, int grp) {
+    return t->part.embedding && t->part.head && t->g[grp].kind == LLM4D_G_WTE ? 2 : 1;
+}
 /* The group of block `layer`, of the final LayerNorm (kind LLM4D_G_LNF), of the position embedding (LLM4D_G_WPE);
  * -1 when this rank does not hold it. */
 int llm4d_param_group_of(const llm4d_param_table *t, llm4d_group_kind kind, int layer);

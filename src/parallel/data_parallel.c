@@ -10,6 +10,11 @@
 
 static llm4d_dp *of(llm4d_engine *e) { return (llm4d_dp *)e; }
 
+/* Whether bucket b of n starts during backward (as its last group's last window closes) rather than blocking in
+ * finish: every bucket but the last (the embeddings: nothing left to hide it behind) of an overlapped step. The
+ * hooks, finish and the published traffic (llm4d_dp_traffic) read this one answer. */
+static int started_in_backward(int b, int n, int overlap) { return overlap && b != n - 1; }
+
 static void start_bucket(llm4d_dp *dp, llm4d_dp_bucket *b, const llm4d_event *ready) {
     if (dp->failed) return;
     const double t0 = llm4d_now();
@@ -61,7 +66,8 @@ static void dp_grads_done(llm4d_engine *e, int group, const llm4d_event *ready) 
      * no compute left to hide behind: llm4d_dp_finish reduces it with a blocking all-reduce, which MPI libraries
      * implement better than their non-blocking one (Open MPI 4.1's libnbc does a binomial reduce to rank 0 then a
      * broadcast for fewer than 4 ranks or in-place buffers; measured in bench/bench_dp.sh). */
-    if (--b->pending == 0 && b != &dp->buckets[dp->n_buckets - 1]) start_bucket(dp, b, ready);
+    if (--b->pending == 0 && started_in_backward((int)(b - dp->buckets), dp->n_buckets, dp->overlap))
+        start_bucket(dp, b, ready);
     progress(dp);
 }
 
@@ -103,7 +109,7 @@ static llm4d_code dp_finish(llm4d_engine *e, llm4d_err *err) {
     for (int k = 0; k < dp->n_buckets && !dp->failed; k++) {
         const int i = dp->overlap ? (k + dp->n_buckets - 1) % dp->n_buckets : k;
         llm4d_dp_bucket *b = &dp->buckets[i];
-        if (!dp->overlap || i == dp->n_buckets - 1) {
+        if (!started_in_backward(i, dp->n_buckets, dp->overlap)) {
             b->t_start = llm4d_now() - dp->t_arm;
             const size_t n = b->hi - b->lo;
             llm4d_backend *be = dp->g->be;
@@ -189,6 +195,18 @@ int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucke
         bucket_of_group[grp] = n - 1;
     }
     return n;
+}
+
+llm4d_code llm4d_dp_traffic(const llm4d_traffic_shape *sh, int bf16, int overlap, llm4d_traffic *out, llm4d_err *err) {
+    for (int b = 0; b < sh->n_buckets; b++) {
+        const int early = started_in_backward(b, sh->n_buckets, overlap);
+        const llm4d_traffic_call c = {.what = LLM4D_TW_DP_BUCKET, .op = LLM4D_COMM_OP_ALLREDUCE, .group = LLM4D_TG_DATA,
+                                      .dtype = bf16 ? LLM4D_COMM_BF16 : LLM4D_COMM_F32,
+                                      .when = early ? LLM4D_AT_LAST_WINDOW : LLM4D_AT_BACKWARD_END, .blocking = !early,
+                                      .id = b, .count = sh->bucket_len[b], .len = sh->bucket_len[b], .per_step = 1};
+        LLM4D_TRY(llm4d_traffic_add(out, &c, err));
+    }
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_dp_init(llm4d_dp *dp, llm4d_gpt *g, llm4d_comm *data_comm, size_t bucket_bytes, const char *overlap,

@@ -40,6 +40,7 @@
 
 #include "comm/comm.h"
 #include "parallel/engine.h"
+#include "parallel/traffic.h"
 
 typedef struct {
     size_t lo, hi;          /* range of the flat gradient buffer */
@@ -90,6 +91,9 @@ int llm4d_dp_grads_in_shm(int host_addressable, int shm_ranks, int hosts, const 
  * bucket (the embeddings) is reduced blocking when backward ends; the others start as soon as they are complete. */
 int llm4d_dp_buckets(const llm4d_param_table *t, size_t bucket_bytes, int *bucket_of_group, size_t *lo, size_t *hi,
                      int *n_groups);
+/* Appends to out the buckets' all-reduces of a step (traffic.h) over shape sh (its buckets: llm4d_dp_buckets):
+ * bf16 payloads or fp32; overlap: this step's buckets start during backward (else all blocking in finish). */
+llm4d_code llm4d_dp_traffic(const llm4d_traffic_shape *sh, int bf16, int overlap, llm4d_traffic *out, llm4d_err *err);
 /* Plan buckets of about bucket_bytes over the table's groups (the engine's comm_wait_s: time blocked in the final
  * wait of a step, not hidden behind backward; comm_total_s: time inside communication calls). overlap: "on", "off"
  * or "alternate"; trace: the per-step line (both above); bf16: bf16 payloads (above). */

@@ -74,7 +74,9 @@ static void sh_grads_done(llm4d_engine *e, int grp, const llm4d_event *ready) {
     llm4d_sharding *s = of(e);
     LLM4D_ASSERT(s->windows_left[grp] > 0, "group %d: more gradient windows than the step has", grp);
     s->windows_left[grp]--;
-    s->grads_policy->grads_done(s, grp, ready);
+    /* the policy's reduce-scatter: every window, or the group's last of the step (its rs_at, traffic.h) */
+    if (s->grads_policy->rs_at == LLM4D_AT_WINDOW || s->windows_left[grp] == 0)
+        s->grads_policy->grads_done(s, grp, ready);
     llm4d_zero_progress(s);
 }
 
@@ -362,6 +364,53 @@ llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d) {
     llm4d_zero_policies(d->sharding_stage, &pp, &gp);
     return (llm4d_zero_traits){.on = 1, .params_whole = pp->whole, .grads_whole = gp->whole,
                                .offload_streams = offload_streams(pp)};
+}
+
+/* What a step of the engine moves (traffic.h), from its policies' data and the placement, as its hooks do it:
+ * the reduce-scatters (bf16 payloads with grad_comm_dtype bfloat16, blocking under zero_overlap off), the hybrid
+ * all-reduce of the own shards (fp32), the gathers (after the update, or at each use, blocking under zero_prefetch
+ * off). Forward only: the gathers at use alone. */
+llm4d_code llm4d_sharding_traffic(const llm4d_dist_config *d, int forward_only, const llm4d_traffic_shape *sh,
+                                  const int *uses, int dp_size, llm4d_traffic *out, llm4d_err *err) {
+    const llm4d_zero_params *pp;
+    const llm4d_zero_grads *gp;
+    llm4d_zero_policies(d->sharding_stage, &pp, &gp);
+    const int N = d->sharding_degree, bf16 = !strcmp(d->grad_comm_dtype, "bfloat16");
+    const int G = sh->n_groups;
+    if (!forward_only) {
+        for (int g = 0; g < G; g++) {
+            const int every = gp->rs_at == LLM4D_AT_WINDOW;
+            const llm4d_traffic_call c = {
+                .what = LLM4D_TW_ZERO_RS, .op = LLM4D_COMM_OP_REDUCE_SCATTER, .group = LLM4D_TG_SHARDING,
+                .dtype = bf16 ? LLM4D_COMM_BF16 : LLM4D_COMM_F32, .when = (uint8_t)gp->rs_at,
+                .blocking = !d->zero_overlap, .id = g, .count = llm4d_shard_len(sh->group_len[g], N),
+                .len = sh->group_len[g], .per_micro = every ? sh->windows[g] : 0, .per_step = every ? 0 : 1};
+            LLM4D_TRY(llm4d_traffic_add(out, &c, err));
+        }
+        if (dp_size > 1) { /* after backward, the own shards over the replicas (dp_reduce) */
+            size_t local = 0;
+            for (int g = 0; g < G; g++) local += llm4d_shard_len(sh->group_len[g], N);
+            for (int g = 0; g < (gp->dp_per_group ? G : 1); g++) {
+                const size_t n = gp->dp_per_group ? llm4d_shard_len(sh->group_len[g], N) : local;
+                const llm4d_traffic_call c = {
+                    .what = LLM4D_TW_HYBRID, .op = LLM4D_COMM_OP_ALLREDUCE, .group = LLM4D_TG_DP,
+                    .dtype = LLM4D_COMM_F32, .when = LLM4D_AT_BACKWARD_END, .blocking = 1,
+                    .id = gp->dp_per_group ? g : -1, .count = n, .len = n, .per_step = 1};
+                LLM4D_TRY(llm4d_traffic_add(out, &c, err));
+            }
+        }
+    }
+    const int at_use = pp->gather_at == LLM4D_AT_USE;
+    if (!at_use && forward_only) return LLM4D_OK; /* no update, nothing gathered after it */
+    for (int g = 0; g < G; g++) {
+        const llm4d_traffic_call c = {
+            .what = LLM4D_TW_ZERO_AG, .op = LLM4D_COMM_OP_ALLGATHER, .group = LLM4D_TG_SHARDING,
+            .dtype = LLM4D_COMM_F32, .when = (uint8_t)pp->gather_at, .blocking = at_use ? !d->zero_prefetch : 1,
+            .id = g, .count = llm4d_shard_len(sh->group_len[g], N), .len = sh->group_len[g],
+            .per_micro = at_use && uses ? uses[g] : 0, .per_step = at_use ? 0 : 1};
+        LLM4D_TRY(llm4d_traffic_add(out, &c, err));
+    }
+    return LLM4D_OK;
 }
 
 /* What follows reads the policies' data, as llm4d_sharding_init's allocation does. */

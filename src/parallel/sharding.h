@@ -59,6 +59,7 @@
 #include "comm/comm.h"
 #include "optim/optimizer.h"
 #include "parallel/engine.h"
+#include "parallel/traffic.h"
 
 struct llm4d_offload;
 struct llm4d_zero_params;
@@ -142,6 +143,11 @@ typedef struct {
                           * parameter shard when the parameters are not whole) */
 } llm4d_zero_traits;
 llm4d_zero_traits llm4d_sharding_traits(const llm4d_dist_config *d);
+/* Appends to out the collectives a step of the engine issues (traffic.h) for a rank of shape sh: forward_only as
+ * llm4d_sharding_init's; uses: [groups] parameter uses per micro-batch (stage 3's gathers; NULL: none counted);
+ * dp_size: the hybrid dp group's ranks (1: none). */
+llm4d_code llm4d_sharding_traffic(const llm4d_dist_config *d, int forward_only, const llm4d_traffic_shape *sh,
+                                  const int *uses, int dp_size, llm4d_traffic *out, llm4d_err *err);
 
 /* The elements of t whose state (parameters, Adam's m and v) a rank of a sharding group of N keeps: its shard of
  * every group. */

@@ -78,8 +78,8 @@ static float *whole_at(llm4d_sharding *s, size_t flat, size_t local) {
 
 static float *whole_for(llm4d_sharding *s, int grp) { return s->g->grads + llm4d_zero_group_lo(s, grp); }
 
-static void whole_done(llm4d_sharding *s, int grp, const llm4d_event *ready) {
-    if (s->windows_left[grp] == 0) rs_start(s, grad_slot(s), s->g->grads + llm4d_zero_group_lo(s, grp), grp, ready);
+static void whole_done(llm4d_sharding *s, int grp, const llm4d_event *ready) { /* its last window (rs_at) */
+    rs_start(s, grad_slot(s), s->g->grads + llm4d_zero_group_lo(s, grp), grp, ready);
 }
 
 static void whole_begin(llm4d_sharding *s) { s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float)); }
@@ -94,6 +94,8 @@ static llm4d_code whole_dp_reduce(llm4d_sharding *s, llm4d_err *err) {
 const llm4d_zero_grads llm4d_zero_grads_whole = {
     .what = "whole, reduce-scattered during backward",
     .whole = 1,
+    .rs_at = LLM4D_AT_LAST_WINDOW,
+    .dp_per_group = 1,
     .at = whole_at,
     .store = LLM4D_WRITE,
     .grads_for = whole_for,
@@ -132,6 +134,8 @@ static llm4d_code bucket_dp_reduce(llm4d_sharding *s, llm4d_err *err) {
 const llm4d_zero_grads llm4d_zero_grads_bucketed = {
     .what = "sharded (per-window buckets reduce-scattered during backward)",
     .whole = 0,
+    .rs_at = LLM4D_AT_WINDOW,
+    .dp_per_group = 0,
     .at = bucket_at,
     .store = LLM4D_ADD,
     .grads_for = bucket_for,

@@ -74,6 +74,7 @@ static uint64_t whole_hash(llm4d_sharding *s, int which) {
 const llm4d_zero_params llm4d_zero_params_whole = {
     .what = "whole",
     .whole = 1,
+    .gather_at = LLM4D_AT_UPDATE,
     .params_for = whole_for,
     .release = whole_release,
     .at = whole_at,
@@ -256,6 +257,7 @@ static uint64_t gathered_hash(llm4d_sharding *s, int which) {
 const llm4d_zero_params llm4d_zero_params_gathered = {
     .what = "sharded (gathered per group when used, the next group prefetched)",
     .whole = 0,
+    .gather_at = LLM4D_AT_USE,
     .params_for = gathered_for,
     .release = gathered_release,
     .at = gathered_at,

@@ -17,6 +17,7 @@
 #define LLM4D_PARALLEL_SHARDING_POLICY_H
 
 #include "parallel/sharding.h"
+#include "parallel/traffic.h"
 
 /* The first communication failure inside a hook is kept and reported at the end of the step (hooks cannot
  * return errors through the model); later calls become no-ops so the step ends quickly. */
@@ -29,6 +30,8 @@ typedef struct llm4d_zero_params {
     const char *what;  /* for the start-up line */
     int whole;         /* the model holds every parameter (its flat buffer); else the own shards are kept apart
                         * (a local buffer, or an offload stream) and two gather buffers of the largest group exist */
+    int gather_at;     /* traffic.h: when a group is all-gathered: LLM4D_AT_UPDATE (after the update, blocking: the
+                        * updated() below) or LLM4D_AT_USE (params_for, the next use prefetched) */
     float *(*params_for)(llm4d_sharding *s, int grp);
     void (*release)(llm4d_sharding *s, int grp);
     /* The parameter an update range starts at: flat its index in the table's layout, window the same element in
@@ -47,6 +50,9 @@ typedef struct llm4d_zero_grads {
     const char *what;
     int whole; /* the model holds the whole flat gradient; else the own shards (a local buffer) and two buckets of
                 * the largest group */
+    int rs_at;        /* traffic.h: when a group's gradient is reduce-scattered: LLM4D_AT_LAST_WINDOW (its last
+                       * window of the step) or LLM4D_AT_WINDOW (every window); the engine calls grads_done then */
+    int dp_per_group; /* hybrid dp: dp_reduce all-reduces each group's own shard (1) or all own shards at once (0) */
     /* The gradient an update range starts at: flat its index in the table's layout, local in the own shards. */
     float *(*at)(llm4d_sharding *s, size_t flat, size_t local);
     llm4d_store store; /* a reduce-scattered shard into the own gradient: written (whole: a block of the flat

@@ -5,6 +5,8 @@
 #ifndef LLM4D_PLAN_EVALUATE_H
 #define LLM4D_PLAN_EVALUATE_H
 
+#include <stdio.h>
+
 #include "plan/predict.h"
 
 /* Predict cfg (finalized; its world = cl->nodes x cl->ranks_per_node) on cl with prof, every rank's peak filled
@@ -12,5 +14,10 @@
  * (the run's). The data loaders' indices are measured by opening the configured data (plan/data_mem.h). */
 llm4d_code llm4d_plan_evaluate(const llm4d_profile *prof, llm4d_backend *be, const llm4d_cluster *cl,
                                const llm4d_config *cfg, llm4d_prediction *out, llm4d_err *err);
+/* The collectives the engines of each stage's first rank issue in a step of cfg (parallel/traffic.h), as the
+ * prediction's time part reads them, one line each (llm4d_traffic_print) after a line per stage: `llm4d plan
+ * --evaluate --traffic`, which tests/test_traffic.sh checks against a run's trace. */
+llm4d_code llm4d_plan_traffic(const llm4d_profile *prof, llm4d_backend *be, const llm4d_cluster *cl,
+                              const llm4d_config *cfg, FILE *f, llm4d_err *err);
 
 #endif

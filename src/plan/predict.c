@@ -70,7 +70,7 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
     double best = 0, t[3];
     if (cfg->dist.sharding_degree <= 1 && topo->data_world > 1) { /* the largest data-parallel bucket */
         size_t len = 0;
-        for (int b = 0; b < sc->n_buckets; b++) len = sc->bucket_len[b] > len ? sc->bucket_len[b] : len;
+        for (int b = 0; b < sc->shape.n_buckets; b++) len = sc->shape.bucket_len[b] > len ? sc->shape.bucket_len[b] : len;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)len * sizeof(float), topo->data_world, R,
                          llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), t);
         best = llm4d_coll_temp_of(t, topo->data_rank);
@@ -90,7 +90,7 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
     }
     if (cfg->dist.sharding_degree > 1) { /* the parameter gathers of the largest group */
         size_t len = 0;
-        for (int g = 0; g < sc->n_groups; g++) len = sc->group_len[g] > len ? sc->group_len[g] : len;
+        for (int g = 0; g < sc->shape.n_groups; g++) len = sc->shape.group_len[g] > len ? sc->shape.group_len[g] : len;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLGATHER, (double)len * sizeof(float), cfg->dist.sharding_degree,
                          R, llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R), t);
         const double x = llm4d_coll_temp_of(t, topo->index[LLM4D_AXIS_SHARDING]);

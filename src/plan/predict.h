@@ -106,6 +106,11 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
 llm4d_code llm4d_predict_time(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                               llm4d_prediction *out, llm4d_err *err);
 
+/* steptime.c: the collectives the engines of stage `stage`'s first rank issue in a step (parallel/traffic.h), as
+ * the time part reads them: overlap, whether the data-parallel buckets start during backward (dp_overlap). */
+llm4d_code llm4d_predict_traffic(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                                 int stage, int overlap, llm4d_traffic *out, llm4d_err *err);
+
 /* The hosts a group along axis a of the rank at topo spans, with ranks_per_node consecutive ranks per host. */
 int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node);
 

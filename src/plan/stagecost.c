@@ -6,18 +6,13 @@
 #include <string.h>
 
 #include "core/hmap.h"
-#include "parallel/data_parallel.h"
 #include "parallel/stack.h"
 #include "parallel/tensor_parallel.h"
 
 void llm4d_stagecost_free(llm4d_stagecost *s) {
     free(s->chunk);
     free(s->ev);
-    free(s->group_len);
-    free(s->windows);
-    free(s->bucket_len);
-    free(s->bucket_of_group);
-    free(s->bucket_groups);
+    llm4d_traffic_shape_free(&s->shape);
     memset(s, 0, sizeof *s);
 }
 
@@ -91,34 +86,16 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
     out->n_chunks = t->n_chunks, out->split = t->split, out->act_elems = t->act_elems, out->act_bytes = t->act_bytes;
     out->chunk = calloc((size_t)t->n_chunks + 1, sizeof *out->chunk);
     const llm4d_param_table *tb = &t->table;
-    out->n_groups = tb->n_groups;
-    out->group_len = calloc((size_t)tb->n_groups + 1, sizeof *out->group_len);
-    out->windows = calloc((size_t)tb->n_groups + 1, sizeof *out->windows);
     int n_ev = 0;
     for (int i = 0; i < t->rec.n; i++)
         n_ev += t->rec.calls[i].op == LLM4D_RC_PARAMS_FOR || t->rec.calls[i].op == LLM4D_RC_GRADS_DONE;
     out->ev = calloc((size_t)n_ev + 1, sizeof *out->ev);
-    const size_t G = (size_t)tb->n_groups + 1;
-    size_t *lo = calloc(G, sizeof *lo), *hi = calloc(G, sizeof *hi);
-    out->bucket_len = calloc(G, sizeof *out->bucket_len);
-    out->bucket_of_group = calloc(G, sizeof *out->bucket_of_group);
-    out->bucket_groups = calloc(G, sizeof *out->bucket_groups);
-    if (lo && hi && out->bucket_of_group && out->bucket_groups && out->bucket_len) {
-        out->n_buckets = llm4d_dp_buckets(tb, bucket_bytes, out->bucket_of_group, lo, hi, out->bucket_groups);
-        for (int b = 0; b < out->n_buckets; b++) out->bucket_len[b] = hi[b] - lo[b];
-    }
-    const int ok = lo && hi && out->bucket_len && out->bucket_of_group && out->bucket_groups;
-    free(lo), free(hi);
-    if (!out->chunk || !out->group_len || !out->windows || !out->ev || !ok) {
+    if (!out->chunk || !out->ev || llm4d_traffic_shape_make(&out->shape, tb, bucket_bytes, err) != LLM4D_OK) {
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
     }
-    const int tied = tb->part.embedding && tb->part.head;
-    for (int g = 0; g < tb->n_groups; g++) {
-        out->group_len[g] = tb->g[g].hi - tb->g[g].lo;
-        out->windows[g] = tied && tb->g[g].kind == LLM4D_G_WTE ? 2 : 1;
-        if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->group_len[g];
-    }
+    for (int g = 0; g < tb->n_groups; g++)
+        if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->shape.group_len[g];
     out->total = tb->total;
     out->sp_partial = llm4d_tensor_parallel_bytes(tb) / sizeof(float);
     /* a part's layers repeat the same calls: each distinct cost key is priced once */

@@ -12,6 +12,7 @@
 
 #include "plan/price.h"
 #include "plan/trace.h"
+#include "parallel/traffic.h"
 
 /* A hook event of the trace: params_for or grads_done of `group`, after `dt` seconds of work since the previous
  * event of the same chunk and pass (or its start). */
@@ -39,17 +40,12 @@ typedef struct {
     int tp_max_op;
     int n_ev;
     llm4d_hook_ev *ev;          /* in order: chunk by chunk, F then B then W */
-    int n_groups;
-    size_t *group_len;          /* [n_groups] elements of each group (padding included) */
-    int *windows;               /* [n_groups] gradient windows per micro-batch */
+    llm4d_traffic_shape shape; /* the groups' elements and gradient windows, the data-parallel buckets over them
+                                * (parallel/traffic.h: what the engines' traffic follows) */
     size_t total, sp_partial;   /* the table's elements; those summed by the tensor-parallel engine */
     size_t wte_elems;           /* the token embedding's elements on this rank (0: none) */
     size_t act_elems;           /* an activation crossing a stage boundary */
     size_t act_bytes;           /* and its bytes (what a pipeline send moves) */
-    int n_buckets;              /* the data-parallel buckets (parallel/data_parallel.h llm4d_dp_buckets) */
-    size_t *bucket_len;         /* [n_buckets] elements */
-    int *bucket_of_group;       /* [n_groups] */
-    int *bucket_groups;         /* [n_buckets] groups in each */
     int priced_exact, priced_other; /* calls priced by an exact measurement, and otherwise */
     double gemm_rate;           /* the fastest linear layer priced (FLOP/s): the search's trace-free bound
                                  * (plan/bound.h) assumes none faster than llm4d_bound_gemm_rate */

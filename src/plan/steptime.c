@@ -5,18 +5,24 @@
  * The walk keeps the rank's outstanding background collectives in issue order (Open MPI progresses them in order):
  * while the rank computes they advance at the profile's overlap rate (on a CPU the cores that compute are the ones
  * that would move the bytes; a device with its own copy engines hides nearly all of it), while it waits they
- * advance at full rate and the wait is exposed. What issues and what waits is what the engines do:
+ * advance at full rate and the wait is exposed. What each engine moves, per group and bucket, and when it issues it
+ * (every window, a group's last window of the step, after backward, at a parameter use, after the update) is read
+ * from the list the engines publish (parallel/traffic.h: the same bucket plan, policies and placement their run
+ * time uses; tests/test_traffic.sh checks it against a run's trace), priced at each call's buffer bytes; what
+ * waits is what the engines do:
  *   data parallel (flat storage): in the step's last micro-batch a bucket's all-reduce starts when its last group's
  *     last window closes; the last bucket (the embeddings) is reduced blocking when backward ends; under
  *     dp_overlap off every bucket is reduced blocking, in order, after backward; under alternate the engine
  *     overlaps odd steps and blocks on even ones, so a step is priced as the mean of the two;
- *   grad_comm_dtype bfloat16: data parallel's buckets and ZeRO's reduce-scatters carry bf16 payloads (half the
- *     bytes), and every bucket is rounded to bf16 and written back (two passes over it, priced as conversions);
- *     ZeRO's gathers, the hybrid all-reduce and the embedding's stay fp32, as the engines send them;
+ *   grad_comm_dtype bfloat16: the list's bf16 payloads (data parallel's buckets, ZeRO's reduce-scatters) are
+ *     rounded to bf16 and written back as often as they are reduced (two passes, priced as conversions);
  *   ZeRO stage 1: each group's reduce-scatter after its last window of the step; stages 2 and 3: after every window;
  *     at most two in flight (the gradient ring), a third waits for the oldest;
  *   ZeRO stage 3: params_for waits for the group's gather, then starts the next group's (the recorded order);
- *   tensor parallel: the model's collectives block (in the trace's time).
+ *   hybrid dp: the own shards' all-reduces after backward, priced as one of all their bytes;
+ *   tensor parallel: the model's collectives block (in the trace's time). The pipeline's sends and tied
+ *   embedding, the sequence-parallel sums and the step's scalars are priced here, not from the list.
+ * The measurement switches zero_overlap and zero_prefetch off (the list says blocking) are not priced apart.
  * A stage's micro-batch is walked three times: the first, one in the middle (its durations are the schedule's F,
  * B, W) and the last (the data-parallel buckets and stage 1's reduce-scatters); what the last adds, and what is
  * still in flight after it, is waited for at the end of the step. */
@@ -84,14 +90,13 @@ static int w_find(const walker *w, int kind, int id) {
     return -1;
 }
 
-/* The engines' context of one stage. */
+/* The engines' context of one stage: their published traffic (parallel/traffic.h), priced, by group and bucket. */
 typedef struct {
     const llm4d_stagecost *sc;
-    llm4d_zero_traits zero; /* the ZeRO engine's policies (off: flat storage) */
-    int dp_flat;         /* flat storage over a data group of more than one rank */
-    int dp_overlap;      /* this step's buckets start during backward (dp_overlap on; off: blocking in finish) */
     double *t_ag, *t_rs; /* [groups] seconds of a group's gather and reduce-scatter */
     double *t_ar;        /* [buckets] seconds of a bucket's all-reduce */
+    uint8_t *ag_at, *rs_at; /* [groups] when they are issued (traffic.h llm4d_traffic_when; LLM4D_AT_N: never) */
+    uint8_t *ar_at;      /* [buckets] the same */
     int *next_pf;        /* [events] the group of the next params_for after event i (cyclic) */
     int *wleft, *bpend;  /* the step's windows left per group, groups pending per bucket */
 } engines;
@@ -108,22 +113,19 @@ static void walk_micro(walker *w, const engines *en, int last, double dur[LLM4D_
                 w_compute(w, e->dt);
                 t += e->dt;
                 const int g = e->group;
-                if (e->type == LLM4D_RC_PARAMS_FOR && en->zero.on && !en->zero.params_whole) {
+                if (e->type == LLM4D_RC_PARAMS_FOR && en->ag_at[g] == LLM4D_AT_USE) {
                     const int q = w_find(w, Q_GATHER, g);
                     if (q >= 0) t += w_wait(w, q);
                     else t += en->t_ag[g], w->exposed[LLM4D_ENG_AG] += en->t_ag[g];
                     const int nx = en->next_pf[i];
                     if (nx >= 0 && nx != g && w_find(w, Q_GATHER, nx) < 0) t += w_issue(w, LLM4D_ENG_AG, Q_GATHER, nx, en->t_ag[nx]);
                 } else if (e->type == LLM4D_RC_GRADS_DONE) {
-                    int rs = 0;
-                    if (en->zero.on && !en->zero.grads_whole) rs = 1; /* every window */
+                    int rs = en->rs_at[g] == LLM4D_AT_WINDOW;
                     if (last && --en->wleft[g] == 0) {
-                        if (en->zero.on && en->zero.grads_whole) rs = 1; /* after the step's last window */
-                        if (en->dp_flat && en->dp_overlap) {
-                            const int b = sc->bucket_of_group[g];
-                            if (--en->bpend[b] == 0 && b != sc->n_buckets - 1)
-                                t += w_issue(w, LLM4D_ENG_DP, Q_AR, b, en->t_ar[b]);
-                        }
+                        if (en->rs_at[g] == LLM4D_AT_LAST_WINDOW) rs = 1;
+                        const int b = sc->shape.bucket_of_group[g];
+                        if (--en->bpend[b] == 0 && en->ar_at[b] == LLM4D_AT_LAST_WINDOW)
+                            t += w_issue(w, LLM4D_ENG_DP, Q_AR, b, en->t_ar[b]);
                     }
                     if (rs) {
                         t += w_issue(w, LLM4D_ENG_RS, Q_RS, g, en->t_rs[g]);
@@ -157,6 +159,31 @@ typedef struct {
     double slow;          /* the kernels' slowdown with every rank of the host computing */
 } stage_time;
 
+/* The traffic the engines publish for the stage whose rank is at topo (parallel/traffic.h): their lists, the
+ * stage-3 gathers counted from the trace's parameter uses. */
+static llm4d_code stage_traffic(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_stagecost *sc,
+                                int overlap, llm4d_traffic *tr, llm4d_err *err) {
+    int *uses = calloc((size_t)sc->shape.n_groups + 1, sizeof *uses);
+    if (!uses) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    for (int i = 0; i < sc->n_ev; i++)
+        if (sc->ev[i].type == LLM4D_RC_PARAMS_FOR) uses[sc->ev[i].group]++;
+    const llm4d_code rc = llm4d_traffic_list(&(llm4d_traffic_ask){cfg, topo, &sc->shape, overlap, uses}, tr, err);
+    free(uses);
+    return rc;
+}
+
+llm4d_code llm4d_predict_traffic(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
+                                 int stage, int overlap, llm4d_traffic *out, llm4d_err *err) {
+    const int R = pr->cluster.ranks_per_node;
+    const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
+    llm4d_topology topo;
+    const llm4d_stagecost *sc;
+    LLM4D_TRY(llm4d_layout_stage_topo(cfg, stage, &topo, err));
+    LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
+                                  llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err));
+    return stage_traffic(cfg, &topo, sc, overlap, out, err);
+}
+
 /* The stage whose rank is at topo: walk it, and price the end of its step. */
 static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,
                              const llm4d_topology *topo, int M, int overlap, stage_time *st, llm4d_err *err) {
@@ -168,39 +195,57 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, topo, pp}, pr->be, R,
                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), &sc, err));
     const llm4d_dist_config *d = &cfg->dist;
-    const int N = d->sharding_degree, G = sc->n_groups;
-    engines en = {.sc = sc, .zero = llm4d_sharding_traits(d), .dp_flat = N <= 1 && topo->data_world > 1,
-                  .dp_overlap = overlap};
-    /* the gradient payloads' element size (data_parallel.h, sharding.h): bf16 halves the reductions' bytes */
-    const int bf16 = !strcmp(d->grad_comm_dtype, "bfloat16") && !cfg->forward_only;
-    const double gsz = bf16 ? 2.0 : (double)sizeof(float);
+    const llm4d_traffic_shape *sh = &sc->shape;
+    const int N = d->sharding_degree, G = sh->n_groups, NB = sh->n_buckets;
+    engines en = {.sc = sc};
     en.t_ag = calloc((size_t)G + 1, sizeof *en.t_ag);
     en.t_rs = calloc((size_t)G + 1, sizeof *en.t_rs);
-    en.t_ar = calloc((size_t)sc->n_buckets + 1, sizeof *en.t_ar);
+    en.t_ar = calloc((size_t)NB + 1, sizeof *en.t_ar);
+    en.ag_at = malloc((size_t)G + 1), en.rs_at = malloc((size_t)G + 1), en.ar_at = malloc((size_t)NB + 1);
     en.next_pf = calloc((size_t)sc->n_ev + 1, sizeof *en.next_pf);
     en.wleft = calloc((size_t)G + 1, sizeof *en.wleft);
-    en.bpend = calloc((size_t)sc->n_buckets + 1, sizeof *en.bpend);
-    if (!en.t_ag || !en.t_rs || !en.t_ar || !en.next_pf || !en.wleft || !en.bpend) {
-        free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.next_pf), free(en.wleft), free(en.bpend);
-        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    en.bpend = calloc((size_t)NB + 1, sizeof *en.bpend);
+    llm4d_traffic tr = {0};
+    llm4d_code rc = en.t_ag && en.t_rs && en.t_ar && en.ag_at && en.rs_at && en.ar_at && en.next_pf && en.wleft &&
+                            en.bpend
+                        ? LLM4D_OK
+                        : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    if (rc == LLM4D_OK) rc = stage_traffic(cfg, topo, sc, overlap, &tr, err); /* what the engines move */
+    if (rc != LLM4D_OK) {
+        free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.ag_at), free(en.rs_at), free(en.ar_at);
+        free(en.next_pf), free(en.wleft), free(en.bpend);
+        return rc;
     }
+    memset(en.ag_at, LLM4D_AT_N, (size_t)G + 1), memset(en.rs_at, LLM4D_AT_N, (size_t)G + 1);
+    memset(en.ar_at, LLM4D_AT_N, (size_t)NB + 1);
     const int sh_hosts = llm4d_group_hosts(topo, LLM4D_AXIS_SHARDING, R);
     const int data_hosts = llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R);
-    for (int g = 0; g < G; g++) {
-        const double bytes = (double)sc->group_len[g] * sizeof(float);
-        en.t_ag[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLGATHER, bytes, N, R, sh_hosts, NULL);
-        en.t_rs[g] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, (double)sc->group_len[g] * gsz, N, R,
-                                      sh_hosts, NULL);
-    }
     /* data-parallel gradients shared in place on the shared-memory path (data_parallel.h): one answer with the run */
     const int data_here = data_hosts > 0 ? topo->data_world / data_hosts : 0;
     const int data_shm = llm4d_memplan_path_ranks(cfg, data_here, data_here * data_hosts == topo->data_world);
     const int ar_op = llm4d_dp_grads_in_shm(llm4d_backend_host_addressable(cfg->device), data_shm, data_hosts, NULL)
                           ? LLM4D_PROF_AR_SHARED
                           : LLM4D_COMM_OP_ALLREDUCE;
-    for (int b = 0; b < sc->n_buckets; b++)
-        en.t_ar[b] = llm4d_price_coll(prof, ar_op, (double)sc->bucket_len[b] * gsz, topo->data_world, R,
-                                      data_hosts, NULL);
+    /* each call priced at its buffer's bytes (the profile's convention: a reduce-scatter or gather by its whole
+     * buffer); the hybrid all-reduces as one of all of them */
+    size_t hybrid_bytes = 0;
+    int hybrid = 0;
+    for (int i = 0; i < tr.n; i++) {
+        const llm4d_traffic_call *c = &tr.c[i];
+        const double bytes = (double)c->len * (double)llm4d_comm_dtype_size((llm4d_comm_dtype)c->dtype);
+        if (c->what == LLM4D_TW_ZERO_AG) {
+            en.t_ag[c->id] = llm4d_price_coll(prof, LLM4D_COMM_OP_ALLGATHER, bytes, N, R, sh_hosts, NULL);
+            en.ag_at[c->id] = c->when;
+        } else if (c->what == LLM4D_TW_ZERO_RS) {
+            en.t_rs[c->id] = llm4d_price_coll(prof, LLM4D_COMM_OP_REDUCE_SCATTER, bytes, N, R, sh_hosts, NULL);
+            en.rs_at[c->id] = c->when;
+        } else if (c->what == LLM4D_TW_DP_BUCKET) {
+            en.t_ar[c->id] = llm4d_price_coll(prof, ar_op, bytes, topo->data_world, R, data_hosts, NULL);
+            en.ar_at[c->id] = c->when;
+        } else if (c->what == LLM4D_TW_HYBRID) {
+            hybrid_bytes += (size_t)llm4d_traffic_bytes(c), hybrid = 1;
+        }
+    }
     for (int i = 0; i < sc->n_ev; i++) { /* the next params_for, cyclically */
         en.next_pf[i] = -1;
         for (int j = 1; j <= sc->n_ev; j++) {
@@ -211,8 +256,8 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
             }
         }
     }
-    for (int g = 0; g < G; g++) en.wleft[g] = sc->windows[g];
-    for (int b = 0; b < sc->n_buckets; b++) en.bpend[b] = sc->bucket_groups[b];
+    for (int g = 0; g < G; g++) en.wleft[g] = sh->windows[g];
+    for (int b = 0; b < NB; b++) en.bpend[b] = sh->bucket_groups[b];
 
     /* the first, a middle and the last micro-batch; the step's sums weigh the middle one M - 2 times */
     walker w = {.rate = prof->overlap};
@@ -258,22 +303,19 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         st->slow = s / kt;
     }
     double exposed[LLM4D_ENG_N] = {0};
-    if (en.dp_flat && sc->n_buckets > 0) { /* the last bucket blocking; without overlap, every bucket */
-        for (int b = overlap ? sc->n_buckets - 1 : 0; b < sc->n_buckets; b++) {
+    for (int b = 0; b < NB; b++) /* the buckets reduced blocking after backward (the last; without overlap, all) */
+        if (en.ar_at[b] == LLM4D_AT_BACKWARD_END) {
             exposed[LLM4D_ENG_DP] += en.t_ar[b];
             spin += llm4d_price_wait(prof, thr, R, topo->data_world);
         }
-    }
-    /* bf16 payloads: each reduced bucket rounded to bf16 (to_bf16) and its result written back (from_bf16), on the
-     * rank's own stream: data parallel's buckets once a step, ZeRO's windows (stage 1: a group's range once a
-     * step; 2 and 3: every window) with their shard written back */
+    /* bf16 payloads: each reduction's buffer rounded to bf16 (to_bf16) and its result written back (from_bf16: the
+     * whole bucket, or the reduce-scatter's own shard), on the rank's own stream, as often as it is reduced */
     double conv[LLM4D_WORK_N] = {0};
-    if (bf16 && (en.dp_flat || N > 1)) {
-        const int n = en.dp_flat ? sc->n_buckets : G;
-        for (int i = 0; i < n; i++) {
-            const size_t len = en.dp_flat ? sc->bucket_len[i] : sc->group_len[i];
-            const size_t back = en.dp_flat ? len : (len + (size_t)N - 1) / (size_t)N;
-            const int times = en.dp_flat || en.zero.grads_whole ? 1 : M * sc->windows[i];
+    for (int i = 0; i < tr.n; i++) {
+        const llm4d_traffic_call *c = &tr.c[i];
+        if (c->dtype == LLM4D_COMM_BF16) {
+            const size_t len = c->len, back = c->op == LLM4D_COMM_OP_ALLREDUCE ? c->len : c->count;
+            const double times = (double)llm4d_traffic_calls(c, M);
             double one[LLM4D_WORK_N] = {0};
             const llm4d_rc_call to = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16, .d = {(int64_t)len}};
             const llm4d_rc_call from = {.op = LLM4D_RC_CONVERT, .ty = LLM4D_BF16 << 2, .d = {(int64_t)back}};
@@ -283,9 +325,9 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         }
     }
     size_t local = 0; /* the elements this rank updates: its shards (N = 1: the groups whole) */
-    for (int g = 0; g < G; g++) local += llm4d_shard_len(sc->group_len[g], N > 1 ? N : 1);
-    if (N > 1 && d->dp_degree > 1) { /* hybrid: the own shards over the dp group */
-        exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)local * sizeof(float),
+    for (int g = 0; g < G; g++) local += llm4d_shard_len(sh->group_len[g], N > 1 ? N : 1);
+    if (hybrid) { /* hybrid: the own shards over the dp group */
+        exposed[LLM4D_ENG_DP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)hybrid_bytes,
                                                   d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);
         spin += llm4d_price_wait(prof, thr, R, d->dp_degree);
     }
@@ -319,7 +361,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     llm4d_price_call(&pc, &adam, ks);
     double optim = total_kinds(ks) * slow[LLM4D_WORK_OPTIM];
     if (N > 1 && d->sharding_offload) {
-        const double streams = en.zero.offload_streams, bytes = (double)local * sizeof(float) * streams;
+        const double streams = llm4d_sharding_traits(d).offload_streams, bytes = (double)local * sizeof(float) * streams;
         const double io = bytes / (prof->disk_read_gbps * 1e9) + bytes / (prof->disk_write_gbps * 1e9);
         optim = optim > io ? optim : io;
     }
@@ -327,10 +369,10 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
     st->kinds[LLM4D_WORK_OPTIM] += ks[LLM4D_WORK_OPTIM];
     for (int k = 0; k < LLM4D_WORK_N; k++) st->kinds[k] += conv[k];
     post += total_kinds(conv) * st->slow;
-    if (en.zero.on && en.zero.params_whole) { /* every group's parameters gathered after the update */
-        for (int g = 0; g < G; g++) exposed[LLM4D_ENG_AG] += en.t_ag[g];
-        spin += G * llm4d_price_wait(prof, thr, R, N);
-    }
+    int after_update = 0; /* the groups' parameters gathered after the update (stages 1, 2) */
+    for (int g = 0; g < G; g++)
+        if (en.ag_at[g] == LLM4D_AT_UPDATE) exposed[LLM4D_ENG_AG] += en.t_ag[g], after_update++;
+    if (after_update) spin += after_update * llm4d_price_wait(prof, thr, R, N);
     post += spin * st->slow;
     for (int e = 0; e < LLM4D_ENG_N; e++) {
         post += exposed[e];
@@ -338,7 +380,9 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         st->hidden[e] = w.hidden[e];
     }
     st->post = post + optim;
-    free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.next_pf), free(en.wleft), free(en.bpend);
+    free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.ag_at), free(en.rs_at), free(en.ar_at);
+    free(en.next_pf), free(en.wleft), free(en.bpend);
+    llm4d_traffic_free(&tr);
     return LLM4D_OK;
 }
 
