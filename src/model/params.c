@@ -133,7 +133,6 @@ static void close_group(builder *b, llm4d_group_kind kind, int layer, int64_t ro
     llm4d_param_table *t = b->t;
     LLM4D_ASSERT(t->n_groups < b->group_cap, "group capacity %d exceeded", b->group_cap);
     llm4d_group *g = &t->g[t->n_groups++];
-    const size_t align = (size_t)t->part.align;
     g->kind = kind;
     g->layer = layer;
     g->row0 = row0;
@@ -141,7 +140,7 @@ static void close_group(builder *b, llm4d_group_kind kind, int layer, int64_t ro
     g->p0 = b->group_open;
     g->p1 = t->n;
     g->lo = t->p[g->p0].offset;
-    t->total = (t->total + align - 1) / align * align;
+    t->total = llm4d_param_align_up(t->total, t->part.align);
     g->hi = t->total;
     b->group_open = t->n;
 }

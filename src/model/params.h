@@ -122,6 +122,12 @@ const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name
 int64_t llm4d_param_order(const llm4d_param *p, int num_layers);
 /* The global name of the tensor with order key `order`. */
 void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n);
+/* The buffer's end after a group that ends at n, rounded up to the part's alignment (a group begins where the
+ * previous one ends; the planner re-pads a part's groups at another alignment with it). */
+static inline size_t llm4d_param_align_up(size_t n, int64_t align) {
+    const size_t a = align < 1 ? 1 : (size_t)align;
+    return (n + a - 1) / a * a;
+}
 /* The gradient windows of group grp per micro-batch (model/gpt.h): one, except the tied token embedding on a rank
  * holding both ends of the model, which has two (the LM head's and the lookup's). The model's hooks, the engines
  * that count them and the planner (parallel/traffic.h) read this one answer. */

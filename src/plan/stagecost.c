@@ -1,4 +1,11 @@
-/* stagecost.c — pricing a rank's trace, and the memo of priced traces by model part (see stagecost.h). */
+/* stagecost.c — pricing a rank's trace, and the memo of priced traces by model part (see stagecost.h).
+ *
+ * A part's ZeRO alignment (the sharding degree) pads its groups and nothing else: the model's calls, hooks and
+ * activations are those of its unpadded tensors. So a trace is recorded and priced once per part without its
+ * alignment, and a part at another alignment takes that pricing with its groups padded again (aligned_copy): a
+ * search meets each part at every sharding degree of its world (145B on 192 hosts: 58 thousand priced parts, 9.5
+ * thousand recordings), and recording was a quarter of its time. A search's shortcut (with by_count): under --no_memo
+ * every part is recorded, so that tests/test_plan_memo.sh compares the two. */
 #include "plan/stagecost.h"
 
 #include <math.h>
@@ -169,11 +176,30 @@ typedef struct {
     llm4d_stagecost cost;
 } cache_entry;
 
+/* A part without its alignment (the key's align word 0): the first pricing of it (entries never move) and its
+ * groups as its table made them, with each group's elements before padding, from which its pricing at any alignment
+ * follows. */
+typedef struct {
+    cache_key key;
+    const llm4d_stagecost *cost;
+    llm4d_model_part part;
+    llm4d_group *g; /* [cost->shape.n_groups] the table's groups */
+    size_t *raw;    /* [cost->shape.n_groups] each group's elements without padding */
+} unaligned_entry;
+
+static void unaligned_free(unaligned_entry *u) {
+    if (u) free(u->g), free(u->raw), free(u);
+}
+
 struct llm4d_stagecost_cache {
-    llm4d_hmap index; /* of cache_entry, each allocated once */
+    llm4d_hmap index;     /* of cache_entry, each allocated once */
+    llm4d_hmap unaligned; /* of unaligned_entry */
     int by_count;
     double gemm_rate; /* the fastest linear layer of its traces */
 };
+
+/* Where make_key puts the part's alignment. */
+#define KEY_ALIGN (3 + 2 * LLM4D_MAX_CHUNKS + 3)
 
 void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on) { c->by_count = on; }
 
@@ -181,7 +207,8 @@ double llm4d_stagecost_cache_gemm_rate(const llm4d_stagecost_cache *c) { return 
 
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err) {
     llm4d_stagecost_cache *c = calloc(1, sizeof *c);
-    if (!c || !llm4d_hmap_init(&c->index, 256)) {
+    if (!c || !llm4d_hmap_init(&c->index, 256) || !llm4d_hmap_init(&c->unaligned, 256)) {
+        if (c) llm4d_hmap_free(&c->index), llm4d_hmap_free(&c->unaligned);
         free(c);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     }
@@ -197,7 +224,11 @@ void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c) {
         llm4d_stagecost_free(&e->cost);
         free(e);
     }
+    for (size_t i = 0; i < c->unaligned.cap; i++) {
+        unaligned_free(c->unaligned.s[i].e);
+    }
     llm4d_hmap_free(&c->index);
+    llm4d_hmap_free(&c->unaligned);
     free(c);
 }
 
@@ -218,6 +249,65 @@ static uint64_t key_hash(const cache_key *k) {
 
 static int same_key(const void *entry, const void *key) {
     return !memcmp(&((const cache_entry *)entry)->key, key, sizeof(cache_key));
+}
+
+static int same_unaligned(const void *entry, const void *key) {
+    return !memcmp(&((const unaligned_entry *)entry)->key, key, sizeof(cache_key));
+}
+
+/* u's part's groups, unpadded, from the table its first pricing was recorded with (0: out of memory). */
+static int unaligned_fill(unaligned_entry *u, const llm4d_param_table *tb) {
+    const size_t G = (size_t)tb->n_groups + 1;
+    u->part = tb->part;
+    u->g = calloc(G, sizeof *u->g);
+    u->raw = calloc(G, sizeof *u->raw);
+    if (!u->g || !u->raw) return 0;
+    memcpy(u->g, tb->g, (size_t)tb->n_groups * sizeof *u->g);
+    for (int g = 0; g < tb->n_groups; g++)
+        for (int i = tb->g[g].p0; i < tb->g[g].p1; i++) u->raw[g] += tb->p[i].numel;
+    return 1;
+}
+
+/* out = u's pricing with the groups padded to `align` as the parameter table pads them (a group begins where the
+ * previous one ends, and the buffer is rounded up to the alignment after each: llm4d_param_align_up), and what
+ * follows from their extents: the traffic's shape (group lengths, data-parallel buckets), the embedding's
+ * elements, the total. */
+static llm4d_code aligned_copy(const unaligned_entry *u, int64_t align, size_t bucket_bytes, llm4d_stagecost *out,
+                               llm4d_err *err) {
+    const llm4d_stagecost *s = u->cost;
+    const int G = s->shape.n_groups;
+    *out = *s;
+    memset(&out->shape, 0, sizeof out->shape);
+    out->chunk = malloc(((size_t)s->n_chunks + 1) * sizeof *out->chunk);
+    out->ev = malloc(((size_t)s->n_ev + 1) * sizeof *out->ev);
+    llm4d_group *grp = malloc(((size_t)G + 1) * sizeof *grp);
+    if (!out->chunk || !out->ev || !grp) {
+        free(grp);
+        llm4d_stagecost_free(out);
+        return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
+    }
+    memcpy(out->chunk, s->chunk, (size_t)s->n_chunks * sizeof *out->chunk);
+    memcpy(out->ev, s->ev, (size_t)s->n_ev * sizeof *out->ev);
+    size_t total = 0;
+    for (int g = 0; g < G; g++) {
+        grp[g] = u->g[g];
+        grp[g].lo = total;
+        total = llm4d_param_align_up(total + u->raw[g], align);
+        grp[g].hi = total;
+    }
+    llm4d_param_table tb = {.part = u->part, .n_groups = G, .g = grp, .total = total};
+    tb.part.align = (int)align;
+    const llm4d_code rc = llm4d_traffic_shape_make(&out->shape, &tb, bucket_bytes, err);
+    free(grp);
+    if (rc != LLM4D_OK) {
+        llm4d_stagecost_free(out);
+        return rc;
+    }
+    out->total = total;
+    out->wte_elems = 0;
+    for (int g = 0; g < G; g++)
+        if (u->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->shape.group_len[g];
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_stage_ref *at,
@@ -248,11 +338,31 @@ llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer 
     }
     cache_entry *e = malloc(sizeof *e);
     if (!e) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    llm4d_mbtrace t;
-    llm4d_code rc = llm4d_mbtrace_make(&t, cfg, topo, pp, like, err);
-    if (rc == LLM4D_OK) {
-        rc = llm4d_stagecost_price(&t, pr, ranks_on_host, coll_ranks, tp_hosts, bucket_bytes, &e->cost, err);
-        llm4d_mbtrace_free(&t);
+    /* a search's shortcut, like by_count: without it (--no_memo, the tests' oracle) every part is recorded */
+    cache_key ku = k;
+    ku.v[KEY_ALIGN] = 0;
+    const uint64_t hu = key_hash(&ku);
+    llm4d_hslot *su = cache->by_count ? llm4d_hmap_find(&cache->unaligned, hu, same_unaligned, &ku) : NULL;
+    llm4d_code rc = LLM4D_OK;
+    if (cache->by_count && !su) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    else if (su && su->e) { /* recorded at another alignment */
+        rc = aligned_copy(su->e, k.v[KEY_ALIGN], bucket_bytes, &e->cost, err);
+    } else {
+        llm4d_mbtrace t;
+        rc = llm4d_mbtrace_make(&t, cfg, topo, pp, like, err);
+        if (rc == LLM4D_OK) {
+            rc = llm4d_stagecost_price(&t, pr, ranks_on_host, coll_ranks, tp_hosts, bucket_bytes, &e->cost, err);
+            unaligned_entry *u = rc == LLM4D_OK && su ? calloc(1, sizeof *u) : NULL;
+            if (rc == LLM4D_OK && su && (!u || !unaligned_fill(u, &t.table))) {
+                unaligned_free(u);
+                llm4d_stagecost_free(&e->cost);
+                rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+            } else if (rc == LLM4D_OK && su) {
+                u->key = ku, u->cost = &e->cost;
+                su->h = hu, su->e = u, cache->unaligned.n++;
+            }
+            llm4d_mbtrace_free(&t);
+        }
     }
     if (rc != LLM4D_OK) {
         free(e);

@@ -56,7 +56,8 @@ typedef struct llm4d_stagecost_cache llm4d_stagecost_cache;
 llm4d_code llm4d_stagecost_cache_create(llm4d_stagecost_cache **out, llm4d_err *err);
 void llm4d_stagecost_cache_destroy(llm4d_stagecost_cache *c);
 /* Key parts by their chunks' block counts, not ranges (a search's shortcut: the middle stages of a pipeline share
- * one trace); off by default, and under `llm4d plan --no_memo`. */
+ * one trace), and record a part once whatever its ZeRO alignment (stagecost.c); off by default, and under
+ * `llm4d plan --no_memo`. */
 void llm4d_stagecost_cache_by_count(llm4d_stagecost_cache *c, int on);
 /* The fastest linear layer (FLOP/s) of every trace the cache priced (0: none). */
 double llm4d_stagecost_cache_gemm_rate(const llm4d_stagecost_cache *c);
