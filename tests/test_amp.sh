@@ -13,10 +13,8 @@
 #     range, so the loss is not finite): every step is skipped and halves the scale, the run goes on to its end
 #     (exit 0), as Paddle's GradScaler does; the same weights in bf16 train with finite losses.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 C=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 64 --global_batch_size 8
    --micro_batch_size 8 --max_lr 3e-3 --min_lr 1e-4 --decay_steps 200 --warmup_rate 0.05 --logging_freq 50
    --threads 2)
@@ -39,14 +37,11 @@ grep -qw avx512_bf16 /proc/cpuinfo && echo 1 >"$tmp/native" || echo 0 >"$tmp/nat
 echo "$?" >"$tmp/fp16big.rc"
 "$LLM4D" train "${C[@]}" --max_steps 3 --logging_freq 1 --use_amp true --amp_dtype bfloat16 \
   -o Model.initializer_range=3e3 --output_dir "$tmp/bf16big" >"$tmp/bf16big.log" 2>&1
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" >"$tmp/checks" <<'PY'
 import json, re, sys
 tmp = sys.argv[1]
-passed = failed = 0
 def check(ok, msg):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + msg)
-    passed += ok; failed += not ok
+    print(("ok " if ok else "FAIL ") + msg)
 def steps(p):
     try:
         return [d for d in map(json.loads, open(p)) if "step" in d]
@@ -99,7 +94,7 @@ if len(f) == 5:
     check(re.search(r"global step 3, .*found_inf: 1", log) is not None and "update skipped" in log,
           "fp16: the log line of step 3 shows found_inf: 1 and the skip is logged")
 else:
-    check(False, f"fp16 run incomplete: {len(f)} steps"); print(log[-2000:])
+    check(False, f"fp16 run incomplete: {len(f)} steps"); print("\n".join("  " + l for l in log[-2000:].splitlines()))
 g = steps(f"{tmp}/fp16big/metrics.jsonl")
 rc = open(f"{tmp}/fp16big.rc").read().strip()
 check(rc == "0" and len(g) == 3 and all(x["found_inf"] == 1 and x["loss"] is None for x in g)
@@ -109,6 +104,8 @@ check(rc == "0" and len(g) == 3 and all(x["found_inf"] == 1 and x["loss"] is Non
 h = steps(f"{tmp}/bf16big/metrics.jsonl")
 check(len(h) == 3 and all(isinstance(x["loss"], float) for x in h),
       "bf16 with the same weights: finite losses (the fp16 overflow is fp16's range, not a broken model)")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
 PY
+rc=$?
+tally_lines <"$tmp/checks"
+[ $rc = 0 ] || bad "the Python checks exited $rc"
+finish

@@ -11,10 +11,8 @@
 #   messages then fp32), and fp16 over data parallel (loss scaling).
 # Each run also says it kept its activations in 16 bits (the start-up line).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20
@@ -46,14 +44,11 @@ for l in "${layouts[@]}"; do
     --output_dir "$tmp/$1/out" >"$tmp/$1.stdout" 2>&1 || { echo "run $1 failed:"; tail -5 "$tmp/$1.stdout"; }
 done
 printf '%s\n' "${layouts[@]}" >"$tmp/layouts"
-/usr/bin/python3 - "$tmp" <<'PY'
+/usr/bin/python3 - "$tmp" >"$tmp/checks" <<'PY'
 import json, os, sys
 tmp = sys.argv[1]
-passed = failed = 0
 def check(ok, msg):
-    global passed, failed
-    print(("PASS " if ok else "FAIL ") + msg)
-    passed += ok; failed += not ok
+    print(("ok " if ok else "FAIL ") + msg)
 def load(name):
     p = f"{tmp}/{name}/out/metrics.jsonl"
     return [d["loss"] for d in map(json.loads, open(p)) if "step" in d] if os.path.exists(p) else []
@@ -71,6 +66,8 @@ for line in open(f"{tmp}/layouts"):
     want = "residual stream fp32" if "res32" in name else ("activations and their gradients fp16" if "fp16" in name
                                                              else "activations and their gradients bf16")
     check(want in log0, f"{name}: rank 0 says '{want}'")
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
 PY
+rc=$?
+tally_lines <"$tmp/checks"
+[ $rc = 0 ] || bad "the Python checks exited $rc"
+finish

@@ -15,22 +15,18 @@
 #   - bad input (a directory with nothing readable, a weight list that does not parse, a negative weight, a
 #     Megatron corpus with ids beyond vocab_size): exit 2 and one line on stderr.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 DRV=$BUILD_DIR/test_blend_unit
 PY=/usr/bin/python3
-source "$SRC_DIR/tests/lib.sh"
 VOCAB=$(gpt2_vocab_dir) || { bad "no GPT-2 vocabulary"; finish; }
 export LLM4D_VOCAB_DIR=$VOCAB
 export OMP_NUM_THREADS=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-MIX=$TMP/mix
-mkdir -p "$MIX" "$TMP/other"
+MIX=$tmp/mix
+mkdir -p "$MIX" "$tmp/other"
 
 # ---- corpora ------------------------------------------------------------------------------------------------------
-"$PY" - "$TMP" <<'EOF'
+"$PY" - "$tmp" <<'EOF'
 import glob, sys
 tmp = sys.argv[1]
 texts = []
@@ -55,19 +51,19 @@ open(f'{tmp}/doc.txt', 'w', encoding='utf-8').write('\n\n'.join(big))
 open(f'{tmp}/small.txt', 'w', encoding='utf-8').write('\n\n'.join(small))
 EOF
 cp "$SRC_DIR/data/fortunes_ids.npz" "$MIX/fortunes_ids.npz"
-if "$LLM4D" prepare-data --input "$TMP/doc.txt" --split-on-blank-lines --append-eos --format mmap \
-        --output-prefix "$MIX/doc" --no-progress >"$TMP/prep.log" 2>&1 &&
-   "$LLM4D" prepare-data --input "$TMP/small.txt" --split-on-blank-lines --append-eos --format npz \
-        --output-prefix "$TMP/other/small" --no-progress >>"$TMP/prep.log" 2>&1; then
-    ok "$(head -1 "$TMP/prep.log" | sed 's/ in [0-9.]* s.*//')"
+if "$LLM4D" prepare-data --input "$tmp/doc.txt" --split-on-blank-lines --append-eos --format mmap \
+        --output-prefix "$MIX/doc" --no-progress >"$tmp/prep.log" 2>&1 &&
+   "$LLM4D" prepare-data --input "$tmp/small.txt" --split-on-blank-lines --append-eos --format npz \
+        --output-prefix "$tmp/other/small" --no-progress >>"$tmp/prep.log" 2>&1; then
+    ok "$(head -1 "$tmp/prep.log" | sed 's/ in [0-9.]* s.*//')"
 else
-    bad "prepare-data failed:"; cat "$TMP/prep.log"; finish
+    bad "prepare-data failed:"; cat "$tmp/prep.log"; finish
 fi
 
 # ---- blending against Python --------------------------------------------------------------------------------------
 oracle() { # input_dir size
-    "$DRV" --blend "$1" "$2" >"$TMP/blend.c" 2>"$TMP/blend.err" || { cat "$TMP/blend.err"; return 1; }
-    "$PY" - "$1" "$2" "$TMP/blend.c" <<'EOF'
+    "$DRV" --blend "$1" "$2" >"$tmp/blend.c" 2>"$tmp/blend.err" || { cat "$tmp/blend.err"; return 1; }
+    "$PY" - "$1" "$2" "$tmp/blend.c" <<'EOF'
 import math, os, re, sys
 import numpy as np
 spec, size, got = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read().split('\n')
@@ -151,7 +147,7 @@ blend_case() { # name input_dir size
 }
 A=$MIX/fortunes_ids.npz
 B=$MIX/doc
-C=$TMP/other/small_ids.npz
+C=$tmp/other/small_ids.npz
 blend_case "directory (npz + Megatron), weights by tokens" "$MIX" 5000
 blend_case "Megatron weights '0.3 npz 0.7 prefix'" "0.3 $A 0.7 $B" 10007
 blend_case "three corpora '0.1 A 0.2 B.bin 0.3 C'" "0.1 $A 0.2 $B.bin 0.3 $C" 20000
@@ -164,7 +160,7 @@ blend_case "a directory inside a weighted list" "2 $MIX 1 $C" 4000
 TRAIN=(--model_name_or_path gpt2-tiny --max_seq_len 32 --global_batch_size 8 --max_steps 12 --max_lr 2e-3
        --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 12 --logging_freq 1 --eval_freq 6 --eval_iters 1 --seed 3)
 train_case() { # name input_dir [extra args]
-    local name=$1 dir=$2 out=$TMP/run_$3
+    local name=$1 dir=$2 out=$tmp/run_$3
     shift 3
     if ! timeout 120 "$LLM4D" train "${TRAIN[@]}" --input_dir "$dir" --micro_batch_size 8 --output_dir "$out" "$@" \
             >"$out.log" 2>&1; then
@@ -186,7 +182,7 @@ EOF
 train_case "train on a directory with an npz corpus and a Megatron corpus" "$MIX" mix
 # the shares the log gives each corpus's samples against the token counts read from the files themselves (numpy;
 # the Megatron .bin by its size over the .idx's dtype): Megatron weighs a directory's corpora by their tokens
-if grep -q "data: 2 corpora blended" "$TMP/run_mix.log" && share=$("$PY" - "$TMP/run_mix.log" "$MIX" <<'EOF'
+if grep -q "data: 2 corpora blended" "$tmp/run_mix.log" && share=$("$PY" - "$tmp/run_mix.log" "$MIX" <<'EOF'
 import os, re, sys
 import numpy as np
 log, mix = open(sys.argv[1]).read(), sys.argv[2]
@@ -210,16 +206,16 @@ EOF
 ); then
     ok "the log lists both corpora, their samples' shares as their tokens': $(echo $share)"
 else
-    bad "the log does not describe the blend:"; grep -A8 "data:" "$TMP/run_mix.log"
+    bad "the log does not describe the blend:"; grep -A8 "data:" "$tmp/run_mix.log"
 fi
 train_case "train on a Megatron corpus alone (prefix)" "$B" mega
-if grep -q "data: $B.bin: [0-9]* tokens" "$TMP/run_mega.log"; then ok "the Megatron-only log names $B.bin"
-else bad "the Megatron-only log does not name the corpus"; grep "data:" "$TMP/run_mega.log"; fi
+if grep -q "data: $B.bin: [0-9]* tokens" "$tmp/run_mega.log"; then ok "the Megatron-only log names $B.bin"
+else bad "the Megatron-only log does not name the corpus"; grep "data:" "$tmp/run_mega.log"; fi
 
 # the blend under data parallelism: same global batch, same samples, same losses
-if timeout 120 "$LLM4D" launch --nproc 2 --log_dir "$TMP/dp2log" -- train "${TRAIN[@]}" --input_dir "$MIX" \
-        --micro_batch_size 4 --dp_degree 2 --output_dir "$TMP/run_dp2" >"$TMP/dp2.log" 2>&1; then
-    if d=$("$PY" - "$TMP/run_mix/metrics.jsonl" "$TMP/run_dp2/metrics.jsonl" <<'EOF'
+if timeout 120 "$LLM4D" launch --nproc 2 --log_dir "$tmp/dp2log" -- train "${TRAIN[@]}" --input_dir "$MIX" \
+        --micro_batch_size 4 --dp_degree 2 --output_dir "$tmp/run_dp2" >"$tmp/dp2.log" 2>&1; then
+    if d=$("$PY" - "$tmp/run_mix/metrics.jsonl" "$tmp/run_dp2/metrics.jsonl" <<'EOF'
 import json, sys
 a, b = ([json.loads(l)['loss'] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
 d = max(abs(x - y) for x, y in zip(a, b))
@@ -228,24 +224,24 @@ sys.exit(0 if len(a) == len(b) == 12 and d <= 1e-5 else 1)
 EOF
     ); then ok "blended run under dp 2 equals one process: max |loss diff| $d"; else bad "dp 2 blended losses differ: $d"; fi
 else
-    bad "dp 2 blended run failed"; tail -5 "$TMP/dp2.log"
+    bad "dp 2 blended run failed"; tail -5 "$tmp/dp2.log"
 fi
 
 # ---- bad input ----------------------------------------------------------------------------------------------------
 expect() { # name, word, input_dir [extra]
     local name=$1 word=$2 dir=$3
     shift 3
-    timeout 60 "$LLM4D" train "${TRAIN[@]}" --micro_batch_size 8 --input_dir "$dir" --output_dir "$TMP/bad" "$@" \
-        >"$TMP/stdout" 2>"$TMP/stderr"
+    timeout 60 "$LLM4D" train "${TRAIN[@]}" --micro_batch_size 8 --input_dir "$dir" --output_dir "$tmp/bad" "$@" \
+        >"$tmp/stdout" 2>"$tmp/stderr"
     local rc=$? lines
-    lines=$(wc -l <"$TMP/stderr")
-    if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qi -- "$word" "$TMP/stderr"; then ok "$name: $(cat "$TMP/stderr")"
-    else bad "$name: exit $rc, $lines stderr lines (want 2, 1, containing '$word'):"; cat "$TMP/stderr"; fi
+    lines=$(wc -l <"$tmp/stderr")
+    if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -qi -- "$word" "$tmp/stderr"; then ok "$name: $(cat "$tmp/stderr")"
+    else bad "$name: exit $rc, $lines stderr lines (want 2, 1, containing '$word'):"; cat "$tmp/stderr"; fi
 }
-mkdir -p "$TMP/junk"
-echo "not a corpus" >"$TMP/junk/notes.txt"
-cp "$MIX/doc.bin" "$TMP/junk/orphan.bin"
-expect "a directory with nothing readable" "no corpus in this directory" "$TMP/junk"
+mkdir -p "$tmp/junk"
+echo "not a corpus" >"$tmp/junk/notes.txt"
+cp "$MIX/doc.bin" "$tmp/junk/orphan.bin"
+expect "a directory with nothing readable" "no corpus in this directory" "$tmp/junk"
 expect "a weight list that does not parse" "has no path after it" "0.3 $A 0.7"
 expect "a weight where a path belongs" "looks like a weight" "$A 0.5 $B"
 expect "a negative weight" "negative" "-0.3 $A 1.3 $B"

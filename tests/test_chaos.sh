@@ -15,13 +15,9 @@
 #   - the time from each fault to training again (the restarted run's first step) is under 30 s (printed, and a row
 #     of docs/reliability.md).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
+source "$(dirname "$0")/lib.sh"
+test_setup
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 unset LLM4D_FAULT LLM4D_FAULT_RANK

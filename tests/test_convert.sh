@@ -17,14 +17,10 @@
 #    above (vocabulary 1000) and a machine without the vocabulary get the weights alone, and the line says why;
 #    --vocab_dir naming no vocabulary, or one that does not fit the model, is refused before anything is written.
 set -u
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 PY=/usr/bin/python3
 REF=$SRC_DIR/tests/hf_gpt2_ref.py
-T=$(mktemp -d /tmp/llm4d_convert_XXXXXX)
-trap 'rm -rf "$T"' EXIT
-source "$SRC_DIR/tests/lib.sh"
 # python checks print their own PASS/FAIL lines; count them
 pycheck() {
     local out
@@ -35,9 +31,7 @@ pycheck() {
     if ! grep -q '^PASS' <<<"$out"; then bad "python helper ran ($*)"; fi
 }
 
-require_exe "$LLM4D"
-
-cd "$T" || exit 1
+cd "$tmp" || exit 1
 check "convert --from init writes a random model" \
     "$LLM4D" convert --from init --out ck --model_name_or_path gpt2-tiny -o Model.vocab_size=1000 \
     -o Model.num_layers=3 -o Model.ffn_hidden_size=200 --init_noise 0.1 --seed 5
@@ -135,12 +129,12 @@ check "the export with the tokenizer files still imports" "$LLM4D" convert --fro
 check "a model whose vocabulary is not GPT-2's gets no tokenizer files, and the line says why: $(cat v1000.out)" \
     bash -c 'test -s hf_v1000/model.safetensors -a ! -e hf_v1000/vocab.json -a ! -e hf_v1000/merges.txt &&
              grep -q "no tokenizer files: the model.s vocabulary of 1000 tokens is not GPT-2.s 50257" v1000.out'
-LLM4D_VOCAB_DIR=$T/novocab "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_novocab >novocab.out 2>&1
+LLM4D_VOCAB_DIR=$tmp/novocab "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_novocab >novocab.out 2>&1
 check "without the vocabulary the export is the weights alone, and the line says how to get it: $(cat novocab.out)" \
     bash -c 'test -s hf_novocab/model.safetensors -a ! -e hf_novocab/vocab.json &&
              grep -q "no tokenizer files: .*novocab/encoder.json.*fetch_gpt2_vocab.sh" novocab.out'
 refused "--vocab_dir naming no vocabulary is refused" "novocab/encoder.json" \
-    "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_nv --vocab_dir "$T/novocab"
+    "$LLM4D" convert --to hf --ckpt ck_gpt2 --out hf_nv --vocab_dir "$tmp/novocab"
 refused "--vocab_dir for a model of another vocabulary is refused" "vocabulary has 1000 tokens" \
     "$LLM4D" convert --to hf --ckpt ck --out hf_nv2 --vocab_dir "$VOCAB"
 check "refused exports wrote nothing" test ! -e hf_nv -a ! -e hf_nv2

@@ -9,12 +9,8 @@
 #      nvcc (hidden in a mount namespace, as on a machine without CUDA) configures a CPU-only build; ON without nvcc
 #      stops with a line saying how to fix it; AUTO with nvcc installed turns it on (configure only).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 T=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
    --global_batch_size 4 --micro_batch_size 4 --max_steps 1 --save_steps -1 --output_dir "$tmp/out")

@@ -15,12 +15,8 @@
 # checkpoints' tensors equal; and `llm4d generate` (sampling, with the logits dumped) gives the same tokens and the
 # same logits file on both.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 3 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20

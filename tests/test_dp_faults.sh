@@ -13,14 +13,10 @@
 #   (d) 8 processes, dp2 x pp2 x sharding1 x mp2: each rank's printed groups (workerlog.<r>) equal a table worked
 #       out by hand below, and the job trains its 5 steps (test_pp.sh checks what such layouts compute).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
+test_setup
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}'; }
 TRAIN=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
@@ -88,10 +84,10 @@ check_if $(has outB2.txt "llm4d: rank 1: .*max_lr") "rank 1's message about max_
 
 t0=$(date +%s.%N)
 timeout 60 "$LLM4D" launch --nproc 2 --log_dir logB3 -- "${TRAIN[@]}" --max_steps 50 --output_dir outB3 \
-    --input_dir "$work/no_such.npz" >outB3.txt 2>errB3.txt
+    --input_dir "$tmp/no_such.npz" >outB3.txt 2>errB3.txt
 rc=$?
 check_if $(yes_if test $rc = 2) "a missing --input_dir on every rank -> exits 2 in $(elapsed "$t0") s (got $rc)"
-check_if $(yes_if test "$(cat errB3.txt)" = "llm4d launch: $work/no_such.npz: cannot open the corpus: No such file or directory") \
+check_if $(yes_if test "$(cat errB3.txt)" = "llm4d launch: $tmp/no_such.npz: cannot open the corpus: No such file or directory") \
     "the launcher names the missing file, in one line, before starting any rank ($(head -c 200 errB3.txt))"
 
 # ---- (c) plain mpirun gives the launcher's losses -------------------------------------------------------------

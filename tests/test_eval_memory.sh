@@ -11,13 +11,9 @@
 # an older build given as BASE (120d37f allocated gradients and Adam states) prints for that layout.
 # Run with LLM4D set to a build of 120d37f it fails (grads and optimizer in the plan: 15 passed, 39 failed).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 BASE=${BASE:-} # an older build to compare the losses with (optional), e.g. one of 120d37f
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 -o Model.num_layers=4)

@@ -14,13 +14,9 @@
 # and after every one of them /dev/shm holds none of the job's files (Open MPI's segments, by the job id read from a
 # rank's environment, and the launcher's directory for them).
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
+source "$(dirname "$0")/lib.sh"
+test_setup
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 C=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32

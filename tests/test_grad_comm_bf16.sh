@@ -8,12 +8,8 @@
 #     of the loss and the norm stay fp32), and start-up says which payload the engine reduces;
 #   - a payload type other than float32 or bfloat16 gets one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 C=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 16 --global_batch_size 4
    --max_steps 200 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.01 --decay_steps 200 --grad_clip 1.0 --logging_freq 50

@@ -10,13 +10,9 @@
 # `llm4d launch` (Open MPI's variables present): the same count. Before the change the first case said 1 rank (the
 # variable's default), the memory of the whole host to each.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
+test_setup
 command -v mpirun >/dev/null || { bad "mpirun is not installed (scripts/setup.sh installs it)"; finish; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 T=(train -c "$SRC_DIR/configs/gpt2-tiny.yaml" --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_steps 1

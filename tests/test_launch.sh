@@ -7,14 +7,10 @@
 # in the log directory removed; usage errors, and `mpirun -np 2 llm4d ...` / a single process without any
 # launcher.
 set -u
-LLM4D=${LLM4D:-build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
+test_setup
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
+cd "$tmp" || exit 1
 hasnt() { yes_if test "$(has "$1" "$2")" = 0; }
 # run_id LOG: the launch's id on the first line of a worker log
 run_id() { sed -n '1s/^llm4d worker: rank [0-9]* runs on host .* (run \([0-9a-z-]*\))$/\1/p' "$1"; }

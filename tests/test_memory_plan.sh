@@ -25,12 +25,8 @@
 #       within 5 % of its peak. (Its checkpoint mapped the whole offloaded state: 1679 MiB with offload against
 #       1656 MiB without.)
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 TINY=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
       --global_batch_size 8 --max_steps 3 --logging_freq 1 --save_steps -1 -o Model.num_layers=4)

@@ -13,12 +13,8 @@
 #       spike at step 7 (the window is in the checkpoint) and ends with the uninterrupted run's loss;
 #   (d) bad guard settings get one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 T=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
    --global_batch_size 8 --micro_batch_size 4 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 8

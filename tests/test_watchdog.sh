@@ -15,12 +15,8 @@
 #       group's ranks; comm_timeout 0 turns the watchdog off (the hung job is still waiting after 12 s);
 #   (f) a negative timeout gets one line, exit 2.
 set -uo pipefail
-SRC_DIR=${SRC_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-LLM4D=${LLM4D:-$SRC_DIR/build/llm4d}
 source "$(dirname "$0")/lib.sh"
-require_exe "$LLM4D"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+test_setup
 export OMP_NUM_THREADS=1
 T=(train --model_name_or_path gpt2-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --max_seq_len 32
    --global_batch_size 8 --logging_freq 1 --seed 7 --max_steps 100000 --decay_steps 100000 --save_steps -1)
