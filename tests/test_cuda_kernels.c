@@ -7,8 +7,8 @@
  * format (cuda_util.h cmp_lowp). Gradients that accumulate are given random contents first, and a second call must
  * add the increment again. Also: AdamW's in-pass bf16 weight copies equal a fresh conversion (one range with more
  * copies than a launch carries, too); the reductions are bit-identical run to run and sumsq_many's parts are sumsq's;
- * init_param is the CPU's weights; memory is zeroed, copies and streams order as backend.h says; the work timers
- * count every kind that ran.
+ * init_param is the CPU's weights; the Llama family's RMSNorm, RoPE and SwiGLU (every activation type); memory is
+ * zeroed, copies and streams order as backend.h says; the work timers count every kind that ran.
  *
  * Typed tensors (tensor.h): every typed method again with bf16 and fp16 activations (and the mixes the model uses:
  * fp32 dout into LayerNorm, fp32 x into the residual add, fp32 outputs of 16-bit GEMMs), each against ref given the
@@ -322,6 +322,60 @@ static void test_elem_typed(int N, int C, llm4d_ftype ta, llm4d_ftype tb) {
     free(x), free(w), free(b), free(dy), free(dx0), free(dw), free(db), free(mean), free(rstd);
     dfree_t(ga, n, ta), dfree_t(gd, n, ta), dfree_t(gg, n, ta), dfree_t(gx, n, tb), dfree_t(gy, n, ta);
     dfree(gw, C * 4), dfree(gb, C * 4), dfree(gm, N * 4), dfree(gr, N * 4), dfree(gdb, C * 4);
+}
+
+/* The Llama family's kernels with activations of type t (rstd, w, dw fp32), against ref given the same typed values:
+ * RMSNorm forward and backward (added to random contents), RoPE forward then backward in place on rows ld apart
+ * (the elements past a row's heads untouched; positions far along a long sequence, where the angle must be taken
+ * in double), SwiGLU forward and backward (written) with gates out to +-30. */
+static void test_llama(int N, int C, llm4d_ftype t) {
+    char tag[64], what[160];
+    snprintf(tag, sizeof tag, "N=%d C=%d %s", N, C, llm4d_ftype_name(t));
+    const size_t n = (size_t)N * C;
+    float *x = frand(2 * n, 2.0f), *w = frand(C, 1.0f), *dy = frand(n, 1.0f), *dx0 = frand(2 * n, 1.0f);
+    float *dw = frand(C, 1.0f), *rstd = falloc(N), *gw = up(w, C), *gr = up(NULL, N), *gdw = up(dw, C);
+    void *hx = host_t(x, n, t), *hy = host_t(NULL, n, t), *hdy = host_t(dy, n, t), *hdx = host_t(dx0, n, t);
+    void *gx = up_t(x, n, t), *gy = up_t(NULL, n, t), *gdy = up_t(dy, n, t), *gdx = up_t(dx0, n, t);
+    R->rmsnorm_forward(R, llm4d_t(hy, t), rstd, llm4d_ct(hx, t), w, N, C, 1e-5f);
+    G->rmsnorm_forward(G, llm4d_t(gy, t), gr, llm4d_ct(gx, t), gw, N, C, 1e-5f);
+    float *r1 = widen(hy, n, t), *h1 = got_t(gy, n, t), *h2 = got(gr, N);
+    snprintf(what, sizeof what, "rmsnorm %s forward", tag), cmp_t(what, h1, r1, n, TOL, t);
+    snprintf(what, sizeof what, "rmsnorm %s rstd", tag), cmp(what, h2, rstd, N, TOL);
+    free(r1), free(h1), free(h2);
+    R->rmsnorm_backward(R, llm4d_t(hdx, t), dw, llm4d_ct(hdy, t), llm4d_ct(hx, t), w, rstd, N, C);
+    G->rmsnorm_backward(G, llm4d_t(gdx, t), gdw, llm4d_ct(gdy, t), llm4d_ct(gx, t), gw, gr, N, C);
+    r1 = widen(hdx, n, t), h1 = got_t(gdx, n, t), h2 = got(gdw, C);
+    snprintf(what, sizeof what, "rmsnorm %s dinp (added)", tag), cmp_t(what, h1, r1, n, TOL, t);
+    snprintf(what, sizeof what, "rmsnorm %s dw (added)", tag), cmp(what, h2, dw, C, TOL);
+    free(r1), free(h1), free(h2), free(hx), free(hdx), dfree_t(gx, n, t), dfree_t(gdx, n, t);
+    /* RoPE in place: N rows of C elements, the first 2 x (C / 5 even) of each the heads, tokens of T = 70000 */
+    const int HS = (C / 5) & ~1;
+    const llm4d_rope_shape rs = {.N = N, .NH = 2, .HS = HS, .ld = C, .T = 70000, .tok0 = 69990 - N, .theta = 1e4f};
+    hx = host_t(x, n, t), gx = up_t(x, n, t);
+    R->rope_forward(R, llm4d_t(hx, t), llm4d_ct(hx, t), rs), G->rope_forward(G, llm4d_t(gx, t), llm4d_ct(gx, t), rs);
+    r1 = widen(hx, n, t), h1 = got_t(gx, n, t);
+    snprintf(what, sizeof what, "rope %s HS=%d forward in place", tag, HS), cmp_t(what, h1, r1, n, TOL, t);
+    free(r1), free(h1);
+    R->rope_backward(R, llm4d_t(hx, t), llm4d_ct(hx, t), rs), G->rope_backward(G, llm4d_t(gx, t), llm4d_ct(gx, t), rs);
+    r1 = widen(hx, n, t), h1 = got_t(gx, n, t);
+    snprintf(what, sizeof what, "rope %s backward in place", tag), cmp_t(what, h1, r1, n, TOL, t);
+    free(r1), free(h1), free(hx), dfree_t(gx, n, t);
+    /* SwiGLU: inp [N, 2C], the gates spread over [-30, 30] */
+    for (size_t i = 0; i < 2 * n; i++)
+        if (i / C % 2 == 0) x[i] = -30.0f + 60.0f * (float)((i * 7919) % n) / (float)n;
+    hx = host_t(x, 2 * n, t), gx = up_t(x, 2 * n, t), hdx = host_t(dx0, 2 * n, t), gdx = up_t(dx0, 2 * n, t);
+    R->swiglu_forward(R, llm4d_t(hy, t), llm4d_ct(hx, t), N, C);
+    G->swiglu_forward(G, llm4d_t(gy, t), llm4d_ct(gx, t), N, C);
+    r1 = widen(hy, n, t), h1 = got_t(gy, n, t);
+    snprintf(what, sizeof what, "swiglu %s forward", tag), cmp_t(what, h1, r1, n, TOL, t);
+    free(r1), free(h1);
+    R->swiglu_backward(R, llm4d_t(hdx, t), llm4d_ct(hx, t), llm4d_ct(hdy, t), N, C);
+    G->swiglu_backward(G, llm4d_t(gdx, t), llm4d_ct(gx, t), llm4d_ct(gdy, t), N, C);
+    r1 = widen(hdx, 2 * n, t), h1 = got_t(gdx, 2 * n, t);
+    snprintf(what, sizeof what, "swiglu %s backward (written)", tag), cmp_t(what, h1, r1, 2 * n, TOL, t);
+    free(r1), free(h1), free(hx), free(hy), free(hdy), free(hdx), free(x), free(w), free(dy), free(dx0), free(dw);
+    free(rstd), dfree_t(gx, 2 * n, t), dfree_t(gy, n, t), dfree_t(gdy, n, t), dfree_t(gdx, 2 * n, t);
+    dfree(gw, C * 4), dfree(gr, N * 4), dfree(gdw, C * 4);
 }
 
 static void test_dropout(int N, int C, int T, int64_t tok0, float p) {
@@ -692,6 +746,7 @@ int main(void) {
     test_layernorm_gelu_bias(256, 768);
     const llm4d_ftype ta[3] = {LLM4D_BF16, LLM4D_BF16, LLM4D_F16}, tb[3] = {LLM4D_BF16, LLM4D_F32, LLM4D_F16};
     for (int k = 0; k < 3; k++) test_elem_typed(33, 50, ta[k], tb[k]), test_elem_typed(256, 768, ta[k], tb[k]);
+    for (int t = 0; t < LLM4D_NFTYPES; t++) test_llama(33, 50, (llm4d_ftype)t), test_llama(256, 768, (llm4d_ftype)t);
     test_dropout(24, 20, 8, 0, 0.1f);
     test_dropout(13, 7, 5, 9, 0.5f);
     test_dropout(40, 64, 16, 3, 0.0f);

@@ -1,5 +1,6 @@
 /* test_gradcheck.c — finite-difference checks of the reference backend's backward kernels (and of the fast
- * backend's attention, whose backward takes forward's out and log-sum-exp instead of recomputing everything).
+ * backend's attention, whose backward takes forward's out and log-sum-exp instead of recomputing everything, and
+ * its RMSNorm, RoPE and SwiGLU: the Llama family's kernels are new, so both backends' are checked here).
  *
  * test_kernels.c shows the fast backend equals the reference; this file shows the reference's backward is the
  * derivative of its forward, so together they pin both backends to the math. For each op the scalar objective
@@ -192,6 +193,83 @@ static void test_gelu(llm4d_backend *be) {
     free(c.x), free(c.out), free(c.R), free(dx);
 }
 
+/* the Llama family (issue 47): RMSNorm, RoPE, SwiGLU, on the backend given (ref, and cpu's own kernels) */
+typedef struct {
+    llm4d_backend *be;
+    int N, C;
+    float *x, *w, *out, *rstd, *R;
+} rms_ctx;
+
+static double rms_obj(void *p) {
+    rms_ctx *c = p;
+    c->be->rmsnorm_forward(c->be, llm4d_t32(c->out), c->rstd, llm4d_ct32(c->x), c->w, c->N, c->C, 1e-5f);
+    return dot(c->out, c->R, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm(llm4d_backend *be) {
+    rms_ctx c = {be, 3, 9, NULL, NULL, NULL, NULL, NULL};
+    const size_t n = (size_t)c.N * c.C;
+    c.x = frand(n, 1.0f), c.w = frand(c.C, 1.0f), c.out = falloc(n), c.rstd = falloc(c.N), c.R = frand(n, 1.0f);
+    rms_obj(&c);
+    float *dx = falloc(n), *dw = falloc(c.C);
+    be->rmsnorm_backward(be, llm4d_t32(dx), dw, llm4d_ct32(c.R), llm4d_ct32(c.x), c.w, c.rstd, c.N, c.C);
+    char what[64];
+    snprintf(what, sizeof what, "%s rmsnorm dinp", be->name), gradcheck(what, c.x, n, dx, rms_obj, &c);
+    snprintf(what, sizeof what, "%s rmsnorm dw", be->name), gradcheck(what, c.w, c.C, dw, rms_obj, &c);
+    free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.R), free(dx), free(dw);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    llm4d_rope_shape s;
+    float *x, *out, *R;
+} rope_ctx;
+
+static double rope_obj(void *p) {
+    rope_ctx *c = p;
+    c->be->rope_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->x), c->s);
+    return dot(c->out, c->R, (size_t)c->s.N * c->s.ld);
+}
+
+/* rows of 2 heads of 6 and 3 elements more (not turned: their gradient is not rope's), a slice from token 4 of
+ * rows of 5 tokens */
+static void test_rope(llm4d_backend *be) {
+    rope_ctx c = {be, {.N = 7, .NH = 2, .HS = 6, .ld = 15, .T = 5, .tok0 = 4, .theta = 100.0f}, NULL, NULL, NULL};
+    const size_t n = (size_t)c.s.N * c.s.ld;
+    c.x = frand(n, 1.0f), c.out = falloc(n), c.R = frand(n, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        if (i % c.s.ld >= 12) c.R[i] = 0.0f; /* out's untouched elements are no function of x */
+    float *dx = falloc(n);
+    be->rope_backward(be, llm4d_t32(dx), llm4d_ct32(c.R), c.s);
+    char what[64];
+    snprintf(what, sizeof what, "%s rope dinp", be->name), gradcheck(what, c.x, n, dx, rope_obj, &c);
+    free(c.x), free(c.out), free(c.R), free(dx);
+}
+
+typedef struct {
+    llm4d_backend *be;
+    int N, F;
+    float *x, *out, *R;
+} swiglu_ctx;
+
+static double swiglu_obj(void *p) {
+    swiglu_ctx *c = p;
+    c->be->swiglu_forward(c->be, llm4d_t32(c->out), llm4d_ct32(c->x), c->N, c->F);
+    return dot(c->out, c->R, (size_t)c->N * c->F);
+}
+
+static void test_swiglu(llm4d_backend *be) {
+    swiglu_ctx c = {be, 4, 5, NULL, NULL, NULL};
+    const size_t n = (size_t)c.N * c.F;
+    c.x = frand(2 * n, 2.0f), c.out = falloc(n), c.R = frand(n, 1.0f);
+    float *dx = falloc(2 * n);
+    be->swiglu_backward(be, llm4d_t32(dx), llm4d_ct32(c.x), llm4d_ct32(c.R), c.N, c.F);
+    char what[64];
+    snprintf(what, sizeof what, "%s swiglu dinp (gate and up)", be->name);
+    gradcheck(what, c.x, 2 * n, dx, swiglu_obj, &c);
+    free(c.x), free(c.out), free(c.R), free(dx);
+}
+
 typedef struct {
     llm4d_backend *be;
     llm4d_attn_shape s;
@@ -310,6 +388,11 @@ int main(void) {
     test_encoder(ref);
     test_layernorm(ref);
     test_gelu(ref);
+    for (int k = 0; k < 2; k++) {
+        test_rmsnorm(k ? cpu : ref);
+        test_rope(k ? cpu : ref);
+        test_swiglu(k ? cpu : ref);
+    }
     const llm4d_attn_shape small = {2, 5, 2, 3, 1, 3}, blocks = {1, 300, 2, 4, 0, 2};
     test_attention(ref, small, 0.0f, SIZE_MAX); /* every coordinate: q, k, v of both heads */
     test_attention(ref, small, 0.3f, SIZE_MAX);

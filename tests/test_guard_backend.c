@@ -8,7 +8,8 @@
  *   - a D2H copy whose host side is device memory aborts.
  * And what is allowed works: kernels and copies on device memory, the host on pinned memory, a copy's pageable host
  * side, memory freed and allocated again reads as zeros, and the values computed (fp32 and a conversion to bf16)
- * equal the cpu backend's. */
+ * equal the cpu backend's; the Llama family's kernels are checked against their extents both ways (a SwiGLU input
+ * too short is refused, a RoPE block ending where its last row's heads end is not). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,13 @@ static void typed_kernel_gets_host_memory(llm4d_backend *be) {
     be->convert(be, llm4d_t(dev, LLM4D_BF16), llm4d_ct32(host), 64);
 }
 
+/* SwiGLU reads [N, 2F]: an input of N x F elements runs past its allocation (the list's extent, methods.h) */
+static void swiglu_input_too_short(llm4d_backend *be) {
+    float *out = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 4 * 8 * sizeof(float));
+    float *inp = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 4 * 8 * sizeof(float));
+    be->swiglu_forward(be, llm4d_t32(out), llm4d_ct32(inp), 4, 8);
+}
+
 static void d2h_into_device(llm4d_backend *be) {
     float *a = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256), *b = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256);
     be->copy_async(be, b, a, 256, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
@@ -103,6 +111,8 @@ int main(void) {
         {kernel_gets_host_memory, SIGABRT, "add was given", "a kernel given host memory is refused by name"},
         {typed_kernel_gets_host_memory, SIGABRT, "convert was given",
          "a kernel given host memory in a typed tensor is refused by name"},
+        {swiglu_input_too_short, SIGABRT, "swiglu_forward was given",
+         "a kernel of the Llama family given a tensor shorter than its extent is refused by name"},
         {d2h_into_device, SIGABRT, "D2H with device memory on the host side", "a D2H copy into device memory aborts"},
         {nothing_forbidden, 0, "", "kernels on device and pinned memory, the host on pinned memory: no fault"},
     };
@@ -146,6 +156,26 @@ int main(void) {
     g->copy_async(g, h_g, dh, sizeof h_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
     check(&T, !memcmp(h_cpu, h_g, sizeof h_g), "a conversion to bf16 on the guard equals the cpu backend's", "");
     g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dh, sizeof h_g);
+    /* RoPE over rows ld apart on an allocation that ends with the last row's heads (its extent, exactly), in
+     * place, then RMSNorm: the cpu backend's bits */
+    const llm4d_rope_shape rs = {.N = 5, .NH = 2, .HS = 4, .ld = 13, .T = 3, .tok0 = 1, .theta = 1e4f};
+    enum { RN = 4 * 13 + 8 };
+    float r_cpu[RN], r_g[RN], rstd_cpu[4], rms_g[32];
+    memcpy(r_cpu, x, sizeof r_cpu);
+    cpu->rope_forward(cpu, llm4d_t32(r_cpu), llm4d_ct32(r_cpu), rs);
+    float *dr = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof r_g);
+    float *drs = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, 16);
+    g->copy_async(g, dr, x, sizeof r_g, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+    g->rope_forward(g, llm4d_t32(dr), llm4d_ct32(dr), rs);
+    g->copy_async(g, r_g, dr, sizeof r_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    int same_r = !memcmp(r_cpu, r_g, sizeof r_g);
+    cpu->rmsnorm_forward(cpu, llm4d_t32(r_cpu), rstd_cpu, llm4d_ct32(x), w, 4, 8, 1e-5f);
+    g->rmsnorm_forward(g, llm4d_t32(dr), drs, llm4d_ct32(dx), dw, 4, 8, 1e-5f);
+    g->copy_async(g, rms_g, dr, sizeof rms_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+    same_r &= !memcmp(r_cpu, rms_g, sizeof rms_g);
+    check(&T, same_r, "RoPE on rows ld apart (its extent exactly) and RMSNorm on the guard: the cpu backend's bits",
+          "");
+    g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dr, sizeof r_g), g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, drs, 16);
     /* freed and allocated again: zeros, as alloc promises */
     g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dy, sizeof y_g);
     float *again = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);

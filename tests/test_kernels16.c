@@ -1,8 +1,9 @@
 /* test_kernels16.c — the 16-bit paths of the fast CPU backend's element-wise kernels against the reference backend
  * (issue 42: "each kernel's 16-bit path is tested against the reference backend; the fp32 path does not change by
- * a bit"): convert, LayerNorm forward and backward, GELU forward and backward, dropout, dropout_add forward and
- * backward, the bias gradient, and the cross-entropy (statistics, losses, logits gradients, in place, in vocabulary
- * parts). The linear layers and the attention are in test_kernels16_gemm.c.
+ * a bit"): convert, LayerNorm forward and backward, GELU forward and backward, the Llama family's RMSNorm, RoPE and
+ * SwiGLU forward and backward, dropout, dropout_add forward and backward, the bias gradient, and the cross-entropy
+ * (statistics, losses, logits gradients, in place, in vocabulary parts). The linear layers and the attention are
+ * in test_kernels16_gemm.c.
  *
  * Each typed argument of a kernel may be fp32, bf16 or fp16 independently (backend.h), so every combination of
  * types of a kernel's typed arguments runs (3^k - 1 of them beside all-fp32): inputs drawn in fp32 and rounded to
@@ -70,6 +71,7 @@ struct kspec {
     const llm4d_dropout *drop;
     const int32_t *tg;
     const float *dloss;
+    llm4d_rope_shape rope;
     double tol;    /* fp32 tolerance against the reference, relative to the output's largest value */
     int exact_ref; /* equal to the reference bit for bit */
 };
@@ -173,6 +175,24 @@ static void k_xent_fwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
 static void k_xent_bwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
     be->xent_backward(be, tb_f(x[0]), tb_t(x[1]), tb_ct(x[2]), tb_f(x[3]), k->tg, k->dloss, k->N, k->Vl, k->v0, k->V);
 }
+static void k_rms_fwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->rmsnorm_forward(be, tb_t(x[0]), tb_f(x[1]), tb_ct(x[2]), tb_f(x[3]), k->N, k->C, 1e-5f);
+}
+static void k_rms_bwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->rmsnorm_backward(be, tb_t(x[0]), tb_f(x[1]), tb_ct(x[2]), tb_ct(x[3]), tb_f(x[4]), tb_f(x[5]), k->N, k->C);
+}
+static void k_rope_fwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->rope_forward(be, tb_t(x[0]), tb_ct(x[1]), k->rope);
+}
+static void k_rope_bwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->rope_backward(be, tb_t(x[0]), tb_ct(x[1]), k->rope);
+}
+static void k_swiglu_fwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->swiglu_forward(be, tb_t(x[0]), tb_ct(x[1]), k->N, k->C);
+}
+static void k_swiglu_bwd(llm4d_backend *be, const tbuf *x, const kspec *k) {
+    be->swiglu_backward(be, tb_t(x[0]), tb_ct(x[1]), tb_ct(x[2]), k->N, k->C);
+}
 
 /* ---------------------------------------------------------------------------------------------------------- */
 
@@ -264,6 +284,64 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     g.n = n, g.tol = TOL;
     run_all(cpu, ref, &g);
     free(x);
+}
+
+/* The Llama family (issue 47): RMSNorm forward and backward on [N, C]; RoPE forward and backward on N rows of NH
+ * heads of HS, rows ld apart (the elements past the heads: garbage that must stay), then in place in 16 bits
+ * against separate buffers, bit for bit; SwiGLU forward and backward on [N, 2F] (C = F), gates out to +-20. */
+static void test_llama(llm4d_backend *cpu, llm4d_backend *ref, int N, int C, llm4d_rope_shape rs) {
+    const size_t n = (size_t)N * C, nr = (size_t)rs.N * rs.ld;
+    float *x = frand(2 * n, 2.0f, 0.5f), *w = frand(C, 1.0f, 1.0f), *r = falloc(N), *o = falloc(n);
+    ref->rmsnorm_forward(ref, llm4d_t32(o), r, llm4d_ct32(x), w, N, C, 1e-5f);
+    char name[128];
+    snprintf(name, sizeof name, "rmsnorm forward N=%d C=%d", N, C);
+    kspec f = {.name = name, .kernel = "rmsnorm_forward", .nargs = 4,
+               .a = {{"out", OUT, 1, n, NULL}, {"rstd", OUT, 0, N, NULL}, {"inp", IN, 1, n, x}, {"w", IN, 0, C, w}},
+               .call = k_rms_fwd};
+    f.N = N, f.C = C, f.tol = TOL;
+    run_all(cpu, ref, &f);
+    snprintf(name, sizeof name, "rmsnorm backward N=%d C=%d", N, C);
+    kspec g = {.name = name, .kernel = "rmsnorm_backward", .nargs = 6,
+               .a = {{"dinp", ACC, 1, n, NULL}, {"dw", ACC, 0, C, NULL}, {"dout", IN, 1, n, NULL},
+                     {"inp", IN, 1, n, x}, {"w", IN, 0, C, w}, {"rstd", IN, 0, N, r}},
+               .call = k_rms_bwd};
+    g.N = N, g.C = C, g.tol = TOL;
+    run_all(cpu, ref, &g);
+    snprintf(name, sizeof name, "rope N=%d NH=%d HS=%d ld=%d T=%d tok0=%lld", rs.N, rs.NH, rs.HS, rs.ld, rs.T,
+             (long long)rs.tok0);
+    kspec rf = {.name = name, .kernel = "rope_forward", .nargs = 2,
+                .a = {{"out", OUT, 1, nr, NULL}, {"inp", IN, 1, nr, NULL}}, .call = k_rope_fwd};
+    rf.rope = rs, rf.tol = TOL;
+    run_all(cpu, ref, &rf);
+    kspec rb = {.name = name, .kernel = "rope_backward", .nargs = 2,
+                .a = {{"dinp", OUT, 1, nr, NULL}, {"dout", IN, 1, nr, NULL}}, .call = k_rope_bwd};
+    rb.rope = rs, rb.tol = TOL;
+    run_all(cpu, ref, &rb);
+    float *v = frand(nr, 1.0f, 0.0f);
+    for (int t = LLM4D_BF16; t <= LLM4D_F16; t++) {
+        const llm4d_ftype ty = (llm4d_ftype)t;
+        tbuf a = tb_of(ty, v, nr), b = tb_dup(a), io = tb_dup(a), jo = tb_dup(a);
+        cpu->rope_forward(cpu, tb_t(b), tb_ct(a), rs), cpu->rope_forward(cpu, tb_t(io), tb_ct(io), rs);
+        cpu->rope_backward(cpu, tb_t(a), tb_ct(b), rs), cpu->rope_backward(cpu, tb_t(jo), tb_ct(b), rs);
+        tbuf back = tb_dup(b);
+        cpu->rope_backward(cpu, tb_t(back), tb_ct(back), rs);
+        check(!memcmp(io.p, b.p, nr * 2) && !memcmp(back.p, a.p, nr * 2) && !memcmp(jo.p, a.p, nr * 2),
+              "%s %s: forward and backward in place = separate buffers, bit for bit", name, tname(ty));
+        tb_free(&a), tb_free(&b), tb_free(&io), tb_free(&jo), tb_free(&back);
+    }
+    for (size_t i = 0; i < 2 * n; i++)
+        if (i / C % 2 == 0) x[i] = -20.0f + 40.0f * (float)((i * 7919) % n) / (float)n;
+    snprintf(name, sizeof name, "swiglu N=%d F=%d", N, C);
+    kspec sf = {.name = name, .kernel = "swiglu_forward", .nargs = 2,
+                .a = {{"out", OUT, 1, n, NULL}, {"inp", IN, 1, 2 * n, x}}, .call = k_swiglu_fwd};
+    sf.N = N, sf.C = C, sf.tol = TOL;
+    run_all(cpu, ref, &sf);
+    kspec sb = {.name = name, .kernel = "swiglu_backward", .nargs = 3,
+                .a = {{"dinp", OUT, 1, 2 * n, NULL}, {"inp", IN, 1, 2 * n, x}, {"dout", IN, 1, n, NULL}},
+                .call = k_swiglu_bwd};
+    sb.N = N, sb.C = C, sb.tol = TOL;
+    run_all(cpu, ref, &sb);
+    free(x), free(w), free(r), free(o), free(v);
 }
 
 /* dropout, dropout_add, forward and backward, on tokens [tok0, tok0 + N) of rows of T tokens; p = 0 takes the
@@ -431,6 +509,10 @@ int main(void) {
     test_dropout(cpu, ref, 3, 1001, 1, 0, 0.1f);
     test_dropout(cpu, ref, 3, 1001, 1, 0, 0.0f);
     test_dropout(cpu, ref, 21, 300, 16, 11, 0.3f); /* a slice starting mid-row and crossing rows */
+    test_llama(cpu, ref, 37, 131,
+               (llm4d_rope_shape){.N = 21, .NH = 3, .HS = 10, .ld = 37, .T = 9, .tok0 = 5, .theta = 1e4f});
+    test_llama(cpu, ref, 16, 768, (llm4d_rope_shape){.N = 16, .NH = 6, .HS = 128, .ld = 1024, .T = 4096, .tok0 = 4000,
+                                                     .theta = 5e5f});
     test_bias_backward(cpu, ref, 37, 131);
     test_bias_backward(cpu, ref, 300, 64);
     test_crossentropy(cpu, ref, 1, 5, 5, 2);

@@ -93,6 +93,19 @@ typedef struct {
     int NH_total;   /* heads of the whole model */
 } llm4d_attn_shape;
 
+/* Rotary position embedding geometry (rope_forward): N rows of a [B, T] micro-batch's tokens, row n being token
+ * tok0 + n of the flattened micro-batch at position (tok0 + n) % T (position_forward's rule: a sequence-parallel or
+ * pipeline slice passes its first token), each holding NH heads of HS values from its first element, rows ld
+ * elements apart (ld >= NH x HS: the Q and K heads of a fused qkv row, the V heads after them left alone). */
+typedef struct {
+    int N;          /* rows */
+    int NH, HS;     /* heads turned in each row, head size (even) */
+    int ld;         /* elements from a row's first to the next's */
+    int T;          /* sequence length */
+    int64_t tok0;   /* the first row's token in the flattened micro-batch */
+    float theta;    /* the frequencies' base: 10000 (Llama 1, 2), 500000 (Llama 3) */
+} llm4d_rope_shape;
+
 typedef struct llm4d_backend llm4d_backend;
 
 /* The largest GEMM operands of a step, in elements (for the memory plan: operand_workspace). made: the largest a

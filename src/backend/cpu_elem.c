@@ -469,4 +469,5 @@ void llm4d_cpu_elem_install(llm4d_backend *be) {
     be->xent_rescale = cpu_xent_rescale;
     be->xent_backward = cpu_xent_backward;
     llm4d_cpu_cast_install(be);
+    llm4d_cpu_llama_install(be);
 }

@@ -2,9 +2,10 @@
  *
  * The backend is split by kind of work: cpu.c (memory, operand precision, the linear layers, reductions, the
  * method table), cpu_attn.c (flash-style causal attention), cpu_elem.c (the element-wise kernels: embeddings,
- * LayerNorm, GELU, dropout, cross-entropy), cpu_optim.c (the optimizer's passes), cpu_wcache.c (the weights'
- * low-precision copies, kept in the table every backend shares, wcache.h). They share the context, the timers, the
- * vectorisable exp and the GEMM helpers declared here, and the dropout masks of cpu_drop.h. */
+ * LayerNorm, GELU, dropout, cross-entropy), cpu_llama.c (the Llama family's: RMSNorm, RoPE, SwiGLU), cpu_optim.c
+ * (the optimizer's passes), cpu_wcache.c (the weights' low-precision copies, kept in the table every backend
+ * shares, wcache.h). They share the context, the timers, the vectorisable exp and the GEMM helpers declared here,
+ * and the dropout masks of cpu_drop.h. */
 #ifndef LLM4D_BACKEND_CPU_IMPL_H
 #define LLM4D_BACKEND_CPU_IMPL_H
 
@@ -228,6 +229,8 @@ size_t llm4d_cpu_operand_bytes_of(llm4d_backend *be, llm4d_precision prec);
 void llm4d_cpu_elem_install(llm4d_backend *be);
 /* cpu_cast.c: the convert method */
 void llm4d_cpu_cast_install(llm4d_backend *be);
+/* cpu_llama.c: the Llama family's element-wise entries (RMSNorm, RoPE, SwiGLU) */
+void llm4d_cpu_llama_install(llm4d_backend *be);
 /* cpu_wcache.c: the weights' low-precision copies, in host memory (the table is wcache.h's) */
 /* gives cx->wc its storage; at creation */
 void llm4d_cpu_wcache_init(cpu_ctx *cx);

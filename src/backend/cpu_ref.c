@@ -239,6 +239,100 @@ static void ref_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctenso
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
+/* the Llama family: RMSNorm, RoPE, SwiGLU (methods.h) */
+
+static void ref_rmsnorm_forward(llm4d_backend *be, llm4d_tensor out, float *rstd, llm4d_ctensor inp, const float *w,
+                                int N, int C, float eps) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const llm4d_ctensor x = llm4d_ct_at(inp, (size_t)n * C);
+        double ms = 0.0;
+        for (int c = 0; c < C; c++) ms += (double)ld(x, c) * ld(x, c);
+        ms /= C;
+        const double s = 1.0 / sqrt(ms + (double)eps);
+        const llm4d_tensor o = llm4d_t_at(out, (size_t)n * C);
+        for (int c = 0; c < C; c++) st(o, c, ld(x, c) * s * w[c]);
+        if (rstd) rstd[n] = (float)s;
+    }
+}
+
+static void ref_rmsnorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, llm4d_ctensor dout,
+                                 llm4d_ctensor inp, const float *w, const float *rstd, int N, int C) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        const llm4d_ctensor x = llm4d_ct_at(inp, (size_t)n * C), d = llm4d_ct_at(dout, (size_t)n * C);
+        const llm4d_tensor dx = llm4d_t_at(dinp, (size_t)n * C);
+        const double s = rstd[n];
+        /* y = xhat w, xhat = x s, s = (mean(x^2) + eps)^(-1/2), ds/dx_c = -s^3 x_c / C:
+         * dx_c = s dy_c w_c - s^3 x_c / C sum_k dy_k w_k x_k = s (g_c - xhat_c mean(g xhat)), g = dy w */
+        double mean_g_xhat = 0.0;
+        for (int c = 0; c < C; c++) mean_g_xhat += (double)ld(d, c) * w[c] * ld(x, c) * s;
+        mean_g_xhat /= C;
+        for (int c = 0; c < C; c++) {
+            const double xhat = ld(x, c) * s, g = (double)ld(d, c) * w[c];
+            st(dx, c, ld(llm4d_cv(dx), c) + (float)(s * (g - xhat * mean_g_xhat)));
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int n = 0; n < N; n++) acc += (double)ld(dout, (size_t)n * C + c) * ld(inp, (size_t)n * C + c) * rstd[n];
+        dw[c] += (float)acc;
+    }
+}
+
+/* Hugging Face Llama's form: out = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1] for the halves x1, x2 of
+ * a head, cos and sin of the angles [f, f] (each frequency twice); sign -1 turns the other way (backward). A pair
+ * (i, i + HS/2) is read before it is written, so out may be inp. */
+static void ref_rope(llm4d_tensor out, llm4d_ctensor inp, llm4d_rope_shape s, double sign) {
+    const int half = s.HS / 2;
+    for (int n = 0; n < s.N; n++) {
+        const double pos = (double)((s.tok0 + n) % s.T);
+        for (int h = 0; h < s.NH; h++) {
+            const size_t at = (size_t)n * s.ld + (size_t)h * s.HS;
+            for (int i = 0; i < half; i++) {
+                const double f = pos * pow((double)s.theta, -(double)(2 * i) / s.HS);
+                const double x1 = ld(inp, at + i), x2 = ld(inp, at + half + i);
+                st(out, at + i, x1 * cos(f) + (-x2) * sign * sin(f));
+                st(out, at + half + i, x2 * cos(f) + x1 * sign * sin(f));
+            }
+        }
+    }
+}
+
+static void ref_rope_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_rope_shape s) {
+    (void)be;
+    ref_rope(out, inp, s, 1.0);
+}
+
+static void ref_rope_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, llm4d_rope_shape s) {
+    (void)be;
+    ref_rope(dinp, dout, s, -1.0);
+}
+
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void ref_swiglu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int F) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            const double g = ld(inp, 2 * (size_t)n * F + f), u = ld(inp, 2 * (size_t)n * F + F + f);
+            st(out, (size_t)n * F + f, g * ref_sigmoid(g) * u);
+        }
+}
+
+static void ref_swiglu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, int N,
+                                int F) {
+    (void)be;
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            const size_t gi = 2 * (size_t)n * F + f, ui = gi + F;
+            const double g = ld(inp, gi), u = ld(inp, ui), dy = ld(dout, (size_t)n * F + f), sg = ref_sigmoid(g);
+            st(dinp, gi, dy * u * sg * (1.0 + g * (1.0 - sg))); /* silu' = sigmoid (1 + g (1 - sigmoid)) */
+            st(dinp, ui, dy * g * sg);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
 /* causal self-attention */
 
 static uint64_t att_pos(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, int h, int t1, int t2) {
@@ -554,6 +648,12 @@ llm4d_code llm4d_backend_ref_create(llm4d_backend **out, llm4d_err *err) {
     be->layernorm_backward = ref_layernorm_backward;
     be->gelu_forward = ref_gelu_forward;
     be->gelu_backward = ref_gelu_backward;
+    be->rmsnorm_forward = ref_rmsnorm_forward;
+    be->rmsnorm_backward = ref_rmsnorm_backward;
+    be->rope_forward = ref_rope_forward;
+    be->rope_backward = ref_rope_backward;
+    be->swiglu_forward = ref_swiglu_forward;
+    be->swiglu_backward = ref_swiglu_backward;
     be->attention_forward = ref_attention_forward;
     be->attention_backward = ref_attention_backward;
     be->dropout_forward = ref_dropout_forward;

@@ -47,6 +47,8 @@
 #define LLM4D_DROP_BITS(s) ((size_t)(s).B * (s).NH * (s).T * LLM4D_MASK_WORDS((s).T) * sizeof(uint32_t))
 /* Elements of an attention shape's [B, T, NH x HS] block (qkv is three of them). */
 #define LLM4D_ATTN_ELEMS(s) ((size_t)(s).B * (s).T * (s).NH * (s).HS)
+/* Elements from a RoPE block's first to one past its last (llm4d_rope_shape: rows ld apart, NH x HS used of each). */
+#define LLM4D_ROPE_ELEMS(s) ((s).N > 0 ? (size_t)((s).N - 1) * (s).ld + (size_t)(s).NH * (s).HS : 0)
 
 #define LLM4D_BACKEND_METHODS(X)                                                                                     \
 /* ---- memory spaces (the contract). alloc: device memory, zeroed, accounted in mem under c; NULL when out of       \
@@ -198,6 +200,54 @@ X(VOID, gelu_forward, (llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, s
 X(VOID, gelu_backward,                                                                                               \
   (llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n), (be, dinp, inp, dout, n), \
   OPEN, (TOUT(dinp, n), TIN(inp, n), TIN(dout, n)), NODROP, CALL, (GELU_BWD, ELEM, .d = {n}))                        \
+                                                                                                                     \
+/* ---- the Llama family (issue 47): RMSNorm, rotary position embeddings, SwiGLU. Activations typed as above. */     \
+/* RMSNorm over the last dim (Llama's, Megatron's): out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); no mean    \
+ * subtracted, no bias. rstd [N] is kept for backward (NULL: not kept). */                                           \
+X(VOID, rmsnorm_forward,                                                                                             \
+  (llm4d_backend *be, llm4d_tensor out, float *rstd, llm4d_ctensor inp, const float *w, int N, int C, float eps),    \
+  (be, out, rstd, inp, w, N, C, eps),                                                                                \
+  OPEN, (TOUT(out, (size_t)N * C), FOUT(rstd, N), TIN(inp, (size_t)N * C), FIN(w, C)), NODROP,                       \
+  CALL, (RMSNORM_FWD, ELEM, .d = {N, C}))                                                                            \
+/* With g = dout * w and xhat = x * rstd: dinp += rstd * (g - xhat * mean(g * xhat)); dw += column sums of           \
+ * dout * xhat. Both added (+=), as layernorm_backward's (the residual stream's gradient, the micro-batches'). */    \
+X(VOID, rmsnorm_backward,                                                                                            \
+  (llm4d_backend *be, llm4d_tensor dinp, float *dw, llm4d_ctensor dout, llm4d_ctensor inp, const float *w,           \
+   const float *rstd, int N, int C),                                                                                 \
+  (be, dinp, dw, dout, inp, w, rstd, N, C),                                                                          \
+  OPEN,                                                                                                              \
+  (TOUT(dinp, (size_t)N * C), FOUT(dw, C), TIN(dout, (size_t)N * C), TIN(inp, (size_t)N * C), FIN(w, C),             \
+   FIN(rstd, N)),                                                                                                    \
+  NODROP, CALL, (RMSNORM_BWD, ELEM, .d = {N, C}))                                                                    \
+/* Rotary position embedding, Hugging Face Llama's "rotate half" pairing: in each head of HS (even) values, x[i] and \
+ * x[i + HS/2] (i < HS/2) turn together by the angle a = pos * theta^(-2i/HS), the complex number                    \
+ * x[i] + j x[i + HS/2] times e^{j a}:  out[i] = x[i] cos a - x[i + HS/2] sin a,                                     \
+ * out[i + HS/2] = x[i + HS/2] cos a + x[i] sin a. The rows, heads and positions are s's (llm4d_rope_shape): rows    \
+ * s.ld elements apart with s.NH heads from their first element, so one call turns the Q and K heads of a fused qkv  \
+ * row; elements of a row past its NH heads are not touched. out may be inp (the same memory and type). */           \
+X(VOID, rope_forward, (llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_rope_shape s),                  \
+  (be, out, inp, s),                                                                                                 \
+  OPEN, (TOUT(out, LLM4D_ROPE_ELEMS(s)), TIN(inp, LLM4D_ROPE_ELEMS(s))), NODROP,                                     \
+  CALL, (ROPE_FWD, ELEM, .d = {s.N, s.NH, s.HS, s.ld}, .aux = {s.T, s.tok0}))                                        \
+/* dinp = dout turned by -a (the rotation's transpose): written, not added (attention_backward's note); dinp may be  \
+ * dout (the same memory and type: the Q and K parts of dqkv in place). */                                           \
+X(VOID, rope_backward, (llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, llm4d_rope_shape s),               \
+  (be, dinp, dout, s),                                                                                               \
+  OPEN, (TOUT(dinp, LLM4D_ROPE_ELEMS(s)), TIN(dout, LLM4D_ROPE_ELEMS(s))), NODROP,                                   \
+  CALL, (ROPE_BWD, ELEM, .d = {s.N, s.NH, s.HS, s.ld}, .aux = {s.T, s.tok0}))                                        \
+/* SwiGLU, Llama's MLP activation: row n of inp [N, 2F] holds its gate (F values) then its up projection (F), the    \
+ * output of one GEMM whose weight stacks the gate and up weights [2F, C] (a tensor-parallel rank: its F columns of  \
+ * each); out[N, F] = silu(gate) * up, silu(g) = g * sigmoid(g). */                                                  \
+X(VOID, swiglu_forward, (llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int F),                      \
+  (be, out, inp, N, F),                                                                                              \
+  OPEN, (TOUT(out, (size_t)N * F), TIN(inp, 2 * (size_t)N * F)), NODROP, CALL, (SWIGLU_FWD, ELEM, .d = {N, F}))      \
+/* dinp [N, 2F], gate part then up part of each row: dout * up * silu'(gate), dout * silu(gate). Written, not added  \
+ * (attention_backward's note). */                                                                                   \
+X(VOID, swiglu_backward,                                                                                             \
+  (llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, int N, int F),                       \
+  (be, dinp, inp, dout, N, F),                                                                                       \
+  OPEN, (TOUT(dinp, 2 * (size_t)N * F), TIN(inp, 2 * (size_t)N * F), TIN(dout, (size_t)N * F)), NODROP,              \
+  CALL, (SWIGLU_BWD, ELEM, .d = {N, F}))                                                                             \
                                                                                                                      \
 /* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V (GPT-2's   \
  * layout); out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal scores, all     \

@@ -56,7 +56,10 @@ static const char *op_name(int op) {
         [LLM4D_RC_ATTN_FWD] = "attention forward", [LLM4D_RC_ATTN_BWD] = "attention backward",
         [LLM4D_RC_DROP_FWD] = "dropout forward", [LLM4D_RC_DROP_BWD] = "dropout backward",
         [LLM4D_RC_DROPADD_FWD] = "dropout-add forward", [LLM4D_RC_DROPADD_BWD] = "dropout-add backward",
-        [LLM4D_RC_XENT_FWD] = "cross-entropy forward", [LLM4D_RC_XENT_BWD] = "cross-entropy backward"};
+        [LLM4D_RC_XENT_FWD] = "cross-entropy forward", [LLM4D_RC_XENT_BWD] = "cross-entropy backward",
+        [LLM4D_RC_RMSNORM_FWD] = "rmsnorm forward", [LLM4D_RC_RMSNORM_BWD] = "rmsnorm backward",
+        [LLM4D_RC_ROPE_FWD] = "rope forward", [LLM4D_RC_ROPE_BWD] = "rope backward",
+        [LLM4D_RC_SWIGLU_FWD] = "swiglu forward", [LLM4D_RC_SWIGLU_BWD] = "swiglu backward"};
     return op >= 0 && op < LLM4D_RC_NKERNELS && names[op] ? names[op] : "kernel";
 }
 

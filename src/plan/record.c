@@ -443,6 +443,14 @@ double llm4d_rc_bytes(const llm4d_rc_call *c) {
     case LLM4D_RC_ZERO: return N;
     case LLM4D_RC_COPY: return 2 * N;
     case LLM4D_RC_CONVERT: return (esz(c, 0) + esz(c, 1)) * N;
+    case LLM4D_RC_RMSNORM_FWD: return (esz(c, 0) + 2 * esz(c, 2)) * N * C; /* the input read twice */
+    case LLM4D_RC_RMSNORM_BWD: return (2 * esz(c, 0) + esz(c, 2) + esz(c, 3)) * N * C; /* dinp read, written */
+    /* the N x NH x HS values a RoPE turns (d: N, NH, HS, ld), read and written */
+    case LLM4D_RC_ROPE_FWD:
+    case LLM4D_RC_ROPE_BWD: return (esz(c, 0) + esz(c, 1)) * N * C * (double)c->d[2];
+    /* C is F: the [N, 2F] gate and up values, the [N, F] output or output gradient */
+    case LLM4D_RC_SWIGLU_FWD: return (esz(c, 0) + 2 * esz(c, 1)) * N * C;
+    case LLM4D_RC_SWIGLU_BWD: return (2 * esz(c, 0) + 2 * esz(c, 1) + esz(c, 2)) * N * C;
     default: return 0.0;
     }
 }

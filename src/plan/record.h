@@ -34,7 +34,8 @@ typedef enum {
     LLM4D_RC_GELU_BWD, LLM4D_RC_ATTN_FWD, LLM4D_RC_ATTN_BWD, LLM4D_RC_DROP_FWD, LLM4D_RC_DROP_BWD,
     LLM4D_RC_DROPADD_FWD, LLM4D_RC_DROPADD_BWD, LLM4D_RC_XENT_FWD, LLM4D_RC_XENT_RESCALE, LLM4D_RC_XENT_BWD,
     LLM4D_RC_ADAMW, LLM4D_RC_SUMSQ, LLM4D_RC_DOT, LLM4D_RC_ADD, LLM4D_RC_SCALE, LLM4D_RC_ZERO, LLM4D_RC_COPY,
-    LLM4D_RC_CONVERT,
+    LLM4D_RC_CONVERT, LLM4D_RC_RMSNORM_FWD, LLM4D_RC_RMSNORM_BWD, LLM4D_RC_ROPE_FWD, LLM4D_RC_ROPE_BWD,
+    LLM4D_RC_SWIGLU_FWD, LLM4D_RC_SWIGLU_BWD,
     LLM4D_RC_NKERNELS,
     /* not kernels: a collective of the tensor-parallel group (d[0] its llm4d_comm_op, d[1] bytes per rank block,
      * d[2] the group's size), and the model's hooks (d[0] the group, d[1] the pass) */

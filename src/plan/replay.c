@@ -64,6 +64,8 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
                                 .tok0 = c->aux[3]};
     const llm4d_attn_shape sh = {.B = (int)c->d[0], .T = (int)c->d[1], .NH = (int)c->d[2], .HS = (int)c->d[3],
                                  .head0 = (int)c->aux[0], .NH_total = (int)c->aux[1]};
+    const llm4d_rope_shape rope = {.N = N, .NH = C, .HS = (int)c->d[2], .ld = (int)c->d[3], .T = (int)c->aux[0],
+                                   .tok0 = c->aux[1], .theta = 10000.0f};
     /* translate first: a call with a pointer the recording does not know is not made */
     void *p[LLM4D_RC_PTRS];
     for (int i = 0; i < LLM4D_RC_PTRS; i++) p[i] = tr(r, c->p[i], &ok);
@@ -122,6 +124,13 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
         if (!be->convert) return 0;
         be->convert(be, T(0), CT(1), (size_t)c->d[0]);
         break;
+    /* the Llama family's kernels; eps and theta decide no cost and are not recorded: Llama's values */
+    case LLM4D_RC_RMSNORM_FWD: be->rmsnorm_forward(be, T(0), F(1), CT(2), F(3), N, C, 1e-5f); break;
+    case LLM4D_RC_RMSNORM_BWD: be->rmsnorm_backward(be, T(0), F(1), CT(2), CT(3), F(4), F(5), N, C); break;
+    case LLM4D_RC_ROPE_FWD: be->rope_forward(be, T(0), CT(1), rope); break;
+    case LLM4D_RC_ROPE_BWD: be->rope_backward(be, T(0), CT(1), rope); break;
+    case LLM4D_RC_SWIGLU_FWD: be->swiglu_forward(be, T(0), CT(1), N, C); break;
+    case LLM4D_RC_SWIGLU_BWD: be->swiglu_backward(be, T(0), CT(1), CT(2), N, C); break;
     default: return 0;
     }
     return 1;

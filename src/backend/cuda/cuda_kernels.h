@@ -80,6 +80,17 @@ void llm4d_k_gelu_backward(cudaStream_t s, llm4d_tensor dinp, llm4d_ctensor inp,
 void llm4d_k_dropout(cudaStream_t s, int mode, llm4d_tensor a, llm4d_tensor b, llm4d_ctensor c, llm4d_ctensor d, int N,
                      int C, llm4d_dropout drop);
 
+/* k_llama.cu (the Llama family) */
+void llm4d_k_rmsnorm_forward(cudaStream_t s, llm4d_tensor out, float *rstd, llm4d_ctensor inp, const float *w, int N,
+                             int C, float eps);
+/* dinp += ...; part [nchunks x C]: the chunks' dw sums (then llm4d_k_colsum_final) */
+void llm4d_k_rmsnorm_backward(cudaStream_t s, llm4d_tensor dinp, float *part, llm4d_ctensor dout, llm4d_ctensor inp,
+                              const float *w, const float *rstd, int N, int C);
+/* out = inp turned by sign (1: forward, -1: backward) times the angles; out may be inp */
+void llm4d_k_rope(cudaStream_t s, llm4d_tensor out, llm4d_ctensor inp, llm4d_rope_shape sh, float sign);
+void llm4d_k_swiglu_forward(cudaStream_t s, llm4d_tensor out, llm4d_ctensor inp, int N, int F);
+void llm4d_k_swiglu_backward(cudaStream_t s, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, int N, int F);
+
 /* k_xent.cu */
 void llm4d_k_xent_forward(cudaStream_t s, float *stats, llm4d_ctensor logits, const int32_t *targets, int N, int Vl,
                           int v0, int V, int merge);

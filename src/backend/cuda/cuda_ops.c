@@ -35,7 +35,7 @@ static llm4d_dropout drop_of(const llm4d_dropout *d) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* embeddings, LayerNorm, GELU, dropout, small helpers */
+/* embeddings, LayerNorm, GELU, the Llama family's RMSNorm, RoPE and SwiGLU, dropout, small helpers */
 
 static void cu_embedding_forward(llm4d_backend *be, float *out, const int32_t *tokens, const float *w, int row0,
                                  int nrows, int N, int C) {
@@ -80,6 +80,39 @@ static void cu_gelu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor i
 
 static void cu_gelu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, size_t n) {
     TIMED(be, LLM4D_WORK_ELEM, llm4d_k_gelu_backward(cstream(be), dinp, inp, dout, n));
+}
+
+static void cu_rmsnorm_forward(llm4d_backend *be, llm4d_tensor out, float *rstd, llm4d_ctensor inp, const float *w,
+                               int N, int C, float eps) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_rmsnorm_forward(cstream(be), out, rstd, inp, w, N, C, eps));
+}
+
+static void cu_rmsnorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, llm4d_ctensor dout,
+                                llm4d_ctensor inp, const float *w, const float *rstd, int N, int C) {
+    cuda_ctx *cx = cctx(be);
+    const int nch = (N + LLM4D_CUDA_COL_ROWS - 1) / LLM4D_CUDA_COL_ROWS;
+    float *part = llm4d_cuda_ws(cx, WS_PART, (size_t)nch * C * sizeof(float));
+    TIMED(be, LLM4D_WORK_ELEM, {
+        llm4d_k_rmsnorm_backward(cstream(be), dinp, part, dout, inp, w, rstd, N, C);
+        llm4d_k_colsum_final(cstream(be), dw, part, nch, C);
+    });
+}
+
+static void cu_rope_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_rope_shape s) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_rope(cstream(be), out, inp, s, 1.0f));
+}
+
+static void cu_rope_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor dout, llm4d_rope_shape s) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_rope(cstream(be), dinp, dout, s, -1.0f));
+}
+
+static void cu_swiglu_forward(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, int N, int F) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_swiglu_forward(cstream(be), out, inp, N, F));
+}
+
+static void cu_swiglu_backward(llm4d_backend *be, llm4d_tensor dinp, llm4d_ctensor inp, llm4d_ctensor dout, int N,
+                               int F) {
+    TIMED(be, LLM4D_WORK_ELEM, llm4d_k_swiglu_backward(cstream(be), dinp, inp, dout, N, F));
 }
 
 /* the tensors a dropout mode does not use */
@@ -367,6 +400,9 @@ void llm4d_cuda_ops_install(llm4d_backend *be) {
     be->position_forward = cu_position_forward, be->position_backward = cu_position_backward;
     be->layernorm_forward = cu_layernorm_forward, be->layernorm_backward = cu_layernorm_backward;
     be->gelu_forward = cu_gelu_forward, be->gelu_backward = cu_gelu_backward;
+    be->rmsnorm_forward = cu_rmsnorm_forward, be->rmsnorm_backward = cu_rmsnorm_backward;
+    be->rope_forward = cu_rope_forward, be->rope_backward = cu_rope_backward;
+    be->swiglu_forward = cu_swiglu_forward, be->swiglu_backward = cu_swiglu_backward;
     be->attention_forward = cu_attention_forward, be->attention_backward = cu_attention_backward;
     be->dropout_forward = cu_dropout_forward, be->dropout_backward = cu_dropout_backward;
     be->dropout_add_forward = cu_dropout_add_forward, be->dropout_add_backward = cu_dropout_add_backward;
