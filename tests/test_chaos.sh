@@ -81,18 +81,24 @@ for k in 1 2 3 4 5 6; do
     # progress first: a checkpoint newer than the one the job resumed from (faults that keep the job from saving
     # one are, after three, the launcher's sign of a failure in the job itself: it stops restarting)
     for i in $(seq 1 2400); do [ "$(latest_step)" -gt "$from" ] && break; sleep 0.05; done
-    # then a step 3-17 steps on, short of the end
+    # then a step 3-17 steps on, short of the end (the kills by step STEPS - 60: the hang needs a run with room to
+    # train a few steps before it, and one to come back in after it, also on a fast machine)
     target=$(($(last_step) + 3 + RANDOM % 15))
-    [ $target -gt $((STEPS - 20)) ] && target=$((STEPS - 20))
+    [ $target -gt $((STEPS - 60)) ] && target=$((STEPS - 60))
     for i in $(seq 1 1200); do s=$(last_step); [ "${s:-0}" -ge $target ] && break; sleep 0.05; done
+    pids=$(ranks_of $launcher)
+    victim=$(echo $pids | tr ' ' '\n' | sed -n "$((1 + RANDOM % NP))p")
+    id=$(run_id0)
     if [ $k = 6 ]; then
         # the hang in a step of a run that has trained a few steps (not in its start-up, where MPI's own set-up has
-        # no watchdog) and away from a save (whose collectives wait comm_timeout_first)
+        # no watchdog) and away from a save (whose collectives wait comm_timeout_first) and from the end; the ranks
+        # were found above, so that the stop follows the moment at once (finding them takes a few steps' time)
         first=$(grep -o 'global step [0-9]*,' log/workerlog.0 | head -1 | tr -dc 0-9)
         found=0
         for i in $(seq 1 3000); do
             s=$(last_step)
-            [ "${s:-0}" -ge $((${first:-0} + 3)) ] && [ $((s % 10)) -ge 2 ] && [ $((s % 10)) -le 6 ] && { found=1; break; }
+            [ "${s:-0}" -ge $((${first:-0} + 3)) ] && [ $((s % 10)) -ge 2 ] && [ $((s % 10)) -le 6 ] &&
+                [ "${s:-0}" -le $((STEPS - 10)) ] && { found=1; break; }
             sleep 0.02
         done
         check_if $found "a moment for the hang found (step ${s:-?}, the run's first ${first:-?})"
@@ -101,10 +107,7 @@ for k in 1 2 3 4 5 6; do
     if [ $k = 2 ] || [ $k = 4 ]; then # into a save: the temporary directory of a step newer than latest exists
         for i in $(seq 1 3000); do saving && { during=" during a save"; break; }; sleep 0.005; done
     fi
-    pids=$(ranks_of $launcher)
     all_pids="$all_pids $pids"
-    victim=$(echo $pids | tr ' ' '\n' | sed -n "$((1 + RANDOM % NP))p")
-    id=$(run_id0)
     ids="${ids:-} $id"
     at=$(last_step)
     if [ $k = 6 ]; then
