@@ -41,6 +41,15 @@ ranks_of() {
     done
 }
 
+# ended SECONDS: waits for $launcher to end (at most SECONDS, then ends it); its exit status in rc
+ended() {
+    local i
+    for i in $(seq 1 $(($1 * 10))); do alive $launcher || break; sleep 0.1; done
+    alive $launcher && kill $launcher
+    wait $launcher
+    rc=$?
+}
+
 # the uninterrupted run
 timeout 300 "$LLM4D" launch --nproc 4 --log_dir lref -- "${T[@]}" --output_dir ref >/dev/null 2>errref
 check_if $(yes_if test $? = 0) "the uninterrupted dp2 x sharding2 run ($(tail -1 errref))"
@@ -65,10 +74,7 @@ wait_for l1/workerlog.0 120 "global step $((${resumed:-0} + 3)),"
 rm -f cluster/down/node-b
 victim=$(ranks_of $launcher 1)
 [ -n "$victim" ] && kill -9 $victim
-for i in $(seq 1 3000); do alive $launcher || break; sleep 0.1; done
-alive $launcher && kill $launcher
-wait $launcher
-rc=$?
+ended 300
 secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 check_if $(yes_if test -n "$victims" -a -n "$victim" -a $rc = 0) \
     "node-b lost (ranks ${victims//$'\n'/ } killed), then back (rank 1 killed): the job finishes, exit 0 (got $rc, $secs s)"
@@ -106,10 +112,7 @@ wait_for l2/workerlog.0 120 "global step 4,"
 touch cluster/down/node-b
 victims=$(ranks_of $launcher 3)
 [ -n "$victims" ] && kill -9 $victims
-for i in $(seq 1 1200); do alive $launcher || break; sleep 0.1; done
-alive $launcher && kill $launcher
-wait $launcher
-rc=$?
+ended 120
 f0=$fail
 check_if $(yes_if test $rc = 137 -a "$(grep -c '^llm4d launch: restart' err2)" = 0) \
     "--nnodes 2:2 and node-b down at the failure: no restart, exit 137 (got $rc)"
