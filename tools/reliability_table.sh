@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 SOURCES=(test_save_faults test_fuzz test_special_files test_convert test_generate_cli test_watchdog test_nonfinite
          test_memory_plan test_pp test_tp test_trace_pp test_report test_cuda_device test_grad_comm_bf16 test_plan
-         test_restarts test_chaos test_launch test_async_save test_calibrate)
+         test_restarts test_chaos test_elastic test_launch test_async_save test_calibrate)
 OUT=docs/reliability.md
 [ -x "$B/llm4d" ] || { echo "reliability_table.sh: $B/llm4d is not built; run scripts/setup.sh first" >&2; exit 2; }
 if [ -n "${LLM4D_RELIABILITY_ROWS:-}" ]; then
