@@ -55,7 +55,7 @@ with open(out, "w") as f:
             "- **Exit**: the exit code of the command (of `llm4d launch` for a multi-process job).\n"
             "- **Stop (s)**: seconds from the fault to the end of the process: from the last log line before the "
             "failing save or collective to the exit; for bad input, the whole command; for a restart (test_chaos's "
-            "rows), from the kill or stop to the job's next trained step.\n"
+            "and test_elastic's rows), from the kill or stop to the job's next trained step.\n"
             "- **Last checkpoint loads**: after the fault, the checkpoint `latest` names is opened, every file's "
             "size and crc32 verified and every tensor read (`-`: no checkpoint involved).\n"
             "- Fault injection: `LLM4D_FAULT=<error>[:<op>]@N` makes the N-th write, fsync, create or rename of a save "
