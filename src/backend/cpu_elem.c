@@ -109,13 +109,37 @@ static void cpu_layernorm_forward(llm4d_backend *be, llm4d_tensor out, float *me
     }
 }
 
-#define LN_COLS 64 /* channels per dw/db task */
+#define NORM_COLS 64 /* channels per dw/db task */
+
+void llm4d_cpu_norm_wgrad(llm4d_ctensor dout, llm4d_ctensor inp, const float *mean, const float *rstd, float *dw,
+                          float *db, int N, int C) {
+    const int ntasks = (C + NORM_COLS - 1) / NORM_COLS;
+#pragma omp for schedule(static)
+    for (int task = 0; task < ntasks; task++) {
+        const int c0 = task * NORM_COLS, len = C - c0 < NORM_COLS ? C - c0 : NORM_COLS;
+        double aw[NORM_COLS] = {0}, ab[NORM_COLS] = {0};
+        float xs[NORM_COLS], ys[NORM_COLS];
+        for (int n = 0; n < N; n++) {
+            const size_t at = (size_t)n * C + c0;
+            const float *x = cpu_in(inp, at, (size_t)len, xs), *dy = cpu_in(dout, at, (size_t)len, ys);
+            const float m = mean ? mean[n] : 0.0f, r = rstd[n]; /* x - 0.0f is x: RMSNorm's terms exactly */
+#pragma omp simd
+            for (int j = 0; j < len; j++) {
+                aw[j] += dy[j] * (x[j] - m) * r;
+                ab[j] += dy[j];
+            }
+        }
+        for (int j = 0; j < len; j++) {
+            dw[c0 + j] += (float)aw[j];
+            if (db) db[c0 + j] += (float)ab[j];
+        }
+    }
+}
 
 static void cpu_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, float *db, llm4d_ctensor dout,
                                    llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
-    const int ntasks = (C + LN_COLS - 1) / LN_COLS;
     const int wide = dinp.t != LLM4D_F32 || dout.t != LLM4D_F32 || inp.t != LLM4D_F32;
 #pragma omp parallel
     {
@@ -140,27 +164,7 @@ static void cpu_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *
             for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - a - (x[c] - m) * r * bsum);
             cpu_done(dinp, row, dx, (size_t)C);
         }
-        /* dw, db over fixed column blocks, rows in order */
-#pragma omp for schedule(static)
-        for (int task = 0; task < ntasks; task++) {
-            const int c0 = task * LN_COLS, len = C - c0 < LN_COLS ? C - c0 : LN_COLS;
-            double aw[LN_COLS] = {0}, ab[LN_COLS] = {0};
-            float xs[LN_COLS], ys[LN_COLS];
-            for (int n = 0; n < N; n++) {
-                const size_t at = (size_t)n * C + c0;
-                const float *x = cpu_in(inp, at, (size_t)len, xs), *dy = cpu_in(dout, at, (size_t)len, ys);
-                const float m = mean[n], r = rstd[n];
-#pragma omp simd
-                for (int j = 0; j < len; j++) {
-                    aw[j] += dy[j] * (x[j] - m) * r;
-                    ab[j] += dy[j];
-                }
-            }
-            for (int j = 0; j < len; j++) {
-                dw[c0 + j] += (float)aw[j];
-                db[c0 + j] += (float)ab[j];
-            }
-        }
+        llm4d_cpu_norm_wgrad(dout, inp, mean, rstd, dw, db, N, C);
         free(xb);
     }
 }

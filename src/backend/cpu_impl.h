@@ -231,6 +231,11 @@ void llm4d_cpu_elem_install(llm4d_backend *be);
 void llm4d_cpu_cast_install(llm4d_backend *be);
 /* cpu_llama.c: the Llama family's element-wise entries (RMSNorm, RoPE, SwiGLU) */
 void llm4d_cpu_llama_install(llm4d_backend *be);
+/* A normalisation's weight and bias gradients (cpu_elem.c): dw += sum over rows of dout (x - mean) rstd, db += sum
+ * of dout (NULL: no bias), mean NULL for RMSNorm; over fixed blocks of channels with the rows in order, in double,
+ * so no result depends on the thread count. Its loop is a worksharing one: call it inside an omp parallel region. */
+void llm4d_cpu_norm_wgrad(llm4d_ctensor dout, llm4d_ctensor inp, const float *mean, const float *rstd, float *dw,
+                          float *db, int N, int C);
 /* cpu_wcache.c: the weights' low-precision copies, in host memory (the table is wcache.h's) */
 /* gives cx->wc its storage; at creation */
 void llm4d_cpu_wcache_init(cpu_ctx *cx);

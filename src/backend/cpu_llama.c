@@ -43,12 +43,9 @@ static void cpu_rmsnorm_forward(llm4d_backend *be, llm4d_tensor out, float *rstd
     }
 }
 
-#define RMS_COLS 64 /* channels per dw task */
-
 static void cpu_rmsnorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, llm4d_ctensor dout,
                                  llm4d_ctensor inp, const float *w, const float *rstd, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
-    const int ntasks = (C + RMS_COLS - 1) / RMS_COLS;
     const int wide = dinp.t != LLM4D_F32 || dout.t != LLM4D_F32 || inp.t != LLM4D_F32;
 #pragma omp parallel
     {
@@ -68,21 +65,7 @@ static void cpu_rmsnorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw
             for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - x[c] * r * a);
             cpu_done(dinp, row, dx, (size_t)C);
         }
-        /* dw over fixed column blocks, rows in order */
-#pragma omp for schedule(static)
-        for (int task = 0; task < ntasks; task++) {
-            const int c0 = task * RMS_COLS, len = C - c0 < RMS_COLS ? C - c0 : RMS_COLS;
-            double aw[RMS_COLS] = {0};
-            float xs[RMS_COLS], ys[RMS_COLS];
-            for (int n = 0; n < N; n++) {
-                const size_t at = (size_t)n * C + c0;
-                const float *x = cpu_in(inp, at, (size_t)len, xs), *dy = cpu_in(dout, at, (size_t)len, ys);
-                const float r = rstd[n];
-#pragma omp simd
-                for (int j = 0; j < len; j++) aw[j] += dy[j] * x[j] * r;
-            }
-            for (int j = 0; j < len; j++) dw[c0 + j] += (float)aw[j];
-        }
+        llm4d_cpu_norm_wgrad(dout, inp, NULL, rstd, dw, NULL, N, C); /* LayerNorm's, without mean and bias */
         free(xb);
     }
 }
