@@ -32,7 +32,7 @@ static const char *const usage_text =
     "usage: llm4d generate --ckpt DIR (--prompt TEXT | --prompt_ids \"ID ID ...\") [options]\n"
     "\n"
     "  --ckpt DIR            checkpoint: an output_dir (its latest step) or a step_<N> directory\n"
-    "  --prompt TEXT         the text to continue (GPT-2 tokenizer)\n"
+    "  --prompt TEXT         the text to continue (GPT-2 tokenizer, or --vocab_dir's tokenizer.json)\n"
     "  --prompt_ids IDS      the prompt as token ids, separated by spaces or commas (prints ids)\n"
     "  --max_new_tokens N    tokens to generate (default 50)\n"
     "  --temperature T       0 is greedy decoding (default 1.0)\n"
@@ -40,7 +40,8 @@ static const char *const usage_text =
     "  --top_p P             sample among the most probable tokens holding probability P; 1: all (default 1.0)\n"
     "  --seed S              seed of the sampling; the same seed gives the same continuation (default 42)\n"
     "  --vocab_dir D         GPT-2 vocabulary (encoder.json, vocab.bpe); default $LLM4D_VOCAB_DIR, else\n"
-    "                        $LLM4D_HOME/gpt2, else ~/.cache/llm4d/gpt2 (tools/fetch_gpt2_vocab.sh installs it)\n"
+    "                        $LLM4D_HOME/gpt2, else ~/.cache/llm4d/gpt2 (tools/fetch_gpt2_vocab.sh installs it);\n"
+    "                        or a Hugging Face byte-level BPE tokenizer.json (the file, or its directory)\n"
     "  --ignore_eos          keep going after the end-of-text token\n"
     "  --print_ids           print token ids instead of text\n"
     "  --continuation_only   print the continuation alone (default: the prompt, then its continuation)\n"
@@ -256,7 +257,7 @@ static int run(const gen_args *a) {
     CHECK(llm4d_ckpt_open(&ck, a->ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(ck), llm4d_ckpt_dir(ck), &mc, 128, &err));
     if (tok && llm4d_tokenizer_vocab_size(tok) > mc.vocab_size) {
-        llm4d_fail(&err, LLM4D_EUSER, "the model's vocabulary has %d tokens, fewer than the GPT-2 tokenizer's %d; "
+        llm4d_fail(&err, LLM4D_EUSER, "the model's vocabulary has %d tokens, fewer than the tokenizer's %d; "
                    "give --prompt_ids for this model", mc.vocab_size, (int)llm4d_tokenizer_vocab_size(tok));
         rc = report(&err);
         goto done;

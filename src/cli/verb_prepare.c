@@ -12,8 +12,9 @@
 
 static void help(void) {
     printf("usage: llm4d prepare-data --input FILE [--input FILE ...] --output-prefix P [options]\n"
-           "Tokenizes documents with GPT-2's BPE and writes P_ids.npz (Paddle: arrays ids uint16, lens int32)\n"
-           "or P.bin + P.idx (Megatron MMIDIDX).\n\n"
+           "Tokenizes documents with GPT-2's BPE (or a Hugging Face tokenizer.json's byte-level BPE) and writes\n"
+           "P_ids.npz (Paddle: arrays ids uint16, or int32 for vocabularies of 65500 tokens and more, and lens\n"
+           "int32) or P.bin + P.idx (Megatron MMIDIDX, the same id types).\n\n"
            "  --input PATH             JSON lines (.jsonl/.json) or text, plain or .gz; a directory means its\n"
            "                           files in sorted order; repeat for several inputs\n"
            "  --json-key KEY           key of the text in each JSON line (default text)\n"
@@ -21,9 +22,13 @@ static void help(void) {
            "  --split-on-blank-lines   text input: documents are separated by blank lines (default: one per line)\n"
            "  --output-prefix P        output path prefix (directories are created)\n"
            "  --format npz|mmap        npz (default) or mmap (Megatron .bin/.idx, streamed to disk)\n"
-           "  --append-eos             end every document with <|endoftext|> (50256), as GPT pretraining expects\n"
+           "  --append-eos             end every document with the end-of-text token, as GPT pretraining expects:\n"
+           "                           <|endoftext|> (50256) for GPT-2; a tokenizer.json's <|end_of_text|>,\n"
+           "                           <|endoftext|>, </s> or <eos>, the first it has\n"
            "  --workers N              tokenizing threads (default: all cores)\n"
-           "  --vocab_dir DIR          encoder.json + vocab.bpe (default $LLM4D_VOCAB_DIR or ~/.cache/llm4d/gpt2)\n"
+           "  --vocab_dir DIR|FILE     encoder.json + vocab.bpe (default $LLM4D_VOCAB_DIR or ~/.cache/llm4d/gpt2), or\n"
+           "                           a Hugging Face tokenizer.json: the file, or a directory holding it (and\n"
+           "                           no encoder.json); byte-level BPE only (GPT-2's, Llama 3's)\n"
            "  --no-progress            no progress bar even on a terminal\n"
            "Documents are stripped of surrounding whitespace; empty ones are dropped.\n");
 }

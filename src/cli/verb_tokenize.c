@@ -78,11 +78,14 @@ int llm4d_cmd_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: llm4d tokenize [--vocab_dir DIR] (TEXT... | --file PATH | --jsonl PATH [--json-key KEY])\n"
+            printf("usage: llm4d tokenize [--vocab_dir DIR|FILE] (TEXT... | --file PATH | --jsonl PATH\n"
+                   "                      [--json-key KEY])\n"
                    "Prints the GPT-2 token ids of TEXT (several arguments are joined by spaces), of a whole file\n"
                    "(- is stdin), or of each JSON line's KEY value (one line of ids per document).\n"
                    "The vocabulary comes from --vocab_dir, $LLM4D_VOCAB_DIR, or ~/.cache/llm4d/gpt2\n"
-                   "(tools/fetch_gpt2_vocab.sh installs it).\n");
+                   "(tools/fetch_gpt2_vocab.sh installs it). --vocab_dir may also name a Hugging Face\n"
+                   "tokenizer.json of a byte-level BPE (GPT-2's, Llama 3's), or a directory holding one and no\n"
+                   "encoder.json; its added tokens found in the text (e.g. <|end_of_text|>) become their ids.\n");
             free(text_args);
             return 0;
         }
@@ -208,8 +211,9 @@ int llm4d_cmd_detokenize(int argc, char **argv) {
     for (int i = 1; i < argc && rc == LLM4D_OK; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: llm4d detokenize [--vocab_dir DIR] (ID... | --lines PATH)\n"
-                   "Prints the text of GPT-2 token ids; with --lines, each line of ids becomes one JSON string.\n");
+            printf("usage: llm4d detokenize [--vocab_dir DIR|FILE] (ID... | --lines PATH)\n"
+                   "Prints the text of GPT-2 token ids; with --lines, each line of ids becomes one JSON string.\n"
+                   "--vocab_dir as for tokenize (a tokenizer.json too).\n");
             llm4d_ids_free(&ids);
             return 0;
         }

@@ -445,6 +445,9 @@ llm4d_code llm4d_prepare(const llm4d_prep_opts *o, llm4d_prep_stats *st, llm4d_e
     llm4d_code rc = list_inputs(&files, o->inputs, o->n_inputs, err);
     if (rc == LLM4D_OK && files.n == 0) rc = llm4d_fail(err, LLM4D_EUSER, "no input given; pass --input FILE");
     if (rc == LLM4D_OK) rc = llm4d_tokenizer_load(&tok, o->vocab_dir, err);
+    if (rc == LLM4D_OK && o->append_eos && llm4d_tokenizer_eos(tok) < 0)
+        rc = llm4d_fail(err, LLM4D_EUSER, "--append-eos: the tokenizer %s has no end-of-text token (<|end_of_text|>, "
+                        "<|endoftext|>, </s> or <eos>)", o->vocab_dir);
     if (rc == LLM4D_OK && !(ts = calloc((size_t)nw, sizeof *ts)))
         rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory for %d workers", nw);
     for (int i = 0; rc == LLM4D_OK && i < nw; i++)

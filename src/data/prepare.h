@@ -3,7 +3,8 @@
  * Input: JSON lines (the text under a key, as PaddleNLP's preprocess_data.py and Megatron's preprocess_data.py
  * read them) or plain text (one document per line, or documents separated by blank lines), plain or gzip'ed.
  * Each document is `.strip()`ped as Paddle's script does, empty documents are dropped, the rest are GPT-2
- * tokenized in parallel (order preserved) and, with append_eos, ended with <|endoftext|>.
+ * tokenized in parallel (order preserved) and, with append_eos, ended with the end-of-text token (<|endoftext|>,
+ * or a tokenizer.json's: data/tokenizer.h).
  * Output: Paddle's `P_ids.npz` (arrays ids uint16 and lens int32) or Megatron's `P.bin` + `P.idx`. Nothing
  * appears under the final names unless the whole run succeeds. Bad input (invalid UTF-8 or JSON, a missing key,
  * an empty corpus) is a user error naming the file and line. */
@@ -28,7 +29,7 @@ typedef struct {
     llm4d_prep_format format;
     int append_eos;
     int workers;               /* tokenizing threads; 0 = all cores */
-    const char *vocab_dir;     /* directory of encoder.json and vocab.bpe */
+    const char *vocab_dir;     /* directory of encoder.json and vocab.bpe, or a tokenizer.json (data/tokenizer.h) */
     FILE *progress;            /* a live progress line is drawn here when not NULL (a terminal) */
     size_t chunk_bytes;        /* text per parallel batch; 0 = 8 MB (tests use tiny chunks to cross boundaries) */
 } llm4d_prep_opts;

