@@ -622,6 +622,75 @@ static void test_pyval(void) {
                 "wrong distance");
 }
 
+/* The decoder's description (config/model_desc.c): the Llama presets are meta-llama's published shapes (their Hugging
+ * Face config.json values, written here from those files, not from llm4d's table), the family's defaults, each part
+ * alone in PaddleNLP / Hugging Face and Megatron spellings, and the errors. */
+static void test_model_description(T *t) {
+    static const struct { const char *name; int h, l, heads, kv, ffn, vocab, pos; float theta; } want[] = {
+        {"llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f},
+        {"llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096, 10000.0f},
+        {"llama2-70b", 8192, 80, 64, 8, 28672, 32000, 4096, 10000.0f},
+        {"llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f},
+        {"llama3-70b", 8192, 80, 64, 8, 28672, 128256, 8192, 500000.0f},
+        {"llama3-405b", 16384, 126, 128, 8, 53248, 128256, 8192, 500000.0f}};
+    llm4d_config *c = &t->cfg;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        llm4d_code rc = run(t, 1, "--model_name_or_path", want[i].name, "--max_seq_len", "128", NULL);
+        const llm4d_model_config *m = &c->model;
+        char name[96];
+        snprintf(name, sizeof name, "%s: the published shape, Llama's description", want[i].name);
+        expect_ok(t, name, rc,
+                  m->hidden_size == want[i].h && m->num_layers == want[i].l && m->num_attention_heads == want[i].heads &&
+                      m->num_kv_heads == want[i].kv && m->ffn_hidden_size == want[i].ffn &&
+                      m->vocab_size == want[i].vocab && m->max_position_embeddings == want[i].pos &&
+                      m->rope_theta == want[i].theta && m->norm_epsilon == 1e-5f && m->llama && m->rmsnorm && m->rope &&
+                      m->swiglu && m->no_bias && m->untied && m->hidden_dropout_prob == 0.0f,
+                  "a field differs");
+    }
+    llm4d_code rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", NULL);
+    expect_ok(t, "gpt2-tiny: GPT-2's description", rc,
+              !c->model.llama && !c->model.rmsnorm && !c->model.rope && !c->model.swiglu && !c->model.no_bias &&
+                  !c->model.untied && c->model.num_kv_heads == 4,
+              "a field differs");
+    rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", "-o", "Model.normalization=RMSNorm", "-o",
+             "Model.rms_norm_eps=1e-6", "-o", "Model.position_embedding_type=rope", "-o", "Model.rotary_base=5e5", "-o",
+             "Model.swiglu=True", "-o", "Model.num_query_groups=2", "-o", "Model.add_bias_linear=False", "-o",
+             "Model.untie_embeddings_and_output_weights=True", NULL);
+    expect_ok(t, "GPT family, each part in Megatron / PaddleNLP spellings", rc,
+              !c->model.llama && c->model.rmsnorm && c->model.norm_epsilon == 1e-6f && c->model.rope &&
+                  c->model.rope_theta == 5e5f && c->model.swiglu && c->model.num_kv_heads == 2 && c->model.no_bias &&
+                  c->model.untied && c->model.ffn_hidden_size == 192,
+              "a field differs");
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.hidden_act=gelu", "-o",
+             "Model.tie_word_embeddings=True", "-o", "Model.intermediate_size=100", "-o", "Model.add_bias_linear=True",
+             "-o", "Model.num_key_value_heads=2", NULL);
+    expect_ok(t, "Llama family with GELU, tied, biases, intermediate_size", rc,
+              c->model.llama && !c->model.swiglu && !c->model.untied && !c->model.no_bias &&
+                  c->model.ffn_hidden_size == 100 && c->model.num_kv_heads == 2,
+              "a field differs");
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.normalization=BatchNorm", NULL);
+    expect_error(t, "unknown normalization", rc, "normalization", "BatchNorm", "RMSNorm", NULL);
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.position_embedding_type=alibi", NULL);
+    expect_error(t, "unknown position embedding", rc, "alibi", "rope", NULL);
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.hidden_act=relu", NULL);
+    expect_error(t, "unknown activation", rc, "relu", "swiglu", NULL);
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.num_key_value_heads=3", NULL);
+    expect_error(t, "key/value heads not dividing the heads", rc, "num_key_value_heads 3", "does not divide", NULL);
+    rc = run(t, 4, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "--mp_degree", "4", "-o",
+             "Model.num_key_value_heads=2", NULL);
+    expect_error(t, "key/value heads not divisible by mp_degree", rc, "num_key_value_heads 2", "mp_degree 4", NULL);
+    rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", "-o", "Model.layer_norm_epsilon=1e-6", NULL);
+    expect_error(t, "LayerNorm's epsilon is fixed", rc, "LayerNorm uses 1e-5", NULL);
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.tie_word_embeddings=True", "-o",
+             "Model.untie_embeddings_and_output_weights=True", NULL);
+    expect_error(t, "tie and untie disagree", rc, "disagree", NULL);
+    rc = run(t, 1, "--model_type", "Mistral", "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", NULL);
+    expect_error(t, "unknown family", rc, "Mistral", "LLaMA", NULL);
+    rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.hidden_size=96", "-o",
+             "Model.num_attention_heads=32", NULL);
+    expect_error(t, "rotary needs an even head size", rc, "head size", "odd", NULL);
+}
+
 int main(void) {
     T *t = calloc(1, sizeof *t);
     snprintf(t->dir, sizeof t->dir, "/tmp/llm4d_test_config_XXXXXX");
@@ -635,6 +704,7 @@ int main(void) {
     test_defaults(t);
     test_default_run(t);
     test_presets(t);
+    test_model_description(t);
     test_yaml_values(t);
     test_base(t);
     test_flags_and_overrides(t);

@@ -1,10 +1,12 @@
-"""PyTorch reference for llm4d's single-process GPT (tests/test_torch_parity.sh).
+"""PyTorch reference for llm4d's single-process GPT and Llama (tests/test_torch_parity.sh).
 
-Builds the same GPT in PyTorch from the exact initial weights llm4d dumped (--debug_dump), feeds it the same
+Builds the same model in PyTorch from the exact initial weights llm4d dumped (--debug_dump), feeds it the same
 batches, and compares: the logits of step 1's first micro-batch, the step-1 loss, every parameter's step-1
 gradient, and the losses of every step of AdamW training with Paddle's global-norm clipping and the warmup+cosine
-schedule. The model is written here from the GPT-2 definition, independently of llm4d's C code; only the weight
-layout (linear weights [out, in], c_attn rows = Q, K, V) is shared, read from params.json.
+schedule. The models are written here from their definitions, independently of llm4d's C code: GPT-2's, and
+Hugging Face's LlamaForCausalLM (RMSNorm, rotary positions with rotate_half, SwiGLU, grouped-query attention by
+repeat_interleave of the key/value heads, no biases, untied lm_head); only the weight layout (linear weights
+[out, in], c_attn rows = Q, K, V) and the description (params.json) are shared.
 Run with Debian's python3 (python3-torch, python3-numpy). Prints one line per check, then `N passed, M failed`.
 """
 import json
@@ -29,13 +31,55 @@ for p in meta["params"]:
     a = flat[p["offset"]:p["offset"] + p["numel"]].reshape([s for s in p["shape"] if s] or [p["numel"]])
     params[p["name"]] = torch.tensor(a.copy(), requires_grad=True)
 decay = {p["name"]: p["decay"] for p in meta["params"]}
+LLAMA = meta.get("llama", 0)
+NKV = meta.get("num_key_value_heads", NH)
+EPS, THETA = meta.get("norm_epsilon", 1e-5), meta.get("rope_theta", 10000.0)
 
 
 def gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+
+
+def rotary(x):
+    """Hugging Face Llama's rotary embedding of x [B, H, T, HS]: x cos + rotate_half(x) sin."""
+    HS = x.shape[-1]
+    inv = 1.0 / (THETA ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1).float(), torch.cat([ang.sin(), ang.sin()], -1).float()
+    x1, x2 = x[..., :HS // 2], x[..., HS // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def llama_forward(tokens):
+    """LlamaForCausalLM's forward, written from its definition."""
+    B, P, HS = tokens.shape[0], params, C // NH
+    x = P["model.embed_tokens.weight"][tokens]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        h = f"model.layers.{l}."
+        y = rms_norm(x, P[h + "input_layernorm.weight"])
+        q = F.linear(y, P[h + "self_attn.q_proj.weight"]).view(B, T, NH, HS).transpose(1, 2)
+        k = F.linear(y, P[h + "self_attn.k_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
+        v = F.linear(y, P[h + "self_attn.v_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
+        q, k = rotary(q), rotary(k)
+        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(HS)).masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, P[h + "self_attn.o_proj.weight"])
+        y = rms_norm(x, P[h + "post_attention_layernorm.weight"])
+        y = F.silu(F.linear(y, P[h + "mlp.gate_proj.weight"])) * F.linear(y, P[h + "mlp.up_proj.weight"])
+        x = x + F.linear(y, P[h + "mlp.down_proj.weight"])
+    x = rms_norm(x, P["model.norm.weight"])
+    return x @ P["lm_head.weight"].t()
+
+
 def forward(tokens):
+    if LLAMA:
+        return llama_forward(tokens)
     B = tokens.shape[0]
     P = params
     x = P["transformer.wte.weight"][tokens] + P["transformer.wpe.weight"][torch.arange(T)]

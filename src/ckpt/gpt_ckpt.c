@@ -163,8 +163,47 @@ static cJSON *model_json(const llm4d_model_config *m) {
     cJSON_AddNumberToObject(j, "eos_token_id", m->eos_token_id);
     /* informational: the padding of the run that wrote it (the stored wte is unpadded) */
     cJSON_AddNumberToObject(j, "padded_vocab_size", m->padded_vocab_size);
-    cJSON_AddStringToObject(j, "type", "GPT");
+    cJSON_AddStringToObject(j, "type", m->llama ? "LLaMA" : "GPT");
+    /* the description (config/model_desc.c), in the keys' own spellings */
+    cJSON_AddStringToObject(j, "normalization", m->rmsnorm ? "RMSNorm" : "LayerNorm");
+    cJSON_AddNumberToObject(j, "norm_epsilon", llm4d_json_float(m->norm_epsilon > 0 ? m->norm_epsilon : 1e-5f));
+    cJSON_AddStringToObject(j, "position_embedding_type", m->rope ? "rope" : "learned_absolute");
+    if (m->rope) cJSON_AddNumberToObject(j, "rope_theta", llm4d_json_float(m->rope_theta));
+    cJSON_AddStringToObject(j, "hidden_act", m->swiglu ? "swiglu" : "gelu");
+    cJSON_AddNumberToObject(j, "num_key_value_heads", m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads);
+    cJSON_AddBoolToObject(j, "add_bias_linear", !m->no_bias);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", !m->untied);
     return j;
+}
+
+/* The description from meta.json's model object into m (a checkpoint written before it had one is GPT-2's). */
+static llm4d_code description_from_meta(const cJSON *mj, const char *what, llm4d_model_config *m, llm4d_err *err) {
+    const cJSON *x;
+#define STR_IS(key, val) (cJSON_IsString(x = cJSON_GetObjectItemCaseSensitive(mj, key)) && !strcmp(x->valuestring, val))
+    m->llama = STR_IS("type", "LLaMA");
+    snprintf(m->model_type, sizeof m->model_type, "%s", m->llama ? "LLaMA" : "GPT");
+    m->rmsnorm = STR_IS("normalization", "RMSNorm");
+    m->rope = STR_IS("position_embedding_type", "rope");
+    m->swiglu = STR_IS("hidden_act", "swiglu");
+#undef STR_IS
+    m->no_bias = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(mj, "add_bias_linear"));
+    m->untied = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(mj, "tie_word_embeddings"));
+    m->norm_epsilon = 1e-5f;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "norm_epsilon")))
+        m->norm_epsilon = (float)x->valuedouble;
+    if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "rope_theta"))) m->rope_theta = (float)x->valuedouble;
+    m->num_kv_heads = m->num_attention_heads;
+    if ((x = cJSON_GetObjectItemCaseSensitive(mj, "num_key_value_heads"))) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > m->num_attention_heads ||
+            m->num_attention_heads % (int)x->valuedouble)
+            return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json's model.num_key_value_heads does not divide its %d "
+                              "heads; the checkpoint's meta.json is damaged", what, m->num_attention_heads);
+        m->num_kv_heads = (int)x->valuedouble;
+    }
+    if (!(m->norm_epsilon > 0) || (m->rope && !(m->rope_theta > 0)))
+        return llm4d_fail(err, LLM4D_EUSER, "%s: meta.json's model.norm_epsilon or rope_theta is not positive; the "
+                          "checkpoint's meta.json is damaged", what);
+    return LLM4D_OK;
 }
 
 llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int has_optim, llm4d_err *err) {
@@ -301,6 +340,7 @@ llm4d_code llm4d_gpt_ckpt_model_from_meta(const cJSON *meta, const char *what, l
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "initializer_range")))
         r.initializer_range = (float)x->valuedouble;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "eos_token_id"))) r.eos_token_id = x->valueint;
+    LLM4D_TRY(description_from_meta(mj, what, &r, err));
     const long long unit = vocab_unit > 0 ? vocab_unit : 128;
     r.padded_vocab_size = (int)((r.vocab_size + unit - 1) / unit * unit);
     *m = r;
@@ -328,6 +368,19 @@ llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const
                               "load a checkpoint of this model or set the model to the checkpoint's geometry", what,
                               geometry[i].key, have, geometry[i].key, want);
     }
+    llm4d_model_config d = *m;
+    LLM4D_TRY(description_from_meta(mj, what, &d, err));
+    const int kv = m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+    const struct { const char *what; int have, want; } desc[] = {
+        {"family (Model.name)", d.llama, m->llama}, {"normalization", d.rmsnorm, m->rmsnorm},
+        {"position_embedding_type", d.rope, m->rope}, {"hidden_act (SwiGLU)", d.swiglu, m->swiglu},
+        {"add_bias_linear", !d.no_bias, !m->no_bias}, {"tie_word_embeddings", !d.untied, !m->untied},
+        {"num_key_value_heads", d.num_kv_heads, kv}};
+    for (size_t i = 0; i < sizeof desc / sizeof desc[0]; i++)
+        if (desc[i].have != desc[i].want)
+            return llm4d_fail(err, LLM4D_EUSER, "checkpoint %s holds a model whose %s differs from this model's "
+                              "(its meta.json's model says); load a checkpoint of this model or describe the model as "
+                              "the checkpoint's", what, desc[i].what);
     return LLM4D_OK;
 }
 

@@ -280,6 +280,11 @@ static int export_hf(const char *ckpt, const char *out, const char *vocab_flag) 
     int rc = 0;
     CHECK(llm4d_ckpt_open(&c, ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(c), llm4d_ckpt_dir(c), &mc, 128, &err));
+    if (mc.llama || mc.rmsnorm || mc.rope || mc.swiglu || mc.no_bias || mc.untied ||
+        (mc.num_kv_heads && mc.num_kv_heads != mc.num_attention_heads))
+        CHECK(llm4d_fail(&err, LLM4D_EUSER, "%s: the export writes Hugging Face GPT-2 models only so far; this "
+                         "checkpoint's model is %s-shaped (its tensors are already under Hugging Face Llama's names "
+                         "in the checkpoint's safetensors files)", ckpt, llm4d_model_family(&mc)));
     CHECK(tok_files_read(vocab_flag, mc.vocab_size, &tf, &err));
     CHECK(llm4d_param_table_build(&t, &mc, NULL, &err));
     params = malloc(t.total * sizeof(float));

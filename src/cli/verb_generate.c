@@ -256,6 +256,14 @@ static int run(const gen_args *a) {
 
     CHECK(llm4d_ckpt_open(&ck, a->ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(ck), llm4d_ckpt_dir(ck), &mc, 128, &err));
+    if (mc.llama || mc.rmsnorm || mc.rope || mc.swiglu || mc.no_bias || mc.untied ||
+        (mc.num_kv_heads && mc.num_kv_heads != mc.num_attention_heads)) {
+        llm4d_fail(&err, LLM4D_EUSER, "%s: generation runs GPT-2-shaped models only so far (LayerNorm, learned "
+                   "positions, GELU, biases, a tied head, multi-head attention); this checkpoint's model is %s-shaped",
+                   a->ckpt, llm4d_model_family(&mc));
+        rc = report(&err);
+        goto done;
+    }
     if (tok && llm4d_tokenizer_vocab_size(tok) > mc.vocab_size) {
         llm4d_fail(&err, LLM4D_EUSER, "the model's vocabulary has %d tokens, fewer than the tokenizer's %d; "
                    "give --prompt_ids for this model", mc.vocab_size, (int)llm4d_tokenizer_vocab_size(tok));

@@ -5,6 +5,8 @@
  * flag for the same key whatever their order, as in PaddleFleetX where overrides are applied last. The model
  * preset is applied in llm4d_config_finalize to every Model field that no source set explicitly.
  *
+ * The presets and the model's description are in model_desc.c.
+ *
  * Validation happens once, in finalize, and every message names the key, the value and the fix: a config error
  * found after hours of queueing for a cluster is the complaint this layer exists to prevent. */
 #include "config/config.h"
@@ -12,65 +14,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "config/pyval.h"
 #include "core/devname.h"
 #include "core/trace.h"
 #include "config/schema.h"
 #include "config/yamltree.h"
-
-/* ---- presets ---- */
-
-typedef struct {
-    const char *name;
-    int hidden, layers, heads, max_pos;
-    const char *what;
-} llm4d_preset;
-
-static const llm4d_preset presets[] = {
-    {"gpt2-tiny", 64, 2, 4, 256, "tests and quick start"},
-    {"gpt2-en", 768, 12, 12, 1024, "GPT-2 124M"},
-    {"gpt2-medium-en", 1024, 24, 16, 1024, "GPT-2 345M"},
-    {"gpt3-125m", 768, 12, 12, 2048, "GPT-3 paper sizes"},
-    {"gpt3-350m", 1024, 24, 16, 2048, ""},
-    {"gpt3-760m", 1536, 24, 16, 2048, ""},
-    {"gpt3-1.3b", 2048, 24, 16, 2048, ""},
-    {"gpt3-2.7b", 2560, 32, 32, 2048, ""},
-    {"gpt3-6.7b", 4096, 32, 32, 2048, ""},
-    {"gpt3-13b", 5120, 40, 40, 2048, ""},
-    {"gpt3-175b", 12288, 96, 96, 2048, ""},
-};
-static const int n_presets = (int)(sizeof presets / sizeof presets[0]);
-
-static void preset_names(char *buf, size_t n) {
-    size_t pos = 0;
-    buf[0] = 0;
-    for (int i = 0; i < n_presets && pos < n; i++)
-        pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", i ? ", " : "", presets[i].name);
-}
-
-llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err) {
-    for (int i = 0; i < n_presets; i++) {
-        const llm4d_preset *p = &presets[i];
-        if (strcmp(p->name, name)) continue;
-        m->vocab_size = 50257;
-        m->hidden_size = p->hidden;
-        m->num_layers = p->layers;
-        m->num_attention_heads = p->heads;
-        m->ffn_hidden_size = 4 * p->hidden;
-        m->max_position_embeddings = p->max_pos;
-        m->hidden_dropout_prob = 0.1f;
-        m->attention_probs_dropout_prob = 0.1f;
-        m->initializer_range = 0.02f;
-        m->eos_token_id = 50256;
-        return LLM4D_OK;
-    }
-    char names[512];
-    preset_names(names, sizeof names);
-    return llm4d_fail(err, LLM4D_EUSER, "unknown model preset '%s'; the presets are %s (or give a checkpoint "
-                      "directory)", name, names);
-}
 
 /* ---- defaults ---- */
 
@@ -293,46 +242,6 @@ llm4d_code llm4d_config_parse_args(llm4d_config *cfg, int argc, char **argv, llm
 
 /* ---- finalize ---- */
 
-static int is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static llm4d_code apply_preset(llm4d_config *cfg, llm4d_err *err) {
-    llm4d_model_config *m = &cfg->model;
-    static const char *const geometry[] = {"Model.vocab_size", "Model.hidden_size", "Model.num_layers",
-                                           "Model.num_attention_heads", "Model.ffn_hidden_size",
-                                           "Model.max_position_embeddings"};
-    if (!m->name_or_path[0]) {
-        for (size_t i = 0; i < sizeof geometry / sizeof geometry[0]; i++)
-            if (llm4d_config_is_explicit(cfg, geometry[i])) return LLM4D_OK; /* the YAML describes the model */
-        snprintf(m->name_or_path, sizeof m->name_or_path, "gpt2-en");
-    }
-    llm4d_model_config p = *m;
-    if (llm4d_model_preset(&p, m->name_or_path, err) != LLM4D_OK) {
-        if (is_dir(m->name_or_path)) return LLM4D_OK; /* a checkpoint: its meta.json gives the geometry later */
-        char names[512];
-        preset_names(names, sizeof names);
-        return llm4d_fail(err, LLM4D_EUSER, "model_name_or_path '%s' is neither a model preset nor an existing "
-                          "checkpoint directory; the presets are %s", m->name_or_path, names);
-    }
-#define FROM_PRESET(field, key)                                                                                  \
-    if (!llm4d_config_is_explicit(cfg, key)) m->field = p.field
-    FROM_PRESET(vocab_size, "Model.vocab_size");
-    FROM_PRESET(hidden_size, "Model.hidden_size");
-    FROM_PRESET(num_layers, "Model.num_layers");
-    FROM_PRESET(num_attention_heads, "Model.num_attention_heads");
-    FROM_PRESET(max_position_embeddings, "Model.max_position_embeddings");
-    FROM_PRESET(hidden_dropout_prob, "Model.hidden_dropout_prob");
-    FROM_PRESET(attention_probs_dropout_prob, "Model.attention_probs_dropout_prob");
-    FROM_PRESET(initializer_range, "Model.initializer_range");
-#undef FROM_PRESET
-    /* the preset's MLP is 4h of the final width, so an explicit hidden_size keeps the 4x ratio */
-    if (!llm4d_config_is_explicit(cfg, "Model.ffn_hidden_size")) m->ffn_hidden_size = 0;
-    m->eos_token_id = p.eos_token_id;
-    return LLM4D_OK;
-}
-
 static llm4d_code check_degrees(llm4d_config *cfg, int world, llm4d_err *err) {
     llm4d_dist_config *d = &cfg->dist;
     static const char *const names[] = {"Distributed.mp_degree", "Distributed.pp_degree",
@@ -411,10 +320,7 @@ static llm4d_code check_batch(llm4d_config *cfg, llm4d_err *err) {
 static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
     llm4d_model_config *m = &cfg->model;
     const llm4d_dist_config *d = &cfg->dist;
-    const char *t = m->model_type;
-    if (strcmp(t, "GPT") && strcmp(t, "gpt") && strcmp(t, "gpt2"))
-        return llm4d_fail(err, LLM4D_EUSER, "Model.name / --model_type '%s' is not supported; llm4d trains GPT "
-                          "models: use GPT (or gpt, gpt2)", t);
+    LLM4D_TRY(llm4d_model_describe(cfg, err));
     static const char *const gnames[] = {"Model.vocab_size", "Model.hidden_size", "Model.num_layers",
                                          "Model.num_attention_heads", "Model.max_position_embeddings",
                                          "Model.vocab_size_divisible_unit"};
@@ -425,7 +331,9 @@ static llm4d_code check_model(llm4d_config *cfg, llm4d_err *err) {
     if (m->ffn_hidden_size < 0)
         return llm4d_fail(err, LLM4D_EUSER, "Model.ffn_hidden_size must be >= 1 (or 0/empty for 4 x hidden_size), "
                           "got %d", m->ffn_hidden_size);
-    if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
+    /* GPT's 4h; SwiGLU's two thirds of it (the same parameters in three matrices), Megatron's rounding to 64 */
+    if (m->ffn_hidden_size == 0)
+        m->ffn_hidden_size = m->swiglu ? (8 * m->hidden_size / 3 + 63) / 64 * 64 : 4 * m->hidden_size;
     if (m->hidden_size % m->num_attention_heads)
         return llm4d_fail(err, LLM4D_EUSER, "Model.num_attention_heads %d does not divide hidden_size %d; choose "
                           "heads so that hidden_size / heads is a whole head size", m->num_attention_heads,
@@ -620,7 +528,7 @@ llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err) {
 
 llm4d_code llm4d_config_finalize(llm4d_config *cfg, int world_size, llm4d_err *err) {
     LLM4D_ASSERT(world_size >= 1, "world_size %d", world_size);
-    LLM4D_TRY(apply_preset(cfg, err));
+    LLM4D_TRY(llm4d_model_apply_preset(cfg, err));
     LLM4D_TRY(check_degrees(cfg, world_size, err));
     LLM4D_TRY(check_model(cfg, err));
     LLM4D_TRY(check_batch(cfg, err));
@@ -640,8 +548,8 @@ static void print_key(FILE *f, const llm4d_key *k) {
 void llm4d_config_print_help(FILE *f) {
     int n;
     const llm4d_key *k = llm4d_keys(&n);
-    char names[512];
-    preset_names(names, sizeof names);
+    char names[1024];
+    llm4d_model_preset_names(names, sizeof names);
     fprintf(f,
             "usage: llm4d train [-c config.yaml] [--flag VALUE | --flag=VALUE ...] [-o Section.key=VALUE ...]\n"
             "\n"
@@ -651,17 +559,26 @@ void llm4d_config_print_help(FILE *f) {
             "1e-5, True, [949, 50, 1]; anything else is a string). Booleans accept true/false/True/False/1/0.\n"
             "\n"
             "Model presets (--model_name_or_path): %s.\n"
-            "  All have vocab_size 50257, ffn 4 x hidden, dropouts 0.1, initializer_range 0.02; gpt2-tiny is h64 L2\n"
-            "  H4 with 256 positions, gpt2-* have 1024 positions and gpt3-* 2048. Model.* keys given explicitly beat\n"
-            "  the preset. With no preset and no Model geometry key (vocab_size, hidden_size, num_layers,\n"
-            "  num_attention_heads, ffn_hidden_size, max_position_embeddings) the preset is gpt2-en; with geometry\n"
-            "  keys and no preset, the keys missing take the Model defaults below. An existing directory instead of\n"
-            "  a preset is a checkpoint, whose geometry is read when it is loaded.\n"
+            "  gpt2-* and gpt3-* (Model.name GPT) have vocab_size 50257, ffn 4 x hidden, dropouts 0.1,\n"
+            "  initializer_range 0.02; gpt2-tiny is h64 L2 H4 with 256 positions, gpt2-* have 1024 positions and\n"
+            "  gpt3-* 2048. llama2-* and llama3-* (Model.name LLaMA) are the shapes of meta-llama's Hugging Face\n"
+            "  configs (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, untied LM head, no\n"
+            "  dropout); llama-tiny is h64 L2 H4 with 2 key/value heads, ffn 192 and GPT-2's vocabulary, for tests.\n"
+            "  The family sets the description's defaults; each part can be set alone in either family, in\n"
+            "  PaddleNLP / Hugging Face spellings (hidden_act, rms_norm_eps, rope_theta, num_key_value_heads,\n"
+            "  intermediate_size, tie_word_embeddings) or Megatron-LM's (normalization, norm_epsilon,\n"
+            "  position_embedding_type, rotary_base, swiglu, num_query_groups, add_bias_linear,\n"
+            "  untie_embeddings_and_output_weights). Model.* keys given explicitly beat the preset.\n"
+            "  With no preset and no Model geometry key (vocab_size, hidden_size, num_layers, num_attention_heads,\n"
+            "  ffn_hidden_size, max_position_embeddings) the preset is gpt2-en; with geometry keys and no\n"
+            "  preset, the keys missing take the Model defaults below. An existing directory instead of a preset is\n"
+            "  a checkpoint, whose geometry is read when it is loaded.\n"
             "\n"
             "Derived in this order: dp_degree (0: processes / (mp x pp x sharding)); the product of the four degrees\n"
             "must equal the number of processes; global = local x dp x sharding (with neither given, local =\n"
-            "micro_batch_size); accumulate_steps = local / micro; decay_steps 0 -> max_steps; ffn 0 -> 4 x hidden;\n"
-            "padded vocabulary = vocab_size rounded up to vocab_size_divisible_unit x mp_degree.\n"
+            "micro_batch_size); accumulate_steps = local / micro; decay_steps 0 -> max_steps; ffn 0 -> 4 x hidden\n"
+            "(SwiGLU: 8/3 x hidden rounded up to 64); padded vocabulary = vocab_size rounded up to\n"
+            "vocab_size_divisible_unit x mp_degree.\n"
             "\n"
             "Flags (each sets the key shown):\n",
             names);

@@ -42,6 +42,28 @@ typedef struct {
     int virtual_pp_degree;             /* Model.virtual_pp_degree: pipeline chunks per stage (interleaved 1F1B) */
     char recompute_granularity[LLM4D_NAME_MAX]; /* "full" or "core_attn" (llm4d_recompute_blocks) */
     int eos_token_id;                  /* 50256; input positions holding it are masked out of the loss */
+
+    /* The decoder's description (issue 47; config/model_desc.c): GPT-2's by default, Llama's with Model.name LLaMA
+     * or a llama preset. These are the inputs as given ("" and 0: the family's choice) ... */
+    char normalization[LLM4D_NAME_MAX];          /* LayerNorm | RMSNorm (Megatron's --normalization) */
+    char position_embedding_type[LLM4D_NAME_MAX]; /* learned_absolute | rope (Megatron's) */
+    char hidden_act[LLM4D_NAME_MAX];             /* gelu | swiglu (silu: Llama's gated MLP, HF's spelling) */
+    int swiglu_flag;                             /* Megatron's --swiglu */
+    int add_bias_linear;                         /* biases on the linear layers (Megatron's; default: the family's) */
+    int tie_word_embeddings;                     /* the LM head is the token embedding (HF's; default: family's) */
+    int untie_embeddings;                        /* Megatron's --untie-embeddings-and-output-weights */
+    float norm_epsilon;                          /* RMSNorm's epsilon (LayerNorm's is 1e-5) */
+    float rope_theta;                            /* rotary frequencies' base */
+    /* ... and what llm4d_config_finalize resolved them to, the one reading every part of llm4d uses. Zero is GPT-2
+     * in each (a model config made without finalize, by a test or a tool, is GPT-2's). */
+    int llama;                         /* the family: Hugging Face Llama's tensor names (else GPT-2's) */
+    int rmsnorm;                       /* RMSNorm (weight only), else LayerNorm (weight and bias) */
+    int rope;                          /* rotary positions on Q and K; no learned position embedding */
+    int swiglu;                        /* MLP silu(gate) * up: up and gate [F, C] each, down [C, F]; else GELU */
+    int no_bias;                       /* no biases on the linear layers */
+    int untied;                        /* the LM head has its own weight (lm_head); else it is the embedding */
+    int num_kv_heads;                  /* key/value heads (grouped-query attention); 0 or num_attention_heads:
+                                        * multi-head */
 } llm4d_model_config;
 
 typedef struct {
@@ -167,7 +189,6 @@ void llm4d_config_print_help(FILE *f);
 typedef struct cJSON cJSON;
 cJSON *llm4d_config_json(const llm4d_config *cfg);
 
-/* Set a model preset's geometry into cfg->model; returns LLM4D_EUSER with the list of presets if unknown. */
 /* Whether a block's forward runs again before its backward: use_recompute at granularity "full". At "core_attn"
  * (Megatron's selective recompute, Korthikanti et al. 2022) nothing is run again at the block's level: what that
  * granularity recomputes, the attention's T x T scores, softmax and dropout, llm4d's flash-style attention never
@@ -176,6 +197,19 @@ cJSON *llm4d_config_json(const llm4d_config *cfg);
  * pipeline balance, the planner). */
 int llm4d_recompute_blocks(const llm4d_model_config *m);
 
+/* ---- the model's description (config/model_desc.c) ---- */
+
+/* Set a model preset's geometry and description into m; returns LLM4D_EUSER with the list of presets if unknown. */
 llm4d_code llm4d_model_preset(llm4d_model_config *m, const char *name, llm4d_err *err);
+/* The presets' names, comma-separated, into buf. */
+void llm4d_model_preset_names(char *buf, size_t n);
+/* Apply the preset named by Model.model_name_or_path to every Model field no source set explicitly (a checkpoint
+ * directory or a YAML that describes the model: nothing). */
+llm4d_code llm4d_model_apply_preset(llm4d_config *cfg, llm4d_err *err);
+/* Resolve the description (the family's defaults, the spellings of PaddleNLP, Hugging Face and Megatron) into
+ * rmsnorm, rope, swiglu, no_bias, untied, num_kv_heads, and check it against the layout (mp_degree). */
+llm4d_code llm4d_model_describe(llm4d_config *cfg, llm4d_err *err);
+/* "GPT-2" or "Llama": the family as the logs name it. */
+const char *llm4d_model_family(const llm4d_model_config *m);
 
 #endif

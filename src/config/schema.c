@@ -19,6 +19,7 @@
 #define NOEFF(key, pdef, neutral, help) {key, LLM4D_KT_NOEFFECT, 0, 0, pdef, NULL, NULL, neutral, 0, 0, help}
 #define OPAQUE(key, pdef, neutral, help) {key, LLM4D_KT_NOEFFECT, 0, 0, pdef, NULL, NULL, neutral, 1, 0, help}
 #define ALIAS(key, canon) {key, LLM4D_KT_ALIAS, 0, 0, NULL, NULL, NULL, canon, 0, 0, "legacy spelling of " canon}
+#define SPELLING(key, canon, who) {key, LLM4D_KT_ALIAS, 0, 0, NULL, NULL, NULL, canon, 0, 0, who " spelling of " canon}
 
 /* sampler and loader keys of one Data split (all without effect: llm4d's sampler is built in) */
 #define DATA_LOADER(S)                                                                                           \
@@ -116,9 +117,11 @@ static const llm4d_key keys[] = {
 
     /* Model */
     NOEFF("Model.module", "GPTModule", "GPTModule", "PaddleFleetX module class"),
-    KEY("Model.name", LLM4D_KT_STR, model.model_type, "GPT", NULL, "--model_type", "model family: GPT (gpt, gpt2)"),
+    KEY("Model.name", LLM4D_KT_STR, model.model_type, "GPT", NULL, "--model_type",
+        "model family: GPT (gpt, gpt2) or LLaMA (llama, LlamaForCausalLM); a preset sets it"),
     EXT("Model.model_name_or_path", LLM4D_KT_STR, model.name_or_path, "", NULL, "--model_name_or_path",
-        "preset (gpt2-tiny, gpt2-en, gpt2-medium-en, gpt3-125m ... gpt3-175b) or checkpoint directory"),
+        "preset (gpt2-tiny, gpt2-en, gpt2-medium-en, gpt3-125m ... gpt3-175b, llama-tiny, llama2-7b/13b/70b, "
+        "llama3-8b/70b/405b) or checkpoint directory"),
     KEY("Model.vocab_size", LLM4D_KT_INT, model.vocab_size, "50304", NULL, NULL,
         "vocabulary size (presets: 50257, the GPT-2 BPE)"),
     KEY("Model.vocab_size_divisible_unit", LLM4D_KT_INT, model.vocab_size_divisible_unit, "128", NULL, NULL,
@@ -136,6 +139,33 @@ static const llm4d_key keys[] = {
     KEY("Model.max_position_embeddings", LLM4D_KT_INT, model.max_position_embeddings, "1024", NULL, NULL,
         "learned positions; max_seq_len may not exceed it"),
     NOEFF("Model.type_vocab_size", "16", "16", "unused by GPT in PaddleFleetX too"),
+    /* the decoder's description (config/model_desc.c): "" and 0 take the family's choice */
+    EXT("Model.normalization", LLM4D_KT_STR, model.normalization, "", NULL, "--normalization",
+        "LayerNorm or RMSNorm (Megatron's spelling); '': the family's (GPT LayerNorm, LLaMA RMSNorm)"),
+    EXT("Model.norm_epsilon", LLM4D_KT_FLOAT, model.norm_epsilon, "1e-05", NULL, NULL,
+        "RMSNorm's epsilon (LayerNorm's is 1e-5); Megatron's spelling"),
+    SPELLING("Model.rms_norm_eps", "Model.norm_epsilon", "PaddleNLP / Hugging Face Llama's"),
+    SPELLING("Model.layer_norm_epsilon", "Model.norm_epsilon", "Hugging Face GPT-2's"),
+    EXT("Model.position_embedding_type", LLM4D_KT_STR, model.position_embedding_type, "", NULL,
+        "--position_embedding_type",
+        "learned_absolute or rope (rotary, on Q and K); '': the family's (GPT learned, LLaMA rope)"),
+    EXT("Model.rope_theta", LLM4D_KT_FLOAT, model.rope_theta, "10000", NULL, NULL,
+        "the rotary frequencies' base (Llama 2: 10000, Llama 3: 500000)"),
+    SPELLING("Model.rotary_base", "Model.rope_theta", "Megatron's"),
+    EXT("Model.hidden_act", LLM4D_KT_STR, model.hidden_act, "", NULL, "--hidden_act",
+        "gelu, or swiglu (silu: Llama's gated MLP, PaddleNLP's spelling); '': the family's"),
+    EXT("Model.swiglu", LLM4D_KT_BOOL, model.swiglu_flag, "False", NULL, NULL,
+        "the SwiGLU MLP (Megatron's spelling of hidden_act swiglu)"),
+    EXT("Model.num_key_value_heads", LLM4D_KT_INT, model.num_kv_heads, "0", NULL, "--num_key_value_heads",
+        "key/value heads of grouped-query attention (1: multi-query); 0/empty: one per attention head"),
+    SPELLING("Model.num_query_groups", "Model.num_key_value_heads", "Megatron's"),
+    SPELLING("Model.intermediate_size", "Model.ffn_hidden_size", "PaddleNLP / Hugging Face Llama's"),
+    EXT("Model.add_bias_linear", LLM4D_KT_BOOL, model.add_bias_linear, "True", NULL, NULL,
+        "biases on the linear layers (Megatron's spelling); unset: the family's (GPT on, LLaMA off)"),
+    EXT("Model.tie_word_embeddings", LLM4D_KT_BOOL, model.tie_word_embeddings, "True", NULL, NULL,
+        "the LM head is the token embedding (Hugging Face's spelling); unset: the family's (GPT tied, LLaMA not)"),
+    EXT("Model.untie_embeddings_and_output_weights", LLM4D_KT_BOOL, model.untie_embeddings, "False", NULL, NULL,
+        "Megatron's spelling of tie_word_embeddings False"),
     KEY("Model.initializer_range", LLM4D_KT_FLOAT, model.initializer_range, "0.02", NULL, NULL,
         "std of the normal init (output projections: / sqrt(2 x num_layers))"),
     KEY("Model.use_recompute", LLM4D_KT_BOOL, model.use_recompute, "False", NULL, "--use_recompute",

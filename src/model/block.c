@@ -12,6 +12,12 @@
  *   m   = g(gelu(u) Wp_r^T) + bp                   row-parallel
  *   out = x2 + dropout(m)
  *
+ * The model's description (config/model_desc.c) changes the pieces, not the structure: LN may be RMSNorm (no mean,
+ * no bias); with rotary positions Q and K of every head are turned in place after the qkv product (dqkv turned back
+ * after the attention's backward); with grouped-query attention qkv holds NH/M query heads and NKV/M key/value heads
+ * (QKVl wide); with SwiGLU u is [N, 2F/M] (gate, then up) and c_proj reads silu(gate) * up, made again in backward
+ * as GELU's output is; without biases every b is absent. No communication changes.
+ *
  * Types (gpt.h): h, qkv, y, u and the input gradients of the linear layers are the activations' type; x, x2 and
  * their gradients the residual stream's; g(...) of a row-parallel layer is fp32 until the residual connection
  * rounds x2 or out, and the gradient of a LayerNorm output is fp32 until LayerNorm's backward reads it.
@@ -51,13 +57,48 @@ typedef struct {
     const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } block_weights;
 
+/* A parameter of the block group at p (weights or gradients), NULL when the block has none of that kind (no biases
+ * in a Llama block, no LayerNorm bias with RMSNorm) or p is NULL (a split backward's input pass). */
+static float *at(const llm4d_gpt *g, float *p, llm4d_param_kind k) {
+    return p && g->has[k] ? llm4d_gpt_at(g, p, k) : NULL;
+}
+
 static block_weights weights(const llm4d_gpt *g, float *p) {
-    return (block_weights){llm4d_gpt_at(g, p, LLM4D_P_LN1W),     llm4d_gpt_at(g, p, LLM4D_P_LN1B),
-                           llm4d_gpt_at(g, p, LLM4D_P_QKVW),     llm4d_gpt_at(g, p, LLM4D_P_QKVB),
-                           llm4d_gpt_at(g, p, LLM4D_P_ATTPROJW), llm4d_gpt_at(g, p, LLM4D_P_ATTPROJB),
-                           llm4d_gpt_at(g, p, LLM4D_P_LN2W),     llm4d_gpt_at(g, p, LLM4D_P_LN2B),
-                           llm4d_gpt_at(g, p, LLM4D_P_FCW),      llm4d_gpt_at(g, p, LLM4D_P_FCB),
-                           llm4d_gpt_at(g, p, LLM4D_P_FCPROJW),  llm4d_gpt_at(g, p, LLM4D_P_FCPROJB)};
+    return (block_weights){at(g, p, LLM4D_P_LN1W),     at(g, p, LLM4D_P_LN1B), at(g, p, LLM4D_P_QKVW),
+                           at(g, p, LLM4D_P_QKVB),     at(g, p, LLM4D_P_ATTPROJW), at(g, p, LLM4D_P_ATTPROJB),
+                           at(g, p, LLM4D_P_LN2W),     at(g, p, LLM4D_P_LN2B), at(g, p, LLM4D_P_FCW),
+                           at(g, p, LLM4D_P_FCB),      at(g, p, LLM4D_P_FCPROJW), at(g, p, LLM4D_P_FCPROJB)};
+}
+
+/* The model's normalisation (LayerNorm, or RMSNorm: no mean, no bias) of N rows into out. */
+static void norm_forward(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x, const float *w,
+                         const float *b, int N) {
+    llm4d_backend *be = g->be;
+    if (g->cfg.rmsnorm) be->rmsnorm_forward(be, out, rstd, x, w, N, g->C, g->cfg.norm_epsilon);
+    else be->layernorm_forward(be, out, mean, rstd, x, w, b, N, g->C);
+}
+
+/* A normalisation as its backward reads it: the input, the weight, forward's statistics (mean: LayerNorm's only)
+ * and where the weight and bias gradients are added (db: LayerNorm's only). */
+typedef struct {
+    llm4d_ctensor x;
+    const float *w, *mean, *rstd;
+    float *dw, *db;
+} norm_back;
+
+/* Its backward: dinp and the weight (and bias) gradients added to. */
+static void norm_backward(llm4d_gpt *g, llm4d_tensor dinp, llm4d_ctensor dout, const norm_back *n, int N) {
+    llm4d_backend *be = g->be;
+    if (g->cfg.rmsnorm) be->rmsnorm_backward(be, dinp, n->dw, dout, n->x, n->w, n->rstd, N, g->C);
+    else be->layernorm_backward(be, dinp, n->dw, n->db, dout, n->x, n->w, n->mean, n->rstd, N, g->C);
+}
+
+/* Rotary positions of the rank's Q and K heads, the first NHl + NKVl heads of each qkv row (all N tokens of the
+ * micro-batch: the attention's input is never split by sequence parallelism). */
+static llm4d_rope_shape rope_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
+    const int HS = g->C / g->NH;
+    return (llm4d_rope_shape){.N = mb->B * mb->T, .NH = g->NHl + g->NKVl, .HS = HS, .ld = g->QKVl, .T = mb->T,
+                              .tok0 = 0, .theta = g->cfg.rope_theta};
 }
 
 /* The three dropouts of block l: attention probabilities, and the outputs of the attention and MLP sublayers.
@@ -102,17 +143,16 @@ typedef struct {
  * N tokens, or Nl when the block keeps only its own (llm4d_gpt_ln_local); then the gather lands in g->full. */
 static llm4d_ctensor ln_gather(llm4d_gpt *g, llm4d_tensor out, float *mean, float *rstd, llm4d_ctensor x,
                                const float *w, const float *b, token_rows rows) {
-    llm4d_backend *be = g->be;
     const int N = rows.N, Nl = rows.Nl;
     const int C = g->C;
     if (!g->tp.sp) {
-        be->layernorm_forward(be, out, mean, rstd, x, w, b, N, C);
+        norm_forward(g, out, mean, rstd, x, w, b, N);
         return llm4d_cv(out);
     }
     const int own = llm4d_gpt_ln_local(g);
     const llm4d_tensor local = own ? out : llm4d_t(g->dlocal, out.t);
     const llm4d_tensor all = own ? llm4d_t(g->full, out.t) : out;
-    be->layernorm_forward(be, local, mean, rstd, x, w, b, Nl, C);
+    norm_forward(g, local, mean, rstd, x, w, b, Nl);
     llm4d_tp_allgather(&g->tp, llm4d_cv(local), all, (size_t)Nl * C);
     return llm4d_cv(all);
 }
@@ -146,7 +186,7 @@ static const float *row_parallel(llm4d_gpt *g, llm4d_ctensor inp, llm4d_act act,
     } else {
         llm4d_tp_allreduce(&g->tp, full, (size_t)N * C);
     }
-    be->bias_forward(be, out, b, Nl, C);
+    if (b) be->bias_forward(be, out, b, Nl, C);
     return out;
 }
 
@@ -159,16 +199,24 @@ void llm4d_gpt_block_forward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x,
     const block_dropouts d = dropouts(g, l, mb, a);
 
     const llm4d_ctensor h = ln_gather(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, (token_rows){N, Nl});
-    be->linear_forward(be, a->qkv, h, w.qkvw, w.qkvb, N, C, 3 * g->Cl);
+    be->linear_forward(be, a->qkv, h, w.qkvw, w.qkvb, N, C, g->QKVl);
+    if (g->cfg.rope) be->rope_forward(be, a->qkv, llm4d_cv(a->qkv), rope_shape(g, mb));
     be->attention_forward(be, a->atty, a->lse, llm4d_cv(a->qkv), attn_shape(g, mb), &d.attn);
     const float *att = row_parallel(g, llm4d_cv(a->atty), LLM4D_ACT_NONE, w.attprojw, w.attprojb, N, Nl, g->Cl);
     be->dropout_add_forward(be, a->res2, x, llm4d_ct32(att), Nl, C, &d.out1);
 
     const llm4d_ctensor h2 =
         ln_gather(g, a->ln2, a->ln2_mean, a->ln2_rstd, llm4d_cv(a->res2), w.ln2w, w.ln2b, (token_rows){N, Nl});
-    be->linear_forward(be, a->fch, h2, w.fcw, w.fcb, N, C, g->Fl);
-    /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored */
-    const float *mlp = row_parallel(g, llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    be->linear_forward(be, a->fch, h2, w.fcw, w.fcb, N, C, g->FCl);
+    /* GELU is applied as c_proj reads its input (backend.h linear_forward_act): its output is never stored;
+     * SwiGLU's output goes through a scratch buffer, made again in backward */
+    const float *mlp;
+    if (g->cfg.swiglu) {
+        be->swiglu_forward(be, g->swi, llm4d_cv(a->fch), N, g->Fl);
+        mlp = row_parallel(g, llm4d_cv(g->swi), LLM4D_ACT_NONE, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    } else {
+        mlp = row_parallel(g, llm4d_cv(a->fch), LLM4D_ACT_GELU, w.fcprojw, w.fcprojb, N, Nl, g->Fl);
+    }
     be->dropout_add_forward(be, out, llm4d_cv(a->res2), llm4d_ct32(mlp), Nl, C, &d.out2);
     llm4d_gpt_release(g, grp, 0);
 }
@@ -231,27 +279,36 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x
     /* split: no parameter gradient now (they go to the engines in one window, in the weight pass), the LayerNorms'
      * into the slot's small stash */
     float *dp = wg ? NULL : llm4d_gpt_grads_of(g, grp);
-    float *dln1w = wg ? wg->dln[0] : llm4d_gpt_at(g, dp, LLM4D_P_LN1W);
-    float *dln1b = wg ? wg->dln[1] : llm4d_gpt_at(g, dp, LLM4D_P_LN1B);
-    float *dln2w = wg ? wg->dln[2] : llm4d_gpt_at(g, dp, LLM4D_P_LN2W);
-    float *dln2b = wg ? wg->dln[3] : llm4d_gpt_at(g, dp, LLM4D_P_LN2B);
+    const int lnb = g->has[LLM4D_P_LN1B];
+    float *dln1w = wg ? wg->dln[0] : at(g, dp, LLM4D_P_LN1W);
+    float *dln1b = wg ? (lnb ? wg->dln[1] : NULL) : at(g, dp, LLM4D_P_LN1B);
+    float *dln2w = wg ? wg->dln[2] : at(g, dp, LLM4D_P_LN2W);
+    float *dln2b = wg ? (lnb ? wg->dln[3] : NULL) : at(g, dp, LLM4D_P_LN2B);
     if (wg) be->zero(be, wg->dln[0], 4 * (size_t)C * sizeof(float));
-#define DW(kind) (wg ? NULL : llm4d_gpt_at(g, dp, kind))
+#define DW(kind) at(g, dp, kind)
     const block_dropouts d = dropouts(g, l, mb, a);
 
     /* g->dres holds d(out). MLP sublayer: out = x2 + dropout(m) */
     be->dropout_add_backward(be, g->dres2, g->dproj, llm4d_cv(g->dres), Nl, C, &d.out2);
     /* c_proj's input is GELU(fch), applied again as its weight gradient reads it (never stored: it is the widest
-     * activation of a block, N x F/M) */
+     * activation of a block, N x F/M); SwiGLU's is made again into its scratch */
     const token_rows rows = {N, Nl};
     const linear_back fcproj = {w.fcprojw, DW(LLM4D_P_FCPROJW), DW(LLM4D_P_FCPROJB), wg ? wg->dmlp : none};
-    row_parallel_backward(g, g->dfch_gelu, &fcproj, llm4d_cv(g->dproj), llm4d_cv(a->fch), LLM4D_ACT_GELU, rows, Fl);
-    be->gelu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), NF);
+    if (g->cfg.swiglu) {
+        be->swiglu_forward(be, g->swi, llm4d_cv(a->fch), N, Fl);
+        row_parallel_backward(g, g->dfch_gelu, &fcproj, llm4d_cv(g->dproj), llm4d_cv(g->swi), LLM4D_ACT_NONE, rows,
+                              Fl);
+        be->swiglu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), N, Fl);
+    } else {
+        row_parallel_backward(g, g->dfch_gelu, &fcproj, llm4d_cv(g->dproj), llm4d_cv(a->fch), LLM4D_ACT_GELU, rows,
+                              Fl);
+        be->gelu_backward(be, g->dfch, llm4d_cv(a->fch), llm4d_cv(g->dfch_gelu), NF);
+    }
     const linear_back fc = {w.fcw, DW(LLM4D_P_FCW), DW(LLM4D_P_FCB), wg ? wg->dfch : none};
     /* g->full is free again: row_parallel_backward is done with it */
-    const float *dln2 = column_parallel_backward(g, &fc, llm4d_cv(g->dfch), ln_all(g, a->ln2, Nl), rows, Fl);
-    be->layernorm_backward(be, g->dres2, dln2w, dln2b, llm4d_ct32(dln2), llm4d_cv(a->res2), w.ln2w, a->ln2_mean,
-                           a->ln2_rstd, Nl, C);
+    const float *dln2 = column_parallel_backward(g, &fc, llm4d_cv(g->dfch), ln_all(g, a->ln2, Nl), rows, g->FCl);
+    const norm_back ln2 = {llm4d_cv(a->res2), w.ln2w, a->ln2_mean, a->ln2_rstd, dln2w, dln2b};
+    norm_backward(g, g->dres2, llm4d_ct32(dln2), &ln2, Nl);
 
     /* attention sublayer: x2 = x + dropout(a); d(x) goes to g->dres */
     be->dropout_add_backward(be, g->dres, g->dproj, llm4d_cv(g->dres2), Nl, C, &d.out1);
@@ -259,9 +316,11 @@ void llm4d_gpt_block_backward(llm4d_gpt *g, llm4d_block_acts *a, llm4d_ctensor x
     row_parallel_backward(g, g->datty, &attproj, llm4d_cv(g->dproj), llm4d_cv(a->atty), LLM4D_ACT_NONE, rows, Cl);
     be->attention_backward(be, g->dqkv, llm4d_cv(g->datty), llm4d_cv(a->atty), llm4d_cv(a->qkv), a->lse,
                            attn_shape(g, mb), &d.attn);
+    if (g->cfg.rope) be->rope_backward(be, g->dqkv, llm4d_cv(g->dqkv), rope_shape(g, mb));
     const linear_back qkv = {w.qkvw, DW(LLM4D_P_QKVW), DW(LLM4D_P_QKVB), wg ? wg->dqkv : none};
-    const float *dln1 = column_parallel_backward(g, &qkv, llm4d_cv(g->dqkv), ln_all(g, a->ln1, Nl), rows, 3 * Cl);
-    be->layernorm_backward(be, g->dres, dln1w, dln1b, llm4d_ct32(dln1), x, w.ln1w, a->ln1_mean, a->ln1_rstd, Nl, C);
+    const float *dln1 = column_parallel_backward(g, &qkv, llm4d_cv(g->dqkv), ln_all(g, a->ln1, Nl), rows, g->QKVl);
+    const norm_back ln1 = {x, w.ln1w, a->ln1_mean, a->ln1_rstd, dln1w, dln1b};
+    norm_backward(g, g->dres, llm4d_ct32(dln1), &ln1, Nl);
 #undef DW
     llm4d_gpt_release(g, grp, 1);
     if (!wg) llm4d_gpt_grads_done(g, grp);
@@ -275,19 +334,25 @@ void llm4d_gpt_block_backward_weight(llm4d_gpt *g, llm4d_block_acts *a, llm4d_bl
     float *dp = llm4d_gpt_grads_of(g, grp);
     /* the row-parallel biases' gradients: this rank's tokens of the kept output gradients */
     const size_t own = (size_t)g->tok0 * C;
-    be->linear_backward_act(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJW), NULL, llm4d_cv(wg->dmlp),
-                            llm4d_cv(a->fch), LLM4D_ACT_GELU, NULL, N, Fl, C);
-    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_FCPROJB), llm4d_ct_at(llm4d_cv(wg->dmlp), own), Nl, C);
-    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_FCW), llm4d_gpt_at(g, dp, LLM4D_P_FCB),
-                        llm4d_cv(wg->dfch), ln_all(g, a->ln2, Nl), NULL, N, C, Fl);
-    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJW), NULL, llm4d_cv(wg->dattn),
+    float *dfcprojb = at(g, dp, LLM4D_P_FCPROJB), *dattprojb = at(g, dp, LLM4D_P_ATTPROJB);
+    if (g->cfg.swiglu) {
+        be->swiglu_forward(be, g->swi, llm4d_cv(a->fch), N, Fl);
+        be->linear_backward(be, none, LLM4D_WRITE, at(g, dp, LLM4D_P_FCPROJW), NULL, llm4d_cv(wg->dmlp),
+                            llm4d_cv(g->swi), NULL, N, Fl, C);
+    } else {
+        be->linear_backward_act(be, none, LLM4D_WRITE, at(g, dp, LLM4D_P_FCPROJW), NULL, llm4d_cv(wg->dmlp),
+                                llm4d_cv(a->fch), LLM4D_ACT_GELU, NULL, N, Fl, C);
+    }
+    if (dfcprojb) be->bias_backward(be, dfcprojb, llm4d_ct_at(llm4d_cv(wg->dmlp), own), Nl, C);
+    be->linear_backward(be, none, LLM4D_WRITE, at(g, dp, LLM4D_P_FCW), at(g, dp, LLM4D_P_FCB), llm4d_cv(wg->dfch),
+                        ln_all(g, a->ln2, Nl), NULL, N, C, g->FCl);
+    be->linear_backward(be, none, LLM4D_WRITE, at(g, dp, LLM4D_P_ATTPROJW), NULL, llm4d_cv(wg->dattn),
                         llm4d_cv(a->atty), NULL, N, Cl, C);
-    be->bias_backward(be, llm4d_gpt_at(g, dp, LLM4D_P_ATTPROJB), llm4d_ct_at(llm4d_cv(wg->dattn), own), Nl, C);
-    be->linear_backward(be, none, LLM4D_WRITE, llm4d_gpt_at(g, dp, LLM4D_P_QKVW), llm4d_gpt_at(g, dp, LLM4D_P_QKVB),
-                        llm4d_cv(wg->dqkv), ln_all(g, a->ln1, Nl), NULL, N, C, 3 * Cl);
-    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1W), wg->dln[0], (size_t)C);
-    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN1B), wg->dln[1], (size_t)C);
-    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2W), wg->dln[2], (size_t)C);
-    be->add(be, llm4d_gpt_at(g, dp, LLM4D_P_LN2B), wg->dln[3], (size_t)C);
+    if (dattprojb) be->bias_backward(be, dattprojb, llm4d_ct_at(llm4d_cv(wg->dattn), own), Nl, C);
+    be->linear_backward(be, none, LLM4D_WRITE, at(g, dp, LLM4D_P_QKVW), at(g, dp, LLM4D_P_QKVB), llm4d_cv(wg->dqkv),
+                        ln_all(g, a->ln1, Nl), NULL, N, C, g->QKVl);
+    static const llm4d_param_kind norms[4] = {LLM4D_P_LN1W, LLM4D_P_LN1B, LLM4D_P_LN2W, LLM4D_P_LN2B};
+    for (int k = 0; k < 4; k++)
+        if (g->has[norms[k]]) be->add(be, at(g, dp, norms[k]), wg->dln[k], (size_t)C);
     llm4d_gpt_grads_done(g, grp);
 }

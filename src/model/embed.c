@@ -37,8 +37,9 @@
 
 #include "core/rng.h"
 
-/* The model's embedding groups and the vocabulary rows of each. */
+/* The model's embedding groups and the vocabulary rows of each; the LM head's (the same when it is tied). */
 static int wte_group(const llm4d_gpt *g, int k) { return g->table.wte_first + k; }
+static int head_group(const llm4d_gpt *g, int k) { return g->table.head_first + k; }
 
 void llm4d_gpt_embed_forward(llm4d_gpt *g, llm4d_tensor out, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
@@ -60,8 +61,10 @@ void llm4d_gpt_embed_forward(llm4d_gpt *g, llm4d_tensor out, const llm4d_micro *
     } else {
         llm4d_tp_allreduce(&g->tp, e, (size_t)N * C);
     }
-    be->position_forward(be, mine, llm4d_gpt_params_of(g, g->wpe_group, 0), Nl, C, mb->T, g->tok0);
-    llm4d_gpt_release(g, g->wpe_group, 0);
+    if (g->wpe_group >= 0) { /* learned positions (rotary ones turn Q and K in each block) */
+        be->position_forward(be, mine, llm4d_gpt_params_of(g, g->wpe_group, 0), Nl, C, mb->T, g->tok0);
+        llm4d_gpt_release(g, g->wpe_group, 0);
+    }
     const llm4d_dropout d = llm4d_gpt_dropout(g, g->cfg.hidden_dropout_prob, -1, LLM4D_DROP_EMBED, mb);
     be->dropout_forward(be, out, llm4d_ct32(mine), Nl, C, &d);
 }
@@ -74,8 +77,10 @@ void llm4d_gpt_embed_backward(llm4d_gpt *g, llm4d_ctensor dout, const llm4d_micr
     float *de = g->dres2.t == LLM4D_F32 ? (float *)g->dres2.p : (float *)g->dlocal;
     be->zero(be, de, (size_t)Nl * C * sizeof(float));
     be->dropout_backward(be, llm4d_t32(de), dout, Nl, C, &d);
-    be->position_backward(be, llm4d_gpt_grads_of(g, g->wpe_group), de, Nl, C, mb->T, g->tok0);
-    llm4d_gpt_grads_done(g, g->wpe_group);
+    if (g->wpe_group >= 0) {
+        be->position_backward(be, llm4d_gpt_grads_of(g, g->wpe_group), de, Nl, C, mb->T, g->tok0);
+        llm4d_gpt_grads_done(g, g->wpe_group);
+    }
     const float *dall = de;
     if (g->tp.sp) {
         llm4d_tp_allgather(&g->tp, llm4d_ct32(de), llm4d_t32(g->full), (size_t)Nl * C);
@@ -109,7 +114,8 @@ static void final_ln(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int N, int Nl
     const int C = g->C;
     float *fin = llm4d_gpt_params_of(g, g->lnf_group, 0);
     const llm4d_tensor out = g->tp.sp ? llm4d_t(g->dlocal, g->lnf.t) : g->lnf;
-    be->layernorm_forward(be, out, s->lnf_mean, s->lnf_rstd, x, fin, fin + C, g->tp.sp ? Nl : N, C);
+    if (g->cfg.rmsnorm) be->rmsnorm_forward(be, out, s->lnf_rstd, x, fin, g->tp.sp ? Nl : N, C, g->cfg.norm_epsilon);
+    else be->layernorm_forward(be, out, s->lnf_mean, s->lnf_rstd, x, fin, fin + C, g->tp.sp ? Nl : N, C);
     llm4d_gpt_release(g, g->lnf_group, 0);
     if (g->tp.sp) llm4d_tp_allgather(&g->tp, llm4d_cv(out), g->lnf, (size_t)Nl * C);
 }
@@ -117,14 +123,14 @@ static void final_ln(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int N, int Nl
 void llm4d_gpt_head_forward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, const llm4d_micro *mb) {
     llm4d_backend *be = g->be;
     const int N = mb->B * mb->T, Nl = g->tp.sp ? N / g->tp.size : N, C = g->C, V = g->cfg.vocab_size;
-    const int K = g->table.wte_groups, grad = mb->grad, nch = (N + g->head_rows - 1) / g->head_rows;
+    const int K = g->table.head_groups, grad = mb->grad, nch = (N + g->head_rows - 1) / g->head_rows;
     final_ln(g, s, x, N, Nl);
     /* d(ln_f out), partial over the vocabulary: straight into the slot unless sequence parallel reduce-scatters */
     float *dlnf = g->tp.sp ? g->dlnf_full : s->dlnf;
     if (grad) be->zero(be, dlnf, (size_t)N * C * sizeof(float));
     for (int pass = 0; pass < (K == 1 || !grad ? 1 : 2); pass++)
         for (int k = 0; k < K; k++) {
-            const int grp = wte_group(g, k), rows = (int)g->table.g[grp].nrows, v0 = (int)g->table.g[grp].row0;
+            const int grp = head_group(g, k), rows = (int)g->table.g[grp].nrows, v0 = (int)g->table.g[grp].row0;
             const float *w = llm4d_gpt_params_of(g, grp, 0);
             /* one pass (one block): statistics and gradients chunk by chunk; two passes: statistics, then
              * gradients with the statistics of every block */
@@ -170,7 +176,9 @@ void llm4d_gpt_head_backward(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x) {
     const int C = g->C, Nl = g->BTl;
     float *fin = llm4d_gpt_params_of(g, g->lnf_group, 1), *dfin = llm4d_gpt_grads_of(g, g->lnf_group);
     be->zero(be, g->dres.p, (size_t)Nl * C * llm4d_ftype_size(g->dres.t));
-    be->layernorm_backward(be, g->dres, dfin, dfin + C, llm4d_ct32(s->dlnf), x, fin, s->lnf_mean, s->lnf_rstd, Nl, C);
+    if (g->cfg.rmsnorm) be->rmsnorm_backward(be, g->dres, dfin, llm4d_ct32(s->dlnf), x, fin, s->lnf_rstd, Nl, C);
+    else be->layernorm_backward(be, g->dres, dfin, dfin + C, llm4d_ct32(s->dlnf), x, fin, s->lnf_mean, s->lnf_rstd, Nl,
+                                C);
     llm4d_gpt_grads_done(g, g->lnf_group);
     llm4d_gpt_release(g, g->lnf_group, 1);
 }
@@ -184,8 +192,8 @@ void llm4d_gpt_head_logits(llm4d_gpt *g, llm4d_slot *s, llm4d_ctensor x, int B, 
         LLM4D_ASSERT(g->logits, "out of memory for the %d x %d logits", g->B * g->T, g->Vl);
     }
     int col = 0;
-    for (int k = 0; k < g->table.wte_groups; k++) { /* block k's columns of every row */
-        const int grp = wte_group(g, k), rows = (int)g->table.g[grp].nrows;
+    for (int k = 0; k < g->table.head_groups; k++) { /* block k's columns of every row */
+        const int grp = head_group(g, k), rows = (int)g->table.g[grp].nrows;
         const float *w = llm4d_gpt_params_of(g, grp, 0);
         for (int r0 = 0; r0 < N; r0 += g->head_rows) {
             const int n = N - r0 < g->head_rows ? N - r0 : g->head_rows;

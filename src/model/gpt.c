@@ -111,10 +111,11 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
     /* the LayerNorm outputs: this rank's tokens under sequence parallelism (block.c gathers them again in backward),
      * except in the one block recompute refills just before its backward */
     const size_t Nln = llm4d_gpt_ln_local(g) ? Nl : N;
+    const int ln = !g->cfg.rmsnorm; /* LayerNorm keeps its means too */
     a->ln1 = alloc_t(A, X, Nln * C, t);
-    a->ln1_mean = alloc_f(A, X, Nl);
+    a->ln1_mean = ln ? alloc_f(A, X, Nl) : NULL;
     a->ln1_rstd = alloc_f(A, X, Nl);
-    a->qkv = alloc_t(A, X, N * 3 * g->Cl, t);
+    a->qkv = alloc_t(A, X, N * g->QKVl, t);
     a->atty = alloc_t(A, X, N * g->Cl, t);
     a->lse = alloc_f(A, X, (size_t)g->B * g->NHl * g->T);
     /* the attention dropout's mask, kept so backward reads it instead of drawing its Philox words again (a bit per
@@ -124,18 +125,18 @@ static void alloc_block(allocator *A, llm4d_block_acts *a) {
                        : NULL;
     a->res2 = alloc_t(A, X, Nl * C, g->res);
     a->ln2 = alloc_t(A, X, Nln * C, t);
-    a->ln2_mean = alloc_f(A, X, Nl);
+    a->ln2_mean = ln ? alloc_f(A, X, Nl) : NULL;
     a->ln2_rstd = alloc_f(A, X, Nl);
-    a->fch = alloc_t(A, X, N * g->Fl, t);
+    a->fch = alloc_t(A, X, N * g->FCl, t);
 }
 
 static void alloc_wgrad(allocator *A, llm4d_block_wgrad *w) {
     const llm4d_gpt *g = A->g;
     const size_t N = (size_t)g->BT, C = g->C;
     const llm4d_mem_category X = LLM4D_MEM_ACTIVATIONS;
-    w->dqkv = alloc_t(A, X, N * 3 * g->Cl, g->act);
+    w->dqkv = alloc_t(A, X, N * g->QKVl, g->act);
     w->dattn = alloc_t(A, X, N * C, g->act);
-    w->dfch = alloc_t(A, X, N * g->Fl, g->act);
+    w->dfch = alloc_t(A, X, N * g->FCl, g->act);
     w->dmlp = alloc_t(A, X, N * C, g->act);
     w->dln[0] = alloc_f(A, X, 4 * C);
     for (int k = 1; k < 4; k++) w->dln[k] = w->dln[0] ? w->dln[0] + (size_t)k * C : NULL;
@@ -176,7 +177,7 @@ static void alloc_slot(allocator *A, int c, llm4d_slot *s) {
     }
     if (is_last(g, c)) {
         s->dlnf = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl * C);
-        s->lnf_mean = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl);
+        s->lnf_mean = g->cfg.rmsnorm ? NULL : alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl);
         s->lnf_rstd = alloc_f(A, LLM4D_MEM_ACTIVATIONS, Nl);
     }
 }
@@ -198,15 +199,15 @@ static void count_slots(allocator *A, int c, int ns) {
 static void block_offsets(llm4d_gpt *g) {
     const llm4d_param_table *t = &g->table;
     memset(g->boff, 0, sizeof g->boff);
+    memset(g->has, 0, sizeof g->has);
     g->group_of_layer = calloc((size_t)g->cfg.num_layers, sizeof *g->group_of_layer);
     for (int l = 0; g->group_of_layer && l < g->cfg.num_layers; l++) g->group_of_layer[l] = -1;
-    int seen[LLM4D_P_LNFB + 1] = {0};
     for (int k = 0; k < t->n_groups; k++) {
         const llm4d_group *gr = &t->g[k];
         if (gr->kind != LLM4D_G_BLOCK) continue;
         if (g->group_of_layer) g->group_of_layer[gr->layer] = k;
         for (int i = gr->p0; i < gr->p1; i++)
-            if (!seen[t->p[i].kind]) seen[t->p[i].kind] = 1, g->boff[t->p[i].kind] = t->p[i].offset - gr->lo;
+            if (!g->has[t->p[i].kind]) g->has[t->p[i].kind] = 1, g->boff[t->p[i].kind] = t->p[i].offset - gr->lo;
     }
     g->lnf_group = llm4d_param_group_of(t, LLM4D_G_LNF, -1);
     g->wpe_group = llm4d_param_group_of(t, LLM4D_G_WPE, -1);
@@ -238,6 +239,11 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     g->tok0 = tp->sp ? (int64_t)tp->rank * g->BTl : 0;
     g->C = cfg->hidden_size, g->F = cfg->ffn_hidden_size, g->NH = cfg->num_attention_heads;
     g->Cl = g->C / M, g->Fl = g->F / M, g->NHl = g->NH / M, g->Vl = cfg->padded_vocab_size / M;
+    g->NKV = cfg->num_kv_heads > 0 ? cfg->num_kv_heads : g->NH, g->NKVl = g->NKV / M;
+    g->QKVl = (g->NHl + 2 * g->NKVl) * (g->C / g->NH);
+    g->FCl = cfg->swiglu ? 2 * g->Fl : g->Fl;
+    LLM4D_ASSERT(g->NKVl * M == g->NKV && g->NH % g->NKV == 0, "%d key/value heads over %d ranks, %d heads", g->NKV,
+                 M, g->NH);
     LLM4D_ASSERT(g->BTl * (tp->sp ? M : 1) == g->BT, "sequence parallel: %d tokens over %d ranks", g->BT, M);
     block_offsets(g);
     allocator A = {.g = g, .ok = g->group_of_layer != NULL, .plan = plan};
@@ -260,9 +266,10 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     }
     if (layout->recompute) alloc_block(&A, &g->racts);
     if (part->head) {
-        int64_t widest = 0; /* the head's chunk of logits spans the widest embedding group */
-        for (int k = 0; k < g->table.wte_groups; k++)
-            if (g->table.g[g->table.wte_first + k].nrows > widest) widest = g->table.g[g->table.wte_first + k].nrows;
+        int64_t widest = 0; /* the head's chunk of logits spans the widest vocabulary block */
+        for (int k = 0; k < g->table.head_groups; k++)
+            if (g->table.g[g->table.head_first + k].nrows > widest)
+                widest = g->table.g[g->table.head_first + k].nrows;
         g->head_rows = (int)(N < HEAD_ROWS ? N : HEAD_ROWS);
         const size_t nch = (N + (size_t)g->head_rows - 1) / (size_t)g->head_rows;
         g->head = alloc_t(&A, W, (size_t)g->head_rows * (size_t)widest, g->act);
@@ -275,10 +282,10 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
         g->lnf = alloc_t(&A, W, N * C, g->act);
         if (tp->sp) g->dlnf_full = alloc_f(&A, W, N * C);
     }
-    /* every block's GEMMs read [N, 3C/M], [N, C], [N, F/M] inputs and gradients; the widest may have to be made by
+    /* every block's GEMMs read [N, QKVl], [N, C], [N, FCl] inputs and gradients; the widest may have to be made by
      * the backend in any precision (GELU applied to c_proj's input, the attention's packed Q, K, V) */
-    int widest = g->Fl;
-    if (3 * g->Cl > widest) widest = 3 * g->Cl;
+    int widest = g->FCl;
+    if (g->QKVl > widest) widest = g->QKVl;
     if (g->C > widest) widest = g->C;
     g->operands.made = N * (size_t)widest;
     if (g->operands.made > g->operands.read) g->operands.read = g->operands.made;
@@ -289,11 +296,12 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     g->dres = alloc_t(&A, W, Nl * C, g->res);
     g->dres2 = alloc_t(&A, W, Nl * C, g->res);
     g->dln = alloc_f(&A, W, N * C);
-    g->dqkv = alloc_t(&A, W, N * 3 * g->Cl, g->act);
+    g->dqkv = alloc_t(&A, W, N * g->QKVl, g->act);
     g->datty = alloc_t(&A, W, N * g->Cl, g->act);
     g->dproj = alloc_t(&A, W, Nl * C, g->act);
-    g->dfch = alloc_t(&A, W, N * g->Fl, g->act);
+    g->dfch = alloc_t(&A, W, N * g->FCl, g->act);
     g->dfch_gelu = alloc_t(&A, W, N * g->Fl, g->act);
+    if (cfg->swiglu) g->swi = alloc_t(&A, W, N * g->Fl, g->act);
     g->dlocal = alloc_f(&A, W, Nl * C);
     if (!A.ok) {
         if (given) memset(&g->table, 0, sizeof g->table);
@@ -467,6 +475,8 @@ void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *samp
 
 double llm4d_gpt_flops_per_token(const llm4d_model_config *c, int T) {
     const double C = c->hidden_size, F = c->ffn_hidden_size, L = c->num_layers, V = c->vocab_size;
-    const double matmul_params = L * (3 * C * C + C * C + 2 * C * F) + V * C;
+    const double NH = c->num_attention_heads, NKV = c->num_kv_heads > 0 ? c->num_kv_heads : NH;
+    const double qkv = C * C * (NH + 2 * NKV) / NH, mlp = (c->swiglu ? 3 : 2) * C * F;
+    const double matmul_params = L * (qkv + C * C + mlp) + V * C;
     return 6.0 * matmul_params + 12.0 * L * T * C;
 }

@@ -1,9 +1,12 @@
-/* gpt.h — the GPT-2/GPT-3 decoder, or this rank's part of it: forward and backward of micro-batches.
+/* gpt.h — the decoder (GPT-2/GPT-3, or Llama-shaped), or this rank's part of it: forward and backward of
+ * micro-batches.
  *
  * token + learned position embeddings -> dropout -> L pre-LayerNorm blocks
  *   x = x + dropout(c_proj(attn(ln_1(x))));  x = x + dropout(c_proj(gelu(c_fc(ln_2(x)))))
  * -> ln_f -> logits = x wte^T (the LM head is tied to the token embedding) -> softmax cross-entropy over the real
- * vocabulary (padded logits masked out).
+ * vocabulary (padded logits masked out). The model's description (config.h, config/model_desc.c) swaps the parts
+ * for Llama's: RMSNorm, rotary positions on Q and K instead of learned ones, SwiGLU, grouped-query attention, no
+ * biases, an LM head of its own (lm_head); block.c says how.
  *
  * A rank holds a part of the model (params.h, llm4d_model_part): its tensor-parallel slice (model/tp.h; the math
  * and communication of each layer are at the top of block.c and embed.c) of the blocks of its pipeline chunks, plus
@@ -43,8 +46,9 @@
  * parallelism (else BT), the tensor-parallel slice C/M of the attention, F/M of the MLP. */
 typedef struct {
     llm4d_tensor ln1;                  /* [BTln,C] ln_1's output (BTln: llm4d_gpt_ln_local) */
-    float *ln1_mean, *ln1_rstd;        /* [BTl] */
-    llm4d_tensor qkv;                  /* [BT,3C/M] this rank's heads' Q, K, V */
+    float *ln1_mean, *ln1_rstd;        /* [BTl] (mean: LayerNorm's only) */
+    llm4d_tensor qkv;                  /* [BT,QKVl] this rank's heads' Q, K, V (with rotary positions: Q and K
+                                        * turned) */
     llm4d_tensor atty;                 /* [BT,C/M] attention output before c_proj */
     float *lse;                        /* [B,NH/M,T] log-sum-exp of each attention row (rebuilds softmax) */
     uint32_t *attn_bits;               /* [B,NH/M,T,T/32] the attention dropout's mask (backend.h llm4d_dropout.bits;
@@ -52,15 +56,16 @@ typedef struct {
     llm4d_tensor res2;                 /* [BTl,C] residual stream after the attention sublayer (type res) */
     llm4d_tensor ln2;                  /* [BTln,C] */
     float *ln2_mean, *ln2_rstd;        /* [BTl] */
-    llm4d_tensor fch;                  /* [BT,F/M] c_fc output (GELU's input; its output is recomputed, not kept) */
+    llm4d_tensor fch;                  /* [BT,FCl] c_fc output (GELU's or SwiGLU's input; their output is
+                                        * recomputed, not kept) */
 } llm4d_block_acts;
 
 /* Zero-bubble pipelines (split backward): the output gradients of a block's four linear layers, kept from the
  * input-gradient pass (B) to the weight-gradient pass (W). */
 typedef struct {
-    llm4d_tensor dqkv;  /* [BT,3C/M] */
+    llm4d_tensor dqkv;  /* [BT,QKVl] */
     llm4d_tensor dattn; /* [BT,C] gradient at attn.c_proj's output (all tokens) */
-    llm4d_tensor dfch;  /* [BT,F/M] gradient at c_fc's output */
+    llm4d_tensor dfch;  /* [BT,FCl] gradient at c_fc's output */
     llm4d_tensor dmlp;  /* [BT,C] gradient at mlp.c_proj's output */
     float *dln[4];      /* [C] each, contiguous: ln_1 weight, bias, ln_2 weight, bias gradients (computed in B) */
 } llm4d_block_wgrad;
@@ -131,13 +136,17 @@ typedef struct {
     int B, T, BT, BTl;       /* micro-batch shape; BTl: tokens this rank holds in the LayerNorm/dropout regions */
     llm4d_ftype act, res;    /* the layout's types */
     int C, F, NH, Cl, Fl, NHl, Vl; /* hidden, ffn, heads; their tensor-parallel slices; vocabulary rows per rank */
+    int NKV, NKVl;           /* key/value heads (grouped-query attention: fewer than NH) and this rank's */
+    int QKVl, FCl;           /* this rank's widths of the attention's input projection, (NHl + 2 NKVl) x head size,
+                              * and of the MLP's, Fl (GELU) or 2 Fl (SwiGLU's gate and up) */
     int64_t tok0;            /* first token of this rank's sequence-parallel share (0 without) */
     uint64_t seed;           /* dropout seed */
 
     int nl[LLM4D_MAX_CHUNKS];           /* blocks per chunk */
     llm4d_slot *slot[LLM4D_MAX_CHUNKS]; /* slots per chunk */
     int *group_of_layer;     /* [num_layers] group of each block held, -1 otherwise */
-    size_t boff[LLM4D_P_LNFB + 1]; /* offset of each block parameter kind inside a block group */
+    size_t boff[LLM4D_P_NKINDS]; /* offset of each block parameter kind inside a block group */
+    int has[LLM4D_P_NKINDS];   /* the block has parameters of that kind (no biases in a Llama block, ...) */
     int lnf_group, wpe_group;
 
     llm4d_block_acts racts;  /* recompute: the shared block activations */
@@ -159,6 +168,8 @@ typedef struct {
     void *dlocal;            /* [BTl,C] (this rank's tokens: a LayerNorm output before its gather, a reduced sum) */
     float *dln;
     llm4d_tensor dres, dres2, dqkv, datty, dproj, dfch, dfch_gelu;
+    llm4d_tensor swi;        /* SwiGLU: [BT, F/M] its output, made again where the down projection reads it (as GELU's,
+                              * it is not kept) */
     size_t act_bytes;        /* bytes of activations held (for the report) */
     llm4d_operand_sizes operands; /* the largest GEMM operands of a step (the memory plan's backend estimate) */
     int n_allocs;            /* everything allocated at creation, freed by destroy */

@@ -14,44 +14,97 @@ llm4d_model_part llm4d_model_part_whole(const llm4d_model_config *m) {
     return p;
 }
 
-/* How one kind of block parameter is laid out over the tensor-parallel group. */
+/* One global tensor of a block, or a part of one (GPT-2's fused c_attn holds Q, K and V; c_fc under SwiGLU the
+ * gate and up projections), and how it is laid out over the tensor-parallel group. */
 typedef struct {
     llm4d_param_kind kind;
-    const char *suffix;  /* after "transformer.h.<l>." */
-    int decay;
-    int is_out_proj;     /* output projections get the 1/sqrt(2L) scaled init */
+    const char *suffix;  /* after the block's prefix ("transformer.h.<l>." or "model.layers.<l>.") */
+    int64_t gshape[2];   /* the global tensor's shape ([n, 1] for a vector) */
+    int64_t row0, rows;  /* the rows of it this piece covers (a fused tensor's part), split over the group */
     int split_dim;       /* -1 replicated, 0 rows, 1 columns */
-    int qkv_parts;       /* 3: rows come as Q, K, V parts, each split over the group */
-} layer_param_spec;
+    int decay;
+    int out_proj;        /* output projections get the 1/sqrt(2L) scaled init */
+    int key;             /* its place in the block's order, the same whatever the group's size (a whole fused
+                          * tensor has its first part's) */
+} block_piece;
 
-static const layer_param_spec layer_specs[] = {
-    {LLM4D_P_LN1W, "ln_1.weight", 0, 0, -1, 0},          {LLM4D_P_LN1B, "ln_1.bias", 0, 0, -1, 0},
-    {LLM4D_P_QKVW, "attn.c_attn.weight", 1, 0, 0, 3},    {LLM4D_P_QKVB, "attn.c_attn.bias", 0, 0, 0, 3},
-    {LLM4D_P_ATTPROJW, "attn.c_proj.weight", 1, 1, 1, 0}, {LLM4D_P_ATTPROJB, "attn.c_proj.bias", 0, 0, -1, 0},
-    {LLM4D_P_LN2W, "ln_2.weight", 0, 0, -1, 0},          {LLM4D_P_LN2B, "ln_2.bias", 0, 0, -1, 0},
-    {LLM4D_P_FCW, "mlp.c_fc.weight", 1, 0, 0, 0},        {LLM4D_P_FCB, "mlp.c_fc.bias", 0, 0, 0, 0},
-    {LLM4D_P_FCPROJW, "mlp.c_proj.weight", 1, 1, 1, 0},  {LLM4D_P_FCPROJB, "mlp.c_proj.bias", 0, 0, -1, 0},
-};
-#define N_LAYER_SPECS ((int)(sizeof layer_specs / sizeof layer_specs[0]))
+#define MAX_PIECES 24
 
-/* The global shape of a kind. */
-static int global_shape(llm4d_param_kind k, const llm4d_model_config *m, int64_t shape[2]) {
-    const int64_t C = m->hidden_size, F = m->ffn_hidden_size;
+/* The global tensors of a block of m in buffer order, parts of a fused tensor split in `parts` when the group has
+ * more than one rank (a whole fused tensor stays one entry: Hugging Face's tools read it). Returns the count. */
+static int block_pieces(const llm4d_model_config *m, int M, block_piece out[MAX_PIECES]) {
+    const int64_t C = m->hidden_size, F = m->ffn_hidden_size, NH = m->num_attention_heads;
+    const int64_t NKV = m->num_kv_heads > 0 ? m->num_kv_heads : NH, HS = C / NH;
+    const int64_t Q = NH * HS, KV = NKV * HS;
+    const int L = m->llama, bias = !m->no_bias, lnb = !m->rmsnorm;
+    int n = 0, key = 0;
+#define PIECE(k, sfx, g0, g1, r0, nr, sd, dec, op) out[n++] = (block_piece){k, sfx, {g0, g1}, r0, nr, sd, dec, op, key}
+    /* one fused tensor [rows_total, cols] in parts of the given rows (GPT-2) or separate tensors (Llama) */
+#define FUSED(k, gname, names, cols, nparts, prow, sd, dec)                                                      \
+    do {                                                                                                        \
+        int64_t tot = 0, at = 0;                                                                                \
+        for (int q = 0; q < (nparts); q++) tot += (prow)[q];                                                    \
+        for (int q = 0; q < (nparts); q++) {                                                                    \
+            if (L) PIECE(k, (names)[q], (prow)[q], cols, 0, (prow)[q], sd, dec, 0);                             \
+            else if (M > 1) PIECE(k, gname, tot, cols, at, (prow)[q], sd, dec, 0);                             \
+            else if (q == 0) PIECE(k, gname, tot, cols, 0, tot, sd, dec, 0);                                    \
+            at += (prow)[q], key++;                                                                             \
+        }                                                                                                       \
+    } while (0)
+#define ONE(...) (PIECE(__VA_ARGS__), key++)
+    const int64_t qkv_rows[3] = {Q, KV, KV}, fc_rows[2] = {F, F};
+    static const char *const qkvw[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                        "self_attn.v_proj.weight"};
+    static const char *const qkvb[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
+    static const char *const fcw[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
+    static const char *const fcb[2] = {"mlp.gate_proj.bias", "mlp.up_proj.bias"};
+    const int fc_parts = m->swiglu ? 2 : 1;
+    const int64_t fc_one[1] = {F};
+    ONE(LLM4D_P_LN1W, L ? "input_layernorm.weight" : "ln_1.weight", C, 1, 0, C, -1, 0, 0);
+    if (lnb) ONE(LLM4D_P_LN1B, L ? "input_layernorm.bias" : "ln_1.bias", C, 1, 0, C, -1, 0, 0);
+    FUSED(LLM4D_P_QKVW, "attn.c_attn.weight", qkvw, C, 3, qkv_rows, 0, 1);
+    if (bias) FUSED(LLM4D_P_QKVB, "attn.c_attn.bias", qkvb, 1, 3, qkv_rows, 0, 0);
+    ONE(LLM4D_P_ATTPROJW, L ? "self_attn.o_proj.weight" : "attn.c_proj.weight", C, Q, 0, C, 1, 1, 1);
+    if (bias) ONE(LLM4D_P_ATTPROJB, L ? "self_attn.o_proj.bias" : "attn.c_proj.bias", C, 1, 0, C, -1, 0, 0);
+    ONE(LLM4D_P_LN2W, L ? "post_attention_layernorm.weight" : "ln_2.weight", C, 1, 0, C, -1, 0, 0);
+    if (lnb) ONE(LLM4D_P_LN2B, L ? "post_attention_layernorm.bias" : "ln_2.bias", C, 1, 0, C, -1, 0, 0);
+    if (L && !m->swiglu) {
+        ONE(LLM4D_P_FCW, "mlp.up_proj.weight", F, C, 0, F, 0, 1, 0);
+        if (bias) ONE(LLM4D_P_FCB, "mlp.up_proj.bias", F, 1, 0, F, 0, 0, 0);
+    } else {
+        FUSED(LLM4D_P_FCW, "mlp.c_fc.weight", fcw, C, fc_parts, m->swiglu ? fc_rows : fc_one, 0, 1);
+        if (bias) FUSED(LLM4D_P_FCB, "mlp.c_fc.bias", fcb, 1, fc_parts, m->swiglu ? fc_rows : fc_one, 0, 0);
+    }
+    ONE(LLM4D_P_FCPROJW, L ? "mlp.down_proj.weight" : "mlp.c_proj.weight", C, F, 0, C, 1, 1, 1);
+    if (bias) ONE(LLM4D_P_FCPROJB, L ? "mlp.down_proj.bias" : "mlp.c_proj.bias", C, 1, 0, C, -1, 0, 0);
+#undef ONE
+#undef FUSED
+#undef PIECE
+    return n;
+}
+
+/* The global names of the tensors outside the blocks. */
+static const char *outer_name(const llm4d_model_config *m, llm4d_param_kind k) {
+    const int L = m->llama;
+    switch (k) {
+    case LLM4D_P_WTE: return L ? "model.embed_tokens.weight" : "transformer.wte.weight";
+    case LLM4D_P_WPE: return L ? "model.embed_positions.weight" : "transformer.wpe.weight";
+    case LLM4D_P_LNFW: return L ? "model.norm.weight" : "transformer.ln_f.weight";
+    case LLM4D_P_LNFB: return L ? "model.norm.bias" : "transformer.ln_f.bias";
+    case LLM4D_P_HEAD: return "lm_head.weight";
+    default: return "";
+    }
+}
+
+/* The global shape of a tensor outside the blocks. */
+static int outer_shape(llm4d_param_kind k, const llm4d_model_config *m, int64_t shape[2]) {
     shape[1] = 1;
     switch (k) {
-    case LLM4D_P_LN1W: case LLM4D_P_LN1B: case LLM4D_P_LN2W: case LLM4D_P_LN2B:
-    case LLM4D_P_ATTPROJB: case LLM4D_P_FCPROJB: case LLM4D_P_LNFW: case LLM4D_P_LNFB:
-        shape[0] = C; return 1;
-    case LLM4D_P_QKVB: shape[0] = 3 * C; return 1;
-    case LLM4D_P_FCB: shape[0] = F; return 1;
-    case LLM4D_P_QKVW: shape[0] = 3 * C; shape[1] = C; return 2;
-    case LLM4D_P_ATTPROJW: shape[0] = C; shape[1] = C; return 2;
-    case LLM4D_P_FCW: shape[0] = F; shape[1] = C; return 2;
-    case LLM4D_P_FCPROJW: shape[0] = C; shape[1] = F; return 2;
-    case LLM4D_P_WTE: shape[0] = m->padded_vocab_size; shape[1] = C; return 2;
-    case LLM4D_P_WPE: shape[0] = m->max_position_embeddings; shape[1] = C; return 2;
+    case LLM4D_P_LNFW: case LLM4D_P_LNFB: shape[0] = m->hidden_size; return 1;
+    case LLM4D_P_WTE: case LLM4D_P_HEAD: shape[0] = m->padded_vocab_size; shape[1] = m->hidden_size; return 2;
+    case LLM4D_P_WPE: shape[0] = m->max_position_embeddings; shape[1] = m->hidden_size; return 2;
+    default: shape[0] = 0; return 1;
     }
-    return 0;
 }
 
 typedef struct {
@@ -69,12 +122,14 @@ static void copy_name(char *dst, size_t n, const char *src, size_t k) {
     dst[k] = 0;
 }
 
-/* snprintf(buf, n, "transformer.h.%d.%s", l, suffix), written out for the same reason. */
-static void block_name(char *buf, size_t n, int l, const char *suffix) {
+/* snprintf(buf, n, "transformer.h.%d.%s", l, suffix) (Llama: "model.layers.%d.%s"), written out for the same
+ * reason. */
+static void block_name(char *buf, size_t n, int llama, int l, const char *suffix) {
     char t[LLM4D_PARAM_NAME_MAX + 32], d[16];
     size_t k = 0, nd = 0;
-    static const char head[] = "transformer.h.";
-    memcpy(t, head, sizeof head - 1), k = sizeof head - 1;
+    const char *head = llama ? "model.layers." : "transformer.h.";
+    const size_t hn = strlen(head);
+    memcpy(t, head, hn), k = hn;
     long long x = l;
     if (x < 0) t[k++] = '-', x = -x;
     do d[nd++] = (char)('0' + x % 10), x /= 10; while (x > 0);
@@ -89,6 +144,8 @@ static void block_name(char *buf, size_t n, int l, const char *suffix) {
 typedef struct {
     int64_t off[2], shape[2];
     int split_dim;
+    int64_t gshape[2];   /* the global tensor's */
+    int piece;           /* a block's: the block_piece it is */
 } piece;
 
 /* How a tensor starts: normal(0, std), or the constant c where std is 0 (params.h init_std, init_const). */
@@ -108,8 +165,11 @@ static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char
     copy_name(p->name, sizeof p->name, name, strlen(name));
     p->kind = kind;
     p->layer = layer;
-    p->ndim = global_shape(kind, b->m, p->gshape);
-    p->rows_real = kind == LLM4D_P_WTE ? b->m->vocab_size : p->gshape[0];
+    p->ndim = pc->gshape[1] > 1 ? 2 : 1;
+    p->gshape[0] = pc->gshape[0], p->gshape[1] = pc->gshape[1];
+    if (kind == LLM4D_P_WTE || kind == LLM4D_P_WPE || kind == LLM4D_P_HEAD) p->ndim = 2;
+    p->rows_real = kind == LLM4D_P_WTE || kind == LLM4D_P_HEAD ? b->m->vocab_size : p->gshape[0];
+    p->piece = pc->piece;
     p->off[0] = off[0], p->off[1] = off[1];
     p->shape[0] = shape[0], p->shape[1] = shape[1];
     p->split_dim = split_dim;
@@ -145,21 +205,27 @@ static void close_group(builder *b, llm4d_group_kind kind, int layer, int64_t ro
     b->group_open = t->n;
 }
 
-/* The token embedding's rows of this tensor-parallel rank, in vocabulary blocks (one group each). */
-static void add_wte(builder *b, int owner) {
+/* The token embedding's rows of this tensor-parallel rank (kind WTE), or an untied LM head's (HEAD), in vocabulary
+ * blocks (one group each). Returns the number of groups. */
+static int add_vocab(builder *b, llm4d_param_kind kind, int owner) {
     llm4d_param_table *t = b->t;
     const llm4d_model_part *pt = &t->part;
     const int64_t C = b->m->hidden_size, rows = b->m->padded_vocab_size / pt->mp_size;
     const int64_t r0 = rows * pt->mp_rank, blk = pt->wte_block_rows > 0 ? pt->wte_block_rows : rows;
-    t->wte_first = t->n_groups;
-    t->wte_groups = 0;
+    int n_groups = 0;
     for (int64_t a = 0; a < rows; a += blk) {
         const int64_t n = rows - a < blk ? rows - a : blk;
-        const piece pc = {{r0 + a, 0}, {n, C}, 0};
-        add(b, LLM4D_P_WTE, -1, "transformer.wte.weight", &pc, owner, 1, (init_rule){b->m->initializer_range, 0});
-        close_group(b, LLM4D_G_WTE, -1, r0 + a, n);
-        t->wte_groups++;
+        const piece pc = {{r0 + a, 0}, {n, C}, 0, {b->m->padded_vocab_size, C}, -1};
+        add(b, kind, -1, outer_name(b->m, kind), &pc, owner, 1, (init_rule){b->m->initializer_range, 0});
+        close_group(b, kind == LLM4D_P_HEAD ? LLM4D_G_HEAD : LLM4D_G_WTE, -1, r0 + a, n);
+        n_groups++;
     }
+    return n_groups;
+}
+
+static void add_wte(builder *b, int owner) {
+    b->t->wte_first = b->t->n_groups;
+    b->t->wte_groups = add_vocab(b, LLM4D_P_WTE, owner);
 }
 
 static void add_block(builder *b, int l) {
@@ -167,37 +233,34 @@ static void add_block(builder *b, int l) {
     const llm4d_model_part *pt = &b->t->part;
     const int M = pt->mp_size, r = pt->mp_rank;
     const float std = m->initializer_range, out_std = std / sqrtf(2.0f * (float)m->num_layers);
-    for (int s = 0; s < N_LAYER_SPECS; s++) {
-        const layer_param_spec *sp = &layer_specs[s];
+    block_piece bp[MAX_PIECES];
+    const int np = block_pieces(m, M, bp);
+    for (int s = 0; s < np; s++) {
+        const block_piece *sp = &bp[s];
         char name[LLM4D_PARAM_NAME_MAX];
-        block_name(name, sizeof name, l, sp->suffix);
-        int64_t g[2] = {0, 0};
-        const int nd = global_shape(sp->kind, m, g);
-        const int is_ln_weight = sp->kind == LLM4D_P_LN1W || sp->kind == LLM4D_P_LN2W;
-        const float s_std = sp->decay ? (sp->is_out_proj ? out_std : std) : 0.0f;
-        const float s_const = is_ln_weight ? 1.0f : 0.0f;
-        const int parts = sp->qkv_parts && M > 1 ? sp->qkv_parts : 1; /* one entry when whole: HF tools read it */
-        for (int k = 0; k < parts; k++) {
-            piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, sp->split_dim};
-            if (sp->split_dim == 0) {
-                const int64_t part_rows = g[0] / parts, n = part_rows / M;
-                pc.off[0] = k * part_rows + (int64_t)r * n;
-                pc.shape[0] = n;
-            } else if (sp->split_dim == 1) {
-                pc.off[1] = (int64_t)r * (g[1] / M);
-                pc.shape[1] = g[1] / M;
-            }
-            add(b, sp->kind, l, name, &pc, 1, sp->decay, (init_rule){s_std, s_const});
+        block_name(name, sizeof name, m->llama, l, sp->suffix);
+        const int is_norm_weight = sp->kind == LLM4D_P_LN1W || sp->kind == LLM4D_P_LN2W;
+        const float s_std = sp->decay ? (sp->out_proj ? out_std : std) : 0.0f;
+        const float s_const = is_norm_weight ? 1.0f : 0.0f;
+        piece pc = {{sp->row0, 0}, {sp->rows, sp->gshape[1]}, sp->split_dim, {sp->gshape[0], sp->gshape[1]}, sp->key};
+        if (sp->split_dim == 0) {
+            const int64_t n = sp->rows / M;
+            pc.off[0] = sp->row0 + (int64_t)r * n;
+            pc.shape[0] = n;
+        } else if (sp->split_dim == 1) {
+            pc.off[1] = (int64_t)r * (sp->gshape[1] / M);
+            pc.shape[1] = sp->gshape[1] / M;
         }
+        add(b, sp->kind, l, name, &pc, 1, sp->decay, (init_rule){s_std, s_const});
     }
     close_group(b, LLM4D_G_BLOCK, l, 0, 0);
 }
 
-static void add_whole(builder *b, llm4d_param_kind kind, const char *name, int decay, float std, float c) {
+static void add_whole(builder *b, llm4d_param_kind kind, int decay, float std, float c) {
     int64_t g[2] = {0, 0};
-    const int nd = global_shape(kind, b->m, g);
-    const piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, -1};
-    add(b, kind, -1, name, &pc, 1, decay, (init_rule){std, c});
+    const int nd = outer_shape(kind, b->m, g);
+    const piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, -1, {g[0], g[1]}, -1};
+    add(b, kind, -1, outer_name(b->m, kind), &pc, 1, decay, (init_rule){std, c});
 }
 
 llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_config *m, const llm4d_model_part *part,
@@ -208,7 +271,7 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     t->part = *part;
     if (t->part.align < 1) t->part.align = 1;
     t->num_layers = m->num_layers;
-    t->wte_first = -1;
+    t->wte_first = t->head_first = -1;
     if (part->n_chunks < 0 || part->n_chunks > LLM4D_MAX_CHUNKS)
         return llm4d_fail(err, LLM4D_EUSER, "%d pipeline chunks on one rank; llm4d supports at most %d",
                           part->n_chunks, LLM4D_MAX_CHUNKS);
@@ -224,7 +287,7 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     const int wte_blocks = (int)((rows + blk - 1) / blk);
     builder b = {.t = t, .m = m};
     b.group_cap = 2 * wte_blocks + n_blocks + 3;
-    b.cap = 2 * wte_blocks + 16 * n_blocks + 4;
+    b.cap = 2 * wte_blocks + MAX_PIECES * n_blocks + 4;
     /* not zeroed: add() clears each entry it takes, and the capacity is a bound, not the count (zeroing it all was
      * a tenth of a large search's time: the planner builds tens of thousands of tables) */
     t->p = malloc((size_t)b.cap * sizeof *t->p);
@@ -236,18 +299,26 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
     const float std = m->initializer_range;
     if (part->embedding) {
         add_wte(&b, 1);
-        add_whole(&b, LLM4D_P_WPE, "transformer.wpe.weight", 1, std, 0);
-        close_group(&b, LLM4D_G_WPE, -1, 0, 0);
+        if (!m->rope) { /* rotary positions have no weights */
+            add_whole(&b, LLM4D_P_WPE, 1, std, 0);
+            close_group(&b, LLM4D_G_WPE, -1, 0, 0);
+        }
     }
     for (int c = 0; c < part->n_chunks; c++)
         for (int l = part->layer_lo[c]; l < part->layer_hi[c]; l++) add_block(&b, l);
     if (part->head) {
-        add_whole(&b, LLM4D_P_LNFW, "transformer.ln_f.weight", 0, 0, 1.0f);
-        add_whole(&b, LLM4D_P_LNFB, "transformer.ln_f.bias", 0, 0, 0.0f);
+        add_whole(&b, LLM4D_P_LNFW, 0, 0, 1.0f);
+        if (!m->rmsnorm) add_whole(&b, LLM4D_P_LNFB, 0, 0, 0.0f);
         close_group(&b, LLM4D_G_LNF, -1, 0, 0);
-        /* the tied LM head: a pipeline's last stage holds a copy of the first stage's token embedding, kept
-         * identical by summing their gradients (parallel/pipeline.h); the first stage's copy is the owner */
-        if (!part->embedding) add_wte(&b, 0);
+        if (m->untied) { /* the LM head's own weight, vocabulary-parallel as the embedding */
+            t->head_first = t->n_groups;
+            t->head_groups = add_vocab(&b, LLM4D_P_HEAD, 1);
+        } else {
+            /* the tied LM head: a pipeline's last stage holds a copy of the first stage's token embedding, kept
+             * identical by summing their gradients (parallel/pipeline.h); the first stage's copy is the owner */
+            if (!part->embedding) add_wte(&b, 0);
+            t->head_first = t->wte_first, t->head_groups = t->wte_groups;
+        }
     }
     return LLM4D_OK;
 }
@@ -298,22 +369,31 @@ void llm4d_param_init(const llm4d_param_table *t, llm4d_backend *be, float *para
     llm4d_param_init_range(t, be, params, 0, t->total, seed);
 }
 
-/* wte 0, wpe 1, block l's kinds at 2 + l x N_LAYER_SPECS + (kind - LN1W), ln_f's after the last block */
-int64_t llm4d_param_order(const llm4d_param *p, int num_layers) {
+/* wte 0, wpe 1, block l's tensors at 2 + l x MAX_PIECES + piece, ln_f's and lm_head after the last block */
+int64_t llm4d_param_order(const llm4d_model_config *m, const llm4d_param *p) {
+    const int64_t end = 2 + (int64_t)m->num_layers * MAX_PIECES;
     switch (p->kind) {
     case LLM4D_P_WTE: return 0;
     case LLM4D_P_WPE: return 1;
-    case LLM4D_P_LNFW:
-    case LLM4D_P_LNFB: return 2 + (int64_t)num_layers * N_LAYER_SPECS + (p->kind - LLM4D_P_LNFW);
-    default: return 2 + (int64_t)p->layer * N_LAYER_SPECS + (p->kind - LLM4D_P_LN1W);
+    case LLM4D_P_LNFW: return end;
+    case LLM4D_P_LNFB: return end + 1;
+    case LLM4D_P_HEAD: return end + 2;
+    default: return 2 + (int64_t)p->layer * MAX_PIECES + p->piece;  /* the block_piece's key */
     }
 }
 
-void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n) {
-    const int64_t blocks = (int64_t)num_layers * N_LAYER_SPECS;
-    if (order == 0) snprintf(buf, n, "transformer.wte.weight");
-    else if (order == 1) snprintf(buf, n, "transformer.wpe.weight");
-    else if (order - 2 >= blocks) snprintf(buf, n, "transformer.ln_f.%s", order - 2 == blocks ? "weight" : "bias");
-    else snprintf(buf, n, "transformer.h.%lld.%s", (long long)((order - 2) / N_LAYER_SPECS),
-                  layer_specs[(order - 2) % N_LAYER_SPECS].suffix);
+void llm4d_param_order_name(const llm4d_model_config *m, int64_t order, char *buf, size_t n) {
+    const int64_t end = 2 + (int64_t)m->num_layers * MAX_PIECES;
+    static const llm4d_param_kind outer[] = {LLM4D_P_LNFW, LLM4D_P_LNFB, LLM4D_P_HEAD};
+    if (order == 0) snprintf(buf, n, "%s", outer_name(m, LLM4D_P_WTE));
+    else if (order == 1) snprintf(buf, n, "%s", outer_name(m, LLM4D_P_WPE));
+    else if (order >= end) snprintf(buf, n, "%s", outer_name(m, outer[order - end < 3 ? order - end : 2]));
+    else {
+        block_piece bp[MAX_PIECES];
+        const int np = block_pieces(m, 1, bp), k = (int)((order - 2) % MAX_PIECES);
+        const char *sfx = "?";
+        for (int i = 0; i < np; i++)
+            if (bp[i].key <= k) sfx = bp[i].suffix; /* a part of a fused tensor: the tensor's name */
+        block_name(buf, n, m->llama, (int)((order - 2) / MAX_PIECES), sfx);
+    }
 }

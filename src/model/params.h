@@ -15,19 +15,23 @@
  *     (attn.c_attn, mlp.c_fc: their output features) and the token embedding (vocabulary rows);
  *   - split on dim 1: columns [r*n/M, (r+1)*n/M): the row-parallel layers' weights (attn.c_proj.weight,
  *     mlp.c_proj.weight: their input features).
- * attn.c_attn's output rows are Q (all heads), then K, then V (GPT-2's layout), so a rank's heads are three row
- * ranges: its weight and bias are three entries (q, k, v parts) of the same global name, adjacent in the buffer,
- * which together form the rank's [3C/M, C] matrix. The token embedding may also be cut into vocabulary blocks
- * (several entries of one name): ZeRO-2/3 gather and reduce one block at a time so that no buffer the size of the
- * whole embedding exists.
+ * The attention's input projection gives Q (all heads), then K, then V (of the key/value heads: fewer under
+ * grouped-query attention), so a rank's heads are three row ranges: its weight and bias are three entries (q, k, v
+ * parts) adjacent in the buffer, which together form the rank's [(NH + 2 NKV) HS / M, C] matrix; SwiGLU's gate and
+ * up projections likewise two entries forming [2F/M, C]. The token embedding and an untied LM head may also be cut
+ * into vocabulary blocks (several entries of one name): ZeRO-2/3 gather and reduce one block at a time so that no
+ * buffer the size of the whole embedding exists.
  *
- * Names are Hugging Face GPT-2's global names (transformer.h.3.attn.c_attn.weight, ...) with the GLOBAL block index;
- * shapes are llm4d's: a linear weight is [out, in] (HF's Conv1D stores [in, out]; `convert` transposes). The token
- * embedding's global shape is padded to padded_vocab_size rows; rows >= vocab_size stay zero and never receive
- * gradient.
+ * Names are Hugging Face's global names with the GLOBAL block index: GPT-2's (transformer.h.3.attn.c_attn.weight:
+ * Q, K and V are parts of one fused tensor, as are SwiGLU's gate and up in mlp.c_fc) or Llama's
+ * (model.layers.3.self_attn.q_proj.weight, k_proj, v_proj, mlp.gate_proj, up_proj: each its own tensor); an untied
+ * head is lm_head.weight. Shapes are llm4d's: a linear weight is [out, in] (HF's Llama stores the same; GPT-2's
+ * Conv1D stores [in, out]; `convert` transposes). The token embedding's global shape is padded to
+ * padded_vocab_size rows; rows >= vocab_size stay zero and never receive gradient.
  *
  * Groups, the unit of gathering, bucketing and gradient hand-off (the model's hooks, gpt.h): each vocabulary block
- * of the token embedding, the position embedding, each block, the final LayerNorm. A group is a range of the flat
+ * of the token embedding, the position embedding, each block, the final LayerNorm, each vocabulary block of an
+ * untied LM head. A group is a range of the flat
  * buffer, padded to a multiple of `align` elements (ZeRO splits every group into equal shards); the padding is
  * never read by the model. */
 #ifndef LLM4D_MODEL_PARAMS_H
@@ -47,6 +51,8 @@ typedef enum {
     LLM4D_P_LN1W, LLM4D_P_LN1B, LLM4D_P_QKVW, LLM4D_P_QKVB, LLM4D_P_ATTPROJW, LLM4D_P_ATTPROJB,
     LLM4D_P_LN2W, LLM4D_P_LN2B, LLM4D_P_FCW, LLM4D_P_FCB, LLM4D_P_FCPROJW, LLM4D_P_FCPROJB,
     LLM4D_P_LNFW, LLM4D_P_LNFB,
+    LLM4D_P_HEAD,        /* the untied LM head (lm_head.weight; a tied model's head is LLM4D_P_WTE) */
+    LLM4D_P_NKINDS
 } llm4d_param_kind;
 
 typedef struct {
@@ -64,6 +70,7 @@ typedef struct {
     int owner;           /* 1: this rank's copy is the one that is saved and counted in the gradient norm (0: a
                           * tensor-parallel replica on mp rank > 0, or the last stage's copy of the tied embedding) */
     int group;           /* the group holding it */
+    int piece;           /* in a block: its place in the block's list of global tensors (model order) */
     size_t offset;       /* in elements, into the flat buffer */
     size_t numel;        /* shape[0] * shape[1] */
     int decay;           /* 1: weight decay applies (linear weights, embeddings); 0: biases, LayerNorm */
@@ -71,7 +78,7 @@ typedef struct {
     float init_const;
 } llm4d_param;
 
-typedef enum { LLM4D_G_WTE = 0, LLM4D_G_WPE, LLM4D_G_BLOCK, LLM4D_G_LNF } llm4d_group_kind;
+typedef enum { LLM4D_G_WTE = 0, LLM4D_G_WPE, LLM4D_G_BLOCK, LLM4D_G_LNF, LLM4D_G_HEAD } llm4d_group_kind;
 
 typedef struct {
     llm4d_group_kind kind;
@@ -108,6 +115,8 @@ typedef struct {
     int wte_groups;      /* the embedding groups are groups [0, wte_groups) on the first stage; on a last stage
                           * without the embedding (pipeline) they are the last wte_groups groups */
     int wte_first;       /* index of the first embedding group (-1: none on this rank) */
+    int head_first, head_groups; /* the LM head's vocabulary blocks on the last stage: the embedding groups when
+                                  * it is tied, the lm_head groups (LLM4D_G_HEAD) when not; head_first -1: none */
 } llm4d_param_table;
 
 /* Build this rank's table (part NULL: the whole model); returns LLM4D_ENOMEM on allocation failure, LLM4D_EUSER
@@ -117,11 +126,12 @@ llm4d_code llm4d_param_table_build(llm4d_param_table *t, const llm4d_model_confi
 void llm4d_param_table_free(llm4d_param_table *t);
 /* The first entry of a global name; NULL when absent. */
 const llm4d_param *llm4d_param_find(const llm4d_param_table *t, const char *name);
-/* A key ordering the whole model's tensors by use (wte, wpe, block 0's tensors in kind order, ..., ln_f), the same
- * on every rank whatever its part: a minimum over ranks finds the first tensor of the model with some property. */
-int64_t llm4d_param_order(const llm4d_param *p, int num_layers);
+/* A key ordering the whole model's tensors by use (wte, wpe, block 0's tensors in order, ..., ln_f, lm_head), the
+ * same on every rank whatever its part: a minimum over ranks finds the first tensor of the model with some property.
+ * m is the model the table was built for. */
+int64_t llm4d_param_order(const llm4d_model_config *m, const llm4d_param *p);
 /* The global name of the tensor with order key `order`. */
-void llm4d_param_order_name(int64_t order, int num_layers, char *buf, size_t n);
+void llm4d_param_order_name(const llm4d_model_config *m, int64_t order, char *buf, size_t n);
 /* The buffer's end after a group that ends at n, rounded up to the part's alignment (a group begins where the
  * previous one ends; the planner re-pads a part's groups at another alignment with it). */
 static inline size_t llm4d_param_align_up(size_t n, int64_t align) {
@@ -132,7 +142,8 @@ static inline size_t llm4d_param_align_up(size_t n, int64_t align) {
  * holding both ends of the model, which has two (the LM head's and the lookup's). The model's hooks, the engines
  * that count them and the planner (parallel/traffic.h) read this one answer. */
 static inline int llm4d_param_windows(const llm4d_param_table *t, int grp) {
-    return t->part.embedding && t->part.head && t->g[grp].kind == LLM4D_G_WTE ? 2 : 1;
+    return t->part.embedding && t->part.head && t->g[grp].kind == LLM4D_G_WTE && t->head_first == t->wte_first ? 2
+                                                                                                             : 1;
 }
 /* The group of block `layer`, of the final LayerNorm (kind LLM4D_G_LNF), of the position embedding (LLM4D_G_WPE);
  * -1 when this rank does not hold it. */

@@ -125,14 +125,14 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
     pl->P = llm4d_comm_size(pp);
     pl->stage = llm4d_comm_rank(pp);
     pl->V = V;
-    llm4d_gpt *g = pl->g;
     LLM4D_TRY(llm4d_pp_schedule_build(&pl->train, plan->runs->kind, pl->P, V, M, pl->stage, err));
     /* the embedding group: the stages of the first and the last virtual stage (the others split off into a group
      * they never use) */
+    llm4d_gpt *g = pl->g;
     const int ends = pl->stage == llm4d_pp_stage_of(pl->P, 0) || pl->stage == llm4d_pp_stage_of(pl->P, pl->P * V - 1);
     llm4d_comm *grp = NULL;
     LLM4D_TRY(llm4d_comm_split(pp, ends ? 0 : 1, pl->stage, "embedding", &grp, err));
-    if (ends) pl->emb = grp;
+    if (ends && !g->cfg.untied) pl->emb = grp; /* an untied LM head has no copy to keep equal */
     else llm4d_comm_destroy(grp);
     pl->max_M = M;
     for (int c = 0; c < V; c++) {

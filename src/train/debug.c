@@ -78,6 +78,11 @@ llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
             m->ffn_hidden_size, tr->cfg->data.max_seq_len, (long long)tr->cfg->micro_batch_size,
             (long long)tr->cfg->global_batch_size, (long long)tr->cfg->max_steps, o->max_lr, o->min_lr, o->warmup_rate,
             (long long)o->decay_steps, o->weight_decay, o->beta1, o->beta2, o->epsilon, o->grad_clip);
+    fprintf(f,
+            "\"llama\": %d, \"rmsnorm\": %d, \"rope\": %d, \"swiglu\": %d, \"bias\": %d, \"tied\": %d, "
+            "\"num_key_value_heads\": %d, \"norm_epsilon\": %.9g, \"rope_theta\": %.9g,\n",
+            m->llama, m->rmsnorm, m->rope, m->swiglu, !m->no_bias, !m->untied,
+            m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads, m->norm_epsilon, m->rope_theta);
     fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];

@@ -71,13 +71,13 @@ static llm4d_code first_nonfinite(llm4d_trainer *tr, char *name, size_t n, llm4d
     llm4d_engine_grad_sumsq(tr->engines.storage, &tr->model, 0, each);
     for (int i = 0; i < t->n; i++) {
         if (isfinite(each[i])) continue;
-        const int64_t key = -llm4d_param_order(&t->p[i], t->num_layers);
+        const int64_t key = -llm4d_param_order(&tr->model.cfg, &t->p[i]);
         if (key > first) first = key;
     }
     free(each);
     LLM4D_TRY(llm4d_comm_allreduce_max(tr->groups->world, &first, 1, LLM4D_COMM_I64, err));
     if (first == -INT64_MAX) snprintf(name, n, "(none found: a gradient too large to square)");
-    else llm4d_param_order_name(-first, t->num_layers, name, n);
+    else llm4d_param_order_name(&tr->model.cfg, -first, name, n);
     return LLM4D_OK;
 }
 

@@ -63,9 +63,13 @@ static void print_startup(llm4d_trainer *tr) {
         tr->be->describe_memory(tr->be, d, sizeof d);
         llm4d_log_info(log, "%s", d);
     }
-    llm4d_log_info(log, "model: vocab %d (padded %d), hidden %d, layers %d, heads %d, ffn %d, max_position %d",
-                   m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers, m->num_attention_heads,
-                   m->ffn_hidden_size, m->max_position_embeddings);
+    llm4d_log_info(log, "model: %s, vocab %d (padded %d), hidden %d, layers %d, heads %d (key/value %d), ffn %d, "
+                   "max_position %d; %s, %s, %s MLP, %s, %s LM head",
+                   llm4d_model_family(m), m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers,
+                   m->num_attention_heads, m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads,
+                   m->ffn_hidden_size, m->max_position_embeddings, m->rmsnorm ? "RMSNorm" : "LayerNorm",
+                   m->rope ? "rotary positions" : "learned positions", m->swiglu ? "SwiGLU" : "GELU",
+                   m->no_bias ? "no biases" : "biases", m->untied ? "untied" : "tied");
     llm4d_log_info(log, "parameters: %zu (%.2fM)", tr->model.table.total_real, tr->model.table.total_real / 1e6);
     llm4d_log_info(log, "FLOPs per token (6 x matmul params + 12 x layers x seq x hidden): %.4g", tr->flops_per_token);
     if (tr->peak_gflops > 0)
