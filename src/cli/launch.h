@@ -107,12 +107,17 @@ void llm4d_launch_say_resume(const llm4d_launch_job *job, int argc, char **argv,
 
 #define LLM4D_HOST_NAME_MAX 256
 
-/* The hosts a job may run on (the hostfile's, in its order) and what the last probe found. */
+/* A host of the hostfile and what the last probe found. */
+typedef struct {
+    char name[LLM4D_HOST_NAME_MAX];
+    int up;                             /* the last probe: 1 when the host answered */
+    char why[192];                      /* the last probe: why a host did not answer */
+} llm4d_launch_host;
+
+/* The hosts a job may run on (the hostfile's, in its order). */
 typedef struct {
     int n;                              /* hosts in the hostfile */
-    char (*name)[LLM4D_HOST_NAME_MAX];
-    int *up;                            /* the last probe: 1 when the host answered */
-    char (*why)[192];                   /* the last probe: why a host did not answer */
+    llm4d_launch_host *host;            /* [n] */
     int min, max;                       /* --nnodes MIN:MAX */
     int per_node;                       /* processes on each host: --nproc / MAX */
 } llm4d_launch_hosts;

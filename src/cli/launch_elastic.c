@@ -53,9 +53,7 @@ int llm4d_launch_nnodes(const char *s, int *min, int *max) {
 }
 
 void llm4d_launch_hosts_free(llm4d_launch_hosts *h) {
-    free(h->name);
-    free(h->up);
-    free(h->why);
+    free(h->host);
     memset(h, 0, sizeof *h);
 }
 
@@ -86,23 +84,18 @@ llm4d_code llm4d_launch_hosts_read(const char *path, int min, int max, int nproc
         memcpy(name, p, len);
         name[len] = 0;
         for (int i = 0; i < h->n; i++)
-            if (!strcmp(h->name[i], name))
+            if (!strcmp(h->host[i].name, name))
                 rc = llm4d_fail(err, LLM4D_EUSER, "the hostfile %s lists %s twice; with --nnodes each host is listed "
                                 "once and runs --nproc / MAX processes", path, name);
         if (rc == LLM4D_OK && h->n == cap) {
             cap = cap ? 2 * cap : 16;
-            void *a = realloc(h->name, (size_t)cap * sizeof *h->name), *b = a ? realloc(h->up, (size_t)cap *
-                                                                                      sizeof *h->up) : NULL;
-            if (a) h->name = a;
-            if (b) h->up = b;
-            void *c = b ? realloc(h->why, (size_t)cap * sizeof *h->why) : NULL;
-            if (c) h->why = c;
-            if (!c) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading the hostfile");
+            llm4d_launch_host *more = realloc(h->host, (size_t)cap * sizeof *more);
+            if (more) h->host = more;
+            else rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory reading the hostfile");
         }
         if (rc == LLM4D_OK) {
-            snprintf(h->name[h->n], sizeof h->name[h->n], "%s", name);
-            h->up[h->n] = 0;
-            h->why[h->n][0] = 0;
+            memset(&h->host[h->n], 0, sizeof h->host[h->n]);
+            snprintf(h->host[h->n].name, sizeof h->host[h->n].name, "%s", name);
             h->n++;
         }
     }
@@ -139,7 +132,7 @@ static pid_t probe_start(const llm4d_launch_hosts *h, int i, const char *mpirun,
         args[k++] = mpirun;
         args[k++] = "-q";
         if (geteuid() == 0) args[k++] = "--allow-run-as-root";
-        args[k++] = "-np", args[k++] = "1", args[k++] = "--host", args[k++] = h->name[i];
+        args[k++] = "-np", args[k++] = "1", args[k++] = "--host", args[k++] = h->host[i].name;
         args[k++] = exe, args[k++] = "__probe", args[k] = NULL;
         execvp(mpirun, (char **)args);
         fprintf(stderr, "cannot run %s: %s\n", mpirun, strerror(errno));
@@ -160,8 +153,8 @@ int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const ch
     fflush(stdout);
     fflush(stderr);
     for (int i = 0; i < h->n; i++) {
-        h->up[i] = 0;
-        snprintf(h->why[i], sizeof h->why[i], "its probe could not be started");
+        h->host[i].up = 0;
+        snprintf(h->host[i].why, sizeof h->host[i].why, "its probe could not be started");
     }
     /* at most PROBE_PARALLEL at once (a large cluster is not asked for a thousand remote shells at the same time),
      * each given PROBE_TIMEOUT_S from its own start */
@@ -182,13 +175,13 @@ int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const ch
             if (w == 0) { /* no answer in time: a host that is down, or a remote shell waiting on it */
                 kill(pid[i], SIGKILL);
                 waitpid(pid[i], &status, 0);
-                snprintf(h->why[i], sizeof h->why[i], "no answer in %d s", PROBE_TIMEOUT_S);
+                snprintf(h->host[i].why, sizeof h->host[i].why, "no answer in %d s", PROBE_TIMEOUT_S);
             } else if (w == pid[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-                h->up[i] = 1;
+                h->host[i].up = 1;
             } else {
                 char line[160];
                 last_line(path, line, sizeof line);
-                snprintf(h->why[i], sizeof h->why[i], "%s", line[0] ? line : "its probe failed");
+                snprintf(h->host[i].why, sizeof h->host[i].why, "%s", line[0] ? line : "its probe failed");
             }
             unlink(path);
             pid[i] = 0;
@@ -202,14 +195,14 @@ int llm4d_launch_hosts_probe(llm4d_launch_hosts *h, const char *mpirun, const ch
     free(pid);
     free(until);
     int up = 0;
-    for (int i = 0; i < h->n; i++) up += h->up[i];
+    for (int i = 0; i < h->n; i++) up += h->host[i].up;
     return up;
 }
 
 int llm4d_launch_hosts_pick(const llm4d_launch_hosts *h, int *use) {
     int n = 0;
     for (int i = 0; i < h->n && n < h->max; i++)
-        if (h->up[i]) use[n++] = i;
+        if (h->host[i].up) use[n++] = i;
     return n;
 }
 
@@ -218,7 +211,7 @@ int llm4d_launch_hosts_write(const llm4d_launch_hosts *h, const int *use, int n,
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return -1;
-    for (int i = 0; i < n; i++) fprintf(f, "%s slots=%d\n", h->name[use[i]], h->per_node);
+    for (int i = 0; i < n; i++) fprintf(f, "%s slots=%d\n", h->host[use[i]].name, h->per_node);
     const int bad = fclose(f) != 0;
     return bad || rename(tmp, path) != 0 ? -1 : 0;
 }
@@ -226,11 +219,11 @@ int llm4d_launch_hosts_write(const llm4d_launch_hosts *h, const int *use, int n,
 void llm4d_launch_hosts_describe(const llm4d_launch_hosts *h, const int *use, int n, char *buf, size_t cap) {
     size_t len = (size_t)snprintf(buf, cap, "%d of %d host%s (", n, h->n, h->n == 1 ? "" : "s");
     for (int i = 0; i < n && len < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? " " : "", h->name[use[i]]);
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? " " : "", h->host[use[i]].name);
     for (int i = 0, first = 1; i < h->n && len < cap; i++)
-        if (!h->up[i]) {
+        if (!h->host[i].up) {
             len += (size_t)snprintf(buf + len, cap - len, "%s%s: %s", first ? "; not answering: " : ", ",
-                                    h->name[i], h->why[i]);
+                                    h->host[i].name, h->host[i].why);
             first = 0;
         }
     if (len < cap) snprintf(buf + len, cap - len, ")");
