@@ -211,7 +211,7 @@ static void att_bwd(void *p) {
 
 /* prec names the backend's current GEMM operand precision; peak is that precision's matmul peak */
 static void bench_attention(llm4d_backend *be, float p, const char *prec, double peak, int reps) {
-    llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12};
+    llm4d_attn_shape s = {8, 1024, 12, 64, 0, 12, 0};
     int64_t sids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     /* as the model runs it: with dropout, the mask drawn in forward is kept as bits for backward */
     uint32_t *bits = p > 0.0f ? xalloc((size_t)s.B * s.NH * s.T * LLM4D_MASK_WORDS(s.T) * sizeof(uint32_t)) : NULL;

@@ -34,14 +34,16 @@ typedef struct {
     double u, tiny;
 } lp_format;
 
-/* The bounds for qkv [B,T,3C] and dout [B,T,C] (the exact inputs: what both backends read), oref the exact forward
- * output, operands in format fm, the output backward reads stored in format fo ({0, 0}: fp32): bo [B,T,C] of out,
- * bl [B,NH,T] of lse, bd [B,T,3C] of dqkv without fp32 accumulation, md [B,T,3C] the magnitudes the accumulation's
- * 1e-5 applies to. bo, bl, bd, md must be zeroed. */
+/* The bounds for qkv [B,T,C3] (C3 = (NH + 2 NKV) HS: backend.h's layout, query head h reading kv head h / (NH/NKV))
+ * and dout [B,T,C] (the exact inputs: what both backends read), oref the exact forward output, operands in format
+ * fm, the output backward reads stored in format fo ({0, 0}: fp32): bo [B,T,C] of out, bl [B,NH,T] of lse,
+ * bd [B,T,C3] of dqkv without fp32 accumulation, md [B,T,C3] the magnitudes the accumulation's 1e-5 applies to
+ * (a kv head's summed over the query heads of its group). bo, bl, bd, md must be zeroed. */
 static inline void attn_bounds(const float *qkv, const float *dout, const float *oref, llm4d_attn_shape s,
                                const llm4d_dropout *drop, lp_format fm, lp_format fo, double *bo, double *bl,
                                double *bd, double *md) {
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, NKV = llm4d_attn_nkv(s), C3 = C + 2 * NKV * HS;
+    const int grp = NH / NKV, Ckv = NKV * HS;
     const float p = drop->p;
     double *P = malloc((size_t)T * sizeof(double)), *M = malloc((size_t)T * sizeof(double));
     if (!P || !M) {
@@ -57,7 +59,7 @@ static inline void attn_bounds(const float *qkv, const float *dout, const float 
                 const size_t oi = ((size_t)b * T + t1) * C + h * HS;
                 double mx = -INFINITY, eSm = 0.0;
                 for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h / grp * HS;
                     double d = 0.0, a = 0.0;
                     for (int i = 0; i < HS; i++) d += (double)q[i] * k[i], a += fabs((double)q[i] * k[i]);
                     P[t2] = d * sc;
@@ -79,7 +81,8 @@ static inline void attn_bounds(const float *qkv, const float *dout, const float 
                 for (int c = 0; c < HS; c++) {
                     double e = 0.0, mag = 0.0;
                     for (int t2 = 0; t2 <= t1; t2++) {
-                        const double t = P[t2] * M[t2] * fabs(qkv[((size_t)b * T + t2) * C3 + 2 * C + h * HS + c]);
+                        const size_t vi = ((size_t)b * T + t2) * C3 + C + Ckv + h / grp * HS + c;
+                        const double t = P[t2] * M[t2] * fabs(qkv[vi]);
                         e += t * (eP + u) + M[t2] * P[t2] * fm.tiny;
                         mag += t;
                     }
@@ -88,21 +91,22 @@ static inline void attn_bounds(const float *qkv, const float *dout, const float 
                     eD += fabs(dy[c]) * (bo[oi + c] + fo.u * fabs(oref[oi + c]) + fo.tiny);
                 }
                 for (int t2 = 0; t2 <= t1; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * HS, *v = k + C;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h / grp * HS, *v = k + Ckv;
                     double dp = 0.0, dpa = 0.0;
                     for (int c = 0; c < HS; c++) dp += (double)dy[c] * v[c], dpa += fabs((double)dy[c] * v[c]);
                     const double g = M[t2] * dp - Dt, dS = sc * P[t2] * g;
                     const double edP = M[t2] * (2 * u * dpa + 2 * fm.tiny * HS); /* of m dP~ */
                     const double edS = sc * P[t2] * (2 * eSm * fabs(g) + edP + eD) + u * fabs(dS) + fm.tiny;
-                    const size_t qi = ((size_t)b * T + t1) * C3 + h * HS, ki = ((size_t)b * T + t2) * C3 + C + h * HS;
+                    const size_t qi = ((size_t)b * T + t1) * C3 + h * HS;
+                    const size_t ki = ((size_t)b * T + t2) * C3 + C + h / grp * HS;
                     for (int c = 0; c < HS; c++) {
                         bd[qi + c] += edS * fabs(k[c]) + fabs(dS * k[c]) * u;
                         md[qi + c] += fabs(dS * k[c]);
                         bd[ki + c] += edS * fabs(q[c]) + fabs(dS * q[c]) * u;
                         md[ki + c] += fabs(dS * q[c]);
                         const double pv = M[t2] * P[t2] * fabs(dy[c]);
-                        bd[ki + C + c] += pv * (eP + u) + M[t2] * fm.tiny * fabs(dy[c]);
-                        md[ki + C + c] += pv;
+                        bd[ki + Ckv + c] += pv * (eP + u) + M[t2] * fm.tiny * fabs(dy[c]);
+                        md[ki + Ckv + c] += pv;
                     }
                 }
             }

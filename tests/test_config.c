@@ -678,7 +678,11 @@ static void test_model_description(T *t) {
     expect_error(t, "key/value heads not dividing the heads", rc, "num_key_value_heads 3", "does not divide", NULL);
     rc = run(t, 4, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "--mp_degree", "4", "-o",
              "Model.num_key_value_heads=2", NULL);
-    expect_error(t, "key/value heads not divisible by mp_degree", rc, "num_key_value_heads 2", "mp_degree 4", NULL);
+    expect_ok(t, "2 key/value heads over mp_degree 4: each head on 2 ranks", rc, c->model.num_kv_heads == 2, "");
+    rc = run(t, 6, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "--mp_degree", "6", "-o",
+             "Model.hidden_size=96", "-o", "Model.num_attention_heads=12", "-o", "Model.num_key_value_heads=4", NULL);
+    expect_error(t, "4 key/value heads over mp_degree 6: neither divides the other", rc, "num_key_value_heads 4",
+                 "mp_degree 6", NULL);
     rc = run(t, 1, "--model_name_or_path", "gpt2-tiny", "--max_seq_len", "64", "-o", "Model.layer_norm_epsilon=1e-6", NULL);
     expect_error(t, "LayerNorm's epsilon is fixed", rc, "LayerNorm uses 1e-5", NULL);
     rc = run(t, 1, "--model_name_or_path", "llama-tiny", "--max_seq_len", "64", "-o", "Model.tie_word_embeddings=True", "-o",

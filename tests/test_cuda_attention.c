@@ -3,7 +3,8 @@
  *
  * Shapes cross the kernels' tiles (64 rows, 64/32/16 keys) and blocks (128 rows), use local heads of a larger model
  * (head0, NH_total: tensor parallel), head sizes the tensor-core kernels take (16, 32, 64, 128) and ones only the
- * portable kernels take (24, 200), with and without dropout. fp32 (the portable kernels) within 1e-5 of ref; bf16
+ * portable kernels take (24, 200), with and without dropout, and grouped-query attention (NKV kv heads of NH, the
+ * qkv rows (NH + 2 NKV) HS: backend.h; multi-query NKV = 1) on both kinds of kernels. fp32 (the portable kernels) within 1e-5 of ref; bf16
  * (tensor cores where the head size allows, and the portable kernels forced) and fp16 (portable, rounding as they
  * read) against the CPU backend's error in the same format. Backward writes its gradient (run twice over the same
  * buffer: the same bits), and both directions give the same bits run to run. Generation: the cached attention within
@@ -24,7 +25,7 @@ typedef struct {
 } att_result;
 
 static att_result gpu_attention(const float *qkv, const float *dout, llm4d_attn_shape s, const llm4d_dropout *d) {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     float *gq = up(qkv, nqkv), *gy = up(dout, nout), *go = up(NULL, nout), *gl = up(NULL, nlse), *gd = up(qkv, nqkv);
     llm4d_dropout gdr = *d;
@@ -40,7 +41,7 @@ static att_result gpu_attention(const float *qkv, const float *dout, llm4d_attn_
 
 static att_result host_attention(llm4d_backend *be, const float *qkv, const float *dout, llm4d_attn_shape s,
                                  const llm4d_dropout *d) {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     att_result r = {falloc(nout), falloc((size_t)s.B * s.NH * s.T), falloc(nqkv)};
     be->attention_forward(be, llm4d_t32(r.out), r.lse, llm4d_ct32(qkv), s, d);
     be->attention_backward(be, llm4d_t32(r.dqkv), llm4d_ct32(dout), llm4d_ct32(r.out), llm4d_ct32(qkv), r.lse, s, d);
@@ -52,12 +53,12 @@ static void free_result(att_result *r) { free(r->out), free(r->lse), free(r->dqk
 static void test_attention(llm4d_attn_shape s, float p) {
     int64_t sids[4] = {6, 2, 0, 11};
     llm4d_dropout d = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, NULL};
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
     char tag[160], what[224];
-    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", s.B, s.T, s.NH, s.HS, s.head0,
-             s.NH_total, p);
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d NKV=%d HS=%d head0=%d/%d p=%.1f", s.B, s.T, s.NH,
+             llm4d_attn_nkv(s), s.HS, s.head0, s.NH_total, p);
     att_result ref = host_attention(R, qkv, dout, s, &d);
     llm4d_err err = {0};
     /* fp32: the portable kernels */
@@ -113,11 +114,11 @@ static void test_attention_typed(llm4d_attn_shape s, float p, const att_case *k)
     llm4d_dropout d = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0, NULL};
     llm4d_dropout gdr = d;
     gdr.sample_ids = up_bytes(sids, sizeof(int64_t) * (size_t)s.B);
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     char tag[200], what[280];
-    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f, %s", s.B, s.T, s.NH, s.HS, s.head0,
-             s.NH_total, p, k->name);
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d NKV=%d HS=%d head0=%d/%d p=%.1f, %s", s.B, s.T, s.NH,
+             llm4d_attn_nkv(s), s.HS, s.head0, s.NH_total, p, k->name);
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
     void *hq = host_t(qkv, nqkv, k->tq), *hy = host_t(dout, nout, k->tq);
     void *ho[2] = {host_t(NULL, nout, k->to), host_t(NULL, nout, k->to)};
@@ -207,12 +208,17 @@ static void test_sample(int V) {
 
 int main(void) {
     setup_or_skip();
-    const llm4d_attn_shape shapes[7] = {{2, 37, 3, 16, 1, 5},  {1, 130, 2, 64, 0, 2}, {2, 64, 4, 32, 2, 8},
-                                        {1, 70, 1, 128, 0, 1}, {2, 33, 2, 24, 0, 2},  {1, 20, 1, 200, 0, 1},
-                                        {2, 256, 4, 64, 4, 12}};
-    const float ps[7] = {0.1f, 0.1f, 0.0f, 0.2f, 0.1f, 0.1f, 0.1f};
-    for (int i = 0; i < 7; i++) test_attention(shapes[i], ps[i]);
-    for (int i = 0; i < 7; i++)
+    /* the last of each: NKV (0: NH). Grouped-query attention on the tensor cores' head sizes 64 (2 kv heads of 4,
+     * several key tiles) and 128 (multi-query, their 32-wide tiles), on the portable kernels' 24 (3 of 6), and 16
+     * (2 of 4) without dropout; each case also typed */
+    enum { NS = 11 };
+    const llm4d_attn_shape shapes[NS] = {
+        {2, 37, 3, 16, 1, 5, 0},  {1, 130, 2, 64, 0, 2, 0}, {2, 64, 4, 32, 2, 8, 0},  {1, 70, 1, 128, 0, 1, 0},
+        {2, 33, 2, 24, 0, 2, 0},  {1, 20, 1, 200, 0, 1, 0}, {2, 256, 4, 64, 4, 12, 0}, {2, 130, 4, 64, 0, 4, 2},
+        {1, 70, 4, 128, 4, 8, 1}, {2, 33, 6, 24, 0, 6, 3},  {2, 37, 4, 16, 0, 4, 2}};
+    const float ps[NS] = {0.1f, 0.1f, 0.0f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.0f};
+    for (int i = 0; i < NS; i++) test_attention(shapes[i], ps[i]);
+    for (int i = 0; i < NS; i++)
         for (size_t k = 0; k < sizeof ATT_CASES / sizeof ATT_CASES[0]; k++)
             test_attention_typed(shapes[i], ps[i], &ATT_CASES[k]);
     test_cached(1, 0, 2, 16, 16);

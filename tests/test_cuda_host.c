@@ -50,7 +50,7 @@ static void test_act_dropout(llm4d_backend *ref, int N, int C, int T, int64_t to
 static void test_att_dropout(llm4d_backend *ref) {
     const int B = 2, T = 12, NH = 2, HS = 16, C = NH * HS, C3 = 3 * C;
     int64_t sids[2] = {5, 3};
-    llm4d_attn_shape s = {B, T, NH, HS, 1, 4};
+    llm4d_attn_shape s = {B, T, NH, HS, 1, 4, 0};
     llm4d_dropout d = {0.25f, 11, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 9), sids, T, 0, NULL};
     float *qkv = frand((size_t)B * T * C3, 0.5f, 1), *out = falloc((size_t)B * T * C), *lse = falloc((size_t)B * NH * T);
     for (int b = 0; b < B; b++)

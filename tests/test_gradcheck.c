@@ -284,19 +284,20 @@ static double att_obj(void *p) {
 }
 
 /* backward gets the out and lse of the forward at the unperturbed qkv, as the model passes them; maxc caps the
- * coordinates checked (spread over q, k and v of all heads) */
+ * coordinates checked (spread over q, k and v of all heads; with grouped-query attention a kv head's coordinate
+ * moves every query head of its group) */
 static void test_attention(llm4d_backend *be, llm4d_attn_shape s, float p, size_t maxc) {
     int64_t sids[2] = {4, 1};
     llm4d_dropout drop = {p, 42, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 3, LLM4D_DROP_ATTN_PROBS, 7), sids, s.T, 0, NULL};
     att_ctx c = {be, s, &drop, NULL, NULL, NULL, NULL};
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = nqkv / 3, nlse = (size_t)s.B * s.NH * s.T;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = LLM4D_ATTN_ELEMS(s), nlse = (size_t)s.B * s.NH * s.T;
     c.qkv = frand(nqkv, 1.0f), c.out = falloc(nout), c.lse = falloc(nlse), c.R = frand(nout, 1.0f);
     att_obj(&c);
     float *dqkv = falloc(nqkv);
     be->attention_backward(be, llm4d_t32(dqkv), llm4d_ct32(c.R), llm4d_ct32(c.out), llm4d_ct32(c.qkv), c.lse, s, &drop);
     char what[128];
-    snprintf(what, sizeof what, "%s attention dqkv (B=%d T=%d NH=%d HS=%d, p=%.1f)", be->name, s.B, s.T, s.NH, s.HS,
-             p);
+    snprintf(what, sizeof what, "%s attention dqkv (B=%d T=%d NH=%d NKV=%d HS=%d, p=%.1f)", be->name, s.B, s.T, s.NH,
+             llm4d_attn_nkv(s), s.HS, p);
     gradcheck_n(what, c.qkv, nqkv, dqkv, att_obj, &c, maxc);
     free(c.qkv), free(c.out), free(c.lse), free(c.R), free(dqkv);
 }
@@ -393,7 +394,9 @@ int main(void) {
         test_rope(k ? cpu : ref);
         test_swiglu(k ? cpu : ref);
     }
-    const llm4d_attn_shape small = {2, 5, 2, 3, 1, 3}, blocks = {1, 300, 2, 4, 0, 2};
+    const llm4d_attn_shape small = {2, 5, 2, 3, 1, 3, 0}, blocks = {1, 300, 2, 4, 0, 2, 0};
+    /* grouped-query: 4 query heads on 2 kv heads and on 1 (multi-query) */
+    const llm4d_attn_shape gqa = {2, 5, 4, 3, 0, 4, 2}, mqa = {1, 7, 4, 3, 4, 8, 1};
     test_attention(ref, small, 0.0f, SIZE_MAX); /* every coordinate: q, k, v of both heads */
     test_attention(ref, small, 0.3f, SIZE_MAX);
     /* the fast backend's flash kernel directly: its backward rebuilds the probabilities from forward's lse and
@@ -402,6 +405,12 @@ int main(void) {
     test_attention(cpu, small, 0.3f, SIZE_MAX);
     test_attention(cpu, blocks, 0.0f, 300);
     test_attention(cpu, blocks, 0.3f, 300);
+    for (int k = 0; k < 2; k++) {
+        test_attention(k ? cpu : ref, gqa, 0.0f, SIZE_MAX);
+        test_attention(k ? cpu : ref, gqa, 0.3f, SIZE_MAX);
+        test_attention(k ? cpu : ref, mqa, 0.0f, SIZE_MAX);
+        test_attention(k ? cpu : ref, mqa, 0.3f, SIZE_MAX);
+    }
     test_crossentropy(ref);
     test_dropout(ref, 0, 0.3f);
     test_dropout(ref, 1, 0.0f);

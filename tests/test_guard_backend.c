@@ -9,7 +9,8 @@
  * And what is allowed works: kernels and copies on device memory, the host on pinned memory, a copy's pageable host
  * side, memory freed and allocated again reads as zeros, and the values computed (fp32 and a conversion to bf16)
  * equal the cpu backend's; the Llama family's kernels are checked against their extents both ways (a SwiGLU input
- * too short is refused, a RoPE block ending where its last row's heads end is not). */
+ * too short is refused, a RoPE block ending where its last row's heads end is not; a grouped-query attention's qkv
+ * of (NH + 2 NKV) heads a token is its extent, one of fewer kv heads is refused). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,17 @@ static void swiglu_input_too_short(llm4d_backend *be) {
     be->swiglu_forward(be, llm4d_t32(out), llm4d_ct32(inp), 4, 8);
 }
 
+/* Grouped-query attention reads qkv rows of (NH + 2 NKV) HS (methods.h): one allocated for 1 kv head of 4 query
+ * heads, given to an attention of 2 kv heads, runs past its allocation */
+static void gqa_qkv_too_short(llm4d_backend *be) {
+    enum { B = 1, T = 4, NH = 4, HS = 2 };
+    float *out = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, B * T * NH * HS * sizeof(float));
+    float *lse = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, B * NH * T * sizeof(float));
+    float *qkv = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, B * T * (NH + 2) * HS * sizeof(float));
+    const llm4d_attn_shape s = {.B = B, .T = T, .NH = NH, .HS = HS, .NH_total = NH, .NKV = 2};
+    be->attention_forward(be, llm4d_t32(out), lse, llm4d_ct32(qkv), s, NULL);
+}
+
 static void d2h_into_device(llm4d_backend *be) {
     float *a = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256), *b = be->alloc(be, &mem, LLM4D_MEM_ACTIVATIONS, 256);
     be->copy_async(be, b, a, 256, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
@@ -113,6 +125,8 @@ int main(void) {
          "a kernel given host memory in a typed tensor is refused by name"},
         {swiglu_input_too_short, SIGABRT, "swiglu_forward was given",
          "a kernel of the Llama family given a tensor shorter than its extent is refused by name"},
+        {gqa_qkv_too_short, SIGABRT, "attention_forward was given",
+         "a grouped-query attention given a qkv shorter than its NH + 2 NKV heads is refused by name"},
         {d2h_into_device, SIGABRT, "D2H with device memory on the host side", "a D2H copy into device memory aborts"},
         {nothing_forbidden, 0, "", "kernels on device and pinned memory, the host on pinned memory: no fault"},
     };
@@ -176,6 +190,35 @@ int main(void) {
     check(&T, same_r, "RoPE on rows ld apart (its extent exactly) and RMSNorm on the guard: the cpu backend's bits",
           "");
     g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dr, sizeof r_g), g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, drs, 16);
+    /* grouped-query attention (4 query heads on 1 kv head) on allocations of exactly its extents (qkv and dqkv
+     * (NH + 2 NKV) HS a token): the cpu backend's bits, forward and backward (qkv from x and w, dout w) */
+    {
+        enum { AB = 2, AT = 5, AH = 4, AS = 4, AQ = AB * AT * (AH + 2) * AS, AO = AB * AT * AH * AS };
+        enum { AL = AB * AH * AT };
+        const llm4d_attn_shape as = {.B = AB, .T = AT, .NH = AH, .HS = AS, .NH_total = AH, .NKV = 1};
+        _Static_assert(AQ <= N * C + OC * C && AO <= OC * C, "qkv from x and w, dout from w");
+        float q[AQ], o_cpu[AO], l_cpu[AL], g_cpu[AQ], o_g[AO], l_g[AL], g_g[AQ];
+        memcpy(q, x, sizeof x), memcpy(q + N * C, w, (AQ - N * C) * sizeof(float));
+        cpu->attention_forward(cpu, llm4d_t32(o_cpu), l_cpu, llm4d_ct32(q), as, NULL);
+        cpu->attention_backward(cpu, llm4d_t32(g_cpu), llm4d_ct32(w), llm4d_ct32(o_cpu), llm4d_ct32(q), l_cpu, as,
+                                NULL);
+        float *dq = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof q);
+        float *dg = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof q);
+        float *dO = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof o_g);
+        float *dL = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof l_g);
+        g->copy_async(g, dq, q, sizeof q, LLM4D_H2D, LLM4D_STREAM_COMPUTE);
+        g->attention_forward(g, llm4d_t32(dO), dL, llm4d_ct32(dq), as, NULL);
+        g->attention_backward(g, llm4d_t32(dg), llm4d_ct32(dw), llm4d_ct32(dO), llm4d_ct32(dq), dL, as, NULL);
+        g->copy_async(g, o_g, dO, sizeof o_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+        g->copy_async(g, l_g, dL, sizeof l_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+        g->copy_async(g, g_g, dg, sizeof g_g, LLM4D_D2H, LLM4D_STREAM_COMPUTE);
+        check(&T, !memcmp(o_cpu, o_g, sizeof o_g) && !memcmp(l_cpu, l_g, sizeof l_g) &&
+                      !memcmp(g_cpu, g_g, sizeof g_g),
+              "grouped-query attention on the guard (qkv of its extent exactly): the cpu backend's bits", "");
+        g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dq, sizeof q), g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dg, sizeof q);
+        g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dO, sizeof o_g);
+        g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dL, sizeof l_g);
+    }
     /* freed and allocated again: zeros, as alloc promises */
     g->free(g, &mem, LLM4D_MEM_ACTIVATIONS, dy, sizeof y_g);
     float *again = g->alloc(g, &mem, LLM4D_MEM_ACTIVATIONS, sizeof y_g);

@@ -296,14 +296,17 @@ static void test_gelu(llm4d_backend *cpu, llm4d_backend *ref, size_t n) {
     free(xt), free(g), free(t1), free(t2);
 }
 
+/* qkv [B, T, (NH + 2 NKV) HS] (backend.h): query head h's q at column h HS, its kv head's k and v at C + (h / grp) HS
+ * and C + NKV HS + (h / grp) HS, grp = NH / NKV query heads per kv head (grouped-query attention; NKV = NH: GPT-2) */
 static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p, float qscale) {
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS;
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, NKV = llm4d_attn_nkv(s), grp = NH / NKV;
+    const size_t C3 = (size_t)C + 2 * (size_t)NKV * HS, kc = (size_t)C, vc = (size_t)C + (size_t)NKV * HS;
     int64_t sids[8] = {3, 0, 17, 5, 1, 2, 9, 4};
     llm4d_dropout drop = {p, 77, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 2, LLM4D_DROP_ATTN_PROBS, 5), sids, T, 0, NULL};
     char tag[160];
-    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH, HS,
-             s.head0, s.NH_total, p, qscale);
-    const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d NKV=%d HS=%d head0=%d/%d p=%.1f qkv scale %g", B, T, NH,
+             NKV, HS, s.head0, s.NH_total, p, qscale);
+    const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, qscale);
     float *o1 = frand(nout, 1.0f), *o2 = falloc(nout), *l1 = frand(nlse, 1.0f), *l2 = falloc(nlse);
     cpu->attention_forward(cpu, llm4d_t32(o1), l1, llm4d_ct32(qkv), s, &drop);
@@ -329,8 +332,8 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
                 for (int t2 = 0; t2 <= t1; t2++) {
                     double d = 0.0;
                     for (int i = 0; i < HS; i++)
-                        d += (double)qkv[((size_t)b * T + t1) * 3 * C + h * HS + i] *
-                             qkv[((size_t)b * T + t2) * 3 * C + C + h * HS + i];
+                        d += (double)qkv[((size_t)b * T + t1) * C3 + h * HS + i] *
+                             qkv[((size_t)b * T + t2) * C3 + kc + h / grp * HS + i];
                     const double a = exp(d * scale - l1[((size_t)b * NH + h) * T + t1]);
                     sum += a;
                     uint64_t pos = (((uint64_t)sids[b] * s.NH_total + s.head0 + h) * T + t1) * T + t2;
@@ -340,7 +343,7 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
                     ndrop += m == 0.0f;
                     for (int i = 0; i < HS; i++)
                         o3[((size_t)b * T + t1) * C + h * HS + i] +=
-                            (float)(a * m * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * HS + i]);
+                            (float)(a * m * qkv[((size_t)b * T + t2) * C3 + vc + h / grp * HS + i]);
                 }
                 worst = fmax(worst, fabs(sum - 1.0));
             }
@@ -402,12 +405,12 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
 static void test_attention_lowp(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, float p,
                                 llm4d_precision prec, const char *name) {
     const lp_format fm = prec == LLM4D_PREC_BF16 ? (lp_format){1.0 / 256, 0.0} : (lp_format){1.0 / 2048, 0x1p-25};
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = 3 * C;
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = NH * HS, C3 = C + 2 * llm4d_attn_nkv(s) * HS;
     int64_t sids[4] = {6, 2, 0, 11};
     llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, T, 0, NULL};
     char tag[160];
-    snprintf(tag, sizeof tag, "%s attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", name, B, T, NH, HS, s.head0,
-             s.NH_total, p);
+    snprintf(tag, sizeof tag, "%s attention B=%d T=%d NH=%d NKV=%d HS=%d head0=%d/%d p=%.1f", name, B, T, NH,
+             llm4d_attn_nkv(s), HS, s.head0, s.NH_total, p);
     const size_t nqkv = (size_t)B * T * C3, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
     float *o32 = falloc(nout), *l32 = falloc(nlse), *olp = falloc(nout), *llp = falloc(nlse), *oref = falloc(nout);
@@ -817,23 +820,27 @@ int main(void) {
     test_layernorm(cpu, ref, 37, 131);
     test_layernorm(cpu, ref, 64, 768);
     test_gelu(cpu, ref, 10007);
+    /* the last NKV (0: NH) makes grouped-query attention: 4 query heads on 2 kv heads, on 1 (multi-query), on 4
+     * given explicitly, across key blocks (T > 256) and row blocks with a tail, and tensor-parallel head offsets */
     const llm4d_attn_shape shapes[] = {
-        {1, 1, 1, 4, 0, 1},     {2, 7, 3, 5, 0, 3},  {3, 33, 2, 16, 0, 2},
-        {2, 130, 2, 16, 1, 4},  {1, 257, 2, 8, 2, 5},  {1, 600, 2, 16, 1, 3},
+        {1, 1, 1, 4, 0, 1, 0},    {2, 7, 3, 5, 0, 3, 0},    {3, 33, 2, 16, 0, 2, 0},  {2, 130, 2, 16, 1, 4, 0},
+        {1, 257, 2, 8, 2, 5, 0},  {1, 600, 2, 16, 1, 3, 0}, {2, 37, 4, 8, 0, 4, 2},   {2, 37, 4, 8, 4, 8, 1},
+        {2, 37, 4, 8, 0, 4, 4},   {1, 300, 4, 16, 4, 8, 2}, {1, 300, 4, 16, 0, 4, 1}, {3, 19, 6, 5, 0, 6, 3},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         test_attention(cpu, ref, shapes[i], 0.0f, 1.0f);
         test_attention(cpu, ref, shapes[i], 0.1f, 1.0f);
     }
     /* scores large enough that many probabilities underflow to exactly 0 */
-    const llm4d_attn_shape sharp = {2, 40, 2, 8, 0, 2};
+    const llm4d_attn_shape sharp = {2, 40, 2, 8, 0, 2, 0};
     test_attention(cpu, ref, sharp, 0.0f, 6.0f);
     test_attention(cpu, ref, sharp, 0.3f, 6.0f);
     /* low-precision GEMM operands: T across two key blocks (256) with a tail, and GPT-2's head size; then whole
      * AMX tiles (T and HS multiples of 32: on an AMX CPU the attention's own tile path, cpu_attn.c) across two
-     * key blocks and three row blocks, and the narrowest head it takes */
-    const llm4d_attn_shape lp_shapes[] = {
-        {2, 300, 2, 16, 1, 3}, {1, 130, 2, 64, 0, 2}, {2, 320, 2, 64, 1, 3}, {1, 96, 3, 32, 0, 3}};
+     * key blocks and three row blocks, and the narrowest head it takes; grouped-query (2 kv heads of 4) and
+     * multi-query attention */
+    const llm4d_attn_shape lp_shapes[] = {{2, 300, 2, 16, 1, 3, 0}, {1, 130, 2, 64, 0, 2, 0}, {2, 320, 2, 64, 1, 3, 0},
+                                          {1, 96, 3, 32, 0, 3, 0},   {1, 300, 4, 16, 0, 4, 2}, {1, 96, 4, 32, 0, 4, 1}};
     for (size_t i = 0; i < sizeof lp_shapes / sizeof lp_shapes[0]; i++)
         for (int d = 0; d < 2; d++) {
             test_attention_lowp(cpu, ref, lp_shapes[i], d ? 0.1f : 0.0f, LLM4D_PREC_BF16, "bf16");

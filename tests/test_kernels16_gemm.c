@@ -325,7 +325,7 @@ static lp_format fmt_of_prec(llm4d_precision p) {
 static void attn_combo(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape s, const llm4d_dropout *drop,
                        const float *qkv32, const float *dout32, const char *tag, llm4d_ftype tq, llm4d_ftype to,
                        llm4d_ftype ty, llm4d_ftype td) {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     char how[96];
     snprintf(how, sizeof how, "[qkv %s, out %s, dout %s, dqkv %s]", tname(tq), tname(to), tname(ty), tname(td));
@@ -380,7 +380,7 @@ static void attn_combo(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_shape 
  * drawing the mask again, bit for bit. */
 static void attn_bits(llm4d_backend *cpu, llm4d_attn_shape s, const llm4d_dropout *drop, const float *qkv32,
                       const float *dout32, const char *tag) {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T, nbits = (size_t)s.B * s.NH * s.T * LLM4D_MASK_WORDS(s.T);
     for (int ty = LLM4D_BF16; ty <= LLM4D_F16; ty++)
         for (int mi = 0; mi < NMODES; mi++) {
@@ -412,9 +412,9 @@ static void test_attention(llm4d_backend *cpu, llm4d_backend *ref, llm4d_attn_sh
     const llm4d_dropout drop = {p, 5, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 4, LLM4D_DROP_ATTN_PROBS, 1), sids, s.T, 0,
                                 NULL};
     char tag[160];
-    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d HS=%d head0=%d/%d p=%.1f", s.B, s.T, s.NH, s.HS, s.head0,
-             s.NH_total, p);
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    snprintf(tag, sizeof tag, "attention B=%d T=%d NH=%d NKV=%d HS=%d head0=%d/%d p=%.1f", s.B, s.T, s.NH,
+             llm4d_attn_nkv(s), s.HS, s.head0, s.NH_total, p);
+    const size_t nqkv = LLM4D_ATTN_QKV_ELEMS(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     float *qkv = frand(nqkv, 1.0f), *dout = frand(nout, 1.0f);
     /* the all-fp32 calls before any 16-bit one */
@@ -460,8 +460,10 @@ int main(void) {
     test_linear(cpu, ref, 136, 64, 200, 1, LLM4D_ACT_GELU, 0);
     test_linear(cpu, ref, 20, 1024, 37, 1, LLM4D_ACT_NONE, 0);
     test_linear(cpu, ref, 24, 40, 5000, 1, LLM4D_ACT_GELU, 0);
-    /* the query block (128) and key block (256) crossed with tails; whole AMX tiles (T, HS multiples of 32) */
-    const llm4d_attn_shape shapes[] = {{2, 130, 2, 16, 1, 4}, {1, 300, 2, 16, 0, 2}, {1, 96, 3, 32, 0, 3}};
+    /* the query block (128) and key block (256) crossed with tails; whole AMX tiles (T, HS multiples of 32);
+     * grouped-query attention (the last: NKV, 0 = NH) on whole tiles, and multi-query across a row block */
+    const llm4d_attn_shape shapes[] = {{2, 130, 2, 16, 1, 4, 0}, {1, 300, 2, 16, 0, 2, 0}, {1, 96, 3, 32, 0, 3, 0},
+                                       {1, 96, 4, 32, 0, 4, 2},  {1, 130, 4, 16, 4, 8, 1}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         test_attention(cpu, ref, shapes[i], 0.0f);
         test_attention(cpu, ref, shapes[i], 0.1f);

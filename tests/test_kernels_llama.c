@@ -1,5 +1,5 @@
-/* test_kernels_llama.c — the Llama family's kernels (issue 47: rmsnorm, rope and swiglu, forward and backward):
- * the fast CPU backend against the reference backend, and both against PyTorch.
+/* test_kernels_llama.c — the Llama family's kernels (issue 47: rmsnorm, rope, swiglu and grouped-query attention,
+ * forward and backward): the fast CPU backend against the reference backend, and both against PyTorch.
  *
  * cpu vs ref, fp32, on sizes that are not multiples of the SIMD width or of the weight gradient's column blocks (64),
  * with the test_kernels.c conventions: normwise max|a-b|/max|b| <= 1e-5; outputs that are written start from
@@ -14,7 +14,8 @@
  * The outside oracle: each case's inputs and both backends' outputs go to files, and tests/llama_torch_ref.py
  * recomputes them in PyTorch (float64): RMSNorm by its formula with autograd (the torch of Debian has no
  * F.rms_norm), RoPE as the complex product (x_i + j x_{i+HS/2}) e^{j pos theta_i} with autograd through it, SwiGLU
- * as F.silu(gate) * up with autograd; its check lines are counted here. The 16-bit tensors of these kernels are
+ * as F.silu(gate) * up with autograd, grouped-query causal attention with K and V expanded by repeat_interleave and
+ * autograd through it; its check lines are counted here. The 16-bit tensors of these kernels are
  * test_kernels16.c's; the finite-difference checks of the backward passes are test_gradcheck.c's. */
 #include <math.h>
 #include <omp.h>
@@ -300,6 +301,167 @@ static void test_recorder(llm4d_backend *cpu) {
     llm4d_rec_free(&rec);
 }
 
+/* Grouped-query attention (backend.h llm4d_attn_shape.NKV): qkv [B, T, (NH + 2 NKV) HS], query head h reading kv
+ * head h / (NH / NKV). cpu vs ref in fp32, with and without dropout; the same bits with 1 thread as with 2 (a kv
+ * head's dK and dV are summed over its group in a fixed order); and against multi-head attention on K and V
+ * repeated per query head (Hugging Face's repeat_kv, the MHA path as the oracle): the same out and lse bit for bit
+ * (the same products), dQ the same, and a kv head's dK and dV the sum of its query heads' (in double here). The
+ * case without dropout goes to PyTorch. */
+static void test_gqa_attention(llm4d_backend *cpu, llm4d_backend *ref, int B, int T, int NH, int NKV, int HS) {
+    char tag[96], what[192];
+    snprintf(tag, sizeof tag, "gqa attention B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    const int grp = NH / NKV, C = NH * HS, Ckv = NKV * HS, C3 = C + 2 * Ckv;
+    const llm4d_attn_shape s = {.B = B, .T = T, .NH = NH, .HS = HS, .head0 = NH, .NH_total = 3 * NH, .NKV = NKV};
+    const size_t nq = (size_t)B * T * C3, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    int64_t sids[4] = {7, 1, 30, 2};
+    float *qkv = frand(nq, 1.0f, 0.0f), *dy = frand(no, 1.0f, 0.0f);
+    for (int pass = 0; pass < 2; pass++) {
+        const float p = pass ? 0.1f : 0.0f;
+        const llm4d_dropout drop = {p, 91, llm4d_rng_stream(LLM4D_RNG_DROPOUT, 1, LLM4D_DROP_ATTN_PROBS, 3), sids, T, 0,
+                                    NULL};
+        float *o[2], *l[2], *g[2];
+        llm4d_backend *be[2] = {cpu, ref};
+        for (int k = 0; k < 2; k++) {
+            o[k] = frand(no, 1.0f, 0.0f), l[k] = frand(nl, 1.0f, 0.0f), g[k] = frand(nq, 1.0f, 0.0f); /* garbage */
+            be[k]->attention_forward(be[k], llm4d_t32(o[k]), l[k], llm4d_ct32(qkv), s, &drop);
+            be[k]->attention_backward(be[k], llm4d_t32(g[k]), llm4d_ct32(dy), llm4d_ct32(o[k]), llm4d_ct32(qkv), l[k],
+                                      s, &drop);
+        }
+        snprintf(what, sizeof what, "%s p=%.1f cpu vs ref forward out", tag, p), cmp(what, o[0], o[1], no);
+        snprintf(what, sizeof what, "%s p=%.1f cpu vs ref lse", tag, p), cmp(what, l[0], l[1], nl);
+        snprintf(what, sizeof what, "%s p=%.1f cpu vs ref dqkv", tag, p), cmp(what, g[0], g[1], nq);
+        /* dK, dV alone (dQ dominates a normwise error of the whole row) */
+        float *kv0 = falloc((size_t)B * T * 2 * Ckv), *kv1 = falloc((size_t)B * T * 2 * Ckv);
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = 0; c < 2 * Ckv; c++)
+                kv0[r * 2 * Ckv + c] = g[0][r * C3 + C + c], kv1[r * 2 * Ckv + c] = g[1][r * C3 + C + c];
+        snprintf(what, sizeof what, "%s p=%.1f cpu vs ref dK and dV", tag, p);
+        cmp(what, kv0, kv1, (size_t)B * T * 2 * Ckv);
+        float *o1 = falloc(no), *l1 = falloc(nl), *g1 = falloc(nq);
+        const int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+        cpu->attention_forward(cpu, llm4d_t32(o1), l1, llm4d_ct32(qkv), s, &drop);
+        cpu->attention_backward(cpu, llm4d_t32(g1), llm4d_ct32(dy), llm4d_ct32(o1), llm4d_ct32(qkv), l1, s, &drop);
+        omp_set_num_threads(nt > 1 ? nt : 2);
+        float *o2 = falloc(no), *l2 = falloc(nl), *g2 = falloc(nq);
+        cpu->attention_forward(cpu, llm4d_t32(o2), l2, llm4d_ct32(qkv), s, &drop);
+        cpu->attention_backward(cpu, llm4d_t32(g2), llm4d_ct32(dy), llm4d_ct32(o2), llm4d_ct32(qkv), l2, s, &drop);
+        omp_set_num_threads(nt);
+        check(same(o1, o[0], no) && same(l1, l[0], nl) && same(g1, g[0], nq) && same(o2, o1, no) &&
+                  same(l2, l1, nl) && same(g2, g1, nq),
+              "%s p=%.1f: 1 thread gives the bits of %d and of %d", tag, p, nt, nt > 1 ? nt : 2);
+        /* multi-head attention on K, V repeated: query head h gets kv head h / grp's */
+        const llm4d_attn_shape m = {.B = B, .T = T, .NH = NH, .HS = HS, .head0 = NH, .NH_total = 3 * NH};
+        const size_t nm = (size_t)B * T * 3 * C;
+        float *qm = falloc(nm), *om = falloc(no), *lm = falloc(nl), *gm = falloc(nm);
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int h = 0; h < NH; h++)
+                for (int c = 0; c < HS; c++) {
+                    const float *in = qkv + r * C3;
+                    float *out = qm + r * 3 * C;
+                    out[h * HS + c] = in[h * HS + c];
+                    out[C + h * HS + c] = in[C + h / grp * HS + c];
+                    out[2 * C + h * HS + c] = in[C + Ckv + h / grp * HS + c];
+                }
+        cpu->attention_forward(cpu, llm4d_t32(om), lm, llm4d_ct32(qm), m, &drop);
+        cpu->attention_backward(cpu, llm4d_t32(gm), llm4d_ct32(dy), llm4d_ct32(om), llm4d_ct32(qm), lm, m, &drop);
+        check(same(om, o[0], no) && same(lm, l[0], nl), "%s p=%.1f: out and lse = multi-head attention's on K, V "
+              "repeated, bit for bit", tag, p);
+        float *gs = falloc(nq);
+        double *acc = calloc(nq, sizeof(double));
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int h = 0; h < NH; h++)
+                for (int c = 0; c < HS; c++) {
+                    const float *in = gm + r * 3 * C;
+                    double *out = acc + r * C3;
+                    out[h * HS + c] = in[h * HS + c];
+                    out[C + h / grp * HS + c] += in[C + h * HS + c];
+                    out[C + Ckv + h / grp * HS + c] += in[2 * C + h * HS + c];
+                }
+        for (size_t i = 0; i < nq; i++) gs[i] = (float)acc[i];
+        snprintf(what, sizeof what, "%s p=%.1f dqkv = multi-head attention's on K, V repeated, dK and dV summed over "
+                 "each group", tag, p);
+        cmp(what, g[0], gs, nq);
+        if (!pass && g_cases) { /* for PyTorch */
+            char name[64];
+            snprintf(name, sizeof name, "attn_%d_%d_%d_%d_%d", B, T, NH, NKV, HS);
+            fprintf(g_cases, "attn %s %d %d %d %d %d\n", name, B, T, NH, NKV, HS);
+            dump(name, "qkv", qkv, nq), dump(name, "dy", dy, no);
+            const char *side[2] = {"cpu", "ref"};
+            for (int k = 0; k < 2; k++) {
+                char t[16];
+                snprintf(t, sizeof t, "%s_out", side[k]), dump(name, t, o[k], no);
+                snprintf(t, sizeof t, "%s_lse", side[k]), dump(name, t, l[k], nl);
+                snprintf(t, sizeof t, "%s_dqkv", side[k]), dump(name, t, g[k], nq);
+            }
+        }
+        for (int k = 0; k < 2; k++) free(o[k]), free(l[k]), free(g[k]);
+        free(kv0), free(kv1), free(o1), free(l1), free(g1), free(o2), free(l2), free(g2), free(qm), free(om), free(lm);
+        free(gm), free(gs), free(acc);
+    }
+    free(qkv), free(dy);
+}
+
+/* The recorder's attention calls: multi-head attention keeps its key (d[4] = 0, NKV given as 0 or as NH: the machine
+ * profiles measured before grouped-query attention stay valid) and its bytes; grouped-query attention carries NKV in
+ * d[4], its bytes counted by hand (qkv and dqkv (NH + 2 NKV) HS a token, out and dout NH HS), and the replay makes
+ * the call with it: on the guard backend, which refuses (aborts) a kernel whose extent (methods.h, NH + 2 NKV heads
+ * of qkv) is past its allocation, so a replay that lost NKV (NH kv heads) would not pass. */
+static void test_recorder_attention(void) {
+    llm4d_rec rec = {0};
+    llm4d_backend *rb = NULL, *guard = NULL;
+    llm4d_err err = {0};
+    if (llm4d_rec_backend_create(&rb, &rec, NULL, &err) != LLM4D_OK ||
+        llm4d_backend_guard_create(&guard, 1, &err) != LLM4D_OK) {
+        check(0, "the recording and guard backends: %s", err.msg);
+        if (rb) rb->destroy(rb);
+        return;
+    }
+    enum { B = 2, T = 16, NH = 4, HS = 8 };
+    const int nkv[3] = {0, NH, 1};
+    const int64_t *sid = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS, B * sizeof(int64_t)); /* the replay's: zeros */
+    const llm4d_dropout drop = {0.1f, 1, 1, sid, T, 0, NULL};
+    for (int i = 0; i < 3; i++) {
+        const llm4d_attn_shape s = {.B = B, .T = T, .NH = NH, .HS = HS, .head0 = 0, .NH_total = NH, .NKV = nkv[i]};
+        const size_t nq = (size_t)B * T * (NH + 2 * (nkv[i] ? nkv[i] : NH)) * HS, no = (size_t)B * T * NH * HS;
+        void *q = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS, nq * 4), *dq = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS,
+                                                                                      nq * 4);
+        void *o = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS, no * 4), *dy = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS,
+                                                                                      no * 4);
+        void *l = rb->alloc(rb, NULL, LLM4D_MEM_ACTIVATIONS, (size_t)B * NH * T * 4);
+        rb->attention_forward(rb, llm4d_t32(o), l, llm4d_ct32(q), s, &drop);
+        rb->attention_backward(rb, llm4d_t32(dq), llm4d_ct32(dy), llm4d_ct32(o), llm4d_ct32(q), l, s, &drop);
+    }
+    const double tok = (double)B * T * HS * 4; /* bytes of one head's values over the micro-batch, fp32 */
+    const double want[6] = {4 * NH * tok, 8 * NH * tok, 4 * NH * tok, 8 * NH * tok, (2 * NH + 2) * tok,
+                            (4 * NH + 4) * tok};
+    int ok = rec.n == 6 && !rec.failed;
+    for (int i = 0; ok && i < 6; i++) {
+        const llm4d_rc_call *c = &rec.calls[i];
+        ok &= c->op == (i % 2 ? LLM4D_RC_ATTN_BWD : LLM4D_RC_ATTN_FWD) && llm4d_rc_kind(c) == LLM4D_WORK_ATTN &&
+              c->d[0] == B && c->d[1] == T && c->d[2] == NH && c->d[3] == HS && c->d[4] == (i < 4 ? 0 : 1) &&
+              c->d[5] == 0 && llm4d_rc_bytes(c) == want[i] &&
+              llm4d_rc_flops(c) == (i % 2 ? 5.0 : 2.0) * B * NH * (double)T * T * HS;
+    }
+    check(ok, "recorder: attention's key is B, T, NH, HS and 0 for multi-head attention (NKV 0 or NH), NKV for "
+          "grouped-query; bytes by hand");
+    llm4d_replay rp;
+    double t[6][LLM4D_WORK_N];
+    if (ok && llm4d_replay_init(&rp, &rec, guard, &err) == LLM4D_OK) {
+        llm4d_replay_run(&rp, 0, rec.n, t);
+        int made = 1;
+        for (int i = 0; i < 6; i++) made &= t[i][LLM4D_WORK_ATTN] > 0;
+        check(made, "replay: the 6 attention calls made again on the guard backend within their allocations, timed as "
+              "attention");
+        llm4d_replay_free(&rp);
+    } else {
+        check(0, "replay: %s", ok ? err.msg : "nothing to replay");
+    }
+    rb->destroy(rb);
+    guard->destroy(guard);
+    llm4d_rec_free(&rec);
+}
+
 /* tests/llama_torch_ref.py on the files: its check lines become this test's */
 static void torch_oracle(void) {
     fclose(g_cases);
@@ -356,6 +518,14 @@ int main(void) {
     test_swiglu(cpu, ref, 37, 131);
     test_swiglu(cpu, ref, 16, 4100);
     test_recorder(cpu);
+    /* grouped-query attention: 2 kv heads of 4, multi-query (1 of 4), multi-head given as NKV = NH; across the
+     * cpu backend's key blocks (256) and row blocks (128) with tails; 3 of 6 with an odd head size */
+    test_gqa_attention(cpu, ref, 2, 37, 4, 2, 8);
+    test_gqa_attention(cpu, ref, 2, 37, 4, 1, 8);
+    test_gqa_attention(cpu, ref, 2, 37, 4, 4, 8);
+    test_gqa_attention(cpu, ref, 1, 300, 4, 2, 16);
+    test_gqa_attention(cpu, ref, 1, 140, 6, 3, 5);
+    test_recorder_attention();
     torch_oracle();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The Llama family (issue 47) in every kind of layout, against one process: llama-tiny deepened to 4 blocks (RMSNorm,
-# rotary positions, SwiGLU, no biases, an untied LM head),
+# rotary positions, SwiGLU, grouped-query attention with 2 key/value heads for 4 heads, no biases, an untied LM head),
 # 12 steps, global batch 8, dropout switched on (0.1 in the hidden layers and on the attention probabilities: Llama
 # trains without, but the masks must follow the layouts too), fp32: every layout's losses and gradient norms within
 # 1e-5 of the one-process run's (its own PyTorch parity is in test_torch_parity):
 #   recompute; data parallel; ZeRO stages 1, 2, 3 and 3 with offload over 2; tensor parallel over 2 with and without
-#   sequence parallelism; the pipeline's three schedules (1F1B, interleaved
+#   sequence parallelism (a key/value head per rank), over 4 (each of the 2 key/value heads on 2 ranks, their
+#   gradients summed by the tensor-parallel engine), and multi-query attention (1 key/value head) over 2 with
+#   sequence parallelism and with a pipeline; the pipeline's three schedules (1F1B, interleaved
 #   with 2 chunks per stage, ZB-H1: the untied head is the last stage's own, no embedding group); the 16-rank 4D
 #   layout (dp2 x pp2 x sharding2 stage 3 x mp2). Then AMP at O2 (bf16) on one process and on tensor x pipeline,
 #   within the 16-bit floor test_amp_layouts measures for GPT (1e-3). And a checkpoint written by the 4D layout
@@ -24,6 +26,7 @@ run() { # name np args...
     --output_dir "$tmp/$name/out" >"$tmp/$name.stdout" 2>&1 || { echo "run $name failed:"; tail -5 "$tmp/$name.stdout"; }
 }
 run single 1 --micro_batch_size 8 --save_steps 6
+run single_kv1 1 --micro_batch_size 8 -o Model.num_key_value_heads=1
 run single_bf16 1 --micro_batch_size 8 --use_amp true
 layouts=(
   # name        np  ref          args (comma-separated)
@@ -35,6 +38,9 @@ layouts=(
   "sh2_s3_off   2   single       --sharding_degree,2,--sharding_stage,3,--sharding_offload,true,--micro_batch_size,4"
   "mp2          2   single       --mp_degree,2,--micro_batch_size,8"
   "mp2_sp       2   single       --mp_degree,2,--sequence_parallel,true,--micro_batch_size,8"
+  "mp4_kvrep    4   single       --mp_degree,4,--micro_batch_size,8"
+  "mp2_sp_kv1   2   single_kv1   --mp_degree,2,--sequence_parallel,true,--micro_batch_size,8,-o,Model.num_key_value_heads=1"
+  "pp2_mp2_kv1  4   single_kv1   --pp_degree,2,--mp_degree,2,--micro_batch_size,2,-o,Model.num_key_value_heads=1"
   "pp2_1f1b     2   single       --pp_degree,2,--micro_batch_size,2"
   "pp2_v2       2   single       --pp_degree,2,--virtual_pp_degree,2,--micro_batch_size,2"
   "pp2_zb       2   single       --pp_degree,2,--pp_schedule,ZBH1,--micro_batch_size,2"

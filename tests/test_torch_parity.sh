@@ -2,11 +2,12 @@
 # PyTorch parity of the single-process model: llm4d trains a model for 10 steps (dropout off, gradient
 # accumulation 2, clipping and warmup+cosine on) and dumps its initial weights, batches, step-1 logits and
 # gradients; tests/torch_ref.py rebuilds the model in PyTorch from those weights and compares. Models: gpt2-tiny;
-# llama-tiny (RMSNorm, rotary positions, SwiGLU, no biases, untied head); llama-tiny with rope_theta 500000.
+# llama-tiny (RMSNorm, rotary positions, SwiGLU, grouped-query attention with 2 key/value heads for 4 heads, no
+# biases, untied head); llama-tiny as multi-query attention (1 key/value head) with rope_theta 500000.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 test_setup
-models=("gpt2-tiny" "llama-tiny" "llama-tiny -o Model.rope_theta=500000")
+models=("gpt2-tiny" "llama-tiny" "llama-tiny -o Model.num_key_value_heads=1 -o Model.rope_theta=500000")
 for k in "${!models[@]}"; do
   read -ra model <<<"${models[$k]}"
   d=$tmp/m$k

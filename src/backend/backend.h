@@ -84,14 +84,22 @@ typedef struct {
 /* Words of one attention row's mask bits (llm4d_dropout.bits). */
 #define LLM4D_MASK_WORDS(T) (((size_t)(T) + 31) / 32)
 
-/* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads). */
+/* Attention geometry: the local heads are heads [head0, head0 + NH) of NH_total (tensor parallel splits heads).
+ * Grouped-query attention (Llama 2 70B, Llama 3): NKV key/value heads, query head h reading kv head h / (NH / NKV)
+ * (Hugging Face's repeat_kv; NKV = 1 is multi-query attention). NKV = 0 means NH (multi-head attention), so every
+ * caller that leaves it out keeps GPT-2's attention. head0 and NH_total count query heads: a head's dropout
+ * positions are its query head's. */
 typedef struct {
     int B, T;       /* batch rows, sequence length */
-    int NH;         /* local heads */
+    int NH;         /* local query heads */
     int HS;         /* head size */
     int head0;      /* global index of the first local head */
     int NH_total;   /* heads of the whole model */
+    int NKV;        /* local key/value heads, dividing NH; 0: NH */
 } llm4d_attn_shape;
+
+/* The local key/value heads of s (llm4d_attn_shape.NKV, 0 read as NH). */
+static inline int llm4d_attn_nkv(llm4d_attn_shape s) { return s.NKV > 0 ? s.NKV : s.NH; }
 
 /* Rotary position embedding geometry (rope_forward): N rows of a [B, T] micro-batch's tokens, row n being token
  * tok0 + n of the flattened micro-batch at position (tok0 + n) % T (position_forward's rule: a sequence-parallel or

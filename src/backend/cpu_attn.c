@@ -25,7 +25,13 @@
  * head (Q as A tiles for S and as B tiles for dK; K^T and K; V and V^T; dout as A and as B tiles), P~ and dS written
  * into A tiles by the softmax pass, and their transposes (dV's and dK's operands) packed from the fp32 blocks while
  * they are in cache. The scores are scaled in the softmax pass rather than by the GEMM. GPT-2 124M at B=2 T=1024 on
- * two Sapphire Rapids threads: attention 0.34 -> 0.27 s a step. */
+ * two Sapphire Rapids threads: attention 0.34 -> 0.27 s a step.
+ *
+ * Grouped-query attention (backend.h llm4d_attn_shape.NKV): K and V are packed once per kv head and every query
+ * head of the group reads its kv head's panels; forward's tasks stay per query head. Backward's task is a kv head
+ * with the query heads of its group in order on one thread, so a kv head's dK and dV are summed in the thread's
+ * panels in a fixed order (no atomics, the same bits at any thread count); in multi-head attention that is one
+ * query head a task, as before. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,12 +82,15 @@ typedef struct {
     const llm4d_attn_shape *s;
     const llm4d_dropout *drop; /* NULL when not dropping */
     int T, HS, C, C3, nblk, nkb;
+    int NKV, grp;          /* key/value heads, and query heads per kv head (query head h reads kv head h / grp) */
+    int Ckv;               /* NKV x HS: K's (and V's) width in a qkv row of C3 = C + 2 Ckv */
     float scale;
     float sscale;          /* the scale the softmax applies to S: 1 where oneDNN's GEMM did (its alpha) */
     float keep;            /* a kept probability's multiplier, 1/(1-p) (as drop_mults computes it) */
     llm4d_cpu_fmt fmt;
     size_t esz;            /* bytes of one GEMM operand element */
-    const void *qkv;       /* Q, K, V packed: [3][B][NH][T][HS] in the operand precision */
+    const void *qkv;       /* Q, K, V packed: Q [B][NH][T][HS], then K and V [B][NKV][T][HS] each, in the operand
+                            * precision */
     const void *dout;      /* backward: dout packed, [B][NH][T][HS] */
     llm4d_dnnl_prim **prims;
     /* amx: the products on the AMX kernel, every operand in the tiles its product reads (cpu_amx.h), packed per
@@ -94,9 +103,14 @@ typedef struct {
     const uint16_t *qb, *kb, *vbt, *dya, *dyb; /* dK += dS^T Q, dQ += dS K, dP~ = dout V^T, dV += P~^T dout */
 } att_call;
 
-/* Head (b, h)'s part of a per-head AMX pack. */
+/* Query head (b, h)'s part of a per-head AMX pack of Q or dout. */
 static const uint16_t *att_head(const att_call *ac, const uint16_t *pack, int b, int h) {
     return pack + ((size_t)b * (size_t)ac->s->NH + (size_t)h) * ac->head_el;
+}
+
+/* Key/value head (b, g)'s part of a per-head AMX pack of K or V. */
+static const uint16_t *att_kvhead(const att_call *ac, const uint16_t *pack, int b, int g) {
+    return pack + ((size_t)b * (size_t)ac->NKV + (size_t)g) * ac->head_el;
 }
 
 static llm4d_dnnl_prim **att_prim(const att_call *ac, int i, int j) {
@@ -139,21 +153,29 @@ static size_t att_thread_floats(int T, int HS) {
     return (n + 15) & ~(size_t)15;
 }
 
-/* Pack nparts [B, T, nparts * NH * HS] rows (qkv: Q, K, V; dout: one part) into [nparts][B][NH][T][HS] in the
- * operand precision: every head's panel dense. */
-static void *att_pack(cpu_ctx *cx, int slot, llm4d_ctensor src, const llm4d_attn_shape *s, int nparts) {
-    const int T = s->T, HS = s->HS, NH = s->NH, C = NH * HS, rowlen = nparts * C;
-    const size_t es = llm4d_cpu_operand_bytes(cx->fmt), panel = (size_t)T * HS;
+/* Pack [B, T, NH * HS] rows (dout: kv 0) or qkv's [B, T, (NH + 2 NKV) * HS] rows (kv 1) into per-head panels in the
+ * operand precision, [B][NH][T][HS] for the query heads, then [B][NKV][T][HS] for K and for V: every head's panel
+ * dense (att_row finds them). */
+static void *att_pack(cpu_ctx *cx, int slot, llm4d_ctensor src, const att_call *ac, int kv) {
+    const llm4d_attn_shape *s = ac->s;
+    const int T = s->T, HS = s->HS, NH = s->NH, NKV = ac->NKV, C = ac->C, rowlen = kv ? ac->C3 : C;
+    const size_t es = llm4d_cpu_operand_bytes(cx->fmt), panel = (size_t)T * HS, qpart = (size_t)s->B * NH * panel;
+    const size_t kvpart = (size_t)s->B * NKV * panel;
     char *dst = llm4d_cpu_slot(cx, slot, (size_t)s->B * T * rowlen * es);
     const llm4d_cpu_fmt fmt = cx->fmt;
     const long rows = (long)s->B * T;
 #pragma omp parallel for schedule(static)
     for (long bt = 0; bt < rows; bt++) {
         const long b = bt / T, t = bt % T;
-        for (int p = 0; p < nparts; p++)
-            for (int h = 0; h < NH; h++) {
-                const size_t e = (((size_t)p * s->B + (size_t)b) * NH + (size_t)h) * panel + (size_t)t * HS;
-                llm4d_cpu_convert_typed(fmt, dst + e * es, src, (size_t)bt * rowlen + (size_t)p * C + (size_t)h * HS,
+        const size_t in = (size_t)bt * rowlen;
+        for (int h = 0; h < NH; h++) {
+            const size_t e = ((size_t)b * NH + (size_t)h) * panel + (size_t)t * HS;
+            llm4d_cpu_convert_typed(fmt, dst + e * es, src, in + (size_t)h * HS, (size_t)HS);
+        }
+        for (int p = 0; kv && p < 2; p++)
+            for (int g = 0; g < NKV; g++) {
+                const size_t e = qpart + (size_t)p * kvpart + ((size_t)b * NKV + (size_t)g) * panel + (size_t)t * HS;
+                llm4d_cpu_convert_typed(fmt, dst + e * es, src, in + (size_t)C + (size_t)p * ac->Ckv + (size_t)g * HS,
                                         (size_t)HS);
             }
     }
@@ -162,32 +184,41 @@ static void *att_pack(cpu_ctx *cx, int slot, llm4d_ctensor src, const llm4d_attn
 
 /* The AMX path's operands: per head, Q, K, V (and dout) in the tile layouts of the products that read them, in
  * conversion slots 0 (the forward's three), 1 (backward's three more) and 2 (dout's two): at most 3, 3 and 2 times
- * B T C elements, within what the memory plan gives the slots (cpu.c cpu_operand_workspace). */
+ * B T C elements (K and V have NKV heads, Q and dout NH), within what the memory plan gives the slots (cpu.c
+ * cpu_operand_workspace). */
 static void att_pack_amx(cpu_ctx *cx, att_call *ac, llm4d_ctensor qkv, llm4d_ctensor dout) {
     const llm4d_attn_shape *s = ac->s;
-    const int T = s->T, HS = s->HS, NH = s->NH, C = ac->C, C3 = ac->C3;
+    const int T = s->T, HS = s->HS, NH = s->NH, C = ac->C, C3 = ac->C3, grp = ac->grp;
     const long nbh = (long)s->B * NH;
-    const size_t he = ac->head_el, part = (size_t)nbh * he;
-    uint16_t *p0 = llm4d_cpu_slot(cx, 0, 3 * part * sizeof(uint16_t));
-    uint16_t *p1 = dout.p ? llm4d_cpu_slot(cx, 1, 3 * part * sizeof(uint16_t)) : NULL;
+    const size_t he = ac->head_el, part = (size_t)nbh * he, kvpart = (size_t)s->B * ac->NKV * he;
+    uint16_t *p0 = llm4d_cpu_slot(cx, 0, (part + 2 * kvpart) * sizeof(uint16_t));
+    uint16_t *p1 = dout.p ? llm4d_cpu_slot(cx, 1, (part + 2 * kvpart) * sizeof(uint16_t)) : NULL;
     uint16_t *p2 = dout.p ? llm4d_cpu_slot(cx, 2, 2 * part * sizeof(uint16_t)) : NULL;
-    ac->qa = p0, ac->kbt = p0 + part, ac->vb = p0 + 2 * part;
-    if (dout.p) ac->qb = p1, ac->kb = p1 + part, ac->vbt = p1 + 2 * part, ac->dya = p2, ac->dyb = p2 + part;
-    /* heads side by side, each packer on one thread (nested regions run on the calling thread) */
+    ac->qa = p0, ac->kbt = p0 + part, ac->vb = p0 + part + kvpart;
+    if (dout.p) ac->qb = p1, ac->kb = p1 + part, ac->vbt = p1 + part + kvpart, ac->dya = p2, ac->dyb = p2 + part;
+    /* heads side by side, each packer on one thread (nested regions run on the calling thread); a kv head is packed
+     * with the first query head of its group */
 #pragma omp parallel for schedule(static)
     for (long bh = 0; bh < nbh; bh++) {
-        const long b = bh / NH, h = bh % NH;
-        const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS;
-        const llm4d_ctensor q = llm4d_ct_at(qkv, q0), k = llm4d_ct_at(qkv, q0 + C), v = llm4d_ct_at(qkv, q0 + 2 * C);
-        const size_t o = (size_t)bh * he;
+        const long b = bh / NH, h = bh % NH, g = h / grp;
+        const size_t row0 = (size_t)b * T * C3;
+        const llm4d_ctensor q = llm4d_ct_at(qkv, row0 + (size_t)h * HS);
+        const llm4d_ctensor k = llm4d_ct_at(qkv, row0 + C + (size_t)g * HS);
+        const llm4d_ctensor v = llm4d_ct_at(qkv, row0 + C + ac->Ckv + (size_t)g * HS);
+        const size_t o = (size_t)bh * he, okv = ((size_t)b * ac->NKV + (size_t)g) * he;
+        const int kv = h % grp == 0;
         llm4d_amx_pack_a(p0 + o, q, C3, T, HS, LLM4D_ACT_NONE);
-        llm4d_amx_pack_b_t(p0 + part + o, k, C3, T, HS);
-        llm4d_amx_pack_b(p0 + 2 * part + o, v, C3, T, HS, LLM4D_ACT_NONE);
+        if (kv) {
+            llm4d_amx_pack_b_t(p0 + part + okv, k, C3, T, HS);
+            llm4d_amx_pack_b(p0 + part + kvpart + okv, v, C3, T, HS, LLM4D_ACT_NONE);
+        }
         if (!dout.p) continue;
         const llm4d_ctensor dy = llm4d_ct_at(dout, (size_t)b * T * C + (size_t)h * HS);
         llm4d_amx_pack_b(p1 + o, q, C3, T, HS, LLM4D_ACT_NONE);
-        llm4d_amx_pack_b(p1 + part + o, k, C3, T, HS, LLM4D_ACT_NONE);
-        llm4d_amx_pack_b_t(p1 + 2 * part + o, v, C3, T, HS);
+        if (kv) {
+            llm4d_amx_pack_b(p1 + part + okv, k, C3, T, HS, LLM4D_ACT_NONE);
+            llm4d_amx_pack_b_t(p1 + part + kvpart + okv, v, C3, T, HS);
+        }
         llm4d_amx_pack_a(p2 + o, dy, C, T, HS, LLM4D_ACT_NONE);
         llm4d_amx_pack_b(p2 + part + o, dy, C, T, HS, LLM4D_ACT_NONE);
     }
@@ -198,7 +229,11 @@ static void att_pack_amx(cpu_ctx *cx, att_call *ac, llm4d_ctensor qkv, llm4d_cte
 static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dropout *drop, llm4d_ctensor qkv,
                           llm4d_ctensor dout) {
     att_call ac = {.s = s, .drop = drop_on(drop) ? drop : NULL, .T = s->T, .HS = s->HS, .C = s->NH * s->HS};
-    ac.C3 = 3 * ac.C;
+    ac.NKV = llm4d_attn_nkv(*s);
+    LLM4D_ASSERT(s->NH % ac.NKV == 0, "attention: %d query heads do not split into %d key/value heads", s->NH, ac.NKV);
+    ac.grp = s->NH / ac.NKV;
+    ac.Ckv = ac.NKV * s->HS;
+    ac.C3 = ac.C + 2 * ac.Ckv;
     ac.nblk = (ac.T + ATT_TB - 1) / ATT_TB;
     ac.nkb = (ac.T + ATT_KB - 1) / ATT_KB;
     ac.scale = 1.0f / sqrtf((float)ac.HS);
@@ -220,8 +255,8 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
         if (ac.amx) {
             att_pack_amx(cx, &ac, qkv, dout);
         } else {
-            ac.qkv = att_pack(cx, 0, qkv, s, 3);
-            ac.dout = dout.p ? att_pack(cx, 1, dout, s, 1) : NULL;
+            ac.qkv = att_pack(cx, 0, qkv, &ac, 1);
+            ac.dout = dout.p ? att_pack(cx, 1, dout, &ac, 0) : NULL;
         }
     }
     const size_t nprim = (size_t)ac.nblk * ac.nkb * ATT_NPRIM;
@@ -243,10 +278,12 @@ static att_call att_begin(cpu_ctx *cx, const llm4d_attn_shape *s, const llm4d_dr
     return ac;
 }
 
-/* Row t of head h of batch row b in part p (0 = Q, 1 = K, 2 = V) of the packed qkv, or (p = 0) of the packed
- * dout. */
+/* Row t of batch row b in part p of the packed qkv: of query head h in Q (p = 0; also the packed dout's), of
+ * key/value head h in K (p = 1) or V (p = 2). */
 static const void *att_row(const att_call *ac, const void *base, int p, int b, int h, int t) {
-    const size_t e = ((((size_t)p * ac->s->B + (size_t)b) * ac->s->NH + (size_t)h) * ac->T + (size_t)t) * ac->HS;
+    const size_t B = (size_t)ac->s->B, heads = p ? (size_t)ac->NKV : (size_t)ac->s->NH;
+    const size_t part = p ? B * (size_t)ac->s->NH + (size_t)(p - 1) * B * (size_t)ac->NKV : 0; /* panels before */
+    const size_t e = ((part + (size_t)b * heads + (size_t)h) * ac->T + (size_t)t) * ac->HS;
     return (const char *)base + e * ac->esz;
 }
 
@@ -271,18 +308,18 @@ static void att_put_row(const att_call *ac, void *blk, int r, float *src, int li
     if (blk) llm4d_amx_pack_a_row_piece(blk, n, r, src, 0, n);
 }
 
-/* S = Q K^T for rows [r0, r0 + m) and keys [c0, c0 + n) of head (b, h): scaled on oneDNN's path (the primitive's
- * alpha), unscaled on the AMX path (the softmax scales it). */
-static void att_scores(cpu_ctx *cx, const att_call *ac, int b, int h, int i, int j, int r0, int c0, int m, int n,
-                       float *S) {
+/* S = Q K^T for rows [r0, r0 + m) of query head (b, h) and keys [c0, c0 + n) of its kv head g: scaled on oneDNN's
+ * path (the primitive's alpha), unscaled on the AMX path (the softmax scales it). */
+static void att_scores(cpu_ctx *cx, const att_call *ac, int b, int h, int g, int i, int j, int r0, int c0, int m,
+                       int n, float *S) {
     if (ac->amx) {
         const int64_t rs = ac->kt_hs * 512;
         llm4d_amx_gemm_block(S, n, att_head(ac, ac->qa, b, h) + (size_t)(r0 / 16) * rs, rs,
-                             att_head(ac, ac->kbt, b, h) + (size_t)(c0 / 16) * rs, rs, m, n, (int)ac->kt_hs, 0);
+                             att_kvhead(ac, ac->kbt, b, g) + (size_t)(c0 / 16) * rs, rs, m, n, (int)ac->kt_hs, 0);
         return;
     }
     llm4d_dnnl_run_mt(cx->dnnl, att_prim(ac, i, j)[P_S], att_row(ac, ac->qkv, 0, b, h, r0),
-                      att_row(ac, ac->qkv, 1, b, h, c0), NULL, S);
+                      att_row(ac, ac->qkv, 1, b, g, c0), NULL, S);
 }
 
 /* C [M, HS] (row stride HS) += A B on the AMX path: A the block's tiles (K = k elements), B rows [k0, k0 + k) of a
@@ -293,10 +330,10 @@ static void att_acc_hs(const att_call *ac, float *C, const uint16_t *A, const ui
                          ac->HS, kt, 1);
 }
 
-/* One forward task: rows [r0, r1) of head h of batch row b. */
+/* One forward task: rows [r0, r1) of query head h of batch row b. */
 static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int i, llm4d_tensor out,
                              float *lse) {
-    const int T = ac->T, HS = ac->HS, C = ac->C;
+    const int T = ac->T, HS = ac->HS, C = ac->C, g = h / ac->grp;
     const int r0 = i * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T, m = r1 - r0;
     float *S = work, *Pop = S + 2 * ATT_TB * ATT_KB, *O = S + 4 * ATT_TB * ATT_KB, *rmax = O + ATT_TB * HS;
     float *rsum = rmax + ATT_TB;
@@ -307,7 +344,7 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
     void *pa = in_place ? (void *)S : (void *)Pop;
     for (int j = 0; j * ATT_KB < r1; j++) {
         const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
-        att_scores(cx, ac, b, h, i, j, r0, c0, m, n, S);
+        att_scores(cx, ac, b, h, g, i, j, r0, c0, m, n, S);
         for (int r = 0; r < m; r++) {
             const int t1 = r0 + r, lim = (t1 < c1 - 1 ? t1 : c1 - 1) - c0 + 1; /* keys t2 <= t1 of the block */
             float *srow = S + (size_t)r * n;
@@ -346,9 +383,9 @@ static void att_forward_task(cpu_ctx *cx, const att_call *ac, float *work, int b
             att_put_row(ac, pa, r, srow, lim, n);
         }
         if (ac->amx)
-            att_acc_hs(ac, O, pa, att_head(ac, ac->vb, b, h), c0, m, n);
+            att_acc_hs(ac, O, pa, att_kvhead(ac, ac->vb, b, g), c0, m, n);
         else
-            llm4d_dnnl_run_mt(cx->dnnl, att_prim(ac, i, j)[P_PV], pa, att_row(ac, ac->qkv, 2, b, h, c0), NULL, O);
+            llm4d_dnnl_run_mt(cx->dnnl, att_prim(ac, i, j)[P_PV], pa, att_row(ac, ac->qkv, 2, b, g, c0), NULL, O);
     }
     for (int r = 0; r < m; r++) {
         const float inv = 1.0f / rsum[r], *o = O + (size_t)r * HS;
@@ -385,18 +422,32 @@ void llm4d_cpu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse
     }
 }
 
-/* One backward task: all of head h of batch row b (dK and dV of a key block receive a contribution from every
- * row block at or below it, so a head's blocks run in order on one thread, accumulating dQ, dK, dV in the
- * thread's dense panels, written into dqkv at the end; different heads write disjoint columns of dqkv). */
-static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, llm4d_tensor dqkv,
+/* Rows [0, T) of a head's [T, HS] fp32 panel P into dqkv from element at0 on, rows C3 apart. */
+static void att_store_panel(const att_call *ac, llm4d_tensor dqkv, size_t at0, const float *P) {
+    const int T = ac->T, HS = ac->HS;
+    if (dqkv.t != LLM4D_F32) {
+        for (int t = 0; t < T; t++) llm4d_cpu_store(dqkv, at0 + (size_t)t * ac->C3, P + (size_t)t * HS, (size_t)HS);
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        float *row = (float *)dqkv.p + at0 + (size_t)t * ac->C3;
+        const float *q = P + (size_t)t * HS;
+#pragma omp simd
+        for (int c = 0; c < HS; c++) row[c] = q[c];
+    }
+}
+
+/* Query head h of batch row b, reading kv head g: its blocks in order, dQ into the thread's dQ panel (stored into
+ * dqkv at the end), dK and dV added into the thread's panels of kv head g. */
+static void att_backward_head(cpu_ctx *cx, const att_call *ac, float *work, int b, int h, int g, llm4d_tensor dqkv,
                               llm4d_ctensor dout, llm4d_ctensor out, const float *lse) {
-    const int T = ac->T, HS = ac->HS, C = ac->C, C3 = ac->C3;
+    const int T = ac->T, HS = ac->HS, C = ac->C;
     float *S = work, *dP = S + ATT_TB * ATT_KB, *Pop = dP + ATT_TB * ATT_KB, *dSop = Pop + ATT_TB * ATT_KB;
     float *D = S + 4 * ATT_TB * ATT_KB + ATT_TB * HS + 2 * ATT_TB;
     float *dQ = D + (((size_t)T + 15) & ~(size_t)15), *dK = dQ + (size_t)T * HS, *dV = dK + (size_t)T * HS;
-    const size_t q0 = (size_t)b * T * C3 + (size_t)h * HS, y0 = (size_t)b * T * C + (size_t)h * HS;
+    const size_t y0 = (size_t)b * T * C + (size_t)h * HS;
     const float *lrow = lse + ((size_t)b * ac->s->NH + h) * T;
-    memset(dQ, 0, 3 * (size_t)T * HS * sizeof(float));
+    memset(dQ, 0, (size_t)T * HS * sizeof(float));
     /* D_t = sum_t2 P~ dP~ = dout_t . out_t: the softmax backward's row term, from the kept output (16-bit rows
      * widened into the score blocks, free until the first block's GEMM) */
     for (int t = 0; t < T; t++) {
@@ -416,14 +467,15 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
             const int c0 = j * ATT_KB, c1 = c0 + ATT_KB < r1 ? c0 + ATT_KB : r1, n = c1 - c0;
             llm4d_dnnl_prim **p = ac->amx ? NULL : att_prim(ac, i, j);
             const void *qi = NULL, *kj = NULL, *vj = NULL, *dyi = NULL;
-            att_scores(cx, ac, b, h, i, j, r0, c0, m, n, S);
+            att_scores(cx, ac, b, h, g, i, j, r0, c0, m, n, S);
             if (ac->amx) {
                 const int64_t rs = ac->kt_hs * 512;
                 llm4d_amx_gemm_block(dP, n, att_head(ac, ac->dya, b, h) + (size_t)(r0 / 16) * rs, rs,
-                                     att_head(ac, ac->vbt, b, h) + (size_t)(c0 / 16) * rs, rs, m, n, (int)ac->kt_hs, 0);
+                                     att_kvhead(ac, ac->vbt, b, g) + (size_t)(c0 / 16) * rs, rs, m, n, (int)ac->kt_hs,
+                                     0);
             } else {
-                qi = att_row(ac, ac->qkv, 0, b, h, r0), kj = att_row(ac, ac->qkv, 1, b, h, c0);
-                vj = att_row(ac, ac->qkv, 2, b, h, c0), dyi = att_row(ac, ac->dout, 0, b, h, r0);
+                qi = att_row(ac, ac->qkv, 0, b, h, r0), kj = att_row(ac, ac->qkv, 1, b, g, c0);
+                vj = att_row(ac, ac->qkv, 2, b, g, c0), dyi = att_row(ac, ac->dout, 0, b, h, r0);
                 llm4d_dnnl_run_mt(cx->dnnl, p[P_DP], dyi, vj, NULL, dP);
             }
             for (int r = 0; r < m; r++) {
@@ -470,7 +522,7 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
                 llm4d_amx_pack_a_t_block(pta, llm4d_ct32(S), n, n, m, 0, km, 0, INT64_MAX);
                 llm4d_amx_pack_a_t_block(dsta, llm4d_ct32(dP), n, n, m, 0, km, 0, INT64_MAX);
                 att_acc_hs(ac, dV + (size_t)c0 * HS, pta, att_head(ac, ac->dyb, b, h), r0, n, m);
-                att_acc_hs(ac, dQ + (size_t)r0 * HS, da, att_head(ac, ac->kb, b, h), c0, m, n);
+                att_acc_hs(ac, dQ + (size_t)r0 * HS, da, att_kvhead(ac, ac->kb, b, g), c0, m, n);
                 att_acc_hs(ac, dK + (size_t)c0 * HS, dsta, att_head(ac, ac->qb, b, h), r0, n, m);
                 continue;
             }
@@ -479,25 +531,24 @@ static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int 
             llm4d_dnnl_run_mt(cx->dnnl, p[P_DK], da, qi, NULL, dK + (size_t)c0 * HS);
         }
     }
-    if (dqkv.t != LLM4D_F32) {
-        for (int t = 0; t < T; t++) {
-            const size_t at = q0 + (size_t)t * C3;
-            llm4d_cpu_store(dqkv, at, dQ + (size_t)t * HS, (size_t)HS);
-            llm4d_cpu_store(dqkv, at + C, dK + (size_t)t * HS, (size_t)HS);
-            llm4d_cpu_store(dqkv, at + 2 * (size_t)C, dV + (size_t)t * HS, (size_t)HS);
-        }
-        return;
-    }
-    for (int t = 0; t < T; t++) {
-        float *row = (float *)dqkv.p + q0 + (size_t)t * C3;
-        const float *q = dQ + (size_t)t * HS, *k = dK + (size_t)t * HS, *v = dV + (size_t)t * HS;
-#pragma omp simd
-        for (int c = 0; c < HS; c++) {
-            row[c] = q[c];
-            row[C + c] = k[c];
-            row[2 * C + c] = v[c];
-        }
-    }
+    att_store_panel(ac, dqkv, (size_t)b * T * ac->C3 + (size_t)h * HS, dQ);
+}
+
+/* One backward task: kv head g of batch row b and the query heads of its group, in order on one thread (dK and dV
+ * of a key block receive a contribution from every row block at or below it, of every query head of the group:
+ * they accumulate in the thread's dense panels, written into dqkv at the end, so the sums' order is fixed and
+ * different tasks write disjoint columns of dqkv). Multi-head attention: one query head a task. */
+static void att_backward_task(cpu_ctx *cx, const att_call *ac, float *work, int b, int g, llm4d_tensor dqkv,
+                              llm4d_ctensor dout, llm4d_ctensor out, const float *lse) {
+    const int T = ac->T, HS = ac->HS;
+    float *D = work + 4 * ATT_TB * ATT_KB + ATT_TB * HS + 2 * ATT_TB;
+    float *dK = D + (((size_t)T + 15) & ~(size_t)15) + (size_t)T * HS, *dV = dK + (size_t)T * HS;
+    memset(dK, 0, 2 * (size_t)T * HS * sizeof(float));
+    for (int h = g * ac->grp; h < (g + 1) * ac->grp; h++)
+        att_backward_head(cx, ac, work, b, h, g, dqkv, dout, out, lse);
+    const size_t k0 = (size_t)b * T * ac->C3 + (size_t)ac->C + (size_t)g * HS;
+    att_store_panel(ac, dqkv, k0, dK);
+    att_store_panel(ac, dqkv, k0 + (size_t)ac->Ckv, dV);
 }
 
 void llm4d_cpu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
@@ -511,8 +562,8 @@ void llm4d_cpu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ct
         float *work = cx->work + (size_t)omp_get_thread_num() * per;
         if (ac.amx) llm4d_amx_tiles_on();
 #pragma omp for schedule(dynamic, 1)
-        for (long bh = 0; bh < (long)s.B * s.NH; bh++)
-            att_backward_task(cx, &ac, work, (int)(bh / s.NH), (int)(bh % s.NH), dqkv, dout, out, lse);
+        for (long bg = 0; bg < (long)s.B * ac.NKV; bg++)
+            att_backward_task(cx, &ac, work, (int)(bg / ac.NKV), (int)(bg % ac.NKV), dqkv, dout, out, lse);
         if (ac.amx) llm4d_amx_tiles_off();
     }
 }

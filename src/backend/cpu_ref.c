@@ -343,12 +343,20 @@ static float att_mult(const llm4d_attn_shape *s, const llm4d_dropout *d, int b, 
     return d && d->p > 0.0f ? drop_mult(d, att_pos(s, d, b, h, t1, t2)) : 1.0f;
 }
 
-/* Where row t of batch row b keeps head h's query, key (part 1) and value (part 2) in qkv [B, T, 3C], and the
- * head's slice of an [B, T, C] row (part -1: out, dout). */
+/* Where row t of batch row b keeps query head h's query (part 0), and the key (part 1) and value (part 2) of the kv
+ * head it reads, h / (NH / NKV), in qkv [B, T, (NH + 2 NKV) HS]; and the head's slice of an [B, T, NH HS] row
+ * (part -1: out, dout). */
 static size_t att_at(const llm4d_attn_shape *s, int b, int t, int part, int h) {
-    const size_t C = (size_t)s->NH * s->HS;
-    return part < 0 ? ((size_t)b * s->T + t) * C + (size_t)h * s->HS
-                    : ((size_t)b * s->T + t) * 3 * C + (size_t)part * C + (size_t)h * s->HS;
+    const size_t HS = (size_t)s->HS, NKV = (size_t)llm4d_attn_nkv(*s), C = (size_t)s->NH * HS;
+    const size_t row = ((size_t)b * s->T + t) * (C + 2 * NKV * HS), kvh = (size_t)h / ((size_t)s->NH / NKV);
+    if (part < 0) return ((size_t)b * s->T + t) * C + (size_t)h * HS;
+    if (part == 0) return row + (size_t)h * HS;
+    return row + C + (size_t)(part - 1) * NKV * HS + kvh * HS;
+}
+
+static void att_check(const llm4d_attn_shape *s) {
+    const int nkv = llm4d_attn_nkv(*s);
+    LLM4D_ASSERT(s->NH % nkv == 0, "attention: %d query heads do not split into %d key/value heads", s->NH, nkv);
 }
 
 /* Row t1 of head h of batch row b: the scaled scores s[t2] = scale q.k for t2 <= t1, and their softmax a[t2].
@@ -380,6 +388,7 @@ static double *att_rows_alloc(int T) {
 static void ref_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
                                   llm4d_attn_shape s, const llm4d_dropout *drop) {
     (void)be;
+    att_check(&s);
     const int T = s.T, NH = s.NH, HS = s.HS;
     double *sc = att_rows_alloc(T), *a = sc + T;
     for (int b = 0; b < s.B; b++)
@@ -399,14 +408,16 @@ static void ref_attention_forward(llm4d_backend *be, llm4d_tensor out, float *ls
 
 /* The oracle rebuilds the probabilities from qkv (the textbook softmax backward, with its own row sums), so it
  * does not rely on forward's out and lse: fast backends use them, and their agreement with this checks both.
- * Every query row adds to the keys' and values' gradients, so they are summed in fp32 (in dqkv itself when it is
- * fp32, else in a buffer of B x T x 3C floats) and a 16-bit dqkv is rounded once, at the end. */
+ * Every query row (of every query head of a kv head's group) adds to the keys' and values' gradients, so they are
+ * summed in fp32 (in dqkv itself when it is fp32, else in a buffer of qkv's size) and a 16-bit dqkv is rounded
+ * once, at the end. */
 static void ref_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
                                    llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s,
                                    const llm4d_dropout *drop) {
     (void)be, (void)out, (void)lse;
+    att_check(&s);
     const int T = s.T, NH = s.NH, HS = s.HS;
-    const size_t n = (size_t)s.B * T * 3 * NH * HS;
+    const size_t n = (size_t)s.B * T * ((size_t)NH + 2 * (size_t)llm4d_attn_nkv(s)) * HS;
     const double scale = 1.0 / sqrt((double)HS);
     double *a = att_rows_alloc(T), *datt = a + T; /* this row's probabilities and dL/d(probabilities) */
     float *g = dqkv.t == LLM4D_F32 ? dqkv.p : malloc(n * sizeof(float));

@@ -45,8 +45,16 @@
 #define LLM4D_DROP_ROWS(d, N) ((N) > 0 ? (size_t)(((d)->tok0 + (N) - 1) / (d)->T + 1) : 0)
 /* Bytes of the attention dropout's mask bits (llm4d_dropout.bits) for shape s. */
 #define LLM4D_DROP_BITS(s) ((size_t)(s).B * (s).NH * (s).T * LLM4D_MASK_WORDS((s).T) * sizeof(uint32_t))
-/* Elements of an attention shape's [B, T, NH x HS] block (qkv is three of them). */
+/* Elements of an attention shape's [B, T, NH x HS] block (out, dout: one per query head). */
 #define LLM4D_ATTN_ELEMS(s) ((size_t)(s).B * (s).T * (s).NH * (s).HS)
+/* Local key/value heads of an attention shape (llm4d_attn_shape.NKV, 0 read as NH). */
+#define LLM4D_ATTN_NKV(s) ((s).NKV > 0 ? (s).NKV : (s).NH)
+/* Elements of qkv and dqkv, [B, T, (NH + 2 NKV) x HS]: each row Q of the NH query heads, then K and V of the NKV
+ * key/value heads (three [B, T, NH x HS] blocks in multi-head attention). */
+#define LLM4D_ATTN_QKV_ELEMS(s) ((size_t)(s).B * (s).T * ((size_t)(s).NH + 2 * (size_t)LLM4D_ATTN_NKV(s)) * (s).HS)
+/* The attention calls' key dimension d[4]: the key/value heads where they are fewer than the query heads, else 0,
+ * so that multi-head attention keeps its key (the machine profiles measured before grouped-query attention). */
+#define LLM4D_ATTN_KEY_NKV(s) (LLM4D_ATTN_NKV(s) != (s).NH ? LLM4D_ATTN_NKV(s) : 0)
 /* Elements from a RoPE block's first to one past its last (llm4d_rope_shape: rows ld apart, NH x HS used of each). */
 #define LLM4D_ROPE_ELEMS(s) ((s).N > 0 ? (size_t)((s).N - 1) * (s).ld + (size_t)(s).NH * (s).HS : 0)
 
@@ -249,19 +257,22 @@ X(VOID, swiglu_backward,                                                        
   OPEN, (TOUT(dinp, 2 * (size_t)N * F), TIN(inp, 2 * (size_t)N * F), TIN(dout, (size_t)N * F)), NODROP,              \
   CALL, (SWIGLU_BWD, ELEM, .d = {N, F}))                                                                             \
                                                                                                                      \
-/* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,3*NH*HS] holds Q for all local heads, then K, then V (GPT-2's   \
- * layout); out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal scores, all     \
- * backward needs to rebuild the probabilities P = exp(S - lse) (no T x T matrix is kept). Probabilities are dropped \
- * with `drop`, the position of (b,h,t1,t2) being ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */           \
+/* Causal self-attention, scale 1/sqrt(HS). qkv [B,T,(NH+2*NKV)*HS] holds Q for all NH local query heads, then K of  \
+ * the NKV key/value heads, then V of them (NKV = NH: GPT-2's layout, [B,T,3*NH*HS]); query head h attends with kv   \
+ * head h / (NH/NKV). out [B,T,NH*HS]; lse [B,NH,T] receives each query row's log-sum-exp of its scaled causal       \
+ * scores, all backward needs to rebuild the probabilities P = exp(S - lse) (no T x T matrix is kept). Probabilities \
+ * are dropped with `drop`, the position of (b,h,t1,t2) (h the query head) being                                     \
+ * ((sample_ids[b]*NH_total + head0 + h)*T + t1)*T + t2. */                                                          \
 X(VOID, attention_forward,                                                                                           \
   (llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv, llm4d_attn_shape s,                           \
    const llm4d_dropout *drop),                                                                                       \
   (be, out, lse, qkv, s, drop),                                                                                      \
-  OPEN, (TOUT(out, LLM4D_ATTN_ELEMS(s)), FOUT(lse, (size_t)s.B * s.NH * s.T), TIN(qkv, 3 * LLM4D_ATTN_ELEMS(s))),    \
+  OPEN, (TOUT(out, LLM4D_ATTN_ELEMS(s)), FOUT(lse, (size_t)s.B * s.NH * s.T), TIN(qkv, LLM4D_ATTN_QKV_ELEMS(s))),    \
   DROP(drop, s.B, LLM4D_DROP_BITS(s)),                                                                               \
-  CALL, (ATTN_FWD, ATTN, .d = {s.B, s.T, s.NH, s.HS}, .aux = {s.head0, s.NH_total}))                                 \
-/* dqkv = d(out)/d(qkv) . dout, given forward's out and lse for the same qkv and drop. Written, not added:           \
- * gelu_backward, attention_backward and dropout_add_backward produce a block's activation gradients that nothing    \
+  CALL, (ATTN_FWD, ATTN, .d = {s.B, s.T, s.NH, s.HS, LLM4D_ATTN_KEY_NKV(s)}, .aux = {s.head0, s.NH_total}))          \
+/* dqkv (qkv's layout) = d(out)/d(qkv) . dout, given forward's out and lse for the same qkv and drop; a kv head's    \
+ * dK and dV sum over the query heads of its group. Written, not added: gelu_backward,                               \
+ * attention_backward and dropout_add_backward produce a block's activation gradients that nothing                   \
  * else contributes to, so they overwrite their outputs; accumulating would need a zeroing pass before and a read of \
  * the zeros during (at B=8 T=1024, 11 of the 18 N x C buffers a block's backward cleared, about 3 % of a bf16       \
  * step). The linear layers, LayerNorm and dropout_backward add (+=): their outputs collect several contributions    \
@@ -271,10 +282,10 @@ X(VOID, attention_backward,                                                     
    llm4d_attn_shape s, const llm4d_dropout *drop),                                                                   \
   (be, dqkv, dout, out, qkv, lse, s, drop),                                                                          \
   OPEN,                                                                                                              \
-  (TOUT(dqkv, 3 * LLM4D_ATTN_ELEMS(s)), TIN(dout, LLM4D_ATTN_ELEMS(s)), TIN(out, LLM4D_ATTN_ELEMS(s)),               \
-   TIN(qkv, 3 * LLM4D_ATTN_ELEMS(s)), FIN(lse, (size_t)s.B * s.NH * s.T)),                                           \
+  (TOUT(dqkv, LLM4D_ATTN_QKV_ELEMS(s)), TIN(dout, LLM4D_ATTN_ELEMS(s)), TIN(out, LLM4D_ATTN_ELEMS(s)),               \
+   TIN(qkv, LLM4D_ATTN_QKV_ELEMS(s)), FIN(lse, (size_t)s.B * s.NH * s.T)),                                           \
   DROP(drop, s.B, LLM4D_DROP_BITS(s)),                                                                               \
-  CALL, (ATTN_BWD, ATTN, .d = {s.B, s.T, s.NH, s.HS}, .aux = {s.head0, s.NH_total}))                                 \
+  CALL, (ATTN_BWD, ATTN, .d = {s.B, s.T, s.NH, s.HS, LLM4D_ATTN_KEY_NKV(s)}, .aux = {s.head0, s.NH_total}))          \
                                                                                                                      \
 /* out[N,C] = dropout(inp), in place (the same memory and type) or not (positions: llm4d_dropout). */                \
 X(VOID, dropout_forward,                                                                                             \

@@ -46,8 +46,8 @@ static const model_preset presets[] = {
     {"gpt3-6.7b", 0, 4096, 32, 32, 32, 16384, 50257, 2048, 0, 1e-5f, 50256, ""},
     {"gpt3-13b", 0, 5120, 40, 40, 40, 20480, 50257, 2048, 0, 1e-5f, 50256, ""},
     {"gpt3-175b", 0, 12288, 96, 96, 96, 49152, 50257, 2048, 0, 1e-5f, 50256, ""},
-    /* the GPT-2 vocabulary, so the quick start's data trains it */
-    {"llama-tiny", 1, 64, 2, 4, 4, 192, 50257, 256, 10000.0f, 1e-5f, 50256, "tests (Llama-shaped, GPT-2 vocabulary)"},
+    /* the GPT-2 vocabulary, so the quick start's data trains it; grouped-query (4 heads, 2 key/value heads) */
+    {"llama-tiny", 1, 64, 2, 4, 2, 192, 50257, 256, 10000.0f, 1e-5f, 50256, "tests (Llama-shaped, GPT-2 vocabulary)"},
     {"llama2-7b", 1, 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f, 2, "Llama 2 (meta-llama/Llama-2-*-hf)"},
     {"llama2-13b", 1, 5120, 40, 40, 40, 13824, 32000, 4096, 10000.0f, 1e-5f, 2, ""},
     {"llama2-70b", 1, 8192, 80, 64, 8, 28672, 32000, 4096, 10000.0f, 1e-5f, 2, ""},
@@ -207,10 +207,12 @@ llm4d_code llm4d_model_describe(llm4d_config *cfg, llm4d_err *err) {
     if (H > 0 && H % m->num_kv_heads)
         return llm4d_fail(err, LLM4D_EUSER, "Model.num_key_value_heads %d does not divide num_attention_heads %d; "
                           "each key/value head serves a whole group of query heads", m->num_kv_heads, H);
-    if (mp > 1 && H % mp == 0 && m->num_kv_heads % mp) /* (heads mp does not divide: check_model says so) */
-        return llm4d_fail(err, LLM4D_EUSER, "Model.num_key_value_heads %d is not divisible by mp_degree %d; tensor "
-                          "parallelism splits whole key/value heads in llm4d (as Megatron-LM requires of "
-                          "num_query_groups), so choose an mp_degree that divides them", m->num_kv_heads, mp);
+    /* whole key/value heads per rank, or (fewer heads than ranks) each head on a whole number of ranks */
+    const int kv = m->num_kv_heads;
+    if (mp > 1 && H % mp == 0 && (kv >= mp ? kv % mp : mp % kv))
+        return llm4d_fail(err, LLM4D_EUSER, "Model.num_key_value_heads %d and mp_degree %d: tensor parallelism gives "
+                          "each rank whole key/value heads (or, with fewer heads than ranks, one head shared by "
+                          "mp_degree / heads ranks), so one of them must divide the other", kv, mp);
     if (m->rope && m->hidden_size % H == 0 && (m->hidden_size / H) % 2)
         return llm4d_fail(err, LLM4D_EUSER, "rotary positions turn pairs of a head's values, but the head size "
                           "hidden_size / num_attention_heads = %d is odd; choose heads that make it even",

@@ -41,7 +41,7 @@
  *
  * The row-parallel biases are added once, after the reduction; their gradient is the column sum of the output
  * gradient, complete on every rank without sequence parallelism, partial (this rank's tokens) with it, as are the
- * LayerNorms': those are the entries marked sp_partial, summed over the group after backward
+ * LayerNorms': those are the entries marked tp_partial, summed over the group after backward
  * (parallel/tensor_parallel.c). Dropout positions are global (sample, token, feature) and attention-dropout
  * positions carry the global head, so every M draws the single-process masks.
  *
@@ -119,7 +119,7 @@ static block_dropouts dropouts(const llm4d_gpt *g, int l, const llm4d_micro *mb,
 
 static llm4d_attn_shape attn_shape(const llm4d_gpt *g, const llm4d_micro *mb) {
     return (llm4d_attn_shape){.B = mb->B, .T = mb->T, .NH = g->NHl, .HS = g->C / g->NH,
-                              .head0 = g->tp.rank * g->NHl, .NH_total = g->NH};
+                              .head0 = g->tp.rank * g->NHl, .NH_total = g->NH, .NKV = g->NKVl};
 }
 
 static const llm4d_tensor none = {NULL, LLM4D_F32};

@@ -239,11 +239,12 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     g->tok0 = tp->sp ? (int64_t)tp->rank * g->BTl : 0;
     g->C = cfg->hidden_size, g->F = cfg->ffn_hidden_size, g->NH = cfg->num_attention_heads;
     g->Cl = g->C / M, g->Fl = g->F / M, g->NHl = g->NH / M, g->Vl = cfg->padded_vocab_size / M;
-    g->NKV = cfg->num_kv_heads > 0 ? cfg->num_kv_heads : g->NH, g->NKVl = g->NKV / M;
+    /* key/value heads: NKV/M each, or one (replicated over M/NKV ranks: params.c) when there are fewer than M */
+    g->NKV = cfg->num_kv_heads > 0 ? cfg->num_kv_heads : g->NH, g->NKVl = g->NKV >= M ? g->NKV / M : 1;
     g->QKVl = (g->NHl + 2 * g->NKVl) * (g->C / g->NH);
     g->FCl = cfg->swiglu ? 2 * g->Fl : g->Fl;
-    LLM4D_ASSERT(g->NKVl * M == g->NKV && g->NH % g->NKV == 0, "%d key/value heads over %d ranks, %d heads", g->NKV,
-                 M, g->NH);
+    LLM4D_ASSERT((g->NKV >= M ? g->NKV % M : M % g->NKV) == 0 && g->NH % g->NKV == 0,
+                 "%d key/value heads over %d ranks, %d heads", g->NKV, M, g->NH);
     LLM4D_ASSERT(g->BTl * (tp->sp ? M : 1) == g->BT, "sequence parallel: %d tokens over %d ranks", g->BT, M);
     block_offsets(g);
     allocator A = {.g = g, .ok = g->group_of_layer != NULL, .plan = plan};

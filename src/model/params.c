@@ -26,6 +26,8 @@ typedef struct {
     int out_proj;        /* output projections get the 1/sqrt(2L) scaled init */
     int key;             /* its place in the block's order, the same whatever the group's size (a whole fused
                           * tensor has its first part's) */
+    int kv;              /* the K or V part: split by whole key/value heads, replicated when there are fewer of
+                          * them than ranks */
 } block_piece;
 
 #define MAX_PIECES 24
@@ -38,7 +40,8 @@ static int block_pieces(const llm4d_model_config *m, int M, block_piece out[MAX_
     const int64_t Q = NH * HS, KV = NKV * HS;
     const int L = m->llama, bias = !m->no_bias, lnb = !m->rmsnorm;
     int n = 0, key = 0;
-#define PIECE(k, sfx, g0, g1, r0, nr, sd, dec, op) out[n++] = (block_piece){k, sfx, {g0, g1}, r0, nr, sd, dec, op, key}
+#define PIECE(k, sfx, g0, g1, r0, nr, sd, dec, op)                                                               \
+    out[n++] = (block_piece){k, sfx, {g0, g1}, r0, nr, sd, dec, op, key, 0}
     /* one fused tensor [rows_total, cols] in parts of the given rows (GPT-2) or separate tensors (Llama) */
 #define FUSED(k, gname, names, cols, nparts, prow, sd, dec)                                                      \
     do {                                                                                                        \
@@ -48,6 +51,7 @@ static int block_pieces(const llm4d_model_config *m, int M, block_piece out[MAX_
             if (L) PIECE(k, (names)[q], (prow)[q], cols, 0, (prow)[q], sd, dec, 0);                             \
             else if (M > 1) PIECE(k, gname, tot, cols, at, (prow)[q], sd, dec, 0);                             \
             else if (q == 0) PIECE(k, gname, tot, cols, 0, tot, sd, dec, 0);                                    \
+            if ((L || M > 1) && (nparts) == 3 && q > 0) out[n - 1].kv = 1;                                      \
             at += (prow)[q], key++;                                                                             \
         }                                                                                                       \
     } while (0)
@@ -146,6 +150,8 @@ typedef struct {
     int split_dim;
     int64_t gshape[2];   /* the global tensor's */
     int piece;           /* a block's: the block_piece it is */
+    int replicas;        /* ranks holding this same box (a replicated key/value head); 0 or 1: one */
+    int slots, slot;     /* replicas > 1: the key/value heads, and this one (params.h tp_slots, tp_slot) */
 } piece;
 
 /* How a tensor starts: normal(0, std), or the constant c where std is 0 (params.h init_std, init_const). */
@@ -173,8 +179,12 @@ static llm4d_param *add(builder *b, llm4d_param_kind kind, int layer, const char
     p->off[0] = off[0], p->off[1] = off[1];
     p->shape[0] = shape[0], p->shape[1] = shape[1];
     p->split_dim = split_dim;
-    p->sp_partial = split_dim < 0 && t->part.sequence_parallel && t->part.mp_size > 1;
-    p->owner = owner && (split_dim >= 0 || t->part.mp_rank == 0);
+    const int rep = pc->replicas > 1;
+    p->tp_partial = (split_dim < 0 && t->part.sequence_parallel && t->part.mp_size > 1) || rep;
+    p->tp_slots = rep ? pc->slots : 1;
+    p->tp_slot = rep ? pc->slot : 0;
+    /* a replicated box is saved and counted once: by the first of the ranks holding it */
+    p->owner = owner && (rep ? t->part.mp_rank % pc->replicas == 0 : split_dim >= 0 || t->part.mp_rank == 0);
     p->group = t->n_groups;
     p->numel = (size_t)shape[0] * (size_t)shape[1];
     p->offset = t->total;
@@ -215,7 +225,7 @@ static int add_vocab(builder *b, llm4d_param_kind kind, int owner) {
     int n_groups = 0;
     for (int64_t a = 0; a < rows; a += blk) {
         const int64_t n = rows - a < blk ? rows - a : blk;
-        const piece pc = {{r0 + a, 0}, {n, C}, 0, {b->m->padded_vocab_size, C}, -1};
+        const piece pc = {{r0 + a, 0}, {n, C}, 0, {b->m->padded_vocab_size, C}, -1, 0, 0, 0};
         add(b, kind, -1, outer_name(b->m, kind), &pc, owner, 1, (init_rule){b->m->initializer_range, 0});
         close_group(b, kind == LLM4D_P_HEAD ? LLM4D_G_HEAD : LLM4D_G_WTE, -1, r0 + a, n);
         n_groups++;
@@ -242,8 +252,15 @@ static void add_block(builder *b, int l) {
         const int is_norm_weight = sp->kind == LLM4D_P_LN1W || sp->kind == LLM4D_P_LN2W;
         const float s_std = sp->decay ? (sp->out_proj ? out_std : std) : 0.0f;
         const float s_const = is_norm_weight ? 1.0f : 0.0f;
-        piece pc = {{sp->row0, 0}, {sp->rows, sp->gshape[1]}, sp->split_dim, {sp->gshape[0], sp->gshape[1]}, sp->key};
-        if (sp->split_dim == 0) {
+        piece pc = {{sp->row0, 0}, {sp->rows, sp->gshape[1]}, sp->split_dim, {sp->gshape[0], sp->gshape[1]}, sp->key,
+                    0, 0, 0};
+        const int NKV = m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+        if (sp->kv && NKV < M) { /* rank r holds key/value head r / (M / NKV), as the ranks before and after it */
+            const int64_t HS = m->hidden_size / m->num_attention_heads, R = M / NKV, j = r / R;
+            pc.off[0] = sp->row0 + j * HS;
+            pc.shape[0] = HS;
+            pc.replicas = (int)R, pc.slots = NKV, pc.slot = (int)j;
+        } else if (sp->split_dim == 0) {
             const int64_t n = sp->rows / M;
             pc.off[0] = sp->row0 + (int64_t)r * n;
             pc.shape[0] = n;
@@ -259,7 +276,7 @@ static void add_block(builder *b, int l) {
 static void add_whole(builder *b, llm4d_param_kind kind, int decay, float std, float c) {
     int64_t g[2] = {0, 0};
     const int nd = outer_shape(kind, b->m, g);
-    const piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, -1, {g[0], g[1]}, -1};
+    const piece pc = {{0, 0}, {g[0], nd == 2 ? g[1] : 1}, -1, {g[0], g[1]}, -1, 0, 0, 0};
     add(b, kind, -1, outer_name(b->m, kind), &pc, 1, decay, (init_rule){std, c});
 }
 

@@ -65,8 +65,12 @@ typedef struct {
     int64_t off[2];      /* the box this entry holds: its first element in the global tensor ... */
     int64_t shape[2];    /* ... and its extent (shape[1] = 1 for a vector) */
     int split_dim;       /* -1: replicated over the tensor-parallel group; 0: rows split; 1: columns split */
-    int sp_partial;      /* sequence parallel: every tensor-parallel rank holds a partial gradient (summed in the
-                          * tensor-parallel group after backward): LayerNorms, row-parallel biases, wpe */
+    int tp_partial;      /* this rank's gradient is a partial sum, completed over the tensor-parallel group after
+                          * backward (parallel/tensor_parallel.h): with sequence parallelism the LayerNorms, the
+                          * row-parallel biases and wpe (each rank saw its N/M tokens); and a key/value head held by
+                          * several ranks (fewer key/value heads than ranks: each saw its query heads only) */
+    int tp_slots, tp_slot; /* tp_partial: the sum runs over tp_slots boxes of this entry's size, this rank's being
+                            * tp_slot (1 and 0, except a replicated key/value head: the heads, its head) */
     int owner;           /* 1: this rank's copy is the one that is saved and counted in the gradient norm (0: a
                           * tensor-parallel replica on mp rank > 0, or the last stage's copy of the tied embedding) */
     int group;           /* the group holding it */
@@ -95,7 +99,7 @@ typedef struct {
     int layer_lo[LLM4D_MAX_CHUNKS], layer_hi[LLM4D_MAX_CHUNKS]; /* chunk c = blocks [layer_lo[c], layer_hi[c]) */
     int embedding;             /* holds the token and position embeddings (the model's first chunk is chunk 0) */
     int head;                  /* holds ln_f and the LM head (the model's last chunk is chunk n_chunks - 1) */
-    int sequence_parallel;     /* Megatron's sequence parallelism (marks sp_partial) */
+    int sequence_parallel;     /* Megatron's sequence parallelism (marks tp_partial) */
     int align;                 /* pad every group to a multiple of this (ZeRO: the sharding degree); >= 1 */
     int64_t wte_block_rows;    /* vocabulary rows per embedding group; 0: one group for the rank's rows */
 } llm4d_model_part;

@@ -9,23 +9,29 @@
 
 static llm4d_tensor_parallel *of(llm4d_engine *e) { return (llm4d_tensor_parallel *)e; }
 
-/* Copy the kept part of every sp_partial entry's gradient to (dir 0) or from (dir 1) the pack; returns its length. */
+/* Copy the kept part of every tp_partial entry's gradient to (dir 0) or from (dir 1) the pack, into its slot of
+ * the entry's tp_slots (a replicated key/value head: one slot per head, the others zero, so the sum over the group
+ * adds each head's replicas alone); returns the pack's length. */
 static size_t pack(llm4d_tensor_parallel *tp, int dir) {
     llm4d_engine_stack *s = tp->stack;
     llm4d_backend *be = s->g->be;
     const llm4d_param_table *t = &s->g->table;
     size_t at = 0;
     for (int i = 0; i < t->n; i++) {
-        if (!t->p[i].sp_partial) continue;
+        const llm4d_param *p = &t->p[i];
+        if (!p->tp_partial) continue;
         int64_t j0, j1;
         float *gr = llm4d_engines_grad_view(s, i, &j0, &j1);
         if (!gr) continue;
         const size_t n = (size_t)(j1 - j0);
-        if (dir == 0)
-            be->copy(be, tp->pack + at, gr, n * sizeof(float));
-        else
-            be->copy(be, gr, tp->pack + at, n * sizeof(float));
-        at += n;
+        float *mine = tp->pack + at + (size_t)p->tp_slot * n;
+        if (dir == 0) {
+            if (p->tp_slots > 1) be->zero(be, tp->pack + at, (size_t)p->tp_slots * n * sizeof(float));
+            be->copy(be, mine, gr, n * sizeof(float));
+        } else {
+            be->copy(be, gr, mine, n * sizeof(float));
+        }
+        at += (size_t)p->tp_slots * n;
     }
     return at;
 }
@@ -44,8 +50,8 @@ static llm4d_code tp_finish(llm4d_engine *e, llm4d_err *err) {
 static void tp_describe(llm4d_engine *e, char *buf, size_t n) {
     llm4d_tensor_parallel *tp = of(e);
     snprintf(buf, n, "tensor parallel over %d ranks%s", tp->mp->size,
-             tp->pack ? ": sequence-parallel partial gradients (LayerNorms, row-parallel biases, wpe) summed after "
-                        "backward"
+             tp->pack ? ": partial gradients (sequence parallel: LayerNorms, row-parallel biases, wpe; key/value "
+                        "heads held by several ranks) summed after backward"
                       : "");
 }
 
@@ -66,7 +72,7 @@ static const llm4d_engine_ops tp_ops = {
 size_t llm4d_tensor_parallel_bytes(const llm4d_param_table *t) {
     size_t n = 0;
     for (int i = 0; i < t->n; i++)
-        if (t->p[i].sp_partial) n += t->p[i].numel;
+        if (t->p[i].tp_partial) n += (size_t)t->p[i].tp_slots * t->p[i].numel;
     return n * sizeof(float);
 }
 
@@ -80,6 +86,6 @@ llm4d_code llm4d_tensor_parallel_init(llm4d_tensor_parallel *tp, llm4d_engine_st
     if (tp->pack_len == 0) return LLM4D_OK;
     llm4d_gpt *g = stack->g;
     tp->pack = g->be->alloc(g->be, g->mem, LLM4D_MEM_COMM, tp->pack_len * sizeof(float));
-    if (!tp->pack) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the sequence-parallel gradient buffer");
+    if (!tp->pack) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory for the tensor-parallel gradient buffer");
     return LLM4D_OK;
 }

@@ -3,11 +3,15 @@
  *
  * Tensor parallelism itself lives in the model (model/tp.h, block.c, embed.c): the split layers and the conjugate
  * operators' communication. What is left for an engine is the replicated parameters whose gradient is a partial
- * sum on each rank: with sequence parallelism, each rank's LayerNorms, row-parallel biases and the position
- * embedding see only its N/M tokens (the entries params.h marks sp_partial). This engine packs the part of those
- * gradients the storage engine keeps into one buffer, all-reduces it over the tensor-parallel group (one
- * collective per step, 2 (M-1)/M x the packed bytes), and unpacks it. Without sequence parallelism every replica
- * computes the full gradient from the same replicated activations, and nothing is sent.
+ * sum on each rank (the entries params.h marks tp_partial): with sequence parallelism, each rank's LayerNorms,
+ * row-parallel biases and the position embedding see only its N/M tokens; with fewer key/value heads than ranks
+ * (grouped- or multi-query attention over a wide group), M/NKV ranks hold each key/value head and each sees only
+ * its own query heads. This engine packs the part of those gradients the storage engine keeps into one buffer (a
+ * replicated head into its head's slot of NKV, the other slots zero, so that the group's sum adds each head's
+ * replicas alone: (NKV - 1) x the head's bytes of zeros, the price of one collective instead of a group per head),
+ * all-reduces it over the tensor-parallel group (one collective per step, 2 (M-1)/M x the packed bytes), and
+ * unpacks it. Without sequence parallelism and with whole key/value heads per rank, every replica computes the full
+ * gradient from the same replicated activations, and nothing is sent.
  *
  * Clipping counts each element once: replicated entries are `owner` on tensor-parallel rank 0 only (params.h), so
  * the storage engine's norm share leaves the copies out. */

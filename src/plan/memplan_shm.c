@@ -25,6 +25,7 @@
 #include "model/params.h"
 #include "model/shard_range.h"
 #include "parallel/sharding.h"
+#include "parallel/tensor_parallel.h"
 #include "plan/memplan.h"
 
 /* The axis of the group kinds that are one axis of the grid (the others are the world, the data group and the
@@ -164,8 +165,8 @@ static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const l
     for (int g = 0; g < tab->n_groups; g++) group_max = max_z(group_max, tab->g[g].hi - tab->g[g].lo);
     for (int i = 0; i < tab->n; i++) {
         if (tab->p[i].kind == LLM4D_P_WTE) wte_max = max_z(wte_max, tab->p[i].numel);
-        if (tab->p[i].sp_partial) partial += tab->p[i].numel;
     }
+    partial = llm4d_tensor_parallel_bytes(tab) / sizeof(float);
     memset(use, 0, LLM4D_SHMG_N * sizeof *use);
     *shared = 0; /* the pages of the peers' gradient buffers this rank sums in (data_parallel.h) */
     const int nd = paths->host_ranks[LLM4D_SHMG_DATA];

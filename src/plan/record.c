@@ -393,7 +393,7 @@ double llm4d_rc_flops(const llm4d_rc_call *c) {
     case LLM4D_RC_LINEAR_FWD: return 2.0 * c->d[0] * c->d[1] * c->d[2];
     case LLM4D_RC_LINEAR_BWD: return 2.0 * c->d[0] * c->d[1] * c->d[2] * (double)(c->d[4] + c->d[5]);
     /* causal flash attention: S = Q K^T and O = P V over half the T x T square (forward), and backward's five
-     * products (S again, dV, dP, dQ, dK): 2.5 times forward */
+     * products (S again, dV, dP, dQ, dK): 2.5 times forward; per query head (d[2]), grouped-query or not */
     case LLM4D_RC_ATTN_FWD: return 2.0 * c->d[0] * c->d[2] * (double)c->d[1] * c->d[1] * c->d[3];
     case LLM4D_RC_ATTN_BWD: return 5.0 * c->d[0] * c->d[2] * (double)c->d[1] * c->d[1] * c->d[3];
     default: return 0.0;
@@ -426,9 +426,16 @@ double llm4d_rc_bytes(const llm4d_rc_call *c) {
     case LLM4D_RC_LN_BWD: return (2 * esz(c, 0) + esz(c, 3) + esz(c, 4)) * N * C; /* dinp read, written */
     case LLM4D_RC_GELU_FWD: return (esz(c, 0) + esz(c, 1)) * N;
     case LLM4D_RC_GELU_BWD: return (esz(c, 0) + esz(c, 1) + esz(c, 2)) * N;
-    /* qkv is 3 of the 4 (forward: qkv, out) or 8 (backward: dqkv, dout, out, qkv) [B, T, NH x HS] blocks */
-    case LLM4D_RC_ATTN_FWD: return (3 * esz(c, 2) + esz(c, 0)) * (double)c->d[0] * c->d[1] * c->d[2] * c->d[3];
+    /* qkv is 3 of the 4 (forward: qkv, out) or 8 (backward: dqkv, dout, out, qkv) [B, T, NH x HS] blocks; with
+     * grouped-query attention (d[4] = NKV key/value heads, 0: NH) 1 + 2 NKV / NH of them */
+    case LLM4D_RC_ATTN_FWD:
+        if (c->d[4]) return (esz(c, 2) * (double)(c->d[2] + 2 * c->d[4]) + esz(c, 0) * (double)c->d[2]) *
+                            (double)c->d[0] * c->d[1] * c->d[3];
+        return (3 * esz(c, 2) + esz(c, 0)) * (double)c->d[0] * c->d[1] * c->d[2] * c->d[3];
     case LLM4D_RC_ATTN_BWD:
+        if (c->d[4])
+            return ((esz(c, 0) + esz(c, 3)) * (double)(c->d[2] + 2 * c->d[4]) +
+                    (esz(c, 1) + esz(c, 2)) * (double)c->d[2]) * (double)c->d[0] * c->d[1] * c->d[3];
         return (3 * esz(c, 0) + esz(c, 1) + esz(c, 2) + 3 * esz(c, 3)) * (double)c->d[0] * c->d[1] *
                c->d[2] * c->d[3];
     case LLM4D_RC_XENT_FWD: return esz(c, 1) * N * C;

@@ -63,7 +63,7 @@ static int call(llm4d_replay *r, const llm4d_rc_call *c) {
                                 .sample_ids = (const int64_t *)tr(r, c->p[7], &ok), .T = (int)c->aux[2],
                                 .tok0 = c->aux[3]};
     const llm4d_attn_shape sh = {.B = (int)c->d[0], .T = (int)c->d[1], .NH = (int)c->d[2], .HS = (int)c->d[3],
-                                 .head0 = (int)c->aux[0], .NH_total = (int)c->aux[1]};
+                                 .head0 = (int)c->aux[0], .NH_total = (int)c->aux[1], .NKV = (int)c->d[4]};
     const llm4d_rope_shape rope = {.N = N, .NH = C, .HS = (int)c->d[2], .ld = (int)c->d[3], .T = (int)c->aux[0],
                                    .tok0 = c->aux[1], .theta = 10000.0f};
     /* translate first: a call with a pointer the recording does not know is not made */

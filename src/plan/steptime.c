@@ -331,7 +331,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
                                                   d->dp_degree, R, llm4d_group_hosts(topo, LLM4D_AXIS_DATA, R), NULL);
         spin += llm4d_price_wait(prof, thr, R, d->dp_degree);
     }
-    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && cfg->model.sequence_parallel && sc->sp_partial) {
+    if (topo->degree[LLM4D_AXIS_MODEL] > 1 && sc->sp_partial) { /* (params.h tp_partial) */
         exposed[LLM4D_ENG_TP] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->sp_partial * sizeof(float),
                                                   topo->degree[LLM4D_AXIS_MODEL], R,
                                                   llm4d_group_hosts(topo, LLM4D_AXIS_MODEL, R), NULL);

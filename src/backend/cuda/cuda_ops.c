@@ -197,8 +197,10 @@ static const void *bf16_of(llm4d_backend *be, int w, llm4d_ctensor t, size_t n) 
 static void cu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse, llm4d_ctensor qkv,
                                  llm4d_attn_shape s, const llm4d_dropout *drop) {
     cuda_ctx *cx = cctx(be);
-    const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS;
+    const size_t n = LLM4D_ATTN_QKV_ELEMS(s);
     LLM4D_ASSERT(llm4d_k_attn_simt_ok(s.HS), "cuda: attention head size %d is beyond the kernels' 256", s.HS);
+    LLM4D_ASSERT(s.NH % LLM4D_ATTN_NKV(s) == 0, "cuda: %d query heads do not split into %d key/value heads", s.NH,
+                 LLM4D_ATTN_NKV(s));
     if (use_mma(cx, s.HS, out)) { /* two stretches, so the sites table tells the conversion from the kernel */
         const void *q16 = bf16_of(be, WS_OP0, qkv, n);
         TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_forward_mma(cstream(be), out, lse, q16, s, drop_of(drop)));
@@ -211,7 +213,9 @@ static void cu_attention_forward(llm4d_backend *be, llm4d_tensor out, float *lse
 static void cu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor out,
                                   llm4d_ctensor qkv, const float *lse, llm4d_attn_shape s, const llm4d_dropout *drop) {
     cuda_ctx *cx = cctx(be);
-    const size_t n = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t n = LLM4D_ATTN_QKV_ELEMS(s), nout = LLM4D_ATTN_ELEMS(s);
+    LLM4D_ASSERT(s.NH % LLM4D_ATTN_NKV(s) == 0, "cuda: %d query heads do not split into %d key/value heads", s.NH,
+                 LLM4D_ATTN_NKV(s));
     float *D = llm4d_cuda_ws(cx, WS_PART, (size_t)s.B * s.NH * s.T * sizeof(float));
     TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attn_rowdot(cstream(be), D, dout, out, s));
     if (use_mma(cx, s.HS, dqkv)) {

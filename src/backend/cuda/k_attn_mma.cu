@@ -20,6 +20,8 @@
 // (k_common.cuh's TY, a template parameter of each kernel): bf16 under O2, each pair of a lane's adjacent columns
 // one 4-byte store; fp32 as always.
 // Dropout: the word of core/rng.h's Philox at each probability's position (kidx.h), the CPU's mask.
+// Grouped-query attention (llm4d_attn_shape.NKV): forward and dQ load the K and V tiles of the query head's kv head;
+// a dK/dV block takes a kv head's keys and walks the query heads of its group in order, summing in its registers.
 #include "backend/cuda/k_common.cuh"
 #include "backend/cuda/kidx.h"
 
@@ -32,13 +34,22 @@ typedef __nv_bfloat16 bf16;
 constexpr int NT = 128; // threads: 4 warps
 constexpr int BR = 64;  // rows of a block: 16 per warp
 
+// C: the query heads' width (Q, out, dout rows); Ckv: K's and V's, NKV heads; C3 = C + 2 Ckv, a qkv row; grp: query
+// heads per kv head (query head h reads kv head h / grp)
 struct geo {
-    int B, T, NH, HS, C, C3, head0, NHt;
+    int B, T, NH, HS, C, C3, head0, NHt, NKV, Ckv, grp;
     float scale;
 };
 
 geo geo_of(const llm4d_attn_shape &s) {
-    return geo{s.B, s.T, s.NH, s.HS, s.NH * s.HS, 3 * s.NH * s.HS, s.head0, s.NH_total, 1.0f / sqrtf((float)s.HS)};
+    const int nkv = llm4d_attn_nkv(s);
+    return geo{s.B,        s.T,         s.NH, s.HS, s.NH * s.HS, (s.NH + 2 * nkv) * s.HS, s.head0, s.NH_total, nkv,
+               nkv * s.HS, s.NH / nkv, 1.0f / sqrtf((float)s.HS)};
+}
+
+// element offset of row 0 of query head h's Q (kv 0) or of kv head h's K (kv 1) in batch row b of qkv
+__device__ __forceinline__ size_t head_at(const geo &g, int b, int h, int kv) {
+    return (size_t)b * g.T * g.C3 + (kv ? g.C : 0) + (size_t)h * g.HS;
 }
 
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -105,20 +116,21 @@ __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// The K and V tiles of keys [k, k + ROWS) into buf (K) and buf + ROWS (HS + 8) (V), as one cp.async group.
+// The K and V tiles of keys [k, k + ROWS) into buf (K) and buf + ROWS (HS + 8) (V), as one cp.async group (kvh:
+// row 0 of the kv head's K, its V Ckv after).
 template <int HS, int ROWS>
-__device__ __forceinline__ void kv_issue(bf16 *buf, const bf16 *head, const geo g, int k) {
-    load_rows_async<HS, ROWS>(buf, head + g.C, k, g.T, g.C3);
-    load_rows_async<HS, ROWS>(buf + ROWS * (HS + 8), head + 2 * g.C, k, g.T, g.C3);
+__device__ __forceinline__ void kv_issue(bf16 *buf, const bf16 *kvh, const geo g, int k) {
+    load_rows_async<HS, ROWS>(buf, kvh, k, g.T, g.C3);
+    load_rows_async<HS, ROWS>(buf + ROWS * (HS + 8), kvh + g.Ckv, k, g.T, g.C3);
     cp_commit();
 }
 
 // Round `it` of a walk over key tiles from 0 to `last` (tile it in buffer it & 1 of KV): the next tile into the other
 // buffer (read last in the previous round, which ended with __syncthreads), then wait for this round's.
 template <int HS, int ROWS>
-__device__ __forceinline__ void kv_next(bf16 *KV, const bf16 *head, const geo g, int k0, int last, int it) {
+__device__ __forceinline__ void kv_next(bf16 *KV, const bf16 *kvh, const geo g, int k0, int last, int it) {
     if (k0 + ROWS <= last) {
-        kv_issue<HS, ROWS>(KV + 2 * ((it + 1) & 1) * ROWS * (HS + 8), head, g, k0 + ROWS);
+        kv_issue<HS, ROWS>(KV + 2 * ((it + 1) & 1) * ROWS * (HS + 8), kvh, g, k0 + ROWS);
         cp_wait<1>();
     } else {
         cp_wait<0>();
@@ -228,7 +240,7 @@ __global__ void __launch_bounds__(NT) fwd_k(llm4d_tensor out, float *lse, const 
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
-    const bf16 *head = qkv + (size_t)b * g.T * g.C3 + h * g.HS;
+    const bf16 *head = qkv + head_at(g, b, h, 0), *kvh = qkv + head_at(g, b, h / g.grp, 1);
     load_rows<HS, BR>(Qs, head, q0, g.T, g.C3);
     __syncthreads();
     uint32_t qa[HS / 16][4];
@@ -246,10 +258,10 @@ __global__ void __launch_bounds__(NT) fwd_k(llm4d_tensor out, float *lse, const 
             if (rows[r] < g.T) rowpos[r] = llm4d_kidx_att_row(dr.sample_ids[b], g.NHt, g.head0, h, g.T, rows[r]);
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f; /* a kept probability's multiplier */
     const int last = min(g.T - 1, q0 + BR - 1);
-    kv_issue<HS, BR>(KV, head, g, 0);
+    kv_issue<HS, BR>(KV, kvh, g, 0);
     for (int k0 = 0, it = 0; k0 <= last; k0 += BR, it++) {
         const bf16 *Ks = KV + (2 * (it & 1)) * BR * LD, *Vs = Ks + BR * LD;
-        kv_next<HS, BR>(KV, head, g, k0, last, it);
+        kv_next<HS, BR>(KV, kvh, g, k0, last, it);
         __syncthreads();
         float sc[BR / 8][4];
         mul_abt<HS, BR>(sc, qa, Ks, gq, tq);
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(NT) dq_k(llm4d_tensor dqkv, const bf16 *dout, 
     const int qb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int q0 = qb * BR;
-    const bf16 *head = qkv + (size_t)b * g.T * g.C3 + h * g.HS;
+    const bf16 *head = qkv + head_at(g, b, h, 0), *kvh = qkv + head_at(g, b, h / g.grp, 1);
     load_rows<HS, BR>(Qs, head, q0, g.T, g.C3);
     load_rows<HS, BR>(Ys, dout + (size_t)b * g.T * g.C + h * g.HS, q0, g.T, g.C);
     __syncthreads();
@@ -347,10 +359,10 @@ __global__ void __launch_bounds__(NT) dq_k(llm4d_tensor dqkv, const bf16 *dout, 
     for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
     const float kscale = dr.p > 0.0f ? 1.0f / (1.0f - dr.p) : 1.0f;
     const int last = min(g.T - 1, q0 + BR - 1);
-    kv_issue<HS, KW>(KV, head, g, 0);
+    kv_issue<HS, KW>(KV, kvh, g, 0);
     for (int k0 = 0, it = 0; k0 <= last; k0 += KW, it++) {
         const bf16 *Ks = KV + (2 * (it & 1)) * KW * LD, *Vs = Ks + KW * LD;
-        kv_next<HS, KW>(KV, head, g, k0, last, it);
+        kv_next<HS, KW>(KV, kvh, g, k0, last, it);
         __syncthreads();
         float sc[KW / 8][4], dp[KW / 8][4];
         mul_abt<HS, KW>(sc, qa, Ks, gq, tq); // S = Q K^T
@@ -401,12 +413,12 @@ __global__ void __launch_bounds__(NT) dkdv_k(llm4d_tensor dqkv, const bf16 *dout
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *Kst = reinterpret_cast<bf16 *>(smem), *Vst = Kst + BR * LD, *QY = Vst + BR * LD; // buffer i: Q, dout
     float *rowt = reinterpret_cast<float *>(QY + 4 * QW * LD);                              // buffer i: lse, D
-    const int kb = blockIdx.x, bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+    const int kb = blockIdx.x, bg = blockIdx.y, b = bg / g.NKV, kvh = bg % g.NKV; // a block: keys of a kv head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3, wr = warp * 16;
     const int k0 = kb * BR;
-    const bf16 *head = qkv + (size_t)b * g.T * g.C3 + h * g.HS, *yhead = dout + (size_t)b * g.T * g.C + h * g.HS;
-    load_rows<HS, BR>(Kst, head + g.C, k0, g.T, g.C3);
-    load_rows<HS, BR>(Vst, head + 2 * g.C, k0, g.T, g.C3);
+    const bf16 *khead = qkv + head_at(g, b, kvh, 1);
+    load_rows<HS, BR>(Kst, khead, k0, g.T, g.C3);
+    load_rows<HS, BR>(Vst, khead + g.Ckv, k0, g.T, g.C3);
     __syncthreads();
     uint32_t ka[HS / 16][4], va[HS / 16][4];
     a_frags<HS>(ka, Kst, wr, gq, tq);
@@ -419,61 +431,68 @@ __global__ void __launch_bounds__(NT) dkdv_k(llm4d_tensor dqkv, const bf16 *dout
     for (int dt = 0; dt < DT; dt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
-    // tile loads: Q and dout by cp.async, the row terms by the threads (a few hundred bytes)
-    auto issue = [&](int q, int buf) {
-        bf16 *qs = QY + 2 * buf * QW * LD;
-        load_rows_async<HS, QW>(qs, head, q, g.T, g.C3);
-        load_rows_async<HS, QW>(qs + QW * LD, yhead, q, g.T, g.C);
-        cp_commit();
-        float *l2 = rowt + 2 * buf * QW;
-        for (int i = threadIdx.x; i < QW; i += NT) {
-            const int t = q + i;
-            l2[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
-            l2[QW + i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
-        }
-    };
-    issue(k0, 0);
-    for (int q0 = k0, it = 0; q0 < g.T; q0 += QW, it++) {
-        const bf16 *Qs = QY + 2 * (it & 1) * QW * LD, *Ys = Qs + QW * LD;
-        const float *ls = rowt + 2 * (it & 1) * QW, *Ds = ls + QW;
-        if (q0 + QW < g.T) {
-            issue(q0 + QW, (it + 1) & 1);
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        float st[QW / 8][4], dpt[QW / 8][4];
-        mul_abt<HS, QW>(st, ka, Qs, gq, tq);  // S^T = K Q^T
-        mul_abt<HS, QW>(dpt, va, Ys, gq, tq); // dP~^T = V dout^T
-        const uint32_t keep = dr.p > 0.0f ? col_keep(dr, g, sid, h, keys[0], keys[1], q0, tq, QW / 8) : 0xffffffffu;
-#pragma unroll
-        for (int nt = 0; nt < QW / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1, qi = nt * 8 + 2 * tq + (e & 1), q = q0 + qi;
-                float p = 0.0f, ds = 0.0f;
-                if (q >= keys[r] && q < g.T && keys[r] < g.T) {
-                    p = expf(st[nt][e] * g.scale - ls[qi]);
-                    const float mlt = dr.p > 0.0f ? ((keep >> (4 * nt + e)) & 1u ? kscale : 0.0f) : 1.0f;
-                    ds = g.scale * p * (dpt[nt][e] * mlt - Ds[qi]);
-                    p *= mlt;
-                }
-                dpt[nt][e] = p; /* P~, in the registers dP~ no longer needs */
-                st[nt][e] = ds;
+    // the query heads of the kv head's group in order, each walking its query tiles: dK and dV sum over them in
+    // registers (no atomics; one query head in multi-head attention)
+    for (int h = kvh * g.grp; h < (kvh + 1) * g.grp; h++) {
+        const int bh = b * g.NH + h;
+        const bf16 *head = qkv + head_at(g, b, h, 0), *yhead = dout + (size_t)b * g.T * g.C + h * g.HS;
+        // tile loads: Q and dout by cp.async, the row terms by the threads (a few hundred bytes)
+        auto issue = [&](int q, int buf) {
+            bf16 *qs = QY + 2 * buf * QW * LD;
+            load_rows_async<HS, QW>(qs, head, q, g.T, g.C3);
+            load_rows_async<HS, QW>(qs + QW * LD, yhead, q, g.T, g.C);
+            cp_commit();
+            float *l2 = rowt + 2 * buf * QW;
+            for (int i = threadIdx.x; i < QW; i += NT) {
+                const int t = q + i;
+                l2[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
+                l2[QW + i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
             }
-        mul_pv<HS, QW>(dv, dpt, Ys, lane); // dV += P~^T dout
-        mul_pv<HS, QW>(dk, st, Qs, lane);  // dK += dS^T Q
-        __syncthreads();
+        };
+        issue(k0, 0); // every buffer is free: the previous head's last round ended with __syncthreads
+        for (int q0 = k0, it = 0; q0 < g.T; q0 += QW, it++) {
+            const bf16 *Qs = QY + 2 * (it & 1) * QW * LD, *Ys = Qs + QW * LD;
+            const float *ls = rowt + 2 * (it & 1) * QW, *Ds = ls + QW;
+            if (q0 + QW < g.T) {
+                issue(q0 + QW, (it + 1) & 1);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+            float st[QW / 8][4], dpt[QW / 8][4];
+            mul_abt<HS, QW>(st, ka, Qs, gq, tq);  // S^T = K Q^T
+            mul_abt<HS, QW>(dpt, va, Ys, gq, tq); // dP~^T = V dout^T
+            const uint32_t keep =
+                dr.p > 0.0f ? col_keep(dr, g, sid, h, keys[0], keys[1], q0, tq, QW / 8) : 0xffffffffu;
+#pragma unroll
+            for (int nt = 0; nt < QW / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, qi = nt * 8 + 2 * tq + (e & 1), q = q0 + qi;
+                    float p = 0.0f, ds = 0.0f;
+                    if (q >= keys[r] && q < g.T && keys[r] < g.T) {
+                        p = expf(st[nt][e] * g.scale - ls[qi]);
+                        const float mlt = dr.p > 0.0f ? ((keep >> (4 * nt + e)) & 1u ? kscale : 0.0f) : 1.0f;
+                        ds = g.scale * p * (dpt[nt][e] * mlt - Ds[qi]);
+                        p *= mlt;
+                    }
+                    dpt[nt][e] = p; /* P~, in the registers dP~ no longer needs */
+                    st[nt][e] = ds;
+                }
+            mul_pv<HS, QW>(dv, dpt, Ys, lane); // dV += P~^T dout
+            mul_pv<HS, QW>(dk, st, Qs, lane);  // dK += dS^T Q
+            __syncthreads();
+        }
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (keys[r] >= g.T) continue;
-        const size_t y = ((size_t)b * g.T + keys[r]) * g.C3 + h * g.HS;
+        const size_t y = head_at(g, b, kvh, 1) + (size_t)keys[r] * g.C3;
 #pragma unroll
         for (int dt = 0; dt < DT; dt++) {
-            st2x<TY>(dqkv.p, dqkv.t, y + g.C + dt * 8 + 2 * tq, dk[dt][2 * r], dk[dt][2 * r + 1]);
-            st2x<TY>(dqkv.p, dqkv.t, y + 2 * g.C + dt * 8 + 2 * tq, dv[dt][2 * r], dv[dt][2 * r + 1]);
+            st2x<TY>(dqkv.p, dqkv.t, y + dt * 8 + 2 * tq, dk[dt][2 * r], dk[dt][2 * r + 1]);
+            st2x<TY>(dqkv.p, dqkv.t, y + g.Ckv + dt * 8 + 2 * tq, dv[dt][2 * r], dv[dt][2 * r + 1]);
         }
     }
 }
@@ -493,9 +512,9 @@ void backward(cudaStream_t s, llm4d_tensor dqkv, const bf16 *dout, const bf16 *q
     constexpr size_t sq = dq_smem<HS, W>(), skv = dkdv_smem<HS, W>();
     cudaFuncSetAttribute(dq_k<HS, W, TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq);
     cudaFuncSetAttribute(dkdv_k<HS, W, TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv);
-    const dim3 grid((g.T + BR - 1) / BR, g.B * g.NH);
+    const dim3 grid((g.T + BR - 1) / BR, g.B * g.NH), gkv((g.T + BR - 1) / BR, g.B * g.NKV);
     dq_k<HS, W, TY><<<grid, NT, sq, s>>>(dqkv, dout, qkv, lse, D, g, dr);
-    dkdv_k<HS, W, TY><<<grid, NT, skv, s>>>(dqkv, dout, qkv, lse, D, g, dr);
+    dkdv_k<HS, W, TY><<<gkv, NT, skv, s>>>(dqkv, dout, qkv, lse, D, g, dr);
 }
 
 template <bool TY>

@@ -14,6 +14,8 @@
 // Typed (k_common.cuh's TY, a third template parameter of each kernel): qkv and dout are read in their types (fp32,
 // bf16 or fp16) and out and dqkv stored in theirs, rounded once; lse and D are fp32.
 // Dropout: the word of core/rng.h's Philox at each probability's global position (kidx.h), the CPU's mask.
+// Grouped-query attention (llm4d_attn_shape.NKV): a query head reads its kv head's K and V; the dK/dV kernel's blocks
+// are per kv head and walk the query heads of its group in order, so dK and dV are summed without atomics.
 #ifndef LLM4D_BACKEND_CUDA_K_ATTN_SIMT_CUH
 #define LLM4D_BACKEND_CUDA_K_ATTN_SIMT_CUH
 
@@ -40,13 +42,23 @@ constexpr int AT = 128; // threads per block
 // tile's size is the code's: 32 doubled the build time of this file for no gain on a path that is not the fast one.
 constexpr int KT = 16;
 
+// C: the query heads' width (Q, out, dout rows); Ckv: K's and V's, NKV heads; C3 = C + 2 Ckv, a qkv row; grp: query
+// heads per kv head (query head h reads kv head h / grp)
 struct geo {
-    int B, T, NH, HS, C, C3, head0, NHt;
+    int B, T, NH, HS, C, C3, head0, NHt, NKV, Ckv, grp;
     float scale;
 };
 
 geo geo_of(const llm4d_attn_shape &s) {
-    return geo{s.B, s.T, s.NH, s.HS, s.NH * s.HS, 3 * s.NH * s.HS, s.head0, s.NH_total, 1.0f / sqrtf((float)s.HS)};
+    const int nkv = llm4d_attn_nkv(s);
+    return geo{s.B,        s.T,         s.NH, s.HS, s.NH * s.HS, (s.NH + 2 * nkv) * s.HS, s.head0, s.NH_total, nkv,
+               nkv * s.HS, s.NH / nkv, 1.0f / sqrtf((float)s.HS)};
+}
+
+// element offset of row 0 of query head h's Q (kv 0) or of kv head h's K (kv 1) in batch row b of qkv (its V: Ckv
+// after its K)
+__device__ __forceinline__ size_t head_at(const geo &g, int b, int h, int kv) {
+    return (size_t)b * g.T * g.C3 + (kv ? g.C : 0) + (size_t)h * g.HS;
 }
 
 // Shared tiles hold a row's DPT-wide slices one float apart, so the G threads of a row read different banks.
@@ -55,15 +67,15 @@ __device__ __forceinline__ int col(int d) {
     return (d / DPT) * (DPT + 1) + d % DPT;
 }
 
-// rows [r0, r0 + KT) of part `part` (0 Q, 1 K, 2 V) of the head whose row 0 is element `head` of qkv, rounded, into
+// rows [r0, r0 + KT) of the head whose row 0 is element `head` of qkv (a Q, K or V head: head_at), rounded, into
 // tile[KT][W]; zero beyond T and HS
 template <int DPT, int G, bool TY>
-__device__ void load_tile(float *tile, llm4d_ctensor qkv, size_t head, int part, int r0, const geo &g, int fmt) {
+__device__ void load_tile(float *tile, llm4d_ctensor qkv, size_t head, int r0, const geo &g, int fmt) {
     constexpr int HSP = DPT * G, W = G * (DPT + 1);
     for (int e = threadIdx.x; e < KT * HSP; e += AT) {
         const int j = e / HSP, d = e % HSP, t = r0 + j;
         float v = 0.0f;
-        if (t < g.T && d < g.HS) v = round_fmt(ldx<TY>(qkv.p, qkv.t, head + (size_t)t * g.C3 + part * g.C + d), fmt);
+        if (t < g.T && d < g.HS) v = round_fmt(ldx<TY>(qkv.p, qkv.t, head + (size_t)t * g.C3 + d), fmt);
         tile[j * W + col<DPT>(d)] = v;
     }
 }
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(AT) fwd_k(llm4d_tensor out, float *lse, llm4d_
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int gl = threadIdx.x % G, t1 = blk * R + threadIdx.x / G;
     const bool active = t1 < g.T;
-    const size_t head = (size_t)b * g.T * g.C3 + h * g.HS;
+    const size_t head = head_at(g, b, h, 0), kvh = head_at(g, b, h / g.grp, 1);
     const int mine = active ? g.HS - gl * DPT : 0; // the group's dimensions this thread holds (<= 0: none)
     float q[DPT], o[DPT];
     load_row<DPT, TY>(q, qkv.p, qkv.t, head + (size_t)(active ? t1 : 0) * g.C3 + gl * DPT, mine, fmt);
@@ -158,8 +170,8 @@ __global__ void __launch_bounds__(AT) fwd_k(llm4d_tensor out, float *lse, llm4d_
     const int last = min(g.T - 1, blk * R + R - 1);
     for (int k0 = 0; k0 <= last; k0 += KT) {
         __syncthreads();
-        load_tile<DPT, G, TY>(Ks, qkv, head, 1, k0, g, fmt);
-        load_tile<DPT, G, TY>(Vs, qkv, head, 2, k0, g, fmt);
+        load_tile<DPT, G, TY>(Ks, qkv, kvh, k0, g, fmt);
+        load_tile<DPT, G, TY>(Vs, qkv, kvh + g.Ckv, k0, g, fmt);
         __syncthreads();
         const int nk = active ? min(KT, t1 - k0 + 1) : 0;
         float s[KT];
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(AT) dq_k(llm4d_tensor dqkv, llm4d_ctensor dout
     const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
     const int gl = threadIdx.x % G, t1 = blk * R + threadIdx.x / G;
     const bool active = t1 < g.T;
-    const size_t head = (size_t)b * g.T * g.C3 + h * g.HS;
+    const size_t head = head_at(g, b, h, 0), kvh = head_at(g, b, h / g.grp, 1);
     const size_t dyrow = ((size_t)b * g.T + (active ? t1 : 0)) * g.C + h * g.HS;
     const int mine = active ? g.HS - gl * DPT : 0;
     float q[DPT], dy[DPT], dq[DPT];
@@ -226,8 +238,8 @@ __global__ void __launch_bounds__(AT) dq_k(llm4d_tensor dqkv, llm4d_ctensor dout
     const int last = min(g.T - 1, blk * R + R - 1);
     for (int k0 = 0; k0 <= last; k0 += KT) {
         __syncthreads();
-        load_tile<DPT, G, TY>(Ks, qkv, head, 1, k0, g, fmt);
-        load_tile<DPT, G, TY>(Vs, qkv, head, 2, k0, g, fmt);
+        load_tile<DPT, G, TY>(Ks, qkv, kvh, k0, g, fmt);
+        load_tile<DPT, G, TY>(Vs, qkv, kvh + g.Ckv, k0, g, fmt);
         __syncthreads();
         const int nk = active ? min(KT, t1 - k0 + 1) : 0;
         const uint32_t keep = dr.p > 0.0f && nk > 0 ? tile_keep(&wc, dr, rowpos, k0, nk) : 0xffffffffu;
@@ -254,72 +266,76 @@ __global__ void __launch_bounds__(AT) dq_k(llm4d_tensor dqkv, llm4d_ctensor dout
     store_row<DPT, TY>(dqkv.p, dqkv.t, ((size_t)b * g.T + t1) * g.C3 + h * g.HS + gl * DPT, mine, dq);
 }
 
-// dK = scale sum_t1 P (m dP~ - D) Q and dV = sum_t1 m P dout, a group per key row
+// dK = scale sum_t1 P (m dP~ - D) Q and dV = sum_t1 m P dout, a group per key row of a kv head, summed over the
+// query heads of its group in order (one in multi-head attention)
 template <int DPT, int G, bool TY>
 __global__ void __launch_bounds__(AT) dkdv_k(llm4d_tensor dqkv, llm4d_ctensor dout, llm4d_ctensor qkv,
                                              const float *lse, const float *D, geo g, llm4d_dropout dr, int fmt) {
     constexpr int R = AT / G, W = G * (DPT + 1);
     __shared__ float Qs[KT * W], Ys[KT * W], ls[KT], Ds[KT];
     const int blk = blockIdx.x; // the first keys have the most queries: launched first
-    const int bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+    const int bg = blockIdx.y, b = bg / g.NKV, kvh = bg % g.NKV;
     const int gl = threadIdx.x % G, t2 = blk * R + threadIdx.x / G;
     const bool active = t2 < g.T;
-    const size_t head = (size_t)b * g.T * g.C3 + h * g.HS, dybase = (size_t)b * g.T * g.C + h * g.HS;
     const int mine = active ? g.HS - gl * DPT : 0;
-    const size_t krow = head + (size_t)(active ? t2 : 0) * g.C3 + gl * DPT;
+    const size_t krow = head_at(g, b, kvh, 1) + (size_t)(active ? t2 : 0) * g.C3 + gl * DPT;
     float k[DPT], v[DPT], dk[DPT], dv[DPT];
-    load_row<DPT, TY>(k, qkv.p, qkv.t, krow + g.C, mine, fmt);
-    load_row<DPT, TY>(v, qkv.p, qkv.t, krow + 2 * g.C, mine, fmt);
+    load_row<DPT, TY>(k, qkv.p, qkv.t, krow, mine, fmt);
+    load_row<DPT, TY>(v, qkv.p, qkv.t, krow + g.Ckv, mine, fmt);
 #pragma unroll
     for (int d = 0; d < DPT; d++) dk[d] = dv[d] = 0.0f;
     const int64_t sid = dr.p > 0.0f ? dr.sample_ids[b] : 0;
-    for (int q0 = (blk * R) / KT * KT; q0 < g.T; q0 += KT) {
-        __syncthreads();
-        load_tile<DPT, G, TY>(Qs, qkv, head, 0, q0, g, fmt);
-        constexpr int HSP = DPT * G;
-        for (int e = threadIdx.x; e < KT * HSP; e += AT) { // the dout rows, rounded
-            const int i = e / HSP, d = e % HSP, t = q0 + i;
-            Ys[i * W + col<DPT>(d)] =
-                t < g.T && d < g.HS ? round_fmt(ldx<TY>(dout.p, dout.t, dybase + (size_t)t * g.C + d), fmt) : 0.0f;
-        }
-        for (int i = threadIdx.x; i < KT; i += AT) {
-            const int t = q0 + i;
-            ls[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
-            Ds[i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
-        }
-        __syncthreads();
+    for (int h = kvh * g.grp; h < (kvh + 1) * g.grp; h++) {
+        const int bh = b * g.NH + h;
+        const size_t head = head_at(g, b, h, 0), dybase = (size_t)b * g.T * g.C + h * g.HS;
+        for (int q0 = (blk * R) / KT * KT; q0 < g.T; q0 += KT) {
+            __syncthreads();
+            load_tile<DPT, G, TY>(Qs, qkv, head, q0, g, fmt);
+            constexpr int HSP = DPT * G;
+            for (int e = threadIdx.x; e < KT * HSP; e += AT) { // the dout rows, rounded
+                const int i = e / HSP, d = e % HSP, t = q0 + i;
+                Ys[i * W + col<DPT>(d)] =
+                    t < g.T && d < g.HS ? round_fmt(ldx<TY>(dout.p, dout.t, dybase + (size_t)t * g.C + d), fmt)
+                                        : 0.0f;
+            }
+            for (int i = threadIdx.x; i < KT; i += AT) {
+                const int t = q0 + i;
+                ls[i] = t < g.T ? lse[(size_t)bh * g.T + t] : 0.0f;
+                Ds[i] = t < g.T ? D[(size_t)bh * g.T + t] : 0.0f;
+            }
+            __syncthreads();
 #pragma unroll 1
-        for (int i = 0; i < KT; i++) {
-            const int t1 = q0 + i;
-            float sd = 0.0f, pd = 0.0f;
+            for (int i = 0; i < KT; i++) {
+                const int t1 = q0 + i;
+                float sd = 0.0f, pd = 0.0f;
 #pragma unroll
-            for (int d = 0; d < DPT; d++) {
-                sd += Qs[i * W + gl * (DPT + 1) + d] * k[d];
-                pd += Ys[i * W + gl * (DPT + 1) + d] * v[d];
-            }
-            sd = group_sum<G>(sd);
-            pd = group_sum<G>(pd);
-            if (!active || t1 < t2 || t1 >= g.T) continue;
-            const float p = expf(sd * g.scale - ls[i]);
-            float m = 1.0f;
-            if (dr.p > 0.0f) {
-                const uint64_t pos = llm4d_kidx_att_row(sid, g.NHt, g.head0, h, g.T, t1) + (uint64_t)t2;
-                uint32_t w[4];
-                llm4d_rng_block(dr.seed, dr.stream, pos >> 2, w);
-                m = llm4d_kidx_keep(w[pos & 3], dr.p);
-            }
-            const float pt = round_fmt(p * m, fmt), ds = round_fmt(g.scale * p * (pd * m - Ds[i]), fmt);
+                for (int d = 0; d < DPT; d++) {
+                    sd += Qs[i * W + gl * (DPT + 1) + d] * k[d];
+                    pd += Ys[i * W + gl * (DPT + 1) + d] * v[d];
+                }
+                sd = group_sum<G>(sd);
+                pd = group_sum<G>(pd);
+                if (!active || t1 < t2 || t1 >= g.T) continue;
+                const float p = expf(sd * g.scale - ls[i]);
+                float m = 1.0f;
+                if (dr.p > 0.0f) {
+                    const uint64_t pos = llm4d_kidx_att_row(sid, g.NHt, g.head0, h, g.T, t1) + (uint64_t)t2;
+                    uint32_t w[4];
+                    llm4d_rng_block(dr.seed, dr.stream, pos >> 2, w);
+                    m = llm4d_kidx_keep(w[pos & 3], dr.p);
+                }
+                const float pt = round_fmt(p * m, fmt), ds = round_fmt(g.scale * p * (pd * m - Ds[i]), fmt);
 #pragma unroll
-            for (int d = 0; d < DPT; d++) {
-                dv[d] += pt * Ys[i * W + gl * (DPT + 1) + d];
-                dk[d] += ds * Qs[i * W + gl * (DPT + 1) + d];
+                for (int d = 0; d < DPT; d++) {
+                    dv[d] += pt * Ys[i * W + gl * (DPT + 1) + d];
+                    dk[d] += ds * Qs[i * W + gl * (DPT + 1) + d];
+                }
             }
         }
     }
     if (!active) return;
-    const size_t row = ((size_t)b * g.T + t2) * g.C3 + h * g.HS + gl * DPT;
-    store_row<DPT, TY>(dqkv.p, dqkv.t, row + g.C, mine, dk);
-    store_row<DPT, TY>(dqkv.p, dqkv.t, row + 2 * g.C, mine, dv);
+    store_row<DPT, TY>(dqkv.p, dqkv.t, krow, mine, dk);
+    store_row<DPT, TY>(dqkv.p, dqkv.t, krow + g.Ckv, mine, dv);
 }
 
 // the group shape for a head size: G threads of DPT dimensions each
@@ -360,9 +376,9 @@ struct bwd_launch {
     template <int DPT, int G>
     void operator()() const {
         constexpr int R = AT / G;
-        const dim3 grid((g.T + R - 1) / R, g.B * g.NH);
+        const dim3 grid((g.T + R - 1) / R, g.B * g.NH), gkv((g.T + R - 1) / R, g.B * g.NKV);
         dq_k<DPT, G, TY><<<grid, AT, 0, s>>>(dqkv, dout, qkv, lse, D, g, dr, fmt);
-        dkdv_k<DPT, G, TY><<<grid, AT, 0, s>>>(dqkv, dout, qkv, lse, D, g, dr, fmt);
+        dkdv_k<DPT, G, TY><<<gkv, AT, 0, s>>>(dqkv, dout, qkv, lse, D, g, dr, fmt);
     }
 };
 
