@@ -5,17 +5,21 @@ batches, and compares: the logits of step 1's first micro-batch, the step-1 loss
 gradient, and the losses of every step of AdamW training with Paddle's global-norm clipping and the warmup+cosine
 schedule. The models are written here from their definitions, independently of llm4d's C code: GPT-2's, and
 Hugging Face's LlamaForCausalLM (RMSNorm, rotary positions with rotate_half, SwiGLU, grouped-query attention by
-repeat_interleave of the key/value heads, no biases, untied lm_head); only the weight layout (linear weights
-[out, in], c_attn rows = Q, K, V) and the description (params.json) are shared.
+repeat_interleave of the key/value heads, no biases, untied lm_head: tests/llama_ref.py); only the weight layout
+(linear weights [out, in], c_attn rows = Q, K, V) and the description (params.json) are shared.
 Run with Debian's python3 (python3-torch, python3-numpy). Prints one line per check, then `N passed, M failed`.
 """
 import json
 import math
+import os
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref  # noqa: E402
 
 torch.set_num_threads(2)
 dump, metrics_path = sys.argv[1], sys.argv[2]
@@ -40,41 +44,9 @@ def gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def rms_norm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def rotary(x):
-    """Hugging Face Llama's rotary embedding of x [B, H, T, HS]: x cos + rotate_half(x) sin."""
-    HS = x.shape[-1]
-    inv = 1.0 / (THETA ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = torch.cat([ang.cos(), ang.cos()], -1).float(), torch.cat([ang.sin(), ang.sin()], -1).float()
-    x1, x2 = x[..., :HS // 2], x[..., HS // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
 def llama_forward(tokens):
-    """LlamaForCausalLM's forward, written from its definition."""
-    B, P, HS = tokens.shape[0], params, C // NH
-    x = P["model.embed_tokens.weight"][tokens]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        h = f"model.layers.{l}."
-        y = rms_norm(x, P[h + "input_layernorm.weight"])
-        q = F.linear(y, P[h + "self_attn.q_proj.weight"]).view(B, T, NH, HS).transpose(1, 2)
-        k = F.linear(y, P[h + "self_attn.k_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
-        v = F.linear(y, P[h + "self_attn.v_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
-        q, k = rotary(q), rotary(k)
-        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)
-        att = ((q @ k.transpose(-2, -1)) / math.sqrt(HS)).masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.linear(y, P[h + "self_attn.o_proj.weight"])
-        y = rms_norm(x, P[h + "post_attention_layernorm.weight"])
-        y = F.silu(F.linear(y, P[h + "mlp.gate_proj.weight"])) * F.linear(y, P[h + "mlp.up_proj.weight"])
-        x = x + F.linear(y, P[h + "mlp.down_proj.weight"])
-    x = rms_norm(x, P["model.norm.weight"])
-    return x @ P["lm_head.weight"].t()
+    """LlamaForCausalLM's forward, written from its definition (tests/llama_ref.py)."""
+    return llama_ref.llama_forward(params, tokens, L, NH, NKV, EPS, THETA)
 
 
 def forward(tokens):

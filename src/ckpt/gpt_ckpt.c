@@ -192,6 +192,17 @@ static llm4d_code description_from_meta(const cJSON *mj, const char *what, llm4d
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "norm_epsilon")))
         m->norm_epsilon = (float)x->valuedouble;
     if (cJSON_IsNumber(x = cJSON_GetObjectItemCaseSensitive(mj, "rope_theta"))) m->rope_theta = (float)x->valuedouble;
+    /* the inputs too, so that llm4d_model_describe of a run from this checkpoint (model_name_or_path DIR) resolves
+     * them to the same model whatever its family's defaults */
+    snprintf(m->normalization, sizeof m->normalization, "%s", m->rmsnorm ? "RMSNorm" : "LayerNorm");
+    snprintf(m->position_embedding_type, sizeof m->position_embedding_type, "%s",
+             m->rope ? "rope" : "learned_absolute");
+    snprintf(m->hidden_act, sizeof m->hidden_act, "%s", m->swiglu ? "swiglu" : "gelu");
+    m->swiglu_flag = 0;
+    m->add_bias_linear = !m->no_bias;
+    m->tie_word_embeddings = !m->untied;
+    m->untie_embeddings = m->untied;
+    m->from_checkpoint = 1;
     m->num_kv_heads = m->num_attention_heads;
     if ((x = cJSON_GetObjectItemCaseSensitive(mj, "num_key_value_heads"))) {
         if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > m->num_attention_heads ||

@@ -54,6 +54,8 @@ typedef struct {
     int untie_embeddings;                        /* Megatron's --untie-embeddings-and-output-weights */
     float norm_epsilon;                          /* RMSNorm's epsilon (LayerNorm's is 1e-5) */
     float rope_theta;                            /* rotary frequencies' base */
+    int from_checkpoint;                         /* the inputs above are a checkpoint's whole description (its
+                                                  * meta.json, model_name_or_path DIR): no family default applies */
     /* ... and what llm4d_config_finalize resolved them to, the one reading every part of llm4d uses. Zero is GPT-2
      * in each (a model config made without finalize, by a test or a tool, is GPT-2's). */
     int llama;                         /* the family: Hugging Face Llama's tensor names (else GPT-2's) */

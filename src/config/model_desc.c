@@ -185,9 +185,11 @@ llm4d_code llm4d_model_describe(llm4d_config *cfg, llm4d_err *err) {
     m->rmsnorm = nrm == 1;
     m->rope = pe == 1;
     m->swiglu = act > 0 || m->swiglu_flag;
-    m->no_bias = llm4d_config_is_explicit(cfg, "Model.add_bias_linear") ? !m->add_bias_linear : fam;
-    const int tie_set = llm4d_config_is_explicit(cfg, "Model.tie_word_embeddings");
-    const int untie_set = llm4d_config_is_explicit(cfg, "Model.untie_embeddings_and_output_weights");
+    /* a checkpoint's description (model_name_or_path DIR) gives biases and tying as they are */
+    const int given = m->from_checkpoint;
+    m->no_bias = given || llm4d_config_is_explicit(cfg, "Model.add_bias_linear") ? !m->add_bias_linear : fam;
+    const int tie_set = given || llm4d_config_is_explicit(cfg, "Model.tie_word_embeddings");
+    const int untie_set = !given && llm4d_config_is_explicit(cfg, "Model.untie_embeddings_and_output_weights");
     if (tie_set && untie_set && m->tie_word_embeddings == m->untie_embeddings)
         return llm4d_fail(err, LLM4D_EUSER, "Model.tie_word_embeddings and untie_embeddings_and_output_weights "
                           "disagree; set one of them");
