@@ -29,6 +29,7 @@
 #include "plan/search.h"
 #include "plan/simmemo.h"
 #include "plan/memplan.h"
+#include "model/gpt.h"
 
 #define MiB (1024.0 * 1024.0)
 
@@ -180,6 +181,11 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         cJSON *o = llm4d_report_json(&p, cfg);
         cJSON_AddNumberToObject(o, "memory_per_node_mib", pr.cluster.memory_per_node / MiB);
         cJSON_AddBoolToObject(o, "fits", p.host_bytes <= pr.cluster.memory_per_node);
+        /* the model's FLOPs per token as the trainer's MFU counts them (6 x GEMM weights + attention, from the
+         * description's shapes: config/model_shape.h), and what they make of the predicted step per rank */
+        const double fpt = llm4d_gpt_flops_per_token(&cfg->model, cfg->data.max_seq_len);
+        cJSON_AddNumberToObject(o, "model_flops_per_token", fpt);
+        cJSON_AddNumberToObject(o, "model_tflops_per_rank", p.step_s > 0 ? fpt * p.tokens_per_s / p.world / 1e12 : 0);
         char *s = cJSON_PrintUnformatted(o);
         printf("%s\n", s ? s : "{}");
         free(s);

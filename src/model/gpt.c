@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/model_shape.h"
 #include "core/rng.h"
 
 /* Tokens per chunk of the LM head + loss: 512 x 50304 logits are 98 MiB (instead of 1.6 GB at B=8 T=1024), and a
@@ -475,9 +476,9 @@ void llm4d_gpt_backward(llm4d_gpt *g, const int32_t *tokens, const int64_t *samp
 }
 
 double llm4d_gpt_flops_per_token(const llm4d_model_config *c, int T) {
-    const double C = c->hidden_size, F = c->ffn_hidden_size, L = c->num_layers, V = c->vocab_size;
-    const double NH = c->num_attention_heads, NKV = c->num_kv_heads > 0 ? c->num_kv_heads : NH;
-    const double qkv = C * C * (NH + 2 * NKV) / NH, mlp = (c->swiglu ? 3 : 2) * C * F;
-    const double matmul_params = L * (qkv + C * C + mlp) + V * C;
+    /* the description's GEMM weights (config/model_shape.h: GQA's narrower QKV, SwiGLU's three matrices) */
+    const llm4d_model_shape s = llm4d_model_shape_of(c, 1);
+    const double C = c->hidden_size, L = c->num_layers, V = c->vocab_size;
+    const double matmul_params = L * (double)s.block_matmul + V * C;
     return 6.0 * matmul_params + 12.0 * L * T * C;
 }

@@ -3,41 +3,50 @@
 
 #include <stdlib.h>
 
+#include "config/model_shape.h"
 #include "core/hmap.h"
 
 llm4d_pp_split_costs llm4d_pp_costs_of(const llm4d_config *cfg) {
     const llm4d_model_config *m = &cfg->model;
-    const int64_t C = m->hidden_size, F = m->ffn_hidden_size, H = m->num_attention_heads, T = cfg->data.max_seq_len;
-    const int64_t Vp = m->padded_vocab_size, M = cfg->dist.mp_degree > 0 ? cfg->dist.mp_degree : 1;
+    const int64_t M = cfg->dist.mp_degree > 0 ? cfg->dist.mp_degree : 1;
+    const llm4d_model_shape s = llm4d_model_shape_of(m, (int)M); /* the description's shapes (config/model_shape.h) */
+    const int64_t C = s.C, F = s.F, H = s.NH, T = cfg->data.max_seq_len, Vp = m->padded_vocab_size;
     const int64_t B = LLM4D_PP_BYTE_FLOPS;
-    /* A block's forward FLOPs per token, 2 per multiply-add: the QKV GEMM 2 C 3C and the attention projection
-     * 2 C C (8 C^2), the MLP's two GEMMs 2 C F each (4 C F); attention's Q K^T and P V 2 T C each (4 T C, over all T
-     * keys: the causal half is not subtracted), each split over the M tensor-parallel ranks. At F = 4C that is
-     * 24 C^2 + 4 T C, Narayanan et al. 2021's 24 B s h^2 (1 + s / 6h) per layer's forward divided by its B s tokens. */
-    const int64_t fwd_flops = 2 * (4 * C * C + 2 * C * F) / M + 4 * T * C / M;
+    /* A block's forward FLOPs per token, 2 per multiply-add: the QKV GEMM 2 C qkv (GPT-2: qkv = 3C; grouped-query
+     * attention: (NH + 2 NKV) HS) and the attention projection 2 C C, the MLP's two GEMMs 2 C fc and 2 F C (GPT-2:
+     * fc = F, 4 C F; SwiGLU: fc = 2F, 6 C F); attention's Q K^T and P V 2 T C each (4 T C, over all T keys: the
+     * causal half is not subtracted; grouped-query attention does the query heads' products), each split over the
+     * M tensor-parallel ranks. For GPT-2 at F = 4C that is 24 C^2 + 4 T C, Narayanan et al. 2021's
+     * 24 B s h^2 (1 + s / 6h) per layer's forward divided by its B s tokens. */
+    const int64_t fwd_flops = 2 * s.block_matmul / M + 4 * T * C / M;
     /* Its element-wise passes per token, in fp32 elements (x 4 bytes; 16-bit activations are not priced apart),
      * each pass over a tensor counted (a row a pass re-reads from cache still counts: the balance needs the passes'
      * relative weight, not DRAM traffic), the GEMMs' own operand reads being in fwd_flops:
      *   16 C     = 2 x 4 C, the LayerNorms (cpu_elem.c: the input read by three passes, mean, variance and
-     *              normalise, the output written once)
+     *              normalise, the output written once; RMSNorm's two reads and a write, 3 C each: 14 C)
      *            + 2 x 4 C, the residual joins (the row-parallel GEMM's output written and read back by
      *              dropout_add, which also reads the residual and writes the sum; the separate bias pass under
      *              tensor parallelism, 2 C each, is not counted);
      *   2 F / M  = the MLP's hidden activations, written by the first GEMM and read by the second (an operand
-     *              read, counted for the GELU applied as it reads);
+     *              read, counted for the GELU applied as it reads); SwiGLU's 6 F / M: gate and up written (2F),
+     *              read by the SwiGLU (2F), its output written and read by the second GEMM (2F);
      *   3 H T / M = attention's scores of each local head against all T keys: S written, read by the softmax,
-     *              P written (the flash-style kernel's per-block scratch; P V reads P as a GEMM operand). */
-    const int64_t fwd_bytes = 4 * (16 * C + 2 * F / M + 3 * H * T / M);
+     *              P written (the flash-style kernel's per-block scratch; P V reads P as a GEMM operand);
+     *   RoPE: the local Q and K heads read and written, 2 (NH + NKV) HS / M (GPT-2: none). */
+    const int64_t norms = m->rmsnorm ? 2 * 3 * C : 2 * 4 * C, mlp = m->swiglu ? 6 * F / M : 2 * F / M;
+    const int64_t rope = m->rope ? 2 * (s.NH + s.NKV) * s.HS / M : 0;
+    const int64_t fwd_bytes = 4 * (norms + 2 * 4 * C + mlp + 3 * H * T / M + rope);
     const int64_t passes = llm4d_recompute_blocks(m) ? 4 : 3; /* forward, backward (2 x), the recomputed forward */
     llm4d_pp_split_costs c = {
         .block = passes * (fwd_flops + B * fwd_bytes),
         /* forward and backward together, no FLOPs: 7 C fp32 counted by tensor, not by pass: the token's wte and wpe
          * rows read and its x written (3 C), then for each table the gradient read and added into the row (2 C
-         * each); the adds' reads of the rows they update are not counted */
-        .embedding = B * 4 * 7 * C,
+         * each); the adds' reads of the rows they update are not counted. Without a position table (RoPE): 4 C */
+        .embedding = B * 4 * (s.wpe ? 7 : 4) * C,
         /* the LM head's GEMM, forward and two backward products (3 x 2 C Vp / M: Narayanan et al.'s 6 B s h V over
          * B s tokens; never recomputed), and 4 Vp / M fp32 counted by tensor: the logits written and read by the
-         * softmax, their gradient written and read by the backward GEMMs (operand reads, counted here) */
+         * softmax, their gradient written and read by the backward GEMMs (operand reads, counted here); tied or
+         * untied, the same work */
         .head = 3 * 2 * C * Vp / M + B * 4 * 4 * Vp / M,
     };
     return c;

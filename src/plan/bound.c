@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "config/model_shape.h"
 #include "plan/layout.h"
 #include "plan/memplan.h"
 
@@ -73,11 +74,13 @@ llm4d_code llm4d_bound_step(const llm4d_bound *b, const llm4d_predictor *pr, con
     const int P = d->pp_degree, V = pp->V, mp = d->mp_degree > 0 ? d->mp_degree : 1;
     const int R = pr->cluster.ranks_per_node, rcp = llm4d_recompute_blocks(&cfg->model);
     const double N = (double)cfg->micro_batch_size * cfg->data.max_seq_len, C = cfg->model.hidden_size;
-    const int F = cfg->model.ffn_hidden_size > 0 ? cfg->model.ffn_hidden_size : 4 * cfg->model.hidden_size;
-    const double Cl = (double)(cfg->model.hidden_size / mp), Fl = (double)(F / mp); /* a rank's columns */
+    /* a rank's columns of each linear layer, as the description shapes them (config/model_shape.h): the QKV
+     * projection's (NH + 2 NKV) HS / mp outputs (GPT-2: 3 C / mp), the MLP's 2F / mp with SwiGLU */
+    const llm4d_model_shape sh = llm4d_model_shape_of(&cfg->model, mp);
+    const double QKVl = (double)sh.qkv_l, Cl = (double)sh.attn_l, FCl = (double)sh.fc_l, Fl = (double)sh.f_l;
     /* a block's linear layers forward (qkv, attention's projection, fc, fc's projection: block.c), on every
-     * token of the micro-batch */
-    const double fwd = 2 * N * (3 * C * Cl + Cl * C + 2 * C * Fl);
+     * token of the micro-batch; integers below 2^53, so GPT-2's (3 C Cl + Cl C + 2 C Fl) to the bit */
+    const double fwd = 2 * N * (C * QKVl + Cl * C + C * FCl + Fl * C);
     const double gemm = (3 + rcp) * fwd / b->gemm_rate;
     /* the tensor-parallel collectives' ranks per host, as stagecost.c prices them */
     const int fill = llm4d_price_fill(pr->prof, pr->cluster.threads);

@@ -106,10 +106,10 @@ void llm4d_memplan_paths_of(const llm4d_comm_groups *g, const llm4d_config *cfg,
     for (int k = 0; k < LLM4D_SHMG_N; k++)
         if (c[k]) out->host_ranks[k] = llm4d_shm_host_ranks(c[k], &out->hosts[k]);
     /* the embedding group is split from the pipeline's by the pipeline engine, later: its first and last stage
-     * (the middle stages drop the group they are split into) */
+     * (the middle stages drop the group they are split into, and so do the ends of an untied head: pipeline.c) */
     const llm4d_comm *pp = g->axis[LLM4D_AXIS_PIPE];
     const int end = pp && (pp->rank == 0 || pp->rank == pp->size - 1);
-    if (end && out->host_ranks[LLM4D_SHMG_PIPE] > 0 && out->hosts[LLM4D_SHMG_PIPE] == 1)
+    if (end && !cfg->model.untied && out->host_ranks[LLM4D_SHMG_PIPE] > 0 && out->hosts[LLM4D_SHMG_PIPE] == 1)
         out->host_ranks[LLM4D_SHMG_EMBEDDING] = 2, out->hosts[LLM4D_SHMG_EMBEDDING] = 1;
 }
 
@@ -195,7 +195,8 @@ static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const l
             u->allreduce = crossing * sizeof(float);
         }
     }
-    use[LLM4D_SHMG_EMBEDDING].allreduce = wte_max * sizeof(float);
+    /* the tied embedding's gradient between the first and the last stage; an untied head has no such group */
+    use[LLM4D_SHMG_EMBEDDING].allreduce = cfg->model.untied ? 0 : wte_max * sizeof(float);
     for (int k = 0; k < LLM4D_SHMG_N; k++) allreduce[k] = use[k].allreduce;
     if (!sharded && t->data_world > 1)
         allreduce[LLM4D_SHMG_DATA] = largest_bucket(tab, (size_t)d->bucket_size_bytes) * gsz;

@@ -81,7 +81,7 @@ static double coll_temp(const llm4d_predictor *pr, const llm4d_config *cfg, cons
         const double x = llm4d_coll_temp_of(t, topo->index[LLM4D_AXIS_MODEL]);
         best = x > best ? x : best;
     }
-    if (cfg->dist.pp_degree > 1 && sc->wte_elems) { /* the tied embedding's all-reduce, first and last stage */
+    if (cfg->dist.pp_degree > 1 && sc->wte_elems && !cfg->model.untied) { /* the tied embedding's all-reduce */
         const int N = cfg->dist.sharding_degree > 1 ? cfg->dist.sharding_degree : 1;
         llm4d_price_coll(pr->prof, LLM4D_COMM_OP_ALLREDUCE, (double)sc->wte_elems / N * sizeof(float), 2, R,
                          llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, t);

@@ -338,7 +338,7 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
         spin += llm4d_price_wait(prof, thr, R, topo->degree[LLM4D_AXIS_MODEL]);
     }
     const int P = d->pp_degree;
-    if (P > 1 && sc->wte_elems) { /* the tied embedding's two copies */
+    if (P > 1 && sc->wte_elems && !cfg->model.untied) { /* the tied embedding's two copies (pipeline.c) */
         exposed[LLM4D_ENG_EMB] += llm4d_price_coll(prof, LLM4D_COMM_OP_ALLREDUCE,
                                                    (double)sc->wte_elems / (N > 1 ? N : 1) * sizeof(float), 2, R,
                                                    llm4d_group_hosts(topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1, NULL);
