@@ -226,8 +226,10 @@ llm4d_code llm4d_gpt_ckpt_meta(cJSON *meta, const llm4d_model_config *model, int
     }
     cJSON_AddStringToObject(fj, "name", FORMAT_NAME);
     cJSON_AddNumberToObject(fj, "version", FORMAT_VERSION);
-    cJSON_AddStringToObject(fj, "weights", "model*.safetensors, float32, HF GPT-2 names, linear weights [out, in], "
-                                           "wte unpadded");
+    cJSON_AddStringToObject(fj, "weights", model->llama ? "model*.safetensors, float32, HF Llama names, linear "
+                                                          "weights [out, in], embed_tokens and lm_head unpadded"
+                                                        : "model*.safetensors, float32, HF GPT-2 names, linear "
+                                                          "weights [out, in], wte unpadded");
     if (has_optim) cJSON_AddStringToObject(fj, "optimizer", "adamw: optim_m*.safetensors, optim_v*.safetensors");
     else cJSON_AddNullToObject(fj, "optimizer");
     cJSON_DeleteItemFromObjectCaseSensitive(meta, "model");
