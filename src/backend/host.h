@@ -18,7 +18,7 @@ void llm4d_host_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* host_ops.c and host_sample.c: the operations, with the table's signatures */
 void llm4d_host_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec *spec, int64_t j0, int64_t j1);
 void llm4d_host_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,
-                                 int n, int p0, int NH, int HS, float *scores, int ld);
+                                 int n, int p0, int NH, int NKV, int HS, float *scores, int ld);
 int32_t llm4d_host_sample(llm4d_backend *be, const float *logits, int V, const llm4d_sampling *s, uint64_t j,
                           void *scratch);
 

@@ -64,20 +64,21 @@ void llm4d_host_init_param(llm4d_backend *be, float *dst, const llm4d_init_spec 
     }
 }
 
-/* One query row per (row, head), parallel over them; each row's scores in its own stretch of the scratch. */
+/* One query row per (row, head), parallel over them; each row's scores in its own stretch of the scratch. Query
+ * head h reads key/value head h / (NH / NKV) (grouped-query attention; NKV == NH: its own). */
 void llm4d_host_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,
-                                 int n, int p0, int NH, int HS, float *scores, int ld) {
+                                 int n, int p0, int NH, int NKV, int HS, float *scores, int ld) {
     (void)be;
-    const int C = NH * HS;
+    const int C = NH * HS, KV = NKV * HS, W = C + 2 * KV, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int r = 0; r < n * NH; r++) {
-        const int i = r / NH, h = r % NH, last = p0 + i;
-        const float *q = qkv + (size_t)i * 3 * C + h * HS;
+        const int i = r / NH, h = r % NH, last = p0 + i, hk = h / group;
+        const float *q = qkv + (size_t)i * W + h * HS;
         float *s = scores + (size_t)r * ld;
         float mx = -INFINITY;
         for (int j = 0; j <= last; j++) {
-            const float *k = kc + (size_t)j * C + h * HS;
+            const float *k = kc + (size_t)j * KV + hk * HS;
             float dot = 0.0f;
             for (int d = 0; d < HS; d++) dot += q[d] * k[d];
             s[j] = dot * scale;
@@ -92,7 +93,7 @@ void llm4d_host_attention_cached(llm4d_backend *be, float *out, const float *qkv
         float *o = out + (size_t)i * C + h * HS;
         for (int d = 0; d < HS; d++) o[d] = 0.0f;
         for (int j = 0; j <= last; j++) {
-            const float a = s[j] * inv, *v = vc + (size_t)j * C + h * HS;
+            const float a = s[j] * inv, *v = vc + (size_t)j * KV + hk * HS;
             for (int d = 0; d < HS; d++) o[d] += a * v[d];
         }
     }

@@ -394,16 +394,18 @@ X(VOID, init_param, (llm4d_backend *be, float *dst, const llm4d_init_spec *spec,
   (be, dst, spec, j0, j1), OPEN, (FOUT(dst, j1 - j0)), NODROP, SKIP, ())                                             \
                                                                                                                      \
 /* Generation over a key/value cache (model/generate.h): n new query rows at positions p0 .. p0 + n - 1, row i of    \
- * qkv [n, 3C] holding its Q, K, V (C = NH x HS, heads side by side), attend causally over the cache rows            \
- * [0, p0 + i] of kc, vc [T_max, C] (the new rows' keys and values already copied there), no dropout:                \
- * out[i, h] = softmax_j (q_ih . k_jh / sqrt(HS)) v_jh. scores: scratch of n x NH x ld floats, ld >= p0 + n. */      \
+ * qkv [n, (NH + 2 NKV) HS] holding its Q (NH heads of HS), K and V (NKV heads each: grouped-query attention when    \
+ * NKV < NH; NKV divides NH), attend causally over the cache rows [0, p0 + i] of kc, vc [T_max, NKV HS] (the new     \
+ * rows' keys and values already copied there), no dropout; query head h reads key/value head h / (NH / NKV):        \
+ * out[i, h] = softmax_j (q_ih . k_jh' / sqrt(HS)) v_jh', out [n, NH HS]. scores: scratch of n x NH x ld floats,     \
+ * ld >= p0 + n. */                                                                                                  \
 X(VOID, attention_cached,                                                                                            \
-  (llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc, int n, int p0, int NH, int HS, \
-   float *scores, int ld),                                                                                           \
-  (be, out, qkv, kc, vc, n, p0, NH, HS, scores, ld),                                                                 \
+  (llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc, int n, int p0, int NH,         \
+   int NKV, int HS, float *scores, int ld),                                                                          \
+  (be, out, qkv, kc, vc, n, p0, NH, NKV, HS, scores, ld),                                                            \
   OPEN,                                                                                                              \
-  (FOUT(out, (size_t)n * NH * HS), FIN(qkv, (size_t)n * 3 * NH * HS), FIN(kc, (size_t)(p0 + n) * NH * HS),           \
-   FIN(vc, (size_t)(p0 + n) * NH * HS), FOUT(scores, (size_t)n * NH * ld)),                                          \
+  (FOUT(out, (size_t)n * NH * HS), FIN(qkv, (size_t)n * (NH + 2 * NKV) * HS),                                        \
+   FIN(kc, (size_t)(p0 + n) * NKV * HS), FIN(vc, (size_t)(p0 + n) * NKV * HS), FOUT(scores, (size_t)n * NH * ld)),   \
   NODROP, NONE, ())                                                                                                  \
 /* The token drawn from logits[V] (device memory) for draw j as s says; scratch: LLM4D_SAMPLE_SCRATCH(V) bytes of    \
  * device memory. Returned to the host (synchronises). */                                                            \

@@ -4,7 +4,8 @@
  *   llm4d generate --ckpt output/step_1000 --prompt_ids "464 3616 286" --temperature 0
  *
  * The checkpoint (an output_dir or a step_<N> directory) gives the weights and, through meta.json, the model
- * geometry; its files are verified before use. The prompt is encoded with the GPT-2 tokenizer (vocabulary files
+ * geometry and description (GPT-2's or Llama's family, or any mix of their parts); its files are verified before
+ * use. The prompt is encoded with the GPT-2 tokenizer (vocabulary files
  * from --vocab_dir, $LLM4D_VOCAB_DIR, ...: data/tokenizer.h), or given as ids. stdout gets the prompt followed by
  * its continuation, as Hugging Face's text-generation pipeline (return_full_text) and Megatron's text generation
  * give them, the continuation printed as it is generated (as text, or as ids with --print_ids or --prompt_ids);
@@ -256,14 +257,6 @@ static int run(const gen_args *a) {
 
     CHECK(llm4d_ckpt_open(&ck, a->ckpt, &err));
     CHECK(llm4d_gpt_ckpt_model_from_meta(llm4d_ckpt_meta(ck), llm4d_ckpt_dir(ck), &mc, 128, &err));
-    if (mc.llama || mc.rmsnorm || mc.rope || mc.swiglu || mc.no_bias || mc.untied ||
-        (mc.num_kv_heads && mc.num_kv_heads != mc.num_attention_heads)) {
-        llm4d_fail(&err, LLM4D_EUSER, "%s: generation runs GPT-2-shaped models only so far (LayerNorm, learned "
-                   "positions, GELU, biases, a tied head, multi-head attention); this checkpoint's model is %s-shaped",
-                   a->ckpt, llm4d_model_family(&mc));
-        rc = report(&err);
-        goto done;
-    }
     if (tok && llm4d_tokenizer_vocab_size(tok) > mc.vocab_size) {
         llm4d_fail(&err, LLM4D_EUSER, "the model's vocabulary has %d tokens, fewer than the tokenizer's %d; "
                    "give --prompt_ids for this model", mc.vocab_size, (int)llm4d_tokenizer_vocab_size(tok));

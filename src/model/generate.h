@@ -1,13 +1,16 @@
 /* generate.h — autoregressive generation with a key/value cache, and sampling.
  *
  * Training's forward (gpt.h) recomputes every position; generating n tokens that way costs O(n^2) positions. Here
- * each layer keeps the keys and values of every position seen so far (K and V caches of [T_max, C] per layer,
- * heads side by side as in c_attn's output), so feeding a new token costs one position: its query attends over
- * the cache. The prompt is fed in chunks of several positions at once (matrix-matrix products), each position
- * attending causally over the cache up to itself. Everything runs on the backend: LayerNorm, the linear layers,
- * GELU, the attention over the cache (backend.h attention_cached) and the draw of the next token (backend.h
+ * each layer keeps the keys and values of every position seen so far (K and V caches of [T_max, NKV x HS] per
+ * layer, the key/value heads side by side as in the qkv product's output: NKV < NH under grouped-query attention),
+ * so feeding a new token costs one position: its query attends over the cache. The prompt is fed in chunks of
+ * several positions at once (matrix-matrix products), each position attending causally over the cache up to
+ * itself. Everything runs on the backend: the normalisation, the linear layers, the activation, the rotary
+ * positions, the attention over the cache (backend.h attention_cached) and the draw of the next token (backend.h
  * sample); the host sends the tokens and reads back the token drawn (and the logits, when a caller asks). Eval mode:
  * no dropout. The weights are borrowed from the caller's flat parameter buffer (params.h layout, device memory).
+ * Every model the description allows (config.h: LayerNorm or RMSNorm, learned or rotary positions, GELU or
+ * SwiGLU, biases or none, a tied or an untied head, NKV key/value heads) runs; the parts absent are NULL here.
  *
  * Sampling draws token j of a generation from the counter-based generator (core/rng.h, purpose LLM4D_RNG_SAMPLE),
  * keyed by (seed, j), so a run is reproducible and does not depend on threads. temperature 0 (or top_k 1) is greedy
@@ -24,6 +27,7 @@
 #include "core/mem.h"
 #include "model/params.h"
 
+/* A block's weights; a bias the model does not have is NULL (every bias without biases, the norms' with RMSNorm). */
 typedef struct {
     const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } llm4d_gen_layer;
@@ -32,14 +36,16 @@ typedef struct {
     llm4d_model_config cfg;
     llm4d_backend *be;
     llm4d_mem *mem;
-    const float *wte, *wpe, *lnfw, *lnfb;
+    const float *wte, *wpe, *lnfw, *lnfb; /* wpe NULL with rotary positions, lnfb NULL with RMSNorm */
+    const float *head;                    /* the LM head [Vp, C]: lm_head's weight when untied, else wte */
     llm4d_gen_layer *layers;
+    int NKV, QKV, FC;   /* key/value heads; widths of the qkv product ((NH + 2 NKV) HS) and of c_fc's (F or 2F) */
     int T_max;          /* positions the cache holds (<= max_position_embeddings) */
     int chunk;          /* most positions computed at once */
     int pos;            /* positions in the cache */
-    float *kc, *vc;     /* [L, T_max, C] */
-    /* scratch for `chunk` rows */
-    float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *scores, *logits;
+    float *kc, *vc;     /* [L, T_max, NKV x HS] */
+    /* scratch for `chunk` rows (swi: SwiGLU's output [chunk, F], NULL with GELU) */
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *proj, *fch, *swi, *scores, *logits;
     int32_t *tok;       /* [chunk] the tokens being fed, uploaded */
     float *last_logits; /* [Vp]: the logits of the last position fed (device memory) */
     float *host_logits; /* [Vp] pinned: last_logits for the token callback, where the device is not host memory */

@@ -120,7 +120,7 @@ void llm4d_k_init_param(cudaStream_t s, float *dst, llm4d_init_spec spec, int64_
 
 /* k_gen.cu */
 void llm4d_k_attention_cached(cudaStream_t s, float *out, const float *qkv, const float *kc, const float *vc, int n,
-                              int p0, int NH, int HS, float *scores, int ld);
+                              int p0, int NH, int NKV, int HS, float *scores, int ld);
 
 /* k_attn_simt.cu (the kernels: k_attn_simt.cuh; their typed forms launched by k_attn_simt_typed.cu): any HS <= 256,
  * fp32 arithmetic on typed qkv and dout; operands rounded to fmt as they are read (bf16 and fp16 as the CPU

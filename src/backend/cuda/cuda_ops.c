@@ -228,8 +228,9 @@ static void cu_attention_backward(llm4d_backend *be, llm4d_tensor dqkv, llm4d_ct
 }
 
 static void cu_attention_cached(llm4d_backend *be, float *out, const float *qkv, const float *kc, const float *vc,
-                                int n, int p0, int NH, int HS, float *scores, int ld) {
-    TIMED(be, LLM4D_WORK_ATTN, llm4d_k_attention_cached(cstream(be), out, qkv, kc, vc, n, p0, NH, HS, scores, ld));
+                                int n, int p0, int NH, int NKV, int HS, float *scores, int ld) {
+    TIMED(be, LLM4D_WORK_ATTN,
+          llm4d_k_attention_cached(cstream(be), out, qkv, kc, vc, n, p0, NH, NKV, HS, scores, ld));
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
