@@ -4,7 +4,8 @@
 # 12 steps, global batch 8, dropout switched on (0.1 in the hidden layers and on the attention probabilities: Llama
 # trains without, but the masks must follow the layouts too), fp32: every layout's losses and gradient norms within
 # 1e-5 of the one-process run's (its own PyTorch parity is in test_torch_parity):
-#   recompute; data parallel; ZeRO stages 1, 2, 3 and 3 with offload over 2; tensor parallel over 2 with and without
+#   the guard device (the cpu kernels on memory the host cannot touch: nothing outside the backend reads the
+#   model's tensors) and the naive reference backend; recompute; data parallel; ZeRO stages 1, 2, 3 and 3 with offload over 2; tensor parallel over 2 with and without
 #   sequence parallelism (a key/value head per rank), over 4 (each of the 2 key/value heads on 2 ranks, their
 #   gradients summed by the tensor-parallel engine), and multi-query attention (1 key/value head) over 2 with
 #   sequence parallelism and with a pipeline; the pipeline's three schedules (1F1B, interleaved
@@ -30,6 +31,8 @@ run single_kv1 1 --micro_batch_size 8 -o Model.num_key_value_heads=1
 run single_bf16 1 --micro_batch_size 8 --use_amp true
 layouts=(
   # name        np  ref          args (comma-separated)
+  "guard        1   single       --micro_batch_size,8,--device,guard"
+  "ref          1   single       --micro_batch_size,8,--backend,ref"
   "recompute    1   single       --micro_batch_size,4,--use_recompute,true"
   "dp2          2   single       --dp_degree,2,--micro_batch_size,4"
   "sh2_s1       2   single       --sharding_degree,2,--sharding_stage,1,--micro_batch_size,4"
