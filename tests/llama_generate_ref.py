@@ -6,10 +6,10 @@ STEP_DIR is an llm4d checkpoint step (meta.json + model.safetensors: Hugging Fac
 weights [out, in]); IDS_FILE holds the ids `llm4d generate --print_ids` printed (N_PROMPT of the prompt, then the
 continuation);
 LOGITS_FILE is its --dump_logits output, float32 [n - 1, vocab_size], row r the logits that predicted id r + 1.
-Here Hugging Face's LlamaForCausalLM is written again from its definition, in float64, independently of llm4d's C
-code (the weights are the only thing shared): RMSNorm, rotary positions with rotate_half at theta, SwiGLU, grouped-
-query attention by repeat_interleave of the key/value heads (query head h reads key/value head h // (NH / NKV)), no
-biases, lm_head (or the embedding when tied). The whole sequence is recomputed at once, so the rows of the prompt
+The reference is Hugging Face's LlamaForCausalLM as tests/llama_ref.py writes it from its definition (the tests' one
+PyTorch Llama, independent of llm4d's C code; the weights are the only thing shared), run here on the weights in
+float64: RMSNorm, rotary positions with rotate_half at theta, SwiGLU, grouped-query attention by repeat_interleave
+of the key/value heads, lm_head (or the embedding when tied). The whole sequence is recomputed at once, so the rows of the prompt
 (fed in chunks by llm4d) and of every decode step (one position against the cache) are compared against a forward
 without any cache. Checks: every row within TOL of the reference (max |a - b| / max |b| over the row, the C tests'
 measure), and, greedy (decoding run with --temperature 0), each generated id is the reference's argmax wherever the
@@ -18,6 +18,7 @@ Prints one line per check, then `N passed, M failed`; exit 1 on a failure.
 """
 import json
 import math
+import os
 import struct
 import sys
 
@@ -76,37 +77,11 @@ check(got.size == (T - 1) * V, f"the dump holds {T - 1} rows of {V} logits ({got
 got = got[:(T - 1) * V].reshape(-1, V)
 
 
-def rms_norm(x, w):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
-
-
-def rotary(x):
-    """x [H, T, HS] turned to positions 0 .. T-1: x cos + rotate_half(x) sin."""
-    inv = 1.0 / (THETA ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
-    x1, x2 = x[..., :HS // 2], x[..., HS // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_ref import llama_forward  # noqa: E402  (the one PyTorch Llama of the tests: tests/llama_ref.py)
 
 with torch.no_grad():
-    x = P["model.embed_tokens.weight"][torch.tensor(ids)]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        h = f"model.layers.{l}."
-        y = rms_norm(x, P[h + "input_layernorm.weight"])
-        q = F.linear(y, P[h + "self_attn.q_proj.weight"]).view(T, NH, HS).transpose(0, 1)
-        k = F.linear(y, P[h + "self_attn.k_proj.weight"]).view(T, NKV, HS).transpose(0, 1)
-        v = F.linear(y, P[h + "self_attn.v_proj.weight"]).view(T, NKV, HS).transpose(0, 1)
-        q, k = rotary(q), rotary(k)
-        k, v = k.repeat_interleave(NH // NKV, dim=0), v.repeat_interleave(NH // NKV, dim=0)
-        att = ((q @ k.transpose(-2, -1)) / math.sqrt(HS)).masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        x = x + F.linear((att @ v).transpose(0, 1).reshape(T, C), P[h + "self_attn.o_proj.weight"])
-        y = rms_norm(x, P[h + "post_attention_layernorm.weight"])
-        y = F.silu(F.linear(y, P[h + "mlp.gate_proj.weight"])) * F.linear(y, P[h + "mlp.up_proj.weight"])
-        x = x + F.linear(y, P[h + "mlp.down_proj.weight"])
-    head = P.get("lm_head.weight", P["model.embed_tokens.weight"])
-    ref = (rms_norm(x, P["model.norm.weight"]) @ head.t())[:, :V].numpy()
+    ref = llama_forward(P, torch.tensor([ids]), L, NH, NKV, EPS, THETA)[0, :, :V].numpy()
 
 n = min(len(got), T - 1)
 errs = [np.abs(got[r] - ref[r]).max() / np.abs(ref[r]).max() for r in range(n)]
