@@ -170,7 +170,7 @@ static cJSON *model_json(const llm4d_model_config *m) {
     cJSON_AddStringToObject(j, "position_embedding_type", m->rope ? "rope" : "learned_absolute");
     if (m->rope) cJSON_AddNumberToObject(j, "rope_theta", llm4d_json_float(m->rope_theta));
     cJSON_AddStringToObject(j, "hidden_act", m->swiglu ? "swiglu" : "gelu");
-    cJSON_AddNumberToObject(j, "num_key_value_heads", m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", llm4d_model_kv_heads(m));
     cJSON_AddBoolToObject(j, "add_bias_linear", !m->no_bias);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", !m->untied);
     return j;
@@ -383,7 +383,7 @@ llm4d_code llm4d_gpt_ckpt_check_model(const cJSON *meta, const char *what, const
     }
     llm4d_model_config d = *m;
     LLM4D_TRY(description_from_meta(mj, what, &d, err));
-    const int kv = m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+    const int kv = llm4d_model_kv_heads(m);
     const struct { const char *what; int have, want; } desc[] = {
         {"family (Model.name)", d.llama, m->llama}, {"normalization", d.rmsnorm, m->rmsnorm},
         {"position_embedding_type", d.rope, m->rope}, {"hidden_act (SwiGLU)", d.swiglu, m->swiglu},

@@ -235,7 +235,7 @@ static cJSON *llama_config_json(const llm4d_model_config *m, int bos) {
     cJSON_AddNumberToObject(j, "intermediate_size", m->ffn_hidden_size);
     cJSON_AddNumberToObject(j, "num_hidden_layers", m->num_layers);
     cJSON_AddNumberToObject(j, "num_attention_heads", m->num_attention_heads);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", llm4d_model_kv_heads(m));
     cJSON_AddNumberToObject(j, "head_dim", m->hidden_size / m->num_attention_heads);
     cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings);
     cJSON_AddNumberToObject(j, "rms_norm_eps", llm4d_json_float(m->norm_epsilon));
@@ -269,7 +269,7 @@ llm4d_code llm4d_hf_config_read(const cJSON *j, const char *path, llm4d_model_co
 }
 
 int llm4d_hf_unexportable(const llm4d_model_config *m, char *why, size_t n) {
-    const int kv = m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+    const int kv = llm4d_model_kv_heads(m);
     if (m->llama) {
         const char *miss = !m->rmsnorm ? "LayerNorm" : !m->rope ? "learned positions" : !m->swiglu ? "a GELU MLP" : NULL;
         if (!miss) return 0;

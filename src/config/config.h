@@ -211,6 +211,16 @@ llm4d_code llm4d_model_apply_preset(llm4d_config *cfg, llm4d_err *err);
 /* Resolve the description (the family's defaults, the spellings of PaddleNLP, Hugging Face and Megatron) into
  * rmsnorm, rope, swiglu, no_bias, untied, num_kv_heads, and check it against the layout (mp_degree). */
 llm4d_code llm4d_model_describe(llm4d_config *cfg, llm4d_err *err);
+/* The model's key/value heads: num_kv_heads, or one per attention head where it is 0 (multi-head attention). */
+static inline int llm4d_model_kv_heads(const llm4d_model_config *m) {
+    return m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+}
+/* The key/value heads each of mp tensor-parallel ranks holds: whole heads, or one head shared by mp / heads ranks
+ * where there are fewer heads than ranks (model/params.c places them). */
+static inline int llm4d_model_kv_heads_per_rank(const llm4d_model_config *m, int mp) {
+    const int kv = llm4d_model_kv_heads(m);
+    return mp > 1 ? (kv >= mp ? kv / mp : 1) : kv;
+}
 /* "GPT-2" or "Llama": the family as the logs name it. */
 const char *llm4d_model_family(const llm4d_model_config *m);
 

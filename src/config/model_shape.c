@@ -7,12 +7,11 @@ llm4d_model_shape llm4d_model_shape_of(const llm4d_model_config *m, int mp) {
     s.C = m->hidden_size;
     s.F = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * s.C;
     s.NH = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
-    s.NKV = m->num_kv_heads > 0 ? m->num_kv_heads : s.NH;
+    s.NKV = m->num_attention_heads > 0 ? llm4d_model_kv_heads(m) : 1;
     s.HS = s.C / s.NH;
     s.qkv = (s.NH + 2 * s.NKV) * s.HS;
     s.fc = (m->swiglu ? 2 : 1) * s.F;
-    /* whole key/value heads per rank, or one head shared by M / NKV ranks (model/params.c) */
-    s.qkv_l = (s.NH / M + 2 * (s.NKV >= M ? s.NKV / M : 1)) * s.HS;
+    s.qkv_l = (s.NH / M + 2 * (int64_t)llm4d_model_kv_heads_per_rank(m, (int)M)) * s.HS;
     s.attn_l = s.C / M;
     s.fc_l = s.fc / M;
     s.f_l = s.F / M;

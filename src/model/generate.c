@@ -81,7 +81,7 @@ llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_gen_weights *w, llm4d_back
     g->T_max = T_max;
     g->chunk = chunk < T_max ? chunk : T_max;
     const int NH = cfg->num_attention_heads, HS = cfg->hidden_size / NH;
-    g->NKV = cfg->num_kv_heads > 0 ? cfg->num_kv_heads : NH;
+    g->NKV = llm4d_model_kv_heads(cfg);
     LLM4D_ASSERT(NH % g->NKV == 0, "%d key/value heads for %d heads", g->NKV, NH);
     g->QKV = (NH + 2 * g->NKV) * HS;
     g->FC = (cfg->swiglu ? 2 : 1) * cfg->ffn_hidden_size;

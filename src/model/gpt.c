@@ -241,7 +241,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     g->C = cfg->hidden_size, g->F = cfg->ffn_hidden_size, g->NH = cfg->num_attention_heads;
     g->Cl = g->C / M, g->Fl = g->F / M, g->NHl = g->NH / M, g->Vl = cfg->padded_vocab_size / M;
     /* key/value heads: NKV/M each, or one (replicated over M/NKV ranks: params.c) when there are fewer than M */
-    g->NKV = cfg->num_kv_heads > 0 ? cfg->num_kv_heads : g->NH, g->NKVl = g->NKV >= M ? g->NKV / M : 1;
+    g->NKV = llm4d_model_kv_heads(cfg), g->NKVl = llm4d_model_kv_heads_per_rank(cfg, M);
     g->QKVl = (g->NHl + 2 * g->NKVl) * (g->C / g->NH);
     g->FCl = cfg->swiglu ? 2 * g->Fl : g->Fl;
     LLM4D_ASSERT((g->NKV >= M ? g->NKV % M : M % g->NKV) == 0 && g->NH % g->NKV == 0,

@@ -36,7 +36,7 @@ typedef struct {
  * more than one rank (a whole fused tensor stays one entry: Hugging Face's tools read it). Returns the count. */
 static int block_pieces(const llm4d_model_config *m, int M, block_piece out[MAX_PIECES]) {
     const int64_t C = m->hidden_size, F = m->ffn_hidden_size, NH = m->num_attention_heads;
-    const int64_t NKV = m->num_kv_heads > 0 ? m->num_kv_heads : NH, HS = C / NH;
+    const int64_t NKV = llm4d_model_kv_heads(m), HS = C / NH;
     const int64_t Q = NH * HS, KV = NKV * HS;
     const int L = m->llama, bias = !m->no_bias, lnb = !m->rmsnorm;
     int n = 0, key = 0;
@@ -254,7 +254,7 @@ static void add_block(builder *b, int l) {
         const float s_const = is_norm_weight ? 1.0f : 0.0f;
         piece pc = {{sp->row0, 0}, {sp->rows, sp->gshape[1]}, sp->split_dim, {sp->gshape[0], sp->gshape[1]}, sp->key,
                     0, 0, 0};
-        const int NKV = m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads;
+        const int NKV = llm4d_model_kv_heads(m);
         if (sp->kv && NKV < M) { /* rank r holds key/value head r / (M / NKV), as the ranks before and after it */
             const int64_t HS = m->hidden_size / m->num_attention_heads, R = M / NKV, j = r / R;
             pc.off[0] = sp->row0 + j * HS;

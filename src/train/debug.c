@@ -82,7 +82,7 @@ llm4d_code llm4d_trainer_dump_init(llm4d_trainer *tr, llm4d_err *err) {
             "\"llama\": %d, \"rmsnorm\": %d, \"rope\": %d, \"swiglu\": %d, \"bias\": %d, \"tied\": %d, "
             "\"num_key_value_heads\": %d, \"norm_epsilon\": %.9g, \"rope_theta\": %.9g,\n",
             m->llama, m->rmsnorm, m->rope, m->swiglu, !m->no_bias, !m->untied,
-            m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads, m->norm_epsilon, m->rope_theta);
+            llm4d_model_kv_heads(m), m->norm_epsilon, m->rope_theta);
     fprintf(f, "\"total\": %zu, \"params\": [\n", t->total);
     for (int i = 0; i < t->n; i++) {
         const llm4d_param *p = &t->p[i];

@@ -66,7 +66,7 @@ static void print_startup(llm4d_trainer *tr) {
     llm4d_log_info(log, "model: %s, vocab %d (padded %d), hidden %d, layers %d, heads %d (key/value %d), ffn %d, "
                    "max_position %d; %s, %s, %s MLP, %s, %s LM head",
                    llm4d_model_family(m), m->vocab_size, m->padded_vocab_size, m->hidden_size, m->num_layers,
-                   m->num_attention_heads, m->num_kv_heads > 0 ? m->num_kv_heads : m->num_attention_heads,
+                   m->num_attention_heads, llm4d_model_kv_heads(m),
                    m->ffn_hidden_size, m->max_position_embeddings, m->rmsnorm ? "RMSNorm" : "LayerNorm",
                    m->rope ? "rotary positions" : "learned positions", m->swiglu ? "SwiGLU" : "GELU",
                    m->no_bias ? "no biases" : "biases", m->untied ? "untied" : "tied");
