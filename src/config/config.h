@@ -221,6 +221,9 @@ static inline int llm4d_model_kv_heads_per_rank(const llm4d_model_config *m, int
     const int kv = llm4d_model_kv_heads(m);
     return mp > 1 ? (kv >= mp ? kv / mp : 1) : kv;
 }
+/* The parts of the first MLP linear layer's output: SwiGLU's gate and up projections (2), or GELU's one; its
+ * width is this times ffn_hidden_size (per tensor-parallel rank: times its share of ffn_hidden_size). */
+static inline int llm4d_model_fc_parts(const llm4d_model_config *m) { return m->swiglu ? 2 : 1; }
 /* "GPT-2" or "Llama": the family as the logs name it. */
 const char *llm4d_model_family(const llm4d_model_config *m);
 

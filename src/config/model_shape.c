@@ -10,7 +10,7 @@ llm4d_model_shape llm4d_model_shape_of(const llm4d_model_config *m, int mp) {
     s.NKV = m->num_attention_heads > 0 ? llm4d_model_kv_heads(m) : 1;
     s.HS = s.C / s.NH;
     s.qkv = (s.NH + 2 * s.NKV) * s.HS;
-    s.fc = (m->swiglu ? 2 : 1) * s.F;
+    s.fc = llm4d_model_fc_parts(m) * s.F;
     s.qkv_l = (s.NH / M + 2 * (int64_t)llm4d_model_kv_heads_per_rank(m, (int)M)) * s.HS;
     s.attn_l = s.C / M;
     s.fc_l = s.fc / M;

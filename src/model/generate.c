@@ -84,7 +84,7 @@ llm4d_code llm4d_gen_create(llm4d_gen *g, const llm4d_gen_weights *w, llm4d_back
     g->NKV = llm4d_model_kv_heads(cfg);
     LLM4D_ASSERT(NH % g->NKV == 0, "%d key/value heads for %d heads", g->NKV, NH);
     g->QKV = (NH + 2 * g->NKV) * HS;
-    g->FC = (cfg->swiglu ? 2 : 1) * cfg->ffn_hidden_size;
+    g->FC = llm4d_model_fc_parts(cfg) * cfg->ffn_hidden_size;
     const int lnb = !cfg->rmsnorm, bias = !cfg->no_bias; /* the description's parts (config.h) */
     g->wte = param_ptr(t, params, -1, LLM4D_P_WTE, 1);
     g->wpe = param_ptr(t, params, -1, LLM4D_P_WPE, !cfg->rope);

@@ -243,7 +243,7 @@ static llm4d_code build(llm4d_gpt *g, const llm4d_gpt_spec *spec, llm4d_backend 
     /* key/value heads: NKV/M each, or one (replicated over M/NKV ranks: params.c) when there are fewer than M */
     g->NKV = llm4d_model_kv_heads(cfg), g->NKVl = llm4d_model_kv_heads_per_rank(cfg, M);
     g->QKVl = (g->NHl + 2 * g->NKVl) * (g->C / g->NH);
-    g->FCl = cfg->swiglu ? 2 * g->Fl : g->Fl;
+    g->FCl = llm4d_model_fc_parts(cfg) * g->Fl;
     LLM4D_ASSERT((g->NKV >= M ? g->NKV % M : M % g->NKV) == 0 && g->NH % g->NKV == 0,
                  "%d key/value heads over %d ranks, %d heads", g->NKV, M, g->NH);
     LLM4D_ASSERT(g->BTl * (tp->sp ? M : 1) == g->BT, "sequence parallel: %d tokens over %d ranks", g->BT, M);

@@ -62,7 +62,7 @@ static int block_pieces(const llm4d_model_config *m, int M, block_piece out[MAX_
     static const char *const qkvb[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"};
     static const char *const fcw[2] = {"mlp.gate_proj.weight", "mlp.up_proj.weight"};
     static const char *const fcb[2] = {"mlp.gate_proj.bias", "mlp.up_proj.bias"};
-    const int fc_parts = m->swiglu ? 2 : 1;
+    const int fc_parts = llm4d_model_fc_parts(m);
     const int64_t fc_one[1] = {F};
     ONE(LLM4D_P_LN1W, L ? "input_layernorm.weight" : "ln_1.weight", C, 1, 0, C, -1, 0, 0);
     if (lnb) ONE(LLM4D_P_LN1B, L ? "input_layernorm.bias" : "ln_1.bias", C, 1, 0, C, -1, 0, 0);
