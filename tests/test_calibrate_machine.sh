@@ -7,6 +7,14 @@
 #   (b) from that ONE profile, gpt2-tiny at sequences 32 and 64 and gpt2-en at 48 and 64 are all priced (no
 #       per-model calibration), while gpt2-en at sequence 256 and gpt2-medium-en (hidden 1024) are refused in one
 #       line naming a call outside the grid and the grid's range;
+#   (c) a layout whose calls the grid did not measure is priced but said to be (plan/beyond.h): gpt2-tiny at
+#       sequence 32 with mp2 and micro-batch 2 (`plan --evaluate`) says once "priced beyond the calibration:
+#       micro-batch 2 (measured 1), tensor-parallel shards of 32 columns (measured from 64), ... of 2 heads (measured
+#       from 4)", the oracle the grid itself read from the profile (its attention calls all at micro-batch 1, its
+#       smallest GEMM input width and head count) and the model's hidden 64 and 4 heads split 2 ways, and the same
+#       items in --json's "extrapolated"; dp2 at micro-batch 1 (the one-process calls coverage accepted) says
+#       nothing; a search says it once, before its list (also with --explain, after the summary), naming exactly the
+#       micro-batches above 1 of the layouts it lists, in its text and its --json;
 # How well the grid prices a model against that model's own measured calls is a timing, which a loaded machine moves
 # by 2x (the grid's step read 0.085 s against 0.117 s in one run, 0.193 against 0.108 in another on a 2-vCPU VM at
 # load 10-27): not a test's verdict. The interpolation itself is checked exactly by tests/test_price_grid.c.
@@ -49,5 +57,52 @@ refused "gpt2-en at sequence 256 (beyond the grid's 64)" "machine profile $M (a 
   "$LLM4D" "${ASK[@]}" --model_name_or_path gpt2-en --max_seq_len 256
 refused "gpt2-medium-en (hidden 1024, beyond the grid's 768)" "cannot price gpt2-medium-en (hidden 1024.*outside its grid.*--calibrate --machine --calibrate_grid" \
   "$LLM4D" "${ASK[@]}" --model_name_or_path gpt2-medium-en --max_seq_len 64
+
+# ---- (c) what a layout's pricing took beyond the grid, said once ---------------------------------------------------
+read -r grid_b min_c min_h <<<"$(/usr/bin/python3 -c '
+import json, sys
+k = [r for r in json.load(open(sys.argv[1]))["kernels"] if r[2] == 0]    # fp32
+attn = [r[4:12] for r in k if r[0] == 12]                                  # attention forward: B, T, heads, head size
+lin = [r[4:12] for r in k if r[0] == 0 and r[7] == 0 and r[8] == 1]       # linear forward, no activation, a bias
+print(",".join(sorted({str(d[0]) for d in attn})), min(d[1] for d in lin), min(d[2] for d in attn))' "$M" 2>/dev/null)"
+EV=(plan --evaluate --model_name_or_path gpt2-tiny --max_seq_len 32 --global_batch_size 4 --nodes 1 --machine_profile "$M")
+"$LLM4D" "${EV[@]}" --mp_degree 2 --micro_batch_size 2 >"$tmp/c1.txt" 2>&1
+"$LLM4D" "${EV[@]}" --mp_degree 2 --micro_batch_size 2 --json >"$tmp/c1.json" 2>/dev/null
+line=$(grep 'priced beyond the calibration' "$tmp/c1.txt")
+want=("micro-batch 2 (measured $grid_b)" "tensor-parallel shards of $((64 / 2)) columns (measured from $min_c)"
+      "tensor-parallel shards of $((4 / 2)) heads (measured from $min_h)")
+good=$(yes_if test "$grid_b" = 1 -a "$(grep -c 'priced beyond the calibration' "$tmp/c1.txt")" = 1)
+for w in "${want[@]}"; do [[ "$line" == *"$w"* ]] || good=0; done
+check_if "$good" "mp2 mb2 is said to be priced beyond the grid (micro-batches measured: $grid_b; narrowest input $min_c, fewest heads $min_h), once:$(echo "$line" | cut -c1-190)"
+items=$(/usr/bin/python3 -c 'import json, sys; print(" | ".join(json.load(open(sys.argv[1])).get("extrapolated", [])))' "$tmp/c1.json" 2>/dev/null)
+good=1
+for w in "${want[@]}"; do [[ "$items" == *"$w"* ]] || good=0; done
+check_if "$good" "and its --json lists them in \"extrapolated\": $(echo "$items" | cut -c1-150)"
+"$LLM4D" "${EV[@]}" --dp_degree 2 --micro_batch_size 1 >"$tmp/c2.txt" 2>&1
+check_if "$(yes_if test "$(grep -c 's per step' "$tmp/c2.txt")" = 1 -a "$(grep -c 'priced beyond' "$tmp/c2.txt")" = 0)" \
+  "dp2 mb1 (the calls coverage accepted) is priced and said nothing of: $(grep -m1 's per step' "$tmp/c2.txt" | cut -c1-80)"
+SE=(plan --model_name_or_path gpt2-tiny --max_seq_len 32 --global_batch_size 4 --nodes 1 --ranks_per_node 2 --top 6
+    --machine_profile "$M")
+for x in "" --explain; do
+  # shellcheck disable=SC2086
+  "$LLM4D" "${SE[@]}" $x >"$tmp/c3.txt" 2>&1
+  mbs=$(grep -E '^ ?[0-9]+\. ' "$tmp/c3.txt" | grep -oE ' mb[0-9]+' | tr -d ' mb' | awk '$1 > 1' | sort -nu | paste -sd, | sed 's/,/, /g')
+  n=$(grep -c 'priced beyond the calibration' "$tmp/c3.txt")
+  before=$(awk '/priced beyond the calibration/ {p = NR} /^the fastest/ {f = NR} END {print (p && p + 1 == f)}' "$tmp/c3.txt")
+  after=1
+  [ -n "$x" ] && after=$(awk '/priced beyond the calibration/ {p = NR} /^rejected [0-9]+ layouts/ {r = NR} END {print (r && r < p)}' "$tmp/c3.txt")
+  named=$(has "$tmp/c3.txt" "priced beyond the calibration: micro-batch $mbs (measured 1)")
+  check_if "$(yes_if test -n "$mbs" -a "$n" = 1 -a "$before" = 1 -a "$after" = 1 -a "$named" = 1)" \
+    "a search${x:+ with $x} says it once before its list, naming its layouts' micro-batches above 1 ($mbs): $(grep 'priced beyond' "$tmp/c3.txt" | cut -c1-80)"
+done
+"$LLM4D" "${SE[@]}" --json >"$tmp/c3.json" 2>/dev/null
+verdict=$(/usr/bin/python3 -c '
+import json, re, sys
+a = json.load(open(sys.argv[1]))
+mbs = sorted({int(m) for l in a["layouts"] for m in re.findall(r" mb(\d+)", l["layout"]) if int(m) > 1})
+want = "micro-batch " + ", ".join(map(str, mbs)) + " (measured 1)"
+ex = a.get("extrapolated", [])
+print(int(bool(mbs) and want in ex), want, "in", ex[:2])' "$tmp/c3.json" 2>&1)
+check_if "${verdict%% *}" "and its --json says the same in \"extrapolated\": ${verdict#* }"
 
 finish

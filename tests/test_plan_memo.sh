@@ -28,6 +28,11 @@
 # first, even and odd ranks: ranks of one stage unequal within its ZeRO group and across data replicas; breaking
 # the data classes in ranks_by_runs fails it), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
 # 200 GiB per host (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
+#   (h) at recompute granularity core_attn nothing runs again (config.h llm4d_recompute_blocks), so recompute on is
+#       recompute off: the search lists each layout once (it listed each twice, on and off, the same work and
+#       memory); the oracle is the search at granularity full without its recompute layouts: the same layouts in
+#       the same order with the same predictions, as many fitting, and half its layouts considered; and the case
+#       "tinyca" above compares the memoised searches with the exhaustive one there.
 # The data loaders' share is left out (--input_dir names no data): the planner measures it from the resident set
 # of this process, which moves between any two runs.
 set -uo pipefail
@@ -50,6 +55,7 @@ json.dump(p, open(sys.argv[2], "w"))
 PY
 cases=(
   "tiny  --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
+  "tinyca --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 -o Model.recompute_granularity=core_attn --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
   "tiny12 --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
   "tiny12t --machine_profile $TEMPS --comm_path mpi --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
   "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
@@ -95,4 +101,30 @@ PY
   check_if "${verdict%% *}" "$name: $what, against no shortcut: ${verdict#* }"
   done
 done
+# ---- (h) core_attn: each layout once -------------------------------------------------------------------------------
+CA=(--machine_profile "$PROF" --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 8
+    --nodes 1 --ranks_per_node 2 --top 1000 --input_dir "$tmp/no_data")
+"$LLM4D" plan --json "${CA[@]}" -o Model.recompute_granularity=core_attn >"$tmp/ca.json" 2>"$tmp/ca.err"
+"$LLM4D" plan --json "${CA[@]}" >"$tmp/full.json" 2>"$tmp/full.err"
+verdict=$(/usr/bin/python3 - "$tmp/ca.json" "$tmp/full.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p)) for p in sys.argv[1:3])
+except Exception as e:
+    print(f"0 no answer to compare ({e})"); sys.exit()
+la, lb = a.get("layouts", []), [l for l in b.get("layouts", []) if not l["layout"].endswith(" rc")]
+names = [l["layout"] for l in la]
+if not la or len(set(names)) != len(names):
+    print(f"0 {len(names)} layouts listed, {len(set(names))} distinct"); sys.exit()
+if la != lb:
+    print(f"0 the core_attn list differs from full's without recompute ({len(la)} against {len(lb)} layouts)"); sys.exit()
+if 2 * a.get("considered", 0) != b.get("considered") or a.get("fit") != len(lb):
+    print(f"0 considered {a.get('considered')} (full's: {b.get('considered')}), fit {a.get('fit')} (full's without "
+          f"recompute: {len(lb)})"); sys.exit()
+print(f"1 {len(la)} layouts, each once, as full's without recompute; considered {a['considered']}, half full's "
+      f"{b['considered']}")
+PY
+)
+check_if "${verdict%% *}" "core_attn: ${verdict#* }"
+
 finish

@@ -20,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "cli/job.h"
+#include "plan/beyond.h"
 #include "plan/calibrate.h"
 #include "plan/grid.h"
 #include "plan/coverage.h"
@@ -66,7 +67,10 @@ static const char usage[] =
     "cannot price this one is refused, naming the calibration to run. With --machine the kernels measured are not\n"
     "the model's but a grid's, once per machine and thread count: one-layer GPTs over hidden sizes and sequences\n"
     "(--calibrate_grid, default " LLM4D_GRID_DEFAULT ": gpt2-tiny, gpt2-en and gpt2-medium at sequences 64 to 1024)\n"
-    "in fp32 and bf16; any model whose calls lie within the grid is then priced from it by interpolation.\n"
+    "in fp32 and bf16; any model whose calls lie within the grid is then priced from it by interpolation. A layout's\n"
+    "calls beyond the grid (a micro-batch above 1, tensor-parallel shards narrower than it measured, kinds it never\n"
+    "ran) are priced by their work, and the answer says so once (\"priced beyond the calibration: ...\"; in --json,\n"
+    "\"extrapolated\").\n"
     "\n"
     "The Plan.* keys (llm4d train --help lists them) may be given in the YAML file as well.\n";
 
@@ -186,6 +190,7 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         const double fpt = llm4d_gpt_flops_per_token(&cfg->model, cfg->data.max_seq_len);
         cJSON_AddNumberToObject(o, "model_flops_per_token", fpt);
         cJSON_AddNumberToObject(o, "model_tflops_per_rank", p.step_s > 0 ? fpt * p.tokens_per_s / p.world / 1e12 : 0);
+        llm4d_beyond_json(o, &p.beyond);
         char *s = cJSON_PrintUnformatted(o);
         printf("%s\n", s ? s : "{}");
         free(s);
@@ -197,6 +202,7 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         printf("%s: %.4f s per step, %.0f tokens/s, peak %.1f MiB per rank (rank %d), %.1f MiB on the fullest host%s\n",
                name, p.step_s, p.tokens_per_s, p.peak_bytes / MiB, p.peak_rank, p.host_bytes / MiB,
                p.host_bytes > pr.cluster.memory_per_node ? " (does not fit)" : "");
+        llm4d_beyond_line(stdout, &p.beyond, "    ");
         llm4d_report_text(stdout, &p, cfg, "    ");
         printf("    peak MiB per rank:");
         for (int r = 0; r < p.world && r < 64; r++) printf(" %.1f", p.rank_peak[r] / MiB);
@@ -231,6 +237,34 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         llm4d_search_free(&s);
         return fail("out of memory");
     }
+    /* the fastest K predicted in full before anything is printed: the answer says once, before listing them, what
+     * of theirs a machine calibration did not measure (plan/beyond.h) */
+    const int n_show = s.n_fit < top ? s.n_fit : top;
+    llm4d_prediction *ps = calloc((size_t)n_show + 1, sizeof *ps);
+    llm4d_config *cs = malloc(((size_t)n_show + 1) * sizeof *cs);
+    if (!ps || !cs) {
+        free(ps), free(cs), free(shown);
+        llm4d_reasons_free(&why);
+        llm4d_search_free(&s);
+        return fail("out of memory");
+    }
+    llm4d_beyond beyond = {0};
+    int n_done = 0;
+    for (int i = 0; i < n_show; i++) {
+        llm4d_predictor one = *pr;
+        one.per_rank = 1;
+        if (llm4d_layout_config(base, &s.c[i].layout, global, &cs[i], &pp, &err) != LLM4D_OK ||
+            llm4d_predict(&one, &cs[i], &pp, &ps[i], &err) != LLM4D_OK) {
+            fprintf(stderr, "llm4d plan: %s\n", err.msg);
+            code = 1;
+            llm4d_pp_plan_free(&pp);
+            llm4d_prediction_free(&ps[i]);
+            break;
+        }
+        llm4d_pp_plan_free(&pp);
+        llm4d_beyond_merge(&beyond, &ps[i].beyond, 0, 0);
+        n_done++;
+    }
     cJSON *root = sw->json ? cJSON_CreateObject() : NULL;
     if (root) cJSON_AddStringToObject(root, "precision", llm4d_report_precision(base));
     if (s.n_fit == 0) { /* a user error: one line on stderr (the rejected list, when asked, on stdout) */
@@ -249,33 +283,25 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
             printf("%d fit in memory of the %d judged; %d more were bound to be slower than the fastest %d found "
                    "before their memory was judged\n", s.n_fit, s.n_valid - s.n_bound, s.n_bound, top);
         if (sw->explain) llm4d_reasons_summary(stdout, &s, &why);
-        printf("the fastest %d:\n", top < s.n_fit ? top : s.n_fit);
+        llm4d_beyond_line(stdout, &beyond, "");
+        printf("the fastest %d:\n", n_show);
     }
     cJSON *arr = root ? cJSON_AddArrayToObject(root, "layouts") : NULL;
-    for (int i = 0; i < s.n_fit && i < top; i++) {
-        llm4d_predictor one = *pr;
-        one.per_rank = 1;
-        llm4d_prediction p = {0};
-        if (llm4d_layout_config(base, &s.c[i].layout, global, shown, &pp, &err) != LLM4D_OK ||
-            llm4d_predict(&one, shown, &pp, &p, &err) != LLM4D_OK) {
-            fprintf(stderr, "llm4d plan: %s\n", err.msg);
-            code = 1;
-            llm4d_pp_plan_free(&pp);
-            llm4d_prediction_free(&p);
-            break;
-        }
-        llm4d_pp_plan_free(&pp);
+    for (int i = 0; i < n_done; i++) {
+        const llm4d_prediction *p = &ps[i];
         if (arr) {
-            cJSON_AddItemToArray(arr, llm4d_report_json(&p, shown));
+            cJSON_AddItemToArray(arr, llm4d_report_json(p, &cs[i]));
         } else {
             char name[160];
-            llm4d_layout_name(&p.layout, name, sizeof name);
-            printf("%2d. %-34s %9.4f s/step %10.0f tokens/s  peak %8.1f MiB/rank\n", i + 1, name, p.step_s,
-                   p.tokens_per_s, p.peak_bytes / MiB);
-            llm4d_report_text(stdout, &p, shown, "      ");
+            llm4d_layout_name(&p->layout, name, sizeof name);
+            printf("%2d. %-34s %9.4f s/step %10.0f tokens/s  peak %8.1f MiB/rank\n", i + 1, name, p->step_s,
+                   p->tokens_per_s, p->peak_bytes / MiB);
+            llm4d_report_text(stdout, p, &cs[i], "      ");
         }
-        llm4d_prediction_free(&p);
     }
+    for (int i = 0; i < n_done; i++) llm4d_prediction_free(&ps[i]);
+    free(ps), free(cs);
+    if (root) llm4d_beyond_json(root, &beyond);
     if (sw->explain && !root) llm4d_reasons_detail(stdout, &s, &why, sw->explain_lines);
     if (sw->explain && root) {
         cJSON_AddItemToObject(root, "rejected_by_reason", llm4d_reasons_json(&s, &why));

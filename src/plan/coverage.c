@@ -98,25 +98,34 @@ static void calibrate_command(const llm4d_config *base, const llm4d_config *fin,
              base->use_amp ? " --use_amp true" : "", path);
 }
 
+int llm4d_grid_span(const llm4d_profile *p, const llm4d_rc_call *c, int prec, int64_t lo[LLM4D_RC_DIMS],
+                    int64_t hi[LLM4D_RC_DIMS]) {
+    int any = 0;
+    const int f = first_flag(c->op);
+    for (int i = 0; i < LLM4D_RC_DIMS; i++) lo[i] = hi[i] = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const llm4d_prof_kernel *m = &p->kernels[k];
+        if (m->prec != prec || !isfinite(off_by(c, m))) continue;
+        for (int i = 0; i < f; i++) {
+            lo[i] = any && lo[i] < m->d[i] ? lo[i] : m->d[i];
+            hi[i] = any && hi[i] > m->d[i] ? hi[i] : m->d[i];
+        }
+        any = 1;
+    }
+    return any ? f : 0;
+}
+
+const char *llm4d_rc_op_name(int op) { return op_name(op); }
+
 /* A machine profile (a grid: plan/grid.h) covers call c when the calls it measured of c's method, element types,
  * dropout and flags span c's every size: each size between the smallest and the largest measured (price.c
  * interpolates inside, and only extrapolates beyond). 1 when it does; otherwise the first size outside, and the
  * measured range of it (lo > hi: nothing of c's kind measured). */
 static int in_grid(const llm4d_profile *p, const llm4d_rc_call *c, int prec, int *dim, int64_t *lo, int64_t *hi) {
-    int64_t mn[LLM4D_RC_DIMS] = {0}, mx[LLM4D_RC_DIMS] = {0};
-    int any = 0;
-    const int f = first_flag(c->op);
-    for (int k = 0; k < p->n_kernels; k++) {
-        const llm4d_prof_kernel *m = &p->kernels[k];
-        if (m->prec != prec || !isfinite(off_by(c, m))) continue;
-        for (int i = 0; i < f; i++) {
-            mn[i] = any && mn[i] < m->d[i] ? mn[i] : m->d[i];
-            mx[i] = any && mx[i] > m->d[i] ? mx[i] : m->d[i];
-        }
-        any = 1;
-    }
+    int64_t mn[LLM4D_RC_DIMS], mx[LLM4D_RC_DIMS];
+    const int f = llm4d_grid_span(p, c, prec, mn, mx);
     *dim = 0, *lo = 1, *hi = 0;
-    if (!any) return 0;
+    if (!f) return 0;
     for (int i = 0; i < f; i++)
         if (c->d[i] < mn[i] || c->d[i] > mx[i]) return *dim = i, *lo = mn[i], *hi = mx[i], 0;
     return 1;

@@ -36,4 +36,15 @@ llm4d_code llm4d_plan_single(const llm4d_config *base, long long global, llm4d_c
 llm4d_code llm4d_profile_coverage(const llm4d_profile *p, const char *path, const llm4d_config *base,
                                   llm4d_err *err);
 
+/* The sizes a machine profile's grid measured of call c's kind (its method, element types, dropout and flags) in
+ * precision prec: for each of c's sizes d[0..n-1] (the rest are flags) the smallest lo[i] and the largest hi[i]
+ * measured; returns n, 0 when the grid measured nothing of c's kind. Inside them price.c interpolates; a size
+ * outside them is priced beyond the calibration (coverage refuses a model's own such calls; plan/beyond.h names a
+ * layout's). */
+int llm4d_grid_span(const llm4d_profile *p, const llm4d_rc_call *c, int prec, int64_t lo[LLM4D_RC_DIMS],
+                    int64_t hi[LLM4D_RC_DIMS]);
+
+/* A kernel call's name as the refusals say it ("linear forward", "attention backward"; "kernel" for the rest). */
+const char *llm4d_rc_op_name(int op);
+
 #endif

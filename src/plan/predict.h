@@ -75,6 +75,8 @@ typedef struct {
     double *rank_peak;                   /* [world] every rank (only when asked) */
     double *rank_plan;                   /* [world] every rank's plan alone: the trainer's (with rank_peak) */
     int priced_exact, priced_other;      /* kernel calls priced from an exact measurement, and otherwise */
+    llm4d_beyond beyond;                 /* every stage's calls a machine profile's grid did not measure (not in a
+                                          * search's step_only pass) */
 } llm4d_prediction;
 
 typedef struct {

@@ -179,6 +179,11 @@ static llm4d_code pipelines(const llm4d_config *base, llm4d_layout *l, llm4d_lay
 /* The layouts of one (mp, pp) pair, in the search's order. */
 static llm4d_code layouts_of_pair(const llm4d_config *base, long long global, int W, int mp, int pp,
                                   llm4d_layout_fn fn, void *u, llm4d_err *err) {
+    /* recompute on and off, unless on means nothing: at granularity core_attn nothing runs again (config.h
+     * llm4d_recompute_blocks), so the "on" twin is the same work and memory and would list every layout twice */
+    llm4d_model_config with = base->model;
+    with.use_recompute = 1;
+    const int rcp_max = llm4d_recompute_blocks(&with);
     for (int sh = 1; sh <= W / mp / pp; sh++) {
         if ((W / mp / pp) % sh) continue;
         llm4d_layout l = {.dp = W / mp / pp / sh, .sharding = sh, .mp = mp, .pp = pp};
@@ -189,7 +194,7 @@ static llm4d_code layouts_of_pair(const llm4d_config *base, long long global, in
                 for (int sp = 0; sp <= (mp > 1); sp++)
                     for (long long mb = 1; mb <= (local ? local : 1); mb++) {
                         if (local && local % mb) continue;
-                        for (int rcp = 0; rcp <= 1; rcp++) {
+                        for (int rcp = 0; rcp <= rcp_max; rcp++) {
                             l.stage = stage, l.offload = off, l.sp = sp, l.mb = (int)mb, l.recompute = rcp;
                             LLM4D_TRY(pipelines(base, &l, fn, u, err));
                         }

@@ -143,6 +143,13 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
             out->chunk[c].tail[k] = since;
         }
     out->gemm_rate = memo.gemm_rate;
+    for (size_t i = 0; pr->prof->machine && i < memo.cap; i++) { /* each distinct call once */
+        const price_memo *m = &memo.e[i];
+        if (!m->used) continue;
+        llm4d_rc_call c = {.op = m->op, .ty = m->ty, .drop = m->drop ? 0.1f : 0.0f};
+        memcpy(c.d, m->d, sizeof c.d);
+        llm4d_beyond_call(pr->prof, &c, pr->prec, &out->beyond);
+    }
     free(memo.e);
     return LLM4D_OK;
 }

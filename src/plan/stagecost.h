@@ -10,6 +10,7 @@
 #ifndef LLM4D_PLAN_STAGECOST_H
 #define LLM4D_PLAN_STAGECOST_H
 
+#include "plan/beyond.h"
 #include "plan/price.h"
 #include "plan/trace.h"
 #include "parallel/traffic.h"
@@ -47,6 +48,7 @@ typedef struct {
     size_t act_elems;           /* an activation crossing a stage boundary */
     size_t act_bytes;           /* and its bytes (what a pipeline send moves) */
     int priced_exact, priced_other; /* calls priced by an exact measurement, and otherwise */
+    llm4d_beyond beyond;        /* its calls a machine profile's grid did not measure (plan/beyond.h) */
     double gemm_rate;           /* the fastest linear layer priced (FLOP/s): the search's trace-free bound
                                  * (plan/bound.h) assumes none faster than llm4d_bound_gemm_rate */
 } llm4d_stagecost;

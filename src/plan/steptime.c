@@ -523,6 +523,15 @@ static llm4d_code time_as(const llm4d_predictor *pr, const llm4d_config *cfg, co
                 for (int k = 0; k < LLM4D_TRACE_NPASS; k++) out->exposed_s[LLM4D_ENG_TP] += M * sc->chunk[c].tp[k];
             out->priced_exact = sc->priced_exact, out->priced_other = sc->priced_other;
         }
+        memset(&out->beyond, 0, sizeof out->beyond);
+        for (int s = 0; rc == LLM4D_OK && pr->prof->machine && !pr->step_only && s < P; s++) {
+            rc = llm4d_layout_stage_topo(cfg, s, &topo, err);
+            if (rc == LLM4D_OK)
+                rc = llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
+                                         llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
+            if (rc == LLM4D_OK) llm4d_beyond_merge(&out->beyond, &sc->beyond, (int)cfg->micro_batch_size,
+                                                     cfg->dist.mp_degree);
+        }
     }
     free(st);
     free(busy);
