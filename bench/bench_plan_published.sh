@@ -3,7 +3,9 @@
 # reported, a benchmark, not a test): with a machine profile written from published A100 figures
 # (bench/profiles/a100_selene.json, its "sources" say where each number comes from), `llm4d plan --evaluate` predicts
 # each published run's seconds per step from the run's own layout, and the table prints published against predicted,
-# the error of each row, the mean absolute error, and whether llm4d's memory plan fits the run in the GPUs' memory.
+# the error of each row, the mean absolute error, and whether llm4d's memory plan fits the run in the GPUs' memory
+# (the planner's own test, plan --evaluate's "fits" with the row's GPU memory as --memory_per_rank: every rank within
+# its GPU and every host within the profile's memory per host; "NO rank" or "NO host" names the limit it is over).
 #
 # The rows (every model GPT-style at sequence 2048, bf16/fp16 mixed precision, A100 SXM, 8 per DGX host):
 #   K22  Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198),
@@ -82,7 +84,8 @@ for row in "${rows[@]}"; do
   args=(--max_seq_len 2048 -o Model.vocab_size="$vocab" -o Model.hidden_size="$hidden" -o Model.num_layers="$layers"
         -o Model.num_attention_heads="$heads" -o Model.max_position_embeddings=2048 --use_amp true
         --mp_degree "$tp" --pp_degree "$pp" --micro_batch_size "$mbs" --global_batch_size "$gbs" --max_steps 10
-        --nodes $((gpus / 8)) --ranks_per_node 8 --machine_profile "$PROF" --use_recompute true)
+        --nodes $((gpus / 8)) --ranks_per_node 8 --machine_profile "$PROF" --use_recompute true
+        --memory_per_rank "$gb")
   [ "$vpp" -gt 1 ] && args+=(--virtual_pp_degree "$vpp" --pp_schedule interleaved)
   [ "$zero1" = 1 ] && args+=(--sharding_degree $((gpus / tp / pp)) --sharding_stage 1)
   [ "$rc" = sel ] && args+=(-o Model.recompute_granularity=core_attn --sequence_parallel true)
@@ -100,7 +103,7 @@ def step_of_tflops(B, l, h, V, gpus, tflops):  # Narayanan et al. 2021 Eq. 3 (co
     F = 96 * B * S * l * h * h * (1 + S / (6 * h) + V / (16 * l * h))
     return F / (gpus * tflops * 1e12)
 print(f"{'run':16} {'source':7} {'t/p/d':>10} {'vpp':>3} {'mbs':>3} {'gbs':>5} {'rc':>4} {'GPUs':>5} "
-      f"{'published':>12} {'pub s':>7} {'pred s':>7} {'error':>7} {'peak GiB':>8} {'fits':>5} {'ans s':>5}")
+      f"{'published':>12} {'pub s':>7} {'pred s':>7} {'error':>7} {'peak GiB':>8} {'fits':>7} {'ans s':>5}")
 errs, unver = [], []
 for line in open(f"{tmp}/rows"):
     (rid, src, heads, hidden, layers, vocab, tp, pp, vpp, zero1, mbs, gbs, rc, gpus, gb, pub, unit, ok,
@@ -112,11 +115,13 @@ for line in open(f"{tmp}/rows"):
     err = 100 * (pred - pub_s) / pub_s
     (errs if ok == "1" else unver).append(abs(err))
     d = G // (int(tp) * int(pp))
-    fits = "yes" if o["peak_mib"] <= int(gb) * 1024 else "NO"
+    # the planner's own fit (plan --evaluate's "fits": every rank within its GPU's gpu_GB, given as --memory_per_rank,
+    # and every host within the profile's memory per host), and the limit it is over
+    fits = "yes" if o["fits"] else "NO " + o["over_limit"]
     shown = f"{pub} s" if unit == "s" else f"{pub} TFLOP/s"
     mark = "" if ok == "1" else " (unverified)"
     print(f"{rid:16} {src:7} {tp + '/' + pp + '/' + str(d):>10} {vpp:>3} {mbs:>3} {gbs:>5} {rc:>4} {G:5d} "
-          f"{shown:>12} {pub_s:7.2f} {pred:7.2f} {err:+6.1f}% {o['peak_mib'] / 1024:8.1f} {fits:>5} {secs:>5}{mark}")
+          f"{shown:>12} {pub_s:7.2f} {pred:7.2f} {err:+6.1f}% {o['peak_mib'] / 1024:8.1f} {fits:>7} {secs:>5}{mark}")
 print(f"mean absolute error {sum(errs) / len(errs):.1f} % over the {len(errs)} sourced rows (target <= 10 %)")
 if unver:
     print(f"mean absolute error {sum(unver) / len(unver):.1f} % over the {len(unver)} unverified rows (not counted)")

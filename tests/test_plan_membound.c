@@ -11,7 +11,11 @@
  *     its answered host and peak bytes are at most the full ones;
  *   - a layout not rejected is predicted exactly as in full (host and peak bytes equal, bit for bit);
  *   - the early rejection is not vacuous: some rejections answer a host below H (the early bounds; the complete
- *     pre-temporaries walk of before answers H less the temporaries, which are 0 on most of these layouts). */
+ *     pre-temporaries walk of before answers H less the temporaries, which are 0 on most of these layouts).
+ * The same for the bound on one rank's own memory (a GPU's: predictor.reject_rank_above, a class of ranks over it
+ * before its collectives' temporaries), against thresholds around each layout's own largest rank P (0.2, 0.5, 0.9,
+ * 0.999, 1.0 and 1.001 P): a layout rejected needs more than the threshold on some rank in full, answers no more
+ * than its full host and peak, and a layout not rejected is predicted bit for bit as in full. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,7 @@ typedef struct {
     long long global;
     llm4d_config *cfg;
     int valid, judged, rejected, wrong_reject, over_lb, not_equal, below;
+    int rjudged, rrejected, rwrong, rover_lb, rnot_equal; /* the same against a rank's own memory */
     char first_bad[200];
 } walk;
 
@@ -66,6 +71,25 @@ static llm4d_code each(void *u, const llm4d_layout *l, llm4d_err *err) {
         }
     }
     w->pr->reject_above = 0;
+    /* the rank's bound (a GPU's memory: predictor.reject_rank_above) around the layout's own largest rank P: 1.0 P
+     * exactly must not reject (a class's bytes before its temporaries are at most P, summed alike) */
+    static const double g[] = {0.2, 0.5, 0.9, 0.999, 1.0, 1.001};
+    for (int i = 0; prc == LLM4D_OK && i < (int)(sizeof g / sizeof g[0]); i++) {
+        w->pr->reject_rank_above = g[i] * full.peak_bytes;
+        prc = llm4d_predict_memory(w->pr, w->cfg, &pp, &p, &why);
+        if (prc != LLM4D_OK) break;
+        w->rjudged++;
+        if (p.bound) {
+            w->rrejected++;
+            if (!(full.peak_bytes > w->pr->reject_rank_above))
+                w->rwrong++, bad(w, l, "rejected by a rank, its full peak", full.peak_bytes, w->pr->reject_rank_above);
+            if (p.host_bytes > full.host_bytes || p.peak_bytes > full.peak_bytes)
+                w->rover_lb++, bad(w, l, "rank-bound peak over the full peak", p.peak_bytes, full.peak_bytes);
+        } else if (p.host_bytes != full.host_bytes || p.peak_bytes != full.peak_bytes) {
+            w->rnot_equal++, bad(w, l, "not rejected by a rank, peak", p.peak_bytes, full.peak_bytes);
+        }
+    }
+    w->pr->reject_rank_above = 0;
     llm4d_pp_plan_free(&pp);
     llm4d_prediction_free(&full);
     llm4d_prediction_free(&p);
@@ -99,6 +123,10 @@ static void run_case(const char *name, const char *prof_path, char **argv, int a
           w.wrong_reject, w.over_lb, w.not_equal, w.first_bad[0] ? "; first: " : "", w.first_bad);
     check(w.below > 0, "%s: the early bounds take part (%d rejections answer a host below the full one)", name,
           w.below);
+    check(w.rjudged > 100 && w.rrejected > 0 && w.rwrong == 0 && w.rover_lb == 0 && w.rnot_equal == 0,
+          "%s: against a rank's own memory, %d judgements, %d rejected early: %d rejected though every rank fits, "
+          "%d answered over the full figures, %d not rejected yet not the full figures%s%s", name, w.rjudged,
+          w.rrejected, w.rwrong, w.rover_lb, w.rnot_equal, w.first_bad[0] ? "; first: " : "", w.first_bad);
 out:
     llm4d_memplan_memo_destroy(memo);
     plan_case_close(&c);

@@ -26,8 +26,10 @@
 # replicas; 157 of 3676 valid layouts rejected by memory), the latter again on Open MPI's collectives with library
 # temporaries that differ by a rank's place in its group (a reduce-scatter's binomial children, an all-reduce's
 # first, even and odd ranks: ranks of one stage unequal within its ZeRO group and across data replicas; breaking
-# the data classes in ranks_by_runs fails it), gpt2-en on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with
-# 200 GiB per host (1410 of 8603 valid layouts rejected by memory), and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
+# the data classes in ranks_by_runs fails it), both again with 0.03 GiB a rank (a GPU's own memory, --memory_per_rank:
+# a class of ranks over it rejected early; 185 of the 3676 layouts fit, the fastest not those without it), gpt2-en
+# on 2 hosts x 8 ranks, GPT-3 1.3B on 2 x 8 with 200 GiB per host (1410 of 8603 valid layouts rejected by memory),
+# and GPT-3 175B's Megatron layout (mp8 pp8, --evaluate) on 8 x 8.
 #   (h) at recompute granularity core_attn nothing runs again (config.h llm4d_recompute_blocks), so recompute on is
 #       recompute off: the search lists each layout once (it listed each twice, on and off, the same work and
 #       memory); the oracle is the search at granularity full without its recompute layouts: the same layouts in
@@ -58,6 +60,8 @@ cases=(
   "tinyca --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 -o Model.recompute_granularity=core_attn --global_batch_size 8 --nodes 1 --ranks_per_node 2 --top 5"
   "tiny12 --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
   "tiny12t --machine_profile $TEMPS --comm_path mpi --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --top 5"
+  "tiny12r --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --memory_per_rank 0.03 --top 5"
+  "tiny12tr --machine_profile $TEMPS --comm_path mpi --model_name_or_path gpt2-tiny --max_seq_len 32 -o Model.num_layers=4 --global_batch_size 24 --nodes 2 --ranks_per_node 6 --memory_per_node 0.3 --memory_per_rank 0.03 --top 5"
   "en    --model_name_or_path gpt2-en --max_seq_len 1024 --global_batch_size 64 --nodes 2 --ranks_per_node 8 --top 5"
   "g13b  --model_name_or_path gpt3-1.3b --max_seq_len 2048 --global_batch_size 64 --use_amp true --nodes 2 --ranks_per_node 8 --memory_per_node 200 --top 5"
   "g175  --evaluate --model_name_or_path gpt3-175b --max_seq_len 2048 --global_batch_size 64 --micro_batch_size 1 --use_amp true --mp_degree 8 --pp_degree 8 --use_recompute true --max_steps 10 --nodes 8 --ranks_per_node 8"

@@ -2,10 +2,15 @@
  * one layout's predicted time and memory (--evaluate), or this machine measured into a profile (--calibrate).
  *
  *   llm4d plan -c cfg.yaml | train's flags  --nodes N --ranks_per_node R [--threads_per_rank T]
- *              [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--explain [--explain_lines N]] [--json]
+ *              [--memory_per_node GiB] [--memory_per_rank GiB] [--top K] [--machine_profile FILE]
+ *              [--explain [--explain_lines N]] [--json]
  *   llm4d plan --evaluate  <exactly the flags of an `llm4d train` command>  [--nodes N] [--json | --traffic]
  *   llm4d plan --calibrate [-c cfg.yaml | flags] [--ranks_per_node R] [--hostfile F] [--machine_profile FILE]
  *              [--calibrate_budget SECONDS] [--machine [--calibrate_grid HIDDENS:SEQUENCES]]
+ *
+ * A layout fits when its fullest host is within the memory per node and, where ranks have memory of their own (a
+ * GPU's: --memory_per_rank, or the profile's memory_per_rank_bytes), its largest rank within that (predict.h
+ * llm4d_prediction_over): the search's test, its early rejection's thresholds and --evaluate's "fits".
  *
  * Every answer names the precision it priced in its first lines (plan/report.h); --explain summarises the
  * rejections by reason before any layout's own line, and lists at most --explain_lines (50) layouts per reason.
@@ -36,8 +41,8 @@
 
 static const char usage[] =
     "usage: llm4d plan [-c config.yaml] [train's flags] --nodes N --ranks_per_node R [--threads_per_rank T]\n"
-    "                  [--memory_per_node GiB] [--top K] [--machine_profile FILE] [--search_threads T]\n"
-    "                  [--explain [--explain_lines N]] [--json]\n"
+    "                  [--memory_per_node GiB] [--memory_per_rank GiB] [--top K] [--machine_profile FILE]\n"
+    "                  [--search_threads T] [--explain [--explain_lines N]] [--json]\n"
     "       llm4d plan --evaluate [the flags of an `llm4d train` command] [--nodes N] [--json | --traffic]\n"
     "       llm4d plan --calibrate [-c config.yaml | train's flags] [--ranks_per_node R]\n"
     "                  [--hostfile FILE --nodes N] [--machine_profile FILE] [--calibrate_budget SECONDS]\n"
@@ -45,17 +50,21 @@ static const char usage[] =
     "\n"
     "Without --evaluate: every layout of the model and global batch on nodes x ranks_per_node processes (the four\n"
     "degrees, ZeRO stage and offload, sequence parallelism, pipeline schedule, virtual stages and split, micro-batch,\n"
-    "recompute), checked by train's own validation and by memory (every rank's peak from the trainer's memory plan),\n"
-    "timed from the machine profile, the fastest --top printed with their breakdowns. A layout bound to be slower\n"
+    "recompute), checked by train's own validation and by memory (every rank's peak from the trainer's memory plan:\n"
+    "the fullest host's sum within --memory_per_node, default the profile's; where ranks have memory of their own,\n"
+    "a GPU's, the largest rank within --memory_per_rank, default the profile's memory_per_rank_bytes, none on CPU\n"
+    "hosts; every byte of a rank's plan counts against its device), timed from the machine profile, the fastest\n"
+    "--top printed with their breakdowns. A layout bound to be slower\n"
     "than the fastest --top found so far (a bound on its time that needs no memory plan) is set aside before its\n"
     "memory is judged: the fastest --top are those of judging every layout, but the count that fit in memory is\n"
     "of the layouts judged (the answer says how many were set aside); with --explain every layout is judged and\n"
     "the counts are exact. --explain counts the rejected layouts by reason, then lists them, at most\n"
     "--explain_lines (default 50; 0: all) per reason. The answer says\n"
     "which precision it priced (fp32 unless --use_amp true). --evaluate predicts the one layout the flags\n"
-    "describe; with --json it prints one object with step_s and peak_mib_per_rank; with --traffic, instead, the\n"
-    "collectives the engines of each stage's first rank issue in a step, one a line, as the prediction reads them\n"
-    "(kind, group, payload bytes per call, calls per step, when issued). --calibrate measures this\n"
+    "describe (and whether it fits: which limit it is over); with --json it prints one object with step_s,\n"
+    "peak_mib_per_rank, fits and over_limit (\"\", \"host\", \"rank\" or \"rank,host\"); with --traffic, instead, the\n"
+    "collectives and pipeline messages the engines of each stage's first rank issue in a step, one a line (kind,\n"
+    "group, payload bytes per call, calls per step, when issued). --calibrate measures this\n"
     "machine (the model's kernels at its shapes, collectives, memory) into the profile (default\n"
     "~/.cache/llm4d/machine.json); it takes minutes, and measures\n"
     "only what a quiet machine can measure: run it when nothing else is running. With --hostfile its jobs of up to\n"
@@ -136,13 +145,22 @@ static int threads_of(const llm4d_config *cfg, const llm4d_profile *prof, int R)
 static void print_header(FILE *f, const llm4d_config *cfg, const llm4d_cluster *cl, const llm4d_profile *prof,
                          const char *path) {
     fprintf(f, "llm4d plan: %s (hidden %d, %d layers, %d heads), global batch %lld x %d tokens; %d node%s x %d ranks x "
-            "%d thread%s, %.1f GiB per node\n", cfg->model.name_or_path[0] ? cfg->model.name_or_path : "model",
+            "%d thread%s, %.1f GiB per node", cfg->model.name_or_path[0] ? cfg->model.name_or_path : "model",
             cfg->model.hidden_size, cfg->model.num_layers, cfg->model.num_attention_heads,
             (long long)cfg->global_batch_size, cfg->data.max_seq_len, cl->nodes, cl->nodes == 1 ? "" : "s",
             cl->ranks_per_node, cl->threads, cl->threads == 1 ? "" : "s", cl->memory_per_node / (1024 * MiB));
+    if (cl->memory_per_rank > 0) /* a GPU's own (none on CPU hosts: their line is as it was) */
+        fprintf(f, " and %.1f GiB per rank (its device's)", cl->memory_per_rank / (1024 * MiB));
+    fputc('\n', f);
     fprintf(f, "machine profile %s: %s%s%s, %d cores, measured %s at load %.2f\n", path, prof->name,
             prof->cpu[0] ? ", " : "", prof->cpu, prof->cores, prof->when[0] ? prof->when : "(not said)", prof->load);
     llm4d_report_precision_line(f, cfg);
+}
+
+/* The limits a prediction is over (llm4d_prediction_over), as --json's "over_limit" names them. */
+static const char *over_name(int over) {
+    return over == (LLM4D_OVER_RANK | LLM4D_OVER_HOST) ? "rank,host" : over == LLM4D_OVER_RANK ? "rank"
+           : over == LLM4D_OVER_HOST ? "host" : "";
 }
 
 static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, const switches *sw,
@@ -181,10 +199,13 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         return rc == LLM4D_EUSER || rc == LLM4D_EIO ? fail(err.msg)
                                                      : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
     }
+    const int over = llm4d_prediction_over(&p, &pr.cluster);
     if (sw->json) {
         cJSON *o = llm4d_report_json(&p, cfg);
         cJSON_AddNumberToObject(o, "memory_per_node_mib", pr.cluster.memory_per_node / MiB);
-        cJSON_AddBoolToObject(o, "fits", p.host_bytes <= pr.cluster.memory_per_node);
+        cJSON_AddNumberToObject(o, "memory_per_rank_mib", pr.cluster.memory_per_rank / MiB); /* 0: none */
+        cJSON_AddBoolToObject(o, "fits", !over);
+        cJSON_AddStringToObject(o, "over_limit", over_name(over));
         /* the model's FLOPs per token as the trainer's MFU counts them (6 x GEMM weights + attention, from the
          * description's shapes: config/model_shape.h), and what they make of the predicted step per rank */
         const double fpt = llm4d_gpt_flops_per_token(&cfg->model, cfg->data.max_seq_len);
@@ -199,9 +220,15 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         print_header(stdout, cfg, &pr.cluster, prof, path);
         char name[160];
         llm4d_layout_name(&p.layout, name, sizeof name);
+        char why[256] = "";
+        if (over & LLM4D_OVER_RANK) /* which limit: a rank's own device, or the host */
+            snprintf(why, sizeof why, " (does not fit: rank %d needs %.1f MiB of its device's %.1f MiB%s)",
+                     p.peak_rank, p.peak_bytes / MiB, pr.cluster.memory_per_rank / MiB,
+                     over & LLM4D_OVER_HOST ? ", and the fullest host is over the host's memory" : "");
+        else if (over)
+            snprintf(why, sizeof why, " (does not fit%s)", pr.cluster.memory_per_rank > 0 ? ": the host's memory" : "");
         printf("%s: %.4f s per step, %.0f tokens/s, peak %.1f MiB per rank (rank %d), %.1f MiB on the fullest host%s\n",
-               name, p.step_s, p.tokens_per_s, p.peak_bytes / MiB, p.peak_rank, p.host_bytes / MiB,
-               p.host_bytes > pr.cluster.memory_per_node ? " (does not fit)" : "");
+               name, p.step_s, p.tokens_per_s, p.peak_bytes / MiB, p.peak_rank, p.host_bytes / MiB, why);
         llm4d_beyond_line(stdout, &p.beyond, "    ");
         llm4d_report_text(stdout, &p, cfg, "    ");
         printf("    peak MiB per rank:");
@@ -222,7 +249,8 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     /* a layout over the hosts' memory before its collectives' temporaries is rejected there, unless each
      * rejection's exact need is asked for (--explain) or every shortcut is off (--no_memo) */
     llm4d_predictor fast = *pr;
-    if (!sw->explain && !sw->no_memo) fast.reject_above = pr->cluster.memory_per_node;
+    if (!sw->explain && !sw->no_memo)
+        fast.reject_above = pr->cluster.memory_per_node, fast.reject_rank_above = pr->cluster.memory_per_rank;
     fast.step_only = !sw->no_memo; /* the top K are predicted again in full below */
     const llm4d_code rc = llm4d_search_run(&fast, base, global, sw->explain, &s, &err);
     if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
@@ -268,9 +296,13 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     cJSON *root = sw->json ? cJSON_CreateObject() : NULL;
     if (root) cJSON_AddStringToObject(root, "precision", llm4d_report_precision(base));
     if (s.n_fit == 0) { /* a user error: one line on stderr (the rejected list, when asked, on stdout) */
+        char rank[96] = "";
+        if (pr->cluster.memory_per_rank > 0)
+            snprintf(rank, sizeof rank, " and %.2f GiB per rank (--memory_per_rank)",
+                     pr->cluster.memory_per_rank / (1024 * MiB));
         fprintf(stderr, "llm4d plan: none of %d layouts fits (%d pass the configuration's checks, none in %.2f GiB "
-                "per host); give more memory per host (--memory_per_node) or more hosts, or see each layout's need "
-                "with --explain\n", s.n, s.n_valid, pr->cluster.memory_per_node / (1024 * MiB));
+                "per host%s); give more memory per host (--memory_per_node) or more hosts, or see each layout's need "
+                "with --explain\n", s.n, s.n_valid, pr->cluster.memory_per_node / (1024 * MiB), rank);
         code = 2;
         if (sw->explain && !root) llm4d_reasons_summary(stdout, &s, &why);
     } else if (!sw->json) {
@@ -421,6 +453,8 @@ int llm4d_cmd_plan(int argc, char **argv) {
     cl.threads = threads_of(cfg, &prof, cl.ranks_per_node);
     cl.memory_per_node = cfg->plan.memory_per_node_gib > 0 ? cfg->plan.memory_per_node_gib * 1024 * MiB
                                                            : prof.memory_bytes;
+    cl.memory_per_rank = cfg->plan.memory_per_rank_gib > 0 ? cfg->plan.memory_per_rank_gib * 1024 * MiB
+                                                           : prof.memory_per_rank_bytes;
     if (!(cl.memory_per_node > 0)) {
         code = fail("the machine profile does not say the memory per node; give --memory_per_node GiB");
         goto out;

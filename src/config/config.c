@@ -522,6 +522,9 @@ llm4d_code llm4d_config_check_plan(const llm4d_config *cfg, llm4d_err *err) {
     if (!(p->memory_per_node_gib >= 0) || !isfinite(p->memory_per_node_gib))
         return llm4d_fail(err, LLM4D_EUSER, "Plan.memory_per_node (--memory_per_node) must be GiB >= 0 (0: the "
                           "machine profile's), got %g", p->memory_per_node_gib);
+    if (!(p->memory_per_rank_gib >= 0) || !isfinite(p->memory_per_rank_gib))
+        return llm4d_fail(err, LLM4D_EUSER, "Plan.memory_per_rank (--memory_per_rank) must be GiB >= 0 (0: the "
+                          "machine profile's), got %g", p->memory_per_rank_gib);
     if (p->top < 1) return llm4d_fail(err, LLM4D_EUSER, "Plan.top (--top) must be >= 1, got %d", p->top);
     return LLM4D_OK;
 }

@@ -115,6 +115,7 @@ typedef struct {
     int threads_per_rank;            /* 0: Global.threads, else OMP_NUM_THREADS, else cores / ranks_per_node */
     int search_threads;              /* the search's own threads on this machine; 0: its processors */
     float memory_per_node_gib;       /* 0: the profile's (this machine's) */
+    float memory_per_rank_gib;       /* one rank's device memory; 0: the profile's (none: ranks share the host's) */
     int top;                         /* layouts printed */
     char machine_profile[LLM4D_PATH_MAX]; /* "": ~/.cache/llm4d/machine.json */
 } llm4d_plan_config;

@@ -325,6 +325,9 @@ static const llm4d_key keys[] = {
         "llm4d plan: threads the search runs on, on this machine; 0: its processors (the answer is the same)"),
     EXT("Plan.memory_per_node", LLM4D_KT_FLOAT, plan.memory_per_node_gib, "0", NULL, "--memory_per_node",
         "llm4d plan: GiB of memory per host; 0: the machine profile's"),
+    EXT("Plan.memory_per_rank", LLM4D_KT_FLOAT, plan.memory_per_rank_gib, "0", NULL, "--memory_per_rank",
+        "llm4d plan: GiB of one rank's own device memory (a GPU's), checked beside the host's; 0: the machine "
+        "profile's (none: ranks share the host's memory, as on CPU hosts)"),
     EXT("Plan.top", LLM4D_KT_INT, plan.top, "5", NULL, "--top", "llm4d plan: how many layouts to print"),
     EXT("Plan.machine_profile", LLM4D_KT_STR, plan.machine_profile, "", NULL, "--machine_profile",
         "the machine profile `llm4d plan --calibrate` writes and the planner and the trainer's start-up "

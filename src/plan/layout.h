@@ -26,10 +26,13 @@ typedef struct {
     int recompute;
 } llm4d_layout;
 
-/* Where it runs: hosts, ranks per host, threads per rank, memory per host (bytes; 0: the profile's). */
+/* Where it runs: hosts, ranks per host, threads per rank, memory per host (bytes), and one rank's own device memory
+ * (bytes) where ranks do not share the host's (a GPU's; 0: they share it, as on CPU hosts). A layout fits when both
+ * hold (predict.h llm4d_prediction_over). */
 typedef struct {
     int nodes, ranks_per_node, threads;
     double memory_per_node;
+    double memory_per_rank;
 } llm4d_cluster;
 
 /* The layout a finalized configuration describes (its degrees, schedule, split, micro-batch, recompute). */

@@ -39,6 +39,11 @@ int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node) 
     return hosts;
 }
 
+int llm4d_prediction_over(const llm4d_prediction *p, const llm4d_cluster *cl) {
+    return (p->host_bytes > cl->memory_per_node ? LLM4D_OVER_HOST : 0) |
+           (cl->memory_per_rank > 0 && p->peak_bytes > cl->memory_per_rank ? LLM4D_OVER_RANK : 0);
+}
+
 void llm4d_prediction_free(llm4d_prediction *p) {
     free(p->stage_peak);
     free(p->rank_peak);
@@ -304,7 +309,8 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     llm4d_code rc = class_of && cls && cmem && cmpi && out->stage_peak ? LLM4D_OK
                                                                : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     /* every class without its collectives' temporaries first: when that already overflows a host by
-     * pr->reject_above, the layout is rejected without recording and pricing its traces (the temporaries only add) */
+     * pr->reject_above, or one rank by pr->reject_rank_above, the layout is rejected without recording and pricing
+     * its traces (the temporaries only add) */
     llm4d_topology *ct = malloc((size_t)classes * sizeof *ct);
     if (rc == LLM4D_OK && !ct) rc = llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     /* the fullest host holds at least the mean of the hosts: the classes planned so far, each times its ranks, over
@@ -316,7 +322,7 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     for (int i = 0; kcount && class_of && i < N; i++) kcount[class_of[i]]++;
     const int R = pr->cluster.ranks_per_node > 0 ? pr->cluster.ranks_per_node : world;
     const double hosts = (double)((world + R - 1) / R);
-    double so_far = 0, lb_host = 0; /* bytes of the ranks of the classes planned; the bound that rejected */
+    double so_far = 0, lb_host = 0; /* bytes of the ranks of the classes planned; the host's bound at a rejection */
     /* a stage's ranks of one data index are N x mp consecutive ranks: when that is a multiple of the ranks per host,
      * every host holds ranks of one stage alone, at least R times the stage's lightest class */
     const int whole_hosts = (N * d->mp_degree) % R == 0;
@@ -339,10 +345,15 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
                     cmpi[c][1] = cmpi[leaf][1];
                     cmem[c][LLM4D_PM_MPI] = cmpi[c][0] + cmpi[c][1];
                 }
-                if (rc == LLM4D_OK && pr->reject_above > 0) {
+                if (rc == LLM4D_OK && (pr->reject_above > 0 || pr->reject_rank_above > 0)) {
                     const long long dranks = dcs == 1 ? dp : dc == 0 ? 1 : dc == 1 ? dp / 2 : (dp - 1) / 2;
-                    so_far += (double)(dranks * kcount[k] * d->mp_degree) * sum(cmem[c], LLM4D_PM_N);
-                    if (so_far / hosts > pr->reject_above * (1 + 1e-9)) early = c, lb_host = so_far / hosts;
+                    const double b = sum(cmem[c], LLM4D_PM_N);
+                    so_far += (double)(dranks * kcount[k] * d->mp_degree) * b;
+                    if (pr->reject_above > 0 && so_far / hosts > pr->reject_above * (1 + 1e-9))
+                        early = c, lb_host = so_far / hosts;
+                    /* a rank over its own memory already: the temporaries only raise one of its kinds, and the
+                     * full peak is the same sum of them (no rounding room needed); the mean host stays a bound */
+                    if (pr->reject_rank_above > 0 && b > pr->reject_rank_above) early = c, lb_host = so_far / hosts;
                 }
                 if (rc == LLM4D_OK && pr->reject_above > 0 && early < 0 && whole_hosts && dc == dcs - 1 &&
                     k == ks - 1) {
@@ -372,7 +383,8 @@ llm4d_code llm4d_predict_memory(const llm4d_predictor *pr, const llm4d_config *c
     } else if (rc == LLM4D_OK && pr->reject_above > 0) {
         for (int c = 0; c < classes; c++) cls[c] = sum(cmem[c], LLM4D_PM_N);
         rc = ranks_and_hosts(pr, d, &m, &(class_mem){cls, (const double(*)[LLM4D_PM_N])cmem, cplan}, 0, out, err);
-        out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above; /* peak and host: lower bounds */
+        /* peak and host: lower bounds (no class is over reject_rank_above here: it would have stopped above) */
+        out->bound = rc == LLM4D_OK && out->host_bytes > pr->reject_above;
     }
     for (int c = 0; rc == LLM4D_OK && !out->bound && c < classes; c++)
         rc = rank_coll_temp(pr, cfg, pp, &ct[c], cmem[c], err);

@@ -94,7 +94,19 @@ typedef struct {
                                    * (prediction.bound_time; a search's K-th fastest so far) */
     double reject_above;          /* > 0: a layout whose fullest host needs more than this (bytes) without its
                                    * collectives' temporaries stops there (prediction.bound): a search's shortcut */
+    double reject_rank_above;     /* > 0: the same for a layout one of whose ranks needs more than this alone (a
+                                   * GPU's memory: cluster.memory_per_rank) */
 } llm4d_predictor;
+
+/* Which memory limits of cl a prediction is over (LLM4D_OVER_* bits; 0: it fits): the fullest host's sum against
+ * memory_per_node, and, where ranks have memory of their own (memory_per_rank > 0), the largest rank against it.
+ * The one test of a fit: the search's, its early rejection's thresholds, --evaluate's and the bench's. A rank's
+ * every byte counts against its device: the plan is the CPU backend's, which does not say which bytes a GPU run
+ * would keep on the device and which in host memory (offload's optimizer states are on disk, not in the plan, but
+ * its window is counted as optimizer memory; the profile's base, residue and data indices are a process's host
+ * memory), so a GPU's check errs by those bytes on the safe side (0 base and residue in the A100 profile). */
+enum { LLM4D_OVER_HOST = 1, LLM4D_OVER_RANK = 2 };
+int llm4d_prediction_over(const llm4d_prediction *p, const llm4d_cluster *cl);
 
 /* Predict the layout of cfg (finalized; world = cluster.nodes x cluster.ranks_per_node) with pipeline plan pp. */
 llm4d_code llm4d_predict(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,

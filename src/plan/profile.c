@@ -150,6 +150,7 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON_AddNumberToObject(o, "load_average", p->load);
     cJSON_AddNumberToObject(o, "cores", p->cores);
     cJSON_AddNumberToObject(o, "memory_bytes", p->memory_bytes);
+    if (p->memory_per_rank_bytes > 0) cJSON_AddNumberToObject(o, "memory_per_rank_bytes", p->memory_per_rank_bytes);
     if (p->calibrated) {
         cJSON *cal = cJSON_AddObjectToObject(o, "calibration");
         cJSON_AddBoolToObject(cal, "complete", p->complete);
@@ -373,6 +374,8 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     p->load = num(r, o, "load_average", 0, 0);
     p->cores = (int)num(r, o, "cores", 0, 1);
     p->memory_bytes = num(r, o, "memory_bytes", 0, 0);
+    p->memory_per_rank_bytes = num(r, o, "memory_per_rank_bytes", 0, 0);
+    if (!r->bad && !(p->memory_per_rank_bytes >= 0)) return (void)garbled(r, "\"memory_per_rank_bytes\" must be >= 0");
     if (!r->bad && p->cores < 1) return (void)garbled(r, "\"cores\" must be at least 1");
     const cJSON *cal = cJSON_GetObjectItemCaseSensitive(o, "calibration"), *e;
     p->complete = 1;

@@ -74,6 +74,9 @@ typedef struct {
     char name[128], cpu[128], device[32], when[64];
     int cores;                 /* per host */
     double memory_bytes;       /* per host */
+    double memory_per_rank_bytes; /* one rank's own device memory where ranks do not share the host's (a GPU's:
+                                   * "memory_per_rank_bytes"); 0 (absent: a CPU host, whose calibration writes
+                                   * none): the ranks share memory_bytes */
     double load;               /* the load average when it was measured (a busy machine measures slow) */
     /* process */
     int n_base;

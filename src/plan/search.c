@@ -87,6 +87,25 @@ static void keep_best(ctx *x, double t) {
     if (x->n_best == x->top) x->pr->time_above = x->best[x->top - 1];
 }
 
+/* Why a layout does not fit (over: llm4d_prediction_over's bits): its rank over the rank's own memory (a GPU's),
+ * its fullest host over the host's, or both. */
+static char *memory_reason(const llm4d_prediction *p, const llm4d_cluster *cl, int over) {
+    char msg[512];
+    const char *least = p->bound ? "at least " : "";
+    const double G = 1073741824.0;
+    if (!(over & LLM4D_OVER_RANK)) /* the host's (a bound one's too): as before ranks had memory of their own */
+        snprintf(msg, sizeof msg, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there", least,
+                 p->host_bytes / G, p->peak_bytes / G, p->peak_rank, cl->memory_per_node / G);
+    else if (!(over & LLM4D_OVER_HOST))
+        snprintf(msg, sizeof msg, "rank %d needs %s%.2f GiB of its device's %.2f GiB (%.2f GiB on its fullest host)",
+                 p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, p->host_bytes / G);
+    else
+        snprintf(msg, sizeof msg, "rank %d needs %s%.2f GiB of its device's %.2f GiB, and its fullest host %s%.2f GiB "
+                 "of the host's %.2f GiB", p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, least,
+                 p->host_bytes / G, cl->memory_per_node / G);
+    return strdup(msg);
+}
+
 /* Check, fit and time one layout. */
 static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_candidate c = {.layout = *l, .status = LLM4D_CAND_OK};
@@ -125,15 +144,11 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_code prc = llm4d_predict_memory(x->pr, x->cfg, &pp, &x->pred, &why);
     if (prc == LLM4D_OK) {
         c.peak_bytes = x->pred.peak_bytes, c.host_bytes = x->pred.host_bytes;
-        if (x->pred.bound || c.host_bytes > x->out->memory_per_node) {
+        /* a bound prediction is over the limit its bound crossed (the thresholds are the cluster's: verb_plan.c) */
+        const int over = llm4d_prediction_over(&x->pred, &x->pr->cluster);
+        if (x->pred.bound || over) {
             c.status = LLM4D_CAND_MEMORY;
-            if (x->reasons) {
-                char msg[256];
-                snprintf(msg, sizeof msg, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there",
-                         x->pred.bound ? "at least " : "", c.host_bytes / 1073741824.0, c.peak_bytes / 1073741824.0,
-                         x->pred.peak_rank, x->out->memory_per_node / 1073741824.0);
-                c.reason = strdup(msg);
-            }
+            if (x->reasons) c.reason = memory_reason(&x->pred, &x->pr->cluster, over);
         } else {
             prc = llm4d_predict_time(x->pr, x->cfg, &pp, &x->pred, &why);
             c.step_s = x->pred.step_s;

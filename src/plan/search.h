@@ -5,9 +5,10 @@
  * schedule (1F1B, ZB-H1, interleaved with 2 to 8 virtual stages) and split (even, or the embedding and the loss
  * counted as blocks; the configuration's pp_layers where it applies), every micro-batch size dividing the local
  * batch, and recompute on and off. Each is checked by the configuration's validation (plan/layout.h), then by
- * memory (every rank's peak from the trainer's plan; the fullest host against its memory), then timed; the
- * fitting ones are ranked by predicted step time. A rejected layout keeps the reason, for --explain. The search
- * runs on Plan.search_threads threads of this machine (search.c says how); the answer does not depend on them. */
+ * memory (every rank's peak from the trainer's plan; the fullest host against its memory and, on a GPU cluster,
+ * the largest rank against its device's: predict.h llm4d_prediction_over), then timed; the fitting ones are
+ * ranked by predicted step time. A rejected layout keeps the reason, for --explain. The search runs on
+ * Plan.search_threads threads of this machine (search.c says how); the answer does not depend on them. */
 #ifndef LLM4D_PLAN_SEARCH_H
 #define LLM4D_PLAN_SEARCH_H
 

@@ -48,7 +48,10 @@ llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_cluster cl = {.nodes = tr->world_size / R, .ranks_per_node = R, .threads = tr->be->nthreads,
                               .memory_per_node = c->plan.memory_per_node_gib > 0
                                                      ? c->plan.memory_per_node_gib * 1024 * MiB
-                                                     : prof.memory_bytes};
+                                                     : prof.memory_bytes,
+                              .memory_per_rank = c->plan.memory_per_rank_gib > 0
+                                                     ? c->plan.memory_per_rank_gib * 1024 * MiB
+                                                     : prof.memory_per_rank_bytes};
     if (rc == LLM4D_OK) rc = llm4d_plan_evaluate(&prof, tr->be, &cl, c, &p, &e);
     if (rc == LLM4D_OK && p.rank_peak) {
         tr->pred.step_s = p.step_s;
