@@ -155,6 +155,58 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
     return LLM4D_OK;
 }
 
+/* ---- what a step moves ---- */
+
+llm4d_code llm4d_pipeline_traffic(const llm4d_pp_plan *plan, int stage, const llm4d_model_part *part,
+                                  const llm4d_gpt_layout *layout, const llm4d_config *cfg,
+                                  const llm4d_traffic_kept *kept, llm4d_traffic *out, llm4d_err *err) {
+    const int P = plan->P, V = plan->V, forward_only = cfg->forward_only;
+    const llm4d_model_config *m = &cfg->model;
+    /* a message as llm4d_pipeline_run sends it: llm4d_gpt_act_elems of the residual stream's type */
+    const int M = part->mp_size > 0 ? part->mp_size : 1;
+    const size_t tokens = (size_t)layout->B * layout->T / (size_t)(part->sequence_parallel ? M : 1);
+    const size_t elems = tokens * (size_t)m->hidden_size;
+    const int f32 = layout->res == LLM4D_F32;
+    const size_t count = f32 ? elems : elems * llm4d_ftype_size(layout->res);
+    /* Every schedule runs each chunk's forward and backward once per micro-batch, receiving before them and
+     * sending after them what crosses a stage boundary (schedule.h; llm4d_pp_schedule_check holds every list to
+     * it): chunk c, virtual stage v, receives its input (v > 0) and sends its output (v < V P - 1) plan->M times a
+     * step, and in training receives its output's gradient (v < V P - 1) and sends its input's (v > 0) as often.
+     * Counted so rather than by walking the list: the planner asks for this on every layout it times. */
+    static const struct {
+        uint8_t what, comm, first_has, fwd; /* first_has: virtual stage 0 has it; else the last one has it */
+    } msg[] = {{LLM4D_TW_PP_ACT, LLM4D_COMM_OP_RECV, 0, 1},
+               {LLM4D_TW_PP_ACT, LLM4D_COMM_OP_SEND, 1, 1},
+               {LLM4D_TW_PP_GRAD, LLM4D_COMM_OP_RECV, 1, 0},
+               {LLM4D_TW_PP_GRAD, LLM4D_COMM_OP_SEND, 0, 0}};
+    llm4d_code rc = LLM4D_OK;
+    for (int c = 0; rc == LLM4D_OK && c < V; c++) {
+        const int v = llm4d_pp_vstage(P, c, stage), first = v == 0, last = v == P * V - 1;
+        for (size_t k = 0; rc == LLM4D_OK && k < sizeof msg / sizeof msg[0]; k++) {
+            if ((forward_only && !msg[k].fwd) || (first && !msg[k].first_has) || (last && msg[k].first_has)) continue;
+            const llm4d_traffic_call call = {
+                .what = msg[k].what, .op = msg[k].comm, .group = LLM4D_TG_PIPE,
+                .dtype = f32 ? LLM4D_COMM_F32 : LLM4D_COMM_BYTE,
+                .when = msg[k].fwd ? LLM4D_AT_FORWARD : LLM4D_AT_BACKWARD, .blocking = 0, .id = c, .count = count,
+                .len = count, .per_micro = 1};
+            rc = llm4d_traffic_add(out, &call, err);
+        }
+    }
+    /* the tied embedding (pl_finish): the stages of the first and the last virtual stage, one all-reduce per kept
+     * token-embedding entry */
+    const int ends = stage == llm4d_pp_stage_of(P, 0) || stage == llm4d_pp_stage_of(P, P * V - 1);
+    if (forward_only || !ends || m->untied) return rc;
+    for (int e = 0; rc == LLM4D_OK && e < kept->shape->n_reduced; e++) {
+        const size_t len = kept->shape->reduced[e].wte ? llm4d_traffic_kept_len(kept, e) : 0;
+        if (!len) continue;
+        const llm4d_traffic_call call = {.what = LLM4D_TW_PP_EMB, .op = LLM4D_COMM_OP_ALLREDUCE, .group = LLM4D_TG_EMB,
+                                         .dtype = LLM4D_COMM_F32, .when = LLM4D_AT_BACKWARD_END, .blocking = 1,
+                                         .id = -1, .count = len, .len = len, .per_step = 1};
+        rc = llm4d_traffic_add(out, &call, err);
+    }
+    return rc;
+}
+
 /* ---- the executor ---- */
 
 #define TRY_P2P(expr)                                                                                            \

@@ -22,6 +22,7 @@
 #include "parallel/executor.h"
 #include "parallel/pp_plan.h"
 #include "parallel/schedule.h"
+#include "parallel/traffic.h"
 
 typedef struct {
     llm4d_engine base;         /* the reducer: the tied embedding's gradients over the embedding group */
@@ -55,6 +56,17 @@ llm4d_code llm4d_pipeline_init(llm4d_pipeline *pl, llm4d_engine_stack *stack, ll
 /* The bytes of receive buffers llm4d_pipeline_init allocates for `stage` (activations of act_bytes bytes; a memory
  * plan). */
 llm4d_code llm4d_pipeline_bytes(const llm4d_pp_plan *plan, int stage, size_t act_bytes, size_t *bytes, llm4d_err *err);
+
+/* Appends to out what a step of stage `stage` moves (traffic.h), as the executor and the engine do it: per local
+ * chunk and micro-batch the schedule's sends and receives of activations (RECV_F, SEND_F: not into the first
+ * virtual stage, not out of the last) and of their gradients (RECV_B, SEND_B, the reverse), non-blocking, one
+ * activation of the part's layout each ([tokens held, C] in the residual stream's type; 16-bit
+ * values as bytes); on the first and the last stage of a tied model, the embedding's gradient all-reduced over the
+ * embedding group after backward, one call per token-embedding entry the storage keeps (kept). A forward-only
+ * configuration (`llm4d eval`) sends only activations, with the forward-only schedule. */
+llm4d_code llm4d_pipeline_traffic(const llm4d_pp_plan *plan, int stage, const llm4d_model_part *part,
+                                  const llm4d_gpt_layout *layout, const llm4d_config *cfg,
+                                  const llm4d_traffic_kept *kept, llm4d_traffic *out, llm4d_err *err);
 
 /* Run the step's schedule for micro-batches mbs[0..M) (the forward-only schedule when forward_only, for
  * evaluation: mbs need no grad); the last stage's model accumulates their losses. pl->exec runs this. */

@@ -20,6 +20,7 @@
 
 #include "comm/comm.h"
 #include "parallel/engine.h"
+#include "parallel/traffic.h"
 
 typedef struct {
     llm4d_engine base;
@@ -33,5 +34,17 @@ typedef struct {
 size_t llm4d_tensor_parallel_bytes(const llm4d_param_table *t);
 llm4d_code llm4d_tensor_parallel_init(llm4d_tensor_parallel *tp, llm4d_engine_stack *stack, llm4d_comm *mp,
                                       llm4d_err *err);
+
+/* Appends to out the tensor-parallel traffic of a step (traffic.h) of a rank with this part and layout, as the model
+ * issues it (model/tp.h; block.c and embed.c state the counts) and the engine: per micro-batch and local chunk,
+ * each block's f and g (forward, backward, recompute's second forward, the gathers again of the LayerNorm outputs
+ * under sequence parallelism, a split backward's weight pass), the lookup's sum and its gradient's gather on the
+ * chunk with the embedding, ln_f's gather, the statistics of each chunk of head rows and the head's input gradient
+ * on the chunk with the head; after backward the engine's one all-reduce of the packed partial gradients (the kept
+ * part of each tp_partial entry, tp_slots of it). Sums are fp32, gathers move their tensor's type (16-bit as
+ * bytes). A forward-only configuration (`llm4d eval`): the forwards' calls only, without the head's gradient. */
+llm4d_code llm4d_tensor_parallel_traffic(const llm4d_model_part *part, const llm4d_gpt_layout *layout,
+                                         const llm4d_config *cfg, const llm4d_traffic_kept *kept, llm4d_traffic *out,
+                                         llm4d_err *err);
 
 #endif

@@ -14,9 +14,10 @@
  * (the run's). The data loaders' indices are measured by opening the configured data (plan/data_mem.h). */
 llm4d_code llm4d_plan_evaluate(const llm4d_profile *prof, llm4d_backend *be, const llm4d_cluster *cl,
                                const llm4d_config *cfg, llm4d_prediction *out, llm4d_err *err);
-/* The collectives the engines of each stage's first rank issue in a step of cfg (parallel/traffic.h), as the
- * prediction's time part reads them, one line each (llm4d_traffic_print) after a line per stage: `llm4d plan
- * --evaluate --traffic`, which tests/test_traffic.sh checks against a run's trace. */
+/* The collectives and pipeline messages the engines of each stage's first rank issue in a step of cfg
+ * (parallel/traffic.h; the prediction's time part reads its data-parallel, ZeRO and pipeline-message entries), one
+ * line each (llm4d_traffic_print) after a line per stage: `llm4d plan --evaluate --traffic`, which
+ * tests/test_traffic.sh checks against a run's trace. */
 llm4d_code llm4d_plan_traffic(const llm4d_profile *prof, llm4d_backend *be, const llm4d_cluster *cl,
                               const llm4d_config *cfg, FILE *f, llm4d_err *err);
 

@@ -20,8 +20,10 @@
  *     at most two in flight (the gradient ring), a third waits for the oldest;
  *   ZeRO stage 3: params_for waits for the group's gather, then starts the next group's (the recorded order);
  *   hybrid dp: the own shards' all-reduces after backward, priced as one of all their bytes;
- *   tensor parallel: the model's collectives block (in the trace's time). The pipeline's sends and tied
- *   embedding, the sequence-parallel sums and the step's scalars are priced here, not from the list.
+ *   tensor parallel: the model's collectives block (in the trace's time: the list's tensor-parallel entries are
+ *     not read). The pipeline's messages are priced at the bytes of the list's activation, through the schedule
+ *     simulator; its tied embedding, the partial gradients' sum and the step's scalars are priced here from the
+ *     stage's extents (whole entries, not the list's kept parts).
  * The measurement switches zero_overlap and zero_prefetch off (the list says blocking) are not priced apart.
  * A stage's micro-batch is walked three times: the first, one in the middle (its durations are the schedule's F,
  * B, W) and the last (the data-parallel buckets and stage 1's reduce-scatters); what the last adds, and what is
@@ -157,17 +159,18 @@ typedef struct {
                            * sharing slows) */
     double exposed[LLM4D_ENG_N], hidden[LLM4D_ENG_N];
     double slow;          /* the kernels' slowdown with every rank of the host computing */
+    double msg_bytes;     /* a pipeline message (the list's activation received or sent; 0: none) */
 } stage_time;
 
 /* The traffic the engines publish for the stage whose rank is at topo (parallel/traffic.h): their lists, the
  * stage-3 gathers counted from the trace's parameter uses. */
-static llm4d_code stage_traffic(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_stagecost *sc,
-                                int overlap, llm4d_traffic *tr, llm4d_err *err) {
+static llm4d_code stage_traffic(const llm4d_config *cfg, const llm4d_topology *topo, const llm4d_pp_plan *pp,
+                                const llm4d_stagecost *sc, int overlap, llm4d_traffic *tr, llm4d_err *err) {
     int *uses = calloc((size_t)sc->shape.n_groups + 1, sizeof *uses);
     if (!uses) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
     for (int i = 0; i < sc->n_ev; i++)
         if (sc->ev[i].type == LLM4D_RC_PARAMS_FOR) uses[sc->ev[i].group]++;
-    const llm4d_code rc = llm4d_traffic_list(&(llm4d_traffic_ask){cfg, topo, &sc->shape, overlap, uses}, tr, err);
+    const llm4d_code rc = llm4d_traffic_list(&(llm4d_traffic_ask){cfg, topo, &sc->shape, overlap, uses, pp}, tr, err);
     free(uses);
     return rc;
 }
@@ -181,7 +184,7 @@ llm4d_code llm4d_predict_traffic(const llm4d_predictor *pr, const llm4d_config *
     LLM4D_TRY(llm4d_layout_stage_topo(cfg, stage, &topo, err));
     LLM4D_TRY(llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
                                   llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err));
-    return stage_traffic(cfg, &topo, sc, overlap, out, err);
+    return stage_traffic(cfg, &topo, pp, sc, overlap, out, err);
 }
 
 /* The stage whose rank is at topo: walk it, and price the end of its step. */
@@ -210,7 +213,10 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
                             en.bpend
                         ? LLM4D_OK
                         : llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    if (rc == LLM4D_OK) rc = stage_traffic(cfg, topo, sc, overlap, &tr, err); /* what the engines move */
+    /* what the engines move; the pipeline's and tensor parallelism's part (a part, layout and schedule more to
+     * build) only on the last stage, whose message the pipeline's price reads (time_as) */
+    const int last = d->pp_degree > 1 && topo->index[LLM4D_AXIS_PIPE] == d->pp_degree - 1;
+    if (rc == LLM4D_OK) rc = stage_traffic(cfg, topo, last ? pp : NULL, sc, overlap, &tr, err);
     if (rc != LLM4D_OK) {
         free(en.t_ag), free(en.t_rs), free(en.t_ar), free(en.ag_at), free(en.rs_at), free(en.ar_at);
         free(en.next_pf), free(en.wleft), free(en.bpend);
@@ -244,6 +250,8 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
             en.ar_at[c->id] = c->when;
         } else if (c->what == LLM4D_TW_HYBRID) {
             hybrid_bytes += (size_t)llm4d_traffic_bytes(c), hybrid = 1;
+        } else if (c->what == LLM4D_TW_PP_ACT) {
+            st->msg_bytes = (double)llm4d_traffic_bytes(c);
         }
     }
     for (int i = 0; i < sc->n_ev; i++) { /* the next params_for, cyclically */
@@ -464,13 +472,11 @@ static llm4d_code time_as(const llm4d_predictor *pr, const llm4d_config *cfg, co
         span = busy[0] = M * mb + st[0].kernels * (st[0].slow - 1);
     } else if (rc == LLM4D_OK) {
         const int pipe_hosts = llm4d_group_hosts(&topo, LLM4D_AXIS_PIPE, R) > 1 ? 2 : 1;
-        const llm4d_stagecost *sc;
-        const llm4d_pricer pc = {pr->prof, pr->cluster.threads, llm4d_memplan_precision(cfg)};
-        rc = llm4d_stagecost_get(pr->cache, &pc, &(llm4d_stage_ref){cfg, &topo, pp}, pr->be, R,
-                                 llm4d_group_hosts(&topo, LLM4D_AXIS_MODEL, R), &sc, err);
-        const double p2p = rc == LLM4D_OK ? llm4d_price_coll(pr->prof, LLM4D_COMM_OP_SEND,
-                                                             (double)sc->act_bytes, 2, R, pipe_hosts,
-                                                             NULL)
+        /* a message's bytes as the pipeline publishes them (the last stage receives every activation it runs) */
+        if (!(st[P - 1].msg_bytes > 0))
+            rc = llm4d_fail(err, LLM4D_EINTERNAL, "the last of %d stages publishes no pipeline message", P);
+        const double p2p = rc == LLM4D_OK ? llm4d_price_coll(pr->prof, LLM4D_COMM_OP_SEND, st[P - 1].msg_bytes, 2, R,
+                                                             pipe_hosts, NULL)
                                           : 0;
         /* a search that has its K fastest already: a layout bound to be slower is not simulated (its bound as its
          * time, bound_time) */
