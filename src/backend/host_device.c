@@ -15,10 +15,18 @@ struct llm4d_event {
     int recorded;
 };
 
+#define PAGE ((size_t)4096)
+
 /* Page-aligned, as a device's pinned memory is (and as direct I/O into it needs: parallel/offload.c). */
 static void *host_alloc_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, size_t bytes) {
     (void)be;
-    return llm4d_mem_alloc_pages(mem, c, bytes);
+    const size_t rounded = bytes ? (bytes + PAGE - 1) / PAGE * PAGE : PAGE;
+    void *p = aligned_alloc(PAGE, rounded);
+    if (!p) return NULL;
+    llm4d_mem_prefer_huge(p, rounded);
+    memset(p, 0, rounded);
+    llm4d_mem_account(mem, c, (long long)bytes);
+    return p;
 }
 
 static void host_free_host(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {

@@ -25,7 +25,6 @@ typedef struct {
     size_t bytes[LLM4D_MEM_NCATEGORIES]; /* held now */
     size_t peak[LLM4D_MEM_NCATEGORIES];  /* most held at once */
     size_t total_peak;                   /* most held at once over all categories */
-    unsigned coloured;                   /* large blocks allocated so far: each one's colour (mem.c) */
 } llm4d_mem;
 
 const char *llm4d_mem_category_name(llm4d_mem_category c);
@@ -36,16 +35,13 @@ const char *llm4d_mem_category_name(llm4d_mem_category c);
 #define LLM4D_MEM_PAGE ((size_t)4096)
 #define LLM4D_MEM_PAGED_MIN ((size_t)1 << 20)
 #define LLM4D_MEM_SPAN(bytes) (((bytes) + LLM4D_MEM_PAGE - 1) & ~(LLM4D_MEM_PAGE - 1))
-/* Blocks that own at least this many bytes ask the kernel for transparent huge pages and start at a page offset
- * of their own (their colour: mem.c says why). */
+/* Blocks of at least this many bytes ask the kernel for transparent huge pages (mem.c llm4d_mem_prefer_huge). */
 #define LLM4D_MEM_HUGE_MIN ((size_t)4 << 20)
+void llm4d_mem_prefer_huge(void *p, size_t bytes);
 
 /* 64-byte aligned (or page-aligned, above), zero-filled. Returns NULL when the system is out of
- * memory (callers report it). mem may be NULL (nothing accounted). */
+ * memory (callers report it). */
 void *llm4d_mem_alloc(llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
-/* The same, page-aligned whatever its size (a device's pinned host memory: direct I/O reads into it). */
-void *llm4d_mem_alloc_pages(llm4d_mem *mem, llm4d_mem_category c, size_t bytes);
-/* Frees what llm4d_mem_alloc or llm4d_mem_alloc_pages returned for the same bytes. */
 void llm4d_mem_free(llm4d_mem *mem, llm4d_mem_category c, void *ptr, size_t bytes);
 /* Account bytes held elsewhere (for example memory owned by a library) without allocating. */
 void llm4d_mem_account(llm4d_mem *mem, llm4d_mem_category c, long long delta_bytes);
