@@ -254,14 +254,11 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     fast.step_only = !sw->no_memo; /* the top K are predicted again in full below */
     const llm4d_code rc = llm4d_search_run(&fast, base, global, sw->explain, &s, &err);
     if (rc != LLM4D_OK) return rc == LLM4D_EUSER ? fail(err.msg) : (fprintf(stderr, "llm4d plan: %s\n", err.msg), 1);
-    /* the model and batch as a layout finalizes them, for the header and the flags */
-    llm4d_config *shown = malloc(sizeof *shown);
     llm4d_pp_plan pp;
     const int top = base->plan.top;
     int code = 0;
     llm4d_reasons why = {0};
-    if (!shown || (sw->explain && llm4d_reasons_group(&s, &why, &err) != LLM4D_OK)) {
-        free(shown);
+    if (sw->explain && llm4d_reasons_group(&s, &why, &err) != LLM4D_OK) {
         llm4d_search_free(&s);
         return fail("out of memory");
     }
@@ -271,18 +268,19 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
     llm4d_prediction *ps = calloc((size_t)n_show + 1, sizeof *ps);
     llm4d_config *cs = malloc(((size_t)n_show + 1) * sizeof *cs);
     if (!ps || !cs) {
-        free(ps), free(cs), free(shown);
+        free(ps), free(cs);
         llm4d_reasons_free(&why);
         llm4d_search_free(&s);
         return fail("out of memory");
     }
     llm4d_beyond beyond = {0};
-    int n_done = 0;
+    int n_done = 0, n_cfg = 0; /* predicted; configurations finalized (cs[0]: the model and batch of the header) */
     for (int i = 0; i < n_show; i++) {
         llm4d_predictor one = *pr;
         one.per_rank = 1;
-        if (llm4d_layout_config(base, &s.c[i].layout, global, &cs[i], &pp, &err) != LLM4D_OK ||
-            llm4d_predict(&one, &cs[i], &pp, &ps[i], &err) != LLM4D_OK) {
+        const llm4d_code lc = llm4d_layout_config(base, &s.c[i].layout, global, &cs[i], &pp, &err);
+        if (lc == LLM4D_OK) n_cfg = i + 1;
+        if (lc != LLM4D_OK || llm4d_predict(&one, &cs[i], &pp, &ps[i], &err) != LLM4D_OK) {
             fprintf(stderr, "llm4d plan: %s\n", err.msg);
             code = 1;
             llm4d_pp_plan_free(&pp);
@@ -306,9 +304,7 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         code = 2;
         if (sw->explain && !root) llm4d_reasons_summary(stdout, &s, &why);
     } else if (!sw->json) {
-        llm4d_layout_config(base, &s.c[0].layout, global, shown, &pp, &err);
-        llm4d_pp_plan_free(&pp);
-        print_header(stdout, shown, &pr->cluster, prof, path);
+        print_header(stdout, n_cfg > 0 ? &cs[0] : base, &pr->cluster, prof, path);
         printf("%d layouts considered in %.2f s: %d pass the configuration's checks, ", s.n, s.seconds, s.n_valid);
         if (s.n_bound == 0) printf("%d fit in memory\n", s.n_fit);
         else /* the fit count is of the layouts judged (search.h) */
@@ -360,7 +356,6 @@ static int run_search(const llm4d_predictor *pr, llm4d_config *base, const switc
         free(txt);
         cJSON_Delete(root);
     }
-    free(shown);
     llm4d_reasons_free(&why);
     llm4d_search_free(&s);
     return code;
