@@ -87,6 +87,19 @@ static int memo_price(price_table *t, const llm4d_pricer *pr, const llm4d_rc_cal
     return 1;
 }
 
+/* What a pricing takes from its part's parameter table: the traffic's shape, the embedding's elements, the total, the
+ * tensor-parallel engine's partial sums; the one derivation of a recorded pricing and of one re-padded from it at
+ * another alignment (aligned_copy). */
+static llm4d_code of_table(llm4d_stagecost *out, const llm4d_param_table *tb, size_t bucket_bytes, llm4d_err *err) {
+    LLM4D_TRY(llm4d_traffic_shape_make(&out->shape, tb, bucket_bytes, err));
+    out->wte_elems = 0;
+    for (int g = 0; g < tb->n_groups; g++)
+        if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->shape.group_len[g];
+    out->total = tb->total;
+    out->sp_partial = llm4d_tensor_parallel_bytes(tb) / sizeof(float);
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr, int ranks_on_host, int coll_ranks,
                                  int tp_hosts, size_t bucket_bytes, llm4d_stagecost *out, llm4d_err *err) {
     memset(out, 0, sizeof *out);
@@ -97,14 +110,10 @@ llm4d_code llm4d_stagecost_price(const llm4d_mbtrace *t, const llm4d_pricer *pr,
     for (int i = 0; i < t->rec.n; i++)
         n_ev += t->rec.calls[i].op == LLM4D_RC_PARAMS_FOR || t->rec.calls[i].op == LLM4D_RC_GRADS_DONE;
     out->ev = calloc((size_t)n_ev + 1, sizeof *out->ev);
-    if (!out->chunk || !out->ev || llm4d_traffic_shape_make(&out->shape, tb, bucket_bytes, err) != LLM4D_OK) {
+    if (!out->chunk || !out->ev || of_table(out, tb, bucket_bytes, err) != LLM4D_OK) {
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
     }
-    for (int g = 0; g < tb->n_groups; g++)
-        if (tb->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->shape.group_len[g];
-    out->total = tb->total;
-    out->sp_partial = llm4d_tensor_parallel_bytes(tb) / sizeof(float);
     /* a part's layers repeat the same calls: each distinct cost key is priced once */
     price_table memo = {calloc(64, sizeof(price_memo)), 64, 0, 0};
     if (!memo.e) {
@@ -183,19 +192,19 @@ typedef struct {
     llm4d_stagecost cost;
 } cache_entry;
 
-/* A part without its alignment (the key's align word 0): the first pricing of it (entries never move) and its
- * groups as its table made them, with each group's elements before padding, from which its pricing at any alignment
- * follows. */
+/* A part without its alignment (the key's align word 0): the first pricing of it (entries never move) and the table
+ * it was recorded with (its groups and entries copied: everything the traffic's shape reads of a table, the
+ * embedding's and head's groups included), with each group's elements before padding, from which its pricing at
+ * any alignment follows. */
 typedef struct {
     cache_key key;
     const llm4d_stagecost *cost;
-    llm4d_model_part part;
-    llm4d_group *g; /* [cost->shape.n_groups] the table's groups */
-    size_t *raw;    /* [cost->shape.n_groups] each group's elements without padding */
+    llm4d_param_table tb; /* the first pricing's table; g [n_groups] and p [n] owned here */
+    size_t *raw;          /* [tb.n_groups] each group's elements without padding */
 } unaligned_entry;
 
 static void unaligned_free(unaligned_entry *u) {
-    if (u) free(u->g), free(u->raw), free(u);
+    if (u) free(u->tb.g), free(u->tb.p), free(u->raw), free(u);
 }
 
 struct llm4d_stagecost_cache {
@@ -262,59 +271,61 @@ static int same_unaligned(const void *entry, const void *key) {
     return !memcmp(&((const unaligned_entry *)entry)->key, key, sizeof(cache_key));
 }
 
-/* u's part's groups, unpadded, from the table its first pricing was recorded with (0: out of memory). */
+/* u's table: tb's scalars, a copy of its groups and entries, and each group's elements unpadded (0: out of
+ * memory). */
 static int unaligned_fill(unaligned_entry *u, const llm4d_param_table *tb) {
-    const size_t G = (size_t)tb->n_groups + 1;
-    u->part = tb->part;
-    u->g = calloc(G, sizeof *u->g);
+    const size_t G = (size_t)tb->n_groups + 1, P = (size_t)tb->n + 1;
+    u->tb = *tb;
+    u->tb.g = malloc(G * sizeof *u->tb.g);
+    u->tb.p = malloc(P * sizeof *u->tb.p);
     u->raw = calloc(G, sizeof *u->raw);
-    if (!u->g || !u->raw) return 0;
-    memcpy(u->g, tb->g, (size_t)tb->n_groups * sizeof *u->g);
+    if (!u->tb.g || !u->tb.p || !u->raw) return 0;
+    memcpy(u->tb.g, tb->g, (size_t)tb->n_groups * sizeof *u->tb.g);
+    memcpy(u->tb.p, tb->p, (size_t)tb->n * sizeof *u->tb.p);
     for (int g = 0; g < tb->n_groups; g++)
         for (int i = tb->g[g].p0; i < tb->g[g].p1; i++) u->raw[g] += tb->p[i].numel;
     return 1;
 }
 
 /* out = u's pricing with the groups padded to `align` as the parameter table pads them (a group begins where the
- * previous one ends, and the buffer is rounded up to the alignment after each: llm4d_param_align_up), and what
- * follows from their extents: the traffic's shape (group lengths, data-parallel buckets), the embedding's
- * elements, the total. */
+ * previous one ends, its entries packed from there, and the buffer is rounded up to the alignment after each:
+ * llm4d_param_align_up), and what follows from their extents: the traffic's shape (group lengths, gradient
+ * windows, data-parallel buckets, the entries summed after backward), the embedding's elements, the total. The
+ * table given to the shape is the one the part would build at that alignment, so the shape is the one a recording
+ * there would give (tests/test_plan_memo.sh: the memoised search's answers equal the exhaustive one's). */
 static llm4d_code aligned_copy(const unaligned_entry *u, int64_t align, size_t bucket_bytes, llm4d_stagecost *out,
                                llm4d_err *err) {
     const llm4d_stagecost *s = u->cost;
-    const int G = s->shape.n_groups;
+    const int G = u->tb.n_groups, P = u->tb.n;
     *out = *s;
     memset(&out->shape, 0, sizeof out->shape);
     out->chunk = malloc(((size_t)s->n_chunks + 1) * sizeof *out->chunk);
     out->ev = malloc(((size_t)s->n_ev + 1) * sizeof *out->ev);
     llm4d_group *grp = malloc(((size_t)G + 1) * sizeof *grp);
-    if (!out->chunk || !out->ev || !grp) {
-        free(grp);
+    llm4d_param *par = malloc(((size_t)P + 1) * sizeof *par);
+    if (!out->chunk || !out->ev || !grp || !par) {
+        free(grp), free(par);
         llm4d_stagecost_free(out);
         return llm4d_fail(err, LLM4D_ENOMEM, "out of memory pricing a trace");
     }
     memcpy(out->chunk, s->chunk, (size_t)s->n_chunks * sizeof *out->chunk);
     memcpy(out->ev, s->ev, (size_t)s->n_ev * sizeof *out->ev);
+    memcpy(par, u->tb.p, (size_t)P * sizeof *par);
     size_t total = 0;
     for (int g = 0; g < G; g++) {
-        grp[g] = u->g[g];
+        grp[g] = u->tb.g[g];
         grp[g].lo = total;
+        for (int i = grp[g].p0; i < grp[g].p1; i++) par[i].offset = u->tb.p[i].offset - u->tb.g[g].lo + total;
         total = llm4d_param_align_up(total + u->raw[g], align);
         grp[g].hi = total;
     }
-    llm4d_param_table tb = {.part = u->part, .n_groups = G, .g = grp, .total = total};
+    llm4d_param_table tb = u->tb;
+    tb.g = grp, tb.p = par, tb.total = total;
     tb.part.align = (int)align;
-    const llm4d_code rc = llm4d_traffic_shape_make(&out->shape, &tb, bucket_bytes, err);
-    free(grp);
-    if (rc != LLM4D_OK) {
-        llm4d_stagecost_free(out);
-        return rc;
-    }
-    out->total = total;
-    out->wte_elems = 0;
-    for (int g = 0; g < G; g++)
-        if (u->g[g].kind == LLM4D_G_WTE) out->wte_elems += out->shape.group_len[g];
-    return LLM4D_OK;
+    const llm4d_code rc = of_table(out, &tb, bucket_bytes, err);
+    free(grp), free(par);
+    if (rc != LLM4D_OK) llm4d_stagecost_free(out);
+    return rc;
 }
 
 llm4d_code llm4d_stagecost_get(llm4d_stagecost_cache *cache, const llm4d_pricer *pr, const llm4d_stage_ref *at,
