@@ -122,8 +122,8 @@ print(("ok   " if ok else "FAIL ") + f"llama3-8b dp4 sh4/z1 pp2 1F1B mb1 (the fi
       f"check): rank peak {opeak:.1f} MiB over {gpu}, host {ohost:.1f} MiB within its {old['memory_per_node_mib']:.1f}: "
       f"fits {old['fits']}, over_limit {old.get('over_limit')!r}")
 line = open(f"{tmp}/old.txt").read()
-m = re.search(r"\(does not fit: rank (\d+) needs ([\d.]+) MiB of its device's ([\d.]+) MiB\)", line)
-ok = m is not None and abs(float(m.group(2)) - opeak) <= 0.1 and float(m.group(3)) == gpu
+m = re.search(r"\(does not fit: rank (\d+) needs ([\d.]+) GiB of its device's ([\d.]+) GiB", line)
+ok = m is not None and abs(float(m.group(2)) * 1024 - opeak) <= 0.01 * 1024 and float(m.group(3)) * 1024 == gpu
 print(("ok   " if ok else "FAIL ") + "its text answer names the rank's limit: " + (m.group(0) if m else line[:300]))
 PY
 [ "$(grep -c -E '^(ok|FAIL) ' "$tmp/8b.txt")" = 3 ] || bad "llama3-8b: the checks' helper judged $(cat "$tmp/8b.txt")"

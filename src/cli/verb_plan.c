@@ -220,13 +220,12 @@ static int run_evaluate(const llm4d_predictor *pr0, llm4d_config *cfg, int R0, c
         print_header(stdout, cfg, &pr.cluster, prof, path);
         char name[160];
         llm4d_layout_name(&p.layout, name, sizeof name);
-        char why[256] = "";
-        if (over & LLM4D_OVER_RANK) /* which limit: a rank's own device, or the host */
-            snprintf(why, sizeof why, " (does not fit: rank %d needs %.1f MiB of its device's %.1f MiB%s)",
-                     p.peak_rank, p.peak_bytes / MiB, pr.cluster.memory_per_rank / MiB,
-                     over & LLM4D_OVER_HOST ? ", and the fullest host is over the host's memory" : "");
-        else if (over)
-            snprintf(why, sizeof why, " (does not fit%s)", pr.cluster.memory_per_rank > 0 ? ": the host's memory" : "");
+        char why[600] = "";
+        if (over) {
+            char text[512];
+            llm4d_prediction_over_text(&p, &pr.cluster, over, text, sizeof text);
+            snprintf(why, sizeof why, " (does not fit: %s)", text);
+        }
         printf("%s: %.4f s per step, %.0f tokens/s, peak %.1f MiB per rank (rank %d), %.1f MiB on the fullest host%s\n",
                name, p.step_s, p.tokens_per_s, p.peak_bytes / MiB, p.peak_rank, p.host_bytes / MiB, why);
         llm4d_beyond_line(stdout, &p.beyond, "    ");

@@ -2,6 +2,7 @@
  * predict.h. */
 #include "plan/predict.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,21 @@ int llm4d_group_hosts(const llm4d_topology *topo, int axis, int ranks_per_node) 
 int llm4d_prediction_over(const llm4d_prediction *p, const llm4d_cluster *cl) {
     return (p->host_bytes > cl->memory_per_node ? LLM4D_OVER_HOST : 0) |
            (cl->memory_per_rank > 0 && p->peak_bytes > cl->memory_per_rank ? LLM4D_OVER_RANK : 0);
+}
+
+void llm4d_prediction_over_text(const llm4d_prediction *p, const llm4d_cluster *cl, int over, char *buf, size_t n) {
+    const char *least = p->bound ? "at least " : "";
+    const double G = 1073741824.0;
+    if (!(over & LLM4D_OVER_RANK)) /* the host's (a bound one's too): as before ranks had memory of their own */
+        snprintf(buf, n, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there", least,
+                 p->host_bytes / G, p->peak_bytes / G, p->peak_rank, cl->memory_per_node / G);
+    else if (!(over & LLM4D_OVER_HOST))
+        snprintf(buf, n, "rank %d needs %s%.2f GiB of its device's %.2f GiB (%.2f GiB on its fullest host)",
+                 p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, p->host_bytes / G);
+    else
+        snprintf(buf, n, "rank %d needs %s%.2f GiB of its device's %.2f GiB, and its fullest host %s%.2f GiB of the "
+                 "host's %.2f GiB", p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, least,
+                 p->host_bytes / G, cl->memory_per_node / G);
 }
 
 void llm4d_prediction_free(llm4d_prediction *p) {

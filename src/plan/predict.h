@@ -107,6 +107,10 @@ typedef struct {
  * memory), so a GPU's check errs by those bytes on the safe side (0 base and residue in the A100 profile). */
 enum { LLM4D_OVER_HOST = 1, LLM4D_OVER_RANK = 2 };
 int llm4d_prediction_over(const llm4d_prediction *p, const llm4d_cluster *cl);
+/* Why p does not fit (over: llm4d_prediction_over's bits, not 0) in one phrase: its largest rank over the rank's
+ * own memory (a GPU's), its fullest host over the host's, or both, in GiB ("at least" for a bound). The one
+ * wording of a misfit: --explain's reasons and --evaluate's answer. */
+void llm4d_prediction_over_text(const llm4d_prediction *p, const llm4d_cluster *cl, int over, char *buf, size_t n);
 
 /* Predict the layout of cfg (finalized; world = cluster.nodes x cluster.ranks_per_node) with pipeline plan pp. */
 llm4d_code llm4d_predict(const llm4d_predictor *pr, const llm4d_config *cfg, const llm4d_pp_plan *pp,

@@ -87,25 +87,6 @@ static void keep_best(ctx *x, double t) {
     if (x->n_best == x->top) x->pr->time_above = x->best[x->top - 1];
 }
 
-/* Why a layout does not fit (over: llm4d_prediction_over's bits): its rank over the rank's own memory (a GPU's),
- * its fullest host over the host's, or both. */
-static char *memory_reason(const llm4d_prediction *p, const llm4d_cluster *cl, int over) {
-    char msg[512];
-    const char *least = p->bound ? "at least " : "";
-    const double G = 1073741824.0;
-    if (!(over & LLM4D_OVER_RANK)) /* the host's (a bound one's too): as before ranks had memory of their own */
-        snprintf(msg, sizeof msg, "needs %s%.2f GiB on its fullest host (%.2f GiB on rank %d), %.2f GiB there", least,
-                 p->host_bytes / G, p->peak_bytes / G, p->peak_rank, cl->memory_per_node / G);
-    else if (!(over & LLM4D_OVER_HOST))
-        snprintf(msg, sizeof msg, "rank %d needs %s%.2f GiB of its device's %.2f GiB (%.2f GiB on its fullest host)",
-                 p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, p->host_bytes / G);
-    else
-        snprintf(msg, sizeof msg, "rank %d needs %s%.2f GiB of its device's %.2f GiB, and its fullest host %s%.2f GiB "
-                 "of the host's %.2f GiB", p->peak_rank, least, p->peak_bytes / G, cl->memory_per_rank / G, least,
-                 p->host_bytes / G, cl->memory_per_node / G);
-    return strdup(msg);
-}
-
 /* Check, fit and time one layout. */
 static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
     llm4d_candidate c = {.layout = *l, .status = LLM4D_CAND_OK};
@@ -148,7 +129,11 @@ static llm4d_code consider(ctx *x, const llm4d_layout *l, llm4d_err *err) {
         const int over = llm4d_prediction_over(&x->pred, &x->pr->cluster);
         if (x->pred.bound || over) {
             c.status = LLM4D_CAND_MEMORY;
-            if (x->reasons) c.reason = memory_reason(&x->pred, &x->pr->cluster, over);
+            if (x->reasons) {
+                char why_over[512];
+                llm4d_prediction_over_text(&x->pred, &x->pr->cluster, over, why_over, sizeof why_over);
+                c.reason = strdup(why_over);
+            }
         } else {
             prc = llm4d_predict_time(x->pr, x->cfg, &pp, &x->pred, &why);
             c.step_s = x->pred.step_s;
