@@ -25,6 +25,8 @@
 # not asserted. The exit status is non-zero only when a calibration, a prediction or a run fails.
 #   bench/bench_plan.sh [quick | NAME ...]   quick: a reduced set (12 layouts, 1-16 processes, gpt2-en for 1
 #                                            process); NAMEs: those layouts of the set only
+#   BENCH_PLAN_PROFILE=machine|FILE bench/bench_plan.sh ...   prices both models from one machine calibration
+#                                            (made first, up to the set's most processes) or from FILE
 #   BENCH_PLAN_KEEP=DIR bench/bench_plan.sh ...   keeps the profiles, predictions and runs in DIR (a new folder)
 #   bench/bench_plan.sh --reprice DIR        predicts the kept runs again with this build and its profiles (a
 #                                            change to the model checked against the same runs and calibration)
@@ -94,8 +96,30 @@ model_args() { if [ "$1" = en ]; then echo "${EN[@]}" --global_batch_size $GB_EN
   echo "${TINY[@]}" --global_batch_size $GB_TINY --max_steps $STEPS_TINY; fi; }
 
 # ---- calibration: per model, up to the most processes its layouts run ---------------------------------------------
+# BENCH_PLAN_PROFILE=machine: one machine calibration (`plan --calibrate --machine`, its default grid) up to the
+# most processes of the set, priced for both models instead (issue 46: "after which gpt2-tiny, gpt2-en ... are priced
+# from it"); BENCH_PLAN_PROFILE=FILE: that profile, made before on this machine, for both.
+if [ "$SET" != --reprice ] && [ -n "${BENCH_PLAN_PROFILE:-}" ]; then
+  if [ "$BENCH_PLAN_PROFILE" = machine ]; then
+    max=0
+    for l in "${layouts[@]}"; do read -r _ _ np _ <<<"$l"; [ "$np" -gt $max ] && max=$np; done
+    t0=$(date +%s)
+    # shellcheck disable=SC2046
+    if ! "$L" plan --calibrate --machine $(model_args tiny) --ranks_per_node $max --machine_profile "$tmp/machine.json" \
+        >"$tmp/cal_machine.log" 2>&1; then
+      echo "machine calibration failed:"; tail -5 "$tmp/cal_machine.log"; exit 1
+    fi
+    echo "# calibrated the machine (--calibrate --machine) for up to $max ranks per host in $(($(date +%s) - t0)) s:" \
+      "$(tail -1 "$tmp/cal_machine.log")"
+  else
+    cp "$BENCH_PLAN_PROFILE" "$tmp/machine.json" || { echo "bench_plan.sh: BENCH_PLAN_PROFILE=$BENCH_PLAN_PROFILE: cannot read it" >&2; exit 2; }
+    echo "# priced from the profile $BENCH_PLAN_PROFILE"
+  fi
+  cp "$tmp/machine.json" "$tmp/tiny.json" && cp "$tmp/machine.json" "$tmp/en.json" || exit 1
+fi
 for m in tiny en; do
   [ "$SET" = --reprice ] && break
+  [ -n "${BENCH_PLAN_PROFILE:-}" ] && break
   max=0
   for l in "${layouts[@]}"; do read -r _ mm np _ <<<"$l"; [ "$mm" = $m ] && [ "$np" -gt $max ] && max=$np; done
   [ $max = 0 ] && continue
