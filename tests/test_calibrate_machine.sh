@@ -15,6 +15,7 @@
 #       items in --json's "extrapolated"; dp2 at micro-batch 1 (the one-process calls coverage accepted) says
 #       nothing; a search says it once, before its list (also with --explain, after the summary), naming exactly the
 #       micro-batches above 1 of the layouts it lists, in its text and its --json;
+#   (d) with data, the residue of a training process measured at two model sizes and interpolated by a rank's plan;
 # How well the grid prices a model against that model's own measured calls is a timing, which a loaded machine moves
 # by 2x (the grid's step read 0.085 s against 0.117 s in one run, 0.193 against 0.108 in another on a 2-vCPU VM at
 # load 10-27): not a test's verdict. The interpolation itself is checked exactly by tests/test_price_grid.c.
@@ -104,5 +105,43 @@ want = "micro-batch " + ", ".join(map(str, mbs)) + " (measured 1)"
 ex = a.get("extrapolated", [])
 print(int(bool(mbs) and want in ex), want, "in", ex[:2])' "$tmp/c3.json" 2>&1)
 check_if "${verdict%% *}" "and its --json says the same in \"extrapolated\": ${verdict#* }"
+
+# ---- (d) the residue at two model sizes -----------------------------------------------------------------------------
+# Given data, a machine calibration runs a short training twice, gpt2-tiny and two blocks of GPT-2 124M, and keeps
+# what each held beyond its plan (process.residual_points, the smaller plan first; residual_beyond_plan_bytes the
+# larger's). Continued into the same profile, nothing else is measured again. A prediction's residue is the line
+# between the two points at its rank's plan (every kind up to the libraries' working set), the nearer point's
+# outside: the oracle is that line computed here from the profile and the prediction's own plan kinds.
+cp "$M" "$tmp/m2.json"
+"$LLM4D" plan --calibrate --machine --quick --calibrate_grid 64,768:32,64 --model_name_or_path gpt2-tiny \
+  --max_seq_len 32 --global_batch_size 2 --ranks_per_node 2 --machine_profile "$tmp/m2.json" \
+  --input_dir "$SRC_DIR/data/fortunes_ids.npz" >"$tmp/d.log" 2>&1
+rc=$?
+verdict=$(/usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1]))["process"]; pts = p.get("residual_points", [])
+ok = len(pts) == 2 and 0 < pts[0][0] < pts[1][0] and p["residual_beyond_plan_bytes"] == pts[1][1]
+print(int(ok), pts, "residual_beyond_plan_bytes", p.get("residual_beyond_plan_bytes"))' "$tmp/m2.json" 2>&1)
+check_if "$(yes_if test $rc = 0 -a "${verdict%% *}" = 1)" "with data, two residues (exit $rc): ${verdict#* }"
+check_if "$(yes_if test "$(grep -c 'holds .* MiB beyond its base' "$tmp/d.log")" = 2)" \
+  "two training runs said so: $(grep 'beyond its base' "$tmp/d.log" | cut -c1-110 | tr '\n' '|')"
+for ms in "gpt2-tiny 32 1" "gpt2-en 64 1" "gpt2-tiny 64 2"; do
+  read -r model seq dp <<<"$ms"
+  "$LLM4D" plan --evaluate --json --machine_profile "$tmp/m2.json" --model_name_or_path "$model" --max_seq_len "$seq" \
+    --global_batch_size 2 --ranks_per_node "$dp" --dp_degree "$dp" --micro_batch_size 1 \
+    --input_dir "$SRC_DIR/data/fortunes_ids.npz" >"$tmp/d.json" 2>"$tmp/d.err"
+  verdict=$(/usr/bin/python3 -c '
+import json, sys
+pts = json.load(open(sys.argv[1]))["process"]["residual_points"]
+m = json.load(open(sys.argv[2]))["memory_mib"]
+plan = sum(m[k] for k in ("params", "grads", "optimizer", "activations", "comm", "workspace", "weight_copies",
+                          "operands", "mpi", "shm", "libraries")) * 1048576
+(x0, y0), (x1, y1) = pts
+want = y0 if plan <= x0 else y1 if plan >= x1 else y0 + (y1 - y0) * (plan - x0) / (x1 - x0)
+got = m["residual"] * 1048576
+print(int(abs(got - want) <= 1e-6 * max(1.0, abs(want))), f"plan {plan / 1048576:.1f} MiB: residue {got / 1048576:.3f}"
+      f" MiB, the line says {want / 1048576:.3f}")' "$tmp/m2.json" "$tmp/d.json" 2>&1)
+  check_if "${verdict%% *}" "$model at sequence $seq, dp$dp: ${verdict#* }"
+done
 
 finish

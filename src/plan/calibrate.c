@@ -550,7 +550,8 @@ static void describe_machine(llm4d_profile *p) {
  * the data loader's index and the plan (A, the libraries' working set of a step included: plan/memplan.h); the
  * residue is the rest: Y - A - base - data, what this machine holds beyond that working set (negative where it
  * holds less). */
-static double residual_of(const char *log, double base, double data, double *planned_out, double *peak_out) {
+static double residual_of(const char *log, double base, double data, double *planned_out, double *peak_out,
+                          double *plan_bytes) {
     FILE *f = fopen(log, "r");
     char line[1024];
     double planned = 0, peak = 0, add = -1, held = 0;
@@ -561,9 +562,53 @@ static double residual_of(const char *log, double base, double data, double *pla
         if (p && sscanf(p, "memory plan: %lf MiB to allocate on top of %lf MiB held now", &add, &held) != 2) add = -1;
     }
     if (f) fclose(f);
-    *planned_out = planned, *peak_out = peak;
+    *planned_out = planned, *peak_out = peak, *plan_bytes = add > 0 ? add * 1048576.0 : 0;
     if (peak <= 0 || add < 0) return 0; /* the run did not get that far: no residue known */
     return (peak - add) * 1048576.0 - base - data;
+}
+
+/* The residue of a short training run of model (seq, L layers; o's data and precision) in tmp (residual_of);
+ * *plan_bytes: what its plan allocated (0: the run did not get that far). */
+static double residue_run(const llm4d_calibrate_opts *o, const char *tmp, const char *model, int seq, int L,
+                          double base1, double *plan_bytes) {
+    enum { RUN_STEPS = 3 }; /* of global batch 1, micro-batch 1 */
+    char log[1200], outd[1200], seqs[16], layers[48], steps[16];
+    snprintf(log, sizeof log, "%s/train.log", tmp);
+    snprintf(outd, sizeof outd, "%s/out", tmp);
+    snprintf(seqs, sizeof seqs, "%d", seq);
+    snprintf(layers, sizeof layers, "Model.num_layers=%d", L);
+    snprintf(steps, sizeof steps, "%d", RUN_STEPS);
+    /* through a shell that forks it: a process started straight from this one would inherit this one's peak
+     * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
+    char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o->self, "train", "--model_name_or_path",
+                    (char *)model, "--input_dir", (char *)o->base->data.input_dir, "--max_seq_len", seqs, "-o", layers,
+                    "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", steps, "--save_steps",
+                    "-1", "--logging_freq", "1", "--output_dir", outd, "--use_amp",
+                    o->base->use_amp ? "true" : "false", NULL};
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int ws = 0;
+    if (pid > 0) waitpid(pid, &ws, 0);
+    /* the run's own data index, as the planner counts it (its batch and steps; one data rank) */
+    double data = 0, planned = 0, peak = 0;
+    llm4d_config *run = malloc(sizeof *run);
+    if (run) {
+        *run = *o->base;
+        run->global_batch_size = 1, run->local_batch_size = 1, run->max_steps = RUN_STEPS;
+        run->data.max_seq_len = seq;
+        llm4d_err derr = {0};
+        if (llm4d_plan_data_bytes(run, 1, &data, &derr) != LLM4D_OK) data = 0;
+        free(run);
+    }
+    const double r = residual_of(log, base1, data, &planned, &peak, plan_bytes);
+    fprintf(stderr, "llm4d plan --calibrate: a training process of %s (%d layers, sequence %d) holds %+.1f MiB beyond "
+            "its base, data index and plan (its own plan %.1f MiB, peak resident %.1f MiB)\n", model, L, seq,
+            r / 1048576.0, planned, peak);
+    return r;
 }
 
 /* A re-run of a calibration continues what an earlier one at the same path measured when it is this machine's (host
@@ -688,50 +733,30 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         fprintf(stderr, "llm4d plan --calibrate: %d rank%s measured (%s elapsed)\n", k, k == 1 ? "" : "s",
                 mmss(omp_get_wtime() - pg.t0, a, sizeof a));
     }
-    /* the residue of a short training run, when the configuration names data that exists */
+    /* the residue of a short training run, when the configuration names data that exists; a machine calibration,
+     * which prices any model, measures it at two sizes (the residue grows with the model: oneDNN's packing buffers
+     * and primitives for wider layers, 0.6 MiB for gpt2-tiny against 3.6 for two blocks of GPT-2 124M on a Zen 4),
+     * and the planner interpolates by a rank's plan (llm4d_profile_residual) */
     struct stat st;
     if (rc == LLM4D_OK && o.base->data.input_dir[0] && stat(o.base->data.input_dir, &st) == 0) {
-        enum { RUN_STEPS = 3 }; /* of global batch 1, micro-batch 1 */
-        char log[1200], outd[1200], seq[16], layers[48], steps[16];
-        snprintf(log, sizeof log, "%s/train.log", tmp);
-        snprintf(outd, sizeof outd, "%s/out", tmp);
-        int share_seq, L; /* the model's layers as finalized */
-        const char *model = jobs_model(&o, &share_seq, &L);
-        snprintf(seq, sizeof seq, "%d", o.machine ? share_seq : o.base->data.max_seq_len);
-        snprintf(layers, sizeof layers, "Model.num_layers=%d", L);
-        snprintf(steps, sizeof steps, "%d", RUN_STEPS);
-        /* through a shell that forks it: a process started straight from this one would inherit this one's peak
-         * resident size (Linux keeps the maximum across fork and exec), which is what the run measures */
-        char *argv[] = {"/bin/sh", "-c", "\"$@\"; exit $?", "sh", (char *)o.self, "train", "--model_name_or_path", (char *)model,
-                        "--input_dir", (char *)o.base->data.input_dir, "--max_seq_len", seq, "-o", layers,
-                        "--global_batch_size", "1", "--micro_batch_size", "1", "--max_steps", steps, "--save_steps",
-                        "-1", "--logging_freq", "1", "--output_dir", outd, "--use_amp",
-                        o.base->use_amp ? "true" : "false", NULL};
-        const pid_t pid = fork();
-        if (pid == 0) {
-            if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(127);
-            execv(argv[0], argv);
-            _exit(127);
-        }
-        int ws = 0;
-        if (pid > 0) waitpid(pid, &ws, 0);
-        /* the run's own data index, as the planner counts it (its batch and steps; one data rank) */
-        double data = 0, base1 = 0, planned = 0, peak = 0;
-        llm4d_config *run = malloc(sizeof *run);
-        if (run) {
-            *run = *o.base;
-            run->global_batch_size = 1, run->local_batch_size = 1, run->max_steps = RUN_STEPS;
-            run->data.max_seq_len = atoi(seq); /* the run's (a machine calibration's: its own) */
-            llm4d_err derr = {0};
-            if (llm4d_plan_data_bytes(run, 1, &data, &derr) != LLM4D_OK) data = 0;
-            free(run);
-        }
+        double base1 = 0;
         for (int i = 0; i < prof.n_base; i++)
             if (prof.base_ranks[i] == 1) base1 = prof.base_bytes[i];
-        prof.residual_bytes = residual_of(log, base1, data, &planned, &peak);
-        fprintf(stderr, "llm4d plan --calibrate: a training process holds %+.1f MiB beyond its base, data index and "
-                "plan (its own plan %.1f MiB, peak resident %.1f MiB)\n", prof.residual_bytes / 1048576.0, planned,
-                peak);
+        int share_seq, L; /* the model's layers as finalized */
+        const char *model = jobs_model(&o, &share_seq, &L);
+        prof.n_residue = 0;
+        if (o.machine) {
+            double plan = 0;
+            const double r = residue_run(&o, tmp, "gpt2-tiny", share_seq, L, base1, &plan);
+            if (plan > 0) prof.residue_plan[0] = plan, prof.residue_at[0] = r, prof.n_residue = 1;
+        }
+        double plan = 0;
+        prof.residual_bytes = residue_run(&o, tmp, model, o.machine ? share_seq : o.base->data.max_seq_len, L, base1,
+                                          &plan);
+        if (prof.n_residue == 1 && plan > prof.residue_plan[0])
+            prof.residue_plan[1] = plan, prof.residue_at[1] = prof.residual_bytes, prof.n_residue = 2;
+        else
+            prof.n_residue = 0;
     }
     if (rc == LLM4D_OK) rc = o.machine ? measure_grid(&o, &grid, &prof, &pg, err) : measure_kernels(&o, &prof, &pg, err);
     prof.complete = rc == LLM4D_OK && pg.late == 0;

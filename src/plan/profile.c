@@ -167,6 +167,13 @@ static cJSON *to_json(const llm4d_profile *p) {
         cJSON_AddItemToArray(base, num_array(pair, 2));
     }
     cJSON_AddNumberToObject(proc, "residual_beyond_plan_bytes", p->residual_bytes);
+    if (p->n_residue == 2) {
+        cJSON *pts = cJSON_AddArrayToObject(proc, "residual_points");
+        for (int i = 0; i < 2; i++) {
+            const double pair[2] = {p->residue_plan[i], p->residue_at[i]};
+            cJSON_AddItemToArray(pts, num_array(pair, 2));
+        }
+    }
     cJSON *sh = cJSON_AddArrayToObject(o, "shares");
     for (int i = 0; i < p->n_share; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -401,6 +408,14 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
         p->residual_bytes = num(r, proc, "residual_beyond_plan_bytes", 0, 0);
     else if (proc && cJSON_GetObjectItemCaseSensitive(proc, "residual_bytes")) /* measured before the plan held it */
         p->residual_bytes = num(r, proc, "residual_bytes", 0, 0) - (double)LLM4D_MEMPLAN_LIBRARIES;
+    p->n_residue = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(proc, "residual_points")) {
+        double pair[2];
+        if (nums(r, e, pair, 2, "a residual point is not [plan bytes, bytes]") != 2 || p->n_residue >= 2) break;
+        p->residue_plan[p->n_residue] = pair[0], p->residue_at[p->n_residue++] = pair[1];
+    }
+    if (p->n_residue != 2 || !(p->residue_plan[0] > 0) || !(p->residue_plan[1] > p->residue_plan[0]))
+        p->n_residue = 0; /* not two increasing sizes: the one residue */
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "shares")) {
         llm4d_prof_share s = {.threads = (int)num(r, e, "threads", 1, 1), .ranks = (int)num(r, e, "ranks", 1, 1)};
         if (nums(r, cJSON_GetObjectItemCaseSensitive(e, "factor"), s.factor, LLM4D_WORK_N,
@@ -483,4 +498,12 @@ llm4d_code llm4d_profile_load(llm4d_profile *p, const char *path, llm4d_err *err
     }
     llm4d_profile_sort(p);
     return LLM4D_OK;
+}
+
+double llm4d_profile_residual(const llm4d_profile *p, double plan_bytes) {
+    if (p->n_residue != 2) return p->residual_bytes;
+    const double x0 = p->residue_plan[0], x1 = p->residue_plan[1];
+    if (plan_bytes <= x0) return p->residue_at[0];
+    if (plan_bytes >= x1) return p->residue_at[1];
+    return p->residue_at[0] + (p->residue_at[1] - p->residue_at[0]) * (plan_bytes - x0) / (x1 - x0);
 }

@@ -84,6 +84,9 @@ typedef struct {
     double base_bytes[64];     /* resident before the model, by ranks on the host */
     double residual_bytes;     /* what a training process holds beyond its plan (the libraries' working set of a
                                 * step included: plan/memplan.h), its data index and the base; may be negative */
+    int n_residue;             /* 2: a machine calibration's residues of two model sizes ("residual_points": [plan
+                                * bytes, residue] each, the smaller plan first); 0: residual_bytes for any model */
+    double residue_plan[2], residue_at[2];
     /* shares */
     int n_share;
     llm4d_prof_share share[64];
@@ -148,5 +151,9 @@ const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_
 
 /* The default profile path: $LLM4D_MACHINE_PROFILE, else ~/.cache/llm4d/machine.json. */
 void llm4d_profile_default_path(char *buf, size_t n);
+
+/* The residue (bytes) of a process whose plan allocates plan_bytes: linear in the plan between a machine
+ * calibration's two measured sizes, the nearer one's outside them; residual_bytes where the profile has one. */
+double llm4d_profile_residual(const llm4d_profile *p, double plan_bytes);
 
 #endif
