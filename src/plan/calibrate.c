@@ -735,7 +735,7 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
     }
     /* the residue of a short training run, when the configuration names data that exists; a machine calibration,
      * which prices any model, measures it at two sizes (the residue grows with the model: oneDNN's packing buffers
-     * and primitives for wider layers, 0.6 MiB for gpt2-tiny against 3.6 for two blocks of GPT-2 124M on a Zen 4),
+     * and primitives for wider layers: +0.2-0.3 MiB for gpt2-tiny, +3.3-5.0 for two blocks of GPT-2 124M on a Zen 4),
      * and the planner interpolates by a rank's plan (llm4d_profile_residual) */
     struct stat st;
     if (rc == LLM4D_OK && o.base->data.input_dir[0] && stat(o.base->data.input_dir, &st) == 0) {
