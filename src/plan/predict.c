@@ -141,9 +141,7 @@ static llm4d_code rank_memory(const llm4d_predictor *pr, const llm4d_config *cfg
      * the calibration measures that one across hosts) */
     mem[LLM4D_PM_BASE] = base_bytes(pr->prof, topo->world_size > 1 && R < 2 ? 2 : R);
     mem[LLM4D_PM_DATA] = pr->data_bytes;
-    double plan = 0; /* what the trainer's plan allocates: every kind up to the libraries' working set */
-    for (int k = 0; k <= LLM4D_PM_LIBS; k++) plan += mem[k];
-    mem[LLM4D_PM_RESIDUAL] = llm4d_profile_residual(pr->prof, plan);
+    mem[LLM4D_PM_RESIDUAL] = llm4d_profile_residual(pr->prof, (double)llm4d_memplan_total(&mp)); /* by the plan */
     return LLM4D_OK;
 }
 

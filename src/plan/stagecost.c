@@ -194,17 +194,15 @@ typedef struct {
 
 /* A part without its alignment (the key's align word 0): the first pricing of it (entries never move) and the table
  * it was recorded with (its groups and entries copied: everything the traffic's shape reads of a table, the
- * embedding's and head's groups included), with each group's elements before padding, from which its pricing at
- * any alignment follows. */
+ * embedding's and head's groups included), from which its pricing at any alignment follows. */
 typedef struct {
     cache_key key;
     const llm4d_stagecost *cost;
     llm4d_param_table tb; /* the first pricing's table; g [n_groups] and p [n] owned here */
-    size_t *raw;          /* [tb.n_groups] each group's elements without padding */
 } unaligned_entry;
 
 static void unaligned_free(unaligned_entry *u) {
-    if (u) free(u->tb.g), free(u->tb.p), free(u->raw), free(u);
+    if (u) free(u->tb.g), free(u->tb.p), free(u);
 }
 
 struct llm4d_stagecost_cache {
@@ -271,19 +269,15 @@ static int same_unaligned(const void *entry, const void *key) {
     return !memcmp(&((const unaligned_entry *)entry)->key, key, sizeof(cache_key));
 }
 
-/* u's table: tb's scalars, a copy of its groups and entries, and each group's elements unpadded (0: out of
- * memory). */
+/* u's table: tb's scalars and a copy of its groups and entries (0: out of memory). */
 static int unaligned_fill(unaligned_entry *u, const llm4d_param_table *tb) {
     const size_t G = (size_t)tb->n_groups + 1, P = (size_t)tb->n + 1;
     u->tb = *tb;
     u->tb.g = malloc(G * sizeof *u->tb.g);
     u->tb.p = malloc(P * sizeof *u->tb.p);
-    u->raw = calloc(G, sizeof *u->raw);
-    if (!u->tb.g || !u->tb.p || !u->raw) return 0;
+    if (!u->tb.g || !u->tb.p) return 0;
     memcpy(u->tb.g, tb->g, (size_t)tb->n_groups * sizeof *u->tb.g);
     memcpy(u->tb.p, tb->p, (size_t)tb->n * sizeof *u->tb.p);
-    for (int g = 0; g < tb->n_groups; g++)
-        for (int i = tb->g[g].p0; i < tb->g[g].p1; i++) u->raw[g] += tb->p[i].numel;
     return 1;
 }
 
@@ -315,8 +309,11 @@ static llm4d_code aligned_copy(const unaligned_entry *u, int64_t align, size_t b
     for (int g = 0; g < G; g++) {
         grp[g] = u->tb.g[g];
         grp[g].lo = total;
-        for (int i = grp[g].p0; i < grp[g].p1; i++) par[i].offset = u->tb.p[i].offset - u->tb.g[g].lo + total;
-        total = llm4d_param_align_up(total + u->raw[g], align);
+        for (int i = grp[g].p0; i < grp[g].p1; i++) { /* the group's entries, packed from its new start */
+            par[i].offset = total;
+            total += par[i].numel;
+        }
+        total = llm4d_param_align_up(total, align);
         grp[g].hi = total;
     }
     llm4d_param_table tb = u->tb;
