@@ -95,14 +95,19 @@ done
 model_args() { if [ "$1" = en ]; then echo "${EN[@]}" --global_batch_size $GB_EN --max_steps $STEPS_EN; else
   echo "${TINY[@]}" --global_batch_size $GB_TINY --max_steps $STEPS_TINY; fi; }
 
+# most_ranks [MODEL]: the most processes a layout of the set (of MODEL's) runs; 0: none
+most_ranks() { local max=0 l mm np
+  for l in "${layouts[@]}"; do read -r _ mm np _ <<<"$l"; [ -z "${1:-}" ] || [ "$mm" = "$1" ] || continue
+    [ "$np" -gt $max ] && max=$np; done
+  echo $max; }
+
 # ---- calibration: per model, up to the most processes its layouts run ---------------------------------------------
 # BENCH_PLAN_PROFILE=machine: one machine calibration (`plan --calibrate --machine`, its default grid) up to the
 # most processes of the set, priced for both models instead (issue 46: "after which gpt2-tiny, gpt2-en ... are priced
 # from it"); BENCH_PLAN_PROFILE=FILE: that profile, made before on this machine, for both.
 if [ "$SET" != --reprice ] && [ -n "${BENCH_PLAN_PROFILE:-}" ]; then
   if [ "$BENCH_PLAN_PROFILE" = machine ]; then
-    max=0
-    for l in "${layouts[@]}"; do read -r _ _ np _ <<<"$l"; [ "$np" -gt $max ] && max=$np; done
+    max=$(most_ranks)
     t0=$(date +%s)
     # shellcheck disable=SC2046
     if ! "$L" plan --calibrate --machine $(model_args tiny) --ranks_per_node $max --machine_profile "$tmp/machine.json" \
@@ -120,8 +125,7 @@ fi
 for m in tiny en; do
   [ "$SET" = --reprice ] && break
   [ -n "${BENCH_PLAN_PROFILE:-}" ] && break
-  max=0
-  for l in "${layouts[@]}"; do read -r _ mm np _ <<<"$l"; [ "$mm" = $m ] && [ "$np" -gt $max ] && max=$np; done
+  max=$(most_ranks $m)
   [ $max = 0 ] && continue
   t0=$(date +%s)
   # shellcheck disable=SC2046

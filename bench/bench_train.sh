@@ -185,8 +185,8 @@ for r in rows:
 
 # The throughput targets (issue 16; the bf16 ones as issue 30 restated them for AMX) against this run's figures, so
 # that one run on a machine says which hold there.
-# The bf16 targets follow the kernels the bf16 run used (its ISA line); "non-GEMM" counts the attention as GEMM work (its block GEMMs dominate
-# it at T = 1024) and everything else as not.
+# The bf16 targets follow the kernels the bf16 run used (its ISA line); "non-GEMM" counts the attention as GEMM work
+# (its block GEMMs dominate it at T = 1024) and everything else as not.
 print()
 print("targets, this run (measured / target):")
 isa16 = " ".join(json.load(open(os.path.join(tmp, f))).get("isa", "") for f in os.listdir(tmp)
