@@ -3,7 +3,9 @@
 #   (a) the plan per category equals what the memory arena holds after allocation and at its peak over the run,
 #       for one process and for dp2, ZeRO stages 1/2/3 (and stage 3 with offload, saving a checkpoint at the end),
 #       mp2 with sequence parallelism, pp2 with ZB-H1, mp2 x pp2, mp2 x pp2 (interleaved) x sharding2 (8 processes)
-#       and the 4D dp2 x pp2 x sharding2 stage 3 x mp2 (16), on every rank; and llama-tiny (RMSNorm, RoPE, SwiGLU's
+#       and the 4D dp2 x pp2 x sharding2 stage 3 x mp2 (16), pp2 x sharding2 stage 1 on Open MPI's collectives
+#       (whose tied-embedding all-reduce carries a ZeRO rank's part of the gradient only: planned whole, every rank
+#       was 5.7-6.7 % above its peak), on every rank; and llama-tiny (RMSNorm, RoPE, SwiGLU's
 #       activations and scratch, no biases, an untied head: its own weights, gradients and moments on the last
 #       stage and no tied-embedding all-reduce) in one process and pp2;
 #   (a2) on every rank of those layouts and of (e)'s, the whole plan (what the process held when it planned, the
@@ -47,6 +49,7 @@ layouts=(
   "pp2_zb        2 --micro_batch_size 2 --pp_degree 2 --pp_schedule ZBH1"
   "mp2_pp2       4 --micro_batch_size 2 --mp_degree 2 --pp_degree 2"
   "mp2_pp2_sh2   8 --micro_batch_size 2 --mp_degree 2 --pp_degree 2 --virtual_pp_degree 2 --sharding_degree 2 --sharding_stage 2"
+  "pp2_sh2_mpi   4 --micro_batch_size 2 --pp_degree 2 --sharding_degree 2 --sharding_stage 1 --comm_path mpi"
   "4d            16 --micro_batch_size 1 --dp_degree 2 --pp_degree 2 --sharding_degree 2 --sharding_stage 3 --mp_degree 2"
   "llama_single  1 --micro_batch_size 8 --model_name_or_path llama-tiny"
   "llama_pp2     2 --micro_batch_size 2 --pp_degree 2 --model_name_or_path llama-tiny"

@@ -33,4 +33,9 @@ typedef struct {
 int llm4d_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *off,
                        llm4d_shard_sizes *sizes);
 
+/* The part of entry i of t that rank r's shard over N ranks holds, by the rule above: the entry's elements
+ * [*j0, *j1); 0 when the shard holds none of it. What a ZeRO rank keeps of a gradient another group then sums (the
+ * tied embedding's between the pipeline's ends): the engine's view of it and the memory plan's temporary for it. */
+int llm4d_shard_entry_part(const llm4d_param_table *t, int N, int r, int i, size_t *j0, size_t *j1);
+
 #endif

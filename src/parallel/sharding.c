@@ -110,14 +110,12 @@ static llm4d_code sh_finish(llm4d_engine *e, llm4d_err *err) {
 }
 
 int llm4d_zero_own_part(const llm4d_sharding *s, int i, int64_t *j0, int64_t *j1, size_t *local) {
-    const llm4d_param *p = &s->g->table.p[i];
-    const int grp = p->group;
-    const size_t lo = s->range_lo[grp], hi = lo + s->shard_len[grp];
-    const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (a >= b) return 0;
-    *j0 = (int64_t)(a - p->offset);
-    *j1 = (int64_t)(b - p->offset);
-    *local = s->shard_off[grp] + (a - lo);
+    const llm4d_param_table *t = &s->g->table;
+    size_t a, b;
+    if (!llm4d_shard_entry_part(t, s->N, s->rank, i, &a, &b)) return 0;
+    const int grp = t->p[i].group;
+    *j0 = (int64_t)a, *j1 = (int64_t)b;
+    *local = s->shard_off[grp] + (t->p[i].offset + a - s->range_lo[grp]);
     return 1;
 }
 

@@ -8,7 +8,8 @@
  *   dp         ZeRO hybrid with data parallel: the owned shards all-reduced (stage >= 2: all of them in one call)
  *   model      tensor parallel: activations all-reduced, or with sequence parallelism all-gathered and
  *              reduce-scattered, and the partial gradients of the replicated tensors all-reduced once a step
- *   embedding  pipeline: the tied embedding's gradient all-reduced between the first and the last stage
+ *   embedding  pipeline: the tied embedding's gradient all-reduced between the first and the last stage (with ZeRO:
+ *              the part of it the rank's shard holds, model/shard_range.h llm4d_shard_entry_part)
  * On a CPU and one host, the data group's gradients are shared in place (data_parallel.h): their all-reduces take no
  * slot; instead the rank touches, in each peer's buffer, the slice of every bucket it sums.
  * Gradient payloads are bf16 with grad_comm_dtype bfloat16. Groups that carry only MPI's traffic (the world, the
@@ -163,8 +164,13 @@ static void group_uses(const llm4d_config *cfg, const llm4d_topology *t, const l
     const size_t gsz = strcmp(d->grad_comm_dtype, "bfloat16") ? sizeof(float) : 2;
     size_t group_max = 0, wte_max = 0, partial = 0; /* elements */
     for (int g = 0; g < tab->n_groups; g++) group_max = max_z(group_max, tab->g[g].hi - tab->g[g].lo);
-    for (int i = 0; i < tab->n; i++) {
-        if (tab->p[i].kind == LLM4D_P_WTE) wte_max = max_z(wte_max, tab->p[i].numel);
+    for (int i = 0; i < tab->n; i++) { /* what a ZeRO rank keeps of it: its shard's part (the most any rank keeps,
+                                        * so that a sharding group's ranks stay one class for the planner) */
+        if (tab->p[i].kind != LLM4D_P_WTE) continue;
+        for (int r = 0; r < (sharded ? N : 1); r++) {
+            size_t j0, j1;
+            if (llm4d_shard_entry_part(tab, sharded ? N : 1, r, i, &j0, &j1)) wte_max = max_z(wte_max, j1 - j0);
+        }
     }
     partial = llm4d_tensor_parallel_bytes(tab) / sizeof(float);
     memset(use, 0, LLM4D_SHMG_N * sizeof *use);
