@@ -3,7 +3,7 @@
 # measured once over a grid of shapes (plan/grid.h), then any model inside the grid priced from it; here a small grid
 # (hidden 64 and 768, sequences 32 and 64, fp32, --quick: under a minute on a loaded 2-vCPU VM):
 #   (a) the sweep ends, writes a machine profile (calibration.machine_grid, kernel rows at 1 and 2 threads, complete),
-#       with its progress lines; a bad --calibrate_grid, or --machine without --calibrate, is one line, exit 2;
+#       with its progress lines, after a second pass that measured every shape again; a bad --calibrate_grid, or --machine without --calibrate, is one line, exit 2;
 #   (b) from that ONE profile, gpt2-tiny at sequences 32 and 64 and gpt2-en at 48 and 64 are all priced (no
 #       per-model calibration), while gpt2-en at sequence 256 and gpt2-medium-en (hidden 1024) are refused in one
 #       line naming a call outside the grid and the grid's range;
@@ -43,6 +43,15 @@ check_if "$(yes_if test "${done:-0}" = 1 -a "${nk:-0}" -gt 100 -a "${threads:-}"
 check_if "$(yes_if test "${grid:-}" = '"hidden 64,768; sequence 32,64"')" "it is a machine profile: calibration.machine_grid $grid"
 check_if "$(has "$tmp/a.log" "calibrate --machine: 2 threads, fp32: point .* of 4 (hidden 768, sequence 64)")" \
   "progress lines name the grid point: $(grep -m1 'point' "$tmp/a.log" | cut -c1-120)"
+# the second pass measures every shape of the first again, per thread count (the faster of the two is kept:
+# the passes are merged by the rule tests/test_profile_merge.c checks)
+second_ok() { local T n1 n2
+  for T in "1 thread" "2 threads"; do
+    n1=$(sed -n "s/.*--machine: $T: \([0-9]*\) kernel shapes in .*/\1/p" "$tmp/a.log")
+    n2=$(sed -n "s/.*--machine: second pass, $T: \([0-9]*\) kernel shapes measured again.*/\1/p" "$tmp/a.log")
+    test -n "$n1" -a "$n1" = "$n2" -a "${n1:-0}" -gt 0 || return 1
+  done; }
+check_if "$(yes_if second_ok)" "a second pass measures every shape again: $(grep -m1 'second pass, 1 thread:' "$tmp/a.log" | cut -c1-140)"
 refused "a bad --calibrate_grid" "calibrate_grid needs HIDDENS:SEQUENCES" \
   "$LLM4D" plan --calibrate --calibrate_grid 64,32:32 --machine_profile "$tmp/x.json"
 refused "--machine without --calibrate" "go with --calibrate" "$LLM4D" plan --machine --machine_profile "$M"

@@ -16,7 +16,10 @@
  * With machine set (`--calibrate --machine`), the kernels are not the model's but a grid's (plan/grid.h): one-layer
  * GPTs over hidden sizes and sequences, recorded and replayed the same way in fp32 and bf16 (--quick: the asked
  * precision only) at every thread count, each replayed as often as about two seconds allow (at least once after
- * its warm-up); the profile is then marked a machine profile, priced by interpolation in the grid for any model
+ * its warm-up), and then, where the time budget allows, the whole grid a second time, the two passes merged kernel
+ * by kernel (their mean, or the faster where they differ by more than 1.5x: llm4d_profile_merge_pass), so that a
+ * transient slowdown of the machine during one pass does not become the profile; the profile is then marked a
+ * machine profile, priced by interpolation in the grid for any model
  * inside it (plan/price.h, plan/coverage.h). A model calibration into the same file later adds that model's own
  * calls on top (they price exactly).
  * The multi-rank measurements run as a job of the hidden verb `__plancal` under `llm4d launch`; they come first,

@@ -83,6 +83,33 @@ llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k
     return LLM4D_OK;
 }
 
+static double kernel_seconds(const llm4d_prof_kernel *k) {
+    double t = 0;
+    for (int j = 0; j < LLM4D_WORK_N; j++) t += k->s[j];
+    return t;
+}
+
+llm4d_code llm4d_profile_merge_pass(llm4d_profile *p, const llm4d_profile *q, int *outliers, llm4d_err *err) {
+    int n = 0;
+    for (int i = 0; i < q->n_kernels; i++) {
+        const llm4d_prof_kernel *k = &q->kernels[i];
+        llm4d_prof_kernel *had = NULL;
+        for (int j = 0; j < p->n_kernels && !had; j++)
+            if (!key_cmp(&p->kernels[j], k)) had = &p->kernels[j];
+        if (!had) {
+            LLM4D_TRY(llm4d_profile_add_kernel(p, k, err));
+            continue;
+        }
+        const double a = kernel_seconds(had), b = kernel_seconds(k);
+        if (a > LLM4D_PROFILE_OUTLIER * b) *had = *k, n++;
+        else if (b > LLM4D_PROFILE_OUTLIER * a) n++;
+        else
+            for (int j = 0; j < LLM4D_WORK_N; j++) had->s[j] = (had->s[j] + k->s[j]) / 2;
+    }
+    if (outliers) *outliers = n;
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, llm4d_err *err) {
     if (p->n_colls == p->cap_colls) {
         const int cap = p->cap_colls ? 2 * p->cap_colls : 32;

@@ -140,6 +140,12 @@ llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k
 llm4d_code llm4d_profile_add_coll(llm4d_profile *p, const llm4d_prof_coll *c, llm4d_err *err);
 void llm4d_profile_add_share(llm4d_profile *p, const llm4d_prof_share *s);
 void llm4d_profile_add_pair_wait(llm4d_profile *p, const llm4d_prof_share *w);
+/* Merge a second measurement pass q into p: a kernel measured in both gets the mean of the two (by kind), or the
+ * faster one's seconds where their totals differ by more than LLM4D_PROFILE_OUTLIER (a slowdown of the machine
+ * during one pass: interference only adds time); one only q has is added. *outliers (NULL: not counted): the
+ * kernels where the faster was taken. */
+#define LLM4D_PROFILE_OUTLIER 1.5
+llm4d_code llm4d_profile_merge_pass(llm4d_profile *p, const llm4d_profile *q, int *outliers, llm4d_err *err);
 /* Record that the kernels were measured for `what` (kept once; the oldest dropped beyond 16). */
 void llm4d_profile_add_for(llm4d_profile *p, const char *what);
 /* Sort the kernel table for lookups (after adding; load sorts). */
