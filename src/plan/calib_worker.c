@@ -260,28 +260,34 @@ static llm4d_code share_replay(const wopts *o, llm4d_backend *be, llm4d_mbtrace 
 /* On a host whose ranks outnumber its cores, what a blocking all-reduce in pairs costs the rank in processor time
  * while every rank of the host computes, as the tensor-parallel groups' all-reduces between a layer's kernels do:
  * every rank replays the model's micro-batch alone and with an all-reduce over its pair of consecutive ranks after
- * every 8 calls (about a layer's kernels between two), in alternation; the difference per all-reduce, the host's
- * mean, the median of the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the
- * operation's own work and the scheduler's switches, which the collectives' series, measured with no computing
- * beside them, do not. */
+ * every 8 calls (about a layer's kernels between two), in alternation (the order swapped every round, after a first
+ * all-reduce that sets the pair's connection up); the difference per all-reduce, the host's mean, the median of
+ * the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the operation's own work and
+ * the scheduler's switches, which the collectives' series, measured with no computing beside them, do not. A
+ * difference of two replays' times is noisy: with 3 rounds of 2 replays (20 all-reduces a round) the value read
+ * 0 to 1.9 ms between calibrations of one 2-vCPU Zen 4 VM, at 8 and 16 ranks, where about 0.1 ms priced
+ * gpt2-tiny's oversubscribed tensor-parallel layouts within 10 % and 1.9 ms 3.8x slow; hence 7 rounds of 4. */
 static llm4d_code pair_waits(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag,
                              llm4d_err *err) {
-    enum { ROUNDS = 3, EVERY = 8 };
+    enum { ROUNDS = 7, EVERY = 8 };
     llm4d_mbtrace t;
     llm4d_replay rp;
     LLM4D_TRY(share_replay(o, be, &t, &rp, err));
     llm4d_comm *pair = NULL;
     llm4d_code rc = llm4d_comm_split(world, world->rank / 2, world->rank, "plancal_pair", &pair, err);
-    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 2;
+    float x[16] = {0};
+    if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(pair, x, 16, LLM4D_COMM_F32, err);
+    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 4;
     double per[ROUNDS] = {0};
     for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
-        double plain = 0, with = 0, v = 0;
-        int calls = 0;
-        rc = llm4d_comm_barrier(world, err);
-        if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, NULL, EVERY, &plain, &calls, err);
-        if (rc == LLM4D_OK) rc = llm4d_comm_barrier(world, err);
-        if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, pair, EVERY, &with, &calls, err);
-        v = calls > 0 ? (with - plain) / calls : 0;
+        double time[2] = {0, 0}, v = 0; /* [0]: alone, [1]: with the pair's all-reduces */
+        int calls[2] = {0, 0};
+        for (int i = 0; rc == LLM4D_OK && i < 2; i++) {
+            const int with = (i + q) % 2;
+            rc = llm4d_comm_barrier(world, err);
+            if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, with ? pair : NULL, EVERY, &time[with], &calls[with], err);
+        }
+        v = calls[1] > 0 ? (time[1] - time[0]) / calls[1] : 0;
         if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, &v, 1, LLM4D_COMM_F64, err);
         per[q] = v > 0 ? v / world->size : 0;
     }
