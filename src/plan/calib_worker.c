@@ -186,24 +186,22 @@ static double cpu_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The processor seconds this rank spends replaying the trace reps times (after a warm-up), with a 16-float
- * all-reduce over `pair` after every `every` calls (pair NULL: none); *calls receives the all-reduces made. */
-static llm4d_code replay_cpu(llm4d_replay *rp, int reps, llm4d_comm *pair, int every, double *cpu, int *calls,
-                             llm4d_err *err) {
+/* The trace replayed once, with a 16-float all-reduce over `pair` after every `every` calls: the processor seconds
+ * the rank spends inside those all-reduces (*cpu) and how many it made (*calls). */
+static llm4d_code replay_waits(llm4d_replay *rp, llm4d_comm *pair, int every, double *cpu, int *calls,
+                               llm4d_err *err) {
     float x[16] = {0};
     const int n = rp->rec->n;
-    *calls = 0;
-    llm4d_replay_run(rp, 0, n, NULL);
-    const double c0 = cpu_now();
-    for (int r = 0; r < reps; r++)
-        for (int i = 0; i < n; i++) {
-            llm4d_replay_run(rp, i, i + 1, NULL);
-            if (pair && i % every == every - 1) {
-                LLM4D_TRY(llm4d_comm_allreduce(pair, x, 16, LLM4D_COMM_F32, err));
-                (*calls)++;
-            }
+    *calls = 0, *cpu = 0;
+    for (int i = 0; i < n; i++) {
+        llm4d_replay_run(rp, i, i + 1, NULL);
+        if (i % every == every - 1) {
+            const double c0 = cpu_now();
+            LLM4D_TRY(llm4d_comm_allreduce(pair, x, 16, LLM4D_COMM_F32, err));
+            *cpu += cpu_now() - c0;
+            (*calls)++;
         }
-    *cpu = cpu_now() - c0;
+    }
     return LLM4D_OK;
 }
 
@@ -259,37 +257,40 @@ static llm4d_code share_replay(const wopts *o, llm4d_backend *be, llm4d_mbtrace 
 
 /* On a host whose ranks outnumber its cores, what a blocking all-reduce in pairs costs the rank in processor time
  * while every rank of the host computes, as the tensor-parallel groups' all-reduces between a layer's kernels do:
- * every rank replays the model's micro-batch alone and with an all-reduce over its pair of consecutive ranks after
- * every 8 calls (about a layer's kernels between two), in alternation (the order swapped every round, after a first
- * all-reduce that sets the pair's connection up); the difference per all-reduce, the host's mean, the median of
- * the rounds. It holds the waits for a descheduled partner (polling, then sleeping), the operation's own work and
- * the scheduler's switches, which the collectives' series, measured with no computing beside them, do not. A
- * difference of two replays' times is noisy: with 3 rounds of 2 replays (20 all-reduces a round) the value read
- * 0 to 1.9 ms between calibrations of one 2-vCPU Zen 4 VM, at 8 and 16 ranks, where about 0.1 ms priced
- * gpt2-tiny's oversubscribed tensor-parallel layouts within 10 % and 1.9 ms 3.8x slow; hence 7 rounds of 4. */
+ * every rank replays the model's micro-batch with an all-reduce over its pair of consecutive ranks after every 8
+ * calls (about a layer's kernels between two), and the processor time spent inside those all-reduces, per call,
+ * is the cost: the waits for a descheduled partner (polling, then sleeping) and the operation's own work, which the
+ * collectives' series, measured with no computing beside them, do not hold. The host's mean, the median of as many
+ * rounds as fit in about SPAN_S seconds (the first replay, which warms the kernels up, gives the pace), 3 to 7.
+ * It was the difference between replays with and without the all-reduces, which also held what the waits do to
+ * the kernels around them, but a difference of two replays' times is noisy: from 3 rounds it read 0 to 1.9 ms
+ * between calibrations of one 2-vCPU Zen 4 VM at 8 and 16 ranks (-5 to +1.4 ms a round replaying two blocks of
+ * gpt2-en), where about 0.1 ms priced gpt2-tiny's oversubscribed tensor-parallel layouts within 10 % and 1.9 ms
+ * 3.8x slow. */
 static llm4d_code pair_waits(llm4d_comm *world, llm4d_backend *be, const wopts *o, llm4d_profile *frag,
                              llm4d_err *err) {
-    enum { ROUNDS = 7, EVERY = 8 };
+    enum { MAX_ROUNDS = 7, MIN_ROUNDS = 3, EVERY = 8 };
+    const double SPAN_S = 15;
     llm4d_mbtrace t;
     llm4d_replay rp;
     LLM4D_TRY(share_replay(o, be, &t, &rp, err));
     llm4d_comm *pair = NULL;
     llm4d_code rc = llm4d_comm_split(world, world->rank / 2, world->rank, "plancal_pair", &pair, err);
-    float x[16] = {0};
-    if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(pair, x, 16, LLM4D_COMM_F32, err);
-    const int rounds = o->quick ? 1 : ROUNDS, reps = o->quick ? 1 : 4;
-    double per[ROUNDS] = {0};
+    double pace = omp_get_wtime();
+    if (rc == LLM4D_OK) llm4d_replay_run(&rp, 0, rp.rec->n, NULL);
+    pace = omp_get_wtime() - pace;
+    if (rc == LLM4D_OK) rc = llm4d_comm_allreduce_max(world, &pace, 1, LLM4D_COMM_F64, err);
+    int rounds = pace > 0 ? (int)(SPAN_S / pace) : MAX_ROUNDS;
+    rounds = o->quick ? 1 : rounds < MIN_ROUNDS ? MIN_ROUNDS : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
+    double per[MAX_ROUNDS] = {0};
     for (int q = 0; rc == LLM4D_OK && q < rounds; q++) {
-        double time[2] = {0, 0}, v = 0; /* [0]: alone, [1]: with the pair's all-reduces */
-        int calls[2] = {0, 0};
-        for (int i = 0; rc == LLM4D_OK && i < 2; i++) {
-            const int with = (i + q) % 2;
-            rc = llm4d_comm_barrier(world, err);
-            if (rc == LLM4D_OK) rc = replay_cpu(&rp, reps, with ? pair : NULL, EVERY, &time[with], &calls[with], err);
-        }
-        v = calls[1] > 0 ? (time[1] - time[0]) / calls[1] : 0;
+        double cpu = 0;
+        int calls = 0;
+        rc = llm4d_comm_barrier(world, err);
+        if (rc == LLM4D_OK) rc = replay_waits(&rp, pair, EVERY, &cpu, &calls, err);
+        double v = calls > 0 ? cpu / calls : 0;
         if (rc == LLM4D_OK) rc = llm4d_comm_allreduce(world, &v, 1, LLM4D_COMM_F64, err);
-        per[q] = v > 0 ? v / world->size : 0;
+        per[q] = v / world->size;
     }
     llm4d_comm_destroy(pair);
     llm4d_replay_free(&rp);
