@@ -26,13 +26,18 @@ int llm4d_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, siz
     return t->n_groups;
 }
 
+int llm4d_shard_part(size_t len, size_t at, size_t numel, int N, int r, size_t *j0, size_t *j1) {
+    LLM4D_ASSERT(N >= 1 && r >= 0 && r < N, "shard %d of %d", r, N);
+    const size_t sl = llm4d_shard_len(len, N), lo = (size_t)r * sl, hi = lo + sl;
+    const size_t a = at > lo ? at : lo, b = at + numel < hi ? at + numel : hi;
+    if (a >= b) return 0;
+    *j0 = a - at, *j1 = b - at;
+    return 1;
+}
+
 int llm4d_shard_entry_part(const llm4d_param_table *t, int N, int r, int i, size_t *j0, size_t *j1) {
-    LLM4D_ASSERT(N >= 1 && r >= 0 && r < N && i >= 0 && i < t->n, "entry %d, shard %d of %d", i, r, N);
+    LLM4D_ASSERT(i >= 0 && i < t->n, "entry %d of %d", i, t->n);
     const llm4d_param *p = &t->p[i];
     const llm4d_group *g = &t->g[p->group];
-    const size_t sl = llm4d_shard_len(g->hi - g->lo, N), lo = g->lo + (size_t)r * sl, hi = lo + sl;
-    const size_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (a >= b) return 0;
-    *j0 = a - p->offset, *j1 = b - p->offset;
-    return 1;
+    return llm4d_shard_part(g->hi - g->lo, p->offset - g->lo, p->numel, N, r, j0, j1);
 }

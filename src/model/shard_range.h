@@ -33,9 +33,12 @@ typedef struct {
 int llm4d_shard_ranges(const llm4d_param_table *t, int N, int r, size_t *lo, size_t *hi, size_t *off,
                        llm4d_shard_sizes *sizes);
 
-/* The part of entry i of t that rank r's shard over N ranks holds, by the rule above: the entry's elements
- * [*j0, *j1); 0 when the shard holds none of it. What a ZeRO rank keeps of a gradient another group then sums (the
- * tied embedding's between the pipeline's ends): the engine's view of it and the memory plan's temporary for it. */
+/* The part of an entry of numel elements at element `at` of a group of len elements that rank r's shard over N
+ * ranks holds, by the rule above: the entry's elements [*j0, *j1); 0 when the shard holds none of it. */
+int llm4d_shard_part(size_t len, size_t at, size_t numel, int N, int r, size_t *j0, size_t *j1);
+/* The same for entry i of t. What a ZeRO rank keeps of a gradient another group then sums (the tied embedding's
+ * between the pipeline's ends): the engine's view of it, the memory plan's temporary for it and the traffic list's
+ * message (parallel/traffic.c, from the group lengths it keeps). */
 int llm4d_shard_entry_part(const llm4d_param_table *t, int N, int r, int i, size_t *j0, size_t *j1);
 
 #endif

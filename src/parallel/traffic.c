@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/shard_range.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "parallel/sharding.h"
@@ -140,8 +141,8 @@ void llm4d_traffic_print(FILE *f, const llm4d_traffic *t, int M) {
 
 size_t llm4d_traffic_kept_len(const llm4d_traffic_kept *k, int e) {
     const llm4d_traffic_entry *x = &k->shape->reduced[e];
-    const size_t s = k->N > 1 ? k->shape->group_len[x->group] / (size_t)k->N : k->shape->group_len[x->group];
-    const size_t lo = k->N > 1 ? (size_t)k->rank * s : 0, hi = lo + s; /* model/shard_range.h */
-    const size_t a = x->at > lo ? x->at : lo, b = x->at + x->numel < hi ? x->at + x->numel : hi;
-    return b > a ? b - a : 0;
+    const int N = k->N > 1 ? k->N : 1;
+    size_t j0, j1;
+    if (!llm4d_shard_part(k->shape->group_len[x->group], x->at, x->numel, N, N > 1 ? k->rank : 0, &j0, &j1)) return 0;
+    return j1 - j0;
 }
