@@ -227,7 +227,8 @@ static double copy_gbps(llm4d_backend *be) {
     return best;
 }
 
-llm4d_code llm4d_calib_measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *prof, llm4d_calib_progress *pg, llm4d_err *err) {
+llm4d_code llm4d_calib_measure_kernels(const llm4d_calibrate_opts *o, llm4d_profile *prof, llm4d_calib_progress *pg,
+                                       llm4d_err *err) {
     const int prec = llm4d_memplan_precision(o->base);
     collect x = {.base = o->base, .global = o->global};
     x.cfg = malloc(sizeof *x.cfg);
@@ -283,9 +284,11 @@ llm4d_code llm4d_calib_measure_kernels(const llm4d_calibrate_opts *o, llm4d_prof
                 char a[32], b[32], c[32];
                 fprintf(stderr, "llm4d plan --calibrate: kernels at %d thread%s: part %d of %d (%.1f MiB), %d new "
                         "shapes; %s elapsed, about %s left at this thread count%s%s%s; resident %.0f MiB\n", T,
-                        T == 1 ? "" : "s", i + 1, x.n, x.t[i].bytes / 1048576.0, added, llm4d_calib_mmss(now - pg->t0, a, sizeof a),
+                        T == 1 ? "" : "s", i + 1, x.n, x.t[i].bytes / 1048576.0, added,
+                        llm4d_calib_mmss(now - pg->t0, a, sizeof a),
                         llm4d_calib_mmss(left, b, sizeof b), nT > T ? " (the other thread counts after it)" : "",
-                        pg->deadline > 0 ? ", budget left " : "", pg->deadline > 0 ? llm4d_calib_mmss(pg->deadline - now, c, sizeof c) : "",
+                        pg->deadline > 0 ? ", budget left " : "",
+                        pg->deadline > 0 ? llm4d_calib_mmss(pg->deadline - now, c, sizeof c) : "",
                         resident / 1048576.0);
                 pg->last_line = now;
             }
@@ -380,8 +383,8 @@ static llm4d_code grid_threads(const grid_pass *gp, llm4d_profile *prof, int T, 
     return rc;
 }
 
-llm4d_code llm4d_calib_measure_grid(const llm4d_calibrate_opts *o, const llm4d_grid *g, llm4d_profile *prof, llm4d_calib_progress *pg,
-                               llm4d_err *err) {
+llm4d_code llm4d_calib_measure_grid(const llm4d_calibrate_opts *o, const llm4d_grid *g, llm4d_profile *prof,
+                                    llm4d_calib_progress *pg, llm4d_err *err) {
     const int asked = llm4d_memplan_precision(o->base);
     const int nT = prof->cores < LLM4D_PROF_MAXT ? prof->cores : LLM4D_PROF_MAXT, n_pts = g->n_hidden * g->n_seq;
     char desc[128];

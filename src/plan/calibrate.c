@@ -329,7 +329,8 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
     }
     fprintf(stderr, "llm4d plan --calibrate: %s, %d cores, load average %.2f now%s\n", prof.cpu, prof.cores, prof.load,
             prof.load > 0.5 * prof.cores ? " (a busy machine measures slow: the profile records the load)" : "");
-    llm4d_code rc = llm4d_calib_checkpoint(&prof, &pg, err); /* marked unfinished from the start: a re-run continues it */
+    /* marked unfinished from the start: a re-run continues it */
+    llm4d_code rc = llm4d_calib_checkpoint(&prof, &pg, err);
     /* process base, collectives, shares: a job per rank count (one rank: no MPI, as a single-process run); first,
      * since they take about the same time whatever the model, and the time budget bounds the kernels after them */
     for (int k = 1; rc == LLM4D_OK && k <= o.max_ranks; k *= 2) {
@@ -371,7 +372,9 @@ llm4d_code llm4d_calibrate(const llm4d_calibrate_opts *o0, llm4d_err *err) {
         else
             prof.n_residue = 0;
     }
-    if (rc == LLM4D_OK) rc = o.machine ? llm4d_calib_measure_grid(&o, &grid, &prof, &pg, err) : llm4d_calib_measure_kernels(&o, &prof, &pg, err);
+    if (rc == LLM4D_OK)
+        rc = o.machine ? llm4d_calib_measure_grid(&o, &grid, &prof, &pg, err)
+                       : llm4d_calib_measure_kernels(&o, &prof, &pg, err);
     prof.complete = rc == LLM4D_OK && pg.late == 0;
     if (rc == LLM4D_OK) rc = llm4d_calib_checkpoint(&prof, &pg, err);
     if (rc == LLM4D_OK) {
