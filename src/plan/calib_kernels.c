@@ -346,8 +346,10 @@ static llm4d_code grid_threads(const grid_pass *gp, llm4d_profile *prof, int T, 
             if (be) be->destroy(be);
             break;
         }
-        if (!gp->pass) prof->gemm_gflops[prec][T] = be->matmul_peak_gflops ? be->matmul_peak_gflops(be) : 0;
-        if (!(prof->mem_gbps[T] > 0)) prof->mem_gbps[T] = copy_gbps(be);
+        if (!gp->pass) { /* the rates are the first pass's (the second's profile keeps only kernels) */
+            prof->gemm_gflops[prec][T] = be->matmul_peak_gflops ? be->matmul_peak_gflops(be) : 0;
+            if (!(prof->mem_gbps[T] > 0)) prof->mem_gbps[T] = copy_gbps(be);
+        }
         /* smallest first: hidden inner, so a budget cut leaves the largest points */
         for (int si = 0; rc == LLM4D_OK && si < g->n_seq; si++)
             for (int hi = 0; rc == LLM4D_OK && hi < g->n_hidden; hi++) {
