@@ -53,25 +53,30 @@ void llm4d_profile_sort(llm4d_profile *p) {
     p->sorted = 1;
 }
 
+/* The entry of k's key in p (NULL: none): bisected once sorted, scanned while a calibration fills it. */
+static llm4d_prof_kernel *entry_of(const llm4d_profile *p, const llm4d_prof_kernel *k) {
+    if (!p->sorted) {
+        for (int i = 0; i < p->n_kernels; i++)
+            if (!key_cmp(&p->kernels[i], k)) return &p->kernels[i];
+        return NULL;
+    }
+    if (p->n_kernels == 0) return NULL; /* a profile of rates only (bench/profiles/): no table to search */
+    return bsearch(k, p->kernels, (size_t)p->n_kernels, sizeof *p->kernels, key_cmp_v);
+}
+
 const llm4d_prof_kernel *llm4d_profile_find(const llm4d_profile *p, const llm4d_rc_call *c, int threads, int prec) {
     llm4d_prof_kernel key = {.op = c->op, .drop = c->drop > 0, .prec = (uint8_t)prec, .ty = c->ty,
                              .threads = threads};
     memcpy(key.d, c->d, sizeof key.d);
-    if (!p->sorted) { /* still being filled (a calibration): a linear scan */
-        for (int i = 0; i < p->n_kernels; i++)
-            if (!key_cmp(&p->kernels[i], &key)) return &p->kernels[i];
-        return NULL;
-    }
-    if (p->n_kernels == 0) return NULL; /* a profile of rates only (bench/profiles/): no table to search */
-    return bsearch(&key, p->kernels, (size_t)p->n_kernels, sizeof *p->kernels, key_cmp_v);
+    return entry_of(p, &key);
 }
 
 llm4d_code llm4d_profile_add_kernel(llm4d_profile *p, const llm4d_prof_kernel *k, llm4d_err *err) {
-    for (int i = 0; i < p->n_kernels; i++)
-        if (!key_cmp(&p->kernels[i], k)) {
-            p->kernels[i] = *k;
-            return LLM4D_OK;
-        }
+    llm4d_prof_kernel *had = entry_of(p, k);
+    if (had) { /* the same key: its place in the order stays */
+        *had = *k;
+        return LLM4D_OK;
+    }
     if (p->n_kernels == p->cap_kernels) {
         const int cap = p->cap_kernels ? 2 * p->cap_kernels : 256;
         llm4d_prof_kernel *nk = realloc(p->kernels, (size_t)cap * sizeof *nk);
@@ -93,9 +98,7 @@ llm4d_code llm4d_profile_merge_pass(llm4d_profile *p, const llm4d_profile *q, in
     int n = 0;
     for (int i = 0; i < q->n_kernels; i++) {
         const llm4d_prof_kernel *k = &q->kernels[i];
-        llm4d_prof_kernel *had = NULL;
-        for (int j = 0; j < p->n_kernels && !had; j++)
-            if (!key_cmp(&p->kernels[j], k)) had = &p->kernels[j];
+        llm4d_prof_kernel *had = entry_of(p, k);
         if (!had) {
             LLM4D_TRY(llm4d_profile_add_kernel(p, k, err));
             continue;
