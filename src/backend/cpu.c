@@ -43,13 +43,13 @@ static void *cpu_alloc(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, 
 
 static void cpu_free(llm4d_backend *be, llm4d_mem *mem, llm4d_mem_category c, void *p, size_t bytes) {
     llm4d_wcache_drop(&ctx_of(be)->wc, p, bytes); /* copies of weights that lived here */
+    llm4d_cpu_grad_written(ctx_of(be), p, bytes); /* and zeros owed to gradients that lived here */
     llm4d_mem_free(mem, c, p, bytes);
 }
 
 #define PAR_BYTES ((size_t)1 << 20) /* below this a memset/memcpy is not worth waking threads */
 
-static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
-    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+void llm4d_cpu_memzero(void *p, size_t bytes) {
     if (bytes < PAR_BYTES) {
         memset(p, 0, bytes);
         return;
@@ -63,8 +63,16 @@ static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
     }
 }
 
+static void cpu_zero(llm4d_backend *be, void *p, size_t bytes) {
+    WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_written(ctx_of(be), p, bytes);
+    llm4d_cpu_memzero(p, bytes);
+}
+
 static void cpu_copy(llm4d_backend *be, void *dst, const void *src, size_t bytes) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), src, bytes);
+    llm4d_cpu_grad_written(ctx_of(be), dst, bytes);
     const char *s = src;
     char *d = dst;
     /* overlapping copies (memmove semantics) are done serially */
@@ -322,12 +330,15 @@ static double cpu_dot(llm4d_backend *be, const float *a, const float *b, size_t 
 
 static void cpu_add(llm4d_backend *be, float *dst, const float *src, size_t n) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), dst, n * sizeof(float));
+    llm4d_cpu_grad_settle(ctx_of(be), src, n * sizeof(float));
 #pragma omp parallel for simd schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
 static void cpu_scale(llm4d_backend *be, float *x, float s, size_t n) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), x, n * sizeof(float));
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
@@ -481,6 +492,7 @@ static void cpu_destroy(llm4d_backend *be) {
         llm4d_wcache_free(&cx->wc);
         for (int k = 0; k < 4; k++) free(cx->cvt[k]);
         free(cx->colsum);
+        free(cx->owed.r);
         free(cx);
     }
     free(be);
@@ -519,6 +531,7 @@ llm4d_code llm4d_backend_cpu_create(llm4d_backend **out, int nthreads, llm4d_err
     be->attention_backward = llm4d_cpu_attention_backward;
     llm4d_cpu_elem_install(be);
     llm4d_cpu_optim_install(be);
+    llm4d_cpu_owed_install(be);
     be->dot = cpu_dot;
     be->scale = cpu_scale;
     be->add = cpu_add;

@@ -34,6 +34,7 @@ static void cpu_embedding_forward(llm4d_backend *be, float *out, const int32_t *
 static void cpu_embedding_backward(llm4d_backend *be, float *dw, const float *dout, const int32_t *tokens, int row0,
                                    int nrows, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), dw, (size_t)nrows * C * sizeof(float)); /* a scatter adds: zeros first */
     const int ntasks = (C + ENC_COLS - 1) / ENC_COLS;
 #pragma omp parallel for schedule(static)
     for (int task = 0; task < ntasks; task++) {
@@ -64,6 +65,7 @@ static void cpu_position_forward(llm4d_backend *be, float *out, const float *wpe
 static void cpu_position_backward(llm4d_backend *be, float *dwpe, const float *dout, int N, int C, int T,
                                   int64_t tok0) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), dwpe, (size_t)T * C * sizeof(float));
     const int ntasks = (C + ENC_COLS - 1) / ENC_COLS;
 #pragma omp parallel for schedule(static)
     for (int task = 0; task < ntasks; task++) {
@@ -140,6 +142,8 @@ static void cpu_layernorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *
                                    llm4d_ctensor inp, const float *w, const float *mean, const float *rstd, int N,
                                    int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), dw, (size_t)C * sizeof(float));
+    llm4d_cpu_grad_settle(ctx_of(be), db, (size_t)C * sizeof(float));
     const int wide = dinp.t != LLM4D_F32 || dout.t != LLM4D_F32 || inp.t != LLM4D_F32;
 #pragma omp parallel
     {

@@ -42,6 +42,15 @@ int llm4d_cpu_amx_for(llm4d_precision p);
  * or as the AMX kernel's B tiles of W (the input gradient dX = dY W) or of W^T (the forward Y = X W^T). */
 typedef enum { LLM4D_CPU_ROWS = 0, LLM4D_CPU_TILES_W, LLM4D_CPU_TILES_WT } llm4d_cpu_layout;
 
+/* The gradient ranges owed zeros (cpu_owed.c): sorted, disjoint byte ranges [lo, hi). */
+typedef struct {
+    uintptr_t lo, hi;
+} llm4d_cpu_range;
+typedef struct {
+    llm4d_cpu_range *r;
+    int n, cap;
+} llm4d_cpu_owed;
+
 typedef struct {
     llm4d_dnnl *dnnl;
     float *work;             /* attention: its blocks and accumulators, grown only for larger shapes */
@@ -65,6 +74,7 @@ typedef struct {
     double *colsum;          /* partial column sums of an output gradient (a bias gradient fused into its conversion) */
     size_t colsum_cap;       /* doubles */
     llm4d_wcache wc;         /* low-precision copies of the weights (wcache.h; stored by cpu_wcache.c) */
+    llm4d_cpu_owed owed;     /* gradients reset and not yet written (cpu_owed.c) */
     /* the backend's own timers (backend.h, work_stats): exclusive seconds and calls per kind of work */
     double work_s[LLM4D_WORK_N], work_calls[LLM4D_WORK_N];
     double optim_bytes;
@@ -245,6 +255,19 @@ const void *llm4d_cpu_weight(cpu_ctx *cx, const float *w, size_t n);
 /* The weight w [rows, cols] as the AMX kernel's B tiles (layout LLM4D_CPU_TILES_W or LLM4D_CPU_TILES_WT), a copy
  * kept like the others. */
 const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, int cols, llm4d_cpu_layout layout);
+
+/* cpu_owed.c: gradients reset without being zeroed (backend.h grads_reset). A kernel about to write bytes of a
+ * gradient at p asks llm4d_cpu_grad_take: 1 when all of them are owed zeros (the kernel writes them, as if adding
+ * to zeros; they are owed no more), else 0 after writing zeros over any owed part (the kernel adds). A kernel that
+ * only adds, or reads a range, calls llm4d_cpu_grad_settle (p NULL: everything owed); one that overwrites a range
+ * with other values calls llm4d_cpu_grad_written (its owed parts are dropped unwritten). */
+int llm4d_cpu_grad_take(cpu_ctx *cx, const void *p, size_t bytes);
+void llm4d_cpu_grad_settle(cpu_ctx *cx, const void *p, size_t bytes);
+void llm4d_cpu_grad_written(cpu_ctx *cx, const void *p, size_t bytes);
+void llm4d_cpu_owed_add(llm4d_cpu_owed *o, const void *p, size_t bytes);
+void llm4d_cpu_owed_install(llm4d_backend *be);
+/* bytes of zeros at p, on the backend's threads above a megabyte (cpu.c) */
+void llm4d_cpu_memzero(void *p, size_t bytes);
 
 /* cpu_optim.c: fills the optimizer's entries (adamw, sumsq) */
 void llm4d_cpu_optim_install(llm4d_backend *be);

@@ -72,6 +72,7 @@ static void colsum(cpu_ctx *cx, float *db, llm4d_ctensor dout, int N, int OC, vo
     }
     if (dst && cx->amx) llm4d_amx_pack_a_pad_rows(dst, N, OC);
     if (!db) return;
+    const int fresh = llm4d_cpu_grad_take(cx, db, (size_t)OC * sizeof(float)); /* owed zeros: written, not added */
     const int ncb = (OC + COLSUM_COLS - 1) / COLSUM_COLS;
 #pragma omp parallel for schedule(static)
     for (int cb = 0; cb < ncb; cb++) {
@@ -82,7 +83,7 @@ static void colsum(cpu_ctx *cx, float *db, llm4d_ctensor dout, int N, int OC, vo
 #pragma omp simd
             for (int j = 0; j < len; j++) acc[j] += p[j];
         }
-        for (int j = 0; j < len; j++) db[o0 + j] += (float)acc[j];
+        for (int j = 0; j < len; j++) db[o0 + j] = (fresh ? 0.0f : db[o0 + j]) + (float)acc[j];
     }
 }
 
@@ -206,7 +207,8 @@ static void amx_backward(cpu_ctx *cx, llm4d_tensor dinp, llm4d_store dinp_store,
         x = llm4d_cpu_slot(cx, 2, llm4d_amx_b_elems(N, C) * sizeof(uint16_t));
         llm4d_amx_pack_b(x, inp, C, N, C, act);
     }
-    llm4d_amx_gemm(dw, C, gt, x, NULL, OC, C, N, 1);
+    /* the first write of a gradient owed zeros stores the product instead of adding it (cpu_owed.c) */
+    llm4d_amx_gemm(dw, C, gt, x, NULL, OC, C, N, !llm4d_cpu_grad_take(cx, dw, (size_t)OC * C * sizeof(float)));
 }
 
 static void cpu_linear_forward_act(llm4d_backend *be, llm4d_tensor out, llm4d_ctensor inp, llm4d_act act,
@@ -354,8 +356,9 @@ static void cpu_linear_backward_act(llm4d_backend *be, llm4d_tensor dinp, llm4d_
         }
         gemm_out_done(cx, &o, dinp, (size_t)N * C, acc);
     }
-    if (dw) {
-        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, 1); /* dw += dout^T[OC,N] act(inp)[N,C] */
+    if (dw) { /* dw += dout^T[OC,N] act(inp)[N,C]; stored where dw is owed zeros (cpu_owed.c: beta 0, no read) */
+        const int acc = !llm4d_cpu_grad_take(cx, dw, (size_t)OC * C * sizeof(float));
+        llm4d_dnnl_mm mm = llm4d_cpu_gemm_2d(cx, OC, C, N, 1, OC, 0, C, C, acc);
         llm4d_dnnl_matmul(d, &mm, g, llm4d_cpu_operand_act(cx, 1, inp, (size_t)N * C, act), NULL, dw);
     }
     if (db && !fused_db) cpu_bias_backward(be, db, dout, N, OC);

@@ -46,6 +46,7 @@ static void cpu_rmsnorm_forward(llm4d_backend *be, llm4d_tensor out, float *rstd
 static void cpu_rmsnorm_backward(llm4d_backend *be, llm4d_tensor dinp, float *dw, llm4d_ctensor dout,
                                  llm4d_ctensor inp, const float *w, const float *rstd, int N, int C) {
     WORK_SCOPE(ctx_of(be), LLM4D_WORK_ELEM);
+    llm4d_cpu_grad_settle(ctx_of(be), dw, (size_t)C * sizeof(float));
     const int wide = dinp.t != LLM4D_F32 || dout.t != LLM4D_F32 || inp.t != LLM4D_F32;
 #pragma omp parallel
     {

@@ -76,6 +76,7 @@ static void cpu_adamw(llm4d_backend *be, float *params, float *grads, float *m, 
                       float beta1, float beta2, float eps, float wd, int t, float grad_scale, int zero_grads) {
     cpu_ctx *cx = ctx_of(be);
     WORK_SCOPE(cx, LLM4D_WORK_OPTIM);
+    llm4d_cpu_grad_settle(cx, grads, n * sizeof(float)); /* settled after the backward; a guard costing a compare */
     const double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
     const adamw_consts k = {grad_scale, lr * wd, beta1, beta2, 1.0f - beta1, 1.0f - beta2,
                             (float)(lr * sqrt(bc2) / bc1), (float)(eps * sqrt(bc2))};
@@ -122,6 +123,7 @@ static double sumsq_chunk(const float *x, size_t n) {
 static double cpu_sumsq(llm4d_backend *be, const float *x, size_t n) {
     cpu_ctx *cx = ctx_of(be);
     WORK_SCOPE(cx, LLM4D_WORK_OPTIM);
+    llm4d_cpu_grad_settle(cx, x, n * sizeof(float));
     cx->optim_bytes += 4.0 * (double)n;
     size_t chunk = (n + SUMSQ_MAXCHUNKS - 1) / SUMSQ_MAXCHUNKS;
     if (chunk < SUMSQ_MINCHUNK) chunk = SUMSQ_MINCHUNK;

@@ -354,6 +354,16 @@ X(VOID, adamw,                                                                  
   (be, params, grads, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale, zero_grads),                                \
   OPEN, (FOUT(params, n), FOUT(grads, n), FOUT(m, n), FOUT(v, n)), NODROP,                                           \
   CALL, (ADAMW, OPTIM, .d = {n, zero_grads}))                                                                        \
+/* Gradients that start over (PyTorch's zero_grad(set_to_none=True)): after grads_reset(p, bytes) the gradients in   \
+ * that range read as zeros to every method of the backend, but need not be written: the first kernel that writes   \
+ * one (a weight gradient's GEMM, a bias or norm gradient, an embedding's) may store its result instead of adding    \
+ * to zeros, which saves the zeroing pass and the read of zeros. grads_settle(p, bytes) writes the zeros no kernel    \
+ * wrote over (NULL: every range reset): the model calls it on a group's gradients when their backward is done, the  \
+ * trainer on everything after the step's backward, so that nothing outside the backend (a collective, a host view)  \
+ * ever reads a range still owed zeros. NULL (both): the storage zeroes its gradients itself. */                     \
+X(VOID, grads_reset, (llm4d_backend *be, void *p, size_t bytes), (be, p, bytes), HOST, (), NODROP, NONE, ())         \
+X(VOID, grads_settle, (llm4d_backend *be, void *p, size_t bytes), (be, p, bytes),                                    \
+  OPEN, (OUT(p, bytes)), NODROP, NONE, ())                                                                           \
 /* sum of squares in double, summed in a fixed order (so the result does not depend on thread count); returned to    \
  * the host (synchronises) */                                                                                        \
 X(RET(double), sumsq, (llm4d_backend *be, const float *x, size_t n), (be, x, n),                                     \

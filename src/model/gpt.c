@@ -44,6 +44,12 @@ float *llm4d_gpt_grads_of(llm4d_gpt *g, int grp) {
     return g->grads + g->table.g[grp].lo;
 }
 void llm4d_gpt_grads_done(llm4d_gpt *g, int grp) {
+    /* gradients of the whole buffer (the storage that resets them, backend.h grads_reset) that the group's backward
+     * wrote nowhere (a position embedding's rows past T) are zeros now, before a hook hands them to a collective;
+     * the buffer is addressed directly: asking the hooks for it would open a ZeRO engine's gradient window */
+    if (g->be->grads_settle && g->grads)
+        g->be->grads_settle(g->be, g->grads + g->table.g[grp].lo,
+                            (g->table.g[grp].hi - g->table.g[grp].lo) * sizeof(float));
     if (!g->hooks.grads_done) return;
     g->be->event_record(g->be, g->grads_ready, LLM4D_STREAM_COMPUTE);
     g->hooks.grads_done(g->hooks.ctx, grp, g->grads_ready);

@@ -12,8 +12,12 @@ static llm4d_flat *of(llm4d_engine *e) { return (llm4d_flat *)e; }
 static void flat_begin_step(llm4d_engine *e, int n_micro) {
     (void)n_micro;
     llm4d_flat *f = of(e);
-    /* the update zeroes the gradients in its own pass; a skipped update (fp16 overflow) or the first step did not */
-    if (!f->grads_zero && f->g->grads) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    if (!f->g->grads) return;
+    /* a backend that can reset gradients is told they start over (the first kernel to write each stores it, and
+     * nothing is zeroed: backend.h grads_reset); otherwise the update zeroed them in its own pass, and a skipped
+     * update (fp16 overflow, a loss spike) or the first step did not */
+    if (f->be->grads_reset) f->be->grads_reset(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    else if (!f->grads_zero) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
     f->grads_zero = 0;
 }
 
@@ -36,9 +40,10 @@ static llm4d_code flat_update(llm4d_engine *e, float lr, float grad_scale, llm4d
     const llm4d_param_table *t = &f->g->table;
     llm4d_optimizer_next(&f->opt);
     /* the entries tile the buffer (any padding between them is never written), so zeroing each entry's gradients
-     * in its update pass leaves the whole buffer zero */
-    llm4d_optimizer_apply(&f->opt, f->ranges, t->n, lr, grad_scale, 1);
-    f->grads_zero = 1;
+     * in its update pass leaves the whole buffer zero; where the next step resets them instead, not written */
+    const int zero = !f->be->grads_reset;
+    llm4d_optimizer_apply(&f->opt, f->ranges, t->n, lr, grad_scale, zero);
+    f->grads_zero = zero;
     return LLM4D_OK;
 }
 

@@ -55,6 +55,8 @@ static llm4d_code train_step(llm4d_trainer *tr, int64_t step, const llm4d_batch 
     /* fp16: the loss (hence every gradient) is scaled up so small gradients survive fp16 */
     double loss;
     LLM4D_TRY(llm4d_trainer_run_batch(tr, step, b, count > 0 ? tr->loss_scale / count : 0, 1, &loss, err));
+    /* gradients a storage reset at the step's start and no kernel wrote are zeros before the engines read them */
+    if (tr->be->grads_settle) tr->be->grads_settle(tr->be, NULL, 0);
     LLM4D_TRY(llm4d_engines_finish_backward(&tr->engines, err));
     LLM4D_TRY(llm4d_trainer_global_loss(tr, &loss, err));
     *loss_out = loss / tr->loss_scale;
