@@ -82,7 +82,13 @@ static void whole_done(llm4d_sharding *s, int grp, const llm4d_event *ready) { /
     rs_start(s, grad_slot(s), s->g->grads + llm4d_zero_group_lo(s, grp), grp, ready);
 }
 
-static void whole_begin(llm4d_sharding *s) { s->be->zero(s->be, s->g->grads, s->g->table.total * sizeof(float)); }
+/* The flat gradient starts over: reset where the backend can (its first writes store; the model settles each
+ * group's range at grads_done, before whole_done reduce-scatters it), zeroed otherwise (backend.h grads_reset). */
+static void whole_begin(llm4d_sharding *s) {
+    const size_t bytes = s->g->table.total * sizeof(float);
+    if (s->be->grads_reset) s->be->grads_reset(s->be, s->g->grads, bytes);
+    else s->be->zero(s->be, s->g->grads, bytes);
+}
 
 static llm4d_code whole_dp_reduce(llm4d_sharding *s, llm4d_err *err) {
     for (int grp = 0; grp < s->n_groups; grp++)
@@ -115,13 +121,18 @@ static float *bucket_for(llm4d_sharding *s, int grp) {
     LLM4D_ASSERT(s->grad_open < 0, "group %d: a gradient window opened inside another", grp);
     llm4d_ring_slot *r = grad_slot(s);
     s->grad_open = (int)(r - s->grad_ring);
-    s->be->zero(s->be, r->buf, llm4d_zero_group_len(s, grp) * sizeof(float));
+    /* the window's gradients start from zero: reset (the kernels' first writes store) where the backend can */
+    const size_t bytes = llm4d_zero_group_len(s, grp) * sizeof(float);
+    if (s->be->grads_reset) s->be->grads_reset(s->be, r->buf, bytes);
+    else s->be->zero(s->be, r->buf, bytes);
     return r->buf;
 }
 
 static void bucket_done(llm4d_sharding *s, int grp, const llm4d_event *ready) {
     llm4d_ring_slot *r = &s->grad_ring[s->grad_open];
     s->grad_open = -1;
+    /* what the window's kernels wrote nowhere is zeros before the bucket is reduced */
+    if (s->be->grads_settle) s->be->grads_settle(s->be, r->buf, llm4d_zero_group_len(s, grp) * sizeof(float));
     rs_start(s, r, r->buf, grp, ready);
 }
 
