@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "backend_pair.h"
 #include "check.h"
 
 static uint64_t g_stream = 1;
@@ -198,11 +199,7 @@ static void test_readers(llm4d_backend *be, llm4d_backend *ref) {
 
 int main(void) {
     llm4d_backend *cpu, *ref;
-    llm4d_err err = {0};
-    if (llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK || llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
-        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
+    if (!backend_pair_open(&cpu, &ref)) return 1;
     check(cpu->grads_reset && cpu->grads_settle && !ref->grads_reset,
           "the cpu backend resets gradients; the reference zeroes them (no grads_reset)");
     test_bookkeeping(cpu);

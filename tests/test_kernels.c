@@ -25,6 +25,7 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "attn_bound.h"
+#include "backend_pair.h"
 #include "check.h"
 #include "xent_ranks.h"
 
@@ -787,12 +788,7 @@ static void test_dnnl_cache(void) {
 
 int main(void) {
     llm4d_backend *cpu, *ref;
-    llm4d_err err = {0};
-    if (llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK || llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
-        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
-    printf("# cpu backend, %d threads\n", cpu->nthreads);
+    if (!backend_pair_open(&cpu, &ref)) return 1;
     test_dnnl_cache();
     test_linear(cpu, ref, 1, 1, 1, 1, LLM4D_ACT_NONE);
     test_linear(cpu, ref, 37, 50, 23, 1, LLM4D_ACT_NONE);

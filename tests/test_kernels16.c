@@ -30,6 +30,7 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "backend_pair.h"
 #include "check.h"
 #include "xent_ranks.h"
 #include "typed.h"
@@ -495,12 +496,7 @@ static void test_crossentropy(llm4d_backend *cpu, llm4d_backend *ref, int N, int
 
 int main(void) {
     llm4d_backend *cpu, *ref;
-    llm4d_err err = {0};
-    if (llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK || llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
-        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
-    printf("# cpu backend, %d threads\n", cpu->nthreads);
+    if (!backend_pair_open(&cpu, &ref)) return 1;
     test_convert(cpu, ref, 10007);
     test_layernorm(cpu, ref, 1, 7);
     test_layernorm(cpu, ref, 37, 131);

@@ -25,6 +25,7 @@
 #include "backend/cpu_amx.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "backend_pair.h"
 #include "check.h"
 
 static uint64_t g_stream = 1;
@@ -278,11 +279,7 @@ static void test_weight_copies(llm4d_backend *cpu, llm4d_precision prec, int fp3
 int main(void) {
     llm4d_backend *cpu, *ref;
     llm4d_err err = {0};
-    if (llm4d_backend_cpu_create(&cpu, 0, &err) != LLM4D_OK || llm4d_backend_ref_create(&ref, &err) != LLM4D_OK) {
-        printf("FAIL - backend creation: %s\n0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
-    printf("# cpu backend, %d threads\n", cpu->nthreads);
+    if (!backend_pair_open(&cpu, &ref)) return 1;
     const size_t sizes[] = {1, 17, 16384 + 5, 100003};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int zero = 0; zero < 2; zero++) test_adamw_fused(cpu, ref, sizes[i], zero);
