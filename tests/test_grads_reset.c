@@ -87,7 +87,8 @@ static void test_bookkeeping(llm4d_backend *be) {
     float *d2 = be->alloc(be, &mem, LLM4D_MEM_GRADS, n * B);
     fill(d2, n, 7.0f);
     be->grads_settle(be, NULL, 0);
-    if (d2 == d) check(all_equal(d2, n, 7.0f), "memory freed through the backend is owed nothing (reused: left as written)");
+    if (d2 == d)
+        check(all_equal(d2, n, 7.0f), "memory freed through the backend is owed nothing (reused: left as written)");
     else printf("# the allocator did not hand the freed block back: its case not checked\n");
     be->free(be, &mem, LLM4D_MEM_GRADS, d2, n * B);
     free(g);

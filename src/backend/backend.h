@@ -252,6 +252,12 @@ llm4d_code llm4d_backend_guard_create(llm4d_backend **out, int nthreads, llm4d_e
 llm4d_code llm4d_backend_cuda_create(llm4d_backend **out, int host_rank, llm4d_err *err);
 /* The backend kernels on pinned host memory run on (llm4d_backend.host, or be itself). */
 static inline llm4d_backend *llm4d_backend_host(llm4d_backend *be) { return be->host ? be->host : be; }
+/* The gradients in [p, p + bytes) start over (a step, a ZeRO bucket): reset where the backend can (grads_reset:
+ * its kernels' first writes store), written with zeros otherwise. */
+static inline void llm4d_grads_start(llm4d_backend *be, void *p, size_t bytes) {
+    if (be->grads_reset) be->grads_reset(be, p, bytes);
+    else be->zero(be, p, bytes);
+}
 /* Whether the backend device names has a host backend of its own (llm4d_backend.host set): an offloaded optimizer
  * then stages through pinned buffers, which the memory plan counts before any backend exists. */
 int llm4d_backend_has_host(const char *device);

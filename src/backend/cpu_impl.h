@@ -264,7 +264,6 @@ const uint16_t *llm4d_cpu_weight_tiles(cpu_ctx *cx, const float *w, int rows, in
 int llm4d_cpu_grad_take(cpu_ctx *cx, const void *p, size_t bytes);
 void llm4d_cpu_grad_settle(cpu_ctx *cx, const void *p, size_t bytes);
 void llm4d_cpu_grad_written(cpu_ctx *cx, const void *p, size_t bytes);
-void llm4d_cpu_owed_add(llm4d_cpu_owed *o, const void *p, size_t bytes);
 void llm4d_cpu_owed_install(llm4d_backend *be);
 /* bytes of zeros at p, on the backend's threads above a megabyte (cpu.c) */
 void llm4d_cpu_memzero(void *p, size_t bytes);

@@ -12,12 +12,11 @@ static llm4d_flat *of(llm4d_engine *e) { return (llm4d_flat *)e; }
 static void flat_begin_step(llm4d_engine *e, int n_micro) {
     (void)n_micro;
     llm4d_flat *f = of(e);
-    if (!f->g->grads) return;
-    /* a backend that can reset gradients is told they start over (the first kernel to write each stores it, and
-     * nothing is zeroed: backend.h grads_reset); otherwise the update zeroed them in its own pass, and a skipped
-     * update (fp16 overflow, a loss spike) or the first step did not */
-    if (f->be->grads_reset) f->be->grads_reset(f->be, f->g->grads, f->g->table.total * sizeof(float));
-    else if (!f->grads_zero) f->be->zero(f->be, f->g->grads, f->g->table.total * sizeof(float));
+    /* a backend that can reset gradients is told they start over every step (nothing is zeroed); otherwise the
+     * update zeroed them in its own pass, and a skipped update (fp16 overflow, a loss spike) or the first step did
+     * not */
+    if (f->g->grads && (f->be->grads_reset || !f->grads_zero))
+        llm4d_grads_start(f->be, f->g->grads, f->g->table.total * sizeof(float));
     f->grads_zero = 0;
 }
 

@@ -82,12 +82,10 @@ static void whole_done(llm4d_sharding *s, int grp, const llm4d_event *ready) { /
     rs_start(s, grad_slot(s), s->g->grads + llm4d_zero_group_lo(s, grp), grp, ready);
 }
 
-/* The flat gradient starts over: reset where the backend can (its first writes store; the model settles each
- * group's range at grads_done, before whole_done reduce-scatters it), zeroed otherwise (backend.h grads_reset). */
+/* The flat gradient starts over (reset: the model settles each group's range at grads_done, before whole_done
+ * reduce-scatters it). */
 static void whole_begin(llm4d_sharding *s) {
-    const size_t bytes = s->g->table.total * sizeof(float);
-    if (s->be->grads_reset) s->be->grads_reset(s->be, s->g->grads, bytes);
-    else s->be->zero(s->be, s->g->grads, bytes);
+    llm4d_grads_start(s->be, s->g->grads, s->g->table.total * sizeof(float));
 }
 
 static llm4d_code whole_dp_reduce(llm4d_sharding *s, llm4d_err *err) {
@@ -121,10 +119,7 @@ static float *bucket_for(llm4d_sharding *s, int grp) {
     LLM4D_ASSERT(s->grad_open < 0, "group %d: a gradient window opened inside another", grp);
     llm4d_ring_slot *r = grad_slot(s);
     s->grad_open = (int)(r - s->grad_ring);
-    /* the window's gradients start from zero: reset (the kernels' first writes store) where the backend can */
-    const size_t bytes = llm4d_zero_group_len(s, grp) * sizeof(float);
-    if (s->be->grads_reset) s->be->grads_reset(s->be, r->buf, bytes);
-    else s->be->zero(s->be, r->buf, bytes);
+    llm4d_grads_start(s->be, r->buf, llm4d_zero_group_len(s, grp) * sizeof(float)); /* settled at bucket_done */
     return r->buf;
 }
 
