@@ -13,7 +13,12 @@
 #       measured for and the calibration to run: gpt2-en (hidden 768 against 64) and gpt2-tiny at sequence 256 (8x
 #       the measured 32: attention's sequence beyond the 4x a profile prices within, plan/coverage.h), and the
 #       unfinished profile of (c) (no linear layer measured); gpt2-tiny at sequence 128 (4x) is priced, and so is
-#       gpt2-en from the published A100 profile (rates only: not asked).
+#       gpt2-en from the published A100 profile (rates only: not asked);
+#   (e) the update as the measured backend runs it: the CPU backend starts gradients over instead of zeroing them
+#       (backend.h grads_reset), the profile says so ("grads_reset": true), and a one-process plan prices the AdamW
+#       pass that does not zero them: with the measured rows of that pass made 10x slower in a copy of the profile
+#       the predicted optimizer time grows, with the zeroing pass's rows made slower it does not; a copy saying
+#       false (a backend that zeroes, as the CUDA one does) the other way round.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 test_setup
@@ -99,4 +104,34 @@ check_if "$(yes_if grep -q "s/step" "$tmp/d1.txt")" "gpt2-tiny at sequence 128 (
 "$LLM4D" "${ASK[@]}" --model_name_or_path gpt2-en --max_seq_len 1024 --machine_profile "$SRC_DIR/bench/profiles/a100_selene.json" \
   --memory_per_node 640 >"$tmp/d2.txt" 2>&1
 check_if "$(yes_if grep -q "s/step" "$tmp/d2.txt")" "a published profile (rates only) still prices gpt2-en: $(grep -m1 's/step' "$tmp/d2.txt" | cut -c1-90)"
+# ---- (e) the update as the measured backend runs it -----------------------------------------------------------------
+said=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("grads_reset"))' "$P")
+check_if "$(yes_if test "$said" = True)" \
+  "the CPU backend's profile says its gradients start over (\"grads_reset\": true)"
+variant() { # variant RESET Z OUT: $P with grads_reset RESET and its AdamW rows of zero_grads Z 10x slower, to OUT
+  /usr/bin/python3 -c '
+import json, sys
+p = json.load(open(sys.argv[1])); p["grads_reset"] = sys.argv[2] == "true"
+for r in p["kernels"]:
+    if r[0] == 21 and r[5] == int(sys.argv[3]): r[12:18] = [x * 10 for x in r[12:18]]
+json.dump(p, open(sys.argv[4], "w"))' "$P" "$1" "$2" "$3"
+}
+optim_of() { # optim_of PROFILE: the optimizer seconds a one-process plan of the calibrated model predicts
+  "$LLM4D" plan --evaluate --json --machine_profile "$1" --model_name_or_path gpt2-tiny -o Model.num_layers=2 \
+    --max_seq_len 32 --global_batch_size 4 --ranks_per_node 1 --micro_batch_size 4 2>"$tmp/e.err" |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["optimizer_s"])'
+}
+for reset in true false; do
+  for z in 0 1; do
+    variant $reset $z "$tmp/e_${reset}_$z.json"
+    eval "o_${reset}_$z=$(optim_of "$tmp/e_${reset}_$z.json" || echo x)"
+  done
+done
+grew() { # grew A B: B more than twice A (both numbers)
+  /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(not b > 2 * a)' "$1" "$2" 2>/dev/null
+}
+check_if "$(yes_if grew "$o_true_1" "$o_true_0")" \
+  "\"grads_reset\": true prices the pass that does not zero: its rows 10x slower $o_true_0 s, the other's $o_true_1 s"
+check_if "$(yes_if grew "$o_false_0" "$o_false_1")" \
+  "\"grads_reset\": false prices the zeroing pass: its rows 10x slower $o_false_1 s, the other rows' $o_false_0 s"
 finish

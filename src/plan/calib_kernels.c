@@ -189,11 +189,12 @@ static llm4d_code measure_optimizer(llm4d_profile *prof, llm4d_backend *be, int 
                                     llm4d_err *err) {
     const int64_t sizes[] = {1 << 16, 1 << 20, 1 << 23, 1 << 25};
     const int n = quick ? 2 : 4;
+    prof->grads_reset = be->grads_reset != NULL; /* how the update this backend runs treats the gradients */
     for (int i = 0; i < n; i++) {
         llm4d_rec r = {0};
         uintptr_t b[4];
         for (int k = 0; k < 4; k++) b[k] = llm4d_rec_fake(&r, (size_t)sizes[i] * sizeof(float));
-        for (int z = 0; z <= 1; z++) {
+        for (int z = 0; z <= 1; z++) { /* both: a sharded update never zeroes (nor one that resets: below) */
             r.calls = realloc(r.calls, (size_t)(r.n + 2) * sizeof *r.calls);
             if (!r.calls) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
             r.cap = r.n + 2;

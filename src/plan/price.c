@@ -51,12 +51,23 @@ static double total(const double s[LLM4D_WORK_N]) {
     return t;
 }
 
+/* The first of a call's d[] that is a flag (an activation, which gradients a linear layer computes, whether AdamW
+ * zeroes the gradients) rather than a size: calls that differ in one are different kinds of work. */
+static int first_flag_of(int op) {
+    switch (op) {
+    case LLM4D_RC_LINEAR_FWD:
+    case LLM4D_RC_LINEAR_BWD: return 3;
+    case LLM4D_RC_XENT_FWD:
+    case LLM4D_RC_XENT_BWD: return 2;
+    case LLM4D_RC_ADAMW: return 1;
+    default: return LLM4D_RC_DIMS;
+    }
+}
+
 /* Log distance between two calls' sizes (a different flag, activation or dropout counts as far). */
 static double distance(const llm4d_rc_call *c, const llm4d_prof_kernel *k) {
     double d = (c->drop > 0) != k->drop ? 4.0 : 0.0;
-    int first_flag = LLM4D_RC_DIMS;
-    if (c->op == LLM4D_RC_LINEAR_FWD || c->op == LLM4D_RC_LINEAR_BWD) first_flag = 3;
-    if (c->op == LLM4D_RC_XENT_FWD || c->op == LLM4D_RC_XENT_BWD) first_flag = 2;
+    const int first_flag = first_flag_of(c->op);
     for (int i = 0; i < LLM4D_RC_DIMS; i++) {
         if (i >= first_flag) {
             d += c->d[i] != k->d[i] ? 8.0 : 0.0;
@@ -79,10 +90,7 @@ static double kernel_work(const llm4d_prof_kernel *k) {
 /* Whether measured call k is c's kind: the same element types, dropout and flags (only its sizes differ). */
 static int same_kind(const llm4d_rc_call *c, const llm4d_prof_kernel *k) {
     if (k->ty != c->ty || k->drop != (c->drop > 0)) return 0;
-    int first_flag = LLM4D_RC_DIMS;
-    if (c->op == LLM4D_RC_LINEAR_FWD || c->op == LLM4D_RC_LINEAR_BWD) first_flag = 3;
-    if (c->op == LLM4D_RC_XENT_FWD || c->op == LLM4D_RC_XENT_BWD) first_flag = 2;
-    for (int i = first_flag; i < LLM4D_RC_DIMS; i++)
+    for (int i = first_flag_of(c->op); i < LLM4D_RC_DIMS; i++)
         if (c->d[i] != k->d[i]) return 0;
     return 1;
 }

@@ -215,6 +215,7 @@ static cJSON *to_json(const llm4d_profile *p) {
     cJSON_AddNumberToObject(o, "overlap", p->overlap);
     cJSON_AddNumberToObject(o, "oversubscription_penalty", p->oversub_penalty);
     cJSON_AddNumberToObject(o, "wait_cpu_s", p->wait_cpu_s);
+    cJSON_AddBoolToObject(o, "grads_reset", p->grads_reset);
     cJSON *pw = cJSON_AddArrayToObject(o, "pair_waits");
     for (int i = 0; i < p->n_pair_wait; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -456,6 +457,9 @@ static void read_json(reader *r, const cJSON *o, llm4d_profile *p) {
     p->overlap = num(r, o, "overlap", 0, 0);
     p->oversub_penalty = num(r, o, "oversubscription_penalty", 0, 0);
     p->wait_cpu_s = num(r, o, "wait_cpu_s", 0, 0);
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(o, "grads_reset");
+    if (gr && !cJSON_IsBool(gr)) return (void)garbled(r, "\"grads_reset\" is not true or false");
+    p->grads_reset = cJSON_IsTrue(gr);
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pair_waits")) {
         llm4d_prof_share w = {.threads = (int)num(r, e, "threads", 1, 1), .ranks = (int)num(r, e, "ranks", 1, 1)};
         w.factor[0] = num(r, e, "cpu_s", 0, 1);

@@ -92,6 +92,9 @@ typedef struct {
     llm4d_prof_share share[64];
     double overlap;            /* fraction of a background collective's time hidden behind computing */
     double oversub_penalty;    /* extra slowdown per thread beyond the cores, when threads per rank > 1 */
+    int grads_reset;           /* the backend measured starts gradients over without zeroing them (backend.h
+                                * grads_reset), so a step's update does not zero them; 0 (a profile written before,
+                                * or a GPU's: the CUDA backend zeroes): the update's pass zeroes them */
     double wait_cpu_s;         /* processor seconds a blocking wait burns while a peer is descheduled (comm.c's
                                 * waits poll, then sleep): on an oversubscribed host, time the computing ranks lose;
                                 * 0: unmeasured */

@@ -442,7 +442,8 @@ double llm4d_rc_bytes(const llm4d_rc_call *c) {
     case LLM4D_RC_XENT_BWD: /* no dlogits (d[3] = 0) counts as logits */
         return (esz(c, c->d[3] ? 1 : 2) + esz(c, 2)) * N * C;
     case LLM4D_RC_XENT_RESCALE: return f * 3 * N;
-    case LLM4D_RC_ADAMW: return f * 9 * N; /* params, grads, m, v read and written, the gradients zeroed */
+    /* params, grads, m, v read, params, m, v written; the gradients zeroed (d[1]): written, read for ownership */
+    case LLM4D_RC_ADAMW: return f * (c->d[1] ? 9 : 7) * N;
     case LLM4D_RC_SUMSQ:
     case LLM4D_RC_DOT:
     case LLM4D_RC_SCALE: return f * N;

@@ -364,7 +364,9 @@ static llm4d_code stage_walk(const llm4d_predictor *pr, const llm4d_config *cfg,
      * parameters) from disk and back, overlapped with the update */
     double ks[LLM4D_WORK_N] = {0};
     const llm4d_rc_call norm = {.op = LLM4D_RC_SUMSQ, .d = {(int64_t)local}};
-    const llm4d_rc_call adam = {.op = LLM4D_RC_ADAMW, .d = {(int64_t)local, N > 1 ? 0 : 1}};
+    /* the whole model's update zeroes the gradients in its pass, unless the backend starts them over (a sharded
+     * update never does: its gradients are a bucket's, reset or zeroed where the reduce-scatter begins) */
+    const llm4d_rc_call adam = {.op = LLM4D_RC_ADAMW, .d = {(int64_t)local, N > 1 || prof->grads_reset ? 0 : 1}};
     llm4d_price_call(&pc, &norm, ks);
     llm4d_price_call(&pc, &adam, ks);
     double optim = total_kinds(ks) * slow[LLM4D_WORK_OPTIM];
