@@ -12,7 +12,14 @@
 #     directory of the successful 4-rank job: afterwards that job's report still says finished, says its logs now
 #     belong to another run and reads none of them, and no exit record or log of ranks 2 and 3 is left there;
 # and after every one of them /dev/shm holds none of the job's files (Open MPI's segments, by the job id read from a
-# rank's environment, and the launcher's directory for them).
+# rank's environment, and the launcher's directory for them). Then `llm4d train` run directly (no launcher, so no
+# worker logs or exit records: run.json's end and process say it), the report's state
+#   - while it runs: in progress, its process (pid, host) running;
+#   - after a Ctrl-C to its process group: stopped at the step it reached, its process gone, with the latest
+#     checkpoint; the same run.json naming another host: it cannot tell (no guess); naming this shell's process with
+#     that process's start time (read here from /proc): running, and with another start time (a reused pid): stopped;
+#   - after a failure (a non-finite gradient injected at step 3, exit 2): failed, the last good step 2, its error;
+#   - after success: finished, and run.json says so ("end": finished).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 test_setup
@@ -178,4 +185,63 @@ check_if $(yes_if test "$state" = "finished\">finished: 4 steps") \
 check_if $(has "$tmp/ok.html" "The worker logs in $tmp/shared.log belong to another run (run [0-9a-z-]*; this run is [0-9a-z-]*)") \
     "and says the logs in its log directory belong to another run"
 check_if $(yes_if test "$(grep -c 'Input/output error\|rank [0-9]: plan' "$tmp/ok.html")" = 0) "and reads none of them"
+
+# ---- llm4d train without the launcher ---------------------------------------------------------------------------
+D=("${C[@]}" --micro_batch_size 8)
+set -m # a job of its own process group (a background command of a script ignores SIGINT otherwise)
+"$LLM4D" "${D[@]}" --max_steps 100000 --output_dir "$tmp/direct" >"$tmp/direct.out" 2>&1 &
+trainer=$!
+set +m
+for i in $(seq 1 600); do [ "$(last_step "$tmp/direct")" -ge 5 ] 2>/dev/null && [ -d "$tmp/direct/step_4" ] && break; sleep 0.1; done
+report direct
+check_if $(yes_if grep -q "^running\">in progress: step [0-9]* of 100000; its process (pid $trainer on host $(hostname)) is running$" <<<"$state") \
+    "direct: while it runs the report says in progress, its process running ($state)"
+kill -INT -- -"$trainer"
+for i in $(seq 1 300); do alive "$trainer" || break; sleep 0.1; done
+wait "$trainer" 2>/dev/null
+step=$(last_step "$tmp/direct")
+latest=$(cat "$tmp/direct/latest" 2>/dev/null)
+report direct
+check_if $(yes_if grep -q "^stopped\">stopped at step $step of 100000: its process (pid $trainer on host $(hostname)) is gone without saying how it ended (interrupted or killed); the latest checkpoint is $tmp/direct/$latest" <<<"$state") \
+    "direct, Ctrl-C: the report says stopped at step $step, latest ${latest:-none} ($state)"
+edit() { # edit KEY VALUE: run.json's process.KEY or machine.host (KEY host) set to VALUE, in a copy of the run
+  rm -rf "$tmp/direct_e" && cp -r "$tmp/direct" "$tmp/direct_e"
+  /usr/bin/python3 -c '
+import json, sys
+p = sys.argv[1] + "/run.json"; d = json.load(open(p))
+if sys.argv[2] == "host": d["machine"]["host"] = sys.argv[3]
+else: d["process"][sys.argv[2]] = float(sys.argv[3])
+json.dump(d, open(p, "w"))' "$tmp/direct_e" "$1" "$2"
+}
+edit host elsewhere
+report direct_e
+check_if $(yes_if grep -q "^running\">in progress: step $step of 100000; without worker logs a run that stopped cannot be told from one going on (its process ran on another host" <<<"$state") \
+    "direct, run.json naming another host: the report cannot tell, and says why ($state)"
+ticks=$(/usr/bin/python3 -c 's = open("/proc/%d/stat" % int(__import__("sys").argv[1])).read(); print(s[s.rfind(")") + 2:].split()[19])' $$)
+edit pid $$ && /usr/bin/python3 -c '
+import json, sys
+p = sys.argv[1] + "/run.json"; d = json.load(open(p)); d["process"]["start_ticks"] = int(sys.argv[2])
+json.dump(d, open(p, "w"))' "$tmp/direct_e" "$ticks"
+report direct_e
+check_if $(yes_if grep -q "^running\">in progress: .*its process (pid $$ on host $(hostname)) is running$" <<<"$state") \
+    "direct, run.json naming this shell's process and start time ($ticks ticks): running ($state)"
+/usr/bin/python3 -c '
+import json, sys
+p = sys.argv[1] + "/run.json"; d = json.load(open(p)); d["process"]["start_ticks"] = int(sys.argv[2]) + 1
+json.dump(d, open(p, "w"))' "$tmp/direct_e" "$ticks"
+report direct_e
+check_if $(yes_if grep -q "^stopped\">stopped at step $step of 100000: its process (pid $$ on host $(hostname)) is gone" <<<"$state") \
+    "direct, the same pid with another start time (a reused pid): stopped ($state)"
+"$LLM4D" "${D[@]}" --max_steps 6 --output_dir "$tmp/dfail" --debug_inject_inf_step 3 >"$tmp/dfail.out" 2>&1
+rc=$?
+report dfail
+check_if $(yes_if test $rc = 2) "direct, a failure at step 3: exit 2 (got $rc)"
+check_if $(yes_if grep -q "^failed\">failed (the last good step is 2): the gradient norm is not finite at step 3" <<<"$state") \
+    "direct, a failure: the report says failed, the last good step and the error ($state)"
+"$LLM4D" "${D[@]}" --max_steps 3 --output_dir "$tmp/dok" >"$tmp/dok.out" 2>&1
+rc=$?
+report dok
+said=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/run.json")).get("end", {}).get("status"))' "$tmp/dok")
+check_if $(yes_if test $rc = 0 -a "$state" = "finished\">finished: 3 steps" -a "$said" = finished) \
+    "direct, success: exit $rc, the report says finished ($state), run.json's end: $said"
 finish

@@ -12,8 +12,8 @@
 # moves by a few pages between runs like a timing does; the plan's per-category bytes are compared):
 #   - the training log (rank 0's terminal output; each rank's workerlog for dp2);
 #   - metrics.jsonl (losses, learning rates, gradient norms, bytes communicated: every other field);
-#   - run.json (the run's version, machine, layout and configuration), its start time and measured matmul peak
-#     masked;
+#   - run.json (the run's version, machine, layout and configuration, how it ended), its start and end times,
+#     measured matmul peak and its writer's pid and start time masked;
 #   - every checkpoint file (tensors and meta.json), unmasked.
 # (The launcher's exit records, log/.workerexit.<rank>, hold pids and wall-clock times and are not compared.)
 # A third run with another seed must differ under the same masking, which shows the comparison can see a change.
@@ -42,6 +42,8 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 d["started"] = d["started_unix_s"] = d["machine"]["matmul_peak_gflops"] = "T"
 if "run_id" in d: d["run_id"] = "ID"  # every launch makes its own (cli/launch.h)
+d["process"]["pid"] = d["process"]["start_ticks"] = "P"  # the process that wrote it (its namespace compared)
+d["end"]["unix_s"] = "T"
 print(json.dumps(d, indent=1))' "$2" ;;
     *) sed -E 's/^\[[0-9-]+ [0-9:,]+\]/[T]/; s/(avg_reader_cost|avg_batch_cost|speed|ips_total|ips): [0-9.]+/\1: T/g
                s/[0-9.]+ GFLOP\/s/T GFLOP\/s/

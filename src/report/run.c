@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/store.h"
+#include "core/proc.h"
 
 const cJSON *llm4d_rp_get(const cJSON *info, const char *path) {
     const cJSON *o = info;
@@ -126,6 +128,19 @@ static void resume_note(const llm4d_rp_run *r, char *buf, size_t n) {
     else snprintf(buf, n, "; no checkpoint was saved, so a new run starts over");
 }
 
+/* Whether the process that wrote run.json still runs: 1 yes, 0 gone, -1 cannot tell (another host or PID namespace
+ * than this one, or a run.json from before it named its process). who: "pid P on host H". */
+static int writer_alive(const cJSON *info, char *who, size_t n) {
+    const char *host = llm4d_rp_str(info, "machine.host", NULL), *ns = llm4d_rp_str(info, "process.pid_ns", NULL);
+    const double pid = llm4d_rp_num(info, "process.pid", -1), ticks = llm4d_rp_num(info, "process.start_ticks", -1);
+    char here[256], my_ns[64];
+    if (!host || !ns || !(pid > 0) || !(ticks >= 0) || gethostname(here, sizeof here - 1) != 0) return -1;
+    here[sizeof here - 1] = 0;
+    if (strcmp(host, here) || llm4d_proc_pid_ns(my_ns, sizeof my_ns) != 0 || strcmp(ns, my_ns)) return -1;
+    snprintf(who, n, "pid %.0f on host %.200s", pid, host);
+    return llm4d_proc_start_ticks((int)pid) == (long long)ticks;
+}
+
 static void decide_state(llm4d_rp_run *r) {
     const int64_t last = r->ns ? r->s[r->ns - 1].step : 0;
     for (int i = r->ns - 1; i >= 0 && !r->last_good; i--)
@@ -152,9 +167,17 @@ static void decide_state(llm4d_rp_run *r) {
     if (r->last_good) snprintf(good, sizeof good, "the last good step is %lld", (long long)r->last_good);
     char of[48] = "";
     if (r->max_steps > 0) snprintf(of, sizeof of, " of %lld", (long long)r->max_steps);
+    /* without logs, how run.json says the run ended (its writer adds it), else whether its writer is still there */
+    const char *end = r->nranks ? NULL : llm4d_rp_str(r->info, "end.status", NULL);
+    char who[300] = "";
+    const int alive = r->nranks || end ? -1 : writer_alive(r->info, who, sizeof who);
+    if (!what[0] && end && !strcmp(end, "failed")) {
+        snprintf(what, sizeof what, "%s", llm4d_rp_str(r->info, "end.error", "(no message)"));
+        cause = NULL; /* its message is the run's own; the checkpoint note below all the same */
+    }
     if (what[0]) {
         r->state = LLM4D_RP_FAILED;
-        snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s%s", good, what, cause ? resume : "");
+        snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s%s", good, what, cause || end ? resume : "");
     } else if (stop) {
         r->state = LLM4D_RP_STOPPED;
         snprintf(r->state_line, sizeof r->state_line, "stopped at step %lld%s by signal %d (%s)%s%s",
@@ -167,6 +190,14 @@ static void decide_state(llm4d_rp_run *r) {
         r->state = LLM4D_RP_FINISHED;
         snprintf(r->state_line, sizeof r->state_line, "ended after step %lld (every rank exited with code 0)",
                  (long long)last);
+    } else if (end) { /* "finished" before max_steps: a run.json edited, or a future way to end early */
+        r->state = LLM4D_RP_FINISHED;
+        snprintf(r->state_line, sizeof r->state_line, "ended after step %lld (its process said it finished)",
+                 (long long)last);
+    } else if (alive == 0) {
+        r->state = LLM4D_RP_STOPPED;
+        snprintf(r->state_line, sizeof r->state_line, "stopped at step %lld%s: its process (%s) is gone without "
+                 "saying how it ended (interrupted or killed)%s", (long long)last, of, who, resume);
     } else {
         r->state = LLM4D_RP_RUNNING;
         char blind[PATH_MAX + 200] = "";
@@ -174,8 +205,12 @@ static void decide_state(llm4d_rp_run *r) {
             snprintf(blind, sizeof blind, "; the worker logs in %.3000s belong to another run (%s%.63s), so none was read and "
                      "a run that stopped cannot be told from one going on", r->log_dir,
                      r->foreign_id[0] ? "run " : "logs without a run id", r->foreign_id);
+        else if (!r->nranks && alive == 1)
+            snprintf(blind, sizeof blind, "; its process (%s) is running", who);
         else if (!r->nranks)
-            snprintf(blind, sizeof blind, "; without worker logs a run that stopped cannot be told from one going on");
+            snprintf(blind, sizeof blind, "; without worker logs a run that stopped cannot be told from one going on%s",
+                     llm4d_rp_get(r->info, "process") ? " (its process ran on another host, or in another PID "
+                                                        "namespace, than this report)" : "");
         if (last)
             snprintf(r->state_line, sizeof r->state_line, "in progress: step %lld%s%s%s", (long long)last, of,
                      r->partial_line ? " (the next step's line is being written)" : "", blind);

@@ -14,6 +14,12 @@
  * logs in the directory belong to another run and reads none. A run.json without an id (older llm4d, a run
  * started without the launcher) takes the logs as they are.
  *
+ * Without logs (`llm4d train` run directly, or logs that belong to another run) run.json says the rest: how the
+ * run ended, which its writer adds when it ends ("end": finished, or failed with the error's line), and which
+ * process wrote it ("process": pid, start time, PID namespace, on machine.host). A run without an end whose process
+ * is gone (the same host and namespace, no process of that pid and start time) stopped without a word: a
+ * terminal's Ctrl-C, a kill. Read from another host or namespace, it cannot be told from one going on.
+ *
  * Everything is read tolerantly where a run in progress can leave it (a last metrics line half written, logs
  * without their end-of-run tables, no exit records) and strictly where only damage can (a metrics line in the
  * middle that is not JSON, a run.json that does not parse): the latter is a user error naming the file, the line

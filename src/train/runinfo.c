@@ -10,6 +10,11 @@
  * run rewrites it (start_step says so); metrics.jsonl keeps the history. Written to a temporary name and renamed,
  * so a reader never sees half a file.
  *
+ * How the run ended is added when it ends ("end": finished, or failed with the error's line), and "process" names
+ * the process that wrote it (pid, start time, PID namespace; the host is machine.host): a run of `llm4d train`
+ * without the launcher has no worker logs or exit records, so this is how `llm4d report` tells one that failed, or
+ * whose process is gone without a word (a terminal's Ctrl-C, a kill), from one still going on.
+ *
  * Format "llm4d run 2": a key given in megabytes (bucket_size_mb) is in megabytes, as the user gave it, rather
  * than in the bytes the configuration holds (format 1, which the report converts back); model.parameters is the
  * whole model's count, model.parameters_rank0 rank 0's part of it (its pipeline stage, its tensor-parallel
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #include "config/schema.h"
+#include "core/proc.h"
 #include "train/trainer.h"
 #include "train/version.h"
 
@@ -148,6 +154,26 @@ static void add_model(cJSON *root, const llm4d_trainer *tr) {
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)c->global_batch_size * c->data.max_seq_len);
 }
 
+/* root as output_dir/run.json, written to a temporary name and renamed (a reader never sees half a file) */
+static llm4d_code write_run_json(const char *output_dir, const cJSON *root, llm4d_err *err) {
+    char *text = cJSON_Print(root);
+    if (!text) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
+    char path[LLM4D_PATH_MAX + 32], tmp[LLM4D_PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/run.json", output_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    const int e = errno;
+    free(text);
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
+                          strerror(ok ? errno : e));
+    }
+    return LLM4D_OK;
+}
+
 llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
     if (!tr->is_writer) return LLM4D_OK;
     const llm4d_config *c = tr->cfg;
@@ -178,6 +204,11 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
     }
     add_model(root, tr);
     add_machine(root, tr);
+    cJSON *proc = cJSON_AddObjectToObject(root, "process");
+    cJSON_AddNumberToObject(proc, "pid", (double)getpid());
+    cJSON_AddNumberToObject(proc, "start_ticks", (double)llm4d_proc_start_ticks(0));
+    char ns[64];
+    if (llm4d_proc_pid_ns(ns, sizeof ns) == 0) cJSON_AddStringToObject(proc, "pid_ns", ns);
     llm4d_code rc = add_layout(root, tr, err);
     cJSON *cfg = llm4d_config_json(c);
     if (cfg) cJSON_AddItemToObject(root, "config", cfg);
@@ -189,22 +220,42 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
         if (k[i].type == LLM4D_KT_MB && cJSON_GetObjectItemCaseSensitive(vals, k[i].key))
             cJSON_ReplaceItemInObjectCaseSensitive(
                 vals, k[i].key, cJSON_CreateNumber((double)*(const int64_t *)((const char *)c + k[i].off) / 1048576.0));
-    char *text = rc == LLM4D_OK ? cJSON_Print(root) : NULL;
+    if (rc == LLM4D_OK) rc = write_run_json(c->output_dir, root, err);
     cJSON_Delete(root);
-    if (rc != LLM4D_OK) return rc;
-    if (!text) return llm4d_fail(err, LLM4D_ENOMEM, "out of memory");
-    char path[LLM4D_PATH_MAX + 32], tmp[LLM4D_PATH_MAX + 40];
-    snprintf(path, sizeof path, "%s/run.json", c->output_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
-    const int e = errno;
-    free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return llm4d_fail(err, LLM4D_EUSER, "cannot write %s: %s; choose a writable --output_dir", path,
-                          strerror(ok ? errno : e));
+    tr->runinfo_written = rc == LLM4D_OK;
+    return rc;
+}
+
+void llm4d_trainer_runinfo_end(llm4d_trainer *tr, const llm4d_err *failed) {
+    if (!tr->is_writer || !tr->runinfo_written) return;
+    char path[LLM4D_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/run.json", tr->cfg->output_dir);
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = malloc((size_t)n + 1)) != NULL) {
+        text[fread(text, 1, (size_t)n, f)] = 0;
     }
-    return LLM4D_OK;
+    if (f) fclose(f);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    llm4d_err err = {0};
+    if (root) {
+        cJSON *end = cJSON_CreateObject();
+        cJSON_AddStringToObject(end, "status", failed ? "failed" : "finished");
+        if (failed) cJSON_AddStringToObject(end, "error", failed->msg);
+        cJSON_AddNumberToObject(end, "unix_s", (double)time(NULL));
+        if (cJSON_GetObjectItemCaseSensitive(root, "end")) cJSON_ReplaceItemInObjectCaseSensitive(root, "end", end);
+        else cJSON_AddItemToObject(root, "end", end);
+        if (write_run_json(tr->cfg->output_dir, root, &err) == LLM4D_OK) {
+            cJSON_Delete(root);
+            return;
+        }
+        cJSON_Delete(root);
+    } else {
+        snprintf(err.msg, sizeof err.msg, "cannot read it back");
+    }
+    /* the run's own outcome stands; the report then reads the run as its logs or its process say */
+    llm4d_log_warn(&tr->log, "run.json: how the run ended not recorded (%s)", err.msg);
 }

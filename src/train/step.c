@@ -397,5 +397,6 @@ static llm4d_code run_steps(llm4d_trainer *tr, llm4d_err *err) {
 llm4d_code llm4d_trainer_run(llm4d_trainer *tr, llm4d_err *err) {
     const llm4d_code rc = run_steps(tr, err);
     if (rc != LLM4D_OK) llm4d_trainer_save_settle(tr); /* --async_save: a save pending when the run failed */
+    llm4d_trainer_runinfo_end(tr, rc == LLM4D_OK ? NULL : err);
     return rc;
 }

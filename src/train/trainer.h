@@ -59,6 +59,7 @@ typedef struct {
     llm4d_comm_device *comm_dev; /* the data plane's device, attached to the groups for the run */
     int world_size;
     int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
+    int runinfo_written;       /* run.json written at start-up (its writer adds how the run ended) */
     double flops_per_token;
     double peak_gflops; /* this rank's matmul rate measured at start-up (the MFU denominator); 0: unknown */
     int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
@@ -159,8 +160,10 @@ llm4d_code llm4d_trainer_predict_start(llm4d_trainer *tr, llm4d_err *err);
 void llm4d_trainer_predict_log(const llm4d_trainer *tr);
 void llm4d_trainer_predict_step(llm4d_trainer *tr, int64_t step, double seconds);
 void llm4d_trainer_predict_end(llm4d_trainer *tr);
-/* runinfo.c: rank 0 writes output_dir/run.json (version, machine, layout, configuration) for `llm4d report`. */
+/* runinfo.c: rank 0 writes output_dir/run.json (version, machine, layout, configuration, its process) for `llm4d
+ * report`, and adds how the run ended when it ends (failed: NULL when it finished); a failure to add it is logged. */
 llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err);
+void llm4d_trainer_runinfo_end(llm4d_trainer *tr, const llm4d_err *failed);
 /* step.c: every rank returns the same code (a failure on one rank is agreed on through the world communicator) */
 llm4d_code llm4d_trainer_agree(llm4d_trainer *tr, llm4d_code rc, llm4d_err *err);
 
