@@ -204,31 +204,26 @@ latest=$(cat "$tmp/direct/latest" 2>/dev/null)
 report direct
 check_if $(yes_if grep -q "^stopped\">stopped at step $step of 100000: its process (pid $trainer on host $(hostname)) is gone without saying how it ended (interrupted or killed); the latest checkpoint is $tmp/direct/$latest" <<<"$state") \
     "direct, Ctrl-C: the report says stopped at step $step, latest ${latest:-none} ($state)"
-edit() { # edit KEY VALUE: run.json's process.KEY or machine.host (KEY host) set to VALUE, in a copy of the run
+edit() { # edit KEY VALUE ...: a copy of the run whose run.json has process.KEY (machine.host for KEY host) = VALUE
   rm -rf "$tmp/direct_e" && cp -r "$tmp/direct" "$tmp/direct_e"
   /usr/bin/python3 -c '
 import json, sys
 p = sys.argv[1] + "/run.json"; d = json.load(open(p))
-if sys.argv[2] == "host": d["machine"]["host"] = sys.argv[3]
-else: d["process"][sys.argv[2]] = float(sys.argv[3])
-json.dump(d, open(p, "w"))' "$tmp/direct_e" "$1" "$2"
+for k, v in zip(sys.argv[2::2], sys.argv[3::2]):
+    if k == "host": d["machine"]["host"] = v
+    else: d["process"][k] = int(v)
+json.dump(d, open(p, "w"))' "$tmp/direct_e" "$@"
 }
 edit host elsewhere
 report direct_e
 check_if $(yes_if grep -q "^running\">in progress: step $step of 100000; without worker logs a run that stopped cannot be told from one going on (its process ran on another host" <<<"$state") \
     "direct, run.json naming another host: the report cannot tell, and says why ($state)"
 ticks=$(/usr/bin/python3 -c 's = open("/proc/%d/stat" % int(__import__("sys").argv[1])).read(); print(s[s.rfind(")") + 2:].split()[19])' $$)
-edit pid $$ && /usr/bin/python3 -c '
-import json, sys
-p = sys.argv[1] + "/run.json"; d = json.load(open(p)); d["process"]["start_ticks"] = int(sys.argv[2])
-json.dump(d, open(p, "w"))' "$tmp/direct_e" "$ticks"
+edit pid $$ start_ticks "$ticks"
 report direct_e
 check_if $(yes_if grep -q "^running\">in progress: .*its process (pid $$ on host $(hostname)) is running$" <<<"$state") \
     "direct, run.json naming this shell's process and start time ($ticks ticks): running ($state)"
-/usr/bin/python3 -c '
-import json, sys
-p = sys.argv[1] + "/run.json"; d = json.load(open(p)); d["process"]["start_ticks"] = int(sys.argv[2]) + 1
-json.dump(d, open(p, "w"))' "$tmp/direct_e" "$ticks"
+edit pid $$ start_ticks $((ticks + 1))
 report direct_e
 check_if $(yes_if grep -q "^stopped\">stopped at step $step of 100000: its process (pid $$ on host $(hostname)) is gone" <<<"$state") \
     "direct, the same pid with another start time (a reused pid): stopped ($state)"

@@ -171,10 +171,8 @@ static void decide_state(llm4d_rp_run *r) {
     const char *end = r->nranks ? NULL : llm4d_rp_str(r->info, "end.status", NULL);
     char who[300] = "";
     const int alive = r->nranks || end ? -1 : writer_alive(r->info, who, sizeof who);
-    if (!what[0] && end && !strcmp(end, "failed")) {
+    if (!what[0] && end && !strcmp(end, "failed")) /* (no cause: a rank that ended the job sets what) */
         snprintf(what, sizeof what, "%s", llm4d_rp_str(r->info, "end.error", "(no message)"));
-        cause = NULL; /* its message is the run's own; the checkpoint note below all the same */
-    }
     if (what[0]) {
         r->state = LLM4D_RP_FAILED;
         snprintf(r->state_line, sizeof r->state_line, "failed (%s): %s%s", good, what, cause || end ? resume : "");

@@ -221,41 +221,19 @@ llm4d_code llm4d_trainer_write_runinfo(llm4d_trainer *tr, llm4d_err *err) {
             cJSON_ReplaceItemInObjectCaseSensitive(
                 vals, k[i].key, cJSON_CreateNumber((double)*(const int64_t *)((const char *)c + k[i].off) / 1048576.0));
     if (rc == LLM4D_OK) rc = write_run_json(c->output_dir, root, err);
-    cJSON_Delete(root);
-    tr->runinfo_written = rc == LLM4D_OK;
+    if (rc == LLM4D_OK) tr->runinfo = root;
+    else cJSON_Delete(root);
     return rc;
 }
 
 void llm4d_trainer_runinfo_end(llm4d_trainer *tr, const llm4d_err *failed) {
-    if (!tr->is_writer || !tr->runinfo_written) return;
-    char path[LLM4D_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/run.json", tr->cfg->output_dir);
-    FILE *f = fopen(path, "r");
-    char *text = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (text = malloc((size_t)n + 1)) != NULL) {
-        text[fread(text, 1, (size_t)n, f)] = 0;
-    }
-    if (f) fclose(f);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    if (!tr->runinfo) return; /* not rank 0, or run.json was never written */
+    cJSON *end = cJSON_AddObjectToObject(tr->runinfo, "end");
+    cJSON_AddStringToObject(end, "status", failed ? "failed" : "finished");
+    if (failed) cJSON_AddStringToObject(end, "error", failed->msg);
+    cJSON_AddNumberToObject(end, "unix_s", (double)time(NULL));
     llm4d_err err = {0};
-    if (root) {
-        cJSON *end = cJSON_CreateObject();
-        cJSON_AddStringToObject(end, "status", failed ? "failed" : "finished");
-        if (failed) cJSON_AddStringToObject(end, "error", failed->msg);
-        cJSON_AddNumberToObject(end, "unix_s", (double)time(NULL));
-        if (cJSON_GetObjectItemCaseSensitive(root, "end")) cJSON_ReplaceItemInObjectCaseSensitive(root, "end", end);
-        else cJSON_AddItemToObject(root, "end", end);
-        if (write_run_json(tr->cfg->output_dir, root, &err) == LLM4D_OK) {
-            cJSON_Delete(root);
-            return;
-        }
-        cJSON_Delete(root);
-    } else {
-        snprintf(err.msg, sizeof err.msg, "cannot read it back");
-    }
     /* the run's own outcome stands; the report then reads the run as its logs or its process say */
-    llm4d_log_warn(&tr->log, "run.json: how the run ended not recorded (%s)", err.msg);
+    if (write_run_json(tr->cfg->output_dir, tr->runinfo, &err) != LLM4D_OK)
+        llm4d_log_warn(&tr->log, "run.json: how the run ended not recorded (%s)", err.msg);
 }

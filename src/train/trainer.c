@@ -362,6 +362,7 @@ llm4d_code llm4d_trainer_init(llm4d_trainer *tr, const llm4d_config *cfg, const 
 
 void llm4d_trainer_free(llm4d_trainer *tr) {
     if (!tr->cfg) return;
+    cJSON_Delete(tr->runinfo);
     llm4d_trainer_trace_close(tr);
     free(tr->pred.costs);
     if (tr->metrics) fclose(tr->metrics);

@@ -59,7 +59,7 @@ typedef struct {
     llm4d_comm_device *comm_dev; /* the data plane's device, attached to the groups for the run */
     int world_size;
     int is_writer;             /* world rank 0 writes metrics.jsonl, checkpoints and dumps */
-    int runinfo_written;       /* run.json written at start-up (its writer adds how the run ended) */
+    cJSON *runinfo;            /* run.json as written at start-up (rank 0), kept to add how the run ended */
     double flops_per_token;
     double peak_gflops; /* this rank's matmul rate measured at start-up (the MFU denominator); 0: unknown */
     int64_t start_step;        /* first step to run: 1, or the step after a resumed checkpoint */
